@@ -1,0 +1,190 @@
+//! The producer side: [`OutChannel`] (one ring) and [`ChannelWriter`] (all rings of one edge
+//! from one upstream subtask, with the partitioner).
+
+use std::sync::Arc;
+
+use rtrb::Producer;
+
+use super::{Entry, Parker, Partitioner};
+use crate::collector::Collector;
+use crate::error::Result;
+use crate::record::{Record, Timestamp};
+
+/// The producer end of one ring, with its overflow stage.
+pub(crate) struct OutChannel<T> {
+    producer: Producer<Entry<T>>,
+    /// Entries that did not fit; `staged[staged_from..]` is still to be written, in order.
+    staged: Vec<Entry<T>>,
+    staged_from: usize,
+    consumer: Arc<Parker>,
+    /// Entries published so far: this channel's write sequence number.
+    written: u64,
+}
+
+impl<T: Copy> OutChannel<T> {
+    pub(crate) fn new(producer: Producer<Entry<T>>, consumer: Arc<Parker>) -> Self {
+        OutChannel {
+            producer,
+            staged: Vec::new(),
+            staged_from: 0,
+            consumer,
+            written: 0,
+        }
+    }
+
+    #[inline]
+    fn has_staged(&self) -> bool {
+        self.staged_from < self.staged.len()
+    }
+
+    /// Free slots, refreshing the cached view only when it is too small.
+    #[inline]
+    fn room_for(&self, wanted: usize) -> usize {
+        if self.producer.cached_slots() >= wanted {
+            wanted
+        } else {
+            wanted.min(self.producer.slots())
+        }
+    }
+
+    /// Publishes as many records as fit and stages the rest.
+    #[inline]
+    pub(crate) fn write_records(&mut self, records: &[T]) {
+        if records.is_empty() {
+            return;
+        }
+        let mut n = 0;
+        if !self.has_staged() {
+            n = self.room_for(records.len());
+            if n > 0 {
+                let chunk = self
+                    .producer
+                    .write_chunk_uninit(n)
+                    .expect("n free slots were checked");
+                let filled = chunk.fill_from_iter(records[..n].iter().map(|&r| Entry::Record(r)));
+                debug_assert_eq!(filled, n);
+                self.written += n as u64;
+                self.consumer.notify();
+            }
+        }
+        self.staged
+            .extend(records[n..].iter().map(|&r| Entry::Record(r)));
+    }
+
+    /// Publishes one control entry (after anything staged).
+    pub(crate) fn write_entry(&mut self, entry: Entry<T>) {
+        self.staged.push(entry);
+        self.flush();
+    }
+
+    /// Stages a record without publishing (the key-by path publishes per batch).
+    #[inline]
+    pub(crate) fn stage(&mut self, record: T) {
+        self.staged.push(Entry::Record(record));
+    }
+
+    /// Publishes staged entries that fit. Returns `true` when none are left.
+    pub(crate) fn flush(&mut self) -> bool {
+        if !self.has_staged() {
+            return true;
+        }
+        let (pushed, _) = self
+            .producer
+            .push_partial_slice(&self.staged[self.staged_from..]);
+        if !pushed.is_empty() {
+            self.written += pushed.len() as u64;
+            self.staged_from += pushed.len();
+            self.consumer.notify();
+        }
+        if self.staged_from == self.staged.len() {
+            self.staged.clear();
+            self.staged_from = 0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Entries published so far.
+    pub(crate) fn written(&self) -> u64 {
+        self.written
+    }
+}
+
+/// All rings of one edge leaving one upstream subtask: a [`Collector`] that partitions.
+pub(crate) struct ChannelWriter<T, H> {
+    outs: Vec<OutChannel<T>>,
+    partitioner: Partitioner<H>,
+}
+
+impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
+    pub(crate) fn new(outs: Vec<OutChannel<T>>, partitioner: Partitioner<H>) -> Self {
+        assert!(
+            !outs.is_empty(),
+            "an edge has at least one downstream subtask"
+        );
+        if matches!(partitioner, Partitioner::Forward) {
+            assert_eq!(outs.len(), 1, "a forward writer has exactly one ring");
+        }
+        ChannelWriter { outs, partitioner }
+    }
+
+    /// Entries published so far over all rings.
+    #[allow(dead_code)]
+    pub(crate) fn written(&self) -> u64 {
+        self.outs.iter().map(OutChannel::written).sum()
+    }
+
+    fn flush_all(&mut self) -> bool {
+        let mut all = true;
+        for o in &mut self.outs {
+            all &= o.flush();
+        }
+        all
+    }
+}
+
+impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
+    #[inline]
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        match &mut self.partitioner {
+            Partitioner::Forward => self.outs[0].write_records(records),
+            Partitioner::Rebalance { next } => {
+                let i = *next;
+                *next = (i + 1) % self.outs.len();
+                self.outs[i].write_records(records);
+            }
+            Partitioner::Broadcast => {
+                for o in &mut self.outs {
+                    o.write_records(records);
+                }
+            }
+            Partitioner::KeyBy { hash, router } => {
+                for r in records.iter() {
+                    self.outs[router.subtask(hash(r))].stage(*r);
+                }
+                self.flush_all();
+            }
+        }
+        records.clear();
+        Ok(())
+    }
+
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        for o in &mut self.outs {
+            o.write_entry(Entry::Watermark(watermark));
+        }
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<()> {
+        for o in &mut self.outs {
+            o.write_entry(Entry::End);
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> Result<bool> {
+        Ok(self.flush_all())
+    }
+}

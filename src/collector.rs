@@ -1,0 +1,146 @@
+//! [`Collector`]: the push interface every stage of a subtask implements.
+//!
+//! A task is a chain: its head receives what the input rings (or the source) deliver, and each
+//! stage pushes its output into the next stage's `Collector`, down to a sink or to the ring
+//! writers of the task's outgoing edges. Records move in batches (`&mut Vec<T>`, drained by the
+//! callee) so every virtual call and ring atomic is paid per batch, not per record.
+//!
+//! May touch: `error`, `record`.
+
+use crate::error::Result;
+use crate::record::Timestamp;
+
+/// Receives one stream inside a subtask.
+pub trait Collector<T>: Send {
+    /// Takes every record out of `records`, leaving it empty (its allocation stays with the
+    /// caller for reuse).
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()>;
+
+    /// The stream's event time has reached `watermark`: no later record will have a smaller
+    /// timestamp (late records may still arrive and are the operator's to handle).
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
+
+    /// The stream has ended; nothing follows.
+    fn end(&mut self) -> Result<()>;
+
+    /// Pushes output held back by a full ring further. Returns `true` when nothing is held
+    /// back any more; a task does not take new input while this is `false` (backpressure).
+    fn drain(&mut self) -> Result<bool>;
+}
+
+impl<T, C: Collector<T> + ?Sized> Collector<T> for Box<C> {
+    #[inline]
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        (**self).batch(records)
+    }
+    #[inline]
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        (**self).watermark(watermark)
+    }
+    #[inline]
+    fn end(&mut self) -> Result<()> {
+        (**self).end()
+    }
+    #[inline]
+    fn drain(&mut self) -> Result<bool> {
+        (**self).drain()
+    }
+}
+
+/// Sends a stream to several collectors (a stream consumed by more than one operator).
+pub(crate) struct FanOut<T> {
+    outputs: Vec<Box<dyn Collector<T>>>,
+    copy: Vec<T>,
+}
+
+impl<T> FanOut<T> {
+    pub(crate) fn new(outputs: Vec<Box<dyn Collector<T>>>) -> Self {
+        assert!(outputs.len() >= 2, "a fan-out has at least two outputs");
+        FanOut {
+            outputs,
+            copy: Vec::new(),
+        }
+    }
+}
+
+impl<T: Clone + Send> Collector<T> for FanOut<T> {
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        let (last, rest) = self.outputs.split_last_mut().expect("at least two outputs");
+        for out in rest {
+            self.copy.clear();
+            self.copy.extend_from_slice(records);
+            out.batch(&mut self.copy)?;
+        }
+        last.batch(records)
+    }
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.watermark(watermark))
+    }
+    fn end(&mut self) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.end())
+    }
+    fn drain(&mut self) -> Result<bool> {
+        let mut all = true;
+        for o in &mut self.outputs {
+            all &= o.drain()?;
+        }
+        Ok(all)
+    }
+}
+
+/// Drops everything (the output of an operator nobody consumes).
+pub(crate) struct Nowhere;
+
+impl<T> Collector<T> for Nowhere {
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        records.clear();
+        Ok(())
+    }
+    fn watermark(&mut self, _: Timestamp) -> Result<()> {
+        Ok(())
+    }
+    fn end(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn drain(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+}
+
+/// A collector that records everything it sees, for unit tests of operators.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Recorder<T> {
+    pub records: Vec<T>,
+    pub watermarks: Vec<Timestamp>,
+    pub ended: bool,
+}
+
+#[cfg(test)]
+impl<T: Send> Collector<T> for std::sync::Arc<std::sync::Mutex<Recorder<T>>> {
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        let mut r = self.lock().expect("recorder lock");
+        assert!(!r.ended, "records after end of stream");
+        r.records.append(records);
+        Ok(())
+    }
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        let mut r = self.lock().expect("recorder lock");
+        if let Some(&last) = r.watermarks.last() {
+            assert!(watermark > last, "watermarks must strictly increase");
+        }
+        r.watermarks.push(watermark);
+        Ok(())
+    }
+    fn end(&mut self) -> Result<()> {
+        let mut r = self.lock().expect("recorder lock");
+        assert!(!r.ended, "end of stream twice");
+        r.ended = true;
+        Ok(())
+    }
+    fn drain(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+}

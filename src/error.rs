@@ -1,0 +1,106 @@
+//! The one error type of weir's operating errors.
+//!
+//! Broken invariants panic; everything a user or the environment can cause (bad configuration,
+//! I/O, a panicking user function) is an [`Error`]. [`Error::is_retryable`] tells a caller
+//! (later: the checkpoint coordinator) whether trying again can help.
+//!
+//! May touch: nothing else in the crate.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Result alias used across weir.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every operating error weir reports.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A configuration value or a job graph is invalid; the message names the problem.
+    InvalidConfig(String),
+    /// An I/O operation failed; `context` says what weir was doing, `path` where.
+    Io {
+        /// What weir was doing.
+        context: String,
+        /// The file or folder involved, if any.
+        path: Option<PathBuf>,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A user function (or a built-in operator) panicked inside a subtask.
+    OperatorPanicked {
+        /// The operator's name.
+        operator: String,
+        /// The subtask index, from 0.
+        subtask: usize,
+        /// The panic message.
+        message: String,
+    },
+    /// The job was cancelled before it finished.
+    Cancelled,
+}
+
+impl Error {
+    /// Builds an [`Error::Io`] for `path`.
+    pub fn io(
+        context: impl Into<String>,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        Error::Io {
+            context: context.into(),
+            path: Some(path.into()),
+            source,
+        }
+    }
+
+    /// Builds an [`Error::InvalidConfig`].
+    pub fn config(message: impl Into<String>) -> Self {
+        Error::InvalidConfig(message.into())
+    }
+
+    /// Whether the same operation may succeed if tried again (I/O can; a bad config cannot).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Io { .. } | Error::OperatorPanicked { .. })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidConfig(m) => write!(f, "invalid configuration: {m}"),
+            Error::Io {
+                context,
+                path: Some(p),
+                source,
+            } => {
+                write!(f, "{context} ({}): {source}", p.display())
+            }
+            Error::Io {
+                context,
+                path: None,
+                source,
+            } => write!(f, "{context}: {source}"),
+            Error::OperatorPanicked {
+                operator,
+                subtask,
+                message,
+            } => {
+                write!(
+                    f,
+                    "operator '{operator}' (subtask {subtask}) panicked: {message}"
+                )
+            }
+            Error::Cancelled => write!(f, "the job was cancelled"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

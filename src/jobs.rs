@@ -1,0 +1,153 @@
+//! The jobs the `weir` command runs, as library functions so that tests and benchmarks run
+//! exactly what users run.
+//!
+//! May touch: `pipeline`, `operator`, `record`, `source`.
+
+use std::path::PathBuf;
+
+use crate::operator::window::{Window, WindowBounds};
+use crate::pipeline::Job;
+use crate::record::Word;
+use crate::source::{Generator, TextSource};
+
+/// An event of the default job: a key and the time it was created (also its event time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The key, in `0 .. keys`.
+    pub key: u64,
+    /// Creation time on the job clock, in nanoseconds; the event time too.
+    pub created_ns: u64,
+}
+
+/// One window result of the default job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowCount {
+    /// The key.
+    pub key: u64,
+    /// The window.
+    pub window: WindowBounds,
+    /// Events of this key in the window.
+    pub count: u64,
+    /// Creation time of the newest event counted: latency is measured from it.
+    pub newest_created_ns: u64,
+}
+
+/// Settings of the default job.
+#[derive(Clone, Copy, Debug)]
+pub struct DefaultJob {
+    /// Parallelism of every operator.
+    pub parallelism: usize,
+    /// Number of distinct keys.
+    pub keys: u64,
+    /// Tumbling window length in milliseconds.
+    pub window_ms: u64,
+    /// Events per second in all; `None` runs as fast as possible.
+    pub rate_per_s: Option<f64>,
+}
+
+/// Spreads index `i` over `keys` keys (a multiplicative hash, so consecutive indices and the
+/// subtasks' strided indices all reach every key).
+#[inline]
+pub fn key_of(i: u64, keys: u64) -> u64 {
+    ((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) * keys) >> 32
+}
+
+impl DefaultJob {
+    /// generator → event-time watermarks → key_by → tumbling window count → latency → discard.
+    pub fn build(&self) -> Job {
+        let keys = self.keys.max(1);
+        let job = Job::new("default").with_parallelism(self.parallelism);
+        let mut generator = Generator::new(move |i, now_ns| Event {
+            key: key_of(i, keys),
+            created_ns: now_ns,
+        });
+        if let Some(rate) = self.rate_per_s {
+            generator = generator.rate(rate);
+        }
+        job.generator(generator)
+            .with_watermarks(|e: &Event| e.created_ns, 0)
+            .key_by(|e: &Event| e.key)
+            .window(Window::tumbling(self.window_ms * 1_000_000), |e: &Event| {
+                e.created_ns
+            })
+            .aggregate(
+                || (0u64, 0u64),
+                |acc: &mut (u64, u64), e: Event| {
+                    acc.0 += 1;
+                    acc.1 = acc.1.max(e.created_ns);
+                },
+                |&key, window, &(count, newest)| WindowCount {
+                    key,
+                    window,
+                    count,
+                    newest_created_ns: newest,
+                },
+            )
+            .named("window-count")
+            .measure_latency(|w: &WindowCount| w.newest_created_ns)
+            .discard();
+        job
+    }
+}
+
+/// Word count as a running count: for every word occurrence in `input`, one line
+/// `word<TAB>count` in `<output>/part-<subtask>`.
+pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize) -> Job {
+    let job = Job::new("wordcount").with_parallelism(parallelism);
+    job.text(input)
+        .words()
+        .key_by(|w: &Word| *w)
+        .aggregate(
+            || 0u64,
+            |c: &mut u64, _w| *c += 1,
+            |w: &Word, c: &u64| (*w, *c),
+        )
+        .named("count")
+        .write_files(output, |&(w, c): &(Word, u64), out: &mut Vec<u8>| {
+            w.with_str(|s| out.extend_from_slice(s.as_bytes()));
+            out.push(b'\t');
+            push_decimal(out, c);
+            out.push(b'\n');
+        });
+    job
+}
+
+/// Appends `n` in decimal without allocating.
+#[inline]
+pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals() {
+        let mut v = Vec::new();
+        for n in [0u64, 7, 10, 12345, u64::MAX] {
+            v.clear();
+            push_decimal(&mut v, n);
+            assert_eq!(String::from_utf8(v.clone()).unwrap(), n.to_string());
+        }
+    }
+
+    #[test]
+    fn keys_stay_in_range_and_all_are_used() {
+        let mut seen = vec![false; 1000];
+        for i in 0..100_000 {
+            seen[key_of(i, 1000) as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+}

@@ -1,0 +1,79 @@
+//! # weir
+//!
+//! A single-node stream processor on a thread-per-core runtime, built around Apache Flink's
+//! fault-tolerance model (asynchronous barrier snapshots: Carbone et al. 2015, after Chandy and
+//! Lamport 1985). This crate doc is the architecture doc.
+//!
+//! ## How records flow
+//!
+//! A [`Job`] is a graph of operators, each with a parallelism. Consecutive operators joined by a
+//! forward edge with equal parallelism are *chained*: fused into one task as nested
+//! [`Collector`] calls, with no ring between them. Every other edge between two subtasks is one
+//! lock-free SPSC ring (`rtrb`) carrying tagged [`channel::Entry`]s: records, watermarks, end of
+//! stream. `key_by` hashes a key to one of `max_parallelism` key groups and the key group to a
+//! subtask, as Flink does. Records that cross rings are plain data ([`Record`]: `Copy`), moved as
+//! bytes; text uses the compact [`Word`] encoding.
+//!
+//! Each subtask belongs to one worker thread, one per core, pinned. A worker polls its tasks and
+//! processes whole batches run-to-completion: no locks, no allocation and no system calls per
+//! record. A full ring is backpressure: the producing task stops taking input and its worker
+//! serves its other tasks. An idle worker spins, yields, then parks until woken.
+//!
+//! ## Modules, lowest layer first (a module uses only modules above it in this list)
+//!
+//! - [`error`], [`record`], [`metrics`], `wake`, [`context`], [`collector`]: shared vocabulary.
+//! - [`channel`]: rings, the entry format, partitioning, input gates.
+//! - [`state`]: keyed state and the fork-then-write snapshot interface.
+//! - [`source`], [`operator`], [`sink`]: where records enter, change, and leave. They never
+//!   use each other.
+//! - [`pipeline`]: the builder API, the logical graph, the physical plan and the tasks.
+//! - [`runtime`]: worker threads, pinning, backoff, the [`JobHandle`].
+//! - [`jobs`]: the jobs the `weir` command runs (the default job, word count).
+//!
+//! ## Example
+//!
+//! ```
+//! use weir::{Job, RunConfig, Window, source::Generator};
+//!
+//! // (key, event time in ms) pairs, counted per key in 10 ms tumbling windows.
+//! let job = Job::new("example").with_parallelism(2);
+//! let counts = job
+//!     .generator(Generator::new(|i, _| (i % 3, i)).count(30))
+//!     .with_watermarks(|&(_, ts)| ts, 0)
+//!     .key_by(|&(k, _)| k)
+//!     .window(Window::tumbling(10), |&(_, ts)| ts)
+//!     .count()
+//!     .collect();
+//! job.execute(RunConfig::default().workers(2)).unwrap();
+//! let total: u64 = counts.lock().unwrap().iter().map(|&(_, _, c)| c).sum();
+//! assert_eq!(total, 30);
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+
+pub mod channel;
+pub mod collector;
+pub mod context;
+pub mod error;
+pub mod jobs;
+pub mod metrics;
+pub mod operator;
+pub mod pipeline;
+pub mod record;
+pub mod runtime;
+pub mod sink;
+pub mod source;
+pub mod state;
+mod wake;
+
+pub use collector::Collector;
+pub use context::TaskContext;
+pub use error::{Error, Result};
+pub use metrics::JobReport;
+pub use operator::window::{Window, WindowBounds};
+pub use operator::Emitter;
+pub use pipeline::{Job, KeyedStream, LineStream, Stream, WindowedStream};
+pub use record::{for_each_word, Key, Record, Timestamp, Word};
+pub use runtime::{JobHandle, RunConfig};

@@ -1,0 +1,254 @@
+//! The `weir` command: the embedded default job, word count, and their options.
+
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use weir::jobs::DefaultJob;
+use weir::metrics::group_digits;
+use weir::runtime::available_cores;
+use weir::source::TextSource;
+use weir::{Error, JobHandle, JobReport, RunConfig};
+
+/// weir: a thread-per-core stream processor with Flink-style checkpoints.
+///
+/// Without a command, runs the default job: generator → key_by → 100 ms tumbling-window count
+/// → sink on all cores for about 10 s, then prints throughput and latency.
+#[derive(Parser, Debug)]
+#[command(name = "weir", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    default_job: DefaultArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Counts words: one line `word<TAB>count` per occurrence, a running count per word.
+    Wordcount(WordcountArgs),
+}
+
+#[derive(Args, Debug)]
+struct RuntimeArgs {
+    /// Worker threads, one per core (default: every available core).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    workers: Option<u64>,
+    /// Parallelism of every operator (default: the number of workers).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=128))]
+    parallelism: Option<u64>,
+    /// Capacity of each ring between subtasks, in entries.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
+    ring_capacity: u64,
+    /// Hide the live progress line.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Args, Debug)]
+struct DefaultArgs {
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 10.0, value_parser = positive_f64)]
+    duration_s: f64,
+    /// Events per second in all (default: as fast as possible).
+    #[arg(long, value_parser = positive_f64)]
+    rate: Option<f64>,
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    keys: u64,
+    /// Tumbling window length in milliseconds.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    window_ms: u64,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+#[derive(Args, Debug)]
+struct WordcountArgs {
+    /// A text file, or a folder of text files (read in name order).
+    #[arg(long)]
+    input: PathBuf,
+    /// The output folder (created; must be empty): files part-<subtask>.
+    #[arg(long)]
+    output: PathBuf,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' must be a positive number"))
+    }
+}
+
+impl RuntimeArgs {
+    fn config(&self) -> (RunConfig, usize) {
+        let workers = self
+            .workers
+            .map(|w| w as usize)
+            .unwrap_or_else(available_cores);
+        let parallelism = self
+            .parallelism
+            .map(|p| p as usize)
+            .unwrap_or(workers)
+            .min(128);
+        (
+            RunConfig::default()
+                .workers(workers)
+                .ring_capacity(self.ring_capacity as usize),
+            parallelism,
+        )
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => run_default(&cli.default_job),
+        Some(Command::Wordcount(args)) => run_wordcount(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ctrl-C presses so far: the first stops the job gracefully, the second cancels it.
+fn ctrl_c_counter() -> Arc<AtomicUsize> {
+    let presses = Arc::new(AtomicUsize::new(0));
+    let p = presses.clone();
+    // A second handler cannot be installed; then Ctrl-C keeps its default effect.
+    let _ = ctrlc::set_handler(move || {
+        p.fetch_add(1, Ordering::SeqCst);
+    });
+    presses
+}
+
+/// Watches a running job: progress line, Ctrl-C, and an optional time limit.
+fn supervise(
+    handle: JobHandle,
+    limit: Option<Duration>,
+    progress: bool,
+) -> weir::Result<JobReport> {
+    let presses = ctrl_c_counter();
+    let bar = if progress {
+        indicatif::ProgressBar::new_spinner()
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut stopped = false;
+    let mut cancelled = false;
+    let mut last = (0u64, handle.elapsed());
+    while !handle.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        let n = presses.load(Ordering::SeqCst);
+        if n >= 1 && !stopped {
+            bar.println("Ctrl-C: stopping (press again to cancel)");
+            handle.stop();
+            stopped = true;
+        }
+        if n >= 2 && !cancelled {
+            handle.cancel();
+            cancelled = true;
+        }
+        let elapsed = handle.elapsed();
+        if limit.is_some_and(|l| elapsed >= l) && !stopped {
+            handle.stop();
+            stopped = true;
+        }
+        let records = handle.metrics().source_records();
+        let dt = (elapsed - last.1).as_secs_f64();
+        if dt >= 0.5 {
+            let rate = (records - last.0) as f64 / dt;
+            let until = limit
+                .map(|l| format!(" / {:.0} s", l.as_secs_f64()))
+                .unwrap_or_default();
+            bar.set_message(format!(
+                "{:.1} s{until} | {} records | {} records/s",
+                elapsed.as_secs_f64(),
+                group_digits(records),
+                group_digits(rate as u64)
+            ));
+            bar.tick();
+            last = (records, elapsed);
+        }
+    }
+    bar.finish_and_clear();
+    handle.join()
+}
+
+fn run_default(args: &DefaultArgs) -> weir::Result<()> {
+    let (config, parallelism) = args.runtime.config();
+    let job = DefaultJob {
+        parallelism,
+        keys: args.keys,
+        window_ms: args.window_ms,
+        rate_per_s: args.rate,
+    };
+    println!(
+        "weir default job: generator → key_by ({} keys) → {} ms tumbling-window count → sink; {} workers, parallelism {}, {}, {} s",
+        args.keys,
+        args.window_ms,
+        config.effective_workers(),
+        parallelism,
+        args.rate.map(|r| format!("{} events/s", group_digits(r as u64))).unwrap_or_else(|| "as fast as possible".into()),
+        args.duration_s
+    );
+    let handle = job.build().start(config)?;
+    let report = supervise(
+        handle,
+        Some(Duration::from_secs_f64(args.duration_s)),
+        !args.runtime.no_progress,
+    )?;
+    print!("{}", report.summary_table());
+    if report.latency_ns.as_ref().is_some_and(|h| h.len() > 0) {
+        println!("latency: event creation (newest event of a window) to sink");
+    } else {
+        println!("latency: no window fired (run longer than one window)");
+    }
+    Ok(())
+}
+
+fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
+    let (config, parallelism) = args.runtime.config();
+    let input = TextSource::open(&args.input)?;
+    if let Ok(mut entries) = std::fs::read_dir(&args.output) {
+        if entries.next().is_some() {
+            return Err(Error::config(format!(
+                "output folder {} is not empty; remove it or choose another",
+                args.output.display()
+            )));
+        }
+    } else if args.output.exists() {
+        return Err(Error::config(format!(
+            "output {} exists and is not a folder",
+            args.output.display()
+        )));
+    }
+    let bytes = input.total_bytes();
+    let handle = weir::jobs::wordcount(input, args.output.clone(), parallelism).start(config)?;
+    let report = supervise(handle, None, !args.runtime.no_progress)?;
+    print!("{}", report.summary_table());
+    let secs = report.elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "input: {} bytes ({:.1} MB/s); words: {}; output: {}/part-*",
+        group_digits(bytes),
+        bytes as f64 / secs / 1e6,
+        group_digits(report.sink_records),
+        args.output.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,226 @@
+//! Job metrics: record counters per source and sink subtask, late records, and the latency
+//! histogram (event creation to sink), plus the end-of-job [`JobReport`].
+//!
+//! Counters are single-writer atomics padded to their own cache lines (two subtasks on
+//! different cores must not false-share); readers (the progress line) only load them.
+//! Histograms are per subtask and merged once, when the subtask ends, so the record path never
+//! takes a lock.
+//!
+//! May touch: nothing else in the crate.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+use hdrhistogram::Histogram;
+
+/// A monotonically increasing counter written by one subtask.
+#[derive(Default, Debug)]
+pub struct Counter(CachePadded<AtomicU64>);
+
+impl Counter {
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Lowest and highest latency the histograms track, and their precision.
+const LATENCY_LOW_NS: u64 = 1;
+const LATENCY_HIGH_NS: u64 = 3_600_000_000_000;
+const LATENCY_SIGFIG: u8 = 3;
+
+/// A new latency histogram (nanoseconds, 3 significant figures, up to an hour).
+pub fn new_latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(LATENCY_LOW_NS, LATENCY_HIGH_NS, LATENCY_SIGFIG)
+        .expect("static histogram bounds are valid")
+}
+
+/// Metrics shared by every subtask of a job.
+#[derive(Default)]
+pub struct JobMetrics {
+    sources: Mutex<Vec<Arc<Counter>>>,
+    sinks: Mutex<Vec<Arc<Counter>>>,
+    late: Mutex<Vec<Arc<Counter>>>,
+    latency: Mutex<Option<Histogram<u64>>>,
+}
+
+fn register(list: &Mutex<Vec<Arc<Counter>>>) -> Arc<Counter> {
+    let c = Arc::new(Counter::default());
+    list.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(c.clone());
+    c
+}
+
+fn total(list: &Mutex<Vec<Arc<Counter>>>) -> u64 {
+    list.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|c| c.get())
+        .sum()
+}
+
+impl JobMetrics {
+    /// A counter of records emitted by one source subtask.
+    pub fn source_counter(&self) -> Arc<Counter> {
+        register(&self.sources)
+    }
+    /// A counter of records received by one sink subtask.
+    pub fn sink_counter(&self) -> Arc<Counter> {
+        register(&self.sinks)
+    }
+    /// A counter of late records dropped by one window subtask.
+    pub fn late_counter(&self) -> Arc<Counter> {
+        register(&self.late)
+    }
+    /// Records emitted by all sources so far.
+    pub fn source_records(&self) -> u64 {
+        total(&self.sources)
+    }
+    /// Records received by all sinks so far.
+    pub fn sink_records(&self) -> u64 {
+        total(&self.sinks)
+    }
+    /// Late records dropped so far.
+    pub fn late_records(&self) -> u64 {
+        total(&self.late)
+    }
+    /// Merges a subtask's latency histogram into the job's.
+    pub fn merge_latency(&self, h: &Histogram<u64>) {
+        let mut slot = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_mut() {
+            Some(all) => all.add(h).expect("histograms share bounds"),
+            None => *slot = Some(h.clone()),
+        }
+    }
+    /// The merged latency histogram, if any subtask measured latency.
+    pub fn latency(&self) -> Option<Histogram<u64>> {
+        self.latency
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// What a finished job reports.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    /// Records emitted by the sources.
+    pub source_records: u64,
+    /// Records received by the sinks.
+    pub sink_records: u64,
+    /// Late records dropped by windows.
+    pub late_records: u64,
+    /// Wall-clock time from start to end.
+    pub elapsed: Duration,
+    /// Workers the job ran on.
+    pub workers: usize,
+    /// Event-creation-to-sink latency, where the job measured it.
+    pub latency_ns: Option<Histogram<u64>>,
+}
+
+impl JobReport {
+    /// Source records per second over the whole run.
+    pub fn throughput_rps(&self) -> f64 {
+        self.source_records as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// A human-readable summary table.
+    pub fn summary_table(&self) -> String {
+        let mut rows: Vec<(String, String)> = vec![
+            ("workers".into(), self.workers.to_string()),
+            (
+                "elapsed".into(),
+                format!("{:.2} s", self.elapsed.as_secs_f64()),
+            ),
+            (
+                "records (sources)".into(),
+                group_digits(self.source_records),
+            ),
+            ("records (sinks)".into(), group_digits(self.sink_records)),
+            (
+                "throughput".into(),
+                format!("{} records/s", group_digits(self.throughput_rps() as u64)),
+            ),
+        ];
+        if self.late_records > 0 {
+            rows.push((
+                "late records dropped".into(),
+                group_digits(self.late_records),
+            ));
+        }
+        if let Some(h) = &self.latency_ns {
+            rows.push(("latency samples".into(), group_digits(h.len())));
+            for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
+                rows.push((format!("latency {name}"), format_ns(h.value_at_quantile(q))));
+            }
+            rows.push(("latency max".into(), format_ns(h.max())));
+        }
+        let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        let v = rows.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
+        let line = format!("+-{}-+-{}-+\n", "-".repeat(w), "-".repeat(v));
+        let mut out = line.clone();
+        for (k, val) in rows {
+            out.push_str(&format!("| {k:<w$} | {val:>v$} |\n"));
+        }
+        out.push_str(&line);
+        out
+    }
+}
+
+/// `1234567` as `1,234,567`.
+pub fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A duration in nanoseconds with a readable unit.
+pub fn format_ns(ns: u64) -> String {
+    match ns {
+        0..=9_999 => format!("{ns} ns"),
+        10_000..=9_999_999 => format!("{:.1} µs", ns as f64 / 1e3),
+        10_000_000..=9_999_999_999 => format!("{:.1} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_histograms_add_up() {
+        let m = JobMetrics::default();
+        let a = m.source_counter();
+        let b = m.source_counter();
+        a.add(3);
+        b.add(4);
+        assert_eq!(m.source_records(), 7);
+        let mut h = new_latency_histogram();
+        h.record(1000).unwrap();
+        m.merge_latency(&h);
+        m.merge_latency(&h);
+        assert_eq!(m.latency().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(group_digits(1234567), "1,234,567");
+        assert_eq!(group_digits(12), "12");
+        assert_eq!(format_ns(20_500), "20.5 µs");
+    }
+}

@@ -1,0 +1,227 @@
+//! Keyed two-input window join: records of both inputs with equal keys in the same tumbling
+//! (or sliding) event-time window are paired when the window fires. The operator's watermark is
+//! the minimum of its two inputs' watermarks.
+
+use std::sync::Arc;
+
+use super::window::{OpenWindows, Window};
+use super::TwoInputOperator;
+use crate::collector::Collector;
+use crate::error::Result;
+use crate::metrics::Counter;
+use crate::record::{Key, Timestamp};
+
+/// Per key and window: the records of each side.
+type Sides<L, R> = (Vec<L>, Vec<R>);
+
+pub(crate) struct WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
+    key_left: KL,
+    key_right: KR,
+    ts_left: TL,
+    ts_right: TR,
+    join: J,
+    windows: OpenWindows<K, Sides<L, R>>,
+    wm: [Option<Timestamp>; 2],
+    emitted: Option<Timestamp>,
+    ended: [bool; 2],
+    late: Arc<Counter>,
+    out: Vec<O>,
+    next: Box<dyn Collector<O>>,
+}
+
+impl<L, R, K: Key, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        window: Window,
+        key_left: KL,
+        key_right: KR,
+        ts_left: TL,
+        ts_right: TR,
+        join: J,
+        late: Arc<Counter>,
+        next: Box<dyn Collector<O>>,
+    ) -> Self {
+        WindowJoin {
+            key_left,
+            key_right,
+            ts_left,
+            ts_right,
+            join,
+            windows: OpenWindows::new(window),
+            wm: [None; 2],
+            emitted: None,
+            ended: [false; 2],
+            late,
+            out: Vec::new(),
+            next,
+        }
+    }
+}
+
+impl<L, R, K, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
+where
+    L: Copy,
+    R: Copy,
+    K: Key,
+    O: Send,
+    J: FnMut(&K, &L, &R) -> O,
+{
+    fn insert<T: Copy>(
+        &mut self,
+        ts: Timestamp,
+        key: K,
+        record: T,
+        side: fn(&mut Sides<L, R>, T),
+    ) -> bool {
+        let window = self.windows.window;
+        let wm = self.emitted;
+        let mut accepted = false;
+        let windows = &mut self.windows;
+        window.for_each_start(ts, |start| {
+            if wm.is_some_and(|wm| window.max_timestamp(start) <= wm) {
+                return;
+            }
+            accepted = true;
+            side(windows.window_mut(start).entry(key).or_default(), record);
+        });
+        accepted
+    }
+
+    fn advance(&mut self) -> Result<()> {
+        let combined = match self.wm {
+            [Some(a), Some(b)] => a.min(b),
+            _ => return Ok(()),
+        };
+        if self.emitted.is_some_and(|e| combined <= e) {
+            return Ok(());
+        }
+        self.emitted = Some(combined);
+        let (out, join) = (&mut self.out, &mut self.join);
+        self.windows.fire(combined, |_, map| {
+            for (k, (ls, rs)) in map.iter() {
+                for l in ls {
+                    for r in rs {
+                        out.push(join(k, l, r));
+                    }
+                }
+            }
+        });
+        if !self.out.is_empty() {
+            self.next.batch(&mut self.out)?;
+        }
+        self.next.watermark(combined)
+    }
+}
+
+impl<L, R, K, O, KL, KR, TL, TR, J> TwoInputOperator<L, R>
+    for WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
+where
+    L: Copy + Send,
+    R: Copy + Send,
+    K: Key,
+    O: Send,
+    KL: Fn(&L) -> K + Send,
+    KR: Fn(&R) -> K + Send,
+    TL: Fn(&L) -> Timestamp + Send,
+    TR: Fn(&R) -> Timestamp + Send,
+    J: FnMut(&K, &L, &R) -> O + Send,
+{
+    fn batch1(&mut self, records: &mut Vec<L>) -> Result<()> {
+        let mut late = 0;
+        for l in records.drain(..) {
+            let (ts, k) = ((self.ts_left)(&l), (self.key_left)(&l));
+            if !self.insert(ts, k, l, |s, l| s.0.push(l)) {
+                late += 1;
+            }
+        }
+        self.late.add(late);
+        Ok(())
+    }
+    fn batch2(&mut self, records: &mut Vec<R>) -> Result<()> {
+        let mut late = 0;
+        for r in records.drain(..) {
+            let (ts, k) = ((self.ts_right)(&r), (self.key_right)(&r));
+            if !self.insert(ts, k, r, |s, r| s.1.push(r)) {
+                late += 1;
+            }
+        }
+        self.late.add(late);
+        Ok(())
+    }
+    fn watermark1(&mut self, watermark: Timestamp) -> Result<()> {
+        self.wm[0] = Some(watermark);
+        self.advance()
+    }
+    fn watermark2(&mut self, watermark: Timestamp) -> Result<()> {
+        self.wm[1] = Some(watermark);
+        self.advance()
+    }
+    fn end1(&mut self) -> Result<()> {
+        self.ended[0] = true;
+        self.wm[0] = Some(Timestamp::MAX);
+        self.finish_if_done()
+    }
+    fn end2(&mut self) -> Result<()> {
+        self.ended[1] = true;
+        self.wm[1] = Some(Timestamp::MAX);
+        self.finish_if_done()
+    }
+    fn drain(&mut self) -> Result<bool> {
+        self.next.drain()
+    }
+}
+
+impl<L, R, K, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
+where
+    L: Copy,
+    R: Copy,
+    K: Key,
+    O: Send,
+    J: FnMut(&K, &L, &R) -> O,
+{
+    fn finish_if_done(&mut self) -> Result<()> {
+        self.advance()?;
+        if self.ended == [true, true] {
+            self.next.end()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collector::Recorder;
+    use std::sync::Mutex;
+
+    #[test]
+    fn joins_equal_keys_in_the_same_window() {
+        let rec = Arc::new(Mutex::new(Recorder::<(u8, u64, u64)>::default()));
+        let mut op = WindowJoin::new(
+            Window::tumbling(10),
+            |l: &(u8, u64)| l.0,
+            |r: &(u8, u64)| r.0,
+            |l: &(u8, u64)| l.1,
+            |r: &(u8, u64)| r.1,
+            |k: &u8, l: &(u8, u64), r: &(u8, u64)| (*k, l.1, r.1),
+            Arc::new(Counter::default()),
+            Box::new(rec.clone()),
+        );
+        op.batch1(&mut vec![(1, 1), (2, 2), (1, 15)]).unwrap();
+        op.batch2(&mut vec![(1, 5), (1, 7), (2, 12), (1, 19)])
+            .unwrap();
+        op.watermark1(9).unwrap();
+        assert!(
+            rec.lock().unwrap().records.is_empty(),
+            "fires only when both sides pass"
+        );
+        op.watermark2(9).unwrap();
+        assert_eq!(rec.lock().unwrap().records, vec![(1, 1, 5), (1, 1, 7)]);
+        op.end1().unwrap();
+        op.end2().unwrap();
+        let r = rec.lock().unwrap();
+        assert_eq!(r.records, vec![(1, 1, 5), (1, 1, 7), (1, 15, 19)]);
+        assert!(r.ended);
+        assert_eq!(r.watermarks, vec![9, u64::MAX]);
+    }
+}

@@ -1,0 +1,83 @@
+//! Built-in operators, one file each. Every operator is a [`Collector`] of its input that
+//! pushes into the [`Collector`] of its output (the next operator in the chain, or the ring
+//! writers), so a chain is plain nested calls with one virtual call per batch per operator.
+//!
+//! - `stateless`: map, filter, flat_map, pass-through (union).
+//! - `watermark`: timestamps and watermarks with bounded out-of-orderness.
+//! - `keyed`: running keyed aggregation over [`crate::state::KeyedValueState`].
+//! - `window`: keyed event-time tumbling and sliding windows.
+//! - `join`: keyed two-input window join.
+//! - `latency`: the event-creation-to-here latency probe.
+//!
+//! May touch: `collector`, `context`, `error`, `metrics`, `record`, `state`.
+
+pub(crate) mod join;
+pub(crate) mod keyed;
+pub(crate) mod latency;
+pub(crate) mod stateless;
+pub(crate) mod watermark;
+pub mod window;
+
+use crate::collector::Collector;
+use crate::error::Result;
+use crate::record::Timestamp;
+
+/// Where `flat_map` functions put their output.
+pub struct Emitter<'a, T> {
+    out: &'a mut Vec<T>,
+}
+
+impl<T> Emitter<'_, T> {
+    /// Emits one record.
+    #[inline]
+    pub fn emit(&mut self, record: T) {
+        self.out.push(record);
+    }
+}
+
+/// An operator with two inputs (the left one is input 1).
+pub(crate) trait TwoInputOperator<A, B>: Send {
+    fn batch1(&mut self, records: &mut Vec<A>) -> Result<()>;
+    fn batch2(&mut self, records: &mut Vec<B>) -> Result<()>;
+    fn watermark1(&mut self, watermark: Timestamp) -> Result<()>;
+    fn watermark2(&mut self, watermark: Timestamp) -> Result<()>;
+    fn end1(&mut self) -> Result<()>;
+    fn end2(&mut self) -> Result<()>;
+    fn drain(&mut self) -> Result<bool>;
+}
+
+/// The left input of a [`TwoInputOperator`] as a [`Collector`], so an input gate can feed it.
+pub(crate) struct Left<'a, A, B>(pub &'a mut dyn TwoInputOperator<A, B>);
+
+/// The right input of a [`TwoInputOperator`] as a [`Collector`].
+pub(crate) struct Right<'a, A, B>(pub &'a mut dyn TwoInputOperator<A, B>);
+
+impl<A, B> Collector<A> for Left<'_, A, B> {
+    fn batch(&mut self, records: &mut Vec<A>) -> Result<()> {
+        self.0.batch1(records)
+    }
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.0.watermark1(watermark)
+    }
+    fn end(&mut self) -> Result<()> {
+        self.0.end1()
+    }
+    fn drain(&mut self) -> Result<bool> {
+        self.0.drain()
+    }
+}
+
+impl<A, B> Collector<B> for Right<'_, A, B> {
+    fn batch(&mut self, records: &mut Vec<B>) -> Result<()> {
+        self.0.batch2(records)
+    }
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.0.watermark2(watermark)
+    }
+    fn end(&mut self) -> Result<()> {
+        self.0.end2()
+    }
+    fn drain(&mut self) -> Result<bool> {
+        self.0.drain()
+    }
+}

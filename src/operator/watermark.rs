@@ -1,0 +1,86 @@
+//! Event-time watermarks with bounded out-of-orderness (Flink's
+//! `forBoundedOutOfOrderness`): after each batch, the watermark is the largest timestamp seen
+//! minus the bound. At end of input the watermark jumps to `Timestamp::MAX`, firing every
+//! window that is still open.
+
+use crate::collector::Collector;
+use crate::error::Result;
+use crate::record::Timestamp;
+
+pub(crate) struct WatermarkAssigner<F, T> {
+    timestamp: F,
+    out_of_orderness: Timestamp,
+    max_seen: Option<Timestamp>,
+    emitted: Option<Timestamp>,
+    next: Box<dyn Collector<T>>,
+}
+
+impl<F, T> WatermarkAssigner<F, T> {
+    pub(crate) fn new(
+        timestamp: F,
+        out_of_orderness: Timestamp,
+        next: Box<dyn Collector<T>>,
+    ) -> Self {
+        WatermarkAssigner {
+            timestamp,
+            out_of_orderness,
+            max_seen: None,
+            emitted: None,
+            next,
+        }
+    }
+}
+
+impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<F, T> {
+    #[inline]
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        let batch_max = records.iter().map(&self.timestamp).max();
+        self.next.batch(records)?;
+        if let Some(m) = batch_max {
+            let max = self.max_seen.map_or(m, |s| s.max(m));
+            self.max_seen = Some(max);
+            let wm = max.saturating_sub(self.out_of_orderness);
+            if self.emitted.is_none_or(|e| wm > e) {
+                self.emitted = Some(wm);
+                self.next.watermark(wm)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn watermark(&mut self, _upstream: Timestamp) -> Result<()> {
+        // This operator defines event time from here on; upstream watermarks are superseded.
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<()> {
+        if self.emitted != Some(Timestamp::MAX) {
+            self.next.watermark(Timestamp::MAX)?;
+        }
+        self.next.end()
+    }
+
+    fn drain(&mut self) -> Result<bool> {
+        self.next.drain()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collector::Recorder;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn watermarks_trail_the_maximum_by_the_bound() {
+        let rec = Arc::new(Mutex::new(Recorder::<u64>::default()));
+        let mut w = WatermarkAssigner::new(|t: &u64| *t, 10, Box::new(rec.clone()));
+        w.batch(&mut vec![100, 50]).unwrap();
+        w.batch(&mut vec![95]).unwrap(); // no advance
+        w.batch(&mut vec![130]).unwrap();
+        w.end().unwrap();
+        let r = rec.lock().unwrap();
+        assert_eq!(r.watermarks, vec![90, 120, u64::MAX]);
+        assert_eq!(r.records, vec![100, 50, 95, 130]);
+    }
+}

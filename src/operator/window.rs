@@ -1,0 +1,292 @@
+//! Keyed event-time windows, tumbling and sliding, with incremental aggregation.
+//!
+//! Each open window holds one accumulator per key. A window `[start, start + size)` fires when
+//! the watermark reaches `start + size - 1`: every key's result is emitted and the window's map
+//! is kept for reuse (no allocation per window once warm). A record none of whose windows is
+//! still open is late: it is dropped and counted, as Flink does with zero allowed lateness.
+
+use std::sync::Arc;
+
+use crate::collector::Collector;
+use crate::error::Result;
+use crate::metrics::Counter;
+use crate::record::{Key, KeyMap, Timestamp};
+
+/// The windows of an event-time window operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Length of each window, in event-time units.
+    pub size: Timestamp,
+    /// Distance between window starts (equal to `size` for tumbling windows).
+    pub slide: Timestamp,
+}
+
+impl Window {
+    /// Back-to-back windows of `size`.
+    pub fn tumbling(size: Timestamp) -> Window {
+        Window { size, slide: size }
+    }
+    /// Windows of `size` starting every `slide`; each record falls into `size / slide` of them.
+    pub fn sliding(size: Timestamp, slide: Timestamp) -> Window {
+        Window { size, slide }
+    }
+    /// Checks the sizes make sense.
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.size == 0 || self.slide == 0 {
+            return Err(crate::Error::config(
+                "window size and slide must be greater than zero",
+            ));
+        }
+        if self.slide > self.size {
+            return Err(crate::Error::config(format!(
+                "window slide {} is larger than its size {}: records between windows would be lost",
+                self.slide, self.size
+            )));
+        }
+        Ok(())
+    }
+    /// The last timestamp inside the window starting at `start`.
+    #[inline]
+    pub(crate) fn max_timestamp(&self, start: Timestamp) -> Timestamp {
+        start.saturating_add(self.size - 1)
+    }
+    /// Calls `f` with the start of every window containing `ts`, newest first.
+    #[inline]
+    pub(crate) fn for_each_start(&self, ts: Timestamp, mut f: impl FnMut(Timestamp)) {
+        let mut start = ts - ts % self.slide;
+        loop {
+            f(start);
+            if start < self.slide || start - self.slide + self.size <= ts {
+                break;
+            }
+            start -= self.slide;
+        }
+    }
+}
+
+/// The bounds of a fired window, handed to the result function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowBounds {
+    /// First timestamp inside.
+    pub start: Timestamp,
+    /// First timestamp after.
+    pub end: Timestamp,
+}
+
+/// Open windows, oldest first, each with its per-key values; shared by the window aggregate and
+/// the window join.
+pub(crate) struct OpenWindows<K, V> {
+    pub(crate) window: Window,
+    open: Vec<(Timestamp, KeyMap<K, V>)>,
+    spare: Vec<KeyMap<K, V>>,
+}
+
+impl<K: Key, V> OpenWindows<K, V> {
+    pub(crate) fn new(window: Window) -> Self {
+        OpenWindows {
+            window,
+            open: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// The per-key map of the window starting at `start`, opening it if needed.
+    #[inline]
+    pub(crate) fn window_mut(&mut self, start: Timestamp) -> &mut KeyMap<K, V> {
+        // Records mostly hit the newest windows: search from the back.
+        let mut pos = self.open.len();
+        while pos > 0 && self.open[pos - 1].0 > start {
+            pos -= 1;
+        }
+        if pos == 0 || self.open[pos - 1].0 != start {
+            let map = self.spare.pop().unwrap_or_default();
+            self.open.insert(pos, (start, map));
+            pos += 1;
+        }
+        &mut self.open[pos - 1].1
+    }
+
+    /// Removes every window that the watermark `wm` closes, oldest first, handing each to `f`.
+    pub(crate) fn fire(
+        &mut self,
+        wm: Timestamp,
+        mut f: impl FnMut(WindowBounds, &mut KeyMap<K, V>),
+    ) {
+        let closed = self
+            .open
+            .iter()
+            .take_while(|(s, _)| self.window.max_timestamp(*s) <= wm)
+            .count();
+        for (start, mut map) in self.open.drain(..closed) {
+            let bounds = WindowBounds {
+                start,
+                end: start.saturating_add(self.window.size),
+            };
+            f(bounds, &mut map);
+            map.clear();
+            self.spare.push(map);
+        }
+    }
+
+    /// Number of open windows.
+    #[allow(dead_code)]
+    pub(crate) fn len(&self) -> usize {
+        self.open.len()
+    }
+}
+
+pub(crate) struct WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
+    key: KF,
+    timestamp: TF,
+    init: I,
+    fold: F,
+    result: R,
+    windows: OpenWindows<K, A>,
+    watermark: Option<Timestamp>,
+    late: Arc<Counter>,
+    out: Vec<O>,
+    next: Box<dyn Collector<O>>,
+    _input: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T, K: Key, A, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        window: Window,
+        key: KF,
+        timestamp: TF,
+        init: I,
+        fold: F,
+        result: R,
+        late: Arc<Counter>,
+        next: Box<dyn Collector<O>>,
+    ) -> Self {
+        WindowAggregate {
+            key,
+            timestamp,
+            init,
+            fold,
+            result,
+            windows: OpenWindows::new(window),
+            watermark: None,
+            late,
+            out: Vec::new(),
+            next,
+            _input: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T, K, A, O, KF, TF, I, F, R> crate::collector::Collector<T>
+    for WindowAggregate<T, K, A, O, KF, TF, I, F, R>
+where
+    T: Copy,
+    K: Key,
+    A: Send,
+    O: Send,
+    KF: Fn(&T) -> K + Send,
+    TF: Fn(&T) -> Timestamp + Send,
+    I: Fn() -> A + Send,
+    F: FnMut(&mut A, T) + Send,
+    R: FnMut(&K, WindowBounds, &A) -> O + Send,
+{
+    #[inline]
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        let mut late = 0;
+        for r in records.drain(..) {
+            let ts = (self.timestamp)(&r);
+            let k = (self.key)(&r);
+            let mut accepted = false;
+            let window = self.windows.window;
+            let wm = self.watermark;
+            let (windows, init, fold) = (&mut self.windows, &self.init, &mut self.fold);
+            window.for_each_start(ts, |start| {
+                if wm.is_some_and(|wm| window.max_timestamp(start) <= wm) {
+                    return;
+                }
+                accepted = true;
+                fold(windows.window_mut(start).entry(k).or_insert_with(init), r);
+            });
+            if !accepted {
+                late += 1;
+            }
+        }
+        if late > 0 {
+            self.late.add(late);
+        }
+        Ok(())
+    }
+
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.watermark = Some(watermark);
+        let (out, result) = (&mut self.out, &mut self.result);
+        self.windows.fire(watermark, |bounds, map| {
+            out.extend(map.iter().map(|(k, a)| result(k, bounds, a)));
+        });
+        if !self.out.is_empty() {
+            self.next.batch(&mut self.out)?;
+        }
+        self.next.watermark(watermark)
+    }
+
+    fn end(&mut self) -> Result<()> {
+        // The input ended: fire everything still open (the upstream normally sent MAX already).
+        if self.watermark != Some(Timestamp::MAX) {
+            self.watermark(Timestamp::MAX)?;
+        }
+        self.next.end()
+    }
+
+    fn drain(&mut self) -> Result<bool> {
+        self.next.drain()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collector::Recorder;
+    use std::sync::Mutex;
+
+    #[test]
+    fn window_starts() {
+        let mut v = Vec::new();
+        Window::sliding(10, 5).for_each_start(12, |s| v.push(s));
+        assert_eq!(v, vec![10, 5]);
+        v.clear();
+        Window::sliding(10, 5).for_each_start(3, |s| v.push(s));
+        assert_eq!(v, vec![0]);
+        v.clear();
+        Window::tumbling(10).for_each_start(19, |s| v.push(s));
+        assert_eq!(v, vec![10]);
+        v.clear();
+        Window::sliding(9, 3).for_each_start(9, |s| v.push(s));
+        assert_eq!(v, vec![9, 6, 3]);
+        assert!(Window::sliding(5, 10).validate().is_err());
+    }
+
+    #[test]
+    fn counts_per_key_and_window_and_drops_late() {
+        let rec = Arc::new(Mutex::new(Recorder::<(u8, u64, u64)>::default()));
+        let late = Arc::new(Counter::default());
+        let mut op = WindowAggregate::new(
+            Window::tumbling(10),
+            |r: &(u8, u64)| r.0,
+            |r: &(u8, u64)| r.1,
+            || 0u64,
+            |c: &mut u64, _r| *c += 1,
+            |k: &u8, b: WindowBounds, c: &u64| (*k, b.start, *c),
+            late.clone(),
+            Box::new(rec.clone()),
+        );
+        op.batch(&mut vec![(1, 1), (1, 12), (2, 3), (1, 9)])
+            .unwrap();
+        op.watermark(9).unwrap();
+        op.batch(&mut vec![(1, 5), (2, 15)]).unwrap(); // (1,5) is late
+        op.end().unwrap();
+        let mut got = rec.lock().unwrap().records.clone();
+        got.sort();
+        assert_eq!(got, vec![(1, 0, 2), (1, 10, 1), (2, 0, 1), (2, 10, 1)]);
+        assert_eq!(late.get(), 1);
+    }
+}

@@ -1,0 +1,794 @@
+//! The builder API: [`Job`], [`Stream`], [`KeyedStream`], [`LineStream`].
+//!
+//! Every call records a node in the job graph together with type-erased constructors made here,
+//! where the record types are known; nothing runs until the job is started.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use super::graph::{
+    channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, Edge,
+    Graph, MakeChannels, Node, NodeKind,
+};
+use super::task::{Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
+use crate::channel::{InputGate, Partitioning};
+use crate::collector::Collector;
+use crate::context::TaskContext;
+use crate::error::Result;
+use crate::operator::join::WindowJoin;
+use crate::operator::keyed::KeyedAggregate;
+use crate::operator::latency::LatencyProbe;
+use crate::operator::stateless::{Filter, FlatMap, Map, PassThrough};
+use crate::operator::watermark::WatermarkAssigner;
+use crate::operator::window::{Window, WindowAggregate, WindowBounds};
+use crate::operator::{Emitter, TwoInputOperator};
+use crate::record::{hash_key, Key, Record, Timestamp};
+use crate::sink::{
+    pull_channel, CollectSink, DiscardSink, EventReceiver, FileSink, Sink, SinkOperator,
+};
+use crate::source::{EventSender, Generator, PushSource, Source, TextSource};
+
+/// The default capacity of push-source and pull-sink rings, in entries.
+pub const DEFAULT_EXTERNAL_RING: usize = 64 * 1024;
+
+/// A dataflow job under construction.
+///
+/// ```
+/// use weir::{Job, RunConfig, source::Generator};
+/// let job = Job::new("squares").with_parallelism(2);
+/// let out = job
+///     .generator(Generator::new(|i, _| i).count(100))
+///     .map(|x| x * x)
+///     .filter(|x| x % 2 == 0)
+///     .collect();
+/// job.execute(RunConfig::default().workers(2)).unwrap();
+/// assert_eq!(out.lock().unwrap().len(), 50);
+/// ```
+#[derive(Clone)]
+pub struct Job {
+    pub(crate) graph: Rc<RefCell<Graph>>,
+}
+
+/// A stream of records of type `T`.
+pub struct Stream<T> {
+    graph: Rc<RefCell<Graph>>,
+    node: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// A stream partitioned by key: the input of keyed operators.
+pub struct KeyedStream<T, KF> {
+    stream: Stream<T>,
+    key: KF,
+}
+
+/// A keyed stream with event-time windows.
+pub struct WindowedStream<T, KF, TF> {
+    keyed: KeyedStream<T, KF>,
+    window: Window,
+    timestamp: TF,
+}
+
+/// Lines of text from a [`TextSource`]; turn them into records with [`LineStream::flat_map`].
+/// Lines are not plain data, so they never cross a ring: the flat_map runs chained to the
+/// source.
+pub struct LineStream {
+    inner: Stream<String>,
+}
+
+/// The input edge of a node being added.
+struct Input {
+    from: usize,
+    input: usize,
+    partitioning: Partitioning,
+    make_channels: Option<MakeChannels>,
+}
+
+impl Job {
+    /// An empty job; operators get parallelism 1 unless told otherwise.
+    pub fn new(name: impl Into<String>) -> Job {
+        Job {
+            graph: Rc::new(RefCell::new(Graph {
+                name: name.into(),
+                nodes: Vec::new(),
+                edges: Vec::new(),
+                default_parallelism: 1,
+                max_parallelism: 128,
+            })),
+        }
+    }
+
+    /// The parallelism of sources (and, through them, of operators that do not set their own).
+    pub fn with_parallelism(self, parallelism: usize) -> Job {
+        self.graph.borrow_mut().default_parallelism = parallelism;
+        self
+    }
+
+    /// The number of key groups: the upper bound of any keyed operator's parallelism.
+    pub fn with_max_parallelism(self, max_parallelism: usize) -> Job {
+        self.graph.borrow_mut().max_parallelism = max_parallelism;
+        self
+    }
+
+    /// The job's name.
+    pub fn name(&self) -> String {
+        self.graph.borrow().name.clone()
+    }
+
+    fn add_node(
+        &self,
+        base: &str,
+        parallelism: usize,
+        keyed: bool,
+        kind: NodeKind,
+        fan_out: super::graph::MakeFanOut,
+        inputs: Vec<Input>,
+    ) -> usize {
+        let mut g = self.graph.borrow_mut();
+        let id = g.nodes.len();
+        g.nodes.push(Node {
+            name: format!("{base}-{id}").into(),
+            parallelism,
+            keyed,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            kind,
+            fan_out,
+        });
+        for i in inputs {
+            let e = g.edges.len();
+            g.edges.push(Edge {
+                from: i.from,
+                to: id,
+                input: i.input,
+                partitioning: i.partitioning,
+                make_channels: i.make_channels,
+            });
+            g.nodes[i.from].outputs.push(e);
+            g.nodes[id].inputs.push(e);
+        }
+        id
+    }
+
+    fn stream<T>(&self, node: usize) -> Stream<T> {
+        Stream {
+            graph: self.graph.clone(),
+            node,
+            _t: PhantomData,
+        }
+    }
+
+    /// A source from a constructor called once per subtask.
+    pub fn source<T, S, MS>(&self, make: MS) -> Stream<T>
+    where
+        T: Record,
+        S: Source<T> + 'static,
+        MS: Fn(&TaskContext) -> Result<S> + 'static,
+    {
+        Job::source_of(self, make)
+    }
+
+    fn source_of<T, S, MS>(&self, make: MS) -> Stream<T>
+    where
+        T: Clone + Send + 'static,
+        S: Source<T> + 'static,
+        MS: Fn(&TaskContext) -> Result<S> + 'static,
+    {
+        let p = self.graph.borrow().default_parallelism;
+        let kind = NodeKind::Source(Box::new(move |ctx, out, batch, control| {
+            let source = make(ctx)?;
+            let out = downcast_collector::<T>(out);
+            Ok(Box::new(SourceTask::new(
+                ctx.clone(),
+                Box::new(source),
+                out,
+                batch,
+                control,
+            )) as Box<dyn Task>)
+        }));
+        let id = self.add_node("source", p, false, kind, fan_out_of::<T>(), Vec::new());
+        self.stream(id)
+    }
+
+    /// A deterministic generator (see [`Generator`]).
+    pub fn generator<T: Record, F: Fn(u64, u64) -> T + Clone + Send + 'static>(
+        &self,
+        generator: Generator<F>,
+    ) -> Stream<T> {
+        self.source(move |ctx| Ok(generator.clone().subtask(ctx.subtask, ctx.parallelism)))
+            .named("generator")
+    }
+
+    /// Lines of a file or folder.
+    pub fn text(&self, source: TextSource) -> LineStream {
+        let inner = self.source_of(move |ctx| Ok(source.subtask(ctx.subtask, ctx.parallelism)));
+        LineStream {
+            inner: inner.named("text"),
+        }
+    }
+
+    /// A source fed by the host program through the returned [`EventSender`] (parallelism 1).
+    pub fn push_source<T: Record>(&self, capacity: usize) -> (EventSender<T>, Stream<T>) {
+        let (tx, rx) = crate::source::push_channel::<T>(capacity);
+        let slot: Arc<Mutex<Option<PushSource<T>>>> = Arc::new(Mutex::new(Some(rx)));
+        let stream = self
+            .source(move |_ctx| {
+                slot.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .ok_or_else(|| crate::Error::config("a push source can be started only once"))
+            })
+            .named("push-source")
+            .set_parallelism(1);
+        (tx, stream)
+    }
+}
+
+impl<T> Stream<T> {
+    fn job(&self) -> Job {
+        Job {
+            graph: self.graph.clone(),
+        }
+    }
+
+    fn parallelism(&self) -> usize {
+        self.graph.borrow().nodes[self.node].parallelism
+    }
+
+    /// Names the operator that produces this stream (names appear in errors and metrics and
+    /// must be unique within a job).
+    pub fn named(self, name: &str) -> Self {
+        let mut g = self.graph.borrow_mut();
+        let taken = g
+            .nodes
+            .iter()
+            .enumerate()
+            .any(|(i, n)| i != self.node && &*n.name == name);
+        g.nodes[self.node].name = if taken {
+            format!("{name}-{}", self.node).into()
+        } else {
+            name.into()
+        };
+        drop(g);
+        self
+    }
+
+    /// Sets the parallelism of the operator that produces this stream.
+    pub fn set_parallelism(self, parallelism: usize) -> Self {
+        self.graph.borrow_mut().nodes[self.node].parallelism = parallelism;
+        self
+    }
+}
+
+/// A chained one-input operator over a stream of `T` that may not be plain data.
+fn chained_op<T, U, M>(s: &Stream<T>, base: &str, make: M) -> Stream<U>
+where
+    T: Clone + Send + 'static,
+    U: Clone + Send + 'static,
+    M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + 'static,
+{
+    let job = s.job();
+    let p = s.parallelism();
+    let kind = NodeKind::OneInput {
+        make: Box::new(move |ctx, down| {
+            let op = make(ctx, downcast_collector::<U>(down))?;
+            Ok(
+                Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
+                    as AnyBox,
+            )
+        }),
+        // Never a task head: its input edge has no rings, and the plan refuses to break it.
+        make_task: Box::new(|_, _, _, _| {
+            unreachable!("an edge carrying non-plain records is always chained")
+        }),
+    };
+    let input = Input {
+        from: s.node,
+        input: 0,
+        partitioning: Partitioning::Forward,
+        make_channels: None,
+    };
+    let id = job.add_node(base, p, false, kind, fan_out_of::<U>(), vec![input]);
+    job.stream(id)
+}
+
+impl LineStream {
+    /// Turns each line into any number of records (chained to the source).
+    pub fn flat_map<U: Record, F: Fn(&str, &mut Emitter<'_, U>) + Clone + Send + 'static>(
+        self,
+        f: F,
+    ) -> Stream<U> {
+        chained_op(&self.inner, "flat_map", move |_, next| {
+            let f = f.clone();
+            Ok(Box::new(FlatMap::new(
+                move |line: String, e: &mut Emitter<'_, U>| f(&line, e),
+                next,
+            )))
+        })
+    }
+
+    /// Splits each line into lowercase [`crate::Word`]s (see [`crate::for_each_word`]).
+    pub fn words(self) -> Stream<crate::Word> {
+        self.flat_map(|line, e| crate::record::for_each_word(line, |w| e.emit(w)))
+            .named("words")
+    }
+}
+
+fn make_one_input_task<T: Record>() -> super::graph::MakeTask {
+    Box::new(|ctx, readers, head, budget| {
+        let channels = readers
+            .into_iter()
+            .flat_map(|(_, r)| downcast_readers::<T>(r))
+            .collect();
+        Box::new(OneInputTask::new(
+            ctx,
+            InputGate::new(channels),
+            downcast_collector::<T>(head),
+            budget,
+        ))
+    })
+}
+
+impl<T: Record> Stream<T> {
+    /// Adds a one-input operator fed by this stream through `partitioning`.
+    fn one_input<U, M>(
+        &self,
+        base: &str,
+        partitioning: Partitioning,
+        make_channels: MakeChannels,
+        keyed: bool,
+        make: M,
+    ) -> Stream<U>
+    where
+        U: Record,
+        M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + 'static,
+    {
+        let job = self.job();
+        let kind = NodeKind::OneInput {
+            make: Box::new(move |ctx, down| {
+                let op = make(ctx, downcast_collector::<U>(down))?;
+                Ok(
+                    Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
+                        as AnyBox,
+                )
+            }),
+            make_task: make_one_input_task::<T>(),
+        };
+        let input = Input {
+            from: self.node,
+            input: 0,
+            partitioning,
+            make_channels: Some(make_channels),
+        };
+        let id = job.add_node(
+            base,
+            self.parallelism(),
+            keyed,
+            kind,
+            fan_out_of::<U>(),
+            vec![input],
+        );
+        job.stream(id)
+    }
+
+    fn forward<U: Record, M>(&self, base: &str, make: M) -> Stream<U>
+    where
+        M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + 'static,
+    {
+        self.one_input(
+            base,
+            Partitioning::Forward,
+            channels_of::<T, fn(&T) -> u64>(None),
+            false,
+            make,
+        )
+    }
+
+    fn sink_node<S: Sink<T> + 'static, MS: Fn(&TaskContext) -> Result<S> + 'static>(
+        &self,
+        base: &str,
+        make: MS,
+    ) {
+        let job = self.job();
+        let kind = NodeKind::OneInput {
+            make: Box::new(move |ctx, _down| {
+                let op = SinkOperator::new(make(ctx)?, ctx.metrics.sink_counter());
+                Ok(
+                    Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
+                        as AnyBox,
+                )
+            }),
+            make_task: make_one_input_task::<T>(),
+        };
+        let input = Input {
+            from: self.node,
+            input: 0,
+            partitioning: Partitioning::Forward,
+            make_channels: Some(channels_of::<T, fn(&T) -> u64>(None)),
+        };
+        job.add_node(
+            base,
+            self.parallelism(),
+            false,
+            kind,
+            fan_out_of::<()>(),
+            vec![input],
+        );
+    }
+
+    /// Transforms each record.
+    pub fn map<U: Record, F: Fn(T) -> U + Clone + Send + 'static>(self, f: F) -> Stream<U> {
+        self.forward("map", move |_, next| {
+            Ok(Box::new(Map::new(f.clone(), next)))
+        })
+    }
+
+    /// Keeps the records for which `f` holds.
+    pub fn filter<F: Fn(&T) -> bool + Clone + Send + 'static>(self, f: F) -> Stream<T> {
+        self.forward("filter", move |_, next| {
+            Ok(Box::new(Filter::new(f.clone(), next)))
+        })
+    }
+
+    /// Turns each record into any number of records.
+    pub fn flat_map<U: Record, F: Fn(T, &mut Emitter<'_, U>) + Clone + Send + 'static>(
+        self,
+        f: F,
+    ) -> Stream<U> {
+        self.forward("flat_map", move |_, next| {
+            Ok(Box::new(FlatMap::new(f.clone(), next)))
+        })
+    }
+
+    /// Assigns event time: `timestamp` reads a record's time; watermarks trail the largest time
+    /// seen by `out_of_orderness`. At end of input the watermark jumps to the maximum.
+    pub fn with_watermarks<F: Fn(&T) -> Timestamp + Clone + Send + 'static>(
+        self,
+        timestamp: F,
+        out_of_orderness: Timestamp,
+    ) -> Stream<T> {
+        self.forward("watermarks", move |_, next| {
+            Ok(Box::new(WatermarkAssigner::new(
+                timestamp.clone(),
+                out_of_orderness,
+                next,
+            )))
+        })
+    }
+
+    /// Records each record's latency (now minus `created_ns`, on the job clock) in the job's
+    /// latency histogram.
+    pub fn measure_latency<F: Fn(&T) -> u64 + Clone + Send + 'static>(
+        self,
+        created_ns: F,
+    ) -> Stream<T> {
+        self.forward("latency", move |ctx, next| {
+            Ok(Box::new(LatencyProbe::new(
+                created_ns.clone(),
+                ctx.clone(),
+                next,
+            )))
+        })
+    }
+
+    /// Partitions the stream by key.
+    pub fn key_by<K: Key, KF: Fn(&T) -> K + Clone + Send + 'static>(
+        self,
+        key: KF,
+    ) -> KeyedStream<T, KF> {
+        KeyedStream { stream: self, key }
+    }
+
+    fn redistribute(self, base: &str, partitioning: Partitioning) -> Stream<T> {
+        self.one_input(
+            base,
+            partitioning,
+            channels_of::<T, fn(&T) -> u64>(None),
+            false,
+            |_, next| Ok(Box::new(PassThrough::new(next))),
+        )
+    }
+
+    /// Spreads batches round-robin over the next operator's subtasks.
+    pub fn rebalance(self) -> Stream<T> {
+        self.redistribute("rebalance", Partitioning::Rebalance)
+    }
+
+    /// Sends every record to every subtask of the next operator.
+    pub fn broadcast(self) -> Stream<T> {
+        self.redistribute("broadcast", Partitioning::Broadcast)
+    }
+
+    /// Merges this stream with `other` (same type); the watermark is the minimum of both.
+    pub fn union(self, other: Stream<T>) -> Stream<T> {
+        assert!(
+            Rc::ptr_eq(&self.graph, &other.graph),
+            "union of streams from different jobs"
+        );
+        let job = self.job();
+        let kind = NodeKind::OneInput {
+            make: Box::new(|ctx, down| {
+                let op = PassThrough::new(downcast_collector::<T>(down));
+                Ok(
+                    Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
+                        as AnyBox,
+                )
+            }),
+            make_task: make_one_input_task::<T>(),
+        };
+        let inputs = [self.node, other.node]
+            .into_iter()
+            .map(|from| Input {
+                from,
+                input: 0,
+                partitioning: Partitioning::Forward,
+                make_channels: Some(channels_of::<T, fn(&T) -> u64>(None)),
+            })
+            .collect();
+        let id = job.add_node(
+            "union",
+            self.parallelism(),
+            false,
+            kind,
+            fan_out_of::<T>(),
+            inputs,
+        );
+        job.stream(id)
+    }
+
+    /// Joins this stream with `other`: records with equal keys whose timestamps fall into the
+    /// same event-time window are paired by `join` when the window fires.
+    #[allow(clippy::too_many_arguments)]
+    pub fn window_join<R, K, O, KL, KR, TL, TR, J>(
+        self,
+        other: Stream<R>,
+        key_left: KL,
+        key_right: KR,
+        ts_left: TL,
+        ts_right: TR,
+        window: Window,
+        join: J,
+    ) -> Stream<O>
+    where
+        R: Record,
+        K: Key,
+        O: Record,
+        KL: Fn(&T) -> K + Clone + Send + 'static,
+        KR: Fn(&R) -> K + Clone + Send + 'static,
+        TL: Fn(&T) -> Timestamp + Clone + Send + 'static,
+        TR: Fn(&R) -> Timestamp + Clone + Send + 'static,
+        J: Fn(&K, &T, &R) -> O + Clone + Send + 'static,
+    {
+        assert!(
+            Rc::ptr_eq(&self.graph, &other.graph),
+            "join of streams from different jobs"
+        );
+        let job = self.job();
+        let (kl, kr) = (key_left.clone(), key_right.clone());
+        let kind = NodeKind::TwoInput {
+            make: Box::new(move |ctx, down| {
+                window.validate()?;
+                let op = WindowJoin::new(
+                    window,
+                    key_left.clone(),
+                    key_right.clone(),
+                    ts_left.clone(),
+                    ts_right.clone(),
+                    join.clone(),
+                    ctx.metrics.late_counter(),
+                    downcast_collector::<O>(down),
+                );
+                Ok(Box::new(
+                    Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn TwoInputOperator<T, R>>
+                ) as AnyBox)
+            }),
+            make_task: Box::new(|ctx, readers, head, budget| {
+                let (mut left, mut right) = (Vec::new(), Vec::new());
+                for (input, r) in readers {
+                    if input == 0 {
+                        left.extend(downcast_readers::<T>(r));
+                    } else {
+                        right.extend(downcast_readers::<R>(r));
+                    }
+                }
+                Box::new(TwoInputTask::new(
+                    ctx,
+                    InputGate::new(left),
+                    InputGate::new(right),
+                    downcast_two::<T, R>(head),
+                    budget,
+                ))
+            }),
+        };
+        let inputs = vec![
+            Input {
+                from: self.node,
+                input: 0,
+                partitioning: Partitioning::KeyBy,
+                make_channels: Some(channels_of::<T, _>(Some(move |t: &T| hash_key(&kl(t))))),
+            },
+            Input {
+                from: other.node,
+                input: 1,
+                partitioning: Partitioning::KeyBy,
+                make_channels: Some(channels_of::<R, _>(Some(move |r: &R| hash_key(&kr(r))))),
+            },
+        ];
+        let id = job.add_node(
+            "window-join",
+            self.parallelism(),
+            true,
+            kind,
+            fan_out_of::<O>(),
+            inputs,
+        );
+        job.stream(id)
+    }
+
+    /// Sends the stream to a sink made once per subtask.
+    pub fn sink<S: Sink<T> + 'static, MS: Fn(&TaskContext) -> Result<S> + 'static>(self, make: MS) {
+        self.sink_node("sink", make)
+    }
+
+    /// Drops every record (counting them).
+    pub fn discard(self) {
+        self.sink_node("discard", |_| Ok(DiscardSink))
+    }
+
+    /// Collects every record into the returned vector (for tests and small jobs).
+    pub fn collect(self) -> Arc<Mutex<Vec<T>>> {
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let o = out.clone();
+        self.sink_node("collect", move |_| Ok(CollectSink::new(o.clone())));
+        out
+    }
+
+    /// Writes every record, formatted by `format`, to `<dir>/part-<subtask>`.
+    pub fn write_files<F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static>(
+        self,
+        dir: impl Into<PathBuf>,
+        format: F,
+    ) {
+        let dir = dir.into();
+        self.sink_node("file-sink", move |ctx| {
+            FileSink::create(&dir, ctx.subtask, format.clone())
+        })
+    }
+
+    /// Sends every record to the host through the returned [`EventReceiver`] (the sink gets
+    /// parallelism 1; a full ring backpressures the job).
+    pub fn pull_sink(self, capacity: usize) -> EventReceiver<T> {
+        let (sink, rx) = pull_channel::<T>(capacity);
+        let slot = Arc::new(Mutex::new(Some(sink)));
+        let single = if self.parallelism() == 1 {
+            self
+        } else {
+            self.rebalance().set_parallelism(1)
+        };
+        single.sink_node("pull-sink", move |_| {
+            slot.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .ok_or_else(|| crate::Error::config("a pull sink can be started only once"))
+        });
+        rx
+    }
+}
+
+impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, KF> {
+    fn keyed_channels(&self) -> MakeChannels {
+        let key = self.key.clone();
+        channels_of::<T, _>(Some(move |t: &T| hash_key(&key(t))))
+    }
+
+    /// A running aggregate per key: for each record, `fold` updates the key's accumulator
+    /// (created by `init`) and `result` makes the record emitted for it.
+    pub fn aggregate<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
+    where
+        A: Send + 'static,
+        O: Record,
+        I: Fn() -> A + Clone + Send + 'static,
+        F: Fn(&mut A, T) + Clone + Send + 'static,
+        R: Fn(&K, &A) -> O + Clone + Send + 'static,
+    {
+        let key = self.key.clone();
+        let channels = self.keyed_channels();
+        self.stream.one_input(
+            "aggregate",
+            Partitioning::KeyBy,
+            channels,
+            true,
+            move |_, next| {
+                Ok(Box::new(KeyedAggregate::new(
+                    key.clone(),
+                    init.clone(),
+                    fold.clone(),
+                    result.clone(),
+                    next,
+                )))
+            },
+        )
+    }
+
+    /// A running reduce per key: emits the combined value after every record.
+    pub fn reduce<F: Fn(&T, &T) -> T + Clone + Send + 'static>(self, f: F) -> Stream<T> {
+        self.aggregate(
+            || None::<T>,
+            move |acc: &mut Option<T>, r: T| *acc = Some(acc.as_ref().map_or(r, |a| f(a, &r))),
+            |_, acc: &Option<T>| acc.expect("the accumulator was just set"),
+        )
+        .named("reduce")
+    }
+
+    /// Event-time windows over the keyed stream; `timestamp` reads a record's event time.
+    pub fn window<TF: Fn(&T) -> Timestamp + Clone + Send + 'static>(
+        self,
+        window: Window,
+        timestamp: TF,
+    ) -> WindowedStream<T, KF, TF> {
+        WindowedStream {
+            keyed: self,
+            window,
+            timestamp,
+        }
+    }
+}
+
+impl<T: Record, K: Key, KF, TF> WindowedStream<T, KF, TF>
+where
+    KF: Fn(&T) -> K + Clone + Send + 'static,
+    TF: Fn(&T) -> Timestamp + Clone + Send + 'static,
+{
+    /// Aggregates each key's records per window; when a window fires, `result` makes one record
+    /// per key.
+    pub fn aggregate<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
+    where
+        A: Send + 'static,
+        O: Record,
+        I: Fn() -> A + Clone + Send + 'static,
+        F: Fn(&mut A, T) + Clone + Send + 'static,
+        R: Fn(&K, WindowBounds, &A) -> O + Clone + Send + 'static,
+    {
+        let WindowedStream {
+            keyed,
+            window,
+            timestamp,
+        } = self;
+        let key = keyed.key.clone();
+        let channels = keyed.keyed_channels();
+        keyed.stream.one_input(
+            "window",
+            Partitioning::KeyBy,
+            channels,
+            true,
+            move |ctx, next| {
+                window.validate()?;
+                Ok(Box::new(WindowAggregate::new(
+                    window,
+                    key.clone(),
+                    timestamp.clone(),
+                    init.clone(),
+                    fold.clone(),
+                    result.clone(),
+                    ctx.metrics.late_counter(),
+                    next,
+                )))
+            },
+        )
+    }
+
+    /// Counts each key's records per window, emitting `(key, window, count)`.
+    pub fn count(self) -> Stream<(K, WindowBounds, u64)>
+    where
+        K: Record,
+    {
+        self.aggregate(
+            || 0u64,
+            |c: &mut u64, _| *c += 1,
+            |k: &K, w, c: &u64| (*k, w, *c),
+        )
+    }
+}

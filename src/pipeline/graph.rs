@@ -1,0 +1,162 @@
+//! The logical job graph the builder records: nodes (operators with a parallelism) and edges
+//! (with a partitioning), each carrying type-erased constructors made while the types were
+//! known. `plan` turns the graph into tasks.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use super::task::{JobControl, Task};
+use crate::channel::{
+    channel, ChannelReader, ChannelWriter, KeyRouter, OutChannel, Partitioner, Partitioning,
+};
+use crate::collector::{Collector, FanOut, Nowhere};
+use crate::context::TaskContext;
+use crate::error::Result;
+use crate::operator::TwoInputOperator;
+use crate::record::Record;
+use crate::wake::Parker;
+
+/// A value whose type the node or edge that made it knows.
+pub(crate) type AnyBox = Box<dyn Any + Send>;
+
+/// Makes one subtask's chain element from its downstream collector.
+pub(crate) type MakeOperator = Box<dyn Fn(&TaskContext, AnyBox) -> Result<AnyBox>>;
+/// Makes a source task from its downstream collector, the batch size and the job's controls.
+pub(crate) type MakeSource =
+    Box<dyn Fn(&TaskContext, AnyBox, usize, Arc<JobControl>) -> Result<Box<dyn Task>>>;
+/// Makes a task from the readers of each input (input index, readers) and the chain head.
+pub(crate) type MakeTask =
+    Box<dyn Fn(&TaskContext, Vec<(usize, AnyBox)>, AnyBox, usize) -> Box<dyn Task>>;
+/// Combines the collectors of a node's outgoing edges into one.
+pub(crate) type MakeFanOut = Box<dyn Fn(Vec<AnyBox>) -> AnyBox>;
+/// Makes an edge's rings: writers per upstream subtask, readers per downstream subtask.
+pub(crate) type MakeChannels = Box<dyn Fn(&ChannelSpec) -> (Vec<AnyBox>, Vec<AnyBox>)>;
+
+pub(crate) enum NodeKind {
+    Source(MakeSource),
+    OneInput {
+        make: MakeOperator,
+        make_task: MakeTask,
+    },
+    TwoInput {
+        make: MakeOperator,
+        make_task: MakeTask,
+    },
+}
+
+pub(crate) struct Node {
+    pub(crate) name: Arc<str>,
+    pub(crate) parallelism: usize,
+    /// Needs key groups: parallelism may not exceed the max parallelism.
+    pub(crate) keyed: bool,
+    pub(crate) inputs: Vec<usize>,
+    pub(crate) outputs: Vec<usize>,
+    pub(crate) kind: NodeKind,
+    pub(crate) fan_out: MakeFanOut,
+}
+
+pub(crate) struct Edge {
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    /// Which input of `to` this edge feeds (0, or 1 for the right side of a two-input node).
+    pub(crate) input: usize,
+    pub(crate) partitioning: Partitioning,
+    /// `None` for edges whose records are not plain data: they can only be chained.
+    pub(crate) make_channels: Option<MakeChannels>,
+}
+
+/// What `make_channels` needs to build an edge's rings.
+pub(crate) struct ChannelSpec {
+    pub(crate) partitioning: Partitioning,
+    pub(crate) upstream: usize,
+    pub(crate) downstream: usize,
+    pub(crate) capacity: usize,
+    pub(crate) max_parallelism: usize,
+    pub(crate) upstream_parkers: Vec<Arc<Parker>>,
+    pub(crate) downstream_parkers: Vec<Arc<Parker>>,
+}
+
+pub(crate) struct Graph {
+    pub(crate) name: String,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) edges: Vec<Edge>,
+    pub(crate) default_parallelism: usize,
+    pub(crate) max_parallelism: usize,
+}
+
+/// The fan-out constructor for a node whose output type is `T`.
+pub(crate) fn fan_out_of<T: Clone + Send + 'static>() -> MakeFanOut {
+    Box::new(|mut outs: Vec<AnyBox>| -> AnyBox {
+        let mut typed: Vec<Box<dyn Collector<T>>> =
+            outs.drain(..).map(downcast_collector::<T>).collect();
+        match typed.len() {
+            0 => Box::new(Box::new(Nowhere) as Box<dyn Collector<T>>),
+            1 => Box::new(typed.pop().expect("one output")),
+            _ => Box::new(Box::new(FanOut::new(typed)) as Box<dyn Collector<T>>),
+        }
+    })
+}
+
+/// Takes a `Box<dyn Collector<T>>` out of an [`AnyBox`]; a mismatch is a bug in the builder.
+pub(crate) fn downcast_collector<T: 'static>(b: AnyBox) -> Box<dyn Collector<T>> {
+    *b.downcast::<Box<dyn Collector<T>>>()
+        .expect("builder type mismatch: collector")
+}
+
+/// Takes a `Box<dyn TwoInputOperator<A, B>>` out of an [`AnyBox`].
+pub(crate) fn downcast_two<A: 'static, B: 'static>(b: AnyBox) -> Box<dyn TwoInputOperator<A, B>> {
+    *b.downcast::<Box<dyn TwoInputOperator<A, B>>>()
+        .expect("builder type mismatch: two-input operator")
+}
+
+/// Takes the readers of one edge out of an [`AnyBox`].
+pub(crate) fn downcast_readers<T: 'static>(b: AnyBox) -> Vec<ChannelReader<T>> {
+    *b.downcast::<Vec<ChannelReader<T>>>()
+        .expect("builder type mismatch: readers")
+}
+
+/// The channel constructor of an edge carrying `T`; `hash` is the key hash for key-by edges.
+pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
+    hash: Option<H>,
+) -> MakeChannels {
+    Box::new(move |spec: &ChannelSpec| {
+        let (up, down) = (spec.upstream, spec.downstream);
+        // outs[i][j]: ring from upstream i to downstream j (only i == j for forward).
+        let mut outs: Vec<Vec<OutChannel<T>>> = (0..up).map(|_| Vec::new()).collect();
+        let mut ins: Vec<Vec<ChannelReader<T>>> = (0..down).map(|_| Vec::new()).collect();
+        for (i, out) in outs.iter_mut().enumerate() {
+            for (j, input) in ins.iter_mut().enumerate() {
+                if spec.partitioning == Partitioning::Forward && i != j {
+                    continue;
+                }
+                let (w, r) = channel::<T>(
+                    spec.capacity,
+                    spec.downstream_parkers[j].clone(),
+                    spec.upstream_parkers[i].clone(),
+                );
+                out.push(w);
+                input.push(r);
+            }
+        }
+        let writers = outs
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let partitioner = match spec.partitioning {
+                    Partitioning::Forward => Partitioner::Forward,
+                    // Upstream subtasks start at different targets so batches spread at once.
+                    Partitioning::Rebalance => Partitioner::Rebalance { next: i % down },
+                    Partitioning::Broadcast => Partitioner::Broadcast,
+                    Partitioning::KeyBy => Partitioner::KeyBy {
+                        hash: hash.clone().expect("a key-by edge has a key hash"),
+                        router: KeyRouter::new(spec.max_parallelism, down),
+                    },
+                };
+                Box::new(Box::new(ChannelWriter::new(o, partitioner)) as Box<dyn Collector<T>>)
+                    as AnyBox
+            })
+            .collect();
+        let readers = ins.into_iter().map(|r| Box::new(r) as AnyBox).collect();
+        (writers, readers)
+    })
+}

@@ -1,0 +1,20 @@
+//! The pipeline: the builder API ([`Job`], [`Stream`], …), the logical graph it records, and
+//! the plan that turns the graph into tasks (chaining forward edges, building rings, and
+//! instantiating each subtask's chain).
+//!
+//! May touch: `channel`, `collector`, `context`, `error`, `metrics`, `operator`, `record`,
+//! `sink`, `source`, `state`, `wake`.
+
+mod api;
+mod graph;
+mod plan;
+mod task;
+
+pub use api::{Job, KeyedStream, LineStream, Stream, WindowedStream, DEFAULT_EXTERNAL_RING};
+pub(crate) use plan::{build as build_plan, PlanEnv, PlanLimits};
+pub(crate) use task::{JobControl, Task, TaskPoll};
+
+/// The text of a panic payload.
+pub(crate) fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    task::panic_message(payload)
+}

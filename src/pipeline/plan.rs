@@ -1,0 +1,239 @@
+//! From the logical graph to tasks: decide which edges are chained, build every edge's rings,
+//! and instantiate each subtask's chain, assigning subtask `i` of every operator to worker
+//! `i % workers` (so a pipeline's subtasks share a worker, as Flink's slot sharing does).
+
+use std::sync::Arc;
+
+use super::graph::{AnyBox, ChannelSpec, Graph, NodeKind};
+use super::task::{JobControl, Task};
+use crate::channel::Partitioning;
+use crate::context::{Clock, TaskContext};
+use crate::error::{Error, Result};
+use crate::metrics::JobMetrics;
+use crate::wake::Parker;
+
+/// Sizes the physical plan is built with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PlanLimits {
+    pub(crate) workers: usize,
+    pub(crate) ring_capacity: usize,
+    pub(crate) batch_size: usize,
+}
+
+/// Everything a worker pool needs to run a job.
+pub(crate) struct PhysicalPlan {
+    /// Tasks with the worker that owns each.
+    pub(crate) tasks: Vec<(usize, Box<dyn Task>)>,
+}
+
+pub(crate) struct PlanEnv {
+    pub(crate) clock: Clock,
+    pub(crate) metrics: Arc<JobMetrics>,
+    pub(crate) control: Arc<JobControl>,
+    pub(crate) parkers: Vec<Arc<Parker>>,
+}
+
+fn validate(graph: &Graph) -> Result<()> {
+    if graph.nodes.is_empty() {
+        return Err(Error::config(format!(
+            "job '{}' has no operators",
+            graph.name
+        )));
+    }
+    if !graph
+        .nodes
+        .iter()
+        .any(|n| matches!(n.kind, NodeKind::Source(_)))
+    {
+        return Err(Error::config(format!("job '{}' has no source", graph.name)));
+    }
+    if graph.max_parallelism == 0 || graph.max_parallelism > u16::MAX as usize {
+        return Err(Error::config(format!(
+            "max parallelism must be in 1..=65535, not {}",
+            graph.max_parallelism
+        )));
+    }
+    let mut names = std::collections::HashSet::new();
+    for n in &graph.nodes {
+        if !names.insert(n.name.clone()) {
+            return Err(Error::config(format!(
+                "two operators are named '{}'; names must be unique",
+                n.name
+            )));
+        }
+        if n.parallelism == 0 {
+            return Err(Error::config(format!(
+                "operator '{}' has parallelism 0",
+                n.name
+            )));
+        }
+        if n.keyed && n.parallelism > graph.max_parallelism {
+            return Err(Error::config(format!(
+                "keyed operator '{}' has parallelism {} above the max parallelism {}",
+                n.name, n.parallelism, graph.max_parallelism
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn effective(graph: &Graph, e: usize) -> Partitioning {
+    let edge = &graph.edges[e];
+    let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
+    if edge.partitioning == Partitioning::Forward && from.parallelism != to.parallelism {
+        Partitioning::Rebalance
+    } else {
+        edge.partitioning
+    }
+}
+
+fn is_chained(graph: &Graph, e: usize) -> bool {
+    let to = &graph.nodes[graph.edges[e].to];
+    effective(graph, e) == Partitioning::Forward
+        && to.inputs.len() == 1
+        && matches!(to.kind, NodeKind::OneInput { .. })
+}
+
+struct Builder<'a> {
+    graph: &'a Graph,
+    limits: PlanLimits,
+    env: &'a PlanEnv,
+    writers: Vec<Vec<Option<AnyBox>>>,
+    readers: Vec<Vec<Option<AnyBox>>>,
+}
+
+impl Builder<'_> {
+    fn worker(&self, subtask: usize) -> usize {
+        subtask % self.limits.workers
+    }
+
+    fn ctx(&self, node: usize, subtask: usize) -> TaskContext {
+        let n = &self.graph.nodes[node];
+        TaskContext {
+            operator: n.name.clone(),
+            subtask,
+            parallelism: n.parallelism,
+            max_parallelism: self.graph.max_parallelism,
+            clock: self.env.clock,
+            metrics: self.env.metrics.clone(),
+            parker: self.env.parkers[self.worker(subtask)].clone(),
+        }
+    }
+
+    /// The collector that receives node `node`'s output in subtask `i`.
+    fn output(&mut self, node: usize, i: usize) -> Result<AnyBox> {
+        let mut outs = Vec::new();
+        for &e in &self.graph.nodes[node].outputs {
+            if is_chained(self.graph, e) {
+                let to = self.graph.edges[e].to;
+                outs.push(self.chained(to, i)?);
+            } else {
+                outs.push(
+                    self.writers[e][i]
+                        .take()
+                        .expect("each writer is taken once"),
+                );
+            }
+        }
+        Ok((self.graph.nodes[node].fan_out)(outs))
+    }
+
+    /// The chain element of `node` in subtask `i`, with everything downstream of it.
+    fn chained(&mut self, node: usize, i: usize) -> Result<AnyBox> {
+        let downstream = self.output(node, i)?;
+        let ctx = self.ctx(node, i);
+        match &self.graph.nodes[node].kind {
+            NodeKind::OneInput { make, .. } | NodeKind::TwoInput { make, .. } => {
+                make(&ctx, downstream)
+            }
+            NodeKind::Source(_) => unreachable!("sources have no inputs and are never chained"),
+        }
+    }
+}
+
+/// Builds every task of `graph`.
+pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<PhysicalPlan> {
+    validate(graph)?;
+    assert!(limits.workers >= 1 && env.parkers.len() == limits.workers);
+    let mut b = Builder {
+        graph,
+        limits,
+        env,
+        writers: Vec::new(),
+        readers: Vec::new(),
+    };
+    for (e, edge) in graph.edges.iter().enumerate() {
+        let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
+        if is_chained(graph, e) {
+            b.writers.push(Vec::new());
+            b.readers.push(Vec::new());
+            continue;
+        }
+        let spec = ChannelSpec {
+            partitioning: effective(graph, e),
+            upstream: from.parallelism,
+            downstream: to.parallelism,
+            capacity: limits.ring_capacity,
+            max_parallelism: graph.max_parallelism,
+            upstream_parkers: (0..from.parallelism)
+                .map(|i| env.parkers[b.worker(i)].clone())
+                .collect(),
+            downstream_parkers: (0..to.parallelism)
+                .map(|i| env.parkers[b.worker(i)].clone())
+                .collect(),
+        };
+        let Some(make_channels) = &edge.make_channels else {
+            return Err(Error::config(format!(
+                "operator '{}' must keep the parallelism of its input '{}': its records are not plain data and cannot cross a ring",
+                to.name, from.name
+            )));
+        };
+        let (w, r) = make_channels(&spec);
+        b.writers.push(w.into_iter().map(Some).collect());
+        b.readers.push(r.into_iter().map(Some).collect());
+    }
+    let mut tasks = Vec::new();
+    for (id, node) in graph.nodes.iter().enumerate() {
+        let head = match node.kind {
+            NodeKind::Source(_) => true,
+            _ => node.inputs.iter().any(|&e| !is_chained(graph, e)),
+        };
+        if !head {
+            continue;
+        }
+        if let NodeKind::TwoInput { .. } = node.kind {
+            let sides: Vec<usize> = node.inputs.iter().map(|&e| graph.edges[e].input).collect();
+            if !(sides.contains(&0) && sides.contains(&1)) {
+                return Err(Error::config(format!(
+                    "two-input operator '{}' lacks an input",
+                    node.name
+                )));
+            }
+        }
+        for i in 0..node.parallelism {
+            let ctx = b.ctx(id, i);
+            let task = match &node.kind {
+                NodeKind::Source(make) => {
+                    let out = b.output(id, i)?;
+                    make(&ctx, out, limits.batch_size, env.control.clone())?
+                }
+                NodeKind::OneInput { make_task, .. } | NodeKind::TwoInput { make_task, .. } => {
+                    let head = b.chained(id, i)?;
+                    let readers = node
+                        .inputs
+                        .iter()
+                        .map(|&e| {
+                            (
+                                graph.edges[e].input,
+                                b.readers[e][i].take().expect("each reader is taken once"),
+                            )
+                        })
+                        .collect();
+                    make_task(&ctx, readers, head, limits.batch_size)
+                }
+            };
+            tasks.push((b.worker(i), task));
+        }
+    }
+    Ok(PhysicalPlan { tasks })
+}

@@ -1,0 +1,346 @@
+//! What flows through weir: records, timestamps, keys and the compact [`Word`] encoding.
+//!
+//! A record that crosses a ring is [`Record`]: plain data (`Copy`), moved as bytes with no
+//! serialisation. Values that are not plain bytes get a compact plain-data encoding; [`Word`] is
+//! the one weir ships for text, exact for words of any length (see its doc).
+//!
+//! May touch: nothing else in the crate.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::sync::{OnceLock, RwLock};
+
+/// Event time, in whatever unit the job chooses (the built-in jobs use nanoseconds or
+/// milliseconds and say so). Watermarks are timestamps too.
+pub type Timestamp = u64;
+
+/// A record that can cross a ring between subtasks: plain data, copied as bytes.
+///
+/// Blanket-implemented for every `Copy + Send + 'static` type; records that only live inside a
+/// chained task (a text line, say) need only be `Send + 'static`.
+pub trait Record: Copy + Send + 'static {}
+impl<T: Copy + Send + 'static> Record for T {}
+
+/// A key for `key_by`: compared and hashed, and copied into state.
+pub trait Key: Hash + Eq + Copy + Send + 'static {}
+impl<T: Hash + Eq + Copy + Send + 'static> Key for T {}
+
+/// A fast, deterministic hasher for keys (the FxHash multiply-rotate family, as in
+/// rustc-hash 2). Deterministic across processes, which key groups and snapshots need; not
+/// DoS-resistant, which a stream processor keyed by its own data does not need.
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher {
+    hash: u64,
+}
+
+const SEED: u64 = 0xf135_7aea_2e62_a9c5;
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().expect("chunk of 8")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut buf = [0u8; 8];
+            buf[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(buf));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.hash = self.hash.wrapping_add(i).wrapping_mul(SEED);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64)
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        // NB: the multiply leaves the high bits well mixed; hash tables index by the low bits,
+        // so rotate the good bits down (rustc-hash 2 does the same).
+        self.hash.rotate_left(26)
+    }
+}
+
+/// `BuildHasher` for [`KeyHasher`].
+pub type BuildKeyHasher = BuildHasherDefault<KeyHasher>;
+
+/// A `HashMap` keyed with [`KeyHasher`].
+pub type KeyMap<K, V> = HashMap<K, V, BuildKeyHasher>;
+
+/// Hashes a key with [`KeyHasher`].
+#[inline]
+pub fn hash_key<K: Hash>(key: &K) -> u64 {
+    let mut h = KeyHasher::default();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The key group of a key hash, in `0 .. max_parallelism` (Flink's unit of state
+/// redistribution). The hash is mixed again (splitmix64's finaliser) so weak key hashes still
+/// spread, then mapped by multiply-shift instead of a division.
+#[inline]
+pub fn key_group(hash: u64, max_parallelism: usize) -> usize {
+    let mut z = hash;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    ((z as u128 * max_parallelism as u128) >> 64) as usize
+}
+
+/// The subtask that owns a key group, as Flink assigns them: contiguous ranges of key groups.
+#[inline]
+pub fn subtask_of_key_group(key_group: usize, max_parallelism: usize, parallelism: usize) -> usize {
+    debug_assert!(key_group < max_parallelism);
+    key_group * parallelism / max_parallelism
+}
+
+/// Bytes a [`Word`] stores inline.
+pub const WORD_INLINE_BYTES: usize = 28;
+
+/// A word of text as a 32-byte plain-data record.
+///
+/// Words of up to [`WORD_INLINE_BYTES`] bytes are stored inline. A longer word stores its
+/// length, a 12-byte prefix and a 128-bit hash of the whole text, and its text is interned
+/// process-wide so [`Word::as_str`] can give it back; two different long words compare equal
+/// only if both their 128-bit hashes and prefixes collide, so counts stay exact for all
+/// practical purposes. Equality and hashing work on the 32 bytes alone.
+///
+/// ```
+/// use weir::Word;
+/// let w = Word::new("weir");
+/// assert_eq!(w.as_str(), "weir");
+/// let long = "a".repeat(100);
+/// assert_eq!(Word::new(&long).as_str(), long);
+/// assert_eq!(Word::new(&long), Word::new(&long));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct Word {
+    bytes: [u8; WORD_INLINE_BYTES],
+    len: u32,
+}
+
+type LongWords = RwLock<HashMap<[u8; 16], Box<str>>>;
+
+fn long_words() -> &'static LongWords {
+    static LONG: OnceLock<LongWords> = OnceLock::new();
+    LONG.get_or_init(|| RwLock::new(HashMap::new()))
+}
+
+fn hash128(s: &str) -> [u8; 16] {
+    // Two SipHash-1-3 runs with fixed (zero) keys and different prefixes: deterministic across
+    // processes, and 128 bits make a collision between two real words negligible.
+    #[allow(deprecated)]
+    let mut a = std::hash::SipHasher::new();
+    #[allow(deprecated)]
+    let mut b = std::hash::SipHasher::new_with_keys(0x5745_4952, 0x776f_7264);
+    s.hash(&mut a);
+    s.hash(&mut b);
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&a.finish().to_le_bytes());
+    out[8..].copy_from_slice(&b.finish().to_le_bytes());
+    out
+}
+
+impl Word {
+    /// Encodes `text` (any length).
+    pub fn new(text: &str) -> Word {
+        let mut bytes = [0u8; WORD_INLINE_BYTES];
+        let len = u32::try_from(text.len()).unwrap_or(u32::MAX);
+        if text.len() <= WORD_INLINE_BYTES {
+            bytes[..text.len()].copy_from_slice(text.as_bytes());
+            return Word { bytes, len };
+        }
+        Self::new_long(text, bytes, len)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_long(text: &str, mut bytes: [u8; WORD_INLINE_BYTES], len: u32) -> Word {
+        let h = hash128(text);
+        bytes[..12].copy_from_slice(&text.as_bytes()[..12]);
+        bytes[12..].copy_from_slice(&h);
+        let table = long_words();
+        let known = table.read().map(|t| t.contains_key(&h)).unwrap_or(false);
+        if !known {
+            if let Ok(mut t) = table.write() {
+                t.entry(h).or_insert_with(|| text.into());
+            }
+        }
+        Word { bytes, len }
+    }
+
+    /// The word's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the word is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Calls `f` with the word's text. Inline words need no lookup; long words read the
+    /// process-wide table (a word made in this process is always there).
+    pub fn with_str<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        if self.len() <= WORD_INLINE_BYTES {
+            // The bytes came from a `&str` cut at char boundaries.
+            let s = std::str::from_utf8(&self.bytes[..self.len()]).unwrap_or("\u{FFFD}");
+            return f(s);
+        }
+        let mut h = [0u8; 16];
+        h.copy_from_slice(&self.bytes[12..]);
+        let table = long_words().read();
+        match table.as_ref().ok().and_then(|t| t.get(&h)) {
+            Some(s) => f(s),
+            None => f("\u{FFFD}"),
+        }
+    }
+
+    /// The word's text, as an owned string.
+    pub fn as_str(&self) -> String {
+        self.with_str(str::to_owned)
+    }
+}
+
+impl std::fmt::Debug for Word {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.with_str(|s| write!(f, "Word({s:?})"))
+    }
+}
+
+impl std::fmt::Display for Word {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.with_str(|s| f.write_str(s))
+    }
+}
+
+/// Calls `f` for every word of `line`: maximal runs of `char::is_alphanumeric`, lowercased
+/// with `str::to_lowercase`. ASCII words take a fast path that lowercases into a stack buffer.
+///
+/// ```
+/// let mut words = Vec::new();
+/// weir::for_each_word("Ünïcode, WORDS—and 42x!", |w| words.push(w.as_str()));
+/// assert_eq!(words, ["ünïcode", "words", "and", "42x"]);
+/// ```
+pub fn for_each_word(line: &str, mut f: impl FnMut(Word)) {
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        // Skip separators.
+        let b = bytes[i];
+        if b.is_ascii() {
+            if !b.is_ascii_alphanumeric() {
+                i += 1;
+                continue;
+            }
+        } else {
+            let c = line[i..].chars().next().expect("at a char boundary");
+            if !c.is_alphanumeric() {
+                i += c.len_utf8();
+                continue;
+            }
+        }
+        // A word starts at i; find its end and whether it is pure ASCII.
+        let start = i;
+        let mut ascii = true;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b.is_ascii() {
+                if !b.is_ascii_alphanumeric() {
+                    break;
+                }
+                i += 1;
+            } else {
+                let c = line[i..].chars().next().expect("at a char boundary");
+                if !c.is_alphanumeric() {
+                    break;
+                }
+                ascii = false;
+                i += c.len_utf8();
+            }
+        }
+        let word = &line[start..i];
+        if ascii && word.len() <= WORD_INLINE_BYTES {
+            let mut buf = [0u8; WORD_INLINE_BYTES];
+            for (d, s) in buf.iter_mut().zip(word.bytes()) {
+                *d = s.to_ascii_lowercase();
+            }
+            f(Word {
+                bytes: buf,
+                len: word.len() as u32,
+            });
+        } else {
+            f(Word::new(&word.to_lowercase()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        for_each_word(s, |w| v.push(w.as_str()));
+        v
+    }
+
+    #[test]
+    fn splits_like_the_definition() {
+        let samples = [
+            "Hello, World! hello",
+            "  a-b_c 9x ",
+            "ÀÉÎ ß straße İstanbul",
+            "",
+            "日本語 テキスト",
+            "x\u{FFFD}y",
+        ];
+        for s in samples {
+            let expected: Vec<String> = s
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .map(str::to_lowercase)
+                .collect();
+            assert_eq!(words(s), expected, "for {s:?}");
+        }
+    }
+
+    #[test]
+    fn long_words_round_trip_and_compare() {
+        let a = "x".repeat(40);
+        let mut b = "x".repeat(39);
+        b.push('y');
+        assert_eq!(Word::new(&a).as_str(), a);
+        assert_ne!(Word::new(&a), Word::new(&b));
+        assert_eq!(Word::new(&a), Word::new(&a.clone()));
+        assert_eq!(Word::new(&a).len(), 40);
+    }
+
+    #[test]
+    fn key_groups_cover_the_range_and_map_to_subtasks() {
+        let mut seen = [0usize; 128];
+        for k in 0..100_000u64 {
+            let g = key_group(hash_key(&k), 128);
+            seen[g] += 1;
+        }
+        assert!(
+            seen.iter().all(|&c| c > 500),
+            "key groups unevenly used: {seen:?}"
+        );
+        assert_eq!(subtask_of_key_group(0, 128, 3), 0);
+        assert_eq!(subtask_of_key_group(127, 128, 3), 2);
+    }
+}

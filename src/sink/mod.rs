@@ -1,0 +1,170 @@
+//! Sinks: where records leave a job. A [`Sink`] receives batches; the runtime wraps it in an
+//! operator that counts records for the job's metrics and calls [`Sink::finish`] at end of
+//! stream.
+//!
+//! - [`DiscardSink`]: drops everything (benchmarks).
+//! - [`CollectSink`]: collects into a shared `Vec` (tests).
+//! - [`FileSink`]: one file per subtask, each record formatted by a function.
+//! - `pull`: the embedding API, a lock-free ring from the job to a host thread.
+//!
+//! May touch: `channel` (the pull sink's ring), `collector`, `context`, `error`, `metrics`,
+//! `record`, `wake`.
+
+mod pull;
+
+pub(crate) use pull::pull_channel;
+pub use pull::EventReceiver;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::collector::Collector;
+use crate::error::{Error, Result};
+use crate::metrics::Counter;
+use crate::record::Timestamp;
+
+/// One subtask of a sink.
+pub trait Sink<T>: Send {
+    /// Takes every record out of `records`.
+    fn write(&mut self, records: &mut Vec<T>) -> Result<()>;
+    /// The input ended: make everything durable.
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Pushes output held back by a full buffer; `true` when nothing is held back.
+    fn drain(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+}
+
+/// Adapts a [`Sink`] to the collector chain and counts what it receives.
+pub(crate) struct SinkOperator<S> {
+    sink: S,
+    counter: Arc<Counter>,
+}
+
+impl<S> SinkOperator<S> {
+    pub(crate) fn new(sink: S, counter: Arc<Counter>) -> Self {
+        SinkOperator { sink, counter }
+    }
+}
+
+impl<T, S: Sink<T>> Collector<T> for SinkOperator<S> {
+    #[inline]
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        self.counter.add(records.len() as u64);
+        self.sink.write(records)
+    }
+    fn watermark(&mut self, _: Timestamp) -> Result<()> {
+        Ok(())
+    }
+    fn end(&mut self) -> Result<()> {
+        self.sink.finish()
+    }
+    fn drain(&mut self) -> Result<bool> {
+        self.sink.drain()
+    }
+}
+
+/// Drops every record.
+#[derive(Default, Clone, Copy)]
+pub struct DiscardSink;
+
+impl<T> Sink<T> for DiscardSink {
+    #[inline]
+    fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
+        records.clear();
+        Ok(())
+    }
+}
+
+/// Collects every record into a shared vector (for tests and small jobs). The lock is taken
+/// once per batch.
+pub struct CollectSink<T> {
+    into: Arc<Mutex<Vec<T>>>,
+}
+
+impl<T> CollectSink<T> {
+    /// Collects into `into`.
+    pub fn new(into: Arc<Mutex<Vec<T>>>) -> Self {
+        CollectSink { into }
+    }
+}
+
+impl<T: Send> Sink<T> for CollectSink<T> {
+    fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
+        self.into
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .append(records);
+        Ok(())
+    }
+}
+
+/// Writes each record as formatted bytes to `<dir>/part-<subtask>`.
+pub struct FileSink<F> {
+    path: PathBuf,
+    out: BufWriter<File>,
+    format: F,
+    line: Vec<u8>,
+}
+
+impl<F> FileSink<F> {
+    /// Creates `<dir>/part-<subtask>` (and `dir`), truncating an old file.
+    pub fn create(dir: &Path, subtask: usize, format: F) -> Result<Self> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io("cannot create output folder", dir, e))?;
+        let path = dir.join(format!("part-{subtask}"));
+        let file =
+            File::create(&path).map_err(|e| Error::io("cannot create output file", &path, e))?;
+        Ok(FileSink {
+            path,
+            out: BufWriter::with_capacity(256 * 1024, file),
+            format,
+            line: Vec::new(),
+        })
+    }
+}
+
+impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
+    fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
+        self.line.clear();
+        for r in records.drain(..) {
+            (self.format)(&r, &mut self.line);
+        }
+        self.out
+            .write_all(&self.line)
+            .map_err(|e| Error::io("cannot write output file", &self.path, e))
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.out
+            .flush()
+            .map_err(|e| Error::io("cannot write output file", &self.path, e))?;
+        self.out
+            .get_ref()
+            .sync_all()
+            .map_err(|e| Error::io("cannot sync output file", &self.path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_sink_writes_formatted_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = FileSink::create(dir.path(), 3, |r: &u32, out: &mut Vec<u8>| {
+            out.extend_from_slice(format!("{r}\n").as_bytes())
+        })
+        .unwrap();
+        s.write(&mut vec![1, 2]).unwrap();
+        s.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("part-3")).unwrap(),
+            "1\n2\n"
+        );
+    }
+}

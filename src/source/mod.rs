@@ -1,0 +1,37 @@
+//! Sources: where records enter a job. Each source subtask is polled by its worker and appends
+//! at most a batch of records per poll.
+//!
+//! - `generator`: deterministic, seekable by index, optional rate limit.
+//! - `text`: lines of a file or of a folder of files, split by byte ranges over the subtasks.
+//! - `push`: the embedding API, a lock-free ring from a host thread into the job.
+//!
+//! May touch: `channel` (the push source's ring entries), `context`, `error`, `record`, `wake`.
+
+mod generator;
+mod push;
+mod text;
+
+pub use generator::Generator;
+pub use push::EventSender;
+pub(crate) use push::{push_channel, PushSource};
+pub use text::TextSource;
+
+use crate::context::TaskContext;
+use crate::error::Result;
+
+/// What one poll of a source achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourcePoll {
+    /// Records were appended (possibly none, if more may come at once).
+    Emitted,
+    /// Nothing is available now (a rate limit, or an empty push ring); poll again later.
+    Idle,
+    /// The source has ended; nothing follows.
+    Finished,
+}
+
+/// One subtask of a source.
+pub trait Source<T>: Send {
+    /// Appends up to `max` records to `out`.
+    fn poll(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll>;
+}
