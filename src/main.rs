@@ -19,7 +19,7 @@ use weir::{Error, JobHandle, JobReport, RunConfig};
 
 /// weir: a thread-per-core stream processor with Flink-style checkpoints.
 ///
-/// Without a command, runs the default job: generator → key_by → 100 ms tumbling-window count
+/// Without a command, runs the default job: generator → key_by → 10 ms tumbling-window count
 /// → sink on all cores for about 10 s, then prints throughput and latency.
 #[derive(Parser, Debug)]
 #[command(name = "weir", version, args_conflicts_with_subcommands = true)]
@@ -64,7 +64,7 @@ struct DefaultArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
     /// Tumbling window length in milliseconds.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     window_ms: u64,
     #[command(flatten)]
     runtime: RuntimeArgs,
@@ -214,8 +214,8 @@ fn run_default(args: &DefaultArgs) -> weir::Result<()> {
         !args.runtime.no_progress,
     )?;
     print!("{}", report.summary_table());
-    if report.latency_ns.as_ref().is_some_and(|h| h.len() > 0) {
-        println!("latency: event creation (newest event of a window) to sink");
+    if report.latency_ns.as_ref().is_some_and(|h| !h.is_empty()) {
+        println!("latency: from the instant a window is complete (event time = creation time) to the sink");
     } else {
         println!("latency: no window fired (run longer than one window)");
     }

@@ -31,7 +31,7 @@ impl<T> ChannelReader<T> {
 
 /// What one poll of an input achieved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum GatePoll {
+pub enum GatePoll {
     /// Entries were consumed.
     Progress,
     /// Every live channel was empty.

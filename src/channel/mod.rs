@@ -21,7 +21,8 @@ mod partition;
 mod writer;
 
 pub(crate) use crate::wake::Parker;
-pub(crate) use gate::{ChannelReader, GatePoll, InputGate};
+pub use gate::GatePoll;
+pub(crate) use gate::{ChannelReader, InputGate};
 pub use partition::Partitioning;
 pub(crate) use partition::{KeyRouter, Partitioner};
 pub(crate) use writer::{ChannelWriter, OutChannel};
@@ -55,3 +56,90 @@ pub(crate) fn channel<T: Copy>(
 
 #[cfg(test)]
 mod model_test;
+
+/// A single channel used outside a job: for benchmarks of the ring hop and for custom
+/// runtimes. Inside jobs the planner builds channels itself.
+///
+/// ```
+/// use weir::channel::{pair, GatePoll};
+/// let (mut tx, mut rx) = pair::<u64>(16);
+/// tx.send(&mut vec![1, 2, 3]);
+/// tx.close();
+/// let mut got = Vec::new();
+/// while rx.poll(|batch| got.extend_from_slice(batch), 64) != GatePoll::Finished {}
+/// assert_eq!(got, [1, 2, 3]);
+/// ```
+pub fn pair<T: crate::record::Record>(capacity: usize) -> (ChannelSender<T>, ChannelReceiver<T>) {
+    let parker = std::sync::Arc::new(Parker::default());
+    let (w, r) = channel::<T>(capacity, parker.clone(), parker);
+    (
+        ChannelSender {
+            writer: ChannelWriter::new(vec![w], Partitioner::Forward),
+        },
+        ChannelReceiver {
+            gate: InputGate::new(vec![r]),
+        },
+    )
+}
+
+/// The sending end of a [`pair`].
+pub struct ChannelSender<T: crate::record::Record> {
+    writer: ChannelWriter<T, fn(&T) -> u64>,
+}
+
+impl<T: crate::record::Record> ChannelSender<T> {
+    /// Publishes `records` (one chunk); what does not fit is staged. Returns `true` when
+    /// nothing is staged (see [`ChannelSender::flush`]).
+    #[inline]
+    pub fn send(&mut self, records: &mut Vec<T>) -> bool {
+        use crate::collector::Collector;
+        let _ = self.writer.batch(records);
+        self.flush()
+    }
+    /// Publishes staged entries that fit now; `true` when none are left.
+    #[inline]
+    pub fn flush(&mut self) -> bool {
+        use crate::collector::Collector;
+        self.writer.drain().unwrap_or(false)
+    }
+    /// Ends the stream (spinning until the end marker fits).
+    pub fn close(mut self) {
+        use crate::collector::Collector;
+        let _ = self.writer.end();
+        while !self.flush() {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The receiving end of a [`pair`].
+pub struct ChannelReceiver<T> {
+    gate: InputGate<T>,
+}
+
+impl<T: crate::record::Record> ChannelReceiver<T> {
+    /// Reads up to `budget` entries, handing each batch of records to `f`.
+    #[inline]
+    pub fn poll(&mut self, f: impl FnMut(&[T]) + Send, budget: usize) -> GatePoll {
+        struct Into<F>(F);
+        impl<T, F: FnMut(&[T]) + Send> crate::collector::Collector<T> for Into<F> {
+            fn batch(&mut self, records: &mut Vec<T>) -> crate::Result<()> {
+                (self.0)(records);
+                records.clear();
+                Ok(())
+            }
+            fn watermark(&mut self, _: Timestamp) -> crate::Result<()> {
+                Ok(())
+            }
+            fn end(&mut self) -> crate::Result<()> {
+                Ok(())
+            }
+            fn drain(&mut self) -> crate::Result<bool> {
+                Ok(true)
+            }
+        }
+        self.gate
+            .poll(&mut Into(f), budget)
+            .unwrap_or(GatePoll::Finished)
+    }
+}

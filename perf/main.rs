@@ -1,0 +1,222 @@
+//! The engine-core macro benchmarks, in one run so their ratios are comparable:
+//!
+//! 1. generator → map → filter → key_by → keyed sum (10,000 keys), parallelism 2;
+//! 2. generator → key_by (1,000 keys) → 1 s tumbling event-time window count, parallelism 2;
+//! 3. generator → map → filter → discard, fully chained, per core;
+//! 4. one ring hop between two pinned threads, chunked, against a bare rtrb push/pop loop;
+//! 5. the default job at its maximum rate, then at half of it: latency percentiles.
+//!
+//! `cargo bench --bench perf -- [--duration-s S] [--json FILE]` prints a Markdown table and
+//! writes JSON (default `perf/results/<date>/engine-core.json`).
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+mod ring_hop;
+
+use std::time::Duration;
+
+use weir::jobs::{key_of, DefaultJob};
+use weir::metrics::{format_ns, group_digits};
+use weir::source::Generator;
+use weir::{Job, JobReport, RunConfig, Window};
+
+/// Runs `job` for `duration`, then stops it gracefully.
+fn run_for(job: Job, workers: usize, duration: Duration) -> JobReport {
+    let handle = job
+        .start(RunConfig::default().workers(workers))
+        .expect("job starts");
+    std::thread::sleep(duration);
+    handle.stop();
+    handle.join().expect("job ends cleanly")
+}
+
+fn keyed_sum(d: Duration) -> JobReport {
+    let job = Job::new("keyed-sum").with_parallelism(2);
+    job.generator(Generator::new(|i, _| i))
+        .map(|x| (key_of(x, 10_000), x))
+        .filter(|x| x.1 % 8 != 7)
+        .key_by(|x: &(u64, u64)| x.0)
+        .reduce(|a, b| (a.0, a.1.wrapping_add(b.1)))
+        .discard();
+    run_for(job, 2, d)
+}
+
+fn window_count(d: Duration) -> JobReport {
+    let job = Job::new("window-count").with_parallelism(2);
+    job.generator(Generator::new(|i, now_ns| (key_of(i, 1000), now_ns)))
+        .with_watermarks(|e: &(u64, u64)| e.1, 0)
+        .key_by(|e: &(u64, u64)| e.0)
+        .window(Window::tumbling(1_000_000_000), |e: &(u64, u64)| e.1)
+        .count()
+        .discard();
+    run_for(job, 2, d)
+}
+
+fn chained(d: Duration, workers: usize) -> JobReport {
+    let job = Job::new("chained").with_parallelism(workers);
+    job.generator(Generator::new(|i, _| i))
+        .map(|x| x.wrapping_mul(0x9E37_79B9))
+        .filter(|x| x & 3 != 1)
+        .discard();
+    run_for(job, workers, d)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let secs: f64 = arg("--duration-s")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let d = Duration::from_secs_f64(secs);
+    let mut rows: Vec<(String, String, String)> = Vec::new();
+    let mut json = serde_json::Map::new();
+
+    let r = keyed_sum(d);
+    rows.push((
+        "keyed sum, 10k keys, p=2".into(),
+        format!("{} rec/s", group_digits(r.throughput_rps() as u64)),
+        "≥ 40 M/s".into(),
+    ));
+    json.insert("keyed_sum_rps".into(), r.throughput_rps().into());
+
+    let r = window_count(d);
+    rows.push((
+        "1 s window count, 1k keys, p=2".into(),
+        format!("{} rec/s", group_digits(r.throughput_rps() as u64)),
+        "≥ 20 M/s".into(),
+    ));
+    json.insert("window_count_rps".into(), r.throughput_rps().into());
+
+    let r1 = chained(d, 1);
+    rows.push((
+        "chained map/filter, 1 worker".into(),
+        format!("{} rec/s", group_digits(r1.throughput_rps() as u64)),
+        "≥ 100 M/s/core".into(),
+    ));
+    json.insert("chained_1_worker_rps".into(), r1.throughput_rps().into());
+    let r2 = chained(d, 2);
+    rows.push((
+        "chained map/filter, 2 workers".into(),
+        format!(
+            "{} rec/s ({} per core)",
+            group_digits(r2.throughput_rps() as u64),
+            group_digits(r2.throughput_rps() as u64 / 2)
+        ),
+        "≥ 100 M/s/core".into(),
+    ));
+    json.insert("chained_2_workers_rps".into(), r2.throughput_rps().into());
+
+    const HOP: u64 = 1 << 24;
+    let bare = (0..3)
+        .map(|_| ring_hop::bare_rtrb(HOP))
+        .min()
+        .expect("three runs");
+    let chunked = (0..3)
+        .map(|_| ring_hop::weir_channel(HOP, 256))
+        .min()
+        .expect("three runs");
+    let single = (0..3)
+        .map(|_| ring_hop::weir_channel(HOP, 1))
+        .min()
+        .expect("three runs");
+    let rps = |t: Duration| HOP as f64 / t.as_secs_f64();
+    rows.push((
+        "ring hop, bare rtrb push/pop".into(),
+        format!("{} rec/s", group_digits(rps(bare) as u64)),
+        "baseline".into(),
+    ));
+    rows.push((
+        "ring hop, weir chunked (256)".into(),
+        format!(
+            "{} rec/s ({:.1}× bare)",
+            group_digits(rps(chunked) as u64),
+            rps(chunked) / rps(bare)
+        ),
+        "≥ 0.5× bare".into(),
+    ));
+    rows.push((
+        "ring hop, weir single record".into(),
+        format!(
+            "{} rec/s ({:.2}× bare)",
+            group_digits(rps(single) as u64),
+            rps(single) / rps(bare)
+        ),
+        "".into(),
+    ));
+    json.insert("ring_bare_rps".into(), rps(bare).into());
+    json.insert("ring_chunked_rps".into(), rps(chunked).into());
+    json.insert("ring_single_rps".into(), rps(single).into());
+
+    let workers = weir::runtime::available_cores();
+    let default = |rate: Option<f64>| DefaultJob {
+        parallelism: workers,
+        keys: 1000,
+        window_ms: 10,
+        rate_per_s: rate,
+    };
+    let max = run_for(default(None).build(), workers, d);
+    let half = run_for(
+        default(Some(max.throughput_rps() / 2.0)).build(),
+        workers,
+        d,
+    );
+    rows.push((
+        "default job, max rate".into(),
+        format!("{} rec/s", group_digits(max.throughput_rps() as u64)),
+        "".into(),
+    ));
+    let h = half
+        .latency_ns
+        .clone()
+        .expect("the default job measures latency");
+    rows.push((
+        "default job at half rate: p50 / p99 / p99.9 / max".into(),
+        format!(
+            "{} / {} / {} / {}",
+            format_ns(h.value_at_quantile(0.5)),
+            format_ns(h.value_at_quantile(0.99)),
+            format_ns(h.value_at_quantile(0.999)),
+            format_ns(h.max())
+        ),
+        "p99 < 50 µs".into(),
+    ));
+    json.insert("default_max_rps".into(), max.throughput_rps().into());
+    json.insert("default_half_rate_rps".into(), half.throughput_rps().into());
+    json.insert(
+        "default_half_rate_p99_ns".into(),
+        h.value_at_quantile(0.99).into(),
+    );
+    json.insert(
+        "default_half_rate_p50_ns".into(),
+        h.value_at_quantile(0.5).into(),
+    );
+
+    println!("| benchmark ({secs} s each) | measured | target |");
+    println!("|---|---|---|");
+    for (a, b, c) in &rows {
+        println!("| {a} | {b} | {c} |");
+    }
+    let path = arg("--json").unwrap_or_else(|| {
+        let date = std::process::Command::new("date")
+            .arg("+%Y-%m-%d")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|| "undated".into());
+        format!("perf/results/{date}/engine-core.json")
+    });
+    if let Some(dir) = std::path::Path::new(&path).parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match std::fs::write(&path, serde_json::to_string_pretty(&json).expect("json")) {
+        Ok(()) => println!("\nJSON: {path}"),
+        Err(e) => eprintln!("cannot write {path}: {e}"),
+    }
+}
