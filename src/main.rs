@@ -55,10 +55,10 @@ struct RuntimeArgs {
 #[derive(Args, Debug)]
 struct DefaultArgs {
     /// How long to run, in seconds.
-    #[arg(long, default_value_t = 10.0, value_parser = positive_f64)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_f64)]
     duration_s: f64,
     /// Events per second in all (default: as fast as possible).
-    #[arg(long, value_parser = positive_f64)]
+    #[arg(long, allow_negative_numbers = true, value_parser = positive_f64)]
     rate: Option<f64>,
     /// Number of distinct keys.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]

@@ -66,27 +66,6 @@ where
     O: Send,
     J: FnMut(&K, &L, &R) -> O,
 {
-    fn insert<T: Copy>(
-        &mut self,
-        ts: Timestamp,
-        key: K,
-        record: T,
-        side: fn(&mut Sides<L, R>, T),
-    ) -> bool {
-        let window = self.windows.window;
-        let wm = self.emitted;
-        let mut accepted = false;
-        let windows = &mut self.windows;
-        window.for_each_start(ts, |start| {
-            if wm.is_some_and(|wm| window.max_timestamp(start) <= wm) {
-                return;
-            }
-            accepted = true;
-            side(windows.window_mut(start).entry(key).or_default(), record);
-        });
-        accepted
-    }
-
     fn advance(&mut self) -> Result<()> {
         let combined = match self.wm {
             [Some(a), Some(b)] => a.min(b),
@@ -113,6 +92,26 @@ where
     }
 }
 
+/// Adds one side's records to their windows; returns how many were late (every window of theirs
+/// already fired).
+fn insert_all<T: Copy, K: Key, V: Default>(
+    windows: &mut OpenWindows<K, V>,
+    watermark: Option<Timestamp>,
+    records: &mut Vec<T>,
+    key: &impl Fn(&T) -> K,
+    timestamp: &impl Fn(&T) -> Timestamp,
+    side: fn(&mut V, T),
+) -> u64 {
+    let mut late = 0;
+    for r in records.drain(..) {
+        let (ts, k) = (timestamp(&r), key(&r));
+        if !windows.assign(ts, watermark, |map| side(map.entry(k).or_default(), r)) {
+            late += 1;
+        }
+    }
+    late
+}
+
 impl<L, R, K, O, KL, KR, TL, TR, J> TwoInputOperator<L, R>
     for WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
 where
@@ -127,24 +126,26 @@ where
     J: FnMut(&K, &L, &R) -> O + Send,
 {
     fn batch1(&mut self, records: &mut Vec<L>) -> Result<()> {
-        let mut late = 0;
-        for l in records.drain(..) {
-            let (ts, k) = ((self.ts_left)(&l), (self.key_left)(&l));
-            if !self.insert(ts, k, l, |s, l| s.0.push(l)) {
-                late += 1;
-            }
-        }
+        let late = insert_all(
+            &mut self.windows,
+            self.emitted,
+            records,
+            &self.key_left,
+            &self.ts_left,
+            |s, l| s.0.push(l),
+        );
         self.late.add(late);
         Ok(())
     }
     fn batch2(&mut self, records: &mut Vec<R>) -> Result<()> {
-        let mut late = 0;
-        for r in records.drain(..) {
-            let (ts, k) = ((self.ts_right)(&r), (self.key_right)(&r));
-            if !self.insert(ts, k, r, |s, r| s.1.push(r)) {
-                late += 1;
-            }
-        }
+        let late = insert_all(
+            &mut self.windows,
+            self.emitted,
+            records,
+            &self.key_right,
+            &self.ts_right,
+            |s, r| s.1.push(r),
+        );
         self.late.add(late);
         Ok(())
     }

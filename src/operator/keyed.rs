@@ -54,15 +54,7 @@ where
         }
         self.next.batch(&mut self.out)
     }
-    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        self.next.watermark(watermark)
-    }
-    fn end(&mut self) -> Result<()> {
-        self.next.end()
-    }
-    fn drain(&mut self) -> Result<bool> {
-        self.next.drain()
-    }
+    super::forward_control!(next);
 }
 
 #[cfg(test)]

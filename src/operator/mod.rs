@@ -11,6 +11,22 @@
 //!
 //! May touch: `collector`, `context`, `error`, `metrics`, `record`, `state`.
 
+/// Forwards watermark, end and drain to `next` (shared by every one-output operator).
+macro_rules! forward_control {
+    ($next:ident) => {
+        fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+            self.$next.watermark(watermark)
+        }
+        fn end(&mut self) -> Result<()> {
+            self.$next.end()
+        }
+        fn drain(&mut self) -> Result<bool> {
+            self.$next.drain()
+        }
+    };
+}
+pub(crate) use forward_control;
+
 pub(crate) mod join;
 pub(crate) mod keyed;
 pub(crate) mod latency;

@@ -5,21 +5,6 @@ use crate::collector::Collector;
 use crate::error::Result;
 use crate::record::Timestamp;
 
-/// Forwards watermark, end and drain to `next` (shared by every one-output operator).
-macro_rules! forward_control {
-    ($next:ident) => {
-        fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-            self.$next.watermark(watermark)
-        }
-        fn end(&mut self) -> Result<()> {
-            self.$next.end()
-        }
-        fn drain(&mut self) -> Result<bool> {
-            self.$next.drain()
-        }
-    };
-}
-
 pub(crate) struct Map<F, U> {
     f: F,
     out: Vec<U>,

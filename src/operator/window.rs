@@ -106,6 +106,28 @@ impl<K: Key, V> OpenWindows<K, V> {
         &mut self.open[pos - 1].1
     }
 
+    /// Calls `f` with the map of every still-open window containing `ts` (opening it if
+    /// needed). Returns `false` when the record is late: all its windows already fired at
+    /// `watermark`.
+    #[inline]
+    pub(crate) fn assign(
+        &mut self,
+        ts: Timestamp,
+        watermark: Option<Timestamp>,
+        mut f: impl FnMut(&mut KeyMap<K, V>),
+    ) -> bool {
+        let window = self.window;
+        let mut accepted = false;
+        window.for_each_start(ts, |start| {
+            if watermark.is_some_and(|wm| window.max_timestamp(start) <= wm) {
+                return;
+            }
+            accepted = true;
+            f(self.window_mut(start));
+        });
+        accepted
+    }
+
     /// Removes every window that the watermark `wm` closes, oldest first, handing each to `f`.
     pub(crate) fn fire(
         &mut self,
@@ -193,21 +215,12 @@ where
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
         let mut late = 0;
+        let (windows, init, fold) = (&mut self.windows, &self.init, &mut self.fold);
         for r in records.drain(..) {
-            let ts = (self.timestamp)(&r);
-            let k = (self.key)(&r);
-            let mut accepted = false;
-            let window = self.windows.window;
-            let wm = self.watermark;
-            let (windows, init, fold) = (&mut self.windows, &self.init, &mut self.fold);
-            window.for_each_start(ts, |start| {
-                if wm.is_some_and(|wm| window.max_timestamp(start) <= wm) {
-                    return;
-                }
-                accepted = true;
-                fold(windows.window_mut(start).entry(k).or_insert_with(init), r);
-            });
-            if !accepted {
+            let (ts, k) = ((self.timestamp)(&r), (self.key)(&r));
+            if !windows.assign(ts, self.watermark, |map| {
+                fold(map.entry(k).or_insert_with(init), r)
+            }) {
                 late += 1;
             }
         }

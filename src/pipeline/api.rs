@@ -263,6 +263,11 @@ impl<T> Stream<T> {
     }
 }
 
+/// Wraps one subtask's operator so its panics name it, and erases its type for the plan.
+fn guarded<T: 'static>(ctx: &TaskContext, op: Box<dyn Collector<T>>) -> AnyBox {
+    Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
+}
+
 /// A chained one-input operator over a stream of `T` that may not be plain data.
 fn chained_op<T, U, M>(s: &Stream<T>, base: &str, make: M) -> Stream<U>
 where
@@ -274,11 +279,7 @@ where
     let p = s.parallelism();
     let kind = NodeKind::OneInput {
         make: Box::new(move |ctx, down| {
-            let op = make(ctx, downcast_collector::<U>(down))?;
-            Ok(
-                Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
-                    as AnyBox,
-            )
+            Ok(guarded(ctx, make(ctx, downcast_collector::<U>(down))?))
         }),
         // Never a task head: its input edge has no rings, and the plan refuses to break it.
         make_task: Box::new(|_, _, _, _| {
@@ -349,11 +350,7 @@ impl<T: Record> Stream<T> {
         let job = self.job();
         let kind = NodeKind::OneInput {
             make: Box::new(move |ctx, down| {
-                let op = make(ctx, downcast_collector::<U>(down))?;
-                Ok(
-                    Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
-                        as AnyBox,
-                )
+                Ok(guarded(ctx, make(ctx, downcast_collector::<U>(down))?))
             }),
             make_task: make_one_input_task::<T>(),
         };
@@ -392,31 +389,12 @@ impl<T: Record> Stream<T> {
         base: &str,
         make: MS,
     ) {
-        let job = self.job();
-        let kind = NodeKind::OneInput {
-            make: Box::new(move |ctx, _down| {
-                let op = SinkOperator::new(make(ctx)?, ctx.metrics.sink_counter());
-                Ok(
-                    Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
-                        as AnyBox,
-                )
-            }),
-            make_task: make_one_input_task::<T>(),
-        };
-        let input = Input {
-            from: self.node,
-            input: 0,
-            partitioning: Partitioning::Forward,
-            make_channels: Some(channels_of::<T, fn(&T) -> u64>(None)),
-        };
-        job.add_node(
-            base,
-            self.parallelism(),
-            false,
-            kind,
-            fan_out_of::<()>(),
-            vec![input],
-        );
+        self.forward::<(), _>(base, move |ctx, _nowhere| {
+            Ok(Box::new(SinkOperator::new(
+                make(ctx)?,
+                ctx.metrics.sink_counter(),
+            )))
+        });
     }
 
     /// Transforms each record.
@@ -511,11 +489,10 @@ impl<T: Record> Stream<T> {
         let job = self.job();
         let kind = NodeKind::OneInput {
             make: Box::new(|ctx, down| {
-                let op = PassThrough::new(downcast_collector::<T>(down));
-                Ok(
-                    Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
-                        as AnyBox,
-                )
+                Ok(guarded::<T>(
+                    ctx,
+                    Box::new(PassThrough::new(downcast_collector::<T>(down))),
+                ))
             }),
             make_task: make_one_input_task::<T>(),
         };

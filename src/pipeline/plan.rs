@@ -237,3 +237,65 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
     }
     Ok(PhysicalPlan { tasks })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Job;
+    use crate::source::Generator;
+
+    fn tasks_of(job: &Job, workers: usize) -> Vec<(usize, String)> {
+        let env = PlanEnv {
+            clock: Clock::start(),
+            metrics: Arc::new(JobMetrics::default()),
+            control: Arc::new(JobControl::default()),
+            parkers: (0..workers).map(|_| Arc::new(Parker::default())).collect(),
+        };
+        let limits = PlanLimits {
+            workers,
+            ring_capacity: 8,
+            batch_size: 8,
+        };
+        let plan = build(&job.graph.borrow(), limits, &env).unwrap();
+        plan.tasks
+            .into_iter()
+            .map(|(w, t)| (w, t.name().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn forward_edges_with_equal_parallelism_are_chained() {
+        let job = Job::new("chain").with_parallelism(3);
+        job.generator(Generator::new(|i, _| i))
+            .map(|x| x + 1)
+            .filter(|x| x % 2 == 0)
+            .discard();
+        let tasks = tasks_of(&job, 2);
+        // One task per subtask: the map, filter and sink run inside the source's task.
+        assert_eq!(tasks.len(), 3, "{tasks:?}");
+        assert_eq!(
+            tasks.iter().map(|t| t.0).collect::<Vec<_>>(),
+            vec![0, 1, 0],
+            "subtask i on worker i % 2"
+        );
+    }
+
+    #[test]
+    fn key_by_and_parallelism_changes_break_chains() {
+        let job = Job::new("split").with_parallelism(2);
+        job.generator(Generator::new(|i, _| i))
+            .key_by(|x: &u64| *x)
+            .reduce(|a, b| a + b)
+            .map(|x| x * 2)
+            .set_parallelism(1)
+            .discard();
+        let names: Vec<String> = tasks_of(&job, 2).into_iter().map(|t| t.1).collect();
+        // 2 source tasks, 2 reduce tasks (key_by), 1 map task (parallelism 2 → 1), sink chained.
+        assert_eq!(names.len(), 5, "{names:?}");
+        assert!(
+            names.iter().filter(|n| n.starts_with("reduce")).count() == 2,
+            "{names:?}"
+        );
+        assert!(names.iter().any(|n| n.starts_with("map")), "{names:?}");
+    }
+}

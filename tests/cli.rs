@@ -1,0 +1,175 @@
+//! The `weir` command as a user runs it: help, the default job, word count, Ctrl-C, and a
+//! clear error with a non-zero exit for every bad argument.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn weir(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .output()
+        .expect("weir runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn help_on_every_command() {
+    for args in [
+        vec!["--help"],
+        vec!["wordcount", "--help"],
+        vec!["help", "wordcount"],
+    ] {
+        let o = weir(&args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("Usage"), "{args:?}");
+    }
+    assert!(text(&weir(&["--help"])).contains("wordcount"));
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_empty = dir.path().join("full");
+    std::fs::create_dir(&not_empty).unwrap();
+    std::fs::write(not_empty.join("x"), "x").unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a b\n").unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--workers".into(), "0".into()], "--workers"),
+        (vec!["--workers".into(), "lots".into()], "--workers"),
+        (vec!["--rate".into(), "abc".into()], "--rate"),
+        (vec!["--rate".into(), "0".into()], "positive"),
+        (vec!["--duration-s".into(), "-1".into()], "--duration-s"),
+        (vec!["--keys".into(), "0".into()], "--keys"),
+        (vec!["--parallelism".into(), "1000".into()], "--parallelism"),
+        (
+            vec!["--ring-capacity".into(), "0".into()],
+            "--ring-capacity",
+        ),
+        (vec!["--no-such-flag".into()], "--no-such-flag"),
+        (vec!["wordcount".into()], "--input"),
+        (
+            vec![
+                "wordcount".into(),
+                "--input".into(),
+                "/no/such/file".into(),
+                "--output".into(),
+                dir.path().join("o").display().to_string(),
+            ],
+            "/no/such/file",
+        ),
+        (
+            vec![
+                "wordcount".into(),
+                "--input".into(),
+                input.display().to_string(),
+                "--output".into(),
+                not_empty.display().to_string(),
+            ],
+            "not empty",
+        ),
+        (
+            vec![
+                "wordcount".into(),
+                "--input".into(),
+                input.display().to_string(),
+                "--output".into(),
+                input.display().to_string(),
+            ],
+            "not a folder",
+        ),
+    ];
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = weir(&args);
+        let t = text(&o);
+        assert!(!o.status.success(), "{args:?} should fail");
+        assert!(
+            t.contains(needle),
+            "{args:?}: message should name {needle:?}: {t}"
+        );
+        assert!(!t.contains("panicked"), "{args:?} panicked: {t}");
+    }
+}
+
+#[test]
+fn wordcount_writes_running_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "The river, the WEIR.\nthe end\n").unwrap();
+    let out = dir.path().join("out");
+    let o = weir(&[
+        "wordcount",
+        "--input",
+        dir.path().join("a.txt").to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--parallelism",
+        "2",
+        "--no-progress",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut lines: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .flat_map(|f| {
+            std::fs::read_to_string(f.unwrap().path())
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["end\t1", "river\t1", "the\t1", "the\t2", "the\t3", "weir\t1"]
+    );
+}
+
+#[test]
+fn the_default_job_reports_throughput_and_latency() {
+    let o = weir(&["--duration-s", "0.5", "--workers", "2", "--no-progress"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for needle in [
+        "records (sources)",
+        "throughput",
+        "latency p50",
+        "latency p99",
+        "latency p99.9",
+        "latency max",
+    ] {
+        assert!(t.contains(needle), "summary lacks {needle}: {t}");
+    }
+}
+
+#[test]
+fn ctrl_c_stops_the_default_job_with_a_summary() {
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["--duration-s", "120", "--workers", "2", "--no-progress"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "Ctrl-C did not stop the job"
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("throughput"), "{t}");
+}
