@@ -13,6 +13,11 @@ struct Tick {
     price: f64,
     sent_ns: u64,
 }
+weir::persist_struct!(Tick {
+    symbol,
+    price,
+    sent_ns
+});
 
 fn main() -> weir::Result<()> {
     let clock = Instant::now();

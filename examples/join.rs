@@ -11,6 +11,7 @@ struct Order {
     id: u64,
     ts_ms: u64,
 }
+weir::persist_struct!(Order { id, ts_ms });
 
 #[derive(Clone, Copy)]
 struct Payment {
@@ -18,6 +19,11 @@ struct Payment {
     amount_cents: u64,
     ts_ms: u64,
 }
+weir::persist_struct!(Payment {
+    order,
+    amount_cents,
+    ts_ms
+});
 
 fn main() -> weir::Result<()> {
     let job = Job::new("orders-payments").with_parallelism(2);

@@ -12,6 +12,7 @@ struct Click {
     /// Event time in milliseconds.
     ts_ms: u64,
 }
+weir::persist_struct!(Click { user, ts_ms });
 
 fn main() -> weir::Result<()> {
     let job = Job::new("clicks").with_parallelism(2);

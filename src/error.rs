@@ -36,6 +36,10 @@ pub enum Error {
         /// The panic message.
         message: String,
     },
+    /// Stored data (a checkpoint file) is damaged or of another format; the message says how.
+    Corrupt(String),
+    /// A checkpoint could not be taken (declined, expired or failed); the message says why.
+    Checkpoint(String),
     /// The job was cancelled before it finished.
     Cancelled,
 }
@@ -61,7 +65,10 @@ impl Error {
 
     /// Whether the same operation may succeed if tried again (I/O can; a bad config cannot).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Io { .. } | Error::OperatorPanicked { .. })
+        matches!(
+            self,
+            Error::Io { .. } | Error::OperatorPanicked { .. } | Error::Checkpoint(_)
+        )
     }
 }
 
@@ -91,6 +98,8 @@ impl fmt::Display for Error {
                     "operator '{operator}' (subtask {subtask}) panicked: {message}"
                 )
             }
+            Error::Corrupt(m) => write!(f, "damaged data: {m}"),
+            Error::Checkpoint(m) => write!(f, "checkpoint failed: {m}"),
             Error::Cancelled => write!(f, "the job was cancelled"),
         }
     }

@@ -19,6 +19,8 @@ pub struct Event {
     pub created_ns: u64,
 }
 
+crate::persist_struct!(Event { key, created_ns });
+
 /// One window result of the default job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowCount {
@@ -29,6 +31,8 @@ pub struct WindowCount {
     /// Events of this key in the window.
     pub count: u64,
 }
+
+crate::persist_struct!(WindowCount { key, window, count });
 
 impl WindowCount {
     /// When the result could first be known: the window's last instant. Event time is

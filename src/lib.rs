@@ -21,7 +21,8 @@
 //!
 //! ## Modules, lowest layer first (a module uses only modules above it in this list)
 //!
-//! - [`error`], [`record`], [`metrics`], `wake`, [`context`], [`collector`]: shared vocabulary.
+//! - [`error`], [`persist`], [`record`], [`metrics`], `wake`, [`context`], [`collector`]: shared
+//!   vocabulary.
 //! - [`channel`]: rings, the entry format, partitioning, input gates.
 //! - [`state`]: keyed state and the fork-then-write snapshot interface.
 //! - [`source`], [`operator`], [`sink`]: where records enter, change, and leave. They never
@@ -60,6 +61,7 @@ pub mod error;
 pub mod jobs;
 pub mod metrics;
 pub mod operator;
+pub mod persist;
 pub mod pipeline;
 pub mod record;
 pub mod runtime;
@@ -74,6 +76,7 @@ pub use error::{Error, Result};
 pub use metrics::JobReport;
 pub use operator::window::{Window, WindowBounds};
 pub use operator::Emitter;
+pub use persist::Persist;
 pub use pipeline::{Job, KeyedStream, LineStream, Stream, WindowedStream};
 pub use record::{for_each_word, Key, Record, Timestamp, Word};
 pub use runtime::{JobHandle, RunConfig};

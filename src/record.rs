@@ -4,26 +4,30 @@
 //! serialisation. Values that are not plain bytes get a compact plain-data encoding; [`Word`] is
 //! the one weir ships for text, exact for words of any length (see its doc).
 //!
-//! May touch: nothing else in the crate.
+//! May touch: `persist`, `error`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{OnceLock, RwLock};
 
+use crate::persist::{take, Persist};
+
 /// Event time, in whatever unit the job chooses (the built-in jobs use nanoseconds or
 /// milliseconds and say so). Watermarks are timestamps too.
 pub type Timestamp = u64;
 
-/// A record that can cross a ring between subtasks: plain data, copied as bytes.
+/// A record that can cross a ring between subtasks: plain data, copied as bytes, and
+/// [`Persist`] so checkpoints can store it (in sink transactions and in-flight data).
 ///
-/// Blanket-implemented for every `Copy + Send + 'static` type; records that only live inside a
-/// chained task (a text line, say) need only be `Send + 'static`.
-pub trait Record: Copy + Send + 'static {}
-impl<T: Copy + Send + 'static> Record for T {}
+/// Blanket-implemented for every `Copy + Send + 'static + Persist` type; give a struct
+/// [`Persist`] with [`crate::persist_struct!`]. Records that only live inside a chained task (a
+/// text line, say) need none of this.
+pub trait Record: Copy + Send + 'static + Persist {}
+impl<T: Copy + Send + 'static + Persist> Record for T {}
 
-/// A key for `key_by`: compared and hashed, and copied into state.
-pub trait Key: Hash + Eq + Copy + Send + 'static {}
-impl<T: Hash + Eq + Copy + Send + 'static> Key for T {}
+/// A key for `key_by`: compared, hashed, copied into state and persisted with it.
+pub trait Key: Hash + Eq + Copy + Send + 'static + Persist {}
+impl<T: Hash + Eq + Copy + Send + 'static + Persist> Key for T {}
 
 /// A fast, deterministic hasher for keys (the FxHash multiply-rotate family, as in
 /// rustc-hash 2). Deterministic across processes, which key groups and snapshots need; not
@@ -212,6 +216,22 @@ impl Word {
     /// The word's text, as an owned string.
     pub fn as_str(&self) -> String {
         self.with_str(str::to_owned)
+    }
+}
+
+/// A word persists as its length and full text, so long words survive a process restart (their
+/// interned text does not).
+impl Persist for Word {
+    fn persist(&self, out: &mut Vec<u8>) {
+        self.len.persist(out);
+        self.with_str(|s| out.extend_from_slice(s.as_bytes()));
+    }
+    fn restore(input: &mut &[u8]) -> crate::Result<Self> {
+        let len = u32::restore(input)? as usize;
+        let bytes = take(input, len)?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| crate::Error::Corrupt("a word is not UTF-8".into()))?;
+        Ok(Word::new(text))
     }
 }
 

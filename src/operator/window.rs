@@ -73,6 +73,8 @@ pub struct WindowBounds {
     pub end: Timestamp,
 }
 
+crate::persist_struct!(WindowBounds { start, end });
+
 /// Open windows, oldest first, each with its per-key values; shared by the window aggregate and
 /// the window join.
 pub(crate) struct OpenWindows<K, V> {
