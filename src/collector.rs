@@ -5,10 +5,11 @@
 //! writers of the task's outgoing edges. Records move in batches (`&mut Vec<T>`, drained by the
 //! callee) so every virtual call and ring atomic is paid per batch, not per record.
 //!
-//! May touch: `error`, `record`.
+//! May touch: `error`, `record`, `snapshot`.
 
 use crate::error::Result;
 use crate::record::Timestamp;
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
 
 /// Receives one stream inside a subtask.
 pub trait Collector<T>: Send {
@@ -26,6 +27,24 @@ pub trait Collector<T>: Send {
     /// Pushes output held back by a full ring further. Returns `true` when nothing is held
     /// back any more; a task does not take new input while this is `false` (backpressure).
     fn drain(&mut self) -> Result<bool>;
+
+    /// Checkpoint barrier `barrier` passes: forward it downstream (stateful operators are
+    /// captured by their chain wrapper through [`Collector::snapshot_state`] first).
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()>;
+
+    /// The coordinator decided a checkpoint's fate: forward the notice downstream (sinks
+    /// commit or keep their transactions).
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()>;
+
+    /// The synchronous part of this operator's snapshot: capture its state (`None`: stateless).
+    fn snapshot_state(&mut self, _barrier: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        Ok(None)
+    }
+
+    /// Restores this operator's state from what its [`ForkedState`] wrote.
+    fn restore_state(&mut self, _bytes: &[u8]) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl<T, C: Collector<T> + ?Sized> Collector<T> for Box<C> {
@@ -44,6 +63,18 @@ impl<T, C: Collector<T> + ?Sized> Collector<T> for Box<C> {
     #[inline]
     fn drain(&mut self) -> Result<bool> {
         (**self).drain()
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        (**self).barrier(barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        (**self).notify(notice)
+    }
+    fn snapshot_state(&mut self, barrier: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        (**self).snapshot_state(barrier)
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        (**self).restore_state(bytes)
     }
 }
 
@@ -88,6 +119,14 @@ impl<T: Clone + Send> Collector<T> for FanOut<T> {
         }
         Ok(all)
     }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.barrier(barrier, snapshot))
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.notify(notice))
+    }
 }
 
 /// Drops everything (the output of an operator nobody consumes).
@@ -106,6 +145,12 @@ impl<T> Collector<T> for Nowhere {
     }
     fn drain(&mut self) -> Result<bool> {
         Ok(true)
+    }
+    fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {
+        Ok(())
+    }
+    fn notify(&mut self, _: CheckpointNotice) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -142,5 +187,11 @@ impl<T: Send> Collector<T> for std::sync::Arc<std::sync::Mutex<Recorder<T>>> {
     }
     fn drain(&mut self) -> Result<bool> {
         Ok(true)
+    }
+    fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {
+        Ok(())
+    }
+    fn notify(&mut self, _: CheckpointNotice) -> Result<()> {
+        Ok(())
     }
 }

@@ -3,12 +3,13 @@
 //! Time reaches operators only through [`TaskContext::now_ns`], so tests can reason about it and
 //! a later deterministic scheduler can replace it.
 //!
-//! May touch: `metrics`, `wake`.
+//! May touch: `metrics`, `snapshot`, `wake`.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::metrics::JobMetrics;
+use crate::snapshot::{FaultInjector, RestoredState};
 use crate::wake::Parker;
 
 /// The job's monotonic clock: nanoseconds since the job started.
@@ -47,6 +48,30 @@ pub struct TaskContext {
     pub(crate) metrics: Arc<JobMetrics>,
     /// The parker of the worker that runs this subtask (for wakeups from outside the job).
     pub(crate) parker: Arc<Parker>,
+    /// The state this attempt restores, if it restarts from a checkpoint.
+    pub(crate) restored: Option<Arc<RestoredState>>,
+    /// Failure points for tests.
+    pub(crate) faults: Option<Arc<FaultInjector>>,
+    /// Work to run if this attempt of the job finishes successfully.
+    pub(crate) attempt: Arc<AttemptScope>,
+}
+
+/// What belongs to one attempt of a job (a failover starts a new one).
+#[derive(Default)]
+pub struct AttemptScope {
+    on_success: std::sync::Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+    /// Tasks of this attempt that finished (no checkpoint can complete after the first).
+    pub(crate) finished_tasks: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl AttemptScope {
+    /// Runs the registered work: called once every task of the attempt has finished.
+    pub(crate) fn succeed(&self) {
+        let hooks = std::mem::take(&mut *self.on_success.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in hooks {
+            h();
+        }
+    }
 }
 
 impl TaskContext {
@@ -54,6 +79,23 @@ impl TaskContext {
     #[inline]
     pub fn now_ns(&self) -> u64 {
         self.clock.now_ns()
+    }
+
+    /// This subtask's state in the checkpoint the job restarts from, if any.
+    pub fn restored_state(&self) -> Option<&[u8]> {
+        self.restored
+            .as_ref()
+            .and_then(|r| r.get(&self.operator, self.subtask))
+    }
+
+    /// Registers work that runs only if this attempt of the job finishes successfully (a
+    /// transactional sink's final commit, say). A failed attempt drops it.
+    pub fn on_job_success(&self, f: impl FnOnce() + Send + 'static) {
+        self.attempt
+            .on_success
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Box::new(f));
     }
 
     /// The job's metrics registry.
@@ -72,6 +114,9 @@ impl TaskContext {
             clock: Clock::start(),
             metrics: Arc::new(JobMetrics::default()),
             parker: Arc::new(Parker::default()),
+            restored: None,
+            faults: None,
+            attempt: Arc::new(AttemptScope::default()),
         }
     }
 }

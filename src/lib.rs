@@ -21,8 +21,8 @@
 //!
 //! ## Modules, lowest layer first (a module uses only modules above it in this list)
 //!
-//! - [`error`], [`persist`], [`record`], [`metrics`], `wake`, [`context`], [`collector`]: shared
-//!   vocabulary.
+//! - [`error`], [`persist`], [`record`], [`snapshot`], [`metrics`], `wake`, [`context`],
+//!   [`collector`]: shared vocabulary.
 //! - [`channel`]: rings, the entry format, partitioning, input gates.
 //! - [`state`]: keyed state and the fork-then-write snapshot interface.
 //! - [`source`], [`operator`], [`sink`]: where records enter, change, and leave. They never
@@ -55,6 +55,7 @@
 #![warn(missing_docs)]
 
 pub mod channel;
+pub mod checkpoint;
 pub mod collector;
 pub mod context;
 pub mod error;
@@ -66,6 +67,7 @@ pub mod pipeline;
 pub mod record;
 pub mod runtime;
 pub mod sink;
+pub mod snapshot;
 pub mod source;
 pub mod state;
 mod wake;

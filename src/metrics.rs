@@ -124,6 +124,10 @@ pub struct JobReport {
     pub workers: usize,
     /// Event-creation-to-sink latency, where the job measured it.
     pub latency_ns: Option<Histogram<u64>>,
+    /// Completed checkpoints, in order.
+    pub checkpoints: Vec<crate::checkpoint::CheckpointStats>,
+    /// Restarts after failures.
+    pub restarts: u32,
 }
 
 impl JobReport {
@@ -150,6 +154,9 @@ impl JobReport {
                 format!("{} records/s", group_digits(self.throughput_rps() as u64)),
             ),
         ];
+        if self.restarts > 0 {
+            rows.push(("restarts after failures".into(), self.restarts.to_string()));
+        }
         if self.late_records > 0 {
             rows.push((
                 "late records dropped".into(),

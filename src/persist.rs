@@ -247,17 +247,19 @@ pub fn from_bytes<T: Persist>(mut bytes: &[u8]) -> Result<T> {
 mod tests {
     use super::*;
 
+    type Mixed = (
+        u64,
+        i32,
+        bool,
+        char,
+        Option<f64>,
+        Vec<(u8, String)>,
+        [u16; 3],
+    );
+
     #[test]
     fn round_trips() {
-        let v: (
-            u64,
-            i32,
-            bool,
-            char,
-            Option<f64>,
-            Vec<(u8, String)>,
-            [u16; 3],
-        ) = (
+        let v: Mixed = (
             7,
             -3,
             true,
@@ -266,19 +268,7 @@ mod tests {
             vec![(1, "a".into()), (2, "β".into())],
             [1, 2, 3],
         );
-        assert_eq!(
-            from_bytes::<(
-                u64,
-                i32,
-                bool,
-                char,
-                Option<f64>,
-                Vec<(u8, String)>,
-                [u16; 3]
-            )>(&to_bytes(&v))
-            .unwrap(),
-            v
-        );
+        assert_eq!(from_bytes::<Mixed>(&to_bytes(&v)).unwrap(), v);
     }
 
     #[test]

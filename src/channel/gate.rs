@@ -10,6 +10,7 @@ use super::{Entry, Parker};
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::record::Timestamp;
+use crate::snapshot::Barrier;
 
 /// The consumer end of one ring.
 pub(crate) struct ChannelReader<T> {
@@ -34,19 +35,32 @@ impl<T> ChannelReader<T> {
 pub enum GatePoll {
     /// Entries were consumed.
     Progress,
-    /// Every live channel was empty.
+    /// Every live channel was empty (or blocked).
     Idle,
     /// Every channel has ended and the end was delivered downstream.
     Finished,
+    /// Channel `channel` delivered a checkpoint barrier. Everything before it was delivered
+    /// downstream; nothing after it was read. With blocking on, the channel is now blocked
+    /// until [`InputGate::unblock_all`].
+    Barrier {
+        /// The channel's index in this gate.
+        channel: usize,
+        /// The barrier.
+        barrier: Barrier,
+    },
 }
 
 /// All channels of one logical input of a subtask.
 pub(crate) struct InputGate<T> {
     channels: Vec<ChannelReader<T>>,
-    /// Per channel: its last watermark, and whether it ended. Kept beside `channels` so the
-    /// minimum can be computed while one channel's chunk is borrowed.
+    /// Per channel: its last watermark, whether it ended, whether it is blocked by barrier
+    /// alignment. Kept beside `channels` so they can be read while one channel's chunk is
+    /// borrowed.
     watermarks: Vec<Timestamp>,
     ended: Vec<bool>,
+    blocked: Vec<bool>,
+    /// Block a channel when it delivers a barrier (exactly-once alignment).
+    block_on_barrier: bool,
     live: usize,
     /// The watermark last delivered downstream.
     emitted: Timestamp,
@@ -63,12 +77,44 @@ impl<T: Copy> InputGate<T> {
             channels,
             watermarks: vec![Timestamp::MIN; n],
             ended: vec![false; n],
+            blocked: vec![false; n],
+            block_on_barrier: false,
             live: n,
             emitted: Timestamp::MIN,
             end_delivered: false,
             next: 0,
             buf: Vec::new(),
         }
+    }
+
+    /// Whether a channel that delivers a barrier stops being read until unblocked.
+    pub(crate) fn set_blocking(&mut self, block: bool) {
+        self.block_on_barrier = block;
+    }
+
+    /// Resumes reading every channel (alignment finished or was abandoned).
+    pub(crate) fn unblock_all(&mut self) {
+        self.blocked.iter_mut().for_each(|b| *b = false);
+    }
+
+    /// Stops reading one channel (it delivered the barrier being aligned).
+    pub(crate) fn block(&mut self, channel: usize) {
+        self.blocked[channel] = true;
+    }
+
+    /// Resumes reading one channel.
+    pub(crate) fn unblock(&mut self, channel: usize) {
+        self.blocked[channel] = false;
+    }
+
+    /// Number of channels.
+    pub(crate) fn channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Whether channel `i` has ended.
+    pub(crate) fn is_ended(&self, i: usize) -> bool {
+        self.ended[i]
     }
 
     /// Entries consumed so far over all channels.
@@ -84,7 +130,7 @@ impl<T: Copy> InputGate<T> {
     }
 
     /// Reads up to `budget` entries (spread over the channels, round-robin) into `head`.
-    /// Stops early when `head` reports backpressure.
+    /// Stops early when `head` reports backpressure, and at a barrier.
     pub(crate) fn poll(&mut self, head: &mut dyn Collector<T>, budget: usize) -> Result<GatePoll> {
         if self.end_delivered {
             return Ok(GatePoll::Finished);
@@ -93,7 +139,7 @@ impl<T: Copy> InputGate<T> {
         let mut consumed = 0usize;
         for step in 0..n {
             let i = (self.next + step) % n;
-            if self.ended[i] {
+            if self.ended[i] || self.blocked[i] {
                 continue;
             }
             let left = budget.saturating_sub(consumed);
@@ -109,8 +155,11 @@ impl<T: Copy> InputGate<T> {
                 .consumer
                 .read_chunk(avail)
                 .expect("avail slots were checked");
+            let mut barrier = None;
+            let mut taken = 0;
             let (a, b) = chunk.as_slices();
             for entry in a.iter().chain(b) {
+                taken += 1;
                 match *entry {
                     Entry::Record(r) => self.buf.push(r),
                     Entry::Watermark(w) => {
@@ -120,6 +169,10 @@ impl<T: Copy> InputGate<T> {
                         debug_assert!(w >= self.watermarks[i], "a channel's watermark went back");
                         self.watermarks[i] = w;
                         advance(&self.watermarks, &self.ended, &mut self.emitted, head)?;
+                    }
+                    Entry::Barrier(b) => {
+                        barrier = Some(b);
+                        break;
                     }
                     Entry::End => {
                         if !self.buf.is_empty() {
@@ -134,12 +187,22 @@ impl<T: Copy> InputGate<T> {
                     }
                 }
             }
-            chunk.commit_all();
-            ch.read += avail as u64;
+            chunk.commit(taken);
+            ch.read += taken as u64;
             ch.producer.notify();
-            consumed += avail;
+            consumed += taken;
             if !self.buf.is_empty() {
                 head.batch(&mut self.buf)?;
+            }
+            if let Some(barrier) = barrier {
+                if self.block_on_barrier {
+                    self.blocked[i] = true;
+                }
+                self.next = (i + 1) % n;
+                return Ok(GatePoll::Barrier {
+                    channel: i,
+                    barrier,
+                });
             }
             if !head.drain()? {
                 self.next = (i + 1) % n;

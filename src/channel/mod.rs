@@ -36,6 +36,8 @@ pub enum Entry<T> {
     Record(T),
     /// The producer's watermark advanced to this timestamp.
     Watermark(Timestamp),
+    /// A checkpoint barrier: everything before it belongs to the checkpoint.
+    Barrier(crate::snapshot::Barrier),
     /// The producer's stream ended; nothing follows.
     End,
 }
@@ -136,6 +138,16 @@ impl<T: crate::record::Record> ChannelReceiver<T> {
             }
             fn drain(&mut self) -> crate::Result<bool> {
                 Ok(true)
+            }
+            fn barrier(
+                &mut self,
+                _: crate::snapshot::Barrier,
+                _: &mut crate::snapshot::TaskSnapshot,
+            ) -> crate::Result<()> {
+                Ok(())
+            }
+            fn notify(&mut self, _: crate::snapshot::CheckpointNotice) -> crate::Result<()> {
+                Ok(())
             }
         }
         self.gate

@@ -49,6 +49,16 @@ impl Collector<u64> for Log {
     fn drain(&mut self) -> Result<bool> {
         Ok(true)
     }
+    fn barrier(
+        &mut self,
+        _: crate::snapshot::Barrier,
+        _: &mut crate::snapshot::TaskSnapshot,
+    ) -> Result<()> {
+        Ok(())
+    }
+    fn notify(&mut self, _: crate::snapshot::CheckpointNotice) -> Result<()> {
+        Ok(())
+    }
 }
 
 type Writer = ChannelWriter<u64, fn(&u64) -> u64>;

@@ -9,6 +9,7 @@ use super::{Entry, Parker, Partitioner};
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::record::{Record, Timestamp};
+use crate::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 
 /// The producer end of one ring, with its overflow stage.
 pub(crate) struct OutChannel<T> {
@@ -186,5 +187,17 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
 
     fn drain(&mut self) -> Result<bool> {
         Ok(self.flush_all())
+    }
+
+    fn barrier(&mut self, barrier: Barrier, _snapshot: &mut TaskSnapshot) -> Result<()> {
+        for o in &mut self.outs {
+            o.write_entry(Entry::Barrier(barrier));
+        }
+        Ok(())
+    }
+
+    fn notify(&mut self, _notice: CheckpointNotice) -> Result<()> {
+        // Notices reach every task from the coordinator; they do not travel on rings.
+        Ok(())
     }
 }

@@ -9,7 +9,9 @@ use super::TwoInputOperator;
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::metrics::Counter;
+use crate::persist::{from_bytes, Persist};
 use crate::record::{Key, Timestamp};
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
 
 /// Per key and window: the records of each side.
 type Sides<L, R> = (Vec<L>, Vec<R>);
@@ -115,8 +117,8 @@ fn insert_all<T: Copy, K: Key, V: Default>(
 impl<L, R, K, O, KL, KR, TL, TR, J> TwoInputOperator<L, R>
     for WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
 where
-    L: Copy + Send,
-    R: Copy + Send,
+    L: Copy + Send + Persist + 'static,
+    R: Copy + Send + Persist + 'static,
     K: Key,
     O: Send,
     KL: Fn(&L) -> K + Send,
@@ -169,6 +171,25 @@ where
     }
     fn drain(&mut self) -> Result<bool> {
         self.next.drain()
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.next.barrier(barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.next.notify(notice)
+    }
+    fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        Ok(Some(Box::new(PersistedFork((
+            self.wm,
+            self.emitted,
+            self.windows.export(),
+        )))))
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let (wm, emitted, windows) = from_bytes(bytes)?;
+        (self.wm, self.emitted) = (wm, emitted);
+        self.windows.import(windows);
+        Ok(())
     }
 }
 

@@ -5,8 +5,10 @@
 
 use crate::collector::Collector;
 use crate::error::Result;
+use crate::persist::Persist;
 use crate::record::{Key, Timestamp};
-use crate::state::KeyedValueState;
+use crate::snapshot::{Barrier, ForkedState};
+use crate::state::{KeyedValueState, Snapshot};
 
 pub(crate) struct KeyedAggregate<T, K, A, O, KF, I, F, R> {
     key: KF,
@@ -37,7 +39,7 @@ impl<T, K: Key, A, O, KF, I, F, R> KeyedAggregate<T, K, A, O, KF, I, F, R> {
 impl<T, K, A, O, KF, I, F, R> Collector<T> for KeyedAggregate<T, K, A, O, KF, I, F, R>
 where
     K: Key,
-    A: Send,
+    A: Persist + Clone + Send + 'static,
     O: Send,
     KF: Fn(&T) -> K + Send,
     I: Fn() -> A + Send,
@@ -55,6 +57,12 @@ where
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);
+    fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        Ok(Some(self.state.fork()))
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.state.restore(bytes)
+    }
 }
 
 #[cfg(test)]

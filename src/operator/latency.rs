@@ -9,6 +9,7 @@ use crate::context::TaskContext;
 use crate::error::Result;
 use crate::metrics::new_latency_histogram;
 use crate::record::Timestamp;
+use crate::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 
 pub(crate) struct LatencyProbe<F, T> {
     created_ns: F,
@@ -49,5 +50,11 @@ impl<T: Send, F: Fn(&T) -> u64 + Send> Collector<T> for LatencyProbe<F, T> {
     }
     fn drain(&mut self) -> Result<bool> {
         self.next.drain()
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.next.barrier(barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.next.notify(notice)
     }
 }

@@ -23,6 +23,16 @@ macro_rules! forward_control {
         fn drain(&mut self) -> Result<bool> {
             self.$next.drain()
         }
+        fn barrier(
+            &mut self,
+            barrier: $crate::snapshot::Barrier,
+            snapshot: &mut $crate::snapshot::TaskSnapshot,
+        ) -> Result<()> {
+            self.$next.barrier(barrier, snapshot)
+        }
+        fn notify(&mut self, notice: $crate::snapshot::CheckpointNotice) -> Result<()> {
+            self.$next.notify(notice)
+        }
     };
 }
 pub(crate) use forward_control;
@@ -37,6 +47,7 @@ pub mod window;
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::record::Timestamp;
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
 
 /// Where `flat_map` functions put their output.
 pub struct Emitter<'a, T> {
@@ -60,6 +71,10 @@ pub(crate) trait TwoInputOperator<A, B>: Send {
     fn end1(&mut self) -> Result<()>;
     fn end2(&mut self) -> Result<()>;
     fn drain(&mut self) -> Result<bool>;
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()>;
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()>;
+    fn snapshot_state(&mut self, barrier: &Barrier) -> Result<Option<Box<dyn ForkedState>>>;
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()>;
 }
 
 /// The left input of a [`TwoInputOperator`] as a [`Collector`], so an input gate can feed it.
@@ -81,6 +96,12 @@ impl<A, B> Collector<A> for Left<'_, A, B> {
     fn drain(&mut self) -> Result<bool> {
         self.0.drain()
     }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.0.barrier(barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.0.notify(notice)
+    }
 }
 
 impl<A, B> Collector<B> for Right<'_, A, B> {
@@ -95,5 +116,11 @@ impl<A, B> Collector<B> for Right<'_, A, B> {
     }
     fn drain(&mut self) -> Result<bool> {
         self.0.drain()
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.0.barrier(barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.0.notify(notice)
     }
 }

@@ -5,7 +5,9 @@
 
 use crate::collector::Collector;
 use crate::error::Result;
+use crate::persist::from_bytes;
 use crate::record::Timestamp;
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
 
 pub(crate) struct WatermarkAssigner<F, T> {
     timestamp: F,
@@ -62,6 +64,19 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
 
     fn drain(&mut self) -> Result<bool> {
         self.next.drain()
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.next.barrier(barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.next.notify(notice)
+    }
+    fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        Ok(Some(Box::new(PersistedFork((self.max_seen, self.emitted)))))
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        (self.max_seen, self.emitted) = from_bytes(bytes)?;
+        Ok(())
     }
 }
 

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::metrics::Counter;
+use crate::persist::{from_bytes, Persist};
 use crate::record::{Key, KeyMap, Timestamp};
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
 
 /// The windows of an event-time window operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +154,26 @@ impl<K: Key, V> OpenWindows<K, V> {
         }
     }
 
+    /// The open windows' contents, oldest first (for snapshots).
+    pub(crate) fn export(&self) -> Vec<(Timestamp, Vec<(K, V)>)>
+    where
+        V: Clone,
+    {
+        self.open
+            .iter()
+            .map(|(s, m)| (*s, m.iter().map(|(k, v)| (*k, v.clone())).collect()))
+            .collect()
+    }
+
+    /// Replaces the open windows with `windows` (from [`OpenWindows::export`]).
+    pub(crate) fn import(&mut self, windows: Vec<(Timestamp, Vec<(K, V)>)>) {
+        self.open = windows
+            .into_iter()
+            .map(|(s, entries)| (s, entries.into_iter().collect()))
+            .collect();
+        self.open.sort_by_key(|(s, _)| *s);
+    }
+
     /// Number of open windows.
     #[allow(dead_code)]
     pub(crate) fn len(&self) -> usize {
@@ -206,7 +228,7 @@ impl<T, K, A, O, KF, TF, I, F, R> crate::collector::Collector<T>
 where
     T: Copy,
     K: Key,
-    A: Send,
+    A: Persist + Clone + Send + 'static,
     O: Send,
     KF: Fn(&T) -> K + Send,
     TF: Fn(&T) -> Timestamp + Send,
@@ -254,6 +276,25 @@ where
 
     fn drain(&mut self) -> Result<bool> {
         self.next.drain()
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.next.barrier(barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.next.notify(notice)
+    }
+    fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        // Window contents and the watermark (the pending timers are the open windows' ends).
+        Ok(Some(Box::new(PersistedFork((
+            self.watermark,
+            self.windows.export(),
+        )))))
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let (watermark, windows) = from_bytes(bytes)?;
+        self.watermark = watermark;
+        self.windows.import(windows);
+        Ok(())
     }
 }
 

@@ -25,9 +25,11 @@ use crate::operator::stateless::{Filter, FlatMap, Map, PassThrough};
 use crate::operator::watermark::WatermarkAssigner;
 use crate::operator::window::{Window, WindowAggregate, WindowBounds};
 use crate::operator::{Emitter, TwoInputOperator};
+use crate::persist::Persist;
 use crate::record::{hash_key, Key, Record, Timestamp};
 use crate::sink::{
-    pull_channel, CollectSink, DiscardSink, EventReceiver, FileSink, Sink, SinkOperator,
+    pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, Sink,
+    SinkOperator, TransactionalCollectSink,
 };
 use crate::source::{EventSender, Generator, PushSource, Source, TextSource};
 
@@ -97,6 +99,7 @@ impl Job {
                 edges: Vec::new(),
                 default_parallelism: 1,
                 max_parallelism: 128,
+                checkpointing: None,
             })),
         }
     }
@@ -110,6 +113,12 @@ impl Job {
     /// The number of key groups: the upper bound of any keyed operator's parallelism.
     pub fn with_max_parallelism(self, max_parallelism: usize) -> Job {
         self.graph.borrow_mut().max_parallelism = max_parallelism;
+        self
+    }
+
+    /// Turns checkpointing on (it is off unless configured, as in Flink).
+    pub fn with_checkpointing(self, config: crate::checkpoint::CheckpointConfig) -> Job {
+        self.graph.borrow_mut().checkpointing = Some(config);
         self
     }
 
@@ -178,8 +187,11 @@ impl Job {
         MS: Fn(&TaskContext) -> Result<S> + 'static,
     {
         let p = self.graph.borrow().default_parallelism;
-        let kind = NodeKind::Source(Box::new(move |ctx, out, batch, control| {
-            let source = make(ctx)?;
+        let kind = NodeKind::Source(Box::new(move |ctx, out, batch, control, checkpointing| {
+            let mut source = make(ctx)?;
+            if let Some(offset) = ctx.restored_state() {
+                source.seek(offset)?;
+            }
             let out = downcast_collector::<T>(out);
             Ok(Box::new(SourceTask::new(
                 ctx.clone(),
@@ -187,6 +199,7 @@ impl Job {
                 out,
                 batch,
                 control,
+                checkpointing,
             )) as Box<dyn Task>)
         }));
         let id = self.add_node("source", p, false, kind, fan_out_of::<T>(), Vec::new());
@@ -264,8 +277,13 @@ impl<T> Stream<T> {
 }
 
 /// Wraps one subtask's operator so its panics name it, and erases its type for the plan.
-fn guarded<T: 'static>(ctx: &TaskContext, op: Box<dyn Collector<T>>) -> AnyBox {
-    Box::new(Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn Collector<T>>)
+/// Restores the operator's state when the job restarts from a checkpoint.
+fn guarded<T: 'static>(ctx: &TaskContext, op: Box<dyn Collector<T>>) -> Result<AnyBox> {
+    let mut op = Guarded::new(ctx.clone(), op);
+    if let Some(bytes) = ctx.restored_state() {
+        op.restore_state(bytes)?;
+    }
+    Ok(Box::new(Box::new(op) as Box<dyn Collector<T>>))
 }
 
 /// A chained one-input operator over a stream of `T` that may not be plain data.
@@ -278,11 +296,9 @@ where
     let job = s.job();
     let p = s.parallelism();
     let kind = NodeKind::OneInput {
-        make: Box::new(move |ctx, down| {
-            Ok(guarded(ctx, make(ctx, downcast_collector::<U>(down))?))
-        }),
+        make: Box::new(move |ctx, down| guarded(ctx, make(ctx, downcast_collector::<U>(down))?)),
         // Never a task head: its input edge has no rings, and the plan refuses to break it.
-        make_task: Box::new(|_, _, _, _| {
+        make_task: Box::new(|_, _, _, _, _| {
             unreachable!("an edge carrying non-plain records is always chained")
         }),
     };
@@ -319,7 +335,7 @@ impl LineStream {
 }
 
 fn make_one_input_task<T: Record>() -> super::graph::MakeTask {
-    Box::new(|ctx, readers, head, budget| {
+    Box::new(|ctx, readers, head, budget, checkpointing| {
         let channels = readers
             .into_iter()
             .flat_map(|(_, r)| downcast_readers::<T>(r))
@@ -329,6 +345,7 @@ fn make_one_input_task<T: Record>() -> super::graph::MakeTask {
             InputGate::new(channels),
             downcast_collector::<T>(head),
             budget,
+            checkpointing,
         ))
     })
 }
@@ -350,7 +367,7 @@ impl<T: Record> Stream<T> {
         let job = self.job();
         let kind = NodeKind::OneInput {
             make: Box::new(move |ctx, down| {
-                Ok(guarded(ctx, make(ctx, downcast_collector::<U>(down))?))
+                guarded(ctx, make(ctx, downcast_collector::<U>(down))?)
             }),
             make_task: make_one_input_task::<T>(),
         };
@@ -489,10 +506,10 @@ impl<T: Record> Stream<T> {
         let job = self.job();
         let kind = NodeKind::OneInput {
             make: Box::new(|ctx, down| {
-                Ok(guarded::<T>(
+                guarded::<T>(
                     ctx,
                     Box::new(PassThrough::new(downcast_collector::<T>(down))),
-                ))
+                )
             }),
             make_task: make_one_input_task::<T>(),
         };
@@ -558,11 +575,13 @@ impl<T: Record> Stream<T> {
                     ctx.metrics.late_counter(),
                     downcast_collector::<O>(down),
                 );
-                Ok(Box::new(
-                    Box::new(Guarded::new(ctx.clone(), op)) as Box<dyn TwoInputOperator<T, R>>
-                ) as AnyBox)
+                let mut op = Guarded::new(ctx.clone(), op);
+                if let Some(bytes) = ctx.restored_state() {
+                    op.restore_state(bytes)?;
+                }
+                Ok(Box::new(Box::new(op) as Box<dyn TwoInputOperator<T, R>>) as AnyBox)
             }),
-            make_task: Box::new(|ctx, readers, head, budget| {
+            make_task: Box::new(|ctx, readers, head, budget, checkpointing| {
                 let (mut left, mut right) = (Vec::new(), Vec::new());
                 for (input, r) in readers {
                     if input == 0 {
@@ -577,6 +596,7 @@ impl<T: Record> Stream<T> {
                     InputGate::new(right),
                     downcast_two::<T, R>(head),
                     budget,
+                    checkpointing,
                 ))
             }),
         };
@@ -623,6 +643,18 @@ impl<T: Record> Stream<T> {
         out
     }
 
+    /// Collects records through a two-phase-commit sink: they become visible in the returned
+    /// [`CommittedOutput`] only when the checkpoint after them completes (or the job finishes),
+    /// so exactly-once holds across failures.
+    pub fn collect_exactly_once(self) -> CommittedOutput<T> {
+        let out = CommittedOutput::new();
+        let o = out.clone();
+        self.sink_node("collect-exactly-once", move |ctx| {
+            Ok(TransactionalCollectSink::new(o.clone(), ctx.clone()))
+        });
+        out
+    }
+
     /// Writes every record, formatted by `format`, to `<dir>/part-<subtask>`.
     pub fn write_files<F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static>(
         self,
@@ -665,7 +697,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     /// (created by `init`) and `result` makes the record emitted for it.
     pub fn aggregate<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
     where
-        A: Send + 'static,
+        A: Persist + Clone + Send + 'static,
         O: Record,
         I: Fn() -> A + Clone + Send + 'static,
         F: Fn(&mut A, T) + Clone + Send + 'static,
@@ -723,7 +755,7 @@ where
     /// per key.
     pub fn aggregate<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
     where
-        A: Send + 'static,
+        A: Persist + Clone + Send + 'static,
         O: Record,
         I: Fn() -> A + Clone + Send + 'static,
         F: Fn(&mut A, T) + Clone + Send + 'static,

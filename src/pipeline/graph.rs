@@ -9,6 +9,7 @@ use super::task::{JobControl, Task};
 use crate::channel::{
     channel, ChannelReader, ChannelWriter, KeyRouter, OutChannel, Partitioner, Partitioning,
 };
+use crate::checkpoint::task::TaskCheckpointing;
 use crate::collector::{Collector, FanOut, Nowhere};
 use crate::context::TaskContext;
 use crate::error::Result;
@@ -22,11 +23,25 @@ pub(crate) type AnyBox = Box<dyn Any + Send>;
 /// Makes one subtask's chain element from its downstream collector.
 pub(crate) type MakeOperator = Box<dyn Fn(&TaskContext, AnyBox) -> Result<AnyBox>>;
 /// Makes a source task from its downstream collector, the batch size and the job's controls.
-pub(crate) type MakeSource =
-    Box<dyn Fn(&TaskContext, AnyBox, usize, Arc<JobControl>) -> Result<Box<dyn Task>>>;
+pub(crate) type MakeSource = Box<
+    dyn Fn(
+        &TaskContext,
+        AnyBox,
+        usize,
+        Arc<JobControl>,
+        Option<TaskCheckpointing>,
+    ) -> Result<Box<dyn Task>>,
+>;
 /// Makes a task from the readers of each input (input index, readers) and the chain head.
-pub(crate) type MakeTask =
-    Box<dyn Fn(&TaskContext, Vec<(usize, AnyBox)>, AnyBox, usize) -> Box<dyn Task>>;
+pub(crate) type MakeTask = Box<
+    dyn Fn(
+        &TaskContext,
+        Vec<(usize, AnyBox)>,
+        AnyBox,
+        usize,
+        Option<TaskCheckpointing>,
+    ) -> Box<dyn Task>,
+>;
 /// Combines the collectors of a node's outgoing edges into one.
 pub(crate) type MakeFanOut = Box<dyn Fn(Vec<AnyBox>) -> AnyBox>;
 /// Makes an edge's rings: writers per upstream subtask, readers per downstream subtask.
@@ -82,6 +97,24 @@ pub(crate) struct Graph {
     pub(crate) edges: Vec<Edge>,
     pub(crate) default_parallelism: usize,
     pub(crate) max_parallelism: usize,
+    pub(crate) checkpointing: Option<crate::checkpoint::CheckpointConfig>,
+}
+
+impl Graph {
+    /// A fingerprint of the graph's shape: operator names and parallelism, and edges. A
+    /// checkpoint is restored only into a job with the same fingerprint.
+    pub(crate) fn fingerprint(&self) -> String {
+        let mut h = crate::record::KeyHasher::default();
+        use std::hash::{Hash, Hasher};
+        for n in &self.nodes {
+            n.name.hash(&mut h);
+            n.parallelism.hash(&mut h);
+        }
+        for e in &self.edges {
+            (e.from, e.to, e.input, e.partitioning as u8).hash(&mut h);
+        }
+        format!("{:016x}", h.finish())
+    }
 }
 
 /// The fan-out constructor for a node whose output type is `T`.

@@ -11,7 +11,7 @@ mod plan;
 mod task;
 
 pub use api::{Job, KeyedStream, LineStream, Stream, WindowedStream, DEFAULT_EXTERNAL_RING};
-pub(crate) use plan::{build as build_plan, PlanEnv, PlanLimits};
+pub(crate) use plan::{build as build_plan, CheckpointWiring, PlanEnv, PlanLimits};
 pub(crate) use task::{JobControl, Task, TaskPoll};
 
 /// The text of a panic payload.

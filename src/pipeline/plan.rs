@@ -7,10 +7,15 @@ use std::sync::Arc;
 use super::graph::{AnyBox, ChannelSpec, Graph, NodeKind};
 use super::task::{JobControl, Task};
 use crate::channel::Partitioning;
-use crate::context::{Clock, TaskContext};
+use crate::checkpoint::coordinator::TaskEndpoint;
+use crate::checkpoint::task::{BarrierAligner, TaskAck, TaskCheckpointing};
+use crate::checkpoint::{CheckpointMode, CheckpointStorage};
+use crate::context::{AttemptScope, Clock, TaskContext};
 use crate::error::{Error, Result};
 use crate::metrics::JobMetrics;
+use crate::snapshot::{FaultInjector, RestoredState};
 use crate::wake::Parker;
+use std::sync::mpsc::Sender;
 
 /// Sizes the physical plan is built with.
 #[derive(Clone, Copy, Debug)]
@@ -24,6 +29,15 @@ pub(crate) struct PlanLimits {
 pub(crate) struct PhysicalPlan {
     /// Tasks with the worker that owns each.
     pub(crate) tasks: Vec<(usize, Box<dyn Task>)>,
+    /// How the checkpoint coordinator reaches each task (empty without checkpointing).
+    pub(crate) endpoints: Vec<TaskEndpoint>,
+}
+
+/// What the plan needs to make tasks take part in checkpoints.
+pub(crate) struct CheckpointWiring {
+    pub(crate) mode: CheckpointMode,
+    pub(crate) acks: Sender<TaskAck>,
+    pub(crate) storage: Arc<CheckpointStorage>,
 }
 
 pub(crate) struct PlanEnv {
@@ -31,6 +45,10 @@ pub(crate) struct PlanEnv {
     pub(crate) metrics: Arc<JobMetrics>,
     pub(crate) control: Arc<JobControl>,
     pub(crate) parkers: Vec<Arc<Parker>>,
+    pub(crate) restored: Option<Arc<RestoredState>>,
+    pub(crate) faults: Option<Arc<FaultInjector>>,
+    pub(crate) attempt: Arc<AttemptScope>,
+    pub(crate) checkpointing: Option<CheckpointWiring>,
 }
 
 fn validate(graph: &Graph) -> Result<()> {
@@ -117,6 +135,9 @@ impl Builder<'_> {
             clock: self.env.clock,
             metrics: self.env.metrics.clone(),
             parker: self.env.parkers[self.worker(subtask)].clone(),
+            restored: self.env.restored.clone(),
+            faults: self.env.faults.clone(),
+            attempt: self.env.attempt.clone(),
         }
     }
 
@@ -193,6 +214,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
         b.readers.push(r.into_iter().map(Some).collect());
     }
     let mut tasks = Vec::new();
+    let mut endpoints = Vec::new();
     for (id, node) in graph.nodes.iter().enumerate() {
         let head = match node.kind {
             NodeKind::Source(_) => true,
@@ -212,10 +234,31 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
         }
         for i in 0..node.parallelism {
             let ctx = b.ctx(id, i);
+            let mut control = None;
+            let checkpointing = env.checkpointing.as_ref().map(|w| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                control = Some(tx);
+                TaskCheckpointing {
+                    task: tasks.len(),
+                    mode: w.mode,
+                    control: rx,
+                    acks: w.acks.clone(),
+                    storage: w.storage.clone(),
+                    faults: env.faults.clone(),
+                    clock: env.clock,
+                    aligner: BarrierAligner::new(0),
+                }
+            });
             let task = match &node.kind {
                 NodeKind::Source(make) => {
                     let out = b.output(id, i)?;
-                    make(&ctx, out, limits.batch_size, env.control.clone())?
+                    make(
+                        &ctx,
+                        out,
+                        limits.batch_size,
+                        env.control.clone(),
+                        checkpointing,
+                    )?
                 }
                 NodeKind::OneInput { make_task, .. } | NodeKind::TwoInput { make_task, .. } => {
                     let head = b.chained(id, i)?;
@@ -229,13 +272,22 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                             )
                         })
                         .collect();
-                    make_task(&ctx, readers, head, limits.batch_size)
+                    make_task(&ctx, readers, head, limits.batch_size, checkpointing)
                 }
             };
+            if let Some(control) = control {
+                let is_source = matches!(node.kind, NodeKind::Source(_));
+                endpoints.push(TaskEndpoint {
+                    index: tasks.len(),
+                    name: task.name().to_string(),
+                    is_source,
+                    control,
+                });
+            }
             tasks.push((b.worker(i), task));
         }
     }
-    Ok(PhysicalPlan { tasks })
+    Ok(PhysicalPlan { tasks, endpoints })
 }
 
 #[cfg(test)]
@@ -250,6 +302,10 @@ mod tests {
             metrics: Arc::new(JobMetrics::default()),
             control: Arc::new(JobControl::default()),
             parkers: (0..workers).map(|_| Arc::new(Parker::default())).collect(),
+            restored: None,
+            faults: None,
+            attempt: Arc::new(AttemptScope::default()),
+            checkpointing: None,
         };
         let limits = PlanLimits {
             workers,

@@ -9,12 +9,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::channel::{GatePoll, InputGate};
+use crate::checkpoint::task::{
+    Alignment, BarrierAligner, TaskCheckpointing, TaskControl, TaskStats,
+};
 use crate::collector::Collector;
 use crate::context::TaskContext;
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::operator::{Left, Right, TwoInputOperator};
 use crate::record::Timestamp;
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
 use crate::source::{Source, SourcePoll};
 
 /// What one poll of a task achieved.
@@ -73,13 +77,43 @@ impl<C> Guarded<C> {
     pub(crate) fn new(ctx: TaskContext, inner: C) -> Self {
         Guarded { ctx, inner }
     }
+
+    /// Counts records for injected failures (tests); a no-op unless faults are configured.
+    #[inline]
+    fn count_for_faults(&self, n: usize) -> Result<()> {
+        match &self.ctx.faults {
+            Some(f) => f
+                .on_records(&self.ctx.operator, n)
+                .map_err(|e| with_subtask(e, self.ctx.subtask)),
+            None => Ok(()),
+        }
+    }
 }
 
 impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        self.count_for_faults(records.len())?;
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.batch(records))
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        let inner = &mut self.inner;
+        let ctx = &self.ctx;
+        guard(ctx, || {
+            if let Some(state) = inner.snapshot_state(&barrier)? {
+                snapshot.add(ctx.operator.clone(), ctx.subtask, state);
+            }
+            inner.barrier(barrier, snapshot)
+        })
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        let inner = &mut self.inner;
+        guard(&self.ctx, || inner.notify(notice))
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let inner = &mut self.inner;
+        guard(&self.ctx, || inner.restore_state(bytes))
     }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
         let inner = &mut self.inner;
@@ -96,11 +130,34 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
 }
 
 impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        let inner = &mut self.inner;
+        let ctx = &self.ctx;
+        guard(ctx, || {
+            if let Some(state) = inner.snapshot_state(&barrier)? {
+                snapshot.add(ctx.operator.clone(), ctx.subtask, state);
+            }
+            inner.barrier(barrier, snapshot)
+        })
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        let inner = &mut self.inner;
+        guard(&self.ctx, || inner.notify(notice))
+    }
+    fn snapshot_state(&mut self, barrier: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        self.inner.snapshot_state(barrier)
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let inner = &mut self.inner;
+        guard(&self.ctx, || inner.restore_state(bytes))
+    }
     fn batch1(&mut self, records: &mut Vec<A>) -> Result<()> {
+        self.count_for_faults(records.len())?;
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.batch1(records))
     }
     fn batch2(&mut self, records: &mut Vec<B>) -> Result<()> {
+        self.count_for_faults(records.len())?;
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.batch2(records))
     }
@@ -126,6 +183,20 @@ impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
     }
 }
 
+/// Names the subtask in an injected failure.
+fn with_subtask(e: Error, subtask: usize) -> Error {
+    match e {
+        Error::OperatorPanicked {
+            operator, message, ..
+        } => Error::OperatorPanicked {
+            operator,
+            subtask,
+            message,
+        },
+        other => other,
+    }
+}
+
 fn task_name(ctx: &TaskContext) -> String {
     format!("{} ({}/{})", ctx.operator, ctx.subtask + 1, ctx.parallelism)
 }
@@ -138,6 +209,30 @@ enum Phase {
     Done,
 }
 
+/// A source's offset, stored as its raw bytes.
+struct OffsetFork(Vec<u8>);
+
+impl ForkedState for OffsetFork {
+    fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<u64> {
+        out.write_all(&self.0)?;
+        Ok(self.0.len() as u64)
+    }
+}
+
+/// Handles the coordinator's notices for a task whose chain head is `notify`.
+fn apply_notice(
+    cp: &mut TaskCheckpointing,
+    notice: CheckpointNotice,
+    notify: &mut dyn FnMut(CheckpointNotice) -> Result<()>,
+) -> Result<bool> {
+    let mut unblock = false;
+    if let CheckpointNotice::Aborted(id) = notice {
+        unblock = cp.aligner.abort(id);
+    }
+    notify(notice)?;
+    Ok(unblock)
+}
+
 /// A source subtask and its chain.
 pub(crate) struct SourceTask<T> {
     name: String,
@@ -148,6 +243,7 @@ pub(crate) struct SourceTask<T> {
     batch_size: usize,
     emitted: Arc<Counter>,
     control: Arc<JobControl>,
+    checkpointing: Option<TaskCheckpointing>,
     phase: Phase,
 }
 
@@ -158,6 +254,7 @@ impl<T> SourceTask<T> {
         out: Box<dyn Collector<T>>,
         batch_size: usize,
         control: Arc<JobControl>,
+        checkpointing: Option<TaskCheckpointing>,
     ) -> Self {
         let emitted = ctx.metrics.source_counter();
         SourceTask {
@@ -169,8 +266,37 @@ impl<T> SourceTask<T> {
             batch_size,
             emitted,
             control,
+            checkpointing,
             phase: Phase::Running,
         }
+    }
+
+    /// Takes this source's part of checkpoint `barrier`: its offset, then the chain's state,
+    /// then the barrier goes downstream behind everything emitted so far.
+    fn checkpoint(&mut self, barrier: Barrier) -> Result<()> {
+        let cp = self
+            .checkpointing
+            .as_ref()
+            .expect("triggers reach checkpointed sources only");
+        cp.check_sync_fault(&barrier, &self.name)?;
+        let start = self.ctx.now_ns();
+        let mut snapshot = TaskSnapshot::new(barrier);
+        if let Some(offset) = self.source.offset() {
+            snapshot.add(
+                self.ctx.operator.clone(),
+                self.ctx.subtask,
+                Box::new(OffsetFork(offset)),
+            );
+        }
+        self.out.barrier(barrier, &mut snapshot)?;
+        let now = self.ctx.now_ns();
+        let stats = TaskStats {
+            start_delay_ns: start.saturating_sub(barrier.trigger_ns),
+            sync_ns: now - start,
+            ..Default::default()
+        };
+        cp.write_async(snapshot, stats);
+        Ok(())
     }
 }
 
@@ -182,6 +308,17 @@ impl<T: Send> Task for SourceTask<T> {
     fn poll(&mut self) -> Result<TaskPoll> {
         if self.phase == Phase::Done {
             return Ok(TaskPoll::Finished);
+        }
+        while let Some(msg) = self.checkpointing.as_ref().and_then(|c| c.next_control()) {
+            match msg {
+                TaskControl::Trigger(b) if self.phase == Phase::Running => self.checkpoint(b)?,
+                TaskControl::Trigger(_) => {}
+                TaskControl::Notice(n) => {
+                    let out = &mut self.out;
+                    let cp = self.checkpointing.as_mut().expect("message came from it");
+                    apply_notice(cp, n, &mut |n| out.notify(n))?;
+                }
+            }
         }
         if !self.out.drain()? {
             return Ok(TaskPoll::Idle);
@@ -213,29 +350,94 @@ impl<T: Send> Task for SourceTask<T> {
     }
 }
 
+/// Snapshot bookkeeping shared by the one- and two-input tasks: when the aligner reports a
+/// complete alignment, run `snapshot` (the chain's synchronous part) and start the write.
+fn snapshot_aligned(
+    cp: &TaskCheckpointing,
+    name: &str,
+    barrier: Barrier,
+    first_ns: u64,
+    snapshot: impl FnOnce(&mut TaskSnapshot) -> Result<()>,
+) -> Result<()> {
+    cp.check_sync_fault(&barrier, name)?;
+    let start = cp.clock.now_ns();
+    let mut snap = TaskSnapshot::new(barrier);
+    snapshot(&mut snap)?;
+    let now = cp.clock.now_ns();
+    let stats = TaskStats {
+        start_delay_ns: first_ns.saturating_sub(barrier.trigger_ns),
+        alignment_ns: start.saturating_sub(first_ns),
+        sync_ns: now - start,
+        ..Default::default()
+    };
+    cp.write_async(snap, stats);
+    Ok(())
+}
+
 /// A subtask with one input (possibly fed by several edges, as after a union).
 pub(crate) struct OneInputTask<T> {
     name: String,
     gate: InputGate<T>,
     head: Box<dyn Collector<T>>,
     budget: usize,
+    checkpointing: Option<TaskCheckpointing>,
     phase: Phase,
 }
 
-impl<T> OneInputTask<T> {
+impl<T: Copy> OneInputTask<T> {
     pub(crate) fn new(
         ctx: &TaskContext,
-        gate: InputGate<T>,
+        mut gate: InputGate<T>,
         head: Box<dyn Collector<T>>,
         budget: usize,
+        checkpointing: Option<TaskCheckpointing>,
     ) -> Self {
+        gate.set_blocking(checkpointing.as_ref().is_some_and(|c| c.blocks()));
+        let mut checkpointing = checkpointing;
+        if let Some(cp) = checkpointing.as_mut() {
+            cp.aligner = BarrierAligner::new(gate.channels());
+        }
         OneInputTask {
             name: task_name(ctx),
             gate,
             head,
             budget,
+            checkpointing,
             phase: Phase::Running,
         }
+    }
+
+    fn on_barrier(&mut self, channel: usize, barrier: Barrier) -> Result<()> {
+        let cp = self
+            .checkpointing
+            .as_mut()
+            .expect("barriers flow only in checkpointed jobs");
+        match cp.aligner.on_barrier(channel, barrier, cp.clock.now_ns()) {
+            Alignment::Stale => self.gate.unblock(channel),
+            Alignment::Superseded => {
+                self.gate.unblock_all();
+                if cp.blocks() {
+                    self.gate.block(channel);
+                }
+            }
+            Alignment::Waiting => {}
+        }
+        self.try_complete()
+    }
+
+    fn try_complete(&mut self) -> Result<()> {
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return Ok(());
+        };
+        let gate = &self.gate;
+        if let Some((barrier, first_ns)) = cp.aligner.complete(|i| gate.is_ended(i)) {
+            let head = &mut self.head;
+            snapshot_aligned(cp, &self.name, barrier, first_ns, |snap| {
+                head.barrier(barrier, snap)
+            })?;
+            self.gate.unblock_all();
+        }
+        Ok(())
     }
 }
 
@@ -248,6 +450,15 @@ impl<T: Copy + Send> Task for OneInputTask<T> {
         if self.phase == Phase::Done {
             return Ok(TaskPoll::Finished);
         }
+        while let Some(msg) = self.checkpointing.as_ref().and_then(|c| c.next_control()) {
+            if let TaskControl::Notice(n) = msg {
+                let head = &mut self.head;
+                let cp = self.checkpointing.as_mut().expect("message came from it");
+                if apply_notice(cp, n, &mut |n| head.notify(n))? {
+                    self.gate.unblock_all();
+                }
+            }
+        }
         if !self.head.drain()? {
             return Ok(TaskPoll::Idle);
         }
@@ -255,9 +466,17 @@ impl<T: Copy + Send> Task for OneInputTask<T> {
             self.phase = Phase::Done;
             return Ok(TaskPoll::Finished);
         }
-        Ok(match self.gate.poll(&mut *self.head, self.budget)? {
-            GatePoll::Progress => TaskPoll::Progress,
+        let polled = self.gate.poll(&mut *self.head, self.budget)?;
+        Ok(match polled {
+            GatePoll::Progress => {
+                self.try_complete()?;
+                TaskPoll::Progress
+            }
             GatePoll::Idle => TaskPoll::Idle,
+            GatePoll::Barrier { channel, barrier } => {
+                self.on_barrier(channel, barrier)?;
+                TaskPoll::Progress
+            }
             GatePoll::Finished => {
                 self.phase = Phase::Ending;
                 TaskPoll::Progress
@@ -266,34 +485,95 @@ impl<T: Copy + Send> Task for OneInputTask<T> {
     }
 }
 
-/// A subtask of a two-input operator.
+/// A subtask of a two-input operator. Its aligner numbers the left input's channels first.
 pub(crate) struct TwoInputTask<A, B> {
     name: String,
     left: InputGate<A>,
     right: InputGate<B>,
     op: Box<dyn TwoInputOperator<A, B>>,
     budget: usize,
+    checkpointing: Option<TaskCheckpointing>,
     done: [bool; 2],
     phase: Phase,
 }
 
-impl<A, B> TwoInputTask<A, B> {
+impl<A: Copy, B: Copy> TwoInputTask<A, B> {
     pub(crate) fn new(
         ctx: &TaskContext,
-        left: InputGate<A>,
-        right: InputGate<B>,
+        mut left: InputGate<A>,
+        mut right: InputGate<B>,
         op: Box<dyn TwoInputOperator<A, B>>,
         budget: usize,
+        checkpointing: Option<TaskCheckpointing>,
     ) -> Self {
+        let blocks = checkpointing.as_ref().is_some_and(|c| c.blocks());
+        left.set_blocking(blocks);
+        right.set_blocking(blocks);
+        let mut checkpointing = checkpointing;
+        if let Some(cp) = checkpointing.as_mut() {
+            cp.aligner = BarrierAligner::new(left.channels() + right.channels());
+        }
         TwoInputTask {
             name: task_name(ctx),
             left,
             right,
             op,
             budget,
+            checkpointing,
             done: [false; 2],
             phase: Phase::Running,
         }
+    }
+
+    fn unblock_all(&mut self) {
+        self.left.unblock_all();
+        self.right.unblock_all();
+    }
+
+    fn on_barrier(&mut self, channel: usize, barrier: Barrier) -> Result<()> {
+        let cp = self
+            .checkpointing
+            .as_mut()
+            .expect("barriers flow only in checkpointed jobs");
+        let n_left = self.left.channels();
+        match cp.aligner.on_barrier(channel, barrier, cp.clock.now_ns()) {
+            Alignment::Stale if channel < n_left => self.left.unblock(channel),
+            Alignment::Stale => self.right.unblock(channel - n_left),
+            Alignment::Superseded => {
+                let blocks = cp.blocks();
+                self.unblock_all();
+                if blocks && channel < n_left {
+                    self.left.block(channel);
+                } else if blocks {
+                    self.right.block(channel - n_left);
+                }
+            }
+            Alignment::Waiting => {}
+        }
+        self.try_complete()
+    }
+
+    fn try_complete(&mut self) -> Result<()> {
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return Ok(());
+        };
+        let (left, right) = (&self.left, &self.right);
+        let n_left = left.channels();
+        let ended = |i: usize| {
+            if i < n_left {
+                left.is_ended(i)
+            } else {
+                right.is_ended(i - n_left)
+            }
+        };
+        if let Some((barrier, first_ns)) = cp.aligner.complete(ended) {
+            let op = &mut self.op;
+            snapshot_aligned(cp, &self.name, barrier, first_ns, |snap| {
+                op.barrier(barrier, snap)
+            })?;
+            self.unblock_all();
+        }
+        Ok(())
     }
 }
 
@@ -305,6 +585,15 @@ impl<A: Copy + Send, B: Copy + Send> Task for TwoInputTask<A, B> {
     fn poll(&mut self) -> Result<TaskPoll> {
         if self.phase == Phase::Done {
             return Ok(TaskPoll::Finished);
+        }
+        while let Some(msg) = self.checkpointing.as_ref().and_then(|c| c.next_control()) {
+            if let TaskControl::Notice(n) = msg {
+                let op = &mut self.op;
+                let cp = self.checkpointing.as_mut().expect("message came from it");
+                if apply_notice(cp, n, &mut |n| op.notify(n))? {
+                    self.unblock_all();
+                }
+            }
         }
         if !self.op.drain()? {
             return Ok(TaskPoll::Idle);
@@ -318,6 +607,10 @@ impl<A: Copy + Send, B: Copy + Send> Task for TwoInputTask<A, B> {
             match self.left.poll(&mut Left(&mut *self.op), self.budget)? {
                 GatePoll::Progress => progress = true,
                 GatePoll::Idle => {}
+                GatePoll::Barrier { channel, barrier } => {
+                    self.on_barrier(channel, barrier)?;
+                    progress = true;
+                }
                 GatePoll::Finished => {
                     self.done[0] = true;
                     progress = true;
@@ -328,11 +621,19 @@ impl<A: Copy + Send, B: Copy + Send> Task for TwoInputTask<A, B> {
             match self.right.poll(&mut Right(&mut *self.op), self.budget)? {
                 GatePoll::Progress => progress = true,
                 GatePoll::Idle => {}
+                GatePoll::Barrier { channel, barrier } => {
+                    let n_left = self.left.channels();
+                    self.on_barrier(n_left + channel, barrier)?;
+                    progress = true;
+                }
                 GatePoll::Finished => {
                     self.done[1] = true;
                     progress = true;
                 }
             }
+        }
+        if progress {
+            self.try_complete()?;
         }
         if self.done == [true, true] {
             self.phase = Phase::Ending;

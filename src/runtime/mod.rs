@@ -6,19 +6,22 @@
 //! ring it reads from (or one it waits to write into) wakes it. So an idle job costs nothing
 //! and many jobs can share two cores, while a busy worker never parks.
 //!
-//! May touch: `pipeline` (the plan and tasks it runs), `context`, `error`, `metrics`, `wake`.
+//! May touch: `checkpoint` (starts the coordinator, finds the checkpoint to restore),
+//! `pipeline` (the plan and tasks it runs), `context`, `error`, `metrics`, `wake`.
 
 mod worker;
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::context::Clock;
+use crate::checkpoint::coordinator::Coordinator;
+use crate::checkpoint::{CheckpointStats, CheckpointStorage};
+use crate::context::{AttemptScope, Clock};
 use crate::error::{Error, Result};
 use crate::metrics::{JobMetrics, JobReport};
-use crate::pipeline::{build_plan, Job, JobControl, PlanEnv, PlanLimits};
+use crate::pipeline::{build_plan, CheckpointWiring, Job, JobControl, PlanEnv, PlanLimits};
 use crate::wake::Parker;
 use worker::{RunState, Worker};
 
@@ -94,25 +97,58 @@ impl RunConfig {
     }
 }
 
-/// The cores this process may run on.
+/// The cores this process may use, read once per process.
+///
+/// NB: `core_affinity::get_core_ids` reads the *calling thread's* affinity mask, which is one
+/// core once that thread is pinned; reading it once, early, keeps a pinned caller (or a job
+/// started from a worker) from seeing a single core.
+fn core_ids() -> &'static [core_affinity::CoreId] {
+    static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
+    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
+}
+
+/// The number of cores this process may use.
 pub fn available_cores() -> usize {
-    core_affinity::get_core_ids()
-        .map(|c| c.len())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-        })
+    match core_ids().len() {
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        n => n,
+    }
+}
+
+/// What outlives attempts: checkpoint ids and failure reasons.
+#[derive(Default)]
+struct AttemptShared {
+    next_checkpoint: Arc<std::sync::atomic::AtomicU64>,
+    checkpoint_failures: Arc<Mutex<Vec<String>>>,
+}
+
+/// One attempt of a job: its workers and, with checkpointing, its coordinator. A failover
+/// ends the attempt and starts a new one from the latest checkpoint.
+struct Attempt {
+    threads: Vec<JoinHandle<()>>,
+    state: Arc<RunState>,
+    parkers: Vec<Arc<Parker>>,
+    scope: Arc<AttemptScope>,
+    coordinator: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
 }
 
 /// A running job.
+///
+/// With checkpointing, a failing task fails the job over: every task stops, and the job
+/// restarts from its latest complete checkpoint under the restart strategy. The handle is
+/// tied to the thread that built the job (it keeps the job's graph for restarts).
 pub struct JobHandle {
-    threads: Vec<JoinHandle<()>>,
+    job: Job,
+    config: RunConfig,
     control: Arc<JobControl>,
-    state: Arc<RunState>,
     metrics: Arc<JobMetrics>,
-    parkers: Vec<Arc<Parker>>,
+    stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    shared: Arc<AttemptShared>,
+    attempt: Option<Attempt>,
+    restarts: u32,
+    notes: Vec<String>,
     started: Instant,
     workers: usize,
 }
@@ -132,14 +168,19 @@ impl JobHandle {
     }
 
     fn wake_all(&self) {
-        for p in &self.parkers {
-            p.unpark_now();
+        if let Some(a) = &self.attempt {
+            for p in &a.parkers {
+                p.unpark_now();
+            }
         }
     }
 
-    /// Whether every worker has exited.
+    /// Whether the current attempt's workers have all exited (after a failure the job may
+    /// still restart: [`JobHandle::try_finish`] decides).
     pub fn is_finished(&self) -> bool {
-        self.threads.iter().all(|t| t.is_finished())
+        self.attempt
+            .as_ref()
+            .is_none_or(|a| a.threads.iter().all(|t| t.is_finished()))
     }
 
     /// Live metrics.
@@ -152,106 +193,314 @@ impl JobHandle {
         self.started.elapsed()
     }
 
-    /// Waits for the job to end.
+    /// Restarts so far.
+    pub fn restarts(&self) -> u32 {
+        self.restarts
+    }
+
+    /// Statistics of the checkpoints completed so far.
+    pub fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Messages about recovery (restarts, restored checkpoints, damaged ones skipped), oldest
+    /// first.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Why checkpoints failed (declined, expired, failed to write), oldest first.
+    pub fn checkpoint_failures(&self) -> Vec<String> {
+        self.shared
+            .checkpoint_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// If the current attempt ended: restarts the job when a failure allows it (returns
+    /// `None`), or returns the job's result. `None` while the attempt runs.
+    pub fn try_finish(&mut self) -> Option<Result<JobReport>> {
+        if !self.is_finished() {
+            return None;
+        }
+        self.finish_attempt()
+    }
+
+    /// Waits for the job to end, restarting it after failures as configured.
     pub fn join(mut self) -> Result<JobReport> {
-        for t in self.threads.drain(..) {
-            // Workers catch every panic of the tasks they run; a panic here is a worker bug.
+        loop {
+            if let Some(a) = self.attempt.as_mut() {
+                for t in a.threads.drain(..) {
+                    // Workers catch every panic of their tasks; a panic here is a worker bug.
+                    if t.join().is_err() {
+                        a.state
+                            .fail(Error::config("a worker thread panicked outside any task"));
+                    }
+                }
+            }
+            if let Some(result) = self.finish_attempt() {
+                return result;
+            }
+        }
+    }
+
+    fn finish_attempt(&mut self) -> Option<Result<JobReport>> {
+        let mut a = self.attempt.take()?;
+        for t in a.threads.drain(..) {
             if t.join().is_err() {
-                self.state
+                a.state
                     .fail(Error::config("a worker thread panicked outside any task"));
             }
         }
-        if let Some(e) = self.state.take_error() {
-            return Err(e);
+        if let Some((t, shutdown)) = a.coordinator.take() {
+            shutdown.store(true, Ordering::SeqCst);
+            let _ = t.join();
         }
-        if !self.state.completed() {
-            return Err(Error::Cancelled);
+        if let Some(e) = a.state.take_error() {
+            let cancelled = self.control.cancel.load(Ordering::SeqCst);
+            let strategy = self
+                .job
+                .graph
+                .borrow()
+                .checkpointing
+                .as_ref()
+                .map(|c| c.restart);
+            let delay = strategy.and_then(|s| s.delay(self.restarts));
+            match delay {
+                Some(delay) if e.is_retryable() && !cancelled => {
+                    self.notes
+                        .push(format!("restart {} after: {e}", self.restarts + 1));
+                    std::thread::sleep(delay);
+                    self.restarts += 1;
+                    match start_attempt(
+                        &self.job,
+                        &self.config,
+                        &self.control,
+                        &self.metrics,
+                        &self.stats,
+                        &self.shared,
+                        &mut self.notes,
+                    ) {
+                        Ok(next) => {
+                            self.attempt = Some(next);
+                            return None;
+                        }
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+                _ => return Some(Err(e)),
+            }
         }
-        Ok(JobReport {
+        if !a.state.completed() {
+            return Some(Err(Error::Cancelled));
+        }
+        a.scope.succeed();
+        Some(Ok(JobReport {
             source_records: self.metrics.source_records(),
             sink_records: self.metrics.sink_records(),
             late_records: self.metrics.late_records(),
             elapsed: self.started.elapsed(),
             workers: self.workers,
             latency_ns: self.metrics.latency(),
-        })
+            checkpoints: self.checkpoint_stats(),
+            restarts: self.restarts,
+        }))
     }
 }
 
 impl Drop for JobHandle {
     fn drop(&mut self) {
-        if !self.threads.is_empty() {
-            self.cancel();
-            for t in self.threads.drain(..) {
+        if let Some(mut a) = self.attempt.take() {
+            self.control.cancel.store(true, Ordering::SeqCst);
+            for p in &a.parkers {
+                p.unpark_now();
+            }
+            for t in a.threads.drain(..) {
+                let _ = t.join();
+            }
+            if let Some((t, shutdown)) = a.coordinator.take() {
+                shutdown.store(true, Ordering::SeqCst);
                 let _ = t.join();
             }
         }
     }
 }
 
+/// Starts one attempt: restores the latest checkpoint (if checkpointing), builds the tasks,
+/// spawns the workers and the coordinator.
+fn start_attempt(
+    job: &Job,
+    config: &RunConfig,
+    control: &Arc<JobControl>,
+    metrics: &Arc<JobMetrics>,
+    stats: &Arc<Mutex<Vec<CheckpointStats>>>,
+    shared: &Arc<AttemptShared>,
+    notes: &mut Vec<String>,
+) -> Result<Attempt> {
+    let graph = job.graph.borrow();
+    let workers = config.effective_workers();
+    let parkers: Vec<Arc<Parker>> = (0..workers).map(|_| Arc::new(Parker::default())).collect();
+    let scope = Arc::new(AttemptScope::default());
+    let clock = Clock::start();
+    let state = Arc::new(RunState::new(workers, parkers.clone()));
+    let fingerprint = graph.fingerprint();
+    if let Some(f) = graph.checkpointing.as_ref().and_then(|c| c.faults.as_ref()) {
+        f.new_attempt();
+    }
+    let mut restored = None;
+    let mut wiring = None;
+    let mut coordinator = None;
+    if let Some(cfg) = &graph.checkpointing {
+        let storage = Arc::new(CheckpointStorage::new(&cfg.dir));
+        let (latest, skipped) = storage.latest_valid();
+        notes.extend(skipped);
+        let mut completed = Vec::new();
+        if let Some(c) = latest {
+            if c.metadata.fingerprint != fingerprint {
+                return Err(Error::config(format!(
+                    "checkpoint directory {} holds checkpoints of another job ('{}', graph fingerprint {}; this job is '{}', {})",
+                    cfg.dir.display(),
+                    c.metadata.job,
+                    c.metadata.fingerprint,
+                    graph.name,
+                    fingerprint
+                )));
+            }
+            notes.push(format!(
+                "restored from checkpoint {}",
+                c.metadata.checkpoint
+            ));
+            completed.push(c.metadata.checkpoint);
+            restored = Some(Arc::new(c.state));
+        }
+        // Ids continue past every folder on disk, complete or not, so none is reused.
+        let first_id = storage.list().last().copied().unwrap_or(0) + 1;
+        let (acks_tx, acks_rx) = std::sync::mpsc::channel();
+        wiring = Some(CheckpointWiring {
+            mode: cfg.mode,
+            acks: acks_tx,
+            storage: storage.clone(),
+        });
+        coordinator = Some((cfg.clone(), storage, acks_rx, first_id, completed));
+    }
+    let env = PlanEnv {
+        clock,
+        metrics: metrics.clone(),
+        control: control.clone(),
+        parkers: parkers.clone(),
+        restored,
+        faults: graph.checkpointing.as_ref().and_then(|c| c.faults.clone()),
+        attempt: scope.clone(),
+        checkpointing: wiring,
+    };
+    let limits = PlanLimits {
+        workers,
+        ring_capacity: config.ring_capacity,
+        batch_size: config.batch_size,
+    };
+    let plan = build_plan(&graph, limits, &env)?;
+    let coordinator = match coordinator {
+        Some((cfg, storage, acks, first_id, completed)) => {
+            let shutdown = Arc::new(AtomicBool::new(false));
+            let fail_state = state.clone();
+            let c = Coordinator {
+                config: cfg,
+                storage,
+                tasks: plan.endpoints,
+                acks,
+                clock,
+                first_id,
+                completed,
+                job: graph.name.clone(),
+                fingerprint,
+                stats: stats.clone(),
+                failures: shared.checkpoint_failures.clone(),
+                next_id: shared.next_checkpoint.clone(),
+                shutdown: shutdown.clone(),
+                finished_tasks: scope.finished_tasks.clone(),
+                fail: Box::new(move |e| fail_state.fail(e)),
+            };
+            let t = std::thread::Builder::new()
+                .name(format!("weir-{}-coordinator", graph.name))
+                .spawn(move || c.run())
+                .map_err(|e| Error::Io {
+                    context: "cannot start the checkpoint coordinator".into(),
+                    path: None,
+                    source: e,
+                })?;
+            Some((t, shutdown))
+        }
+        None => None,
+    };
+    let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
+    for (w, t) in plan.tasks {
+        per_worker[w].push(t);
+    }
+    let cores: &[core_affinity::CoreId] = if config.pin_workers { core_ids() } else { &[] };
+    let mut threads = Vec::with_capacity(workers);
+    for (i, tasks) in per_worker.into_iter().enumerate() {
+        let worker = Worker {
+            tasks,
+            parker: parkers[i].clone(),
+            control: control.clone(),
+            state: state.clone(),
+            scope: scope.clone(),
+            core: if cores.is_empty() {
+                None
+            } else {
+                Some(cores[i % cores.len()])
+            },
+        };
+        let t = std::thread::Builder::new()
+            .name(format!("weir-{}-{i}", graph.name))
+            .spawn(move || worker.run())
+            .map_err(|e| Error::Io {
+                context: "cannot start a worker thread".into(),
+                path: None,
+                source: e,
+            })?;
+        threads.push(t);
+    }
+    Ok(Attempt {
+        threads,
+        state,
+        parkers,
+        scope,
+        coordinator,
+    })
+}
+
 impl Job {
     /// Starts the job on its worker threads.
     pub fn start(self, config: RunConfig) -> Result<JobHandle> {
         config.validate()?;
-        let workers = config.effective_workers();
-        let parkers: Vec<Arc<Parker>> = (0..workers).map(|_| Arc::new(Parker::default())).collect();
+        if let Some(cfg) = &self.graph.borrow().checkpointing {
+            cfg.validate()?;
+            if cfg.unaligned {
+                return Err(Error::config("unaligned checkpoints are not available in this version of weir yet; use aligned exactly-once"));
+            }
+        }
         let control = Arc::new(JobControl::default());
         let metrics = Arc::new(JobMetrics::default());
-        let env = PlanEnv {
-            clock: Clock::start(),
-            metrics: metrics.clone(),
-            control: control.clone(),
-            parkers: parkers.clone(),
-        };
-        let limits = PlanLimits {
-            workers,
-            ring_capacity: config.ring_capacity,
-            batch_size: config.batch_size,
-        };
-        let plan = build_plan(&self.graph.borrow(), limits, &env)?;
-        let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
-        for (w, t) in plan.tasks {
-            per_worker[w].push(t);
-        }
-        let cores = if config.pin_workers {
-            core_affinity::get_core_ids().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let state = Arc::new(RunState::new(workers, parkers.clone()));
-        let name = self.name();
-        let mut threads = Vec::with_capacity(workers);
-        for (i, tasks) in per_worker.into_iter().enumerate() {
-            let worker = Worker {
-                index: i,
-                tasks,
-                parker: parkers[i].clone(),
-                control: control.clone(),
-                state: state.clone(),
-                core: if cores.is_empty() {
-                    None
-                } else {
-                    Some(cores[i % cores.len()])
-                },
-            };
-            let t = std::thread::Builder::new()
-                .name(format!("weir-{name}-{i}"))
-                .spawn(move || worker.run())
-                .map_err(|e| Error::Io {
-                    context: "cannot start a worker thread".into(),
-                    path: None,
-                    source: e,
-                })?;
-            threads.push(t);
-        }
+        let stats = Arc::new(Mutex::new(Vec::new()));
+        let mut notes = Vec::new();
+        let shared = Arc::new(AttemptShared::default());
+        let attempt = start_attempt(
+            &self, &config, &control, &metrics, &stats, &shared, &mut notes,
+        )?;
         Ok(JobHandle {
-            threads,
+            job: self,
+            config,
             control,
-            state,
             metrics,
-            parkers,
+            stats,
+            shared,
+            attempt: Some(attempt),
+            restarts: 0,
+            notes,
             started: Instant::now(),
-            workers,
+            workers: config.effective_workers(),
         })
     }
 

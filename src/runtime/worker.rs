@@ -58,11 +58,11 @@ impl RunState {
 }
 
 pub(super) struct Worker {
-    pub(super) index: usize,
     pub(super) tasks: Vec<Box<dyn Task>>,
     pub(super) parker: Arc<Parker>,
     pub(super) control: Arc<JobControl>,
     pub(super) state: Arc<RunState>,
+    pub(super) scope: Arc<crate::context::AttemptScope>,
     pub(super) core: Option<core_affinity::CoreId>,
 }
 
@@ -73,7 +73,6 @@ impl Worker {
             // Pinning can fail in restricted containers; the job still runs, unpinned.
             let _ = core_affinity::set_for_current(core);
         }
-        let _ = self.index;
         let mut idle_rounds = 0u32;
         let mut announced = false;
         loop {
@@ -97,6 +96,7 @@ impl Worker {
                     Ok(TaskPoll::Progress) => progress = true,
                     Ok(TaskPoll::Idle) => {}
                     Ok(TaskPoll::Finished) => {
+                        self.scope.finished_tasks.fetch_add(1, Ordering::SeqCst);
                         self.tasks.swap_remove(i);
                         progress = true;
                         continue;

@@ -4,6 +4,7 @@
 //!
 //! - [`DiscardSink`]: drops everything (benchmarks).
 //! - [`CollectSink`]: collects into a shared `Vec` (tests).
+//! - `transactional`: collects exactly once, committing per checkpoint ([`CommittedOutput`]).
 //! - [`FileSink`]: one file per subtask, each record formatted by a function.
 //! - `pull`: the embedding API, a lock-free ring from the job to a host thread.
 //!
@@ -11,9 +12,12 @@
 //! `record`, `wake`.
 
 mod pull;
+mod transactional;
 
 pub(crate) use pull::pull_channel;
 pub use pull::EventReceiver;
+pub use transactional::CommittedOutput;
+pub(crate) use transactional::TransactionalCollectSink;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -24,6 +28,7 @@ use crate::collector::Collector;
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::record::Timestamp;
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
 
 /// One subtask of a sink.
 pub trait Sink<T>: Send {
@@ -36,6 +41,19 @@ pub trait Sink<T>: Send {
     /// Pushes output held back by a full buffer; `true` when nothing is held back.
     fn drain(&mut self) -> Result<bool> {
         Ok(true)
+    }
+    /// Checkpoint `checkpoint`'s barrier arrived: pre-commit (make this checkpoint's output
+    /// durable but not visible) and return what must be in the snapshot to commit it later.
+    fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Box<dyn ForkedState>>> {
+        Ok(None)
+    }
+    /// The coordinator decided a checkpoint's fate: commit on completion.
+    fn notify(&mut self, _notice: CheckpointNotice) -> Result<()> {
+        Ok(())
+    }
+    /// Restart from a checkpoint: `bytes` is what [`Sink::pre_commit`] captured; commit it.
+    fn restore(&mut self, _bytes: &[u8]) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -65,6 +83,18 @@ impl<T, S: Sink<T>> Collector<T> for SinkOperator<S> {
     }
     fn drain(&mut self) -> Result<bool> {
         self.sink.drain()
+    }
+    fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {
+        Ok(())
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.sink.notify(notice)
+    }
+    fn snapshot_state(&mut self, barrier: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        self.sink.pre_commit(barrier.id)
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.sink.restore(bytes)
     }
 }
 

@@ -27,7 +27,7 @@ impl<T: Copy> EventReceiver<T> {
                     self.ended = true;
                     return None;
                 }
-                Ok(Entry::Watermark(_)) => continue,
+                Ok(Entry::Watermark(_) | Entry::Barrier(_)) => continue,
                 Err(_) => return None,
             }
         }

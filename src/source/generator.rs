@@ -79,6 +79,22 @@ impl<F> GeneratorSubtask<F> {
 }
 
 impl<T, F: Fn(u64, u64) -> T + Send> Source<T> for GeneratorSubtask<F> {
+    /// The offset is the next index. (The rate limit restarts from the time of a restore.)
+    fn offset(&self) -> Option<Vec<u8>> {
+        Some(crate::persist::to_bytes(&self.next))
+    }
+
+    fn seek(&mut self, offset: &[u8]) -> Result<()> {
+        let next: u64 = crate::persist::from_bytes(offset)?;
+        if next % self.step != self.next % self.step {
+            return Err(crate::Error::Corrupt(format!(
+                "generator offset {next} belongs to another subtask"
+            )));
+        }
+        self.next = next;
+        Ok(())
+    }
+
     #[inline]
     fn poll(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
         if self.next >= self.end {

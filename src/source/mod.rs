@@ -34,4 +34,17 @@ pub enum SourcePoll {
 pub trait Source<T>: Send {
     /// Appends up to `max` records to `out`.
     fn poll(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll>;
+
+    /// The position to replay from after recovery: everything emitted so far is before it.
+    /// `None` for sources that cannot replay (such a job restarts them from scratch).
+    fn offset(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Moves to a position returned by [`Source::offset`].
+    fn seek(&mut self, _offset: &[u8]) -> Result<()> {
+        Err(crate::Error::config(
+            "this source cannot be replayed from a checkpoint",
+        ))
+    }
 }

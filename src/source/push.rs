@@ -139,7 +139,7 @@ impl<T: Copy + Send> Source<T> for PushSource<T> {
                     ended = true;
                     break;
                 }
-                Entry::Watermark(_) => {}
+                Entry::Watermark(_) | Entry::Barrier(_) => {}
             }
         }
         chunk.commit(taken);

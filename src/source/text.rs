@@ -125,6 +125,48 @@ impl TextSubtask {
 }
 
 impl Source<String> for TextSubtask {
+    /// The offset is (range index, byte position of the next line in that range's file), or
+    /// (range index, `u64::MAX`) for a range not opened yet.
+    fn offset(&self) -> Option<Vec<u8>> {
+        let (range, pos) = match &self.open {
+            Some(open) => (self.next_range - 1, open.pos),
+            None => (self.next_range, u64::MAX),
+        };
+        Some(crate::persist::to_bytes(&(range as u64, pos)))
+    }
+
+    fn seek(&mut self, offset: &[u8]) -> Result<()> {
+        let (range, pos): (u64, u64) = crate::persist::from_bytes(offset)?;
+        let range = range as usize;
+        self.open = None;
+        self.next_range = range;
+        let Some((path, start, end)) = self.ranges.get(range).cloned() else {
+            return Ok(()); // everything was read
+        };
+        if pos == u64::MAX {
+            return Ok(()); // the range opens as usual, skipping a line begun in the previous one
+        }
+        if pos < start {
+            return Err(Error::Corrupt(format!(
+                "text offset {pos} before its range in {}",
+                path.display()
+            )));
+        }
+        let file = File::open(&path).map_err(|e| Error::io("cannot open input file", &path, e))?;
+        let mut reader = BufReader::with_capacity(256 * 1024, file);
+        reader
+            .seek(SeekFrom::Start(pos))
+            .map_err(|e| Error::io("cannot seek input file", &path, e))?;
+        self.next_range = range + 1;
+        self.open = Some(OpenRange {
+            reader,
+            path,
+            pos,
+            end,
+        });
+        Ok(())
+    }
+
     fn poll(
         &mut self,
         _ctx: &TaskContext,

@@ -6,26 +6,20 @@
 //! its map; the arena backend (a later issue) forks by sharing pages copy-on-write behind the
 //! same two calls, so operators need not change.
 //!
-//! May touch: `record`, `error`.
+//! May touch: `error`, `persist`, `record`, `snapshot`.
 
-use std::io::{self, Read, Write};
-
-use bytemuck::Pod;
-
+use crate::error::Result;
+use crate::persist::{from_bytes, Persist};
 use crate::record::{Key, KeyMap};
+
+pub use crate::snapshot::{ForkedState, PersistedFork};
 
 /// State that can be snapshotted in two steps.
 pub trait Snapshot {
     /// The synchronous part: capture the current state so later writes do not affect it.
     fn fork(&mut self) -> Box<dyn ForkedState>;
     /// Replaces the state with what [`ForkedState::write_to`] wrote.
-    fn restore(&mut self, from: &mut dyn Read) -> io::Result<()>;
-}
-
-/// A captured state, written out in the background.
-pub trait ForkedState: Send {
-    /// Writes the captured state; returns the bytes written.
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<u64>;
+    fn restore(&mut self, bytes: &[u8]) -> Result<()>;
 }
 
 /// One value per key (Flink's `ValueState`), local to a subtask.
@@ -86,43 +80,16 @@ impl<K: Key, V> KeyedValueState<K, V> {
     }
 }
 
-struct CopiedEntries<K, V> {
-    entries: Vec<(K, V)>,
-}
-
-impl<K: Pod + Send, V: Pod + Send> ForkedState for CopiedEntries<K, V> {
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<u64> {
-        out.write_all(&(self.entries.len() as u64).to_le_bytes())?;
-        let mut n = 8;
-        for (k, v) in &self.entries {
-            out.write_all(bytemuck::bytes_of(k))?;
-            out.write_all(bytemuck::bytes_of(v))?;
-            n += (std::mem::size_of::<K>() + std::mem::size_of::<V>()) as u64;
-        }
-        Ok(n)
-    }
-}
-
-impl<K: Key + Pod, V: Pod + Send> Snapshot for KeyedValueState<K, V> {
+impl<K: Key, V: Persist + Clone + Send + 'static> Snapshot for KeyedValueState<K, V> {
     fn fork(&mut self) -> Box<dyn ForkedState> {
-        Box::new(CopiedEntries {
-            entries: self.map.iter().map(|(k, v)| (*k, *v)).collect(),
-        })
+        // Until the arena backend lands, the fork copies the entries (DESIGN.md allows this).
+        let entries: Vec<(K, V)> = self.map.iter().map(|(k, v)| (*k, v.clone())).collect();
+        Box::new(PersistedFork(entries))
     }
 
-    fn restore(&mut self, from: &mut dyn Read) -> io::Result<()> {
-        let mut len = [0u8; 8];
-        from.read_exact(&mut len)?;
-        let len = u64::from_le_bytes(len);
-        let mut map = KeyMap::default();
-        for _ in 0..len {
-            let mut k = K::zeroed();
-            let mut v = V::zeroed();
-            from.read_exact(bytemuck::bytes_of_mut(&mut k))?;
-            from.read_exact(bytemuck::bytes_of_mut(&mut v))?;
-            map.insert(k, v);
-        }
-        self.map = map;
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        let entries: Vec<(K, V)> = from_bytes(bytes)?;
+        self.map = entries.into_iter().collect();
         Ok(())
     }
 }
@@ -146,14 +113,14 @@ mod tests {
         let n = fork.write_to(&mut bytes).unwrap();
         assert_eq!(n as usize, bytes.len());
         let mut r: KeyedValueState<u64, u64> = KeyedValueState::new();
-        r.restore(&mut bytes.as_slice()).unwrap();
+        r.restore(&bytes).unwrap();
         assert_eq!(r.len(), 100);
         for k in 0..100 {
             assert_eq!(r.get(&k), Some(&(k * 10)));
         }
         assert_eq!(s.get(&5), Some(&51));
         assert!(
-            r.restore(&mut &bytes[..10]).is_err(),
+            r.restore(&bytes[..10]).is_err(),
             "a truncated snapshot must not restore"
         );
     }

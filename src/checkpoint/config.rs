@@ -1,0 +1,312 @@
+//! [`CheckpointConfig`]: when and how checkpoints are taken, and how a failed job restarts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::snapshot::FaultInjector;
+
+/// The guarantee checkpoints give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// Barriers are aligned: a task with several inputs snapshots only once every input
+    /// delivered the barrier. After recovery, results are as if no failure happened.
+    ExactlyOnce,
+    /// Barriers are only counted: records read after an early barrier may be processed
+    /// again after recovery. Nothing is lost.
+    AtLeastOnce,
+}
+
+impl std::str::FromStr for CheckpointMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "exactly-once" => Ok(CheckpointMode::ExactlyOnce),
+            "at-least-once" => Ok(CheckpointMode::AtLeastOnce),
+            other => Err(format!(
+                "'{other}' is not a checkpoint mode (exactly-once or at-least-once)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for CheckpointMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CheckpointMode::ExactlyOnce => "exactly-once",
+            CheckpointMode::AtLeastOnce => "at-least-once",
+        })
+    }
+}
+
+/// How a failed job is restarted from its latest checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RestartStrategy {
+    /// Never: the first failure fails the job.
+    None,
+    /// Up to `attempts` restarts, `delay` apart.
+    FixedDelay {
+        /// Restarts allowed.
+        attempts: u32,
+        /// Wait before each restart.
+        delay: Duration,
+    },
+    /// Up to `attempts` restarts; the wait starts at `initial` and is multiplied by
+    /// `multiplier` after each restart, up to `max`.
+    ExponentialBackoff {
+        /// Restarts allowed.
+        attempts: u32,
+        /// The first wait.
+        initial: Duration,
+        /// The longest wait.
+        max: Duration,
+        /// Growth factor (at least 1).
+        multiplier: f64,
+    },
+}
+
+impl RestartStrategy {
+    /// The wait before restart number `restart` (from 0), or `None` if no restart is left.
+    pub fn delay(&self, restart: u32) -> Option<Duration> {
+        match *self {
+            RestartStrategy::None => None,
+            RestartStrategy::FixedDelay { attempts, delay } => {
+                (restart < attempts).then_some(delay)
+            }
+            RestartStrategy::ExponentialBackoff {
+                attempts,
+                initial,
+                max,
+                multiplier,
+            } => (restart < attempts).then(|| {
+                let f = multiplier.max(1.0).powi(restart.min(64) as i32);
+                initial.mul_f64(f).min(max)
+            }),
+        }
+    }
+}
+
+/// Checkpointing settings. Checkpointing is off unless a job is given one (as in Flink).
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::checkpoint::{CheckpointConfig, CheckpointMode};
+/// let dir = tempfile::tempdir().unwrap();
+/// let cfg = CheckpointConfig::new(dir.path())
+///     .interval(Duration::from_millis(500))
+///     .mode(CheckpointMode::ExactlyOnce)
+///     .retain(3);
+/// cfg.validate().unwrap();
+/// ```
+#[derive(Clone, Debug)]
+pub struct CheckpointConfig {
+    /// Where checkpoints are written (`chk-<n>/` folders).
+    pub dir: PathBuf,
+    /// Time between checkpoint triggers.
+    pub interval: Duration,
+    /// Exactly-once (aligned) or at-least-once.
+    pub mode: CheckpointMode,
+    /// Unaligned checkpoints: barriers overtake in-flight data, which is stored instead.
+    pub unaligned: bool,
+    /// With unaligned on: start aligned and switch to unaligned at a task that has waited
+    /// this long for alignment.
+    pub alignment_timeout: Option<Duration>,
+    /// A checkpoint not complete after this long is aborted.
+    pub timeout: Duration,
+    /// Least time between the end of one checkpoint and the trigger of the next.
+    pub min_pause: Duration,
+    /// Checkpoints in flight at once.
+    pub max_concurrent: usize,
+    /// Consecutive failed checkpoints tolerated before the job fails.
+    pub tolerable_failures: u32,
+    /// Completed checkpoints kept on disk.
+    pub retained: usize,
+    /// How the job restarts after a failure.
+    pub restart: RestartStrategy,
+    /// Failure points for tests.
+    pub faults: Option<Arc<FaultInjector>>,
+}
+
+impl CheckpointConfig {
+    /// Exactly-once aligned checkpoints into `dir` every second, with Flink-like defaults.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        CheckpointConfig {
+            dir: dir.into(),
+            interval: Duration::from_secs(1),
+            mode: CheckpointMode::ExactlyOnce,
+            unaligned: false,
+            alignment_timeout: None,
+            timeout: Duration::from_secs(600),
+            min_pause: Duration::ZERO,
+            max_concurrent: 1,
+            tolerable_failures: 3,
+            retained: 1,
+            restart: RestartStrategy::FixedDelay {
+                attempts: 10,
+                delay: Duration::from_millis(100),
+            },
+            faults: None,
+        }
+    }
+    /// Sets the interval.
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+    /// Sets the mode.
+    pub fn mode(mut self, mode: CheckpointMode) -> Self {
+        self.mode = mode;
+        self
+    }
+    /// Turns unaligned checkpoints on or off.
+    pub fn unaligned(mut self, unaligned: bool) -> Self {
+        self.unaligned = unaligned;
+        self
+    }
+    /// Sets the aligned-checkpoint timeout (with unaligned on).
+    pub fn alignment_timeout(mut self, timeout: Duration) -> Self {
+        self.alignment_timeout = Some(timeout);
+        self
+    }
+    /// Sets the checkpoint timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Sets the minimum pause between checkpoints.
+    pub fn min_pause(mut self, pause: Duration) -> Self {
+        self.min_pause = pause;
+        self
+    }
+    /// Sets the maximum concurrent checkpoints.
+    pub fn max_concurrent(mut self, n: usize) -> Self {
+        self.max_concurrent = n;
+        self
+    }
+    /// Sets the tolerable consecutive failures.
+    pub fn tolerable_failures(mut self, n: u32) -> Self {
+        self.tolerable_failures = n;
+        self
+    }
+    /// Sets how many completed checkpoints are kept.
+    pub fn retain(mut self, n: usize) -> Self {
+        self.retained = n;
+        self
+    }
+    /// Sets the restart strategy.
+    pub fn restart(mut self, strategy: RestartStrategy) -> Self {
+        self.restart = strategy;
+        self
+    }
+    /// Injects failures (tests).
+    pub fn faults(mut self, faults: Arc<FaultInjector>) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+
+    /// Checks the settings, and that the directory can be created and written.
+    pub fn validate(&self) -> Result<()> {
+        if self.interval.is_zero() {
+            return Err(Error::config(
+                "the checkpoint interval must be greater than zero",
+            ));
+        }
+        if self.timeout.is_zero() {
+            return Err(Error::config(
+                "the checkpoint timeout must be greater than zero",
+            ));
+        }
+        if self.max_concurrent == 0 {
+            return Err(Error::config(
+                "at least one concurrent checkpoint must be allowed",
+            ));
+        }
+        if self.retained == 0 {
+            return Err(Error::config(
+                "at least one completed checkpoint must be retained",
+            ));
+        }
+        if self.unaligned && self.mode == CheckpointMode::AtLeastOnce {
+            return Err(Error::config(
+                "unaligned checkpoints need exactly-once mode (at-least-once never aligns)",
+            ));
+        }
+        if self.alignment_timeout.is_some() && !self.unaligned {
+            return Err(Error::config(
+                "an alignment timeout needs unaligned checkpoints turned on",
+            ));
+        }
+        if self.alignment_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::config(
+                "the alignment timeout must be greater than zero",
+            ));
+        }
+        if let RestartStrategy::ExponentialBackoff { multiplier, .. } = self.restart {
+            if !(multiplier >= 1.0 && multiplier.is_finite()) {
+                return Err(Error::config(
+                    "the back-off multiplier must be a finite number of at least 1",
+                ));
+            }
+        }
+        check_writable(&self.dir)
+    }
+}
+
+fn check_writable(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io("cannot create the checkpoint directory", dir, e))?;
+    let probe = dir.join(".weir-write-probe");
+    std::fs::write(&probe, b"probe")
+        .map_err(|e| Error::io("the checkpoint directory is not writable", dir, e))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_combinations_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = CheckpointConfig::new(dir.path());
+        ok.validate().unwrap();
+        let bad = [
+            ok.clone().interval(Duration::ZERO),
+            ok.clone().timeout(Duration::ZERO),
+            ok.clone().max_concurrent(0),
+            ok.clone().retain(0),
+            ok.clone().unaligned(true).mode(CheckpointMode::AtLeastOnce),
+            ok.clone().alignment_timeout(Duration::from_millis(5)),
+            CheckpointConfig::new("/proc/weir-cannot-write-here"),
+        ];
+        for cfg in bad {
+            assert!(cfg.validate().is_err(), "{cfg:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn restart_delays() {
+        let fixed = RestartStrategy::FixedDelay {
+            attempts: 2,
+            delay: Duration::from_millis(5),
+        };
+        assert_eq!(fixed.delay(0), Some(Duration::from_millis(5)));
+        assert_eq!(fixed.delay(2), None);
+        let exp = RestartStrategy::ExponentialBackoff {
+            attempts: 5,
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(50),
+            multiplier: 2.0,
+        };
+        let delays: Vec<_> = (0..6)
+            .map(|i| exp.delay(i).map(|d| d.as_millis()))
+            .collect();
+        assert_eq!(
+            delays,
+            vec![Some(10), Some(20), Some(40), Some(50), Some(50), None]
+        );
+        assert_eq!(RestartStrategy::None.delay(0), None);
+    }
+}

@@ -1,0 +1,272 @@
+//! The checkpoint coordinator: its own thread, never a worker. It triggers checkpoints at the
+//! sources, collects the tasks' acknowledgements, completes a checkpoint by writing its
+//! `_metadata` atomically, then tells every task (sinks commit); it aborts checkpoints that
+//! time out or are declined, tells the tasks, and fails the job after too many consecutive
+//! failures. It retains the configured number of completed checkpoints.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::config::CheckpointConfig;
+use super::storage::{
+    CheckpointMetadata, CheckpointStats, CheckpointStorage, TaskFile, FORMAT_VERSION,
+};
+use super::task::{TaskAck, TaskControl, TaskStats};
+use crate::context::Clock;
+use crate::error::Error;
+use crate::snapshot::{Barrier, CheckpointNotice};
+
+/// How the coordinator reaches one task.
+pub(crate) struct TaskEndpoint {
+    pub(crate) index: usize,
+    pub(crate) name: String,
+    pub(crate) is_source: bool,
+    pub(crate) control: Sender<TaskControl>,
+}
+
+/// Everything the coordinator thread owns.
+pub(crate) struct Coordinator {
+    pub(crate) config: CheckpointConfig,
+    pub(crate) storage: Arc<CheckpointStorage>,
+    pub(crate) tasks: Vec<TaskEndpoint>,
+    pub(crate) acks: Receiver<TaskAck>,
+    pub(crate) clock: Clock,
+    /// The id of the first checkpoint this attempt triggers.
+    pub(crate) first_id: u64,
+    /// Completed checkpoints already on disk (for retention).
+    pub(crate) completed: Vec<u64>,
+    pub(crate) job: String,
+    pub(crate) fingerprint: String,
+    pub(crate) stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    /// Why checkpoints failed, for the job's notes.
+    pub(crate) failures: Arc<Mutex<Vec<String>>>,
+    /// The next checkpoint id, shared across attempts so ids never repeat.
+    pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
+    /// Set when the attempt ends.
+    pub(crate) shutdown: Arc<AtomicBool>,
+    /// Tasks that finished: once any has, no new checkpoint can complete.
+    pub(crate) finished_tasks: Arc<AtomicUsize>,
+    /// Fails the job.
+    pub(crate) fail: Box<dyn Fn(Error) + Send>,
+}
+
+struct Pending {
+    barrier: Barrier,
+    started: Instant,
+    acks: HashMap<usize, (String, u64, TaskStats)>,
+}
+
+impl Coordinator {
+    pub(crate) fn run(mut self) {
+        let mut next_id = self.first_id.max(self.next_id.load(Ordering::SeqCst));
+        let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
+        let mut consecutive_failures = 0u32;
+        let mut last_completion: Option<Instant> = None;
+        let mut next_trigger = Instant::now() + self.config.interval;
+        loop {
+            if self.shutdown.load(Ordering::SeqCst) {
+                return;
+            }
+            let wait = next_trigger
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_micros(100), Duration::from_millis(5));
+            let mut events = Vec::new();
+            match self.acks.recv_timeout(wait) {
+                Ok(a) => events.push(a),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            events.extend(self.acks.try_iter());
+            for ack in events {
+                let Some(p) = pending.get_mut(&ack.checkpoint) else {
+                    continue;
+                };
+                match ack.result {
+                    Ok(info) => {
+                        p.acks.insert(ack.task, info);
+                        if p.acks.len() == self.tasks.len() {
+                            let p = pending.remove(&ack.checkpoint).expect("present");
+                            match self.complete(p) {
+                                Ok(()) => {
+                                    consecutive_failures = 0;
+                                    last_completion = Some(Instant::now());
+                                    // Older checkpoints still pending are subsumed.
+                                    let older: Vec<u64> =
+                                        pending.range(..ack.checkpoint).map(|(k, _)| *k).collect();
+                                    for id in older {
+                                        pending.remove(&id);
+                                        self.abort(id);
+                                    }
+                                }
+                                Err(reason) => {
+                                    if self.failed(
+                                        &mut consecutive_failures,
+                                        ack.checkpoint,
+                                        &reason,
+                                    ) {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Err(reason) => {
+                        pending.remove(&ack.checkpoint);
+                        if self.failed(
+                            &mut consecutive_failures,
+                            ack.checkpoint,
+                            &format!("task {} declined: {reason}", ack.task),
+                        ) {
+                            return;
+                        }
+                    }
+                }
+            }
+            let expired: Vec<u64> = pending
+                .iter()
+                .filter(|(_, p)| p.started.elapsed() > self.config.timeout)
+                .map(|(k, _)| *k)
+                .collect();
+            for id in expired {
+                pending.remove(&id);
+                let reason = format!("expired after {:?}", self.config.timeout);
+                if self.failed(&mut consecutive_failures, id, &reason) {
+                    return;
+                }
+            }
+            if self.finished_tasks.load(Ordering::SeqCst) > 0 {
+                // Some task finished: it cannot acknowledge, so no checkpoint can complete now.
+                for id in std::mem::take(&mut pending).into_keys() {
+                    self.abort(id);
+                }
+                continue;
+            }
+            let now = Instant::now();
+            let paused = last_completion.is_some_and(|t| now < t + self.config.min_pause);
+            if now >= next_trigger && pending.len() < self.config.max_concurrent && !paused {
+                let id = next_id;
+                next_id += 1;
+                self.next_id.store(next_id, Ordering::SeqCst);
+                next_trigger = now + self.config.interval;
+                if let Err(e) = self.storage.prepare(id) {
+                    if self.failed(&mut consecutive_failures, id, &e.to_string()) {
+                        return;
+                    }
+                    continue;
+                }
+                if self.config.faults.as_ref().is_some_and(|f| f.decline(id)) {
+                    if self.failed(
+                        &mut consecutive_failures,
+                        id,
+                        "declined by the coordinator (injected)",
+                    ) {
+                        return;
+                    }
+                    continue;
+                }
+                let barrier = Barrier {
+                    id,
+                    trigger_ns: self.clock.now_ns(),
+                };
+                for t in self.tasks.iter().filter(|t| t.is_source) {
+                    let _ = t.control.send(TaskControl::Trigger(barrier));
+                }
+                pending.insert(
+                    id,
+                    Pending {
+                        barrier,
+                        started: now,
+                        acks: HashMap::new(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Aborts `id` and counts a failure; returns true when the job was failed.
+    fn failed(&mut self, consecutive: &mut u32, id: u64, reason: &str) -> bool {
+        self.abort(id);
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(format!("checkpoint {id} failed: {reason}"));
+        *consecutive += 1;
+        if *consecutive > self.config.tolerable_failures {
+            (self.fail)(Error::Checkpoint(format!(
+                "{consecutive} consecutive checkpoints failed (tolerable: {}); the last, {id}: {reason}",
+                self.config.tolerable_failures
+            )));
+            return true;
+        }
+        false
+    }
+
+    fn notify(&self, notice: CheckpointNotice) {
+        for t in &self.tasks {
+            // A task that already finished has dropped its inbox; nothing to tell it.
+            let _ = t.control.send(TaskControl::Notice(notice));
+        }
+    }
+
+    fn abort(&mut self, id: u64) {
+        self.notify(CheckpointNotice::Aborted(id));
+        self.storage.discard(id);
+    }
+
+    fn complete(&mut self, p: Pending) -> Result<(), String> {
+        let id = p.barrier.id;
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let max = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.2)).max().unwrap_or(0);
+        let stats = CheckpointStats {
+            id,
+            trigger_ms: ms(p.barrier.trigger_ns),
+            duration_ms: ms(self.clock.now_ns().saturating_sub(p.barrier.trigger_ns)),
+            start_delay_ms: ms(max(|s| s.start_delay_ns)),
+            alignment_ms: ms(max(|s| s.alignment_ns)),
+            sync_ms: ms(max(|s| s.sync_ns)),
+            async_ms: ms(max(|s| s.async_ns)),
+            state_bytes: p.acks.values().map(|a| a.2.state_bytes).sum(),
+            inflight_bytes: p.acks.values().map(|a| a.2.inflight_bytes).sum(),
+        };
+        let mut tasks: Vec<TaskFile> = self
+            .tasks
+            .iter()
+            .map(|t| {
+                let (file, bytes, _) = &p.acks[&t.index];
+                TaskFile {
+                    task: t.index,
+                    name: t.name.clone(),
+                    file: file.clone(),
+                    bytes: *bytes,
+                }
+            })
+            .collect();
+        tasks.sort_by_key(|t| t.task);
+        let metadata = CheckpointMetadata {
+            format: FORMAT_VERSION,
+            job: self.job.clone(),
+            fingerprint: self.fingerprint.clone(),
+            checkpoint: id,
+            mode: self.config.mode.to_string(),
+            completed_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            stats: stats.clone(),
+            tasks,
+        };
+        self.storage.commit(&metadata).map_err(|e| e.to_string())?;
+        self.notify(CheckpointNotice::Complete(id));
+        self.stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(stats);
+        self.completed.push(id);
+        self.storage
+            .retain(&mut self.completed, self.config.retained);
+        Ok(())
+    }
+}

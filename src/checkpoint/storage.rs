@@ -1,0 +1,431 @@
+//! Checkpoint storage: `<dir>/chk-<n>/` with one state file per task and `_metadata`, written
+//! last and atomically (temporary file, fsync, rename, fsync of the folder). A checkpoint
+//! without a valid `_metadata` does not exist.
+//!
+//! Every file starts with a header (magic `WEIR`, format version, file kind) and holds its
+//! payload in blocks of at most 64 KiB, each with its length and CRC-32C, ended by a
+//! terminator that carries the payload's total length. A reader checks all of it and names what
+//! is wrong; a damaged checkpoint is never restored (recovery falls back to an older one).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::persist::{from_bytes, to_bytes};
+use crate::snapshot::RestoredState;
+
+/// Version of the on-disk format; a reader refuses any other.
+pub const FORMAT_VERSION: u32 = 1;
+const MAGIC: [u8; 4] = *b"WEIR";
+const HEADER_BYTES: usize = 16;
+const BLOCK_BYTES: usize = 64 * 1024;
+/// The name of a checkpoint's metadata file.
+pub const METADATA_FILE: &str = "_metadata";
+
+/// What a file holds (checked when it is read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum FileKind {
+    /// One task's state.
+    TaskState = 1,
+    /// A checkpoint's metadata.
+    Metadata = 2,
+}
+
+/// Statistics of one completed checkpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointStats {
+    /// The checkpoint id.
+    pub id: u64,
+    /// Trigger time, milliseconds since the job (attempt) started.
+    pub trigger_ms: f64,
+    /// From trigger to completion.
+    pub duration_ms: f64,
+    /// Longest time from trigger until a task saw the first barrier.
+    pub start_delay_ms: f64,
+    /// Longest barrier alignment at a task.
+    pub alignment_ms: f64,
+    /// Longest synchronous snapshot part at a task.
+    pub sync_ms: f64,
+    /// Longest asynchronous snapshot part at a task.
+    pub async_ms: f64,
+    /// Bytes of state written.
+    pub state_bytes: u64,
+    /// Bytes of in-flight data written (unaligned checkpoints).
+    pub inflight_bytes: u64,
+}
+
+/// One task's file in a checkpoint.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TaskFile {
+    /// The task's index in the job's plan.
+    pub task: usize,
+    /// The task's name.
+    pub name: String,
+    /// The file, relative to the checkpoint's folder.
+    pub file: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// The contents of `_metadata`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointMetadata {
+    /// [`FORMAT_VERSION`].
+    pub format: u32,
+    /// The job's name.
+    pub job: String,
+    /// A fingerprint of the job graph (operators, parallelism, edges).
+    pub fingerprint: String,
+    /// The checkpoint id.
+    pub checkpoint: u64,
+    /// `exactly-once` or `at-least-once`.
+    pub mode: String,
+    /// Wall-clock completion time, milliseconds since the Unix epoch.
+    pub completed_unix_ms: u64,
+    /// Statistics.
+    pub stats: CheckpointStats,
+    /// Every task's file.
+    pub tasks: Vec<TaskFile>,
+}
+
+fn corrupt(path: &Path, what: impl std::fmt::Display) -> Error {
+    Error::Corrupt(format!("{}: {what}", path.display()))
+}
+
+/// Writes `payload` as a checksummed file of `kind`, and fsyncs it. Returns its size.
+pub fn write_file(path: &Path, kind: FileKind, payload: &[u8]) -> std::io::Result<u64> {
+    let mut f = File::create(path)?;
+    let mut out = Vec::with_capacity(payload.len() + payload.len() / BLOCK_BYTES * 8 + 64);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(kind as u32).to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    for block in payload.chunks(BLOCK_BYTES) {
+        out.extend_from_slice(&(block.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(block).to_le_bytes());
+        out.extend_from_slice(block);
+    }
+    // Terminator: a zero-length block carrying the payload's length, so truncation at a
+    // block boundary is detected too.
+    let total = (payload.len() as u64).to_le_bytes();
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&total).to_le_bytes());
+    out.extend_from_slice(&total);
+    f.write_all(&out)?;
+    f.sync_all()?;
+    Ok(out.len() as u64)
+}
+
+/// Reads and verifies a file written by [`write_file`]; returns its payload.
+pub fn read_file(path: &Path, kind: FileKind) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|e| Error::io("cannot read checkpoint file", path, e))?;
+    decode_file(&bytes, kind).map_err(|m| corrupt(path, m))
+}
+
+/// Verifies and decodes a whole file image. Errors say what is wrong; never panics.
+pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<Vec<u8>, String> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(format!(
+            "file too short for a header ({} bytes)",
+            bytes.len()
+        ));
+    }
+    if bytes[..4] != MAGIC {
+        return Err("not a weir checkpoint file (bad magic)".into());
+    }
+    let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+    let version = word(4);
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "format version {version}, this weir reads version {FORMAT_VERSION}"
+        ));
+    }
+    if word(8) != kind as u32 {
+        return Err(format!(
+            "file kind {} where {:?} was expected",
+            word(8),
+            kind
+        ));
+    }
+    let mut pos = HEADER_BYTES;
+    let mut payload = Vec::new();
+    loop {
+        if bytes.len() < pos + 8 {
+            return Err(format!("truncated at byte {pos} (block header missing)"));
+        }
+        let len = word(pos) as usize;
+        let crc = word(pos + 4);
+        pos += 8;
+        if len == 0 {
+            if bytes.len() < pos + 8 {
+                return Err("truncated terminator".into());
+            }
+            let total = &bytes[pos..pos + 8];
+            if crc32c::crc32c(total) != crc {
+                return Err("terminator checksum mismatch".into());
+            }
+            if u64::from_le_bytes(total.try_into().expect("8 bytes")) != payload.len() as u64 {
+                return Err("payload length does not match the terminator (blocks missing)".into());
+            }
+            if bytes.len() != pos + 8 {
+                return Err(format!(
+                    "{} unexpected bytes after the terminator",
+                    bytes.len() - pos - 8
+                ));
+            }
+            return Ok(payload);
+        }
+        if len > BLOCK_BYTES {
+            return Err(format!(
+                "block at byte {} claims {len} bytes (at most {BLOCK_BYTES})",
+                pos - 8
+            ));
+        }
+        if bytes.len() < pos + len {
+            return Err(format!("truncated block at byte {}", pos - 8));
+        }
+        let block = &bytes[pos..pos + len];
+        if crc32c::crc32c(block) != crc {
+            return Err(format!("checksum mismatch in block at byte {}", pos - 8));
+        }
+        payload.extend_from_slice(block);
+        pos += len;
+    }
+}
+
+/// One task's state file content: (operator, subtask, state bytes) per part.
+pub type TaskParts = Vec<(String, u64, Vec<u8>)>;
+
+/// A checkpoint folder tree.
+#[derive(Clone, Debug)]
+pub struct CheckpointStorage {
+    dir: PathBuf,
+}
+
+/// A checkpoint read back and verified.
+#[derive(Debug)]
+pub struct LoadedCheckpoint {
+    /// Its metadata.
+    pub metadata: CheckpointMetadata,
+    /// Its state.
+    pub state: RestoredState,
+}
+
+impl CheckpointStorage {
+    /// Storage under `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        CheckpointStorage { dir: dir.into() }
+    }
+
+    /// The root folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The folder of checkpoint `id`.
+    pub fn checkpoint_dir(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("chk-{id}"))
+    }
+
+    /// Creates the folder of checkpoint `id`.
+    pub fn prepare(&self, id: u64) -> Result<()> {
+        let d = self.checkpoint_dir(id);
+        std::fs::create_dir_all(&d).map_err(|e| Error::io("cannot create checkpoint folder", d, e))
+    }
+
+    /// Writes one task's state file; returns the file name and size.
+    pub fn write_task(&self, id: u64, task: usize, parts: &TaskParts) -> Result<(String, u64)> {
+        let name = format!("task-{task}.state");
+        let path = self.checkpoint_dir(id).join(&name);
+        let bytes = write_file(&path, FileKind::TaskState, &to_bytes(parts))
+            .map_err(|e| Error::io("cannot write task state", &path, e))?;
+        Ok((name, bytes))
+    }
+
+    /// Makes checkpoint `metadata.checkpoint` exist: writes `_metadata` atomically.
+    pub fn commit(&self, metadata: &CheckpointMetadata) -> Result<()> {
+        let d = self.checkpoint_dir(metadata.checkpoint);
+        let tmp = d.join("_metadata.inprogress");
+        let json =
+            serde_json::to_vec_pretty(metadata).map_err(|e| Error::Corrupt(e.to_string()))?;
+        write_file(&tmp, FileKind::Metadata, &json)
+            .map_err(|e| Error::io("cannot write checkpoint metadata", &tmp, e))?;
+        let target = d.join(METADATA_FILE);
+        std::fs::rename(&tmp, &target)
+            .map_err(|e| Error::io("cannot publish checkpoint metadata", &target, e))?;
+        File::open(&d)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io("cannot sync checkpoint folder", &d, e))
+    }
+
+    /// Removes checkpoint `id`'s folder (an aborted or retired checkpoint).
+    pub fn discard(&self, id: u64) {
+        let _ = std::fs::remove_dir_all(self.checkpoint_dir(id));
+    }
+
+    /// Ids of every `chk-<n>` folder, ascending (complete or not).
+    pub fn list(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_str()
+                            .and_then(|n| n.strip_prefix("chk-"))
+                            .and_then(|n| n.parse().ok())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Reads only the metadata of checkpoint `id`.
+    pub fn metadata(&self, id: u64) -> Result<CheckpointMetadata> {
+        let path = self.checkpoint_dir(id).join(METADATA_FILE);
+        if !path.exists() {
+            return Err(Error::Corrupt(format!(
+                "{}: missing (the checkpoint never completed)",
+                path.display()
+            )));
+        }
+        let json = read_file(&path, FileKind::Metadata)?;
+        serde_json::from_slice(&json)
+            .map_err(|e| corrupt(&path, format!("unreadable metadata: {e}")))
+    }
+
+    /// Reads and verifies checkpoint `id` completely.
+    pub fn load(&self, id: u64) -> Result<LoadedCheckpoint> {
+        let metadata = self.metadata(id)?;
+        if metadata.checkpoint != id {
+            return Err(Error::Corrupt(format!(
+                "chk-{id}/_metadata describes checkpoint {}",
+                metadata.checkpoint
+            )));
+        }
+        let mut state = RestoredState::new(id);
+        for t in &metadata.tasks {
+            let path = self.checkpoint_dir(id).join(&t.file);
+            let payload = read_file(&path, FileKind::TaskState)?;
+            let parts: TaskParts = from_bytes(&payload).map_err(|e| corrupt(&path, e))?;
+            for (op, subtask, bytes) in parts {
+                state.insert(op, subtask as usize, bytes);
+            }
+        }
+        Ok(LoadedCheckpoint { metadata, state })
+    }
+
+    /// The newest checkpoint that verifies, with a note for each newer one skipped and why.
+    pub fn latest_valid(&self) -> (Option<LoadedCheckpoint>, Vec<String>) {
+        let mut notes = Vec::new();
+        for id in self.list().into_iter().rev() {
+            if !self.checkpoint_dir(id).join(METADATA_FILE).exists() {
+                // Never completed (crashed or aborted mid-way): not a checkpoint at all.
+                continue;
+            }
+            match self.load(id) {
+                Ok(c) => return (Some(c), notes),
+                Err(e) => notes.push(format!("checkpoint {id} is damaged and was skipped: {e}")),
+            }
+        }
+        (None, notes)
+    }
+
+    /// Keeps the newest `keep` of `completed` and deletes the rest.
+    pub fn retain(&self, completed: &mut Vec<u64>, keep: usize) {
+        completed.sort_unstable();
+        while completed.len() > keep {
+            let old = completed.remove(0);
+            self.discard(old);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_round_trip_and_damage_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let payload: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
+        write_file(&path, FileKind::TaskState, &payload).unwrap();
+        assert_eq!(read_file(&path, FileKind::TaskState).unwrap(), payload);
+        assert!(read_file(&path, FileKind::Metadata).is_err(), "wrong kind");
+        let good = std::fs::read(&path).unwrap();
+        // Truncations and every kind of flipped byte are caught.
+        for cut in [0, 3, 15, 16, 100, 65_000, good.len() - 8, good.len() - 1] {
+            assert!(
+                decode_file(&good[..cut], FileKind::TaskState).is_err(),
+                "cut at {cut}"
+            );
+        }
+        for at in [0, 5, 9, 16, 20, 30, 70_000, good.len() - 3] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x40;
+            assert!(
+                decode_file(&bad, FileKind::TaskState).is_err(),
+                "flip at {at}"
+            );
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        assert!(decode_file(&longer, FileKind::TaskState).is_err());
+    }
+
+    #[test]
+    fn checkpoints_commit_load_and_fall_back_past_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = CheckpointStorage::new(dir.path());
+        for id in 1..=3u64 {
+            s.prepare(id).unwrap();
+            let parts: TaskParts = vec![("op".into(), 0, vec![id as u8; 10])];
+            let (file, bytes) = s.write_task(id, 0, &parts).unwrap();
+            let meta = CheckpointMetadata {
+                format: FORMAT_VERSION,
+                job: "j".into(),
+                fingerprint: "f".into(),
+                checkpoint: id,
+                mode: "exactly-once".into(),
+                completed_unix_ms: 0,
+                stats: CheckpointStats::default(),
+                tasks: vec![TaskFile {
+                    task: 0,
+                    name: "t".into(),
+                    file,
+                    bytes,
+                }],
+            };
+            s.commit(&meta).unwrap();
+        }
+        s.prepare(4).unwrap(); // never completed
+        let (c, notes) = s.latest_valid();
+        assert_eq!(c.unwrap().state.get("op", 0), Some(&[3u8; 10][..]));
+        assert!(notes.is_empty());
+        // Damage checkpoint 3's task file: recovery falls back to 2 and says why.
+        let f = s.checkpoint_dir(3).join("task-0.state");
+        let mut b = std::fs::read(&f).unwrap();
+        b[30] ^= 1;
+        std::fs::write(&f, b).unwrap();
+        let (c, notes) = s.latest_valid();
+        assert_eq!(c.unwrap().metadata.checkpoint, 2);
+        assert!(
+            notes[0].contains("checkpoint 3") && notes[0].contains("checksum"),
+            "{notes:?}"
+        );
+        let mut completed = vec![1, 2, 3];
+        s.retain(&mut completed, 1);
+        assert_eq!(completed, vec![3]);
+        assert_eq!(s.list(), vec![3, 4]);
+    }
+}

@@ -1,0 +1,298 @@
+//! The task side of checkpointing: the control inbox (triggers and notices from the
+//! coordinator), the [`BarrierAligner`], and the asynchronous part of a snapshot (written on
+//! rayon's pool, then acknowledged to the coordinator).
+
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+
+use super::config::CheckpointMode;
+use super::storage::{CheckpointStorage, TaskParts};
+use crate::context::Clock;
+use crate::error::{Error, Result};
+use crate::snapshot::{Barrier, CheckpointNotice, FaultInjector, TaskSnapshot};
+
+/// From the coordinator to one task.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum TaskControl {
+    /// Sources only: take checkpoint `barrier.id` now and inject the barrier.
+    Trigger(Barrier),
+    /// A checkpoint's fate.
+    Notice(CheckpointNotice),
+}
+
+/// Per-task timings and sizes of one checkpoint.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TaskStats {
+    pub(crate) start_delay_ns: u64,
+    pub(crate) alignment_ns: u64,
+    pub(crate) sync_ns: u64,
+    pub(crate) async_ns: u64,
+    pub(crate) state_bytes: u64,
+    pub(crate) inflight_bytes: u64,
+}
+
+/// From one task to the coordinator: its part of a checkpoint is durable, or it declines.
+#[derive(Debug)]
+pub(crate) struct TaskAck {
+    pub(crate) checkpoint: u64,
+    pub(crate) task: usize,
+    pub(crate) result: std::result::Result<(String, u64, TaskStats), String>,
+}
+
+/// What happened to a barrier at the aligner.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Alignment {
+    /// From a checkpoint already done or abandoned here: ignore it (and unblock its channel).
+    Stale,
+    /// Waiting for other channels.
+    Waiting,
+    /// A newer checkpoint's barrier abandoned the one being aligned: unblock every channel
+    /// but this one.
+    Superseded,
+}
+
+struct Pending {
+    barrier: Barrier,
+    first_ns: u64,
+    seen: Vec<bool>,
+}
+
+/// Tracks which input channels of a task delivered the barrier of the checkpoint in progress.
+/// Channels that ended count as delivered (their producer finished and sends no barrier).
+pub(crate) struct BarrierAligner {
+    channels: usize,
+    pending: Option<Pending>,
+    /// The newest checkpoint snapshotted or abandoned here.
+    done: u64,
+}
+
+impl BarrierAligner {
+    pub(crate) fn new(channels: usize) -> Self {
+        BarrierAligner {
+            channels,
+            pending: None,
+            done: 0,
+        }
+    }
+
+    /// Channel `channel` delivered `barrier` at `now_ns`.
+    pub(crate) fn on_barrier(
+        &mut self,
+        channel: usize,
+        barrier: Barrier,
+        now_ns: u64,
+    ) -> Alignment {
+        assert!(channel < self.channels, "channel {channel} out of range");
+        if barrier.id <= self.done {
+            return Alignment::Stale;
+        }
+        let mut result = Alignment::Waiting;
+        match &self.pending {
+            Some(p) if p.barrier.id == barrier.id => {}
+            Some(p) if p.barrier.id > barrier.id => return Alignment::Stale,
+            Some(p) => {
+                self.done = p.barrier.id;
+                self.pending = None;
+                result = Alignment::Superseded;
+            }
+            None => {}
+        }
+        let p = self.pending.get_or_insert_with(|| Pending {
+            barrier,
+            first_ns: now_ns,
+            seen: vec![false; self.channels],
+        });
+        p.seen[channel] = true;
+        result
+    }
+
+    /// If every channel delivered the pending barrier or ended: the barrier, and when its
+    /// first copy arrived. The aligner is then ready for the next checkpoint.
+    pub(crate) fn complete(&mut self, ended: impl Fn(usize) -> bool) -> Option<(Barrier, u64)> {
+        let p = self.pending.as_ref()?;
+        if (0..self.channels).all(|i| p.seen[i] || ended(i)) {
+            let p = self.pending.take().expect("checked");
+            self.done = p.barrier.id;
+            return Some((p.barrier, p.first_ns));
+        }
+        None
+    }
+
+    /// The coordinator aborted `id`: returns whether it was being aligned here.
+    pub(crate) fn abort(&mut self, id: u64) -> bool {
+        if self.pending.as_ref().is_some_and(|p| p.barrier.id == id) {
+            self.pending = None;
+            self.done = self.done.max(id);
+            return true;
+        }
+        self.done = self.done.max(id);
+        false
+    }
+}
+
+/// Everything a task needs to take part in checkpoints.
+pub(crate) struct TaskCheckpointing {
+    pub(crate) task: usize,
+    pub(crate) mode: CheckpointMode,
+    pub(crate) control: Receiver<TaskControl>,
+    pub(crate) acks: Sender<TaskAck>,
+    pub(crate) storage: Arc<CheckpointStorage>,
+    pub(crate) faults: Option<Arc<FaultInjector>>,
+    pub(crate) clock: Clock,
+    pub(crate) aligner: BarrierAligner,
+}
+
+impl TaskCheckpointing {
+    /// The next message from the coordinator, if any (never blocks).
+    #[inline]
+    pub(crate) fn next_control(&self) -> Option<TaskControl> {
+        self.control.try_recv().ok()
+    }
+
+    /// Whether input gates block a channel that delivered a barrier.
+    pub(crate) fn blocks(&self) -> bool {
+        self.mode == CheckpointMode::ExactlyOnce
+    }
+
+    /// The synchronous part's failure point (tests).
+    pub(crate) fn check_sync_fault(&self, barrier: &Barrier, task_name: &str) -> Result<()> {
+        if self
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.fail_sync(barrier.id))
+        {
+            return Err(Error::OperatorPanicked {
+                operator: task_name.to_string(),
+                subtask: 0,
+                message: format!(
+                    "injected failure in the synchronous part of checkpoint {}",
+                    barrier.id
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Hands a captured snapshot to the background writer, which acknowledges it (or declines
+    /// it) to the coordinator when done. `stats` has the synchronous figures filled in.
+    pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
+        let (task, storage, acks, faults, clock) = (
+            self.task,
+            self.storage.clone(),
+            self.acks.clone(),
+            self.faults.clone(),
+            self.clock,
+        );
+        rayon::spawn(move || {
+            let id = snapshot.barrier.id;
+            let start = clock.now_ns();
+            let result = (|| {
+                if faults.as_ref().is_some_and(|f| f.fail_async(id)) {
+                    return Err(format!(
+                        "injected failure in the asynchronous part of checkpoint {id}"
+                    ));
+                }
+                let mut parts: TaskParts = Vec::with_capacity(snapshot.parts.len());
+                for p in &snapshot.parts {
+                    let mut bytes = Vec::new();
+                    p.state.write_to(&mut bytes).map_err(|e| e.to_string())?;
+                    stats.state_bytes += bytes.len() as u64;
+                    parts.push((p.operator.to_string(), p.subtask as u64, bytes));
+                }
+                let (file, size) = storage
+                    .write_task(id, task, &parts)
+                    .map_err(|e| e.to_string())?;
+                stats.async_ns = clock.now_ns() - start;
+                Ok((file, size, stats))
+            })();
+            // The coordinator may be gone (the attempt ended); nothing to tell then.
+            let _ = acks.send(TaskAck {
+                checkpoint: id,
+                task,
+                result,
+            });
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(id: u64) -> Barrier {
+        Barrier { id, trigger_ns: 0 }
+    }
+
+    #[test]
+    fn aligns_over_all_live_channels() {
+        let mut a = BarrierAligner::new(3);
+        assert_eq!(a.on_barrier(0, b(1), 10), Alignment::Waiting);
+        assert!(a.complete(|_| false).is_none());
+        assert_eq!(a.on_barrier(2, b(1), 20), Alignment::Waiting);
+        assert!(a.complete(|_| false).is_none());
+        // Channel 1 ended: it counts as aligned.
+        assert_eq!(a.complete(|i| i == 1), Some((b(1), 10)));
+        assert_eq!(
+            a.on_barrier(1, b(1), 30),
+            Alignment::Stale,
+            "a late copy of a done barrier"
+        );
+    }
+
+    #[test]
+    fn newer_barriers_supersede_and_aborts_reset() {
+        let mut a = BarrierAligner::new(2);
+        a.on_barrier(0, b(1), 0);
+        assert_eq!(a.on_barrier(1, b(2), 5), Alignment::Superseded);
+        assert_eq!(a.on_barrier(0, b(1), 6), Alignment::Stale);
+        assert_eq!(a.on_barrier(0, b(2), 7), Alignment::Waiting);
+        assert_eq!(a.complete(|_| false), Some((b(2), 5)));
+        a.on_barrier(0, b(3), 8);
+        assert!(a.abort(3));
+        assert!(a.complete(|_| false).is_none());
+        assert_eq!(a.on_barrier(1, b(3), 9), Alignment::Stale);
+    }
+
+    /// Model test: random barrier orders over several channels against a simple model (the
+    /// set of channels that delivered each id).
+    #[test]
+    fn random_schedules_match_a_model() {
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        for _ in 0..2000 {
+            let channels = 1 + (next() % 4) as usize;
+            let mut a = BarrierAligner::new(channels);
+            // Each channel delivers barriers 1, 2, 3 in order; interleave channels randomly.
+            let mut progress = vec![0u64; channels];
+            let mut completed = Vec::new();
+            while progress.iter().any(|&p| p < 3) {
+                let ch = (next() % channels as u64) as usize;
+                if progress[ch] == 3 {
+                    continue;
+                }
+                progress[ch] += 1;
+                a.on_barrier(ch, b(progress[ch]), 0);
+                if let Some((bar, _)) = a.complete(|_| false) {
+                    // Model: complete only when every channel has delivered this id.
+                    assert!(
+                        progress.iter().all(|&p| p >= bar.id),
+                        "completed {} early: {progress:?}",
+                        bar.id
+                    );
+                    completed.push(bar.id);
+                }
+            }
+            assert!(completed.windows(2).all(|w| w[0] < w[1]), "{completed:?}");
+            assert_eq!(
+                completed.last(),
+                Some(&3),
+                "the last barrier always completes"
+            );
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The vocabulary of checkpoints shared by channels, operators, sources, sinks and tasks:
+//! [`Barrier`], [`TaskSnapshot`] (what one task captured for one checkpoint), [`ForkedState`]
+//! (one operator's captured state, written later in the background), [`RestoredState`] (what
+//! a restarted task reads back), and [`FaultInjector`] (failure points for tests).
+//!
+//! The protocol is asynchronous barrier snapshotting (Carbone et al., "Lightweight
+//! Asynchronous Snapshots for Distributed Dataflows", 2015), a variant of Chandy and Lamport's
+//! distributed snapshots (1985).
+//!
+//! May touch: `error`, `persist`.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::persist::Persist;
+
+/// A checkpoint barrier, travelling in-band through the rings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Barrier {
+    /// The checkpoint id, increasing from 1.
+    pub id: u64,
+    /// When the coordinator triggered it, on the job clock.
+    pub trigger_ns: u64,
+}
+
+/// A notice from the coordinator after a checkpoint's fate is decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointNotice {
+    /// Every task acknowledged and the metadata is durable: sinks may commit.
+    Complete(u64),
+    /// The checkpoint was abandoned: drop its pending work.
+    Aborted(u64),
+}
+
+/// One operator's state captured by the synchronous part of a snapshot, written out later by
+/// the asynchronous part (on a background thread, while the task goes on).
+pub trait ForkedState: Send {
+    /// Writes the captured state; returns the bytes written.
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<u64>;
+}
+
+/// A captured value that is written with its [`Persist`] encoding.
+pub struct PersistedFork<T>(pub T);
+
+impl<T: Persist + Send> ForkedState for PersistedFork<T> {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<u64> {
+        let mut buf = Vec::new();
+        self.0.persist(&mut buf);
+        out.write_all(&buf)?;
+        Ok(buf.len() as u64)
+    }
+}
+
+/// One part of a task's snapshot: the state of one operator in one subtask.
+pub struct SnapshotPart {
+    /// The operator's name.
+    pub operator: Arc<str>,
+    /// The subtask.
+    pub subtask: usize,
+    /// The captured state.
+    pub state: Box<dyn ForkedState>,
+}
+
+/// Everything one task captured for one checkpoint, in chain order.
+pub struct TaskSnapshot {
+    /// The checkpoint.
+    pub barrier: Barrier,
+    /// The captured parts.
+    pub parts: Vec<SnapshotPart>,
+}
+
+impl TaskSnapshot {
+    /// An empty snapshot for `barrier`.
+    pub fn new(barrier: Barrier) -> Self {
+        TaskSnapshot {
+            barrier,
+            parts: Vec::new(),
+        }
+    }
+    /// Adds one operator's captured state.
+    pub fn add(&mut self, operator: Arc<str>, subtask: usize, state: Box<dyn ForkedState>) {
+        self.parts.push(SnapshotPart {
+            operator,
+            subtask,
+            state,
+        });
+    }
+}
+
+/// The state a restarted job reads back: operator state by (operator, subtask).
+#[derive(Default, Debug)]
+pub struct RestoredState {
+    /// The checkpoint it came from.
+    pub checkpoint: u64,
+    parts: HashMap<(String, usize), Vec<u8>>,
+}
+
+impl RestoredState {
+    /// An empty restore of checkpoint `checkpoint`.
+    pub fn new(checkpoint: u64) -> Self {
+        RestoredState {
+            checkpoint,
+            parts: HashMap::new(),
+        }
+    }
+    /// Adds one part.
+    pub fn insert(&mut self, operator: String, subtask: usize, bytes: Vec<u8>) {
+        self.parts.insert((operator, subtask), bytes);
+    }
+    /// The state of `operator` in `subtask`, if the checkpoint has one.
+    pub fn get(&self, operator: &str, subtask: usize) -> Option<&[u8]> {
+        self.parts
+            .get(&(operator.to_string(), subtask))
+            .map(Vec::as_slice)
+    }
+    /// Number of parts.
+    pub fn len(&self) -> usize {
+        self.parts.len()
+    }
+    /// Whether there are no parts.
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+    /// The operators that have state, with their subtasks.
+    pub fn operators(&self) -> impl Iterator<Item = &(String, usize)> {
+        self.parts.keys()
+    }
+}
+
+/// Where a test wants a failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail `operator` (any subtask) when its `nth` record (counted over all subtasks and
+    /// attempts, from 1) arrives.
+    AtRecord {
+        /// The operator's name.
+        operator: String,
+        /// Which record, counted over all subtasks and attempts.
+        nth: u64,
+    },
+    /// Fail a task during the synchronous part of checkpoint `checkpoint`.
+    SyncSnapshot {
+        /// The checkpoint id.
+        checkpoint: u64,
+    },
+    /// Fail the asynchronous write of checkpoint `checkpoint` (the task declines it).
+    AsyncSnapshot {
+        /// The checkpoint id.
+        checkpoint: u64,
+    },
+    /// Make the coordinator decline checkpoint `checkpoint`.
+    Decline {
+        /// The checkpoint id.
+        checkpoint: u64,
+    },
+}
+
+/// One-shot failure points for tests: each fault fires once, then is spent.
+#[derive(Default, Debug)]
+pub struct FaultInjector {
+    faults: Mutex<Vec<(Fault, bool)>>,
+    /// Records seen per operator (for [`Fault::AtRecord`]).
+    seen: Mutex<HashMap<String, Arc<AtomicU64>>>,
+    fired: AtomicU64,
+    armed: AtomicBool,
+    /// A record fault already fired in this attempt: the next may fire only after a restart
+    /// (two subtasks failing at once would otherwise spend two faults on one failover).
+    record_fault_this_attempt: AtomicBool,
+}
+
+impl FaultInjector {
+    /// Injects `faults`, each once.
+    pub fn new(faults: Vec<Fault>) -> Arc<Self> {
+        let armed = !faults.is_empty();
+        Arc::new(FaultInjector {
+            faults: Mutex::new(faults.into_iter().map(|f| (f, false)).collect()),
+            armed: AtomicBool::new(armed),
+            ..Default::default()
+        })
+    }
+
+    /// A new attempt of the job starts (called by the runtime).
+    pub fn new_attempt(&self) {
+        self.record_fault_this_attempt
+            .store(false, Ordering::SeqCst);
+    }
+
+    /// How many faults have fired.
+    pub fn fired(&self) -> u64 {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    fn fire_if(&self, mut matches: impl FnMut(&Fault) -> bool) -> bool {
+        if !self.armed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut faults = self.faults.lock().unwrap_or_else(|e| e.into_inner());
+        for (f, spent) in faults.iter_mut() {
+            if !*spent && matches(f) {
+                *spent = true;
+                self.fired.fetch_add(1, Ordering::SeqCst);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Counts `n` records arriving at `operator`; fails if a fault's record is among them.
+    pub fn on_records(&self, operator: &str, n: usize) -> Result<()> {
+        if !self.armed.load(Ordering::Relaxed) || n == 0 {
+            return Ok(());
+        }
+        let counter = {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            seen.entry(operator.to_string()).or_default().clone()
+        };
+        let after = counter.fetch_add(n as u64, Ordering::SeqCst) + n as u64;
+        // One failure per batch; a fault whose record passed in the same batch as another's
+        // fires with the next batch.
+        if self.record_fault_this_attempt.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.fire_if(
+            |f| matches!(f, Fault::AtRecord { operator: o, nth } if o == operator && *nth <= after),
+        ) {
+            self.record_fault_this_attempt.store(true, Ordering::SeqCst);
+            return Err(Error::OperatorPanicked {
+                operator: operator.to_string(),
+                subtask: 0,
+                message: format!("injected failure at record {}", after),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the synchronous part of `checkpoint` should fail now.
+    pub fn fail_sync(&self, checkpoint: u64) -> bool {
+        self.fire_if(|f| *f == Fault::SyncSnapshot { checkpoint })
+    }
+    /// Whether the asynchronous part of `checkpoint` should fail now.
+    pub fn fail_async(&self, checkpoint: u64) -> bool {
+        self.fire_if(|f| *f == Fault::AsyncSnapshot { checkpoint })
+    }
+    /// Whether the coordinator should decline `checkpoint`.
+    pub fn decline(&self, checkpoint: u64) -> bool {
+        self.fire_if(|f| *f == Fault::Decline { checkpoint })
+    }
+}

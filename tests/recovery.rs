@@ -1,0 +1,301 @@
+//! Failure injection: seeded failure schedules (several failures per run, during snapshots,
+//! right after recovery, declined checkpoints) over word count, a windowed count and a window
+//! join, at parallelism 2 to 4 on 2 workers. Exactly-once runs must produce exactly the
+//! failure-free output; at-least-once runs must lose nothing.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
+use weir::sink::CommittedOutput;
+use weir::snapshot::{Fault, FaultInjector};
+use weir::source::{Generator, TextSource};
+use weir::{Job, RunConfig, Window, Word};
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The jobs under test. Each returns its committed output, as comparable rows.
+#[derive(Clone, Copy, Debug)]
+enum Workload {
+    WordCount,
+    WindowedCount,
+    Join,
+}
+
+type Row = (u64, u64, u64);
+
+const EVENTS: u64 = 40_000;
+/// Events per second per source: stretches a run over many checkpoints.
+const RATE: f64 = 200_000.0;
+
+fn build(w: Workload, job: &Job, corpus: &Path) -> (CommittedOutput<Row>, &'static str) {
+    match w {
+        Workload::WordCount => {
+            // A pause every few thousand words spreads the run over many checkpoints.
+            let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let out = job
+                .text(TextSource::open(corpus).unwrap())
+                .words()
+                .map(move |w| {
+                    if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 4096 == 0 {
+                        std::thread::sleep(Duration::from_micros(500));
+                    }
+                    w
+                })
+                .key_by(|w: &Word| *w)
+                .aggregate(
+                    || 0u64,
+                    |c: &mut u64, _| *c += 1,
+                    |w: &Word, c: &u64| (*w, *c),
+                )
+                .named("count")
+                .map(|(w, c)| (weir::record::hash_key(&w), c, 0))
+                .collect_exactly_once();
+            (out, "count")
+        }
+        Workload::WindowedCount => {
+            let out = job
+                .generator(
+                    Generator::new(|i, _| (mix(i) % 17, i + mix(i ^ 99) % 40))
+                        .count(EVENTS)
+                        .rate(RATE),
+                )
+                .with_watermarks(|e: &(u64, u64)| e.1, 40)
+                .key_by(|e: &(u64, u64)| e.0)
+                .window(Window::sliding(2000, 500), |e: &(u64, u64)| e.1)
+                .count()
+                .named("window")
+                .map(|(k, w, c)| (k, w.start, c))
+                .collect_exactly_once();
+            (out, "window")
+        }
+        Workload::Join => {
+            let l = job
+                .generator(
+                    Generator::new(|i, _| (mix(i) % 300, i))
+                        .count(EVENTS / 2)
+                        .rate(RATE / 2.0),
+                )
+                .with_watermarks(|e: &(u64, u64)| e.1, 0);
+            let r = job
+                .generator(
+                    Generator::new(|i, _| (mix(i + 5) % 300, i))
+                        .count(EVENTS / 2)
+                        .rate(RATE / 2.0),
+                )
+                .with_watermarks(|e: &(u64, u64)| e.1, 0);
+            let out = l
+                .window_join(
+                    r,
+                    |e: &(u64, u64)| e.0,
+                    |e: &(u64, u64)| e.0,
+                    |e: &(u64, u64)| e.1,
+                    |e: &(u64, u64)| e.1,
+                    Window::tumbling(1000),
+                    |&k, a: &(u64, u64), b: &(u64, u64)| (k, a.1, b.1),
+                )
+                .named("join")
+                .collect_exactly_once();
+            (out, "join")
+        }
+    }
+}
+
+fn write_corpus(dir: &Path) {
+    let words = [
+        "river", "weir", "dam", "log", "Barrier", "snapshot", "über", "flow", "x9",
+    ];
+    for f in 0..2 {
+        let mut text = String::new();
+        for line in 0..60_000u64 {
+            for w in 0..(mix(line * 3 + f) % 7) {
+                text.push_str(words[(mix(line * 31 + w + f * 1000) % words.len() as u64) as usize]);
+                text.push(' ');
+            }
+            text.push('\n');
+        }
+        std::fs::write(dir.join(format!("f{f}.txt")), text).unwrap();
+    }
+}
+
+fn run(
+    w: Workload,
+    p: usize,
+    corpus: &Path,
+    checkpointing: Option<CheckpointConfig>,
+) -> (Vec<Row>, u32, Vec<String>) {
+    let mut job = Job::new(format!("{w:?}")).with_parallelism(p);
+    if let Some(c) = checkpointing {
+        job = job.with_checkpointing(c);
+    }
+    let (out, _) = build(w, &job, corpus);
+    let mut handle = job.start(RunConfig::default().workers(2)).unwrap();
+    let report = loop {
+        if let Some(r) = handle.try_finish() {
+            break r.unwrap_or_else(|e| panic!("{w:?} at p={p}: {e}; notes: {:?}", handle.notes()));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let mut rows = out.records();
+    rows.sort_unstable();
+    let mut notes = handle.notes().to_vec();
+    notes.extend(handle.checkpoint_failures());
+    notes.push(format!(
+        "{} checkpoints completed",
+        report.checkpoints.len()
+    ));
+    (rows, report.restarts, notes)
+}
+
+/// A seeded failure schedule: failures at records (one right after the first), during the
+/// synchronous and asynchronous parts of snapshots, and a declined checkpoint.
+fn schedule(seed: u64, operator: &str, records: u64) -> Vec<Fault> {
+    // Record counts run over all attempts, and at most one record fault fires per attempt.
+    let first = records / 3 + mix(seed) % (records / 6);
+    let second = first + records / 3;
+    vec![
+        Fault::AtRecord {
+            operator: operator.into(),
+            nth: first,
+        },
+        Fault::AtRecord {
+            operator: operator.into(),
+            nth: second,
+        },
+        // Right after the second recovery.
+        Fault::AtRecord {
+            operator: operator.into(),
+            nth: second + 20 + mix(seed + 1) % 100,
+        },
+        Fault::SyncSnapshot {
+            checkpoint: 1 + mix(seed + 2) % 3,
+        },
+        Fault::AsyncSnapshot {
+            checkpoint: 2 + mix(seed + 3) % 3,
+        },
+        Fault::Decline {
+            checkpoint: 1 + mix(seed + 4) % 4,
+        },
+    ]
+}
+
+fn checkpointed(dir: &Path, mode: CheckpointMode, faults: Arc<FaultInjector>) -> CheckpointConfig {
+    CheckpointConfig::new(dir)
+        .interval(Duration::from_millis(5))
+        .mode(mode)
+        .tolerable_failures(100)
+        .retain(2)
+        .restart(RestartStrategy::FixedDelay {
+            attempts: 20,
+            delay: Duration::from_millis(1),
+        })
+        .faults(faults)
+}
+
+/// At-least-once: nothing is missing. Replays may add rows, and windows may count a replayed
+/// event twice, so a window's count may only be higher.
+fn check_nothing_lost(w: Workload, golden: &[Row], got: &[Row], p: usize) {
+    match w {
+        Workload::WindowedCount => {
+            let mut best: HashMap<(u64, u64), u64> = HashMap::new();
+            for &(k, s, c) in got {
+                let e = best.entry((k, s)).or_insert(0);
+                *e = (*e).max(c);
+            }
+            for &(k, s, c) in golden {
+                assert!(
+                    best.get(&(k, s)).copied().unwrap_or(0) >= c,
+                    "{w:?} p={p}: at-least-once lost window {k}/{s}"
+                );
+            }
+        }
+        _ => {
+            let (g, o) = (multiset(golden), multiset(got));
+            for (row, n) in g {
+                assert!(
+                    o.get(&row).copied().unwrap_or(0) >= n.min(1),
+                    "{w:?} p={p}: at-least-once lost {row:?}"
+                );
+            }
+        }
+    }
+}
+
+fn multiset(rows: &[Row]) -> HashMap<Row, usize> {
+    let mut m = HashMap::new();
+    for r in rows {
+        *m.entry(*r).or_insert(0) += 1;
+    }
+    m
+}
+
+fn check_workload(w: Workload, records: u64) {
+    let corpus = tempfile::tempdir().unwrap();
+    write_corpus(corpus.path());
+    for (p, seed) in [(2, 1u64), (3, 2), (4, 3)] {
+        let (golden, _, _) = run(w, p, corpus.path(), None);
+        assert!(!golden.is_empty());
+        for mode in [CheckpointMode::ExactlyOnce, CheckpointMode::AtLeastOnce] {
+            let dir = tempfile::tempdir().unwrap();
+            let (_, operator) = build(w, &Job::new("probe"), corpus.path());
+            let faults = FaultInjector::new(schedule(seed, operator, records));
+            let (got, restarts, notes) = run(
+                w,
+                p,
+                corpus.path(),
+                Some(checkpointed(dir.path(), mode, faults.clone())),
+            );
+            assert!(
+                restarts >= 2,
+                "{w:?} p={p} {mode}: the schedule should force restarts ({restarts}): {notes:?}"
+            );
+            assert!(
+                notes
+                    .iter()
+                    .any(|n| n.starts_with("restored from checkpoint")),
+                "{w:?} p={p} {mode}: no restart restored a checkpoint: {notes:?}"
+            );
+            assert!(
+                faults.fired() >= 3,
+                "{w:?} p={p} {mode}: only {} faults fired",
+                faults.fired()
+            );
+            match mode {
+                CheckpointMode::ExactlyOnce => {
+                    assert_eq!(
+                        got.len(),
+                        golden.len(),
+                        "{w:?} p={p}: exactly-once row count"
+                    );
+                    assert!(
+                        got == golden,
+                        "{w:?} p={p}: exactly-once output differs from the failure-free run"
+                    );
+                }
+                CheckpointMode::AtLeastOnce => check_nothing_lost(w, &golden, &got, p),
+            }
+        }
+    }
+}
+
+#[test]
+fn word_count_recovers_exactly_once() {
+    check_workload(Workload::WordCount, 240_000);
+}
+
+#[test]
+fn windowed_count_recovers_exactly_once() {
+    check_workload(Workload::WindowedCount, EVENTS);
+}
+
+#[test]
+fn window_join_recovers_exactly_once() {
+    check_workload(Workload::Join, EVENTS);
+}
