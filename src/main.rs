@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, CheckpointStatus};
 use weir::jobs::DefaultJob;
 use weir::metrics::group_digits;
 use weir::runtime::available_cores;
@@ -34,6 +35,81 @@ struct Cli {
 enum Command {
     /// Counts words: one line `word<TAB>count` per occurrence, a running count per word.
     Wordcount(WordcountArgs),
+    /// Lists the checkpoints in a directory with their statistics, verifying every checksum
+    /// (exits non-zero if one is damaged).
+    Checkpoints(CheckpointsArgs),
+}
+
+#[derive(Args, Debug)]
+struct CheckpointsArgs {
+    /// The checkpoint directory (holding chk-<n> folders).
+    dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct CheckpointArgs {
+    /// Take checkpoints into this directory (checkpointing is off without it). A directory
+    /// with checkpoints of the same job resumes from the newest valid one.
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Milliseconds between checkpoints.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    interval_ms: Option<u64>,
+    /// Checkpoint mode.
+    #[arg(long, value_parser = ["exactly-once", "at-least-once"])]
+    mode: Option<String>,
+    /// Unaligned checkpoints: barriers overtake in-flight data, which is stored instead.
+    #[arg(long)]
+    unaligned: bool,
+    /// With --unaligned: start aligned, switch to unaligned after this many milliseconds.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    alignment_timeout_ms: Option<u64>,
+    /// Checkpoints in flight at once.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    max_concurrent: Option<u64>,
+    /// Completed checkpoints to keep.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    retain: Option<u64>,
+}
+
+impl CheckpointArgs {
+    fn config(&self) -> weir::Result<Option<CheckpointConfig>> {
+        let Some(dir) = &self.checkpoint_dir else {
+            let given = [
+                ("--interval-ms", self.interval_ms.is_some()),
+                ("--mode", self.mode.is_some()),
+                ("--unaligned", self.unaligned),
+                (
+                    "--alignment-timeout-ms",
+                    self.alignment_timeout_ms.is_some(),
+                ),
+                ("--max-concurrent", self.max_concurrent.is_some()),
+                ("--retain", self.retain.is_some()),
+            ];
+            if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+                return Err(Error::config(format!("{flag} needs --checkpoint-dir")));
+            }
+            return Ok(None);
+        };
+        let mut c = CheckpointConfig::new(dir).unaligned(self.unaligned);
+        if let Some(ms) = self.interval_ms {
+            c = c.interval(Duration::from_millis(ms));
+        }
+        if let Some(m) = &self.mode {
+            c = c.mode(m.parse::<CheckpointMode>().map_err(Error::config)?);
+        }
+        if let Some(ms) = self.alignment_timeout_ms {
+            c = c.alignment_timeout(Duration::from_millis(ms));
+        }
+        if let Some(n) = self.max_concurrent {
+            c = c.max_concurrent(n as usize);
+        }
+        if let Some(n) = self.retain {
+            c = c.retain(n as usize);
+        }
+        c.validate()?;
+        Ok(Some(c))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -80,6 +156,8 @@ struct WordcountArgs {
     output: PathBuf,
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    checkpoints: CheckpointArgs,
 }
 
 fn positive_f64(s: &str) -> Result<f64, String> {
@@ -116,6 +194,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => run_default(&cli.default_job),
         Some(Command::Wordcount(args)) => run_wordcount(&args),
+        Some(Command::Checkpoints(args)) => list_checkpoints(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -139,7 +218,7 @@ fn ctrl_c_counter() -> Arc<AtomicUsize> {
 
 /// Watches a running job: progress line, Ctrl-C, and an optional time limit.
 fn supervise(
-    handle: JobHandle,
+    mut handle: JobHandle,
     limit: Option<Duration>,
     progress: bool,
 ) -> weir::Result<JobReport> {
@@ -152,7 +231,15 @@ fn supervise(
     let mut stopped = false;
     let mut cancelled = false;
     let mut last = (0u64, handle.elapsed());
-    while !handle.is_finished() {
+    let mut notes_shown = 0;
+    let result = loop {
+        if let Some(result) = handle.try_finish() {
+            break result;
+        }
+        for note in &handle.notes()[notes_shown..] {
+            bar.println(note);
+        }
+        notes_shown = handle.notes().len();
         std::thread::sleep(Duration::from_millis(100));
         let n = presses.load(Ordering::SeqCst);
         if n >= 1 && !stopped {
@@ -185,9 +272,15 @@ fn supervise(
             bar.tick();
             last = (records, elapsed);
         }
-    }
+    };
     bar.finish_and_clear();
-    handle.join()
+    for note in &handle.notes()[notes_shown..] {
+        eprintln!("{note}");
+    }
+    for failure in handle.checkpoint_failures() {
+        eprintln!("{failure}");
+    }
+    result
 }
 
 fn run_default(args: &DefaultArgs) -> weir::Result<()> {
@@ -222,6 +315,66 @@ fn run_default(args: &DefaultArgs) -> weir::Result<()> {
     Ok(())
 }
 
+fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
+    let found = weir::checkpoint::inspect(&args.dir)?;
+    if found.is_empty() {
+        println!("no checkpoints in {}", args.dir.display());
+        return Ok(());
+    }
+    let mut rows = Vec::new();
+    let mut damaged = 0;
+    for (id, status) in &found {
+        let mut row = vec![id.to_string()];
+        match status {
+            CheckpointStatus::Valid(m) => {
+                let s = &m.stats;
+                row.push("valid".into());
+                row.extend(
+                    [
+                        s.duration_ms,
+                        s.start_delay_ms,
+                        s.alignment_ms,
+                        s.sync_ms,
+                        s.async_ms,
+                    ]
+                    .map(|v| format!("{v:.2} ms")),
+                );
+                row.push(group_digits(s.state_bytes));
+                row.push(group_digits(s.inflight_bytes));
+            }
+            CheckpointStatus::Incomplete => {
+                row.push("incomplete (no _metadata: never completed)".into());
+                row.extend(std::iter::repeat_n(String::new(), 7));
+            }
+            CheckpointStatus::Damaged(reason) => {
+                damaged += 1;
+                row.push(format!("DAMAGED: {reason}"));
+                row.extend(std::iter::repeat_n(String::new(), 7));
+            }
+        }
+        rows.push(row);
+    }
+    let header = [
+        "id",
+        "status",
+        "duration",
+        "start delay",
+        "alignment",
+        "sync",
+        "async",
+        "state bytes",
+        "in-flight bytes",
+    ];
+    print!("{}", weir::checkpoint::table(&header, &rows));
+    if damaged > 0 {
+        return Err(Error::Corrupt(format!(
+            "{damaged} damaged checkpoint(s) in {}",
+            args.dir.display()
+        )));
+    }
+    Ok(())
+}
+
 fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let input = TextSource::open(&args.input)?;
@@ -239,9 +392,19 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         )));
     }
     let bytes = input.total_bytes();
-    let handle = weir::jobs::wordcount(input, args.output.clone(), parallelism).start(config)?;
+    let mut job = weir::jobs::wordcount(input, args.output.clone(), parallelism);
+    if let Some(c) = args.checkpoints.config()? {
+        job = job.with_checkpointing(c);
+    }
+    let handle = job.start(config)?;
     let report = supervise(handle, None, !args.runtime.no_progress)?;
     print!("{}", report.summary_table());
+    if args.checkpoints.checkpoint_dir.is_some() {
+        println!("checkpoints completed: {}", report.checkpoints.len());
+        if !report.checkpoints.is_empty() {
+            print!("{}", weir::checkpoint::stats_table(&report.checkpoints));
+        }
+    }
     let secs = report.elapsed.as_secs_f64().max(1e-9);
     println!(
         "input: {} bytes ({:.1} MB/s); words: {}; output: {}/part-*",

@@ -20,3 +20,107 @@ pub use storage::{
     decode_file, read_file, write_file, CheckpointMetadata, CheckpointStats, CheckpointStorage,
     FileKind, LoadedCheckpoint, TaskFile, FORMAT_VERSION, METADATA_FILE,
 };
+
+/// A table of checkpoint statistics, one row per checkpoint (for the command line).
+pub fn stats_table(stats: &[CheckpointStats]) -> String {
+    let header = [
+        "id",
+        "duration",
+        "start delay",
+        "alignment",
+        "sync",
+        "async",
+        "state bytes",
+        "in-flight bytes",
+    ];
+    let ms = |v: f64| format!("{v:.2} ms");
+    let rows: Vec<Vec<String>> = stats
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.to_string(),
+                ms(s.duration_ms),
+                ms(s.start_delay_ms),
+                ms(s.alignment_ms),
+                ms(s.sync_ms),
+                ms(s.async_ms),
+                crate::metrics::group_digits(s.state_bytes),
+                crate::metrics::group_digits(s.inflight_bytes),
+            ]
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+/// Formats a plain-text table with right-aligned columns.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| -> String {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:>w$}"))
+            .collect();
+        format!("| {} |\n", parts.join(" | "))
+    };
+    let rule = format!(
+        "+-{}-+\n",
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("-+-")
+    );
+    let mut out = rule.clone();
+    out.push_str(&line(header.iter().map(|h| h.to_string()).collect()));
+    out.push_str(&rule);
+    for r in rows {
+        out.push_str(&line(r.clone()));
+    }
+    out.push_str(&rule);
+    out
+}
+
+/// The state of one `chk-<n>` folder, for `weir checkpoints`.
+#[derive(Debug)]
+pub enum CheckpointStatus {
+    /// Complete, and every file verifies.
+    Valid(CheckpointMetadata),
+    /// Has no `_metadata`: it never completed, so it is not a checkpoint.
+    Incomplete,
+    /// Damaged: the reason.
+    Damaged(String),
+}
+
+/// Checks every checkpoint folder under `dir`, oldest first.
+pub fn inspect(dir: &std::path::Path) -> crate::Result<Vec<(u64, CheckpointStatus)>> {
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| crate::Error::io("cannot read checkpoint directory", dir, e))?;
+    if !meta.is_dir() {
+        return Err(crate::Error::config(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    let storage = CheckpointStorage::new(dir);
+    Ok(storage
+        .list()
+        .into_iter()
+        .map(|id| {
+            let status = if !storage.checkpoint_dir(id).join(METADATA_FILE).exists() {
+                CheckpointStatus::Incomplete
+            } else {
+                match storage.load(id) {
+                    Ok(c) => CheckpointStatus::Valid(c.metadata),
+                    Err(e) => CheckpointStatus::Damaged(e.to_string()),
+                }
+            };
+            (id, status)
+        })
+        .collect())
+}

@@ -117,6 +117,9 @@ pub fn available_cores() -> usize {
     }
 }
 
+/// Written into the checkpoint directory when a checkpointed job finishes successfully.
+pub const FINISHED_MARKER: &str = "_finished";
+
 /// What outlives attempts: checkpoint ids and failure reasons.
 #[derive(Default)]
 struct AttemptShared {
@@ -296,6 +299,22 @@ impl JobHandle {
             return Some(Err(Error::Cancelled));
         }
         a.scope.succeed();
+        if let Some(cfg) = &self.job.graph.borrow().checkpointing {
+            // A rerun with the same directory must not silently redo (or resume) a finished job.
+            let marker = cfg.dir.join(FINISHED_MARKER);
+            let text = format!(
+                "{{\"job\": {:?}, \"fingerprint\": {:?}}}\n",
+                self.job.name(),
+                self.job.graph.borrow().fingerprint()
+            );
+            if let Err(e) = std::fs::write(&marker, text) {
+                return Some(Err(Error::io(
+                    "cannot write the job's completion marker",
+                    marker,
+                    e,
+                )));
+            }
+        }
         Some(Ok(JobReport {
             source_records: self.metrics.source_records(),
             sink_records: self.metrics.sink_records(),
@@ -352,6 +371,14 @@ fn start_attempt(
     let mut wiring = None;
     let mut coordinator = None;
     if let Some(cfg) = &graph.checkpointing {
+        let marker = cfg.dir.join(FINISHED_MARKER);
+        if marker.exists() {
+            return Err(Error::config(format!(
+                "the job that used checkpoint directory {} already completed ({} exists); remove the directory to run it again",
+                cfg.dir.display(),
+                marker.display()
+            )));
+        }
         let storage = Arc::new(CheckpointStorage::new(&cfg.dir));
         let (latest, skipped) = storage.latest_valid();
         notes.extend(skipped);

@@ -20,15 +20,16 @@ pub use transactional::CommittedOutput;
 pub(crate) use transactional::TransactionalCollectSink;
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::collector::Collector;
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
+use crate::persist::from_bytes;
 use crate::record::Timestamp;
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
 
 /// One subtask of a sink.
 pub trait Sink<T>: Send {
@@ -134,27 +135,53 @@ impl<T: Send> Sink<T> for CollectSink<T> {
 }
 
 /// Writes each record as formatted bytes to `<dir>/part-<subtask>`.
+///
+/// With checkpointing, the file is flushed and fsynced on every barrier and its length is the
+/// sink's state; a restart truncates the file back to the length of the restored checkpoint,
+/// so what follows is written exactly once. (Readers may see output that a failure later takes
+/// back; the two-phase-commit file sink hides it until commit.)
 pub struct FileSink<F> {
     path: PathBuf,
-    out: BufWriter<File>,
+    /// Opened on first use: truncated for a fresh start, or cut back to the checkpointed
+    /// length by [`Sink::restore`].
+    out: Option<BufWriter<File>>,
     format: F,
     line: Vec<u8>,
+    written: u64,
 }
 
 impl<F> FileSink<F> {
-    /// Creates `<dir>/part-<subtask>` (and `dir`), truncating an old file.
+    /// A sink writing `<dir>/part-<subtask>` (creating `dir`); an old file is replaced.
     pub fn create(dir: &Path, subtask: usize, format: F) -> Result<Self> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io("cannot create output folder", dir, e))?;
         let path = dir.join(format!("part-{subtask}"));
-        let file =
-            File::create(&path).map_err(|e| Error::io("cannot create output file", &path, e))?;
         Ok(FileSink {
             path,
-            out: BufWriter::with_capacity(256 * 1024, file),
+            out: None,
             format,
             line: Vec::new(),
+            written: 0,
         })
+    }
+
+    fn file(&mut self) -> Result<&mut BufWriter<File>> {
+        if self.out.is_none() {
+            let file = File::create(&self.path)
+                .map_err(|e| Error::io("cannot create output file", &self.path, e))?;
+            self.out = Some(BufWriter::with_capacity(256 * 1024, file));
+        }
+        Ok(self.out.as_mut().expect("just opened"))
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        let path = self.path.clone();
+        let out = self.file()?;
+        out.flush()
+            .map_err(|e| Error::io("cannot write output file", &path, e))?;
+        out.get_ref()
+            .sync_all()
+            .map_err(|e| Error::io("cannot sync output file", &path, e))
     }
 }
 
@@ -164,18 +191,49 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
         for r in records.drain(..) {
             (self.format)(&r, &mut self.line);
         }
-        self.out
-            .write_all(&self.line)
-            .map_err(|e| Error::io("cannot write output file", &self.path, e))
+        self.written += self.line.len() as u64;
+        let line = std::mem::take(&mut self.line);
+        let path = self.path.clone();
+        let result = self
+            .file()?
+            .write_all(&line)
+            .map_err(|e| Error::io("cannot write output file", &path, e));
+        self.line = line;
+        result
     }
     fn finish(&mut self) -> Result<()> {
-        self.out
-            .flush()
-            .map_err(|e| Error::io("cannot write output file", &self.path, e))?;
-        self.out
-            .get_ref()
-            .sync_all()
-            .map_err(|e| Error::io("cannot sync output file", &self.path, e))
+        self.sync()
+    }
+    fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Box<dyn ForkedState>>> {
+        self.sync()?;
+        Ok(Some(Box::new(PersistedFork(self.written))))
+    }
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        let len: u64 = from_bytes(bytes)?;
+        let path = &self.path;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io("cannot reopen output file", path, e))?;
+        let on_disk = file
+            .metadata()
+            .map_err(|e| Error::io("cannot read output file", path, e))?
+            .len();
+        if on_disk < len {
+            // Shorter than the checkpoint says: damage, not something to pad with zeros.
+            return Err(Error::Corrupt(format!(
+                "{} holds {on_disk} bytes; the checkpoint recorded {len}",
+                path.display()
+            )));
+        }
+        file.set_len(len)
+            .map_err(|e| Error::io("cannot truncate output file", path, e))?;
+        let mut out = BufWriter::with_capacity(256 * 1024, file);
+        out.seek(std::io::SeekFrom::Start(len))
+            .map_err(|e| Error::io("cannot seek output file", path, e))?;
+        self.out = Some(out);
+        self.written = len;
+        Ok(())
     }
 }
 
