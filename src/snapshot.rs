@@ -24,6 +24,9 @@ pub struct Barrier {
     pub id: u64,
     /// When the coordinator triggered it, on the job clock.
     pub trigger_ns: u64,
+    /// Unaligned: the barrier overtakes in-flight data through each channel's priority slot,
+    /// and that data is stored with the checkpoint.
+    pub unaligned: bool,
 }
 
 /// A notice from the coordinator after a checkpoint's fate is decided.
@@ -51,6 +54,16 @@ impl<T: Persist + Send> ForkedState for PersistedFork<T> {
         self.0.persist(&mut buf);
         out.write_all(&buf)?;
         Ok(buf.len() as u64)
+    }
+}
+
+/// Bytes captured as they are (a source offset, encoded in-flight data).
+pub struct RawBytes(pub Vec<u8>);
+
+impl ForkedState for RawBytes {
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<u64> {
+        out.write_all(&self.0)?;
+        Ok(self.0.len() as u64)
     }
 }
 

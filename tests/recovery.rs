@@ -242,41 +242,42 @@ fn check_workload(w: Workload, records: u64) {
     for (p, seed) in [(2, 1u64), (3, 2), (4, 3)] {
         let (golden, _, _) = run(w, p, corpus.path(), None);
         assert!(!golden.is_empty());
-        for mode in [CheckpointMode::ExactlyOnce, CheckpointMode::AtLeastOnce] {
+        let modes = [
+            (CheckpointMode::ExactlyOnce, false),
+            (CheckpointMode::ExactlyOnce, true),
+            (CheckpointMode::AtLeastOnce, false),
+        ];
+        for (mode, unaligned) in modes {
             let dir = tempfile::tempdir().unwrap();
             let (_, operator) = build(w, &Job::new("probe"), corpus.path());
             let faults = FaultInjector::new(schedule(seed, operator, records));
-            let (got, restarts, notes) = run(
-                w,
-                p,
-                corpus.path(),
-                Some(checkpointed(dir.path(), mode, faults.clone())),
+            let config = checkpointed(dir.path(), mode, faults.clone()).unaligned(unaligned);
+            let (got, restarts, notes) = run(w, p, corpus.path(), Some(config));
+            let name = format!(
+                "{w:?} p={p} {mode}{}",
+                if unaligned { " unaligned" } else { "" }
             );
             assert!(
                 restarts >= 2,
-                "{w:?} p={p} {mode}: the schedule should force restarts ({restarts}): {notes:?}"
+                "{name}: the schedule should force restarts ({restarts}): {notes:?}"
             );
             assert!(
                 notes
                     .iter()
                     .any(|n| n.starts_with("restored from checkpoint")),
-                "{w:?} p={p} {mode}: no restart restored a checkpoint: {notes:?}"
+                "{name}: no restart restored a checkpoint: {notes:?}"
             );
             assert!(
                 faults.fired() >= 3,
-                "{w:?} p={p} {mode}: only {} faults fired",
+                "{name}: only {} faults fired",
                 faults.fired()
             );
             match mode {
                 CheckpointMode::ExactlyOnce => {
-                    assert_eq!(
-                        got.len(),
-                        golden.len(),
-                        "{w:?} p={p}: exactly-once row count"
-                    );
+                    assert_eq!(got.len(), golden.len(), "{name}: row count; {notes:?}");
                     assert!(
                         got == golden,
-                        "{w:?} p={p}: exactly-once output differs from the failure-free run"
+                        "{name}: output differs from the failure-free run"
                     );
                 }
                 CheckpointMode::AtLeastOnce => check_nothing_lost(w, &golden, &got, p),

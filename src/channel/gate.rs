@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rtrb::Consumer;
 
-use super::{Entry, Parker};
+use super::{Entry, Parker, PriorityBarrier};
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::record::Timestamp;
@@ -18,6 +18,7 @@ pub(crate) struct ChannelReader<T> {
     producer: Arc<Parker>,
     /// Entries consumed so far: this channel's read sequence number.
     read: u64,
+    priority: Option<Consumer<PriorityBarrier>>,
 }
 
 impl<T> ChannelReader<T> {
@@ -26,8 +27,33 @@ impl<T> ChannelReader<T> {
             consumer,
             producer,
             read: 0,
+            priority: None,
         }
     }
+
+    pub(crate) fn with_priority(mut self, slot: Consumer<PriorityBarrier>) -> Self {
+        self.priority = Some(slot);
+        self
+    }
+
+    /// An unaligned barrier waiting in the priority slot, taken out.
+    #[inline]
+    fn take_priority(&mut self) -> Option<PriorityBarrier> {
+        self.priority.as_mut().and_then(|p| p.pop().ok())
+    }
+}
+
+/// The in-flight data of one unaligned checkpoint at one gate: per channel, the entries the
+/// producer wrote before its barrier (`limit`, once known) that this task reads after its
+/// snapshot. Entries already in the ring are peek-copied when the limit becomes known; the
+/// rest (not yet in the ring, or before the limit is known) are logged as they are consumed.
+struct Capture<T> {
+    /// Per channel: the producer's sequence number at its barrier, once it arrived.
+    limit: Vec<Option<u64>>,
+    /// Per channel: entries before this position are captured (or were consumed before the
+    /// snapshot).
+    upto: Vec<u64>,
+    data: Vec<Vec<Entry<T>>>,
 }
 
 /// What one poll of an input achieved.
@@ -48,6 +74,16 @@ pub enum GatePoll {
         /// The barrier.
         barrier: Barrier,
     },
+    /// Channel `channel`'s producer published an unaligned barrier: its entries before `seq`
+    /// belong to the checkpoint. Nothing at or after `seq` was consumed.
+    PriorityBarrier {
+        /// The channel's index in this gate.
+        channel: usize,
+        /// The barrier.
+        barrier: Barrier,
+        /// The producer's write sequence number at the barrier.
+        seq: u64,
+    },
 }
 
 /// All channels of one logical input of a subtask.
@@ -67,6 +103,11 @@ pub(crate) struct InputGate<T> {
     end_delivered: bool,
     next: usize,
     buf: Vec<T>,
+    /// Check priority slots (unaligned checkpoints).
+    unaligned: bool,
+    capture: Option<Capture<T>>,
+    /// In-flight data restored from a checkpoint, replayed before the rings.
+    replay: std::collections::VecDeque<(usize, Entry<T>)>,
 }
 
 impl<T: Copy> InputGate<T> {
@@ -84,7 +125,121 @@ impl<T: Copy> InputGate<T> {
             end_delivered: false,
             next: 0,
             buf: Vec::new(),
+            unaligned: false,
+            capture: None,
+            replay: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Whether priority slots are checked (unaligned checkpoints).
+    pub(crate) fn set_unaligned(&mut self, unaligned: bool) {
+        self.unaligned = unaligned;
+    }
+
+    /// Replays `entries` of each channel (in-flight data of a restored checkpoint) before
+    /// reading that channel's ring.
+    pub(crate) fn replay(&mut self, entries: Vec<(usize, Vec<Entry<T>>)>) {
+        for (channel, es) in entries {
+            assert!(
+                channel < self.channels.len(),
+                "restored in-flight data for a channel this input lacks"
+            );
+            self.replay.extend(es.into_iter().map(|e| (channel, e)));
+        }
+    }
+
+    /// Starts capturing in-flight data for an unaligned checkpoint (the task just snapshotted).
+    pub(crate) fn start_capture(&mut self) {
+        let n = self.channels.len();
+        self.capture = Some(Capture {
+            limit: vec![None; n],
+            upto: self.channels.iter().map(|c| c.read).collect(),
+            data: vec![Vec::new(); n],
+        });
+    }
+
+    /// Channel `channel`'s barrier says its in-flight data ends before `seq`: copies what of
+    /// it is in the ring now, without consuming it.
+    pub(crate) fn set_capture_limit(&mut self, channel: usize, seq: u64) {
+        let Some(cap) = self.capture.as_mut() else {
+            return;
+        };
+        debug_assert!(
+            seq >= self.channels[channel].read,
+            "an unaligned barrier behind data already consumed"
+        );
+        cap.limit[channel] = Some(seq);
+        peek_into(&mut self.channels[channel], cap, channel);
+    }
+
+    /// Copies in-flight data that reached the rings since the limits became known (entries
+    /// the producers had staged), so a capture completes without waiting for the backlog to
+    /// be consumed.
+    pub(crate) fn refresh_capture(&mut self) {
+        let Some(cap) = self.capture.as_mut() else {
+            return;
+        };
+        for (i, ch) in self.channels.iter_mut().enumerate() {
+            if cap.limit[i].is_some_and(|l| cap.upto[i] < l) {
+                peek_into(ch, cap, i);
+            }
+        }
+    }
+
+    /// Whether every channel's in-flight data is captured.
+    pub(crate) fn capture_complete(&self) -> bool {
+        self.capture.as_ref().is_some_and(|c| {
+            (0..self.channels.len())
+                .all(|i| self.ended[i] || c.limit[i].is_some_and(|l| c.upto[i] >= l))
+        })
+    }
+
+    /// Takes the captured in-flight data: (channel, entries) for channels that had any.
+    pub(crate) fn take_capture(&mut self) -> Vec<(usize, Vec<Entry<T>>)> {
+        let Some(c) = self.capture.take() else {
+            return Vec::new();
+        };
+        c.data
+            .into_iter()
+            .enumerate()
+            .filter(|(_, d)| !d.is_empty())
+            .collect()
+    }
+
+    /// Drops a capture in progress (its checkpoint was abandoned).
+    pub(crate) fn abort_capture(&mut self) {
+        self.capture = None;
+    }
+
+    /// Whether a capture is in progress.
+    pub(crate) fn capturing(&self) -> bool {
+        self.capture.is_some()
+    }
+
+    /// Processes replayed entries; returns how many.
+    fn poll_replay(&mut self, head: &mut dyn Collector<T>, budget: usize) -> Result<usize> {
+        let mut n = 0;
+        while n < budget {
+            let Some((i, entry)) = self.replay.pop_front() else {
+                break;
+            };
+            n += 1;
+            match entry {
+                Entry::Record(r) => self.buf.push(r),
+                Entry::Watermark(w) => {
+                    if !self.buf.is_empty() {
+                        head.batch(&mut self.buf)?;
+                    }
+                    self.watermarks[i] = self.watermarks[i].max(w);
+                    advance(&self.watermarks, &self.ended, &mut self.emitted, head)?;
+                }
+                Entry::Barrier(_) | Entry::End => {}
+            }
+        }
+        if !self.buf.is_empty() {
+            head.batch(&mut self.buf)?;
+        }
+        Ok(n)
     }
 
     /// Whether a channel that delivers a barrier stops being read until unblocked.
@@ -135,6 +290,10 @@ impl<T: Copy> InputGate<T> {
         if self.end_delivered {
             return Ok(GatePoll::Finished);
         }
+        if !self.replay.is_empty() {
+            self.poll_replay(head, budget)?;
+            return Ok(GatePoll::Progress);
+        }
         let n = self.channels.len();
         let mut consumed = 0usize;
         for step in 0..n {
@@ -146,6 +305,16 @@ impl<T: Copy> InputGate<T> {
             if left == 0 {
                 break;
             }
+            if self.unaligned {
+                if let Some(pb) = self.channels[i].take_priority() {
+                    self.next = (i + 1) % n;
+                    return Ok(GatePoll::PriorityBarrier {
+                        channel: i,
+                        barrier: pb.barrier,
+                        seq: pb.seq,
+                    });
+                }
+            }
             let ch = &mut self.channels[i];
             let avail = ch.consumer.slots().min(left);
             if avail == 0 {
@@ -155,9 +324,33 @@ impl<T: Copy> InputGate<T> {
                 .consumer
                 .read_chunk(avail)
                 .expect("avail slots were checked");
+            if self.unaligned {
+                // Checked after the ring's tail was read: a barrier published before any of
+                // these entries is seen here, so nothing after a barrier is consumed before it.
+                if let Some(pb) = ch.priority.as_mut().and_then(|p| p.pop().ok()) {
+                    // The chunk is not committed: nothing of it was consumed.
+                    self.next = (i + 1) % n;
+                    return Ok(GatePoll::PriorityBarrier {
+                        channel: i,
+                        barrier: pb.barrier,
+                        seq: pb.seq,
+                    });
+                }
+            }
             let mut barrier = None;
             let mut taken = 0;
             let (a, b) = chunk.as_slices();
+            if let Some(cap) = self.capture.as_mut() {
+                // Log the part of this chunk that is in-flight data of the checkpoint.
+                let start = ch.read;
+                for (k, e) in a.iter().chain(b).enumerate() {
+                    let pos = start + k as u64;
+                    if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) {
+                        cap.data[i].push(*e);
+                        cap.upto[i] = pos + 1;
+                    }
+                }
+            }
             for entry in a.iter().chain(b) {
                 taken += 1;
                 match *entry {
@@ -220,6 +413,29 @@ impl<T: Copy> InputGate<T> {
         } else {
             GatePoll::Idle
         })
+    }
+}
+
+/// Copies channel `i`'s ring entries in `[upto, limit)` into the capture without consuming
+/// them (a read chunk dropped without commit is a peek).
+fn peek_into<T: Copy>(ch: &mut ChannelReader<T>, cap: &mut Capture<T>, i: usize) {
+    let Some(limit) = cap.limit[i] else { return };
+    let avail = ch.consumer.slots();
+    if avail == 0 || cap.upto[i] >= limit {
+        return;
+    }
+    let chunk = ch
+        .consumer
+        .read_chunk(avail)
+        .expect("avail slots were checked");
+    let (a, b) = chunk.as_slices();
+    let first = cap.upto[i].saturating_sub(ch.read) as usize;
+    let last = (limit - ch.read).min(avail as u64) as usize;
+    for e in a.iter().chain(b).take(last).skip(first) {
+        cap.data[i].push(*e);
+    }
+    if last > first {
+        cap.upto[i] = ch.read + last as u64;
     }
 }
 

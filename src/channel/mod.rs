@@ -42,6 +42,54 @@ pub enum Entry<T> {
     End,
 }
 
+impl<T: crate::persist::Persist> crate::persist::Persist for Entry<T> {
+    fn persist(&self, out: &mut Vec<u8>) {
+        match self {
+            Entry::Record(r) => {
+                out.push(0);
+                r.persist(out);
+            }
+            Entry::Watermark(w) => {
+                out.push(1);
+                w.persist(out);
+            }
+            Entry::Barrier(b) => {
+                out.push(2);
+                (b.id, b.trigger_ns, b.unaligned).persist(out);
+            }
+            Entry::End => out.push(3),
+        }
+    }
+    fn restore(input: &mut &[u8]) -> crate::Result<Self> {
+        match crate::persist::take(input, 1)?[0] {
+            0 => Ok(Entry::Record(T::restore(input)?)),
+            1 => Ok(Entry::Watermark(Timestamp::restore(input)?)),
+            2 => {
+                let (id, trigger_ns, unaligned) = <(u64, u64, bool)>::restore(input)?;
+                Ok(Entry::Barrier(crate::snapshot::Barrier {
+                    id,
+                    trigger_ns,
+                    unaligned,
+                }))
+            }
+            3 => Ok(Entry::End),
+            t => Err(crate::Error::Corrupt(format!("invalid ring entry tag {t}"))),
+        }
+    }
+}
+
+/// A barrier published in a channel's priority slot, with the producer's write sequence
+/// number at that moment: the channel's entries before `seq` belong to the checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PriorityBarrier {
+    pub(crate) barrier: crate::snapshot::Barrier,
+    pub(crate) seq: u64,
+}
+
+/// Capacity of a priority slot, in barriers (more than any number of concurrent checkpoints
+/// needs; the producer stages beyond it).
+const PRIORITY_SLOTS: usize = 8;
+
 /// Creates the two ends of one channel with room for `capacity` entries.
 pub(crate) fn channel<T: Copy>(
     capacity: usize,
@@ -50,9 +98,10 @@ pub(crate) fn channel<T: Copy>(
 ) -> (OutChannel<T>, ChannelReader<T>) {
     assert!(capacity > 0, "a ring holds at least one entry");
     let (p, c) = rtrb::RingBuffer::new(capacity);
+    let (pp, pc) = rtrb::RingBuffer::new(PRIORITY_SLOTS);
     (
-        OutChannel::new(p, consumer_parker),
-        ChannelReader::new(c, producer_parker),
+        OutChannel::new(p, consumer_parker).with_priority(pp),
+        ChannelReader::new(c, producer_parker).with_priority(pc),
     )
 }
 

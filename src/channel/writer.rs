@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rtrb::Producer;
 
-use super::{Entry, Parker, Partitioner};
+use super::{Entry, Parker, Partitioner, PriorityBarrier};
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::record::{Record, Timestamp};
@@ -18,8 +18,11 @@ pub(crate) struct OutChannel<T> {
     staged: Vec<Entry<T>>,
     staged_from: usize,
     consumer: Arc<Parker>,
-    /// Entries published so far: this channel's write sequence number.
+    /// Entries published so far.
     written: u64,
+    /// The priority slot for unaligned barriers, and barriers waiting for room in it.
+    priority: Option<Producer<PriorityBarrier>>,
+    priority_staged: Vec<PriorityBarrier>,
 }
 
 impl<T: Copy> OutChannel<T> {
@@ -30,7 +33,44 @@ impl<T: Copy> OutChannel<T> {
             staged_from: 0,
             consumer,
             written: 0,
+            priority: None,
+            priority_staged: Vec::new(),
         }
+    }
+
+    pub(crate) fn with_priority(mut self, slot: Producer<PriorityBarrier>) -> Self {
+        self.priority = Some(slot);
+        self
+    }
+
+    /// The write sequence number: entries written so far, staged ones included (they were
+    /// produced before anything written after them).
+    pub(crate) fn seq(&self) -> u64 {
+        self.written + (self.staged.len() - self.staged_from) as u64
+    }
+
+    /// Publishes an unaligned barrier in the priority slot, ahead of everything in the ring.
+    pub(crate) fn write_priority(&mut self, barrier: crate::snapshot::Barrier) {
+        let pb = PriorityBarrier {
+            barrier,
+            seq: self.seq(),
+        };
+        self.priority_staged.push(pb);
+        self.flush_priority();
+    }
+
+    fn flush_priority(&mut self) -> bool {
+        let Some(slot) = self.priority.as_mut() else {
+            unreachable!("unaligned barriers need a channel with a priority slot");
+        };
+        while let Some(&pb) = self.priority_staged.first() {
+            if slot.push(pb).is_err() {
+                return false;
+            }
+            self.priority_staged.remove(0);
+            self.consumer.notify();
+        }
+        true
     }
 
     #[inline]
@@ -86,6 +126,9 @@ impl<T: Copy> OutChannel<T> {
 
     /// Publishes staged entries that fit. Returns `true` when none are left.
     pub(crate) fn flush(&mut self) -> bool {
+        if !self.priority_staged.is_empty() && !self.flush_priority() {
+            return false;
+        }
         if !self.has_staged() {
             return true;
         }
@@ -191,7 +234,11 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
 
     fn barrier(&mut self, barrier: Barrier, _snapshot: &mut TaskSnapshot) -> Result<()> {
         for o in &mut self.outs {
-            o.write_entry(Entry::Barrier(barrier));
+            if barrier.unaligned {
+                o.write_priority(barrier);
+            } else {
+                o.write_entry(Entry::Barrier(barrier));
+            }
         }
         Ok(())
     }

@@ -170,6 +170,7 @@ impl Coordinator {
                 let barrier = Barrier {
                     id,
                     trigger_ns: self.clock.now_ns(),
+                    unaligned: self.config.unaligned,
                 };
                 for t in self.tasks.iter().filter(|t| t.is_source) {
                     let _ = t.control.send(TaskControl::Trigger(barrier));

@@ -130,10 +130,23 @@ impl BarrierAligner {
     }
 }
 
+/// An unaligned checkpoint whose synchronous part is done at this task while its in-flight
+/// data is still being captured.
+pub(crate) struct PendingSnapshot {
+    pub(crate) snapshot: TaskSnapshot,
+    pub(crate) stats: TaskStats,
+    pub(crate) started_ns: u64,
+}
+
 /// Everything a task needs to take part in checkpoints.
 pub(crate) struct TaskCheckpointing {
     pub(crate) task: usize,
     pub(crate) mode: CheckpointMode,
+    /// Unaligned checkpoints: barriers arrive in priority slots.
+    pub(crate) unaligned: bool,
+    pub(crate) pending_unaligned: Option<PendingSnapshot>,
+    /// The newest unaligned checkpoint snapshotted (or abandoned) here.
+    pub(crate) unaligned_done: u64,
     pub(crate) control: Receiver<TaskControl>,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
@@ -171,6 +184,15 @@ impl TaskCheckpointing {
             });
         }
         Ok(())
+    }
+
+    /// Tells the coordinator this task cannot take checkpoint `id`.
+    pub(crate) fn decline(&self, id: u64, reason: &str) {
+        let _ = self.acks.send(TaskAck {
+            checkpoint: id,
+            task: self.task,
+            result: Err(reason.to_string()),
+        });
     }
 
     /// Hands a captured snapshot to the background writer, which acknowledges it (or declines
@@ -220,7 +242,11 @@ mod tests {
     use super::*;
 
     fn b(id: u64) -> Barrier {
-        Barrier { id, trigger_ns: 0 }
+        Barrier {
+            id,
+            trigger_ns: 0,
+            unaligned: false,
+        }
     }
 
     #[test]

@@ -13,7 +13,9 @@ use super::graph::{
     channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, Edge,
     Graph, MakeChannels, Node, NodeKind,
 };
-use super::task::{Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
+use super::task::{
+    decode_inflight, inflight_part, Guarded, OneInputTask, SourceTask, Task, TwoInputTask,
+};
 use crate::channel::{InputGate, Partitioning};
 use crate::collector::Collector;
 use crate::context::TaskContext;
@@ -298,7 +300,7 @@ where
     let kind = NodeKind::OneInput {
         make: Box::new(move |ctx, down| guarded(ctx, make(ctx, downcast_collector::<U>(down))?)),
         // Never a task head: its input edge has no rings, and the plan refuses to break it.
-        make_task: Box::new(|_, _, _, _, _| {
+        make_task: Box::new(|_, _, _, _, _| -> Result<Box<dyn Task>> {
             unreachable!("an edge carrying non-plain records is always chained")
         }),
     };
@@ -340,14 +342,32 @@ fn make_one_input_task<T: Record>() -> super::graph::MakeTask {
             .into_iter()
             .flat_map(|(_, r)| downcast_readers::<T>(r))
             .collect();
-        Box::new(OneInputTask::new(
+        let mut gate = InputGate::new(channels);
+        replay_inflight(ctx, 0, &mut gate)?;
+        Ok(Box::new(OneInputTask::new(
             ctx,
-            InputGate::new(channels),
+            gate,
             downcast_collector::<T>(head),
             budget,
             checkpointing,
-        ))
+        )) as Box<dyn Task>)
     })
+}
+
+/// Restarting from an unaligned checkpoint: queue the in-flight data of input `input` for
+/// replay before the rings are read.
+fn replay_inflight<T: Record>(
+    ctx: &TaskContext,
+    input: usize,
+    gate: &mut InputGate<T>,
+) -> Result<()> {
+    let Some(restored) = &ctx.restored else {
+        return Ok(());
+    };
+    if let Some(bytes) = restored.get(&inflight_part(&ctx.operator, input), ctx.subtask) {
+        gate.replay(decode_inflight::<T>(bytes)?);
+    }
+    Ok(())
 }
 
 impl<T: Record> Stream<T> {
@@ -590,14 +610,17 @@ impl<T: Record> Stream<T> {
                         right.extend(downcast_readers::<R>(r));
                     }
                 }
-                Box::new(TwoInputTask::new(
+                let (mut left, mut right) = (InputGate::new(left), InputGate::new(right));
+                replay_inflight(ctx, 0, &mut left)?;
+                replay_inflight(ctx, 1, &mut right)?;
+                Ok(Box::new(TwoInputTask::new(
                     ctx,
-                    InputGate::new(left),
-                    InputGate::new(right),
+                    left,
+                    right,
                     downcast_two::<T, R>(head),
                     budget,
                     checkpointing,
-                ))
+                )) as Box<dyn Task>)
             }),
         };
         let inputs = vec![

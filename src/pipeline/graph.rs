@@ -40,7 +40,7 @@ pub(crate) type MakeTask = Box<
         AnyBox,
         usize,
         Option<TaskCheckpointing>,
-    ) -> Box<dyn Task>,
+    ) -> Result<Box<dyn Task>>,
 >;
 /// Combines the collectors of a node's outgoing edges into one.
 pub(crate) type MakeFanOut = Box<dyn Fn(Vec<AnyBox>) -> AnyBox>;

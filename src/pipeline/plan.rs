@@ -36,6 +36,7 @@ pub(crate) struct PhysicalPlan {
 /// What the plan needs to make tasks take part in checkpoints.
 pub(crate) struct CheckpointWiring {
     pub(crate) mode: CheckpointMode,
+    pub(crate) unaligned: bool,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
 }
@@ -241,6 +242,9 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                 TaskCheckpointing {
                     task: tasks.len(),
                     mode: w.mode,
+                    unaligned: w.unaligned,
+                    pending_unaligned: None,
+                    unaligned_done: 0,
                     control: rx,
                     acks: w.acks.clone(),
                     storage: w.storage.clone(),
@@ -272,7 +276,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                             )
                         })
                         .collect();
-                    make_task(&ctx, readers, head, limits.batch_size, checkpointing)
+                    make_task(&ctx, readers, head, limits.batch_size, checkpointing)?
                 }
             };
             if let Some(control) = control {

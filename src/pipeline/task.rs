@@ -8,17 +8,19 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::channel::Entry;
 use crate::channel::{GatePoll, InputGate};
 use crate::checkpoint::task::{
-    Alignment, BarrierAligner, TaskCheckpointing, TaskControl, TaskStats,
+    Alignment, BarrierAligner, PendingSnapshot, TaskCheckpointing, TaskControl, TaskStats,
 };
 use crate::collector::Collector;
 use crate::context::TaskContext;
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::operator::{Left, Right, TwoInputOperator};
+use crate::persist::{to_bytes, Persist};
 use crate::record::Timestamp;
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, RawBytes, TaskSnapshot};
 use crate::source::{Source, SourcePoll};
 
 /// What one poll of a task achieved.
@@ -209,16 +211,6 @@ enum Phase {
     Done,
 }
 
-/// A source's offset, stored as its raw bytes.
-struct OffsetFork(Vec<u8>);
-
-impl ForkedState for OffsetFork {
-    fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<u64> {
-        out.write_all(&self.0)?;
-        Ok(self.0.len() as u64)
-    }
-}
-
 /// Handles the coordinator's notices for a task whose chain head is `notify`.
 fn apply_notice(
     cp: &mut TaskCheckpointing,
@@ -228,6 +220,15 @@ fn apply_notice(
     let mut unblock = false;
     if let CheckpointNotice::Aborted(id) = notice {
         unblock = cp.aligner.abort(id);
+        if cp
+            .pending_unaligned
+            .as_ref()
+            .is_some_and(|p| p.snapshot.barrier.id == id)
+        {
+            cp.pending_unaligned = None;
+            unblock = true;
+        }
+        cp.unaligned_done = cp.unaligned_done.max(id);
     }
     notify(notice)?;
     Ok(unblock)
@@ -285,7 +286,7 @@ impl<T> SourceTask<T> {
             snapshot.add(
                 self.ctx.operator.clone(),
                 self.ctx.subtask,
-                Box::new(OffsetFork(offset)),
+                Box::new(RawBytes(offset)),
             );
         }
         self.out.barrier(barrier, &mut snapshot)?;
@@ -374,9 +375,94 @@ fn snapshot_aligned(
     Ok(())
 }
 
+/// The name under which a task stores the in-flight data of its input `input`.
+pub(crate) fn inflight_part(operator: &str, input: usize) -> String {
+    format!("{operator}#inflight{input}")
+}
+
+/// Encodes one gate's captured in-flight data.
+fn encode_inflight<T: Persist>(data: Vec<(usize, Vec<Entry<T>>)>) -> Vec<u8> {
+    let data: Vec<(u64, Vec<Entry<T>>)> = data.into_iter().map(|(c, e)| (c as u64, e)).collect();
+    to_bytes(&data)
+}
+
+/// Decodes in-flight data written by [`encode_inflight`].
+pub(crate) fn decode_inflight<T: Persist>(bytes: &[u8]) -> Result<Vec<(usize, Vec<Entry<T>>)>> {
+    let data: Vec<(u64, Vec<Entry<T>>)> = crate::persist::from_bytes(bytes)?;
+    Ok(data.into_iter().map(|(c, e)| (c as usize, e)).collect())
+}
+
+/// The first priority barrier of an unaligned checkpoint at a task: decides whether it starts
+/// a snapshot now (returns true), is stale, or supersedes an older one still capturing.
+fn begin_unaligned(cp: &mut TaskCheckpointing, barrier: &Barrier) -> Option<bool> {
+    if barrier.id <= cp.unaligned_done {
+        return None;
+    }
+    if let Some(p) = &cp.pending_unaligned {
+        let pending = p.snapshot.barrier.id;
+        if pending > barrier.id {
+            return None;
+        }
+        if pending < barrier.id {
+            cp.decline(
+                pending,
+                "superseded by a newer checkpoint before its in-flight data was complete",
+            );
+            cp.pending_unaligned = None;
+            cp.unaligned_done = pending;
+            return Some(true);
+        }
+        return Some(false);
+    }
+    Some(true)
+}
+
+/// Adds the captured in-flight data to the pending snapshot and starts its write.
+fn finish_unaligned(cp: &mut TaskCheckpointing, inflight: Vec<(String, usize, Vec<u8>)>) {
+    let mut p = cp
+        .pending_unaligned
+        .take()
+        .expect("an unaligned checkpoint is pending");
+    for (part, subtask, bytes) in inflight {
+        p.stats.inflight_bytes += bytes.len() as u64;
+        p.snapshot
+            .add(part.into(), subtask, Box::new(RawBytes(bytes)));
+    }
+    p.stats.alignment_ns = cp.clock.now_ns().saturating_sub(p.started_ns);
+    cp.unaligned_done = p.snapshot.barrier.id;
+    cp.write_async(p.snapshot, p.stats);
+}
+
+/// Takes the synchronous part of an unaligned checkpoint: `snapshot` runs the chain.
+fn snapshot_unaligned(
+    cp: &mut TaskCheckpointing,
+    name: &str,
+    barrier: Barrier,
+    snapshot: impl FnOnce(&mut TaskSnapshot) -> Result<()>,
+) -> Result<()> {
+    cp.check_sync_fault(&barrier, name)?;
+    let start = cp.clock.now_ns();
+    let mut snap = TaskSnapshot::new(barrier);
+    snapshot(&mut snap)?;
+    let now = cp.clock.now_ns();
+    let stats = TaskStats {
+        start_delay_ns: start.saturating_sub(barrier.trigger_ns),
+        sync_ns: now - start,
+        ..Default::default()
+    };
+    cp.pending_unaligned = Some(PendingSnapshot {
+        snapshot: snap,
+        stats,
+        started_ns: start,
+    });
+    Ok(())
+}
+
 /// A subtask with one input (possibly fed by several edges, as after a union).
 pub(crate) struct OneInputTask<T> {
     name: String,
+    /// (operator, subtask) of the chain head, naming this task's in-flight data.
+    head_id: (Arc<str>, usize),
     gate: InputGate<T>,
     head: Box<dyn Collector<T>>,
     budget: usize,
@@ -396,15 +482,61 @@ impl<T: Copy> OneInputTask<T> {
         let mut checkpointing = checkpointing;
         if let Some(cp) = checkpointing.as_mut() {
             cp.aligner = BarrierAligner::new(gate.channels());
+            gate.set_unaligned(cp.unaligned);
         }
         OneInputTask {
             name: task_name(ctx),
+            head_id: (ctx.operator.clone(), ctx.subtask),
             gate,
             head,
             budget,
             checkpointing,
             phase: Phase::Running,
         }
+    }
+
+    fn on_priority_barrier(&mut self, channel: usize, barrier: Barrier, seq: u64) -> Result<()>
+    where
+        T: Persist,
+    {
+        let cp = self
+            .checkpointing
+            .as_mut()
+            .expect("barriers flow only in checkpointed jobs");
+        match begin_unaligned(cp, &barrier) {
+            None => return Ok(()),
+            Some(true) => {
+                self.gate.abort_capture();
+                let head = &mut self.head;
+                snapshot_unaligned(cp, &self.name, barrier, |snap| head.barrier(barrier, snap))?;
+                self.gate.start_capture();
+            }
+            Some(false) => {}
+        }
+        self.gate.set_capture_limit(channel, seq);
+        self.try_finish_unaligned();
+        Ok(())
+    }
+
+    fn try_finish_unaligned(&mut self)
+    where
+        T: Persist,
+    {
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return;
+        };
+        if cp.pending_unaligned.is_none() {
+            return;
+        }
+        self.gate.refresh_capture();
+        if !self.gate.capture_complete() {
+            return;
+        }
+        let data = encode_inflight(self.gate.take_capture());
+        finish_unaligned(
+            cp,
+            vec![(inflight_part(&self.head_id.0, 0), self.head_id.1, data)],
+        );
     }
 
     fn on_barrier(&mut self, channel: usize, barrier: Barrier) -> Result<()> {
@@ -441,7 +573,7 @@ impl<T: Copy> OneInputTask<T> {
     }
 }
 
-impl<T: Copy + Send> Task for OneInputTask<T> {
+impl<T: Copy + Send + Persist> Task for OneInputTask<T> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -457,8 +589,13 @@ impl<T: Copy + Send> Task for OneInputTask<T> {
                 if apply_notice(cp, n, &mut |n| head.notify(n))? {
                     self.gate.unblock_all();
                 }
+                if cp.pending_unaligned.is_none() && self.gate.capturing() {
+                    self.gate.abort_capture();
+                }
             }
         }
+        // A backpressured task still completes an unaligned capture: the data is in the rings.
+        self.try_finish_unaligned();
         if !self.head.drain()? {
             return Ok(TaskPoll::Idle);
         }
@@ -470,6 +607,15 @@ impl<T: Copy + Send> Task for OneInputTask<T> {
         Ok(match polled {
             GatePoll::Progress => {
                 self.try_complete()?;
+                self.try_finish_unaligned();
+                TaskPoll::Progress
+            }
+            GatePoll::PriorityBarrier {
+                channel,
+                barrier,
+                seq,
+            } => {
+                self.on_priority_barrier(channel, barrier, seq)?;
                 TaskPoll::Progress
             }
             GatePoll::Idle => TaskPoll::Idle,
@@ -488,6 +634,7 @@ impl<T: Copy + Send> Task for OneInputTask<T> {
 /// A subtask of a two-input operator. Its aligner numbers the left input's channels first.
 pub(crate) struct TwoInputTask<A, B> {
     name: String,
+    head_id: (Arc<str>, usize),
     left: InputGate<A>,
     right: InputGate<B>,
     op: Box<dyn TwoInputOperator<A, B>>,
@@ -512,9 +659,12 @@ impl<A: Copy, B: Copy> TwoInputTask<A, B> {
         let mut checkpointing = checkpointing;
         if let Some(cp) = checkpointing.as_mut() {
             cp.aligner = BarrierAligner::new(left.channels() + right.channels());
+            left.set_unaligned(cp.unaligned);
+            right.set_unaligned(cp.unaligned);
         }
         TwoInputTask {
             name: task_name(ctx),
+            head_id: (ctx.operator.clone(), ctx.subtask),
             left,
             right,
             op,
@@ -528,6 +678,69 @@ impl<A: Copy, B: Copy> TwoInputTask<A, B> {
     fn unblock_all(&mut self) {
         self.left.unblock_all();
         self.right.unblock_all();
+    }
+
+    fn on_priority_barrier(&mut self, channel: usize, barrier: Barrier, seq: u64) -> Result<()>
+    where
+        A: Persist,
+        B: Persist,
+    {
+        let cp = self
+            .checkpointing
+            .as_mut()
+            .expect("barriers flow only in checkpointed jobs");
+        match begin_unaligned(cp, &barrier) {
+            None => return Ok(()),
+            Some(true) => {
+                self.left.abort_capture();
+                self.right.abort_capture();
+                let op = &mut self.op;
+                snapshot_unaligned(cp, &self.name, barrier, |snap| op.barrier(barrier, snap))?;
+                self.left.start_capture();
+                self.right.start_capture();
+            }
+            Some(false) => {}
+        }
+        let n_left = self.left.channels();
+        if channel < n_left {
+            self.left.set_capture_limit(channel, seq);
+        } else {
+            self.right.set_capture_limit(channel - n_left, seq);
+        }
+        self.try_finish_unaligned();
+        Ok(())
+    }
+
+    fn try_finish_unaligned(&mut self)
+    where
+        A: Persist,
+        B: Persist,
+    {
+        let Some(cp) = self.checkpointing.as_mut() else {
+            return;
+        };
+        if cp.pending_unaligned.is_none() {
+            return;
+        }
+        self.left.refresh_capture();
+        self.right.refresh_capture();
+        if !self.left.capture_complete() || !self.right.capture_complete() {
+            return;
+        }
+        let (op, subtask) = (&self.head_id.0, self.head_id.1);
+        let parts = vec![
+            (
+                inflight_part(op, 0),
+                subtask,
+                encode_inflight(self.left.take_capture()),
+            ),
+            (
+                inflight_part(op, 1),
+                subtask,
+                encode_inflight(self.right.take_capture()),
+            ),
+        ];
+        finish_unaligned(cp, parts);
     }
 
     fn on_barrier(&mut self, channel: usize, barrier: Barrier) -> Result<()> {
@@ -577,7 +790,7 @@ impl<A: Copy, B: Copy> TwoInputTask<A, B> {
     }
 }
 
-impl<A: Copy + Send, B: Copy + Send> Task for TwoInputTask<A, B> {
+impl<A: Copy + Send + Persist, B: Copy + Send + Persist> Task for TwoInputTask<A, B> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -590,11 +803,18 @@ impl<A: Copy + Send, B: Copy + Send> Task for TwoInputTask<A, B> {
             if let TaskControl::Notice(n) = msg {
                 let op = &mut self.op;
                 let cp = self.checkpointing.as_mut().expect("message came from it");
-                if apply_notice(cp, n, &mut |n| op.notify(n))? {
+                let unblock = apply_notice(cp, n, &mut |n| op.notify(n))?;
+                let abandoned = cp.pending_unaligned.is_none();
+                if unblock {
                     self.unblock_all();
+                }
+                if abandoned && self.left.capturing() {
+                    self.left.abort_capture();
+                    self.right.abort_capture();
                 }
             }
         }
+        self.try_finish_unaligned();
         if !self.op.drain()? {
             return Ok(TaskPoll::Idle);
         }
@@ -609,6 +829,14 @@ impl<A: Copy + Send, B: Copy + Send> Task for TwoInputTask<A, B> {
                 GatePoll::Idle => {}
                 GatePoll::Barrier { channel, barrier } => {
                     self.on_barrier(channel, barrier)?;
+                    progress = true;
+                }
+                GatePoll::PriorityBarrier {
+                    channel,
+                    barrier,
+                    seq,
+                } => {
+                    self.on_priority_barrier(channel, barrier, seq)?;
                     progress = true;
                 }
                 GatePoll::Finished => {
@@ -626,6 +854,15 @@ impl<A: Copy + Send, B: Copy + Send> Task for TwoInputTask<A, B> {
                     self.on_barrier(n_left + channel, barrier)?;
                     progress = true;
                 }
+                GatePoll::PriorityBarrier {
+                    channel,
+                    barrier,
+                    seq,
+                } => {
+                    let n_left = self.left.channels();
+                    self.on_priority_barrier(n_left + channel, barrier, seq)?;
+                    progress = true;
+                }
                 GatePoll::Finished => {
                     self.done[1] = true;
                     progress = true;
@@ -634,6 +871,7 @@ impl<A: Copy + Send, B: Copy + Send> Task for TwoInputTask<A, B> {
         }
         if progress {
             self.try_complete()?;
+            self.try_finish_unaligned();
         }
         if self.done == [true, true] {
             self.phase = Phase::Ending;

@@ -406,6 +406,7 @@ fn start_attempt(
         let (acks_tx, acks_rx) = std::sync::mpsc::channel();
         wiring = Some(CheckpointWiring {
             mode: cfg.mode,
+            unaligned: cfg.unaligned,
             acks: acks_tx,
             storage: storage.clone(),
         });
@@ -504,8 +505,10 @@ impl Job {
         config.validate()?;
         if let Some(cfg) = &self.graph.borrow().checkpointing {
             cfg.validate()?;
-            if cfg.unaligned {
-                return Err(Error::config("unaligned checkpoints are not available in this version of weir yet; use aligned exactly-once"));
+            if cfg.alignment_timeout.is_some() {
+                return Err(Error::config(
+                    "the aligned-checkpoint timeout is not available in this version of weir yet; use --unaligned or aligned checkpoints",
+                ));
             }
         }
         let control = Arc::new(JobControl::default());
