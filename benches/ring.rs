@@ -18,15 +18,9 @@ fn ring_hop(c: &mut Criterion) {
     const N: u64 = 1 << 20;
     g.throughput(Throughput::Elements(N));
     g.sample_size(20);
-    g.bench_function("bare_rtrb_push_pop", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| bare_rtrb(N)).sum())
-    });
-    g.bench_function("weir_single", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| weir_channel(N, 1)).sum())
-    });
-    g.bench_function("weir_chunked_256", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| weir_channel(N, 256)).sum())
-    });
+    g.bench_function("bare_rtrb_push_pop", |b| b.iter_custom(|iters| (0..iters).map(|_| bare_rtrb(N)).sum()));
+    g.bench_function("weir_single", |b| b.iter_custom(|iters| (0..iters).map(|_| weir_channel(N, 1)).sum()));
+    g.bench_function("weir_chunked_256", |b| b.iter_custom(|iters| (0..iters).map(|_| weir_channel(N, 256)).sum()));
     g.finish();
 }
 

@@ -19,11 +19,7 @@ struct Payment {
     amount_cents: u64,
     ts_ms: u64,
 }
-weir::persist_struct!(Payment {
-    order,
-    amount_cents,
-    ts_ms
-});
+weir::persist_struct!(Payment { order, amount_cents, ts_ms });
 
 fn main() -> weir::Result<()> {
     let job = Job::new("orders-payments").with_parallelism(2);
@@ -32,14 +28,7 @@ fn main() -> weir::Result<()> {
         .with_watermarks(|o: &Order| o.ts_ms, 0);
     // Every third order is paid 5 ms after it was placed.
     let payments = job
-        .generator(
-            Generator::new(|i, _| Payment {
-                order: i * 3,
-                amount_cents: 100 + i,
-                ts_ms: i * 3 + 5,
-            })
-            .count(334),
-        )
+        .generator(Generator::new(|i, _| Payment { order: i * 3, amount_cents: 100 + i, ts_ms: i * 3 + 5 }).count(334))
         .with_watermarks(|p: &Payment| p.ts_ms, 0);
     let paid = orders
         .window_join(
@@ -55,16 +44,9 @@ fn main() -> weir::Result<()> {
     job.execute(RunConfig::default())?;
     let mut paid = paid.lock().expect("collector").clone();
     paid.sort_unstable();
-    println!(
-        "{} orders paid within their window; first five:",
-        paid.len()
-    );
+    println!("{} orders paid within their window; first five:", paid.len());
     for (id, ts, cents) in paid.iter().take(5) {
-        println!(
-            "  order {id} at {ts} ms: {}.{:02}",
-            cents / 100,
-            cents % 100
-        );
+        println!("  order {id} at {ts} ms: {}.{:02}", cents / 100, cents % 100);
     }
     Ok(())
 }

@@ -19,11 +19,7 @@ fn main() -> weir::Result<()> {
     let counts = job
         // 10 clicks per millisecond from 5 users, jittered by up to 200 ms.
         .generator(
-            Generator::new(|i, _| Click {
-                user: (i % 5) as u32,
-                ts_ms: i / 10 + (i * 7919) % 200,
-            })
-            .count(50_000),
+            Generator::new(|i, _| Click { user: (i % 5) as u32, ts_ms: i / 10 + (i * 7919) % 200 }).count(50_000),
         )
         .with_watermarks(|c: &Click| c.ts_ms, 200)
         .key_by(|c: &Click| c.user)
@@ -34,10 +30,7 @@ fn main() -> weir::Result<()> {
     let mut rows = counts.lock().expect("collector").clone();
     rows.sort_by_key(|&(user, w, _)| (w.start, user));
     for (user, w, n) in rows {
-        println!(
-            "[{:>5} ms, {:>5} ms) user {user}: {n} clicks",
-            w.start, w.end
-        );
+        println!("[{:>5} ms, {:>5} ms) user {user}: {n} clicks", w.start, w.end);
     }
     println!("late events dropped: {}", report.late_records);
     Ok(())

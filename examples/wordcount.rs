@@ -7,19 +7,13 @@ use weir::source::TextSource;
 use weir::{Job, RunConfig, Word};
 
 fn main() -> weir::Result<()> {
-    let path = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "README.md".into());
+    let path = std::env::args().nth(1).unwrap_or_else(|| "README.md".into());
     let job = Job::new("wordcount-example").with_parallelism(2);
     let counts = job
         .text(TextSource::open(&path)?)
         .words()
         .key_by(|w: &Word| *w)
-        .aggregate(
-            || 0u64,
-            |c: &mut u64, _| *c += 1,
-            |w: &Word, c: &u64| (*w, *c),
-        )
+        .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |w: &Word, c: &u64| (*w, *c))
         .collect();
     job.execute(RunConfig::default())?;
     // The running counts' maximum per word is its total.

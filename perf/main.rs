@@ -23,9 +23,7 @@ use weir::{Job, JobReport, RunConfig, Window};
 
 /// Runs `job` for `duration`, then stops it gracefully.
 fn run_for(job: Job, workers: usize, duration: Duration) -> JobReport {
-    let handle = job
-        .start(RunConfig::default().workers(workers))
-        .expect("job starts");
+    let handle = job.start(RunConfig::default().workers(workers)).expect("job starts");
     std::thread::sleep(duration);
     handle.stop();
     handle.join().expect("job ends cleanly")
@@ -55,24 +53,14 @@ fn window_count(d: Duration) -> JobReport {
 
 fn chained(d: Duration, workers: usize) -> JobReport {
     let job = Job::new("chained").with_parallelism(workers);
-    job.generator(Generator::new(|i, _| i))
-        .map(|x| x.wrapping_mul(0x9E37_79B9))
-        .filter(|x| x & 3 != 1)
-        .discard();
+    job.generator(Generator::new(|i, _| i)).map(|x| x.wrapping_mul(0x9E37_79B9)).filter(|x| x & 3 != 1).discard();
     run_for(job, workers, d)
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let secs: f64 = arg("--duration-s")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5.0);
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let secs: f64 = arg("--duration-s").and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let d = Duration::from_secs_f64(secs);
     let mut rows: Vec<(String, String, String)> = Vec::new();
     let mut json = serde_json::Map::new();
@@ -113,18 +101,9 @@ fn main() {
     json.insert("chained_2_workers_rps".into(), r2.throughput_rps().into());
 
     const HOP: u64 = 1 << 24;
-    let bare = (0..3)
-        .map(|_| ring_hop::bare_rtrb(HOP))
-        .min()
-        .expect("three runs");
-    let chunked = (0..3)
-        .map(|_| ring_hop::weir_channel(HOP, 256))
-        .min()
-        .expect("three runs");
-    let single = (0..3)
-        .map(|_| ring_hop::weir_channel(HOP, 1))
-        .min()
-        .expect("three runs");
+    let bare = (0..3).map(|_| ring_hop::bare_rtrb(HOP)).min().expect("three runs");
+    let chunked = (0..3).map(|_| ring_hop::weir_channel(HOP, 256)).min().expect("three runs");
+    let single = (0..3).map(|_| ring_hop::weir_channel(HOP, 1)).min().expect("three runs");
     let rps = |t: Duration| HOP as f64 / t.as_secs_f64();
     rows.push((
         "ring hop, bare rtrb push/pop".into(),
@@ -133,20 +112,12 @@ fn main() {
     ));
     rows.push((
         "ring hop, weir chunked (256)".into(),
-        format!(
-            "{} rec/s ({:.1}× bare)",
-            group_digits(rps(chunked) as u64),
-            rps(chunked) / rps(bare)
-        ),
+        format!("{} rec/s ({:.1}× bare)", group_digits(rps(chunked) as u64), rps(chunked) / rps(bare)),
         "≥ 0.5× bare".into(),
     ));
     rows.push((
         "ring hop, weir single record".into(),
-        format!(
-            "{} rec/s ({:.2}× bare)",
-            group_digits(rps(single) as u64),
-            rps(single) / rps(bare)
-        ),
+        format!("{} rec/s ({:.2}× bare)", group_digits(rps(single) as u64), rps(single) / rps(bare)),
         "".into(),
     ));
     json.insert("ring_bare_rps".into(), rps(bare).into());
@@ -154,27 +125,15 @@ fn main() {
     json.insert("ring_single_rps".into(), rps(single).into());
 
     let workers = weir::runtime::available_cores();
-    let default = |rate: Option<f64>| DefaultJob {
-        parallelism: workers,
-        keys: 1000,
-        window_ms: 10,
-        rate_per_s: rate,
-    };
+    let default = |rate: Option<f64>| DefaultJob { parallelism: workers, keys: 1000, window_ms: 10, rate_per_s: rate };
     let max = run_for(default(None).build(), workers, d);
-    let half = run_for(
-        default(Some(max.throughput_rps() / 2.0)).build(),
-        workers,
-        d,
-    );
+    let half = run_for(default(Some(max.throughput_rps() / 2.0)).build(), workers, d);
     rows.push((
         "default job, max rate".into(),
         format!("{} rec/s", group_digits(max.throughput_rps() as u64)),
         "".into(),
     ));
-    let h = half
-        .latency_ns
-        .clone()
-        .expect("the default job measures latency");
+    let h = half.latency_ns.clone().expect("the default job measures latency");
     rows.push((
         "default job at half rate: p50 / p99 / p99.9 / max".into(),
         format!(
@@ -188,14 +147,8 @@ fn main() {
     ));
     json.insert("default_max_rps".into(), max.throughput_rps().into());
     json.insert("default_half_rate_rps".into(), half.throughput_rps().into());
-    json.insert(
-        "default_half_rate_p99_ns".into(),
-        h.value_at_quantile(0.99).into(),
-    );
-    json.insert(
-        "default_half_rate_p50_ns".into(),
-        h.value_at_quantile(0.5).into(),
-    );
+    json.insert("default_half_rate_p99_ns".into(), h.value_at_quantile(0.99).into());
+    json.insert("default_half_rate_p50_ns".into(), h.value_at_quantile(0.5).into());
 
     println!("| benchmark ({secs} s each) | measured | target |");
     println!("|---|---|---|");

@@ -87,10 +87,7 @@ pub(crate) struct FanOut<T> {
 impl<T> FanOut<T> {
     pub(crate) fn new(outputs: Vec<Box<dyn Collector<T>>>) -> Self {
         assert!(outputs.len() >= 2, "a fan-out has at least two outputs");
-        FanOut {
-            outputs,
-            copy: Vec::new(),
-        }
+        FanOut { outputs, copy: Vec::new() }
     }
 }
 
@@ -105,9 +102,7 @@ impl<T: Clone + Send> Collector<T> for FanOut<T> {
         last.batch(records)
     }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        self.outputs
-            .iter_mut()
-            .try_for_each(|o| o.watermark(watermark))
+        self.outputs.iter_mut().try_for_each(|o| o.watermark(watermark))
     }
     fn end(&mut self) -> Result<()> {
         self.outputs.iter_mut().try_for_each(|o| o.end())
@@ -120,9 +115,7 @@ impl<T: Clone + Send> Collector<T> for FanOut<T> {
         Ok(all)
     }
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.outputs
-            .iter_mut()
-            .try_for_each(|o| o.barrier(barrier, snapshot))
+        self.outputs.iter_mut().try_for_each(|o| o.barrier(barrier, snapshot))
     }
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
         self.outputs.iter_mut().try_for_each(|o| o.notify(notice))

@@ -21,9 +21,7 @@ pub struct Clock {
 impl Clock {
     /// A clock starting now.
     pub fn start() -> Clock {
-        Clock {
-            origin: Instant::now(),
-        }
+        Clock { origin: Instant::now() }
     }
 
     /// Nanoseconds since the clock started.
@@ -83,19 +81,13 @@ impl TaskContext {
 
     /// This subtask's state in the checkpoint the job restarts from, if any.
     pub fn restored_state(&self) -> Option<&[u8]> {
-        self.restored
-            .as_ref()
-            .and_then(|r| r.get(&self.operator, self.subtask))
+        self.restored.as_ref().and_then(|r| r.get(&self.operator, self.subtask))
     }
 
     /// Registers work that runs only if this attempt of the job finishes successfully (a
     /// transactional sink's final commit, say). A failed attempt drops it.
     pub fn on_job_success(&self, f: impl FnOnce() + Send + 'static) {
-        self.attempt
-            .on_success
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Box::new(f));
+        self.attempt.on_success.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(f));
     }
 
     /// The job's metrics registry.

@@ -46,16 +46,8 @@ pub enum Error {
 
 impl Error {
     /// Builds an [`Error::Io`] for `path`.
-    pub fn io(
-        context: impl Into<String>,
-        path: impl Into<PathBuf>,
-        source: std::io::Error,
-    ) -> Self {
-        Error::Io {
-            context: context.into(),
-            path: Some(path.into()),
-            source,
-        }
+    pub fn io(context: impl Into<String>, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { context: context.into(), path: Some(path.into()), source }
     }
 
     /// Builds an [`Error::InvalidConfig`].
@@ -65,10 +57,7 @@ impl Error {
 
     /// Whether the same operation may succeed if tried again (I/O can; a bad config cannot).
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::Io { .. } | Error::OperatorPanicked { .. } | Error::Checkpoint(_)
-        )
+        matches!(self, Error::Io { .. } | Error::OperatorPanicked { .. } | Error::Checkpoint(_))
     }
 }
 
@@ -76,27 +65,12 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::InvalidConfig(m) => write!(f, "invalid configuration: {m}"),
-            Error::Io {
-                context,
-                path: Some(p),
-                source,
-            } => {
+            Error::Io { context, path: Some(p), source } => {
                 write!(f, "{context} ({}): {source}", p.display())
             }
-            Error::Io {
-                context,
-                path: None,
-                source,
-            } => write!(f, "{context}: {source}"),
-            Error::OperatorPanicked {
-                operator,
-                subtask,
-                message,
-            } => {
-                write!(
-                    f,
-                    "operator '{operator}' (subtask {subtask}) panicked: {message}"
-                )
+            Error::Io { context, path: None, source } => write!(f, "{context}: {source}"),
+            Error::OperatorPanicked { operator, subtask, message } => {
+                write!(f, "operator '{operator}' (subtask {subtask}) panicked: {message}")
             }
             Error::Corrupt(m) => write!(f, "damaged data: {m}"),
             Error::Checkpoint(m) => write!(f, "checkpoint failed: {m}"),

@@ -68,19 +68,14 @@ impl DefaultJob {
     pub fn build(&self) -> Job {
         let keys = self.keys.max(1);
         let job = Job::new("default").with_parallelism(self.parallelism);
-        let mut generator = Generator::new(move |i, now_ns| Event {
-            key: key_of(i, keys),
-            created_ns: now_ns,
-        });
+        let mut generator = Generator::new(move |i, now_ns| Event { key: key_of(i, keys), created_ns: now_ns });
         if let Some(rate) = self.rate_per_s {
             generator = generator.rate(rate);
         }
         job.generator(generator)
             .with_watermarks(|e: &Event| e.created_ns, 0)
             .key_by(|e: &Event| e.key)
-            .window(Window::tumbling(self.window_ms * 1_000_000), |e: &Event| {
-                e.created_ns
-            })
+            .window(Window::tumbling(self.window_ms * 1_000_000), |e: &Event| e.created_ns)
             .aggregate(
                 || 0u64,
                 |c: &mut u64, _e: Event| *c += 1,
@@ -100,11 +95,7 @@ pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize) -> Job 
     job.text(input)
         .words()
         .key_by(|w: &Word| *w)
-        .aggregate(
-            || 0u64,
-            |c: &mut u64, _w| *c += 1,
-            |w: &Word, c: &u64| (*w, *c),
-        )
+        .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &Word, c: &u64| (*w, *c))
         .named("count")
         .write_files(output, |&(w, c): &(Word, u64), out: &mut Vec<u8>| {
             w.with_str(|s| out.extend_from_slice(s.as_bytes()));

@@ -79,10 +79,7 @@ impl CheckpointArgs {
                 ("--interval-ms", self.interval_ms.is_some()),
                 ("--mode", self.mode.is_some()),
                 ("--unaligned", self.unaligned),
-                (
-                    "--alignment-timeout-ms",
-                    self.alignment_timeout_ms.is_some(),
-                ),
+                ("--alignment-timeout-ms", self.alignment_timeout_ms.is_some()),
                 ("--max-concurrent", self.max_concurrent.is_some()),
                 ("--retain", self.retain.is_some()),
             ];
@@ -171,21 +168,9 @@ fn positive_f64(s: &str) -> Result<f64, String> {
 
 impl RuntimeArgs {
     fn config(&self) -> (RunConfig, usize) {
-        let workers = self
-            .workers
-            .map(|w| w as usize)
-            .unwrap_or_else(available_cores);
-        let parallelism = self
-            .parallelism
-            .map(|p| p as usize)
-            .unwrap_or(workers)
-            .min(128);
-        (
-            RunConfig::default()
-                .workers(workers)
-                .ring_capacity(self.ring_capacity as usize),
-            parallelism,
-        )
+        let workers = self.workers.map(|w| w as usize).unwrap_or_else(available_cores);
+        let parallelism = self.parallelism.map(|p| p as usize).unwrap_or(workers).min(128);
+        (RunConfig::default().workers(workers).ring_capacity(self.ring_capacity as usize), parallelism)
     }
 }
 
@@ -217,17 +202,9 @@ fn ctrl_c_counter() -> Arc<AtomicUsize> {
 }
 
 /// Watches a running job: progress line, Ctrl-C, and an optional time limit.
-fn supervise(
-    mut handle: JobHandle,
-    limit: Option<Duration>,
-    progress: bool,
-) -> weir::Result<JobReport> {
+fn supervise(mut handle: JobHandle, limit: Option<Duration>, progress: bool) -> weir::Result<JobReport> {
     let presses = ctrl_c_counter();
-    let bar = if progress {
-        indicatif::ProgressBar::new_spinner()
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = if progress { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::hidden() };
     let mut stopped = false;
     let mut cancelled = false;
     let mut last = (0u64, handle.elapsed());
@@ -260,9 +237,7 @@ fn supervise(
         let dt = (elapsed - last.1).as_secs_f64();
         if dt >= 0.5 {
             let rate = (records - last.0) as f64 / dt;
-            let until = limit
-                .map(|l| format!(" / {:.0} s", l.as_secs_f64()))
-                .unwrap_or_default();
+            let until = limit.map(|l| format!(" / {:.0} s", l.as_secs_f64())).unwrap_or_default();
             bar.set_message(format!(
                 "{:.1} s{until} | {} records | {} records/s",
                 elapsed.as_secs_f64(),
@@ -285,12 +260,7 @@ fn supervise(
 
 fn run_default(args: &DefaultArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
-    let job = DefaultJob {
-        parallelism,
-        keys: args.keys,
-        window_ms: args.window_ms,
-        rate_per_s: args.rate,
-    };
+    let job = DefaultJob { parallelism, keys: args.keys, window_ms: args.window_ms, rate_per_s: args.rate };
     println!(
         "weir default job: generator → key_by ({} keys) → {} ms tumbling-window count → sink; {} workers, parallelism {}, {}, {} s",
         args.keys,
@@ -301,11 +271,7 @@ fn run_default(args: &DefaultArgs) -> weir::Result<()> {
         args.duration_s
     );
     let handle = job.build().start(config)?;
-    let report = supervise(
-        handle,
-        Some(Duration::from_secs_f64(args.duration_s)),
-        !args.runtime.no_progress,
-    )?;
+    let report = supervise(handle, Some(Duration::from_secs_f64(args.duration_s)), !args.runtime.no_progress)?;
     print!("{}", report.summary_table());
     if report.latency_ns.as_ref().is_some_and(|h| !h.is_empty()) {
         println!("latency: from the instant a window is complete (event time = creation time) to the sink");
@@ -330,14 +296,8 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
                 let s = &m.stats;
                 row.push("valid".into());
                 row.extend(
-                    [
-                        s.duration_ms,
-                        s.start_delay_ms,
-                        s.alignment_ms,
-                        s.sync_ms,
-                        s.async_ms,
-                    ]
-                    .map(|v| format!("{v:.2} ms")),
+                    [s.duration_ms, s.start_delay_ms, s.alignment_ms, s.sync_ms, s.async_ms]
+                        .map(|v| format!("{v:.2} ms")),
                 );
                 row.push(group_digits(s.state_bytes));
                 row.push(group_digits(s.inflight_bytes));
@@ -354,23 +314,11 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
         }
         rows.push(row);
     }
-    let header = [
-        "id",
-        "status",
-        "duration",
-        "start delay",
-        "alignment",
-        "sync",
-        "async",
-        "state bytes",
-        "in-flight bytes",
-    ];
+    let header =
+        ["id", "status", "duration", "start delay", "alignment", "sync", "async", "state bytes", "in-flight bytes"];
     print!("{}", weir::checkpoint::table(&header, &rows));
     if damaged > 0 {
-        return Err(Error::Corrupt(format!(
-            "{damaged} damaged checkpoint(s) in {}",
-            args.dir.display()
-        )));
+        return Err(Error::Corrupt(format!("{damaged} damaged checkpoint(s) in {}", args.dir.display())));
     }
     Ok(())
 }
@@ -386,10 +334,7 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
             )));
         }
     } else if args.output.exists() {
-        return Err(Error::config(format!(
-            "output {} exists and is not a folder",
-            args.output.display()
-        )));
+        return Err(Error::config(format!("output {} exists and is not a folder", args.output.display())));
     }
     let bytes = input.total_bytes();
     let mut job = weir::jobs::wordcount(input, args.output.clone(), parallelism);

@@ -53,18 +53,12 @@ pub struct JobMetrics {
 
 fn register(list: &Mutex<Vec<Arc<Counter>>>) -> Arc<Counter> {
     let c = Arc::new(Counter::default());
-    list.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(c.clone());
+    list.lock().unwrap_or_else(|e| e.into_inner()).push(c.clone());
     c
 }
 
 fn total(list: &Mutex<Vec<Arc<Counter>>>) -> u64 {
-    list.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|c| c.get())
-        .sum()
+    list.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|c| c.get()).sum()
 }
 
 impl JobMetrics {
@@ -102,10 +96,7 @@ impl JobMetrics {
     }
     /// The merged latency histogram, if any subtask measured latency.
     pub fn latency(&self) -> Option<Histogram<u64>> {
-        self.latency
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.latency.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -140,28 +131,16 @@ impl JobReport {
     pub fn summary_table(&self) -> String {
         let mut rows: Vec<(String, String)> = vec![
             ("workers".into(), self.workers.to_string()),
-            (
-                "elapsed".into(),
-                format!("{:.2} s", self.elapsed.as_secs_f64()),
-            ),
-            (
-                "records (sources)".into(),
-                group_digits(self.source_records),
-            ),
+            ("elapsed".into(), format!("{:.2} s", self.elapsed.as_secs_f64())),
+            ("records (sources)".into(), group_digits(self.source_records)),
             ("records (sinks)".into(), group_digits(self.sink_records)),
-            (
-                "throughput".into(),
-                format!("{} records/s", group_digits(self.throughput_rps() as u64)),
-            ),
+            ("throughput".into(), format!("{} records/s", group_digits(self.throughput_rps() as u64))),
         ];
         if self.restarts > 0 {
             rows.push(("restarts after failures".into(), self.restarts.to_string()));
         }
         if self.late_records > 0 {
-            rows.push((
-                "late records dropped".into(),
-                group_digits(self.late_records),
-            ));
+            rows.push(("late records dropped".into(), group_digits(self.late_records)));
         }
         if let Some(h) = &self.latency_ns {
             rows.push(("latency samples".into(), group_digits(h.len())));

@@ -23,10 +23,7 @@ pub trait Persist: Sized {
 #[inline]
 pub fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8]> {
     if input.len() < n {
-        return Err(Error::Corrupt(format!(
-            "truncated data: needed {n} bytes, {} left",
-            input.len()
-        )));
+        return Err(Error::Corrupt(format!("truncated data: needed {n} bytes, {} left", input.len())));
     }
     let (head, rest) = input.split_at(n);
     *input = rest;
@@ -55,8 +52,7 @@ impl Persist for usize {
         (*self as u64).persist(out)
     }
     fn restore(input: &mut &[u8]) -> Result<Self> {
-        usize::try_from(u64::restore(input)?)
-            .map_err(|_| Error::Corrupt("usize out of range".into()))
+        usize::try_from(u64::restore(input)?).map_err(|_| Error::Corrupt("usize out of range".into()))
     }
 }
 
@@ -65,8 +61,7 @@ impl Persist for isize {
         (*self as i64).persist(out)
     }
     fn restore(input: &mut &[u8]) -> Result<Self> {
-        isize::try_from(i64::restore(input)?)
-            .map_err(|_| Error::Corrupt("isize out of range".into()))
+        isize::try_from(i64::restore(input)?).map_err(|_| Error::Corrupt("isize out of range".into()))
     }
 }
 
@@ -123,9 +118,7 @@ impl<T: Persist> Persist for Option<T> {
 /// allocate without bound (each element takes at least one byte, or is counted).
 fn checked_len(input: &[u8], len: u64) -> Result<usize> {
     if len > input.len() as u64 && len > (1 << 20) {
-        return Err(Error::Corrupt(format!(
-            "collection length {len} exceeds the data"
-        )));
+        return Err(Error::Corrupt(format!("collection length {len} exceeds the data")));
     }
     usize::try_from(len).map_err(|_| Error::Corrupt("collection too long".into()))
 }
@@ -154,8 +147,7 @@ impl Persist for String {
     }
     fn restore(input: &mut &[u8]) -> Result<Self> {
         let len = checked_len(input, u64::restore(input)?)?;
-        String::from_utf8(take(input, len)?.to_vec())
-            .map_err(|_| Error::Corrupt("invalid UTF-8 in a string".into()))
+        String::from_utf8(take(input, len)?.to_vec()).map_err(|_| Error::Corrupt("invalid UTF-8 in a string".into()))
     }
 }
 
@@ -170,8 +162,7 @@ impl<T: Persist, const N: usize> Persist for [T; N] {
         for _ in 0..N {
             v.push(T::restore(input)?);
         }
-        v.try_into()
-            .map_err(|_| Error::Corrupt("array length".into()))
+        v.try_into().map_err(|_| Error::Corrupt("array length".into()))
     }
 }
 
@@ -235,10 +226,7 @@ pub fn to_bytes<T: Persist>(value: &T) -> Vec<u8> {
 pub fn from_bytes<T: Persist>(mut bytes: &[u8]) -> Result<T> {
     let v = T::restore(&mut bytes)?;
     if !bytes.is_empty() {
-        return Err(Error::Corrupt(format!(
-            "{} unexpected bytes after the value",
-            bytes.len()
-        )));
+        return Err(Error::Corrupt(format!("{} unexpected bytes after the value", bytes.len())));
     }
     Ok(v)
 }
@@ -247,27 +235,11 @@ pub fn from_bytes<T: Persist>(mut bytes: &[u8]) -> Result<T> {
 mod tests {
     use super::*;
 
-    type Mixed = (
-        u64,
-        i32,
-        bool,
-        char,
-        Option<f64>,
-        Vec<(u8, String)>,
-        [u16; 3],
-    );
+    type Mixed = (u64, i32, bool, char, Option<f64>, Vec<(u8, String)>, [u16; 3]);
 
     #[test]
     fn round_trips() {
-        let v: Mixed = (
-            7,
-            -3,
-            true,
-            'é',
-            Some(2.5),
-            vec![(1, "a".into()), (2, "β".into())],
-            [1, 2, 3],
-        );
+        let v: Mixed = (7, -3, true, 'é', Some(2.5), vec![(1, "a".into()), (2, "β".into())], [1, 2, 3]);
         assert_eq!(from_bytes::<Mixed>(&to_bytes(&v)).unwrap(), v);
     }
 

@@ -229,8 +229,7 @@ impl Persist for Word {
     fn restore(input: &mut &[u8]) -> crate::Result<Self> {
         let len = u32::restore(input)? as usize;
         let bytes = take(input, len)?;
-        let text = std::str::from_utf8(bytes)
-            .map_err(|_| crate::Error::Corrupt("a word is not UTF-8".into()))?;
+        let text = std::str::from_utf8(bytes).map_err(|_| crate::Error::Corrupt("a word is not UTF-8".into()))?;
         Ok(Word::new(text))
     }
 }
@@ -298,10 +297,7 @@ pub fn for_each_word(line: &str, mut f: impl FnMut(Word)) {
             for (d, s) in buf.iter_mut().zip(word.bytes()) {
                 *d = s.to_ascii_lowercase();
             }
-            f(Word {
-                bytes: buf,
-                len: word.len() as u32,
-            });
+            f(Word { bytes: buf, len: word.len() as u32 });
         } else {
             f(Word::new(&word.to_lowercase()));
         }
@@ -320,20 +316,11 @@ mod tests {
 
     #[test]
     fn splits_like_the_definition() {
-        let samples = [
-            "Hello, World! hello",
-            "  a-b_c 9x ",
-            "ÀÉÎ ß straße İstanbul",
-            "",
-            "日本語 テキスト",
-            "x\u{FFFD}y",
-        ];
+        let samples =
+            ["Hello, World! hello", "  a-b_c 9x ", "ÀÉÎ ß straße İstanbul", "", "日本語 テキスト", "x\u{FFFD}y"];
         for s in samples {
-            let expected: Vec<String> = s
-                .split(|c: char| !c.is_alphanumeric())
-                .filter(|w| !w.is_empty())
-                .map(str::to_lowercase)
-                .collect();
+            let expected: Vec<String> =
+                s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
             assert_eq!(words(s), expected, "for {s:?}");
         }
     }
@@ -356,10 +343,7 @@ mod tests {
             let g = key_group(hash_key(&k), 128);
             seen[g] += 1;
         }
-        assert!(
-            seen.iter().all(|&c| c > 500),
-            "key groups unevenly used: {seen:?}"
-        );
+        assert!(seen.iter().all(|&c| c > 500), "key groups unevenly used: {seen:?}");
         assert_eq!(subtask_of_key_group(0, 128, 3), 0);
         assert_eq!(subtask_of_key_group(127, 128, 3), 2);
     }

@@ -88,18 +88,11 @@ pub struct TaskSnapshot {
 impl TaskSnapshot {
     /// An empty snapshot for `barrier`.
     pub fn new(barrier: Barrier) -> Self {
-        TaskSnapshot {
-            barrier,
-            parts: Vec::new(),
-        }
+        TaskSnapshot { barrier, parts: Vec::new() }
     }
     /// Adds one operator's captured state.
     pub fn add(&mut self, operator: Arc<str>, subtask: usize, state: Box<dyn ForkedState>) {
-        self.parts.push(SnapshotPart {
-            operator,
-            subtask,
-            state,
-        });
+        self.parts.push(SnapshotPart { operator, subtask, state });
     }
 }
 
@@ -114,10 +107,7 @@ pub struct RestoredState {
 impl RestoredState {
     /// An empty restore of checkpoint `checkpoint`.
     pub fn new(checkpoint: u64) -> Self {
-        RestoredState {
-            checkpoint,
-            parts: HashMap::new(),
-        }
+        RestoredState { checkpoint, parts: HashMap::new() }
     }
     /// Adds one part.
     pub fn insert(&mut self, operator: String, subtask: usize, bytes: Vec<u8>) {
@@ -125,9 +115,7 @@ impl RestoredState {
     }
     /// The state of `operator` in `subtask`, if the checkpoint has one.
     pub fn get(&self, operator: &str, subtask: usize) -> Option<&[u8]> {
-        self.parts
-            .get(&(operator.to_string(), subtask))
-            .map(Vec::as_slice)
+        self.parts.get(&(operator.to_string(), subtask)).map(Vec::as_slice)
     }
     /// Number of parts.
     pub fn len(&self) -> usize {
@@ -197,8 +185,7 @@ impl FaultInjector {
 
     /// A new attempt of the job starts (called by the runtime).
     pub fn new_attempt(&self) {
-        self.record_fault_this_attempt
-            .store(false, Ordering::SeqCst);
+        self.record_fault_this_attempt.store(false, Ordering::SeqCst);
     }
 
     /// How many faults have fired.
@@ -236,9 +223,7 @@ impl FaultInjector {
         if self.record_fault_this_attempt.load(Ordering::SeqCst) {
             return Ok(());
         }
-        if self.fire_if(
-            |f| matches!(f, Fault::AtRecord { operator: o, nth } if o == operator && *nth <= after),
-        ) {
+        if self.fire_if(|f| matches!(f, Fault::AtRecord { operator: o, nth } if o == operator && *nth <= after)) {
             self.record_fault_this_attempt.store(true, Ordering::SeqCst);
             return Err(Error::OperatorPanicked {
                 operator: operator.to_string(),

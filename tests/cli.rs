@@ -5,27 +5,16 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn weir(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(args)
-        .output()
-        .expect("weir runs")
+    Command::new(env!("CARGO_BIN_EXE_weir")).args(args).output().expect("weir runs")
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 #[test]
 fn help_on_every_command() {
-    for args in [
-        vec!["--help"],
-        vec!["wordcount", "--help"],
-        vec!["help", "wordcount"],
-    ] {
+    for args in [vec!["--help"], vec!["wordcount", "--help"], vec!["help", "wordcount"]] {
         let o = weir(&args);
         assert!(o.status.success(), "{args:?}: {}", text(&o));
         assert!(text(&o).contains("Usage"), "{args:?}");
@@ -49,10 +38,7 @@ fn bad_arguments_are_clear_errors() {
         (vec!["--duration-s".into(), "-1".into()], "--duration-s"),
         (vec!["--keys".into(), "0".into()], "--keys"),
         (vec!["--parallelism".into(), "1000".into()], "--parallelism"),
-        (
-            vec!["--ring-capacity".into(), "0".into()],
-            "--ring-capacity",
-        ),
+        (vec!["--ring-capacity".into(), "0".into()], "--ring-capacity"),
         (vec!["--no-such-flag".into()], "--no-such-flag"),
         (vec!["wordcount".into()], "--input"),
         (
@@ -91,10 +77,7 @@ fn bad_arguments_are_clear_errors() {
         let o = weir(&args);
         let t = text(&o);
         assert!(!o.status.success(), "{args:?} should fail");
-        assert!(
-            t.contains(needle),
-            "{args:?}: message should name {needle:?}: {t}"
-        );
+        assert!(t.contains(needle), "{args:?}: message should name {needle:?}: {t}");
         assert!(!t.contains("panicked"), "{args:?} panicked: {t}");
     }
 }
@@ -117,19 +100,10 @@ fn wordcount_writes_running_counts() {
     assert!(o.status.success(), "{}", text(&o));
     let mut lines: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
-        .flat_map(|f| {
-            std::fs::read_to_string(f.unwrap().path())
-                .unwrap()
-                .lines()
-                .map(String::from)
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap().lines().map(String::from).collect::<Vec<_>>())
         .collect();
     lines.sort();
-    assert_eq!(
-        lines,
-        ["end\t1", "river\t1", "the\t1", "the\t2", "the\t3", "weir\t1"]
-    );
+    assert_eq!(lines, ["end\t1", "river\t1", "the\t1", "the\t2", "the\t3", "weir\t1"]);
 }
 
 #[test]
@@ -137,14 +111,7 @@ fn the_default_job_reports_throughput_and_latency() {
     let o = weir(&["--duration-s", "0.5", "--workers", "2", "--no-progress"]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    for needle in [
-        "records (sources)",
-        "throughput",
-        "latency p50",
-        "latency p99",
-        "latency p99.9",
-        "latency max",
-    ] {
+    for needle in ["records (sources)", "throughput", "latency p50", "latency p99", "latency p99.9", "latency max"] {
         assert!(t.contains(needle), "summary lacks {needle}: {t}");
     }
 }
@@ -158,17 +125,11 @@ fn ctrl_c_stops_the_default_job_with_a_summary() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(700));
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
     let started = Instant::now();
     let o = child.wait_with_output().unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(60),
-        "Ctrl-C did not stop the job"
-    );
+    assert!(started.elapsed() < Duration::from_secs(60), "Ctrl-C did not stop the job");
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("throughput"), "{t}");

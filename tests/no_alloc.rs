@@ -41,12 +41,8 @@ fn run(records: u64) -> u64 {
         .map(|(k, i)| (k, i * 2))
         .filter(|&(_, i)| i % 3 != 0)
         .with_watermarks(|e: &(u64, u64)| e.1, 0);
-    keyed
-        .key_by(|e: &(u64, u64)| e.0)
-        .reduce(|a, b| (a.0, a.1 + b.1))
-        .discard();
-    job.execute(RunConfig::default().workers(2).pin_workers(false))
-        .unwrap();
+    keyed.key_by(|e: &(u64, u64)| e.0).reduce(|a, b| (a.0, a.1 + b.1)).discard();
+    job.execute(RunConfig::default().workers(2).pin_workers(false)).unwrap();
     let job = Job::new("alloc-window").with_parallelism(2);
     job.generator(Generator::new(|i, _| (i % 100, i / 1000)).count(records))
         .with_watermarks(|e: &(u64, u64)| e.1, 0)
@@ -54,8 +50,7 @@ fn run(records: u64) -> u64 {
         .window(Window::tumbling(1_000_000), |e: &(u64, u64)| e.1)
         .count()
         .discard();
-    job.execute(RunConfig::default().workers(2).pin_workers(false))
-        .unwrap();
+    job.execute(RunConfig::default().workers(2).pin_workers(false)).unwrap();
     ALLOCATIONS.load(Ordering::Relaxed) - before
 }
 
@@ -67,8 +62,5 @@ fn ten_times_the_records_cost_no_more_allocations() {
     // Scheduling varies staging sizes a little between runs; the per-record path would add
     // millions.
     eprintln!("allocations: {small} for 200k records, {large} for 2M");
-    assert!(
-        large < small + small / 2 + 200,
-        "{small} allocations for 200k records, {large} for 2M"
-    );
+    assert!(large < small + small / 2 + 200, "{small} allocations for 200k records, {large} for 2M");
 }

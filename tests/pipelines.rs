@@ -63,18 +63,12 @@ fn write_corpus(dir: &Path) {
 }
 
 fn sequential_word_counts(dir: &Path) -> HashMap<String, u64> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let mut counts = HashMap::new();
     for f in files {
         let text = String::from_utf8_lossy(&std::fs::read(f).unwrap()).into_owned();
-        for w in text
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-        {
+        for w in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
             *counts.entry(w.to_lowercase()).or_insert(0) += 1;
         }
     }
@@ -88,33 +82,21 @@ fn word_count_gives_every_running_count_once() {
     let expected = sequential_word_counts(input.path());
     for p in PARALLELISMS {
         let out = tempfile::tempdir().unwrap();
-        let job = wordcount(
-            TextSource::open(input.path()).unwrap(),
-            out.path().to_path_buf(),
-            p,
-        );
+        let job = wordcount(TextSource::open(input.path()).unwrap(), out.path().to_path_buf(), p);
         let report = job.execute(config()).unwrap();
         let mut got: HashMap<String, Vec<u64>> = HashMap::new();
         for f in std::fs::read_dir(out.path()).unwrap() {
             let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
             for line in text.lines() {
                 let (w, c) = line.split_once('\t').expect("word<TAB>count");
-                got.entry(w.to_string())
-                    .or_default()
-                    .push(c.parse().unwrap());
+                got.entry(w.to_string()).or_default().push(c.parse().unwrap());
             }
         }
         assert_eq!(got.len(), expected.len(), "parallelism {p}: distinct words");
         for (w, n) in &expected {
-            let mut counts = got
-                .remove(w)
-                .unwrap_or_else(|| panic!("parallelism {p}: {w:?} missing"));
+            let mut counts = got.remove(w).unwrap_or_else(|| panic!("parallelism {p}: {w:?} missing"));
             counts.sort_unstable();
-            assert_eq!(
-                counts,
-                (1..=*n).collect::<Vec<_>>(),
-                "parallelism {p}: counts of {w:?}"
-            );
+            assert_eq!(counts, (1..=*n).collect::<Vec<_>>(), "parallelism {p}: counts of {w:?}");
         }
         assert_eq!(report.sink_records, expected.values().sum::<u64>());
     }
@@ -162,21 +144,10 @@ fn windows_over_out_of_order_events_match_a_sequential_computation() {
                 )
                 .collect();
             let report = job.execute(config()).unwrap();
-            assert_eq!(
-                report.late_records, 0,
-                "bounded disorder within the bound is never late"
-            );
-            let got: BTreeMap<(u64, u64), (u64, u64)> = results
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|&(k, s, c, sum)| ((k, s), (c, sum)))
-                .collect();
-            assert_eq!(
-                results.lock().unwrap().len(),
-                got.len(),
-                "a window fired twice"
-            );
+            assert_eq!(report.late_records, 0, "bounded disorder within the bound is never late");
+            let got: BTreeMap<(u64, u64), (u64, u64)> =
+                results.lock().unwrap().iter().map(|&(k, s, c, sum)| ((k, s), (c, sum))).collect();
+            assert_eq!(results.lock().unwrap().len(), got.len(), "a window fired twice");
             assert_eq!(got, expected, "window {window:?} at parallelism {p}");
         }
     }
@@ -200,12 +171,10 @@ fn window_join_matches_a_sequential_join() {
     assert!(expected.len() > 1000, "the join should produce something");
     for p in PARALLELISMS {
         let job = Job::new("join").with_parallelism(p);
-        let l = job
-            .generator(Generator::new(move |i, _| left(i)).count(N))
-            .with_watermarks(|e: &(u64, u64, u64)| e.1, 0);
-        let r = job
-            .generator(Generator::new(move |i, _| right(i)).count(N))
-            .with_watermarks(|e: &(u64, u64, u64)| e.1, 0);
+        let l =
+            job.generator(Generator::new(move |i, _| left(i)).count(N)).with_watermarks(|e: &(u64, u64, u64)| e.1, 0);
+        let r =
+            job.generator(Generator::new(move |i, _| right(i)).count(N)).with_watermarks(|e: &(u64, u64, u64)| e.1, 0);
         let out = l
             .window_join(
                 r,
@@ -238,16 +207,8 @@ fn keyed_sum_union_rebalance_and_broadcast() {
             .key_by(|&(k, _)| k)
             .reduce(|a, b| (a.0, a.1 + b.1))
             .collect();
-        let spread = job
-            .generator(Generator::new(|i, _| i).count(1000))
-            .rebalance()
-            .set_parallelism(3)
-            .collect();
-        let everywhere = job
-            .generator(Generator::new(|i, _| i).count(100))
-            .broadcast()
-            .set_parallelism(3)
-            .collect();
+        let spread = job.generator(Generator::new(|i, _| i).count(1000)).rebalance().set_parallelism(3).collect();
+        let everywhere = job.generator(Generator::new(|i, _| i).count(100)).broadcast().set_parallelism(3).collect();
         job.execute(config()).unwrap();
         // The last running value per key is the key's total.
         let mut last: HashMap<u64, u64> = HashMap::new();
@@ -267,11 +228,7 @@ fn keyed_sum_union_rebalance_and_broadcast() {
         let mut s = spread.lock().unwrap().clone();
         s.sort_unstable();
         assert_eq!(s, (0..1000).collect::<Vec<_>>());
-        assert_eq!(
-            everywhere.lock().unwrap().len(),
-            300,
-            "each of 3 subtasks gets all 100"
-        );
+        assert_eq!(everywhere.lock().unwrap().len(), 300, "each of 3 subtasks gets all 100");
     }
 }
 
@@ -289,8 +246,7 @@ fn tiny_rings_and_a_slow_sink_backpressure_without_loss() {
             x
         })
         .collect();
-    job.execute(config().ring_capacity(1).batch_size(3))
-        .unwrap();
+    job.execute(config().ring_capacity(1).batch_size(3)).unwrap();
     assert_eq!(out.lock().unwrap().len(), 20_000);
 }
 
@@ -306,11 +262,7 @@ fn a_panicking_function_fails_the_job_naming_operator_and_subtask() {
         .discard();
     let err = job.execute(config()).unwrap_err();
     match err {
-        Error::OperatorPanicked {
-            operator,
-            subtask,
-            message,
-        } => {
+        Error::OperatorPanicked { operator, subtask, message } => {
             assert_eq!(operator, "fragile");
             assert_eq!(subtask, 1, "record 5001 is generated by subtask 1 of 2");
             assert!(message.contains("bad record 5001"), "{message}");
@@ -386,19 +338,13 @@ fn invalid_graphs_and_settings_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "a b\n").unwrap();
     let job = Job::new("lines");
-    job.text(TextSource::open(dir.path()).unwrap())
-        .words()
-        .set_parallelism(3)
-        .discard();
+    job.text(TextSource::open(dir.path()).unwrap()).words().set_parallelism(3).discard();
     let err = job.execute(config()).unwrap_err().to_string();
     assert!(err.contains("must keep the parallelism"), "{err}");
 
     let job = Job::new("cap");
     job.generator(Generator::new(|i, _| i).count(10)).discard();
-    let err = job
-        .execute(config().ring_capacity(0))
-        .unwrap_err()
-        .to_string();
+    let err = job.execute(config().ring_capacity(0)).unwrap_err().to_string();
     assert!(err.contains("ring capacity"), "{err}");
 
     let job = Job::new("window");

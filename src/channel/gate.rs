@@ -23,12 +23,7 @@ pub(crate) struct ChannelReader<T> {
 
 impl<T> ChannelReader<T> {
     pub(crate) fn new(consumer: Consumer<Entry<T>>, producer: Arc<Parker>) -> Self {
-        ChannelReader {
-            consumer,
-            producer,
-            read: 0,
-            priority: None,
-        }
+        ChannelReader { consumer, producer, read: 0, priority: None }
     }
 
     pub(crate) fn with_priority(mut self, slot: Consumer<PriorityBarrier>) -> Self {
@@ -140,10 +135,7 @@ impl<T: Copy> InputGate<T> {
     /// reading that channel's ring.
     pub(crate) fn replay(&mut self, entries: Vec<(usize, Vec<Entry<T>>)>) {
         for (channel, es) in entries {
-            assert!(
-                channel < self.channels.len(),
-                "restored in-flight data for a channel this input lacks"
-            );
+            assert!(channel < self.channels.len(), "restored in-flight data for a channel this input lacks");
             self.replay.extend(es.into_iter().map(|e| (channel, e)));
         }
     }
@@ -164,10 +156,7 @@ impl<T: Copy> InputGate<T> {
         let Some(cap) = self.capture.as_mut() else {
             return;
         };
-        debug_assert!(
-            seq >= self.channels[channel].read,
-            "an unaligned barrier behind data already consumed"
-        );
+        debug_assert!(seq >= self.channels[channel].read, "an unaligned barrier behind data already consumed");
         cap.limit[channel] = Some(seq);
         peek_into(&mut self.channels[channel], cap, channel);
     }
@@ -186,11 +175,15 @@ impl<T: Copy> InputGate<T> {
         }
     }
 
+    /// Entries consumed so far from channel `channel`.
+    pub(crate) fn read_position(&self, channel: usize) -> u64 {
+        self.channels[channel].read
+    }
+
     /// Whether every channel's in-flight data is captured.
     pub(crate) fn capture_complete(&self) -> bool {
         self.capture.as_ref().is_some_and(|c| {
-            (0..self.channels.len())
-                .all(|i| self.ended[i] || c.limit[i].is_some_and(|l| c.upto[i] >= l))
+            (0..self.channels.len()).all(|i| self.ended[i] || c.limit[i].is_some_and(|l| c.upto[i] >= l))
         })
     }
 
@@ -199,11 +192,7 @@ impl<T: Copy> InputGate<T> {
         let Some(c) = self.capture.take() else {
             return Vec::new();
         };
-        c.data
-            .into_iter()
-            .enumerate()
-            .filter(|(_, d)| !d.is_empty())
-            .collect()
+        c.data.into_iter().enumerate().filter(|(_, d)| !d.is_empty()).collect()
     }
 
     /// Drops a capture in progress (its checkpoint was abandoned).
@@ -308,11 +297,7 @@ impl<T: Copy> InputGate<T> {
             if self.unaligned {
                 if let Some(pb) = self.channels[i].take_priority() {
                     self.next = (i + 1) % n;
-                    return Ok(GatePoll::PriorityBarrier {
-                        channel: i,
-                        barrier: pb.barrier,
-                        seq: pb.seq,
-                    });
+                    return Ok(GatePoll::PriorityBarrier { channel: i, barrier: pb.barrier, seq: pb.seq });
                 }
             }
             let ch = &mut self.channels[i];
@@ -320,38 +305,30 @@ impl<T: Copy> InputGate<T> {
             if avail == 0 {
                 continue;
             }
-            let chunk = ch
-                .consumer
-                .read_chunk(avail)
-                .expect("avail slots were checked");
+            let chunk = ch.consumer.read_chunk(avail).expect("avail slots were checked");
             if self.unaligned {
                 // Checked after the ring's tail was read: a barrier published before any of
                 // these entries is seen here, so nothing after a barrier is consumed before it.
                 if let Some(pb) = ch.priority.as_mut().and_then(|p| p.pop().ok()) {
                     // The chunk is not committed: nothing of it was consumed.
                     self.next = (i + 1) % n;
-                    return Ok(GatePoll::PriorityBarrier {
-                        channel: i,
-                        barrier: pb.barrier,
-                        seq: pb.seq,
-                    });
+                    return Ok(GatePoll::PriorityBarrier { channel: i, barrier: pb.barrier, seq: pb.seq });
                 }
             }
             let mut barrier = None;
             let mut taken = 0;
             let (a, b) = chunk.as_slices();
-            if let Some(cap) = self.capture.as_mut() {
-                // Log the part of this chunk that is in-flight data of the checkpoint.
-                let start = ch.read;
-                for (k, e) in a.iter().chain(b).enumerate() {
-                    let pos = start + k as u64;
-                    if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) {
-                        cap.data[i].push(*e);
+            let start = ch.read;
+            for entry in a.iter().chain(b) {
+                if let Some(cap) = self.capture.as_mut() {
+                    // In-flight data of an unaligned checkpoint, logged as it is consumed.
+                    let pos = start + taken as u64;
+                    if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) && !matches!(entry, Entry::Barrier(_))
+                    {
+                        cap.data[i].push(*entry);
                         cap.upto[i] = pos + 1;
                     }
                 }
-            }
-            for entry in a.iter().chain(b) {
                 taken += 1;
                 match *entry {
                     Entry::Record(r) => self.buf.push(r),
@@ -392,10 +369,7 @@ impl<T: Copy> InputGate<T> {
                     self.blocked[i] = true;
                 }
                 self.next = (i + 1) % n;
-                return Ok(GatePoll::Barrier {
-                    channel: i,
-                    barrier,
-                });
+                return Ok(GatePoll::Barrier { channel: i, barrier });
             }
             if !head.drain()? {
                 self.next = (i + 1) % n;
@@ -408,11 +382,7 @@ impl<T: Copy> InputGate<T> {
             self.end_delivered = true;
             return Ok(GatePoll::Finished);
         }
-        Ok(if consumed > 0 {
-            GatePoll::Progress
-        } else {
-            GatePoll::Idle
-        })
+        Ok(if consumed > 0 { GatePoll::Progress } else { GatePoll::Idle })
     }
 }
 
@@ -424,10 +394,7 @@ fn peek_into<T: Copy>(ch: &mut ChannelReader<T>, cap: &mut Capture<T>, i: usize)
     if avail == 0 || cap.upto[i] >= limit {
         return;
     }
-    let chunk = ch
-        .consumer
-        .read_chunk(avail)
-        .expect("avail slots were checked");
+    let chunk = ch.consumer.read_chunk(avail).expect("avail slots were checked");
     let (a, b) = chunk.as_slices();
     let first = cap.upto[i].saturating_sub(ch.read) as usize;
     let last = (limit - ch.read).min(avail as u64) as usize;
@@ -446,13 +413,7 @@ fn advance<T>(
     emitted: &mut Timestamp,
     head: &mut dyn Collector<T>,
 ) -> Result<()> {
-    let min = watermarks
-        .iter()
-        .zip(ended)
-        .filter(|(_, &e)| !e)
-        .map(|(&w, _)| w)
-        .min()
-        .unwrap_or(Timestamp::MAX);
+    let min = watermarks.iter().zip(ended).filter(|(_, &e)| !e).map(|(&w, _)| w).min().unwrap_or(Timestamp::MAX);
     if min > *emitted {
         *emitted = min;
         head.watermark(min)?;

@@ -66,11 +66,7 @@ impl<T: crate::persist::Persist> crate::persist::Persist for Entry<T> {
             1 => Ok(Entry::Watermark(Timestamp::restore(input)?)),
             2 => {
                 let (id, trigger_ns, unaligned) = <(u64, u64, bool)>::restore(input)?;
-                Ok(Entry::Barrier(crate::snapshot::Barrier {
-                    id,
-                    trigger_ns,
-                    unaligned,
-                }))
+                Ok(Entry::Barrier(crate::snapshot::Barrier { id, trigger_ns, unaligned }))
             }
             3 => Ok(Entry::End),
             t => Err(crate::Error::Corrupt(format!("invalid ring entry tag {t}"))),
@@ -99,10 +95,7 @@ pub(crate) fn channel<T: Copy>(
     assert!(capacity > 0, "a ring holds at least one entry");
     let (p, c) = rtrb::RingBuffer::new(capacity);
     let (pp, pc) = rtrb::RingBuffer::new(PRIORITY_SLOTS);
-    (
-        OutChannel::new(p, consumer_parker).with_priority(pp),
-        ChannelReader::new(c, producer_parker).with_priority(pc),
-    )
+    (OutChannel::new(p, consumer_parker).with_priority(pp), ChannelReader::new(c, producer_parker).with_priority(pc))
 }
 
 #[cfg(test)]
@@ -124,12 +117,8 @@ pub fn pair<T: crate::record::Record>(capacity: usize) -> (ChannelSender<T>, Cha
     let parker = std::sync::Arc::new(Parker::default());
     let (w, r) = channel::<T>(capacity, parker.clone(), parker);
     (
-        ChannelSender {
-            writer: ChannelWriter::new(vec![w], Partitioner::Forward),
-        },
-        ChannelReceiver {
-            gate: InputGate::new(vec![r]),
-        },
+        ChannelSender { writer: ChannelWriter::new(vec![w], Partitioner::Forward) },
+        ChannelReceiver { gate: InputGate::new(vec![r]) },
     )
 }
 
@@ -199,8 +188,6 @@ impl<T: crate::record::Record> ChannelReceiver<T> {
                 Ok(())
             }
         }
-        self.gate
-            .poll(&mut Into(f), budget)
-            .unwrap_or(GatePoll::Finished)
+        self.gate.poll(&mut Into(f), budget).unwrap_or(GatePoll::Finished)
     }
 }

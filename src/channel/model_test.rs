@@ -32,10 +32,7 @@ struct Log(Arc<Mutex<Vec<Event>>>);
 
 impl Collector<u64> for Log {
     fn batch(&mut self, records: &mut Vec<u64>) -> Result<()> {
-        self.0
-            .lock()
-            .unwrap()
-            .extend(records.drain(..).map(Event::Record));
+        self.0.lock().unwrap().extend(records.drain(..).map(Event::Record));
         Ok(())
     }
     fn watermark(&mut self, w: Timestamp) -> Result<()> {
@@ -49,11 +46,7 @@ impl Collector<u64> for Log {
     fn drain(&mut self) -> Result<bool> {
         Ok(true)
     }
-    fn barrier(
-        &mut self,
-        _: crate::snapshot::Barrier,
-        _: &mut crate::snapshot::TaskSnapshot,
-    ) -> Result<()> {
+    fn barrier(&mut self, _: crate::snapshot::Barrier, _: &mut crate::snapshot::TaskSnapshot) -> Result<()> {
         Ok(())
     }
     fn notify(&mut self, _: crate::snapshot::CheckpointNotice) -> Result<()> {
@@ -75,20 +68,11 @@ impl System {
         let mut writers = Vec::new();
         let mut readers = Vec::new();
         for _ in 0..producers {
-            let (w, r) = channel::<u64>(
-                capacity,
-                Arc::new(Parker::default()),
-                Arc::new(Parker::default()),
-            );
+            let (w, r) = channel::<u64>(capacity, Arc::new(Parker::default()), Arc::new(Parker::default()));
             writers.push(ChannelWriter::new(vec![w], Partitioner::Forward));
             readers.push(r);
         }
-        System {
-            writers,
-            next_action: vec![0; producers],
-            gate: InputGate::new(readers),
-            log: Log::default(),
-        }
+        System { writers, next_action: vec![0; producers], gate: InputGate::new(readers), log: Log::default() }
     }
 
     /// Runs one step; returns false if it changed nothing (a stutter, pruned from the search).
@@ -136,17 +120,10 @@ fn check(scripts: &[Vec<Action>], log: &[Event], schedule: &[usize]) {
                 _ => None,
             })
             .collect();
-        assert_eq!(
-            got, sent,
-            "records lost, duplicated or reordered; schedule {schedule:?}"
-        );
+        assert_eq!(got, sent, "records lost, duplicated or reordered; schedule {schedule:?}");
     }
     // End exactly once, last.
-    assert_eq!(
-        log.iter().filter(|e| **e == Event::End).count(),
-        1,
-        "schedule {schedule:?}"
-    );
+    assert_eq!(log.iter().filter(|e| **e == Event::End).count(), 1, "schedule {schedule:?}");
     assert_eq!(log.last(), Some(&Event::End), "schedule {schedule:?}");
     // No record behind the watermark (every producer sends timestamps above its watermarks).
     let mut wm = 0;
@@ -156,10 +133,7 @@ fn check(scripts: &[Vec<Action>], log: &[Event], schedule: &[usize]) {
                 assert!(*w > wm, "watermarks must increase; schedule {schedule:?}");
                 wm = *w;
             }
-            Event::Record(r) => assert!(
-                *r >= wm,
-                "record {r} behind watermark {wm}; schedule {schedule:?}"
-            ),
+            Event::Record(r) => assert!(*r >= wm, "record {r} behind watermark {wm}; schedule {schedule:?}"),
             Event::End => {}
         }
     }
@@ -171,10 +145,7 @@ fn explore(scripts: &[Vec<Action>], capacity: usize, budget: usize) -> usize {
     let mut complete = 0;
     let mut stack: Vec<Vec<usize>> = vec![Vec::new()];
     while let Some(prefix) = stack.pop() {
-        assert!(
-            prefix.len() < 200,
-            "a schedule did not terminate: {prefix:?}"
-        );
+        assert!(prefix.len() < 200, "a schedule did not terminate: {prefix:?}");
         let mut extended = false;
         for actor in 0..actors {
             let mut sys = System::new(scripts.len(), capacity);
@@ -219,10 +190,7 @@ fn one_producer_batches_through_a_tiny_ring() {
         for budget in [1, 2, 8] {
             let n = explore(std::slice::from_ref(&script), capacity, budget);
             // A one-slot ring forces strict alternation: a single schedule.
-            assert!(
-                n > usize::from(capacity > 1),
-                "capacity {capacity}: only {n} schedules explored"
-            );
+            assert!(n > usize::from(capacity > 1), "capacity {capacity}: only {n} schedules explored");
         }
     }
 }
@@ -230,18 +198,8 @@ fn one_producer_batches_through_a_tiny_ring() {
 #[test]
 fn two_producers_merge_with_the_minimum_watermark() {
     let scripts = vec![
-        vec![
-            Action::Batch(vec![1]),
-            Action::Watermark(10),
-            Action::Batch(vec![10, 11]),
-            Action::End,
-        ],
-        vec![
-            Action::Batch(vec![2]),
-            Action::Watermark(4),
-            Action::Batch(vec![5]),
-            Action::End,
-        ],
+        vec![Action::Batch(vec![1]), Action::Watermark(10), Action::Batch(vec![10, 11]), Action::End],
+        vec![Action::Batch(vec![2]), Action::Watermark(4), Action::Batch(vec![5]), Action::End],
     ];
     for capacity in [1, 2] {
         let n = explore(&scripts, capacity, 2);
@@ -259,11 +217,7 @@ fn two_producers_merge_with_the_minimum_watermark() {
 #[test]
 fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
     use crate::snapshot::Barrier;
-    let barrier = Barrier {
-        id: 1,
-        trigger_ns: 0,
-        unaligned: true,
-    };
+    let barrier = Barrier { id: 1, trigger_ns: 0, unaligned: true };
     let before: Vec<u64> = vec![1, 2, 3, 4];
     let after: Vec<u64> = vec![5, 6];
 
@@ -294,11 +248,7 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
         true
     }
     fn consume(r: &mut Run) -> bool {
-        let before = (
-            r.log.0.lock().unwrap().len(),
-            r.gate.consumed(),
-            r.gate.capturing(),
-        );
+        let before = (r.log.0.lock().unwrap().len(), r.gate.consumed(), r.gate.capturing());
         let mut log = r.log.clone();
         match r.gate.poll(&mut log, 1).unwrap() {
             super::GatePoll::PriorityBarrier { seq, .. } => {
@@ -310,18 +260,10 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
             }
             _ => r.gate.refresh_capture(),
         }
-        (
-            r.log.0.lock().unwrap().len(),
-            r.gate.consumed(),
-            r.gate.capturing(),
-        ) != before
+        (r.log.0.lock().unwrap().len(), r.gate.consumed(), r.gate.capturing()) != before
     }
     let new_run = |capacity: usize| {
-        let (w, rd) = channel::<u64>(
-            capacity,
-            Arc::new(Parker::default()),
-            Arc::new(Parker::default()),
-        );
+        let (w, rd) = channel::<u64>(capacity, Arc::new(Parker::default()), Arc::new(Parker::default()));
         let mut gate = InputGate::new(vec![rd]);
         gate.set_unaligned(true);
         Run {
@@ -336,19 +278,12 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
         let mut complete = 0;
         let mut stack: Vec<Vec<usize>> = vec![Vec::new()];
         while let Some(prefix) = stack.pop() {
-            assert!(
-                prefix.len() < 100,
-                "a schedule did not terminate: {prefix:?}"
-            );
+            assert!(prefix.len() < 100, "a schedule did not terminate: {prefix:?}");
             let replay = |extra: Option<usize>| {
                 let mut r = new_run(capacity);
                 let mut moved = false;
                 for &a in prefix.iter().chain(extra.iter()) {
-                    moved = if a == 0 {
-                        produce(&mut r, &before, &after, barrier)
-                    } else {
-                        consume(&mut r)
-                    };
+                    moved = if a == 0 { produce(&mut r, &before, &after, barrier) } else { consume(&mut r) };
                 }
                 (r, moved)
             };
@@ -367,19 +302,9 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
             let (mut r, _) = replay(None);
             assert!(r.gate.is_finished(), "deadlock: {prefix:?}");
             let (read_at_snapshot, seq) = r.snapshot_at.expect("the barrier was seen");
-            assert_eq!(
-                seq,
-                before.len() as u64,
-                "S counts the records written (or staged) before the barrier"
-            );
-            assert!(
-                read_at_snapshot <= seq,
-                "consumed past the barrier before seeing it: {prefix:?}"
-            );
-            assert!(
-                r.gate.capture_complete(),
-                "in-flight data incomplete at the end: {prefix:?}"
-            );
+            assert_eq!(seq, before.len() as u64, "S counts the records written (or staged) before the barrier");
+            assert!(read_at_snapshot <= seq, "consumed past the barrier before seeing it: {prefix:?}");
+            assert!(r.gate.capture_complete(), "in-flight data incomplete at the end: {prefix:?}");
             let captured: Vec<u64> = r
                 .gate
                 .take_capture()
@@ -390,22 +315,10 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
                     other => panic!("unexpected in-flight entry {other:?}"),
                 })
                 .collect();
-            assert_eq!(
-                captured,
-                before[read_at_snapshot as usize..],
-                "schedule {prefix:?}"
-            );
+            assert_eq!(captured, before[read_at_snapshot as usize..], "schedule {prefix:?}");
             let all: Vec<Event> = r.log.0.lock().unwrap().clone();
-            let records: Vec<u64> = all
-                .iter()
-                .filter_map(|e| {
-                    if let Event::Record(v) = e {
-                        Some(*v)
-                    } else {
-                        None
-                    }
-                })
-                .collect();
+            let records: Vec<u64> =
+                all.iter().filter_map(|e| if let Event::Record(v) = e { Some(*v) } else { None }).collect();
             assert_eq!(
                 records,
                 [before.clone(), after.clone()].concat(),
@@ -413,9 +326,6 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
             );
             complete += 1;
         }
-        assert!(
-            complete >= if capacity == 1 { 1 } else { 50 },
-            "capacity {capacity}: {complete} schedules"
-        );
+        assert!(complete >= if capacity == 1 { 1 } else { 50 }, "capacity {capacity}: {complete} schedules");
     }
 }

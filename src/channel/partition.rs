@@ -30,13 +30,9 @@ impl KeyRouter {
     pub(crate) fn new(max_parallelism: usize, parallelism: usize) -> KeyRouter {
         assert!(parallelism >= 1 && parallelism <= max_parallelism);
         assert!(max_parallelism <= u16::MAX as usize);
-        let subtask_of_group = (0..max_parallelism)
-            .map(|g| subtask_of_key_group(g, max_parallelism, parallelism) as u16)
-            .collect();
-        KeyRouter {
-            max_parallelism,
-            subtask_of_group,
-        }
+        let subtask_of_group =
+            (0..max_parallelism).map(|g| subtask_of_key_group(g, max_parallelism, parallelism) as u16).collect();
+        KeyRouter { max_parallelism, subtask_of_group }
     }
 
     #[inline]

@@ -51,10 +51,7 @@ impl<T: Copy> OutChannel<T> {
 
     /// Publishes an unaligned barrier in the priority slot, ahead of everything in the ring.
     pub(crate) fn write_priority(&mut self, barrier: crate::snapshot::Barrier) {
-        let pb = PriorityBarrier {
-            barrier,
-            seq: self.seq(),
-        };
+        let pb = PriorityBarrier { barrier, seq: self.seq() };
         self.priority_staged.push(pb);
         self.flush_priority();
     }
@@ -98,18 +95,14 @@ impl<T: Copy> OutChannel<T> {
         if !self.has_staged() {
             n = self.room_for(records.len());
             if n > 0 {
-                let chunk = self
-                    .producer
-                    .write_chunk_uninit(n)
-                    .expect("n free slots were checked");
+                let chunk = self.producer.write_chunk_uninit(n).expect("n free slots were checked");
                 let filled = chunk.fill_from_iter(records[..n].iter().map(|&r| Entry::Record(r)));
                 debug_assert_eq!(filled, n);
                 self.written += n as u64;
                 self.consumer.notify();
             }
         }
-        self.staged
-            .extend(records[n..].iter().map(|&r| Entry::Record(r)));
+        self.staged.extend(records[n..].iter().map(|&r| Entry::Record(r)));
     }
 
     /// Publishes one control entry (after anything staged).
@@ -132,9 +125,7 @@ impl<T: Copy> OutChannel<T> {
         if !self.has_staged() {
             return true;
         }
-        let (pushed, _) = self
-            .producer
-            .push_partial_slice(&self.staged[self.staged_from..]);
+        let (pushed, _) = self.producer.push_partial_slice(&self.staged[self.staged_from..]);
         if !pushed.is_empty() {
             self.written += pushed.len() as u64;
             self.staged_from += pushed.len();
@@ -163,10 +154,7 @@ pub(crate) struct ChannelWriter<T, H> {
 
 impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
     pub(crate) fn new(outs: Vec<OutChannel<T>>, partitioner: Partitioner<H>) -> Self {
-        assert!(
-            !outs.is_empty(),
-            "an edge has at least one downstream subtask"
-        );
+        assert!(!outs.is_empty(), "an edge has at least one downstream subtask");
         if matches!(partitioner, Partitioner::Forward) {
             assert_eq!(outs.len(), 1, "a forward writer has exactly one ring");
         }

@@ -24,9 +24,7 @@ impl std::str::FromStr for CheckpointMode {
         match s {
             "exactly-once" => Ok(CheckpointMode::ExactlyOnce),
             "at-least-once" => Ok(CheckpointMode::AtLeastOnce),
-            other => Err(format!(
-                "'{other}' is not a checkpoint mode (exactly-once or at-least-once)"
-            )),
+            other => Err(format!("'{other}' is not a checkpoint mode (exactly-once or at-least-once)")),
         }
     }
 }
@@ -71,18 +69,13 @@ impl RestartStrategy {
     pub fn delay(&self, restart: u32) -> Option<Duration> {
         match *self {
             RestartStrategy::None => None,
-            RestartStrategy::FixedDelay { attempts, delay } => {
-                (restart < attempts).then_some(delay)
+            RestartStrategy::FixedDelay { attempts, delay } => (restart < attempts).then_some(delay),
+            RestartStrategy::ExponentialBackoff { attempts, initial, max, multiplier } => {
+                (restart < attempts).then(|| {
+                    let f = multiplier.max(1.0).powi(restart.min(64) as i32);
+                    initial.mul_f64(f).min(max)
+                })
             }
-            RestartStrategy::ExponentialBackoff {
-                attempts,
-                initial,
-                max,
-                multiplier,
-            } => (restart < attempts).then(|| {
-                let f = multiplier.max(1.0).powi(restart.min(64) as i32);
-                initial.mul_f64(f).min(max)
-            }),
         }
     }
 }
@@ -142,10 +135,7 @@ impl CheckpointConfig {
             max_concurrent: 1,
             tolerable_failures: 3,
             retained: 1,
-            restart: RestartStrategy::FixedDelay {
-                attempts: 10,
-                delay: Duration::from_millis(100),
-            },
+            restart: RestartStrategy::FixedDelay { attempts: 10, delay: Duration::from_millis(100) },
             faults: None,
         }
     }
@@ -208,45 +198,29 @@ impl CheckpointConfig {
     /// Checks the settings, and that the directory can be created and written.
     pub fn validate(&self) -> Result<()> {
         if self.interval.is_zero() {
-            return Err(Error::config(
-                "the checkpoint interval must be greater than zero",
-            ));
+            return Err(Error::config("the checkpoint interval must be greater than zero"));
         }
         if self.timeout.is_zero() {
-            return Err(Error::config(
-                "the checkpoint timeout must be greater than zero",
-            ));
+            return Err(Error::config("the checkpoint timeout must be greater than zero"));
         }
         if self.max_concurrent == 0 {
-            return Err(Error::config(
-                "at least one concurrent checkpoint must be allowed",
-            ));
+            return Err(Error::config("at least one concurrent checkpoint must be allowed"));
         }
         if self.retained == 0 {
-            return Err(Error::config(
-                "at least one completed checkpoint must be retained",
-            ));
+            return Err(Error::config("at least one completed checkpoint must be retained"));
         }
         if self.unaligned && self.mode == CheckpointMode::AtLeastOnce {
-            return Err(Error::config(
-                "unaligned checkpoints need exactly-once mode (at-least-once never aligns)",
-            ));
+            return Err(Error::config("unaligned checkpoints need exactly-once mode (at-least-once never aligns)"));
         }
         if self.alignment_timeout.is_some() && !self.unaligned {
-            return Err(Error::config(
-                "an alignment timeout needs unaligned checkpoints turned on",
-            ));
+            return Err(Error::config("an alignment timeout needs unaligned checkpoints turned on"));
         }
         if self.alignment_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Error::config(
-                "the alignment timeout must be greater than zero",
-            ));
+            return Err(Error::config("the alignment timeout must be greater than zero"));
         }
         if let RestartStrategy::ExponentialBackoff { multiplier, .. } = self.restart {
             if !(multiplier >= 1.0 && multiplier.is_finite()) {
-                return Err(Error::config(
-                    "the back-off multiplier must be a finite number of at least 1",
-                ));
+                return Err(Error::config("the back-off multiplier must be a finite number of at least 1"));
             }
         }
         check_writable(&self.dir)
@@ -254,11 +228,9 @@ impl CheckpointConfig {
 }
 
 fn check_writable(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::io("cannot create the checkpoint directory", dir, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create the checkpoint directory", dir, e))?;
     let probe = dir.join(".weir-write-probe");
-    std::fs::write(&probe, b"probe")
-        .map_err(|e| Error::io("the checkpoint directory is not writable", dir, e))?;
+    std::fs::write(&probe, b"probe").map_err(|e| Error::io("the checkpoint directory is not writable", dir, e))?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }
@@ -288,10 +260,7 @@ mod tests {
 
     #[test]
     fn restart_delays() {
-        let fixed = RestartStrategy::FixedDelay {
-            attempts: 2,
-            delay: Duration::from_millis(5),
-        };
+        let fixed = RestartStrategy::FixedDelay { attempts: 2, delay: Duration::from_millis(5) };
         assert_eq!(fixed.delay(0), Some(Duration::from_millis(5)));
         assert_eq!(fixed.delay(2), None);
         let exp = RestartStrategy::ExponentialBackoff {
@@ -300,13 +269,8 @@ mod tests {
             max: Duration::from_millis(50),
             multiplier: 2.0,
         };
-        let delays: Vec<_> = (0..6)
-            .map(|i| exp.delay(i).map(|d| d.as_millis()))
-            .collect();
-        assert_eq!(
-            delays,
-            vec![Some(10), Some(20), Some(40), Some(50), Some(50), None]
-        );
+        let delays: Vec<_> = (0..6).map(|i| exp.delay(i).map(|d| d.as_millis())).collect();
+        assert_eq!(delays, vec![Some(10), Some(20), Some(40), Some(50), Some(50), None]);
         assert_eq!(RestartStrategy::None.delay(0), None);
     }
 }

@@ -11,9 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::CheckpointConfig;
-use super::storage::{
-    CheckpointMetadata, CheckpointStats, CheckpointStorage, TaskFile, FORMAT_VERSION,
-};
+use super::storage::{CheckpointMetadata, CheckpointStats, CheckpointStorage, TaskFile, FORMAT_VERSION};
 use super::task::{TaskAck, TaskControl, TaskStats};
 use crate::context::Clock;
 use crate::error::Error;
@@ -94,19 +92,14 @@ impl Coordinator {
                                     consecutive_failures = 0;
                                     last_completion = Some(Instant::now());
                                     // Older checkpoints still pending are subsumed.
-                                    let older: Vec<u64> =
-                                        pending.range(..ack.checkpoint).map(|(k, _)| *k).collect();
+                                    let older: Vec<u64> = pending.range(..ack.checkpoint).map(|(k, _)| *k).collect();
                                     for id in older {
                                         pending.remove(&id);
                                         self.abort(id);
                                     }
                                 }
                                 Err(reason) => {
-                                    if self.failed(
-                                        &mut consecutive_failures,
-                                        ack.checkpoint,
-                                        &reason,
-                                    ) {
+                                    if self.failed(&mut consecutive_failures, ack.checkpoint, &reason) {
                                         return;
                                     }
                                 }
@@ -125,11 +118,8 @@ impl Coordinator {
                     }
                 }
             }
-            let expired: Vec<u64> = pending
-                .iter()
-                .filter(|(_, p)| p.started.elapsed() > self.config.timeout)
-                .map(|(k, _)| *k)
-                .collect();
+            let expired: Vec<u64> =
+                pending.iter().filter(|(_, p)| p.started.elapsed() > self.config.timeout).map(|(k, _)| *k).collect();
             for id in expired {
                 pending.remove(&id);
                 let reason = format!("expired after {:?}", self.config.timeout);
@@ -158,11 +148,7 @@ impl Coordinator {
                     continue;
                 }
                 if self.config.faults.as_ref().is_some_and(|f| f.decline(id)) {
-                    if self.failed(
-                        &mut consecutive_failures,
-                        id,
-                        "declined by the coordinator (injected)",
-                    ) {
+                    if self.failed(&mut consecutive_failures, id, "declined by the coordinator (injected)") {
                         return;
                     }
                     continue;
@@ -170,19 +156,14 @@ impl Coordinator {
                 let barrier = Barrier {
                     id,
                     trigger_ns: self.clock.now_ns(),
-                    unaligned: self.config.unaligned,
+                    // With an alignment timeout, barriers start aligned and turn unaligned
+                    // only at a task that waited too long.
+                    unaligned: self.config.unaligned && self.config.alignment_timeout.is_none(),
                 };
                 for t in self.tasks.iter().filter(|t| t.is_source) {
                     let _ = t.control.send(TaskControl::Trigger(barrier));
                 }
-                pending.insert(
-                    id,
-                    Pending {
-                        barrier,
-                        started: now,
-                        acks: HashMap::new(),
-                    },
-                );
+                pending.insert(id, Pending { barrier, started: now, acks: HashMap::new() });
             }
         }
     }
@@ -190,10 +171,7 @@ impl Coordinator {
     /// Aborts `id` and counts a failure; returns true when the job was failed.
     fn failed(&mut self, consecutive: &mut u32, id: u64, reason: &str) -> bool {
         self.abort(id);
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(format!("checkpoint {id} failed: {reason}"));
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).push(format!("checkpoint {id} failed: {reason}"));
         *consecutive += 1;
         if *consecutive > self.config.tolerable_failures {
             (self.fail)(Error::Checkpoint(format!(
@@ -237,12 +215,7 @@ impl Coordinator {
             .iter()
             .map(|t| {
                 let (file, bytes, _) = &p.acks[&t.index];
-                TaskFile {
-                    task: t.index,
-                    name: t.name.clone(),
-                    file: file.clone(),
-                    bytes: *bytes,
-                }
+                TaskFile { task: t.index, name: t.name.clone(), file: file.clone(), bytes: *bytes }
             })
             .collect();
         tasks.sort_by_key(|t| t.task);
@@ -252,22 +225,15 @@ impl Coordinator {
             fingerprint: self.fingerprint.clone(),
             checkpoint: id,
             mode: self.config.mode.to_string(),
-            completed_unix_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            completed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
             stats: stats.clone(),
             tasks,
         };
         self.storage.commit(&metadata).map_err(|e| e.to_string())?;
         self.notify(CheckpointNotice::Complete(id));
-        self.stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(stats);
+        self.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
         self.completed.push(id);
-        self.storage
-            .retain(&mut self.completed, self.config.retained);
+        self.storage.retain(&mut self.completed, self.config.retained);
         Ok(())
     }
 }

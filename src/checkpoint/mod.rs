@@ -17,22 +17,13 @@ pub(crate) mod task;
 
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy};
 pub use storage::{
-    decode_file, read_file, write_file, CheckpointMetadata, CheckpointStats, CheckpointStorage,
-    FileKind, LoadedCheckpoint, TaskFile, FORMAT_VERSION, METADATA_FILE,
+    decode_file, read_file, write_file, CheckpointMetadata, CheckpointStats, CheckpointStorage, FileKind,
+    LoadedCheckpoint, TaskFile, FORMAT_VERSION, METADATA_FILE,
 };
 
 /// A table of checkpoint statistics, one row per checkpoint (for the command line).
 pub fn stats_table(stats: &[CheckpointStats]) -> String {
-    let header = [
-        "id",
-        "duration",
-        "start delay",
-        "alignment",
-        "sync",
-        "async",
-        "state bytes",
-        "in-flight bytes",
-    ];
+    let header = ["id", "duration", "start delay", "alignment", "sync", "async", "state bytes", "in-flight bytes"];
     let ms = |v: f64| format!("{v:.2} ms");
     let rows: Vec<Vec<String>> = stats
         .iter()
@@ -61,21 +52,10 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     let line = |cells: Vec<String>| -> String {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:>w$}"))
-            .collect();
+        let parts: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:>w$}")).collect();
         format!("| {} |\n", parts.join(" | "))
     };
-    let rule = format!(
-        "+-{}-+\n",
-        widths
-            .iter()
-            .map(|w| "-".repeat(*w))
-            .collect::<Vec<_>>()
-            .join("-+-")
-    );
+    let rule = format!("+-{}-+\n", widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("-+-"));
     let mut out = rule.clone();
     out.push_str(&line(header.iter().map(|h| h.to_string()).collect()));
     out.push_str(&rule);
@@ -99,13 +79,9 @@ pub enum CheckpointStatus {
 
 /// Checks every checkpoint folder under `dir`, oldest first.
 pub fn inspect(dir: &std::path::Path) -> crate::Result<Vec<(u64, CheckpointStatus)>> {
-    let meta = std::fs::metadata(dir)
-        .map_err(|e| crate::Error::io("cannot read checkpoint directory", dir, e))?;
+    let meta = std::fs::metadata(dir).map_err(|e| crate::Error::io("cannot read checkpoint directory", dir, e))?;
     if !meta.is_dir() {
-        return Err(crate::Error::config(format!(
-            "{} is not a directory",
-            dir.display()
-        )));
+        return Err(crate::Error::config(format!("{} is not a directory", dir.display())));
     }
     let storage = CheckpointStorage::new(dir);
     Ok(storage

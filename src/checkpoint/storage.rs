@@ -132,10 +132,7 @@ pub fn read_file(path: &Path, kind: FileKind) -> Result<Vec<u8>> {
 /// Verifies and decodes a whole file image. Errors say what is wrong; never panics.
 pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<Vec<u8>, String> {
     if bytes.len() < HEADER_BYTES {
-        return Err(format!(
-            "file too short for a header ({} bytes)",
-            bytes.len()
-        ));
+        return Err(format!("file too short for a header ({} bytes)", bytes.len()));
     }
     if bytes[..4] != MAGIC {
         return Err("not a weir checkpoint file (bad magic)".into());
@@ -143,16 +140,10 @@ pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<Vec<u8>,
     let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
     let version = word(4);
     if version != FORMAT_VERSION {
-        return Err(format!(
-            "format version {version}, this weir reads version {FORMAT_VERSION}"
-        ));
+        return Err(format!("format version {version}, this weir reads version {FORMAT_VERSION}"));
     }
     if word(8) != kind as u32 {
-        return Err(format!(
-            "file kind {} where {:?} was expected",
-            word(8),
-            kind
-        ));
+        return Err(format!("file kind {} where {:?} was expected", word(8), kind));
     }
     let mut pos = HEADER_BYTES;
     let mut payload = Vec::new();
@@ -175,18 +166,12 @@ pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<Vec<u8>,
                 return Err("payload length does not match the terminator (blocks missing)".into());
             }
             if bytes.len() != pos + 8 {
-                return Err(format!(
-                    "{} unexpected bytes after the terminator",
-                    bytes.len() - pos - 8
-                ));
+                return Err(format!("{} unexpected bytes after the terminator", bytes.len() - pos - 8));
             }
             return Ok(payload);
         }
         if len > BLOCK_BYTES {
-            return Err(format!(
-                "block at byte {} claims {len} bytes (at most {BLOCK_BYTES})",
-                pos - 8
-            ));
+            return Err(format!("block at byte {} claims {len} bytes (at most {BLOCK_BYTES})", pos - 8));
         }
         if bytes.len() < pos + len {
             return Err(format!("truncated block at byte {}", pos - 8));
@@ -253,16 +238,12 @@ impl CheckpointStorage {
     pub fn commit(&self, metadata: &CheckpointMetadata) -> Result<()> {
         let d = self.checkpoint_dir(metadata.checkpoint);
         let tmp = d.join("_metadata.inprogress");
-        let json =
-            serde_json::to_vec_pretty(metadata).map_err(|e| Error::Corrupt(e.to_string()))?;
+        let json = serde_json::to_vec_pretty(metadata).map_err(|e| Error::Corrupt(e.to_string()))?;
         write_file(&tmp, FileKind::Metadata, &json)
             .map_err(|e| Error::io("cannot write checkpoint metadata", &tmp, e))?;
         let target = d.join(METADATA_FILE);
-        std::fs::rename(&tmp, &target)
-            .map_err(|e| Error::io("cannot publish checkpoint metadata", &target, e))?;
-        File::open(&d)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| Error::io("cannot sync checkpoint folder", &d, e))
+        std::fs::rename(&tmp, &target).map_err(|e| Error::io("cannot publish checkpoint metadata", &target, e))?;
+        File::open(&d).and_then(|f| f.sync_all()).map_err(|e| Error::io("cannot sync checkpoint folder", &d, e))
     }
 
     /// Removes checkpoint `id`'s folder (an aborted or retired checkpoint).
@@ -277,10 +258,7 @@ impl CheckpointStorage {
                 entries
                     .filter_map(|e| e.ok())
                     .filter_map(|e| {
-                        e.file_name()
-                            .to_str()
-                            .and_then(|n| n.strip_prefix("chk-"))
-                            .and_then(|n| n.parse().ok())
+                        e.file_name().to_str().and_then(|n| n.strip_prefix("chk-")).and_then(|n| n.parse().ok())
                     })
                     .collect()
             })
@@ -293,24 +271,17 @@ impl CheckpointStorage {
     pub fn metadata(&self, id: u64) -> Result<CheckpointMetadata> {
         let path = self.checkpoint_dir(id).join(METADATA_FILE);
         if !path.exists() {
-            return Err(Error::Corrupt(format!(
-                "{}: missing (the checkpoint never completed)",
-                path.display()
-            )));
+            return Err(Error::Corrupt(format!("{}: missing (the checkpoint never completed)", path.display())));
         }
         let json = read_file(&path, FileKind::Metadata)?;
-        serde_json::from_slice(&json)
-            .map_err(|e| corrupt(&path, format!("unreadable metadata: {e}")))
+        serde_json::from_slice(&json).map_err(|e| corrupt(&path, format!("unreadable metadata: {e}")))
     }
 
     /// Reads and verifies checkpoint `id` completely.
     pub fn load(&self, id: u64) -> Result<LoadedCheckpoint> {
         let metadata = self.metadata(id)?;
         if metadata.checkpoint != id {
-            return Err(Error::Corrupt(format!(
-                "chk-{id}/_metadata describes checkpoint {}",
-                metadata.checkpoint
-            )));
+            return Err(Error::Corrupt(format!("chk-{id}/_metadata describes checkpoint {}", metadata.checkpoint)));
         }
         let mut state = RestoredState::new(id);
         for t in &metadata.tasks {
@@ -365,18 +336,12 @@ mod tests {
         let good = std::fs::read(&path).unwrap();
         // Truncations and every kind of flipped byte are caught.
         for cut in [0, 3, 15, 16, 100, 65_000, good.len() - 8, good.len() - 1] {
-            assert!(
-                decode_file(&good[..cut], FileKind::TaskState).is_err(),
-                "cut at {cut}"
-            );
+            assert!(decode_file(&good[..cut], FileKind::TaskState).is_err(), "cut at {cut}");
         }
         for at in [0, 5, 9, 16, 20, 30, 70_000, good.len() - 3] {
             let mut bad = good.clone();
             bad[at] ^= 0x40;
-            assert!(
-                decode_file(&bad, FileKind::TaskState).is_err(),
-                "flip at {at}"
-            );
+            assert!(decode_file(&bad, FileKind::TaskState).is_err(), "flip at {at}");
         }
         let mut longer = good.clone();
         longer.push(0);
@@ -399,12 +364,7 @@ mod tests {
                 mode: "exactly-once".into(),
                 completed_unix_ms: 0,
                 stats: CheckpointStats::default(),
-                tasks: vec![TaskFile {
-                    task: 0,
-                    name: "t".into(),
-                    file,
-                    bytes,
-                }],
+                tasks: vec![TaskFile { task: 0, name: "t".into(), file, bytes }],
             };
             s.commit(&meta).unwrap();
         }
@@ -419,10 +379,7 @@ mod tests {
         std::fs::write(&f, b).unwrap();
         let (c, notes) = s.latest_valid();
         assert_eq!(c.unwrap().metadata.checkpoint, 2);
-        assert!(
-            notes[0].contains("checkpoint 3") && notes[0].contains("checksum"),
-            "{notes:?}"
-        );
+        assert!(notes[0].contains("checkpoint 3") && notes[0].contains("checksum"), "{notes:?}");
         let mut completed = vec![1, 2, 3];
         s.retain(&mut completed, 1);
         assert_eq!(completed, vec![3]);

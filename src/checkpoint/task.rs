@@ -54,7 +54,8 @@ pub(crate) enum Alignment {
 struct Pending {
     barrier: Barrier,
     first_ns: u64,
-    seen: Vec<bool>,
+    /// Per channel: where its copy of the barrier was (its read position), once seen.
+    seen: Vec<Option<u64>>,
 }
 
 /// Tracks which input channels of a task delivered the barrier of the checkpoint in progress.
@@ -68,20 +69,11 @@ pub(crate) struct BarrierAligner {
 
 impl BarrierAligner {
     pub(crate) fn new(channels: usize) -> Self {
-        BarrierAligner {
-            channels,
-            pending: None,
-            done: 0,
-        }
+        BarrierAligner { channels, pending: None, done: 0 }
     }
 
-    /// Channel `channel` delivered `barrier` at `now_ns`.
-    pub(crate) fn on_barrier(
-        &mut self,
-        channel: usize,
-        barrier: Barrier,
-        now_ns: u64,
-    ) -> Alignment {
+    /// Channel `channel` delivered `barrier` at `now_ns`, at read position `position`.
+    pub(crate) fn on_barrier(&mut self, channel: usize, barrier: Barrier, now_ns: u64, position: u64) -> Alignment {
         assert!(channel < self.channels, "channel {channel} out of range");
         if barrier.id <= self.done {
             return Alignment::Stale;
@@ -97,12 +89,9 @@ impl BarrierAligner {
             }
             None => {}
         }
-        let p = self.pending.get_or_insert_with(|| Pending {
-            barrier,
-            first_ns: now_ns,
-            seen: vec![false; self.channels],
-        });
-        p.seen[channel] = true;
+        let p =
+            self.pending.get_or_insert_with(|| Pending { barrier, first_ns: now_ns, seen: vec![None; self.channels] });
+        p.seen[channel] = Some(position);
         result
     }
 
@@ -110,12 +99,25 @@ impl BarrierAligner {
     /// first copy arrived. The aligner is then ready for the next checkpoint.
     pub(crate) fn complete(&mut self, ended: impl Fn(usize) -> bool) -> Option<(Barrier, u64)> {
         let p = self.pending.as_ref()?;
-        if (0..self.channels).all(|i| p.seen[i] || ended(i)) {
+        if (0..self.channels).all(|i| p.seen[i].is_some() || ended(i)) {
             let p = self.pending.take().expect("checked");
             self.done = p.barrier.id;
             return Some((p.barrier, p.first_ns));
         }
         None
+    }
+
+    /// The checkpoint being aligned, and when its first barrier arrived.
+    pub(crate) fn pending(&self) -> Option<(Barrier, u64)> {
+        self.pending.as_ref().map(|p| (p.barrier, p.first_ns))
+    }
+
+    /// Gives up aligning (the checkpoint switches to unaligned here): the barrier, when it
+    /// first arrived, and the position of each channel's barrier seen so far.
+    pub(crate) fn take_pending(&mut self) -> Option<(Barrier, u64, Vec<Option<u64>>)> {
+        let p = self.pending.take()?;
+        self.done = p.barrier.id;
+        Some((p.barrier, p.first_ns, p.seen))
     }
 
     /// The coordinator aborted `id`: returns whether it was being aligned here.
@@ -153,6 +155,8 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) faults: Option<Arc<FaultInjector>>,
     pub(crate) clock: Clock,
     pub(crate) aligner: BarrierAligner,
+    /// With unaligned on: switch a checkpoint to unaligned here after aligning this long.
+    pub(crate) alignment_timeout_ns: Option<u64>,
 }
 
 impl TaskCheckpointing {
@@ -169,18 +173,11 @@ impl TaskCheckpointing {
 
     /// The synchronous part's failure point (tests).
     pub(crate) fn check_sync_fault(&self, barrier: &Barrier, task_name: &str) -> Result<()> {
-        if self
-            .faults
-            .as_ref()
-            .is_some_and(|f| f.fail_sync(barrier.id))
-        {
+        if self.faults.as_ref().is_some_and(|f| f.fail_sync(barrier.id)) {
             return Err(Error::OperatorPanicked {
                 operator: task_name.to_string(),
                 subtask: 0,
-                message: format!(
-                    "injected failure in the synchronous part of checkpoint {}",
-                    barrier.id
-                ),
+                message: format!("injected failure in the synchronous part of checkpoint {}", barrier.id),
             });
         }
         Ok(())
@@ -188,31 +185,20 @@ impl TaskCheckpointing {
 
     /// Tells the coordinator this task cannot take checkpoint `id`.
     pub(crate) fn decline(&self, id: u64, reason: &str) {
-        let _ = self.acks.send(TaskAck {
-            checkpoint: id,
-            task: self.task,
-            result: Err(reason.to_string()),
-        });
+        let _ = self.acks.send(TaskAck { checkpoint: id, task: self.task, result: Err(reason.to_string()) });
     }
 
     /// Hands a captured snapshot to the background writer, which acknowledges it (or declines
     /// it) to the coordinator when done. `stats` has the synchronous figures filled in.
     pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
-        let (task, storage, acks, faults, clock) = (
-            self.task,
-            self.storage.clone(),
-            self.acks.clone(),
-            self.faults.clone(),
-            self.clock,
-        );
+        let (task, storage, acks, faults, clock) =
+            (self.task, self.storage.clone(), self.acks.clone(), self.faults.clone(), self.clock);
         rayon::spawn(move || {
             let id = snapshot.barrier.id;
             let start = clock.now_ns();
             let result = (|| {
                 if faults.as_ref().is_some_and(|f| f.fail_async(id)) {
-                    return Err(format!(
-                        "injected failure in the asynchronous part of checkpoint {id}"
-                    ));
+                    return Err(format!("injected failure in the asynchronous part of checkpoint {id}"));
                 }
                 let mut parts: TaskParts = Vec::with_capacity(snapshot.parts.len());
                 for p in &snapshot.parts {
@@ -221,19 +207,20 @@ impl TaskCheckpointing {
                     stats.state_bytes += bytes.len() as u64;
                     parts.push((p.operator.to_string(), p.subtask as u64, bytes));
                 }
-                let (file, size) = storage
-                    .write_task(id, task, &parts)
-                    .map_err(|e| e.to_string())?;
+                let (file, size) = storage.write_task(id, task, &parts).map_err(|e| e.to_string())?;
                 stats.async_ns = clock.now_ns() - start;
                 Ok((file, size, stats))
             })();
             // The coordinator may be gone (the attempt ended); nothing to tell then.
-            let _ = acks.send(TaskAck {
-                checkpoint: id,
-                task,
-                result,
-            });
+            let _ = acks.send(TaskAck { checkpoint: id, task, result });
         });
+    }
+}
+
+#[cfg(test)]
+impl BarrierAligner {
+    fn on_barrier_at(&mut self, channel: usize, barrier: Barrier, now_ns: u64) -> Alignment {
+        self.on_barrier(channel, barrier, now_ns, 0)
     }
 }
 
@@ -242,41 +229,33 @@ mod tests {
     use super::*;
 
     fn b(id: u64) -> Barrier {
-        Barrier {
-            id,
-            trigger_ns: 0,
-            unaligned: false,
-        }
+        Barrier { id, trigger_ns: 0, unaligned: false }
     }
 
     #[test]
     fn aligns_over_all_live_channels() {
         let mut a = BarrierAligner::new(3);
-        assert_eq!(a.on_barrier(0, b(1), 10), Alignment::Waiting);
+        assert_eq!(a.on_barrier_at(0, b(1), 10), Alignment::Waiting);
         assert!(a.complete(|_| false).is_none());
-        assert_eq!(a.on_barrier(2, b(1), 20), Alignment::Waiting);
+        assert_eq!(a.on_barrier_at(2, b(1), 20), Alignment::Waiting);
         assert!(a.complete(|_| false).is_none());
         // Channel 1 ended: it counts as aligned.
         assert_eq!(a.complete(|i| i == 1), Some((b(1), 10)));
-        assert_eq!(
-            a.on_barrier(1, b(1), 30),
-            Alignment::Stale,
-            "a late copy of a done barrier"
-        );
+        assert_eq!(a.on_barrier_at(1, b(1), 30), Alignment::Stale, "a late copy of a done barrier");
     }
 
     #[test]
     fn newer_barriers_supersede_and_aborts_reset() {
         let mut a = BarrierAligner::new(2);
-        a.on_barrier(0, b(1), 0);
-        assert_eq!(a.on_barrier(1, b(2), 5), Alignment::Superseded);
-        assert_eq!(a.on_barrier(0, b(1), 6), Alignment::Stale);
-        assert_eq!(a.on_barrier(0, b(2), 7), Alignment::Waiting);
+        a.on_barrier_at(0, b(1), 0);
+        assert_eq!(a.on_barrier_at(1, b(2), 5), Alignment::Superseded);
+        assert_eq!(a.on_barrier_at(0, b(1), 6), Alignment::Stale);
+        assert_eq!(a.on_barrier_at(0, b(2), 7), Alignment::Waiting);
         assert_eq!(a.complete(|_| false), Some((b(2), 5)));
-        a.on_barrier(0, b(3), 8);
+        a.on_barrier_at(0, b(3), 8);
         assert!(a.abort(3));
         assert!(a.complete(|_| false).is_none());
-        assert_eq!(a.on_barrier(1, b(3), 9), Alignment::Stale);
+        assert_eq!(a.on_barrier_at(1, b(3), 9), Alignment::Stale);
     }
 
     /// Model test: random barrier orders over several channels against a simple model (the
@@ -285,9 +264,7 @@ mod tests {
     fn random_schedules_match_a_model() {
         let mut seed = 7u64;
         let mut next = move || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             seed >> 33
         };
         for _ in 0..2000 {
@@ -302,23 +279,15 @@ mod tests {
                     continue;
                 }
                 progress[ch] += 1;
-                a.on_barrier(ch, b(progress[ch]), 0);
+                a.on_barrier_at(ch, b(progress[ch]), 0);
                 if let Some((bar, _)) = a.complete(|_| false) {
                     // Model: complete only when every channel has delivered this id.
-                    assert!(
-                        progress.iter().all(|&p| p >= bar.id),
-                        "completed {} early: {progress:?}",
-                        bar.id
-                    );
+                    assert!(progress.iter().all(|&p| p >= bar.id), "completed {} early: {progress:?}", bar.id);
                     completed.push(bar.id);
                 }
             }
             assert!(completed.windows(2).all(|w| w[0] < w[1]), "{completed:?}");
-            assert_eq!(
-                completed.last(),
-                Some(&3),
-                "the last barrier always completes"
-            );
+            assert_eq!(completed.last(), Some(&3), "the last barrier always completes");
         }
     }
 }

@@ -114,8 +114,7 @@ fn insert_all<T: Copy, K: Key, V: Default>(
     late
 }
 
-impl<L, R, K, O, KL, KR, TL, TR, J> TwoInputOperator<L, R>
-    for WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
+impl<L, R, K, O, KL, KR, TL, TR, J> TwoInputOperator<L, R> for WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
 where
     L: Copy + Send + Persist + 'static,
     R: Copy + Send + Persist + 'static,
@@ -128,26 +127,14 @@ where
     J: FnMut(&K, &L, &R) -> O + Send,
 {
     fn batch1(&mut self, records: &mut Vec<L>) -> Result<()> {
-        let late = insert_all(
-            &mut self.windows,
-            self.emitted,
-            records,
-            &self.key_left,
-            &self.ts_left,
-            |s, l| s.0.push(l),
-        );
+        let late =
+            insert_all(&mut self.windows, self.emitted, records, &self.key_left, &self.ts_left, |s, l| s.0.push(l));
         self.late.add(late);
         Ok(())
     }
     fn batch2(&mut self, records: &mut Vec<R>) -> Result<()> {
-        let late = insert_all(
-            &mut self.windows,
-            self.emitted,
-            records,
-            &self.key_right,
-            &self.ts_right,
-            |s, r| s.1.push(r),
-        );
+        let late =
+            insert_all(&mut self.windows, self.emitted, records, &self.key_right, &self.ts_right, |s, r| s.1.push(r));
         self.late.add(late);
         Ok(())
     }
@@ -179,11 +166,7 @@ where
         self.next.notify(notice)
     }
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
-        Ok(Some(Box::new(PersistedFork((
-            self.wm,
-            self.emitted,
-            self.windows.export(),
-        )))))
+        Ok(Some(Box::new(PersistedFork((self.wm, self.emitted, self.windows.export())))))
     }
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         let (wm, emitted, windows) = from_bytes(bytes)?;
@@ -230,13 +213,9 @@ mod tests {
             Box::new(rec.clone()),
         );
         op.batch1(&mut vec![(1, 1), (2, 2), (1, 15)]).unwrap();
-        op.batch2(&mut vec![(1, 5), (1, 7), (2, 12), (1, 19)])
-            .unwrap();
+        op.batch2(&mut vec![(1, 5), (1, 7), (2, 12), (1, 19)]).unwrap();
         op.watermark1(9).unwrap();
-        assert!(
-            rec.lock().unwrap().records.is_empty(),
-            "fires only when both sides pass"
-        );
+        assert!(rec.lock().unwrap().records.is_empty(), "fires only when both sides pass");
         op.watermark2(9).unwrap();
         assert_eq!(rec.lock().unwrap().records, vec![(1, 1, 5), (1, 1, 7)]);
         op.end1().unwrap();

@@ -82,9 +82,6 @@ mod tests {
             Box::new(rec.clone()),
         );
         op.batch(&mut vec![1, 2, 1, 1, 2]).unwrap();
-        assert_eq!(
-            rec.lock().unwrap().records,
-            vec![(1, 1), (2, 1), (1, 2), (1, 3), (2, 2)]
-        );
+        assert_eq!(rec.lock().unwrap().records, vec![(1, 1), (2, 1), (1, 2), (1, 3), (2, 2)]);
     }
 }

@@ -20,12 +20,7 @@ pub(crate) struct LatencyProbe<F, T> {
 
 impl<F, T> LatencyProbe<F, T> {
     pub(crate) fn new(created_ns: F, ctx: TaskContext, next: Box<dyn Collector<T>>) -> Self {
-        LatencyProbe {
-            created_ns,
-            ctx,
-            histogram: new_latency_histogram(),
-            next,
-        }
+        LatencyProbe { created_ns, ctx, histogram: new_latency_histogram(), next }
     }
 }
 
@@ -35,9 +30,7 @@ impl<T: Send, F: Fn(&T) -> u64 + Send> Collector<T> for LatencyProbe<F, T> {
         let now = self.ctx.now_ns();
         for r in records.iter() {
             // Saturating: 0 ns is recorded as the histogram's lowest value.
-            let _ = self
-                .histogram
-                .record(now.saturating_sub((self.created_ns)(r)).max(1));
+            let _ = self.histogram.record(now.saturating_sub((self.created_ns)(r)).max(1));
         }
         self.next.batch(records)
     }

@@ -13,11 +13,7 @@ pub(crate) struct Map<F, U> {
 
 impl<F, U> Map<F, U> {
     pub(crate) fn new(f: F, next: Box<dyn Collector<U>>) -> Self {
-        Map {
-            f,
-            out: Vec::new(),
-            next,
-        }
+        Map { f, out: Vec::new(), next }
     }
 }
 
@@ -61,11 +57,7 @@ pub(crate) struct FlatMap<F, U> {
 
 impl<F, U> FlatMap<F, U> {
     pub(crate) fn new(f: F, next: Box<dyn Collector<U>>) -> Self {
-        FlatMap {
-            f,
-            out: Vec::new(),
-            next,
-        }
+        FlatMap { f, out: Vec::new(), next }
     }
 }
 

@@ -18,18 +18,8 @@ pub(crate) struct WatermarkAssigner<F, T> {
 }
 
 impl<F, T> WatermarkAssigner<F, T> {
-    pub(crate) fn new(
-        timestamp: F,
-        out_of_orderness: Timestamp,
-        next: Box<dyn Collector<T>>,
-    ) -> Self {
-        WatermarkAssigner {
-            timestamp,
-            out_of_orderness,
-            max_seen: None,
-            emitted: None,
-            next,
-        }
+    pub(crate) fn new(timestamp: F, out_of_orderness: Timestamp, next: Box<dyn Collector<T>>) -> Self {
+        WatermarkAssigner { timestamp, out_of_orderness, max_seen: None, emitted: None, next }
     }
 }
 

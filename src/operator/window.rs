@@ -35,9 +35,7 @@ impl Window {
     /// Checks the sizes make sense.
     pub fn validate(&self) -> crate::Result<()> {
         if self.size == 0 || self.slide == 0 {
-            return Err(crate::Error::config(
-                "window size and slide must be greater than zero",
-            ));
+            return Err(crate::Error::config("window size and slide must be greater than zero"));
         }
         if self.slide > self.size {
             return Err(crate::Error::config(format!(
@@ -87,11 +85,7 @@ pub(crate) struct OpenWindows<K, V> {
 
 impl<K: Key, V> OpenWindows<K, V> {
     pub(crate) fn new(window: Window) -> Self {
-        OpenWindows {
-            window,
-            open: Vec::new(),
-            spare: Vec::new(),
-        }
+        OpenWindows { window, open: Vec::new(), spare: Vec::new() }
     }
 
     /// The per-key map of the window starting at `start`, opening it if needed.
@@ -133,21 +127,10 @@ impl<K: Key, V> OpenWindows<K, V> {
     }
 
     /// Removes every window that the watermark `wm` closes, oldest first, handing each to `f`.
-    pub(crate) fn fire(
-        &mut self,
-        wm: Timestamp,
-        mut f: impl FnMut(WindowBounds, &mut KeyMap<K, V>),
-    ) {
-        let closed = self
-            .open
-            .iter()
-            .take_while(|(s, _)| self.window.max_timestamp(*s) <= wm)
-            .count();
+    pub(crate) fn fire(&mut self, wm: Timestamp, mut f: impl FnMut(WindowBounds, &mut KeyMap<K, V>)) {
+        let closed = self.open.iter().take_while(|(s, _)| self.window.max_timestamp(*s) <= wm).count();
         for (start, mut map) in self.open.drain(..closed) {
-            let bounds = WindowBounds {
-                start,
-                end: start.saturating_add(self.window.size),
-            };
+            let bounds = WindowBounds { start, end: start.saturating_add(self.window.size) };
             f(bounds, &mut map);
             map.clear();
             self.spare.push(map);
@@ -159,18 +142,12 @@ impl<K: Key, V> OpenWindows<K, V> {
     where
         V: Clone,
     {
-        self.open
-            .iter()
-            .map(|(s, m)| (*s, m.iter().map(|(k, v)| (*k, v.clone())).collect()))
-            .collect()
+        self.open.iter().map(|(s, m)| (*s, m.iter().map(|(k, v)| (*k, v.clone())).collect())).collect()
     }
 
     /// Replaces the open windows with `windows` (from [`OpenWindows::export`]).
     pub(crate) fn import(&mut self, windows: Vec<(Timestamp, Vec<(K, V)>)>) {
-        self.open = windows
-            .into_iter()
-            .map(|(s, entries)| (s, entries.into_iter().collect()))
-            .collect();
+        self.open = windows.into_iter().map(|(s, entries)| (s, entries.into_iter().collect())).collect();
         self.open.sort_by_key(|(s, _)| *s);
     }
 
@@ -223,8 +200,7 @@ impl<T, K: Key, A, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F,
     }
 }
 
-impl<T, K, A, O, KF, TF, I, F, R> crate::collector::Collector<T>
-    for WindowAggregate<T, K, A, O, KF, TF, I, F, R>
+impl<T, K, A, O, KF, TF, I, F, R> crate::collector::Collector<T> for WindowAggregate<T, K, A, O, KF, TF, I, F, R>
 where
     T: Copy,
     K: Key,
@@ -242,9 +218,7 @@ where
         let (windows, init, fold) = (&mut self.windows, &self.init, &mut self.fold);
         for r in records.drain(..) {
             let (ts, k) = ((self.timestamp)(&r), (self.key)(&r));
-            if !windows.assign(ts, self.watermark, |map| {
-                fold(map.entry(k).or_insert_with(init), r)
-            }) {
+            if !windows.assign(ts, self.watermark, |map| fold(map.entry(k).or_insert_with(init), r)) {
                 late += 1;
             }
         }
@@ -285,10 +259,7 @@ where
     }
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
         // Window contents and the watermark (the pending timers are the open windows' ends).
-        Ok(Some(Box::new(PersistedFork((
-            self.watermark,
-            self.windows.export(),
-        )))))
+        Ok(Some(Box::new(PersistedFork((self.watermark, self.windows.export())))))
     }
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         let (watermark, windows) = from_bytes(bytes)?;
@@ -335,8 +306,7 @@ mod tests {
             late.clone(),
             Box::new(rec.clone()),
         );
-        op.batch(&mut vec![(1, 1), (1, 12), (2, 3), (1, 9)])
-            .unwrap();
+        op.batch(&mut vec![(1, 1), (1, 12), (2, 3), (1, 9)]).unwrap();
         op.watermark(9).unwrap();
         op.batch(&mut vec![(1, 5), (2, 15)]).unwrap(); // (1,5) is late
         op.end().unwrap();

@@ -10,12 +10,10 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use super::graph::{
-    channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, Edge,
-    Graph, MakeChannels, Node, NodeKind,
+    channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, Edge, Graph, MakeChannels,
+    Node, NodeKind,
 };
-use super::task::{
-    decode_inflight, inflight_part, Guarded, OneInputTask, SourceTask, Task, TwoInputTask,
-};
+use super::task::{decode_inflight, inflight_part, Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
 use crate::channel::{InputGate, Partitioning};
 use crate::collector::Collector;
 use crate::context::TaskContext;
@@ -30,8 +28,8 @@ use crate::operator::{Emitter, TwoInputOperator};
 use crate::persist::Persist;
 use crate::record::{hash_key, Key, Record, Timestamp};
 use crate::sink::{
-    pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, Sink,
-    SinkOperator, TransactionalCollectSink,
+    pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, Sink, SinkOperator,
+    TransactionalCollectSink,
 };
 use crate::source::{EventSender, Generator, PushSource, Source, TextSource};
 
@@ -165,11 +163,7 @@ impl Job {
     }
 
     fn stream<T>(&self, node: usize) -> Stream<T> {
-        Stream {
-            graph: self.graph.clone(),
-            node,
-            _t: PhantomData,
-        }
+        Stream { graph: self.graph.clone(), node, _t: PhantomData }
     }
 
     /// A source from a constructor called once per subtask.
@@ -195,14 +189,8 @@ impl Job {
                 source.seek(offset)?;
             }
             let out = downcast_collector::<T>(out);
-            Ok(Box::new(SourceTask::new(
-                ctx.clone(),
-                Box::new(source),
-                out,
-                batch,
-                control,
-                checkpointing,
-            )) as Box<dyn Task>)
+            Ok(Box::new(SourceTask::new(ctx.clone(), Box::new(source), out, batch, control, checkpointing))
+                as Box<dyn Task>)
         }));
         let id = self.add_node("source", p, false, kind, fan_out_of::<T>(), Vec::new());
         self.stream(id)
@@ -213,16 +201,13 @@ impl Job {
         &self,
         generator: Generator<F>,
     ) -> Stream<T> {
-        self.source(move |ctx| Ok(generator.clone().subtask(ctx.subtask, ctx.parallelism)))
-            .named("generator")
+        self.source(move |ctx| Ok(generator.clone().subtask(ctx.subtask, ctx.parallelism))).named("generator")
     }
 
     /// Lines of a file or folder.
     pub fn text(&self, source: TextSource) -> LineStream {
         let inner = self.source_of(move |ctx| Ok(source.subtask(ctx.subtask, ctx.parallelism)));
-        LineStream {
-            inner: inner.named("text"),
-        }
+        LineStream { inner: inner.named("text") }
     }
 
     /// A source fed by the host program through the returned [`EventSender`] (parallelism 1).
@@ -244,9 +229,7 @@ impl Job {
 
 impl<T> Stream<T> {
     fn job(&self) -> Job {
-        Job {
-            graph: self.graph.clone(),
-        }
+        Job { graph: self.graph.clone() }
     }
 
     fn parallelism(&self) -> usize {
@@ -257,16 +240,8 @@ impl<T> Stream<T> {
     /// must be unique within a job).
     pub fn named(self, name: &str) -> Self {
         let mut g = self.graph.borrow_mut();
-        let taken = g
-            .nodes
-            .iter()
-            .enumerate()
-            .any(|(i, n)| i != self.node && &*n.name == name);
-        g.nodes[self.node].name = if taken {
-            format!("{name}-{}", self.node).into()
-        } else {
-            name.into()
-        };
+        let taken = g.nodes.iter().enumerate().any(|(i, n)| i != self.node && &*n.name == name);
+        g.nodes[self.node].name = if taken { format!("{name}-{}", self.node).into() } else { name.into() };
         drop(g);
         self
     }
@@ -304,63 +279,39 @@ where
             unreachable!("an edge carrying non-plain records is always chained")
         }),
     };
-    let input = Input {
-        from: s.node,
-        input: 0,
-        partitioning: Partitioning::Forward,
-        make_channels: None,
-    };
+    let input = Input { from: s.node, input: 0, partitioning: Partitioning::Forward, make_channels: None };
     let id = job.add_node(base, p, false, kind, fan_out_of::<U>(), vec![input]);
     job.stream(id)
 }
 
 impl LineStream {
     /// Turns each line into any number of records (chained to the source).
-    pub fn flat_map<U: Record, F: Fn(&str, &mut Emitter<'_, U>) + Clone + Send + 'static>(
-        self,
-        f: F,
-    ) -> Stream<U> {
+    pub fn flat_map<U: Record, F: Fn(&str, &mut Emitter<'_, U>) + Clone + Send + 'static>(self, f: F) -> Stream<U> {
         chained_op(&self.inner, "flat_map", move |_, next| {
             let f = f.clone();
-            Ok(Box::new(FlatMap::new(
-                move |line: String, e: &mut Emitter<'_, U>| f(&line, e),
-                next,
-            )))
+            Ok(Box::new(FlatMap::new(move |line: String, e: &mut Emitter<'_, U>| f(&line, e), next)))
         })
     }
 
     /// Splits each line into lowercase [`crate::Word`]s (see [`crate::for_each_word`]).
     pub fn words(self) -> Stream<crate::Word> {
-        self.flat_map(|line, e| crate::record::for_each_word(line, |w| e.emit(w)))
-            .named("words")
+        self.flat_map(|line, e| crate::record::for_each_word(line, |w| e.emit(w))).named("words")
     }
 }
 
 fn make_one_input_task<T: Record>() -> super::graph::MakeTask {
     Box::new(|ctx, readers, head, budget, checkpointing| {
-        let channels = readers
-            .into_iter()
-            .flat_map(|(_, r)| downcast_readers::<T>(r))
-            .collect();
+        let channels = readers.into_iter().flat_map(|(_, r)| downcast_readers::<T>(r)).collect();
         let mut gate = InputGate::new(channels);
         replay_inflight(ctx, 0, &mut gate)?;
-        Ok(Box::new(OneInputTask::new(
-            ctx,
-            gate,
-            downcast_collector::<T>(head),
-            budget,
-            checkpointing,
-        )) as Box<dyn Task>)
+        Ok(Box::new(OneInputTask::new(ctx, gate, downcast_collector::<T>(head), budget, checkpointing))
+            as Box<dyn Task>)
     })
 }
 
 /// Restarting from an unaligned checkpoint: queue the in-flight data of input `input` for
 /// replay before the rings are read.
-fn replay_inflight<T: Record>(
-    ctx: &TaskContext,
-    input: usize,
-    gate: &mut InputGate<T>,
-) -> Result<()> {
+fn replay_inflight<T: Record>(ctx: &TaskContext, input: usize, gate: &mut InputGate<T>) -> Result<()> {
     let Some(restored) = &ctx.restored else {
         return Ok(());
     };
@@ -386,25 +337,11 @@ impl<T: Record> Stream<T> {
     {
         let job = self.job();
         let kind = NodeKind::OneInput {
-            make: Box::new(move |ctx, down| {
-                guarded(ctx, make(ctx, downcast_collector::<U>(down))?)
-            }),
+            make: Box::new(move |ctx, down| guarded(ctx, make(ctx, downcast_collector::<U>(down))?)),
             make_task: make_one_input_task::<T>(),
         };
-        let input = Input {
-            from: self.node,
-            input: 0,
-            partitioning,
-            make_channels: Some(make_channels),
-        };
-        let id = job.add_node(
-            base,
-            self.parallelism(),
-            keyed,
-            kind,
-            fan_out_of::<U>(),
-            vec![input],
-        );
+        let input = Input { from: self.node, input: 0, partitioning, make_channels: Some(make_channels) };
+        let id = job.add_node(base, self.parallelism(), keyed, kind, fan_out_of::<U>(), vec![input]);
         job.stream(id)
     }
 
@@ -412,50 +349,28 @@ impl<T: Record> Stream<T> {
     where
         M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + 'static,
     {
-        self.one_input(
-            base,
-            Partitioning::Forward,
-            channels_of::<T, fn(&T) -> u64>(None),
-            false,
-            make,
-        )
+        self.one_input(base, Partitioning::Forward, channels_of::<T, fn(&T) -> u64>(None), false, make)
     }
 
-    fn sink_node<S: Sink<T> + 'static, MS: Fn(&TaskContext) -> Result<S> + 'static>(
-        &self,
-        base: &str,
-        make: MS,
-    ) {
+    fn sink_node<S: Sink<T> + 'static, MS: Fn(&TaskContext) -> Result<S> + 'static>(&self, base: &str, make: MS) {
         self.forward::<(), _>(base, move |ctx, _nowhere| {
-            Ok(Box::new(SinkOperator::new(
-                make(ctx)?,
-                ctx.metrics.sink_counter(),
-            )))
+            Ok(Box::new(SinkOperator::new(make(ctx)?, ctx.metrics.sink_counter())))
         });
     }
 
     /// Transforms each record.
     pub fn map<U: Record, F: Fn(T) -> U + Clone + Send + 'static>(self, f: F) -> Stream<U> {
-        self.forward("map", move |_, next| {
-            Ok(Box::new(Map::new(f.clone(), next)))
-        })
+        self.forward("map", move |_, next| Ok(Box::new(Map::new(f.clone(), next))))
     }
 
     /// Keeps the records for which `f` holds.
     pub fn filter<F: Fn(&T) -> bool + Clone + Send + 'static>(self, f: F) -> Stream<T> {
-        self.forward("filter", move |_, next| {
-            Ok(Box::new(Filter::new(f.clone(), next)))
-        })
+        self.forward("filter", move |_, next| Ok(Box::new(Filter::new(f.clone(), next))))
     }
 
     /// Turns each record into any number of records.
-    pub fn flat_map<U: Record, F: Fn(T, &mut Emitter<'_, U>) + Clone + Send + 'static>(
-        self,
-        f: F,
-    ) -> Stream<U> {
-        self.forward("flat_map", move |_, next| {
-            Ok(Box::new(FlatMap::new(f.clone(), next)))
-        })
+    pub fn flat_map<U: Record, F: Fn(T, &mut Emitter<'_, U>) + Clone + Send + 'static>(self, f: F) -> Stream<U> {
+        self.forward("flat_map", move |_, next| Ok(Box::new(FlatMap::new(f.clone(), next))))
     }
 
     /// Assigns event time: `timestamp` reads a record's time; watermarks trail the largest time
@@ -466,45 +381,25 @@ impl<T: Record> Stream<T> {
         out_of_orderness: Timestamp,
     ) -> Stream<T> {
         self.forward("watermarks", move |_, next| {
-            Ok(Box::new(WatermarkAssigner::new(
-                timestamp.clone(),
-                out_of_orderness,
-                next,
-            )))
+            Ok(Box::new(WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next)))
         })
     }
 
     /// Records each record's latency (now minus `created_ns`, on the job clock) in the job's
     /// latency histogram.
-    pub fn measure_latency<F: Fn(&T) -> u64 + Clone + Send + 'static>(
-        self,
-        created_ns: F,
-    ) -> Stream<T> {
-        self.forward("latency", move |ctx, next| {
-            Ok(Box::new(LatencyProbe::new(
-                created_ns.clone(),
-                ctx.clone(),
-                next,
-            )))
-        })
+    pub fn measure_latency<F: Fn(&T) -> u64 + Clone + Send + 'static>(self, created_ns: F) -> Stream<T> {
+        self.forward("latency", move |ctx, next| Ok(Box::new(LatencyProbe::new(created_ns.clone(), ctx.clone(), next))))
     }
 
     /// Partitions the stream by key.
-    pub fn key_by<K: Key, KF: Fn(&T) -> K + Clone + Send + 'static>(
-        self,
-        key: KF,
-    ) -> KeyedStream<T, KF> {
+    pub fn key_by<K: Key, KF: Fn(&T) -> K + Clone + Send + 'static>(self, key: KF) -> KeyedStream<T, KF> {
         KeyedStream { stream: self, key }
     }
 
     fn redistribute(self, base: &str, partitioning: Partitioning) -> Stream<T> {
-        self.one_input(
-            base,
-            partitioning,
-            channels_of::<T, fn(&T) -> u64>(None),
-            false,
-            |_, next| Ok(Box::new(PassThrough::new(next))),
-        )
+        self.one_input(base, partitioning, channels_of::<T, fn(&T) -> u64>(None), false, |_, next| {
+            Ok(Box::new(PassThrough::new(next)))
+        })
     }
 
     /// Spreads batches round-robin over the next operator's subtasks.
@@ -519,18 +414,10 @@ impl<T: Record> Stream<T> {
 
     /// Merges this stream with `other` (same type); the watermark is the minimum of both.
     pub fn union(self, other: Stream<T>) -> Stream<T> {
-        assert!(
-            Rc::ptr_eq(&self.graph, &other.graph),
-            "union of streams from different jobs"
-        );
+        assert!(Rc::ptr_eq(&self.graph, &other.graph), "union of streams from different jobs");
         let job = self.job();
         let kind = NodeKind::OneInput {
-            make: Box::new(|ctx, down| {
-                guarded::<T>(
-                    ctx,
-                    Box::new(PassThrough::new(downcast_collector::<T>(down))),
-                )
-            }),
+            make: Box::new(|ctx, down| guarded::<T>(ctx, Box::new(PassThrough::new(downcast_collector::<T>(down))))),
             make_task: make_one_input_task::<T>(),
         };
         let inputs = [self.node, other.node]
@@ -542,14 +429,7 @@ impl<T: Record> Stream<T> {
                 make_channels: Some(channels_of::<T, fn(&T) -> u64>(None)),
             })
             .collect();
-        let id = job.add_node(
-            "union",
-            self.parallelism(),
-            false,
-            kind,
-            fan_out_of::<T>(),
-            inputs,
-        );
+        let id = job.add_node("union", self.parallelism(), false, kind, fan_out_of::<T>(), inputs);
         job.stream(id)
     }
 
@@ -576,10 +456,7 @@ impl<T: Record> Stream<T> {
         TR: Fn(&R) -> Timestamp + Clone + Send + 'static,
         J: Fn(&K, &T, &R) -> O + Clone + Send + 'static,
     {
-        assert!(
-            Rc::ptr_eq(&self.graph, &other.graph),
-            "join of streams from different jobs"
-        );
+        assert!(Rc::ptr_eq(&self.graph, &other.graph), "join of streams from different jobs");
         let job = self.job();
         let (kl, kr) = (key_left.clone(), key_right.clone());
         let kind = NodeKind::TwoInput {
@@ -613,14 +490,8 @@ impl<T: Record> Stream<T> {
                 let (mut left, mut right) = (InputGate::new(left), InputGate::new(right));
                 replay_inflight(ctx, 0, &mut left)?;
                 replay_inflight(ctx, 1, &mut right)?;
-                Ok(Box::new(TwoInputTask::new(
-                    ctx,
-                    left,
-                    right,
-                    downcast_two::<T, R>(head),
-                    budget,
-                    checkpointing,
-                )) as Box<dyn Task>)
+                Ok(Box::new(TwoInputTask::new(ctx, left, right, downcast_two::<T, R>(head), budget, checkpointing))
+                    as Box<dyn Task>)
             }),
         };
         let inputs = vec![
@@ -637,14 +508,7 @@ impl<T: Record> Stream<T> {
                 make_channels: Some(channels_of::<R, _>(Some(move |r: &R| hash_key(&kr(r))))),
             },
         ];
-        let id = job.add_node(
-            "window-join",
-            self.parallelism(),
-            true,
-            kind,
-            fan_out_of::<O>(),
-            inputs,
-        );
+        let id = job.add_node("window-join", self.parallelism(), true, kind, fan_out_of::<O>(), inputs);
         job.stream(id)
     }
 
@@ -672,22 +536,14 @@ impl<T: Record> Stream<T> {
     pub fn collect_exactly_once(self) -> CommittedOutput<T> {
         let out = CommittedOutput::new();
         let o = out.clone();
-        self.sink_node("collect-exactly-once", move |ctx| {
-            Ok(TransactionalCollectSink::new(o.clone(), ctx.clone()))
-        });
+        self.sink_node("collect-exactly-once", move |ctx| Ok(TransactionalCollectSink::new(o.clone(), ctx.clone())));
         out
     }
 
     /// Writes every record, formatted by `format`, to `<dir>/part-<subtask>`.
-    pub fn write_files<F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static>(
-        self,
-        dir: impl Into<PathBuf>,
-        format: F,
-    ) {
+    pub fn write_files<F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static>(self, dir: impl Into<PathBuf>, format: F) {
         let dir = dir.into();
-        self.sink_node("file-sink", move |ctx| {
-            FileSink::create(&dir, ctx.subtask, format.clone())
-        })
+        self.sink_node("file-sink", move |ctx| FileSink::create(&dir, ctx.subtask, format.clone()))
     }
 
     /// Sends every record to the host through the returned [`EventReceiver`] (the sink gets
@@ -695,11 +551,7 @@ impl<T: Record> Stream<T> {
     pub fn pull_sink(self, capacity: usize) -> EventReceiver<T> {
         let (sink, rx) = pull_channel::<T>(capacity);
         let slot = Arc::new(Mutex::new(Some(sink)));
-        let single = if self.parallelism() == 1 {
-            self
-        } else {
-            self.rebalance().set_parallelism(1)
-        };
+        let single = if self.parallelism() == 1 { self } else { self.rebalance().set_parallelism(1) };
         single.sink_node("pull-sink", move |_| {
             slot.lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -728,21 +580,9 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     {
         let key = self.key.clone();
         let channels = self.keyed_channels();
-        self.stream.one_input(
-            "aggregate",
-            Partitioning::KeyBy,
-            channels,
-            true,
-            move |_, next| {
-                Ok(Box::new(KeyedAggregate::new(
-                    key.clone(),
-                    init.clone(),
-                    fold.clone(),
-                    result.clone(),
-                    next,
-                )))
-            },
-        )
+        self.stream.one_input("aggregate", Partitioning::KeyBy, channels, true, move |_, next| {
+            Ok(Box::new(KeyedAggregate::new(key.clone(), init.clone(), fold.clone(), result.clone(), next)))
+        })
     }
 
     /// A running reduce per key: emits the combined value after every record.
@@ -761,11 +601,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         window: Window,
         timestamp: TF,
     ) -> WindowedStream<T, KF, TF> {
-        WindowedStream {
-            keyed: self,
-            window,
-            timestamp,
-        }
+        WindowedStream { keyed: self, window, timestamp }
     }
 }
 
@@ -784,32 +620,22 @@ where
         F: Fn(&mut A, T) + Clone + Send + 'static,
         R: Fn(&K, WindowBounds, &A) -> O + Clone + Send + 'static,
     {
-        let WindowedStream {
-            keyed,
-            window,
-            timestamp,
-        } = self;
+        let WindowedStream { keyed, window, timestamp } = self;
         let key = keyed.key.clone();
         let channels = keyed.keyed_channels();
-        keyed.stream.one_input(
-            "window",
-            Partitioning::KeyBy,
-            channels,
-            true,
-            move |ctx, next| {
-                window.validate()?;
-                Ok(Box::new(WindowAggregate::new(
-                    window,
-                    key.clone(),
-                    timestamp.clone(),
-                    init.clone(),
-                    fold.clone(),
-                    result.clone(),
-                    ctx.metrics.late_counter(),
-                    next,
-                )))
-            },
-        )
+        keyed.stream.one_input("window", Partitioning::KeyBy, channels, true, move |ctx, next| {
+            window.validate()?;
+            Ok(Box::new(WindowAggregate::new(
+                window,
+                key.clone(),
+                timestamp.clone(),
+                init.clone(),
+                fold.clone(),
+                result.clone(),
+                ctx.metrics.late_counter(),
+                next,
+            )))
+        })
     }
 
     /// Counts each key's records per window, emitting `(key, window, count)`.
@@ -817,10 +643,6 @@ where
     where
         K: Record,
     {
-        self.aggregate(
-            || 0u64,
-            |c: &mut u64, _| *c += 1,
-            |k: &K, w, c: &u64| (*k, w, *c),
-        )
+        self.aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &K, w, c: &u64| (*k, w, *c))
     }
 }

@@ -6,9 +6,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::task::{JobControl, Task};
-use crate::channel::{
-    channel, ChannelReader, ChannelWriter, KeyRouter, OutChannel, Partitioner, Partitioning,
-};
+use crate::channel::{channel, ChannelReader, ChannelWriter, KeyRouter, OutChannel, Partitioner, Partitioning};
 use crate::checkpoint::task::TaskCheckpointing;
 use crate::collector::{Collector, FanOut, Nowhere};
 use crate::context::TaskContext;
@@ -23,25 +21,11 @@ pub(crate) type AnyBox = Box<dyn Any + Send>;
 /// Makes one subtask's chain element from its downstream collector.
 pub(crate) type MakeOperator = Box<dyn Fn(&TaskContext, AnyBox) -> Result<AnyBox>>;
 /// Makes a source task from its downstream collector, the batch size and the job's controls.
-pub(crate) type MakeSource = Box<
-    dyn Fn(
-        &TaskContext,
-        AnyBox,
-        usize,
-        Arc<JobControl>,
-        Option<TaskCheckpointing>,
-    ) -> Result<Box<dyn Task>>,
->;
+pub(crate) type MakeSource =
+    Box<dyn Fn(&TaskContext, AnyBox, usize, Arc<JobControl>, Option<TaskCheckpointing>) -> Result<Box<dyn Task>>>;
 /// Makes a task from the readers of each input (input index, readers) and the chain head.
-pub(crate) type MakeTask = Box<
-    dyn Fn(
-        &TaskContext,
-        Vec<(usize, AnyBox)>,
-        AnyBox,
-        usize,
-        Option<TaskCheckpointing>,
-    ) -> Result<Box<dyn Task>>,
->;
+pub(crate) type MakeTask =
+    Box<dyn Fn(&TaskContext, Vec<(usize, AnyBox)>, AnyBox, usize, Option<TaskCheckpointing>) -> Result<Box<dyn Task>>>;
 /// Combines the collectors of a node's outgoing edges into one.
 pub(crate) type MakeFanOut = Box<dyn Fn(Vec<AnyBox>) -> AnyBox>;
 /// Makes an edge's rings: writers per upstream subtask, readers per downstream subtask.
@@ -49,14 +33,8 @@ pub(crate) type MakeChannels = Box<dyn Fn(&ChannelSpec) -> (Vec<AnyBox>, Vec<Any
 
 pub(crate) enum NodeKind {
     Source(MakeSource),
-    OneInput {
-        make: MakeOperator,
-        make_task: MakeTask,
-    },
-    TwoInput {
-        make: MakeOperator,
-        make_task: MakeTask,
-    },
+    OneInput { make: MakeOperator, make_task: MakeTask },
+    TwoInput { make: MakeOperator, make_task: MakeTask },
 }
 
 pub(crate) struct Node {
@@ -120,8 +98,7 @@ impl Graph {
 /// The fan-out constructor for a node whose output type is `T`.
 pub(crate) fn fan_out_of<T: Clone + Send + 'static>() -> MakeFanOut {
     Box::new(|mut outs: Vec<AnyBox>| -> AnyBox {
-        let mut typed: Vec<Box<dyn Collector<T>>> =
-            outs.drain(..).map(downcast_collector::<T>).collect();
+        let mut typed: Vec<Box<dyn Collector<T>>> = outs.drain(..).map(downcast_collector::<T>).collect();
         match typed.len() {
             0 => Box::new(Box::new(Nowhere) as Box<dyn Collector<T>>),
             1 => Box::new(typed.pop().expect("one output")),
@@ -132,26 +109,21 @@ pub(crate) fn fan_out_of<T: Clone + Send + 'static>() -> MakeFanOut {
 
 /// Takes a `Box<dyn Collector<T>>` out of an [`AnyBox`]; a mismatch is a bug in the builder.
 pub(crate) fn downcast_collector<T: 'static>(b: AnyBox) -> Box<dyn Collector<T>> {
-    *b.downcast::<Box<dyn Collector<T>>>()
-        .expect("builder type mismatch: collector")
+    *b.downcast::<Box<dyn Collector<T>>>().expect("builder type mismatch: collector")
 }
 
 /// Takes a `Box<dyn TwoInputOperator<A, B>>` out of an [`AnyBox`].
 pub(crate) fn downcast_two<A: 'static, B: 'static>(b: AnyBox) -> Box<dyn TwoInputOperator<A, B>> {
-    *b.downcast::<Box<dyn TwoInputOperator<A, B>>>()
-        .expect("builder type mismatch: two-input operator")
+    *b.downcast::<Box<dyn TwoInputOperator<A, B>>>().expect("builder type mismatch: two-input operator")
 }
 
 /// Takes the readers of one edge out of an [`AnyBox`].
 pub(crate) fn downcast_readers<T: 'static>(b: AnyBox) -> Vec<ChannelReader<T>> {
-    *b.downcast::<Vec<ChannelReader<T>>>()
-        .expect("builder type mismatch: readers")
+    *b.downcast::<Vec<ChannelReader<T>>>().expect("builder type mismatch: readers")
 }
 
 /// The channel constructor of an edge carrying `T`; `hash` is the key hash for key-by edges.
-pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
-    hash: Option<H>,
-) -> MakeChannels {
+pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(hash: Option<H>) -> MakeChannels {
     Box::new(move |spec: &ChannelSpec| {
         let (up, down) = (spec.upstream, spec.downstream);
         // outs[i][j]: ring from upstream i to downstream j (only i == j for forward).
@@ -162,11 +134,8 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
                 if spec.partitioning == Partitioning::Forward && i != j {
                     continue;
                 }
-                let (w, r) = channel::<T>(
-                    spec.capacity,
-                    spec.downstream_parkers[j].clone(),
-                    spec.upstream_parkers[i].clone(),
-                );
+                let (w, r) =
+                    channel::<T>(spec.capacity, spec.downstream_parkers[j].clone(), spec.upstream_parkers[i].clone());
                 out.push(w);
                 input.push(r);
             }
@@ -185,8 +154,7 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
                         router: KeyRouter::new(spec.max_parallelism, down),
                     },
                 };
-                Box::new(Box::new(ChannelWriter::new(o, partitioner)) as Box<dyn Collector<T>>)
-                    as AnyBox
+                Box::new(Box::new(ChannelWriter::new(o, partitioner)) as Box<dyn Collector<T>>) as AnyBox
             })
             .collect();
         let readers = ins.into_iter().map(|r| Box::new(r) as AnyBox).collect();

@@ -6,6 +6,7 @@
 //! `sink`, `source`, `state`, `wake`.
 
 mod api;
+mod barriers;
 mod graph;
 mod plan;
 mod task;

@@ -37,6 +37,7 @@ pub(crate) struct PhysicalPlan {
 pub(crate) struct CheckpointWiring {
     pub(crate) mode: CheckpointMode,
     pub(crate) unaligned: bool,
+    pub(crate) alignment_timeout_ns: Option<u64>,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
 }
@@ -54,37 +55,21 @@ pub(crate) struct PlanEnv {
 
 fn validate(graph: &Graph) -> Result<()> {
     if graph.nodes.is_empty() {
-        return Err(Error::config(format!(
-            "job '{}' has no operators",
-            graph.name
-        )));
+        return Err(Error::config(format!("job '{}' has no operators", graph.name)));
     }
-    if !graph
-        .nodes
-        .iter()
-        .any(|n| matches!(n.kind, NodeKind::Source(_)))
-    {
+    if !graph.nodes.iter().any(|n| matches!(n.kind, NodeKind::Source(_))) {
         return Err(Error::config(format!("job '{}' has no source", graph.name)));
     }
     if graph.max_parallelism == 0 || graph.max_parallelism > u16::MAX as usize {
-        return Err(Error::config(format!(
-            "max parallelism must be in 1..=65535, not {}",
-            graph.max_parallelism
-        )));
+        return Err(Error::config(format!("max parallelism must be in 1..=65535, not {}", graph.max_parallelism)));
     }
     let mut names = std::collections::HashSet::new();
     for n in &graph.nodes {
         if !names.insert(n.name.clone()) {
-            return Err(Error::config(format!(
-                "two operators are named '{}'; names must be unique",
-                n.name
-            )));
+            return Err(Error::config(format!("two operators are named '{}'; names must be unique", n.name)));
         }
         if n.parallelism == 0 {
-            return Err(Error::config(format!(
-                "operator '{}' has parallelism 0",
-                n.name
-            )));
+            return Err(Error::config(format!("operator '{}' has parallelism 0", n.name)));
         }
         if n.keyed && n.parallelism > graph.max_parallelism {
             return Err(Error::config(format!(
@@ -108,9 +93,7 @@ fn effective(graph: &Graph, e: usize) -> Partitioning {
 
 fn is_chained(graph: &Graph, e: usize) -> bool {
     let to = &graph.nodes[graph.edges[e].to];
-    effective(graph, e) == Partitioning::Forward
-        && to.inputs.len() == 1
-        && matches!(to.kind, NodeKind::OneInput { .. })
+    effective(graph, e) == Partitioning::Forward && to.inputs.len() == 1 && matches!(to.kind, NodeKind::OneInput { .. })
 }
 
 struct Builder<'a> {
@@ -150,11 +133,7 @@ impl Builder<'_> {
                 let to = self.graph.edges[e].to;
                 outs.push(self.chained(to, i)?);
             } else {
-                outs.push(
-                    self.writers[e][i]
-                        .take()
-                        .expect("each writer is taken once"),
-                );
+                outs.push(self.writers[e][i].take().expect("each writer is taken once"));
             }
         }
         Ok((self.graph.nodes[node].fan_out)(outs))
@@ -165,9 +144,7 @@ impl Builder<'_> {
         let downstream = self.output(node, i)?;
         let ctx = self.ctx(node, i);
         match &self.graph.nodes[node].kind {
-            NodeKind::OneInput { make, .. } | NodeKind::TwoInput { make, .. } => {
-                make(&ctx, downstream)
-            }
+            NodeKind::OneInput { make, .. } | NodeKind::TwoInput { make, .. } => make(&ctx, downstream),
             NodeKind::Source(_) => unreachable!("sources have no inputs and are never chained"),
         }
     }
@@ -177,13 +154,7 @@ impl Builder<'_> {
 pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<PhysicalPlan> {
     validate(graph)?;
     assert!(limits.workers >= 1 && env.parkers.len() == limits.workers);
-    let mut b = Builder {
-        graph,
-        limits,
-        env,
-        writers: Vec::new(),
-        readers: Vec::new(),
-    };
+    let mut b = Builder { graph, limits, env, writers: Vec::new(), readers: Vec::new() };
     for (e, edge) in graph.edges.iter().enumerate() {
         let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
         if is_chained(graph, e) {
@@ -197,12 +168,8 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
             downstream: to.parallelism,
             capacity: limits.ring_capacity,
             max_parallelism: graph.max_parallelism,
-            upstream_parkers: (0..from.parallelism)
-                .map(|i| env.parkers[b.worker(i)].clone())
-                .collect(),
-            downstream_parkers: (0..to.parallelism)
-                .map(|i| env.parkers[b.worker(i)].clone())
-                .collect(),
+            upstream_parkers: (0..from.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
+            downstream_parkers: (0..to.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
         };
         let Some(make_channels) = &edge.make_channels else {
             return Err(Error::config(format!(
@@ -227,10 +194,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
         if let NodeKind::TwoInput { .. } = node.kind {
             let sides: Vec<usize> = node.inputs.iter().map(|&e| graph.edges[e].input).collect();
             if !(sides.contains(&0) && sides.contains(&1)) {
-                return Err(Error::config(format!(
-                    "two-input operator '{}' lacks an input",
-                    node.name
-                )));
+                return Err(Error::config(format!("two-input operator '{}' lacks an input", node.name)));
             }
         }
         for i in 0..node.parallelism {
@@ -251,42 +215,27 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     faults: env.faults.clone(),
                     clock: env.clock,
                     aligner: BarrierAligner::new(0),
+                    alignment_timeout_ns: w.alignment_timeout_ns,
                 }
             });
             let task = match &node.kind {
                 NodeKind::Source(make) => {
                     let out = b.output(id, i)?;
-                    make(
-                        &ctx,
-                        out,
-                        limits.batch_size,
-                        env.control.clone(),
-                        checkpointing,
-                    )?
+                    make(&ctx, out, limits.batch_size, env.control.clone(), checkpointing)?
                 }
                 NodeKind::OneInput { make_task, .. } | NodeKind::TwoInput { make_task, .. } => {
                     let head = b.chained(id, i)?;
                     let readers = node
                         .inputs
                         .iter()
-                        .map(|&e| {
-                            (
-                                graph.edges[e].input,
-                                b.readers[e][i].take().expect("each reader is taken once"),
-                            )
-                        })
+                        .map(|&e| (graph.edges[e].input, b.readers[e][i].take().expect("each reader is taken once")))
                         .collect();
                     make_task(&ctx, readers, head, limits.batch_size, checkpointing)?
                 }
             };
             if let Some(control) = control {
                 let is_source = matches!(node.kind, NodeKind::Source(_));
-                endpoints.push(TaskEndpoint {
-                    index: tasks.len(),
-                    name: task.name().to_string(),
-                    is_source,
-                    control,
-                });
+                endpoints.push(TaskEndpoint { index: tasks.len(), name: task.name().to_string(), is_source, control });
             }
             tasks.push((b.worker(i), task));
         }
@@ -311,33 +260,19 @@ mod tests {
             attempt: Arc::new(AttemptScope::default()),
             checkpointing: None,
         };
-        let limits = PlanLimits {
-            workers,
-            ring_capacity: 8,
-            batch_size: 8,
-        };
+        let limits = PlanLimits { workers, ring_capacity: 8, batch_size: 8 };
         let plan = build(&job.graph.borrow(), limits, &env).unwrap();
-        plan.tasks
-            .into_iter()
-            .map(|(w, t)| (w, t.name().to_string()))
-            .collect()
+        plan.tasks.into_iter().map(|(w, t)| (w, t.name().to_string())).collect()
     }
 
     #[test]
     fn forward_edges_with_equal_parallelism_are_chained() {
         let job = Job::new("chain").with_parallelism(3);
-        job.generator(Generator::new(|i, _| i))
-            .map(|x| x + 1)
-            .filter(|x| x % 2 == 0)
-            .discard();
+        job.generator(Generator::new(|i, _| i)).map(|x| x + 1).filter(|x| x % 2 == 0).discard();
         let tasks = tasks_of(&job, 2);
         // One task per subtask: the map, filter and sink run inside the source's task.
         assert_eq!(tasks.len(), 3, "{tasks:?}");
-        assert_eq!(
-            tasks.iter().map(|t| t.0).collect::<Vec<_>>(),
-            vec![0, 1, 0],
-            "subtask i on worker i % 2"
-        );
+        assert_eq!(tasks.iter().map(|t| t.0).collect::<Vec<_>>(), vec![0, 1, 0], "subtask i on worker i % 2");
     }
 
     #[test]
@@ -352,10 +287,7 @@ mod tests {
         let names: Vec<String> = tasks_of(&job, 2).into_iter().map(|t| t.1).collect();
         // 2 source tasks, 2 reduce tasks (key_by), 1 map task (parallelism 2 → 1), sink chained.
         assert_eq!(names.len(), 5, "{names:?}");
-        assert!(
-            names.iter().filter(|n| n.starts_with("reduce")).count() == 2,
-            "{names:?}"
-        );
+        assert!(names.iter().filter(|n| n.starts_with("reduce")).count() == 2, "{names:?}");
         assert!(names.iter().any(|n| n.starts_with("map")), "{names:?}");
     }
 }

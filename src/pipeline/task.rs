@@ -8,11 +8,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::barriers::{self, on_notice, GatePair, TaskIdent};
 use crate::channel::Entry;
 use crate::channel::{GatePoll, InputGate};
-use crate::checkpoint::task::{
-    Alignment, BarrierAligner, PendingSnapshot, TaskCheckpointing, TaskControl, TaskStats,
-};
+use crate::checkpoint::task::{BarrierAligner, TaskCheckpointing, TaskControl, TaskStats};
 use crate::collector::Collector;
 use crate::context::TaskContext;
 use crate::error::{Error, Result};
@@ -84,9 +83,7 @@ impl<C> Guarded<C> {
     #[inline]
     fn count_for_faults(&self, n: usize) -> Result<()> {
         match &self.ctx.faults {
-            Some(f) => f
-                .on_records(&self.ctx.operator, n)
-                .map_err(|e| with_subtask(e, self.ctx.subtask)),
+            Some(f) => f.on_records(&self.ctx.operator, n).map_err(|e| with_subtask(e, self.ctx.subtask)),
             None => Ok(()),
         }
     }
@@ -188,13 +185,7 @@ impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
 /// Names the subtask in an injected failure.
 fn with_subtask(e: Error, subtask: usize) -> Error {
     match e {
-        Error::OperatorPanicked {
-            operator, message, ..
-        } => Error::OperatorPanicked {
-            operator,
-            subtask,
-            message,
-        },
+        Error::OperatorPanicked { operator, message, .. } => Error::OperatorPanicked { operator, subtask, message },
         other => other,
     }
 }
@@ -211,8 +202,9 @@ enum Phase {
     Done,
 }
 
-/// Handles the coordinator's notices for a task whose chain head is `notify`.
-fn apply_notice(
+/// Handles the coordinator's notices for a task whose chain head is `notify`; returns whether
+/// an alignment or capture in progress was abandoned.
+pub(crate) fn apply_notice(
     cp: &mut TaskCheckpointing,
     notice: CheckpointNotice,
     notify: &mut dyn FnMut(CheckpointNotice) -> Result<()>,
@@ -220,11 +212,7 @@ fn apply_notice(
     let mut unblock = false;
     if let CheckpointNotice::Aborted(id) = notice {
         unblock = cp.aligner.abort(id);
-        if cp
-            .pending_unaligned
-            .as_ref()
-            .is_some_and(|p| p.snapshot.barrier.id == id)
-        {
+        if cp.pending_unaligned.as_ref().is_some_and(|p| p.snapshot.barrier.id == id) {
             cp.pending_unaligned = None;
             unblock = true;
         }
@@ -275,19 +263,12 @@ impl<T> SourceTask<T> {
     /// Takes this source's part of checkpoint `barrier`: its offset, then the chain's state,
     /// then the barrier goes downstream behind everything emitted so far.
     fn checkpoint(&mut self, barrier: Barrier) -> Result<()> {
-        let cp = self
-            .checkpointing
-            .as_ref()
-            .expect("triggers reach checkpointed sources only");
+        let cp = self.checkpointing.as_ref().expect("triggers reach checkpointed sources only");
         cp.check_sync_fault(&barrier, &self.name)?;
         let start = self.ctx.now_ns();
         let mut snapshot = TaskSnapshot::new(barrier);
         if let Some(offset) = self.source.offset() {
-            snapshot.add(
-                self.ctx.operator.clone(),
-                self.ctx.subtask,
-                Box::new(RawBytes(offset)),
-            );
+            snapshot.add(self.ctx.operator.clone(), self.ctx.subtask, Box::new(RawBytes(offset)));
         }
         self.out.barrier(barrier, &mut snapshot)?;
         let now = self.ctx.now_ns();
@@ -331,8 +312,7 @@ impl<T: Send> Task for SourceTask<T> {
         let status = if self.control.stop.load(Ordering::Relaxed) {
             SourcePoll::Finished
         } else {
-            let (source, ctx, buf, max) =
-                (&mut self.source, &self.ctx, &mut self.buf, self.batch_size);
+            let (source, ctx, buf, max) = (&mut self.source, &self.ctx, &mut self.buf, self.batch_size);
             guard(&self.ctx, || source.poll(ctx, buf, max))?
         };
         if !self.buf.is_empty() {
@@ -351,37 +331,13 @@ impl<T: Send> Task for SourceTask<T> {
     }
 }
 
-/// Snapshot bookkeeping shared by the one- and two-input tasks: when the aligner reports a
-/// complete alignment, run `snapshot` (the chain's synchronous part) and start the write.
-fn snapshot_aligned(
-    cp: &TaskCheckpointing,
-    name: &str,
-    barrier: Barrier,
-    first_ns: u64,
-    snapshot: impl FnOnce(&mut TaskSnapshot) -> Result<()>,
-) -> Result<()> {
-    cp.check_sync_fault(&barrier, name)?;
-    let start = cp.clock.now_ns();
-    let mut snap = TaskSnapshot::new(barrier);
-    snapshot(&mut snap)?;
-    let now = cp.clock.now_ns();
-    let stats = TaskStats {
-        start_delay_ns: first_ns.saturating_sub(barrier.trigger_ns),
-        alignment_ns: start.saturating_sub(first_ns),
-        sync_ns: now - start,
-        ..Default::default()
-    };
-    cp.write_async(snap, stats);
-    Ok(())
-}
-
 /// The name under which a task stores the in-flight data of its input `input`.
 pub(crate) fn inflight_part(operator: &str, input: usize) -> String {
     format!("{operator}#inflight{input}")
 }
 
 /// Encodes one gate's captured in-flight data.
-fn encode_inflight<T: Persist>(data: Vec<(usize, Vec<Entry<T>>)>) -> Vec<u8> {
+pub(crate) fn encode_inflight<T: Persist>(data: Vec<(usize, Vec<Entry<T>>)>) -> Vec<u8> {
     let data: Vec<(u64, Vec<Entry<T>>)> = data.into_iter().map(|(c, e)| (c as u64, e)).collect();
     to_bytes(&data)
 }
@@ -392,77 +348,24 @@ pub(crate) fn decode_inflight<T: Persist>(bytes: &[u8]) -> Result<Vec<(usize, Ve
     Ok(data.into_iter().map(|(c, e)| (c as usize, e)).collect())
 }
 
-/// The first priority barrier of an unaligned checkpoint at a task: decides whether it starts
-/// a snapshot now (returns true), is stale, or supersedes an older one still capturing.
-fn begin_unaligned(cp: &mut TaskCheckpointing, barrier: &Barrier) -> Option<bool> {
-    if barrier.id <= cp.unaligned_done {
-        return None;
-    }
-    if let Some(p) = &cp.pending_unaligned {
-        let pending = p.snapshot.barrier.id;
-        if pending > barrier.id {
-            return None;
-        }
-        if pending < barrier.id {
-            cp.decline(
-                pending,
-                "superseded by a newer checkpoint before its in-flight data was complete",
-            );
-            cp.pending_unaligned = None;
-            cp.unaligned_done = pending;
-            return Some(true);
-        }
-        return Some(false);
-    }
-    Some(true)
+fn ident(ctx: &TaskContext) -> TaskIdent {
+    TaskIdent { name: task_name(ctx), operator: ctx.operator.clone(), subtask: ctx.subtask }
 }
 
-/// Adds the captured in-flight data to the pending snapshot and starts its write.
-fn finish_unaligned(cp: &mut TaskCheckpointing, inflight: Vec<(String, usize, Vec<u8>)>) {
-    let mut p = cp
-        .pending_unaligned
-        .take()
-        .expect("an unaligned checkpoint is pending");
-    for (part, subtask, bytes) in inflight {
-        p.stats.inflight_bytes += bytes.len() as u64;
-        p.snapshot
-            .add(part.into(), subtask, Box::new(RawBytes(bytes)));
+/// Sets up a task's checkpointing for `channels` input channels.
+fn prepare(checkpointing: &mut Option<TaskCheckpointing>, channels: usize) -> (bool, bool) {
+    match checkpointing.as_mut() {
+        Some(cp) => {
+            cp.aligner = BarrierAligner::new(channels);
+            (cp.blocks(), cp.unaligned)
+        }
+        None => (false, false),
     }
-    p.stats.alignment_ns = cp.clock.now_ns().saturating_sub(p.started_ns);
-    cp.unaligned_done = p.snapshot.barrier.id;
-    cp.write_async(p.snapshot, p.stats);
-}
-
-/// Takes the synchronous part of an unaligned checkpoint: `snapshot` runs the chain.
-fn snapshot_unaligned(
-    cp: &mut TaskCheckpointing,
-    name: &str,
-    barrier: Barrier,
-    snapshot: impl FnOnce(&mut TaskSnapshot) -> Result<()>,
-) -> Result<()> {
-    cp.check_sync_fault(&barrier, name)?;
-    let start = cp.clock.now_ns();
-    let mut snap = TaskSnapshot::new(barrier);
-    snapshot(&mut snap)?;
-    let now = cp.clock.now_ns();
-    let stats = TaskStats {
-        start_delay_ns: start.saturating_sub(barrier.trigger_ns),
-        sync_ns: now - start,
-        ..Default::default()
-    };
-    cp.pending_unaligned = Some(PendingSnapshot {
-        snapshot: snap,
-        stats,
-        started_ns: start,
-    });
-    Ok(())
 }
 
 /// A subtask with one input (possibly fed by several edges, as after a union).
 pub(crate) struct OneInputTask<T> {
-    name: String,
-    /// (operator, subtask) of the chain head, naming this task's in-flight data.
-    head_id: (Arc<str>, usize),
+    id: TaskIdent,
     gate: InputGate<T>,
     head: Box<dyn Collector<T>>,
     budget: usize,
@@ -476,126 +379,34 @@ impl<T: Copy> OneInputTask<T> {
         mut gate: InputGate<T>,
         head: Box<dyn Collector<T>>,
         budget: usize,
-        checkpointing: Option<TaskCheckpointing>,
+        mut checkpointing: Option<TaskCheckpointing>,
     ) -> Self {
-        gate.set_blocking(checkpointing.as_ref().is_some_and(|c| c.blocks()));
-        let mut checkpointing = checkpointing;
-        if let Some(cp) = checkpointing.as_mut() {
-            cp.aligner = BarrierAligner::new(gate.channels());
-            gate.set_unaligned(cp.unaligned);
-        }
-        OneInputTask {
-            name: task_name(ctx),
-            head_id: (ctx.operator.clone(), ctx.subtask),
-            gate,
-            head,
-            budget,
-            checkpointing,
-            phase: Phase::Running,
-        }
-    }
-
-    fn on_priority_barrier(&mut self, channel: usize, barrier: Barrier, seq: u64) -> Result<()>
-    where
-        T: Persist,
-    {
-        let cp = self
-            .checkpointing
-            .as_mut()
-            .expect("barriers flow only in checkpointed jobs");
-        match begin_unaligned(cp, &barrier) {
-            None => return Ok(()),
-            Some(true) => {
-                self.gate.abort_capture();
-                let head = &mut self.head;
-                snapshot_unaligned(cp, &self.name, barrier, |snap| head.barrier(barrier, snap))?;
-                self.gate.start_capture();
-            }
-            Some(false) => {}
-        }
-        self.gate.set_capture_limit(channel, seq);
-        self.try_finish_unaligned();
-        Ok(())
-    }
-
-    fn try_finish_unaligned(&mut self)
-    where
-        T: Persist,
-    {
-        let Some(cp) = self.checkpointing.as_mut() else {
-            return;
-        };
-        if cp.pending_unaligned.is_none() {
-            return;
-        }
-        self.gate.refresh_capture();
-        if !self.gate.capture_complete() {
-            return;
-        }
-        let data = encode_inflight(self.gate.take_capture());
-        finish_unaligned(
-            cp,
-            vec![(inflight_part(&self.head_id.0, 0), self.head_id.1, data)],
-        );
-    }
-
-    fn on_barrier(&mut self, channel: usize, barrier: Barrier) -> Result<()> {
-        let cp = self
-            .checkpointing
-            .as_mut()
-            .expect("barriers flow only in checkpointed jobs");
-        match cp.aligner.on_barrier(channel, barrier, cp.clock.now_ns()) {
-            Alignment::Stale => self.gate.unblock(channel),
-            Alignment::Superseded => {
-                self.gate.unblock_all();
-                if cp.blocks() {
-                    self.gate.block(channel);
-                }
-            }
-            Alignment::Waiting => {}
-        }
-        self.try_complete()
-    }
-
-    fn try_complete(&mut self) -> Result<()> {
-        let Some(cp) = self.checkpointing.as_mut() else {
-            return Ok(());
-        };
-        let gate = &self.gate;
-        if let Some((barrier, first_ns)) = cp.aligner.complete(|i| gate.is_ended(i)) {
-            let head = &mut self.head;
-            snapshot_aligned(cp, &self.name, barrier, first_ns, |snap| {
-                head.barrier(barrier, snap)
-            })?;
-            self.gate.unblock_all();
-        }
-        Ok(())
+        let (blocks, unaligned) = prepare(&mut checkpointing, gate.channels());
+        gate.set_blocking(blocks);
+        gate.set_unaligned(unaligned);
+        OneInputTask { id: ident(ctx), gate, head, budget, checkpointing, phase: Phase::Running }
     }
 }
 
 impl<T: Copy + Send + Persist> Task for OneInputTask<T> {
     fn name(&self) -> &str {
-        &self.name
+        &self.id.name
     }
 
     fn poll(&mut self) -> Result<TaskPoll> {
         if self.phase == Phase::Done {
             return Ok(TaskPoll::Finished);
         }
-        while let Some(msg) = self.checkpointing.as_ref().and_then(|c| c.next_control()) {
-            if let TaskControl::Notice(n) = msg {
-                let head = &mut self.head;
-                let cp = self.checkpointing.as_mut().expect("message came from it");
-                if apply_notice(cp, n, &mut |n| head.notify(n))? {
-                    self.gate.unblock_all();
-                }
-                if cp.pending_unaligned.is_none() && self.gate.capturing() {
-                    self.gate.abort_capture();
+        let OneInputTask { id, gate, head, checkpointing, .. } = self;
+        if let Some(cp) = checkpointing.as_mut() {
+            while let Some(msg) = cp.next_control() {
+                if let TaskControl::Notice(n) = msg {
+                    on_notice(cp, gate, n, &mut |n| head.notify(n))?;
                 }
             }
+            // Before the backpressure check: a blocked task still completes its checkpoints.
+            barriers::on_poll(cp, gate, id, &mut |b, s| head.barrier(b, s))?;
         }
-        // A backpressured task still completes an unaligned capture: the data is in the rings.
-        self.try_finish_unaligned();
         if !self.head.drain()? {
             return Ok(TaskPoll::Idle);
         }
@@ -604,23 +415,24 @@ impl<T: Copy + Send + Persist> Task for OneInputTask<T> {
             return Ok(TaskPoll::Finished);
         }
         let polled = self.gate.poll(&mut *self.head, self.budget)?;
+        let OneInputTask { id, gate, head, checkpointing, .. } = self;
+        let mut chain = |b: Barrier, s: &mut TaskSnapshot| head.barrier(b, s);
         Ok(match polled {
             GatePoll::Progress => {
-                self.try_complete()?;
-                self.try_finish_unaligned();
-                TaskPoll::Progress
-            }
-            GatePoll::PriorityBarrier {
-                channel,
-                barrier,
-                seq,
-            } => {
-                self.on_priority_barrier(channel, barrier, seq)?;
+                if let Some(cp) = checkpointing.as_mut() {
+                    barriers::on_poll(cp, gate, id, &mut chain)?;
+                }
                 TaskPoll::Progress
             }
             GatePoll::Idle => TaskPoll::Idle,
             GatePoll::Barrier { channel, barrier } => {
-                self.on_barrier(channel, barrier)?;
+                let cp = checkpointing.as_mut().expect("barriers flow only in checkpointed jobs");
+                barriers::on_inband(cp, gate, id, channel, barrier, &mut chain)?;
+                TaskPoll::Progress
+            }
+            GatePoll::PriorityBarrier { channel, barrier, seq } => {
+                let cp = checkpointing.as_mut().expect("barriers flow only in checkpointed jobs");
+                barriers::on_priority(cp, gate, id, channel, barrier, seq, &mut chain)?;
                 TaskPoll::Progress
             }
             GatePoll::Finished => {
@@ -631,12 +443,10 @@ impl<T: Copy + Send + Persist> Task for OneInputTask<T> {
     }
 }
 
-/// A subtask of a two-input operator. Its aligner numbers the left input's channels first.
+/// A subtask of a two-input operator. Its channels are numbered left input first.
 pub(crate) struct TwoInputTask<A, B> {
-    name: String,
-    head_id: (Arc<str>, usize),
-    left: InputGate<A>,
-    right: InputGate<B>,
+    id: TaskIdent,
+    gates: GatePair<A, B>,
     op: Box<dyn TwoInputOperator<A, B>>,
     budget: usize,
     checkpointing: Option<TaskCheckpointing>,
@@ -651,22 +461,15 @@ impl<A: Copy, B: Copy> TwoInputTask<A, B> {
         mut right: InputGate<B>,
         op: Box<dyn TwoInputOperator<A, B>>,
         budget: usize,
-        checkpointing: Option<TaskCheckpointing>,
+        mut checkpointing: Option<TaskCheckpointing>,
     ) -> Self {
-        let blocks = checkpointing.as_ref().is_some_and(|c| c.blocks());
-        left.set_blocking(blocks);
-        right.set_blocking(blocks);
-        let mut checkpointing = checkpointing;
-        if let Some(cp) = checkpointing.as_mut() {
-            cp.aligner = BarrierAligner::new(left.channels() + right.channels());
-            left.set_unaligned(cp.unaligned);
-            right.set_unaligned(cp.unaligned);
+        let (blocks, unaligned) = prepare(&mut checkpointing, left.channels() + right.channels());
+        for g in [&mut left as &mut dyn GateMode, &mut right] {
+            g.mode(blocks, unaligned);
         }
         TwoInputTask {
-            name: task_name(ctx),
-            head_id: (ctx.operator.clone(), ctx.subtask),
-            left,
-            right,
+            id: ident(ctx),
+            gates: GatePair { left, right },
             op,
             budget,
             checkpointing,
@@ -674,147 +477,40 @@ impl<A: Copy, B: Copy> TwoInputTask<A, B> {
             phase: Phase::Running,
         }
     }
+}
 
-    fn unblock_all(&mut self) {
-        self.left.unblock_all();
-        self.right.unblock_all();
-    }
+/// Sets a gate's checkpoint mode whatever its record type.
+trait GateMode {
+    fn mode(&mut self, blocks: bool, unaligned: bool);
+}
 
-    fn on_priority_barrier(&mut self, channel: usize, barrier: Barrier, seq: u64) -> Result<()>
-    where
-        A: Persist,
-        B: Persist,
-    {
-        let cp = self
-            .checkpointing
-            .as_mut()
-            .expect("barriers flow only in checkpointed jobs");
-        match begin_unaligned(cp, &barrier) {
-            None => return Ok(()),
-            Some(true) => {
-                self.left.abort_capture();
-                self.right.abort_capture();
-                let op = &mut self.op;
-                snapshot_unaligned(cp, &self.name, barrier, |snap| op.barrier(barrier, snap))?;
-                self.left.start_capture();
-                self.right.start_capture();
-            }
-            Some(false) => {}
-        }
-        let n_left = self.left.channels();
-        if channel < n_left {
-            self.left.set_capture_limit(channel, seq);
-        } else {
-            self.right.set_capture_limit(channel - n_left, seq);
-        }
-        self.try_finish_unaligned();
-        Ok(())
-    }
-
-    fn try_finish_unaligned(&mut self)
-    where
-        A: Persist,
-        B: Persist,
-    {
-        let Some(cp) = self.checkpointing.as_mut() else {
-            return;
-        };
-        if cp.pending_unaligned.is_none() {
-            return;
-        }
-        self.left.refresh_capture();
-        self.right.refresh_capture();
-        if !self.left.capture_complete() || !self.right.capture_complete() {
-            return;
-        }
-        let (op, subtask) = (&self.head_id.0, self.head_id.1);
-        let parts = vec![
-            (
-                inflight_part(op, 0),
-                subtask,
-                encode_inflight(self.left.take_capture()),
-            ),
-            (
-                inflight_part(op, 1),
-                subtask,
-                encode_inflight(self.right.take_capture()),
-            ),
-        ];
-        finish_unaligned(cp, parts);
-    }
-
-    fn on_barrier(&mut self, channel: usize, barrier: Barrier) -> Result<()> {
-        let cp = self
-            .checkpointing
-            .as_mut()
-            .expect("barriers flow only in checkpointed jobs");
-        let n_left = self.left.channels();
-        match cp.aligner.on_barrier(channel, barrier, cp.clock.now_ns()) {
-            Alignment::Stale if channel < n_left => self.left.unblock(channel),
-            Alignment::Stale => self.right.unblock(channel - n_left),
-            Alignment::Superseded => {
-                let blocks = cp.blocks();
-                self.unblock_all();
-                if blocks && channel < n_left {
-                    self.left.block(channel);
-                } else if blocks {
-                    self.right.block(channel - n_left);
-                }
-            }
-            Alignment::Waiting => {}
-        }
-        self.try_complete()
-    }
-
-    fn try_complete(&mut self) -> Result<()> {
-        let Some(cp) = self.checkpointing.as_mut() else {
-            return Ok(());
-        };
-        let (left, right) = (&self.left, &self.right);
-        let n_left = left.channels();
-        let ended = |i: usize| {
-            if i < n_left {
-                left.is_ended(i)
-            } else {
-                right.is_ended(i - n_left)
-            }
-        };
-        if let Some((barrier, first_ns)) = cp.aligner.complete(ended) {
-            let op = &mut self.op;
-            snapshot_aligned(cp, &self.name, barrier, first_ns, |snap| {
-                op.barrier(barrier, snap)
-            })?;
-            self.unblock_all();
-        }
-        Ok(())
+impl<T: Copy> GateMode for InputGate<T> {
+    fn mode(&mut self, blocks: bool, unaligned: bool) {
+        self.set_blocking(blocks);
+        self.set_unaligned(unaligned);
     }
 }
 
 impl<A: Copy + Send + Persist, B: Copy + Send + Persist> Task for TwoInputTask<A, B> {
     fn name(&self) -> &str {
-        &self.name
+        &self.id.name
     }
 
     fn poll(&mut self) -> Result<TaskPoll> {
         if self.phase == Phase::Done {
             return Ok(TaskPoll::Finished);
         }
-        while let Some(msg) = self.checkpointing.as_ref().and_then(|c| c.next_control()) {
-            if let TaskControl::Notice(n) = msg {
-                let op = &mut self.op;
-                let cp = self.checkpointing.as_mut().expect("message came from it");
-                let unblock = apply_notice(cp, n, &mut |n| op.notify(n))?;
-                let abandoned = cp.pending_unaligned.is_none();
-                if unblock {
-                    self.unblock_all();
+        {
+            let TwoInputTask { id, gates, op, checkpointing, .. } = self;
+            if let Some(cp) = checkpointing.as_mut() {
+                while let Some(msg) = cp.next_control() {
+                    if let TaskControl::Notice(n) = msg {
+                        on_notice(cp, gates, n, &mut |n| op.notify(n))?;
+                    }
                 }
-                if abandoned && self.left.capturing() {
-                    self.left.abort_capture();
-                    self.right.abort_capture();
-                }
+                barriers::on_poll(cp, gates, id, &mut |b, s| op.barrier(b, s))?;
             }
         }
-        self.try_finish_unaligned();
         if !self.op.drain()? {
             return Ok(TaskPoll::Idle);
         }
@@ -823,63 +519,47 @@ impl<A: Copy + Send + Persist, B: Copy + Send + Persist> Task for TwoInputTask<A
             return Ok(TaskPoll::Finished);
         }
         let mut progress = false;
-        if !self.done[0] {
-            match self.left.poll(&mut Left(&mut *self.op), self.budget)? {
-                GatePoll::Progress => progress = true,
-                GatePoll::Idle => {}
-                GatePoll::Barrier { channel, barrier } => {
-                    self.on_barrier(channel, barrier)?;
-                    progress = true;
-                }
-                GatePoll::PriorityBarrier {
-                    channel,
-                    barrier,
-                    seq,
-                } => {
-                    self.on_priority_barrier(channel, barrier, seq)?;
-                    progress = true;
-                }
-                GatePoll::Finished => {
-                    self.done[0] = true;
-                    progress = true;
-                }
+        let n_left = self.gates.left.channels();
+        for side in 0..2 {
+            if self.done[side] || (side == 1 && !self.op.drain()?) {
+                continue;
             }
-        }
-        if !self.done[1] && self.op.drain()? {
-            match self.right.poll(&mut Right(&mut *self.op), self.budget)? {
+            let polled = if side == 0 {
+                self.gates.left.poll(&mut Left(&mut *self.op), self.budget)?
+            } else {
+                self.gates.right.poll(&mut Right(&mut *self.op), self.budget)?
+            };
+            let offset = if side == 0 { 0 } else { n_left };
+            let TwoInputTask { id, gates, op, checkpointing, .. } = self;
+            let mut chain = |b: Barrier, s: &mut TaskSnapshot| op.barrier(b, s);
+            match polled {
                 GatePoll::Progress => progress = true,
                 GatePoll::Idle => {}
                 GatePoll::Barrier { channel, barrier } => {
-                    let n_left = self.left.channels();
-                    self.on_barrier(n_left + channel, barrier)?;
+                    let cp = checkpointing.as_mut().expect("barriers flow only in checkpointed jobs");
+                    barriers::on_inband(cp, gates, id, offset + channel, barrier, &mut chain)?;
                     progress = true;
                 }
-                GatePoll::PriorityBarrier {
-                    channel,
-                    barrier,
-                    seq,
-                } => {
-                    let n_left = self.left.channels();
-                    self.on_priority_barrier(n_left + channel, barrier, seq)?;
+                GatePoll::PriorityBarrier { channel, barrier, seq } => {
+                    let cp = checkpointing.as_mut().expect("barriers flow only in checkpointed jobs");
+                    barriers::on_priority(cp, gates, id, offset + channel, barrier, seq, &mut chain)?;
                     progress = true;
                 }
                 GatePoll::Finished => {
-                    self.done[1] = true;
+                    self.done[side] = true;
                     progress = true;
                 }
             }
         }
         if progress {
-            self.try_complete()?;
-            self.try_finish_unaligned();
+            let TwoInputTask { id, gates, op, checkpointing, .. } = self;
+            if let Some(cp) = checkpointing.as_mut() {
+                barriers::on_poll(cp, gates, id, &mut |b, s| op.barrier(b, s))?;
+            }
         }
         if self.done == [true, true] {
             self.phase = Phase::Ending;
         }
-        Ok(if progress {
-            TaskPoll::Progress
-        } else {
-            TaskPoll::Idle
-        })
+        Ok(if progress { TaskPoll::Progress } else { TaskPoll::Idle })
     }
 }

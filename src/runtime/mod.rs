@@ -40,12 +40,7 @@ pub struct RunConfig {
 
 impl Default for RunConfig {
     fn default() -> Self {
-        RunConfig {
-            workers: 0,
-            ring_capacity: 4096,
-            batch_size: 1024,
-            pin_workers: true,
-        }
+        RunConfig { workers: 0, ring_capacity: 4096, batch_size: 1024, pin_workers: true }
     }
 }
 
@@ -88,10 +83,7 @@ impl RunConfig {
             return Err(Error::config("batch size must be at least 1 record"));
         }
         if self.workers > 4096 {
-            return Err(Error::config(format!(
-                "{} workers is more than weir supports (4096)",
-                self.workers
-            )));
+            return Err(Error::config(format!("{} workers is more than weir supports (4096)", self.workers)));
         }
         Ok(())
     }
@@ -110,9 +102,7 @@ fn core_ids() -> &'static [core_affinity::CoreId] {
 /// The number of cores this process may use.
 pub fn available_cores() -> usize {
     match core_ids().len() {
-        0 => std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         n => n,
     }
 }
@@ -181,9 +171,7 @@ impl JobHandle {
     /// Whether the current attempt's workers have all exited (after a failure the job may
     /// still restart: [`JobHandle::try_finish`] decides).
     pub fn is_finished(&self) -> bool {
-        self.attempt
-            .as_ref()
-            .is_none_or(|a| a.threads.iter().all(|t| t.is_finished()))
+        self.attempt.as_ref().is_none_or(|a| a.threads.iter().all(|t| t.is_finished()))
     }
 
     /// Live metrics.
@@ -214,11 +202,7 @@ impl JobHandle {
 
     /// Why checkpoints failed (declined, expired, failed to write), oldest first.
     pub fn checkpoint_failures(&self) -> Vec<String> {
-        self.shared
-            .checkpoint_failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.shared.checkpoint_failures.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// If the current attempt ended: restarts the job when a failure allows it (returns
@@ -237,8 +221,7 @@ impl JobHandle {
                 for t in a.threads.drain(..) {
                     // Workers catch every panic of their tasks; a panic here is a worker bug.
                     if t.join().is_err() {
-                        a.state
-                            .fail(Error::config("a worker thread panicked outside any task"));
+                        a.state.fail(Error::config("a worker thread panicked outside any task"));
                     }
                 }
             }
@@ -252,8 +235,7 @@ impl JobHandle {
         let mut a = self.attempt.take()?;
         for t in a.threads.drain(..) {
             if t.join().is_err() {
-                a.state
-                    .fail(Error::config("a worker thread panicked outside any task"));
+                a.state.fail(Error::config("a worker thread panicked outside any task"));
             }
         }
         if let Some((t, shutdown)) = a.coordinator.take() {
@@ -262,18 +244,11 @@ impl JobHandle {
         }
         if let Some(e) = a.state.take_error() {
             let cancelled = self.control.cancel.load(Ordering::SeqCst);
-            let strategy = self
-                .job
-                .graph
-                .borrow()
-                .checkpointing
-                .as_ref()
-                .map(|c| c.restart);
+            let strategy = self.job.graph.borrow().checkpointing.as_ref().map(|c| c.restart);
             let delay = strategy.and_then(|s| s.delay(self.restarts));
             match delay {
                 Some(delay) if e.is_retryable() && !cancelled => {
-                    self.notes
-                        .push(format!("restart {} after: {e}", self.restarts + 1));
+                    self.notes.push(format!("restart {} after: {e}", self.restarts + 1));
                     std::thread::sleep(delay);
                     self.restarts += 1;
                     match start_attempt(
@@ -308,11 +283,7 @@ impl JobHandle {
                 self.job.graph.borrow().fingerprint()
             );
             if let Err(e) = std::fs::write(&marker, text) {
-                return Some(Err(Error::io(
-                    "cannot write the job's completion marker",
-                    marker,
-                    e,
-                )));
+                return Some(Err(Error::io("cannot write the job's completion marker", marker, e)));
             }
         }
         Some(Ok(JobReport {
@@ -394,10 +365,7 @@ fn start_attempt(
                     fingerprint
                 )));
             }
-            notes.push(format!(
-                "restored from checkpoint {}",
-                c.metadata.checkpoint
-            ));
+            notes.push(format!("restored from checkpoint {}", c.metadata.checkpoint));
             completed.push(c.metadata.checkpoint);
             restored = Some(Arc::new(c.state));
         }
@@ -407,6 +375,7 @@ fn start_attempt(
         wiring = Some(CheckpointWiring {
             mode: cfg.mode,
             unaligned: cfg.unaligned,
+            alignment_timeout_ns: cfg.alignment_timeout.map(|t| t.as_nanos() as u64),
             acks: acks_tx,
             storage: storage.clone(),
         });
@@ -422,11 +391,7 @@ fn start_attempt(
         attempt: scope.clone(),
         checkpointing: wiring,
     };
-    let limits = PlanLimits {
-        workers,
-        ring_capacity: config.ring_capacity,
-        batch_size: config.batch_size,
-    };
+    let limits = PlanLimits { workers, ring_capacity: config.ring_capacity, batch_size: config.batch_size };
     let plan = build_plan(&graph, limits, &env)?;
     let coordinator = match coordinator {
         Some((cfg, storage, acks, first_id, completed)) => {
@@ -474,29 +439,15 @@ fn start_attempt(
             control: control.clone(),
             state: state.clone(),
             scope: scope.clone(),
-            core: if cores.is_empty() {
-                None
-            } else {
-                Some(cores[i % cores.len()])
-            },
+            core: if cores.is_empty() { None } else { Some(cores[i % cores.len()]) },
         };
         let t = std::thread::Builder::new()
             .name(format!("weir-{}-{i}", graph.name))
             .spawn(move || worker.run())
-            .map_err(|e| Error::Io {
-                context: "cannot start a worker thread".into(),
-                path: None,
-                source: e,
-            })?;
+            .map_err(|e| Error::Io { context: "cannot start a worker thread".into(), path: None, source: e })?;
         threads.push(t);
     }
-    Ok(Attempt {
-        threads,
-        state,
-        parkers,
-        scope,
-        coordinator,
-    })
+    Ok(Attempt { threads, state, parkers, scope, coordinator })
 }
 
 impl Job {
@@ -505,20 +456,13 @@ impl Job {
         config.validate()?;
         if let Some(cfg) = &self.graph.borrow().checkpointing {
             cfg.validate()?;
-            if cfg.alignment_timeout.is_some() {
-                return Err(Error::config(
-                    "the aligned-checkpoint timeout is not available in this version of weir yet; use --unaligned or aligned checkpoints",
-                ));
-            }
         }
         let control = Arc::new(JobControl::default());
         let metrics = Arc::new(JobMetrics::default());
         let stats = Arc::new(Mutex::new(Vec::new()));
         let mut notes = Vec::new();
         let shared = Arc::new(AttemptShared::default());
-        let attempt = start_attempt(
-            &self, &config, &control, &metrics, &stats, &shared, &mut notes,
-        )?;
+        let attempt = start_attempt(&self, &config, &control, &metrics, &stats, &shared, &mut notes)?;
         Ok(JobHandle {
             job: self,
             config,

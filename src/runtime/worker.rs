@@ -76,9 +76,7 @@ impl Worker {
         let mut idle_rounds = 0u32;
         let mut announced = false;
         loop {
-            if self.control.cancel.load(Ordering::Relaxed)
-                || self.state.failed.load(Ordering::Relaxed)
-            {
+            if self.control.cancel.load(Ordering::Relaxed) || self.state.failed.load(Ordering::Relaxed) {
                 return;
             }
             let mut progress = false;

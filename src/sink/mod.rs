@@ -126,10 +126,7 @@ impl<T> CollectSink<T> {
 
 impl<T: Send> Sink<T> for CollectSink<T> {
     fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
-        self.into
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .append(records);
+        self.into.lock().unwrap_or_else(|e| e.into_inner()).append(records);
         Ok(())
     }
 }
@@ -153,22 +150,14 @@ pub struct FileSink<F> {
 impl<F> FileSink<F> {
     /// A sink writing `<dir>/part-<subtask>` (creating `dir`); an old file is replaced.
     pub fn create(dir: &Path, subtask: usize, format: F) -> Result<Self> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::io("cannot create output folder", dir, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create output folder", dir, e))?;
         let path = dir.join(format!("part-{subtask}"));
-        Ok(FileSink {
-            path,
-            out: None,
-            format,
-            line: Vec::new(),
-            written: 0,
-        })
+        Ok(FileSink { path, out: None, format, line: Vec::new(), written: 0 })
     }
 
     fn file(&mut self) -> Result<&mut BufWriter<File>> {
         if self.out.is_none() {
-            let file = File::create(&self.path)
-                .map_err(|e| Error::io("cannot create output file", &self.path, e))?;
+            let file = File::create(&self.path).map_err(|e| Error::io("cannot create output file", &self.path, e))?;
             self.out = Some(BufWriter::with_capacity(256 * 1024, file));
         }
         Ok(self.out.as_mut().expect("just opened"))
@@ -177,11 +166,8 @@ impl<F> FileSink<F> {
     fn sync(&mut self) -> Result<()> {
         let path = self.path.clone();
         let out = self.file()?;
-        out.flush()
-            .map_err(|e| Error::io("cannot write output file", &path, e))?;
-        out.get_ref()
-            .sync_all()
-            .map_err(|e| Error::io("cannot sync output file", &path, e))
+        out.flush().map_err(|e| Error::io("cannot write output file", &path, e))?;
+        out.get_ref().sync_all().map_err(|e| Error::io("cannot sync output file", &path, e))
     }
 }
 
@@ -194,10 +180,7 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
         self.written += self.line.len() as u64;
         let line = std::mem::take(&mut self.line);
         let path = self.path.clone();
-        let result = self
-            .file()?
-            .write_all(&line)
-            .map_err(|e| Error::io("cannot write output file", &path, e));
+        let result = self.file()?.write_all(&line).map_err(|e| Error::io("cannot write output file", &path, e));
         self.line = line;
         result
     }
@@ -215,10 +198,7 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
             .write(true)
             .open(path)
             .map_err(|e| Error::io("cannot reopen output file", path, e))?;
-        let on_disk = file
-            .metadata()
-            .map_err(|e| Error::io("cannot read output file", path, e))?
-            .len();
+        let on_disk = file.metadata().map_err(|e| Error::io("cannot read output file", path, e))?.len();
         if on_disk < len {
             // Shorter than the checkpoint says: damage, not something to pad with zeros.
             return Err(Error::Corrupt(format!(
@@ -226,11 +206,9 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
                 path.display()
             )));
         }
-        file.set_len(len)
-            .map_err(|e| Error::io("cannot truncate output file", path, e))?;
+        file.set_len(len).map_err(|e| Error::io("cannot truncate output file", path, e))?;
         let mut out = BufWriter::with_capacity(256 * 1024, file);
-        out.seek(std::io::SeekFrom::Start(len))
-            .map_err(|e| Error::io("cannot seek output file", path, e))?;
+        out.seek(std::io::SeekFrom::Start(len)).map_err(|e| Error::io("cannot seek output file", path, e))?;
         self.out = Some(out);
         self.written = len;
         Ok(())
@@ -250,9 +228,6 @@ mod tests {
         .unwrap();
         s.write(&mut vec![1, 2]).unwrap();
         s.finish().unwrap();
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("part-3")).unwrap(),
-            "1\n2\n"
-        );
+        assert_eq!(std::fs::read_to_string(dir.path().join("part-3")).unwrap(), "1\n2\n");
     }
 }

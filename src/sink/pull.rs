@@ -48,15 +48,7 @@ pub(crate) struct PullSink<T> {
 pub(crate) fn pull_channel<T: Copy>(capacity: usize) -> (PullSink<T>, EventReceiver<T>) {
     let (p, c) = rtrb::RingBuffer::new(capacity.max(1));
     // The host polls; nobody parks on this ring, so the parker is never asleep.
-    (
-        PullSink {
-            out: OutChannel::new(p, Arc::new(Parker::default())),
-        },
-        EventReceiver {
-            consumer: c,
-            ended: false,
-        },
-    )
+    (PullSink { out: OutChannel::new(p, Arc::new(Parker::default())) }, EventReceiver { consumer: c, ended: false })
 }
 
 impl<T: Copy + Send> Sink<T> for PullSink<T> {

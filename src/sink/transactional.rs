@@ -28,29 +28,18 @@ pub struct CommittedOutput<T> {
 
 impl<T> Clone for CommittedOutput<T> {
     fn clone(&self) -> Self {
-        CommittedOutput {
-            log: self.log.clone(),
-        }
+        CommittedOutput { log: self.log.clone() }
     }
 }
 
 impl<T: Clone> CommittedOutput<T> {
     pub(crate) fn new() -> Self {
-        CommittedOutput {
-            log: Arc::new(Mutex::new(Log {
-                records: Vec::new(),
-                published: HashSet::new(),
-            })),
-        }
+        CommittedOutput { log: Arc::new(Mutex::new(Log { records: Vec::new(), published: HashSet::new() })) }
     }
 
     /// Every committed record, in commit order.
     pub fn records(&self) -> Vec<T> {
-        self.log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .records
-            .clone()
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).records.clone()
     }
 
     fn publish(&self, subtask: usize, txn: u64, records: Vec<T>) {
@@ -75,12 +64,7 @@ pub(crate) struct TransactionalCollectSink<T> {
 
 impl<T: Record> TransactionalCollectSink<T> {
     pub(crate) fn new(out: CommittedOutput<T>, ctx: TaskContext) -> Self {
-        TransactionalCollectSink {
-            out,
-            ctx,
-            current: Vec::new(),
-            pending: Vec::new(),
-        }
+        TransactionalCollectSink { out, ctx, current: Vec::new(), pending: Vec::new() }
     }
 }
 
@@ -91,8 +75,7 @@ impl<T: Record> Sink<T> for TransactionalCollectSink<T> {
     }
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Box<dyn ForkedState>>> {
-        self.pending
-            .push((checkpoint, std::mem::take(&mut self.current)));
+        self.pending.push((checkpoint, std::mem::take(&mut self.current)));
         Ok(Some(Box::new(PersistedFork(self.pending.clone()))))
     }
 

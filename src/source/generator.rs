@@ -26,11 +26,7 @@ pub struct Generator<F> {
 impl<F> Generator<F> {
     /// An unbounded generator as fast as the job takes it.
     pub fn new(f: F) -> Self {
-        Generator {
-            f,
-            count: None,
-            rate_per_s: None,
-        }
+        Generator { f, count: None, rate_per_s: None }
     }
     /// Emits indices `0 .. count` in all.
     pub fn count(mut self, count: u64) -> Self {
@@ -87,9 +83,7 @@ impl<T, F: Fn(u64, u64) -> T + Send> Source<T> for GeneratorSubtask<F> {
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
         let next: u64 = crate::persist::from_bytes(offset)?;
         if next % self.step != self.next % self.step {
-            return Err(crate::Error::Corrupt(format!(
-                "generator offset {next} belongs to another subtask"
-            )));
+            return Err(crate::Error::Corrupt(format!("generator offset {next} belongs to another subtask")));
         }
         self.next = next;
         Ok(())

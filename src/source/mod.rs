@@ -43,8 +43,6 @@ pub trait Source<T>: Send {
 
     /// Moves to a position returned by [`Source::offset`].
     fn seek(&mut self, _offset: &[u8]) -> Result<()> {
-        Err(crate::Error::config(
-            "this source cannot be replayed from a checkpoint",
-        ))
+        Err(crate::Error::config("this source cannot be replayed from a checkpoint"))
     }
 }

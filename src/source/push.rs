@@ -35,10 +35,7 @@ impl<T: Copy> EventSender<T> {
     pub fn send_slice(&mut self, events: &[T]) -> usize {
         let n = events.len().min(self.producer.slots());
         if n > 0 {
-            let chunk = self
-                .producer
-                .write_chunk_uninit(n)
-                .expect("n free slots were checked");
+            let chunk = self.producer.write_chunk_uninit(n).expect("n free slots were checked");
             chunk.fill_from_iter(events[..n].iter().map(|&e| Entry::Record(e)));
             self.notify();
         }
@@ -79,10 +76,7 @@ impl<T> Drop for EventSender<T> {
             self.closed = true;
             // Dropping the sender ends the stream, as dropping a channel sender does.
             let mut tries = 0u32;
-            while self.producer.push(Entry::End).is_err()
-                && !self.producer.is_abandoned()
-                && tries < 1_000_000
-            {
+            while self.producer.push(Entry::End).is_err() && !self.producer.is_abandoned() && tries < 1_000_000 {
                 std::thread::yield_now();
                 tries += 1;
             }
@@ -102,14 +96,7 @@ pub(crate) struct PushSource<T> {
 pub(crate) fn push_channel<T: Copy>(capacity: usize) -> (EventSender<T>, PushSource<T>) {
     let (producer, consumer) = rtrb::RingBuffer::new(capacity.max(1));
     let worker = Arc::new(OnceLock::new());
-    (
-        EventSender {
-            producer,
-            worker: worker.clone(),
-            closed: false,
-        },
-        PushSource { consumer, worker },
-    )
+    (EventSender { producer, worker: worker.clone(), closed: false }, PushSource { consumer, worker })
 }
 
 impl<T: Copy + Send> Source<T> for PushSource<T> {
@@ -119,13 +106,11 @@ impl<T: Copy + Send> Source<T> for PushSource<T> {
         }
         let n = self.consumer.slots().min(max);
         if n == 0 {
-            return Ok(
-                if self.consumer.is_abandoned() && self.consumer.is_empty() {
-                    SourcePoll::Finished
-                } else {
-                    SourcePoll::Idle
-                },
-            );
+            return Ok(if self.consumer.is_abandoned() && self.consumer.is_empty() {
+                SourcePoll::Finished
+            } else {
+                SourcePoll::Idle
+            });
         }
         let chunk = self.consumer.read_chunk(n).expect("n slots were checked");
         let mut ended = false;
@@ -143,11 +128,7 @@ impl<T: Copy + Send> Source<T> for PushSource<T> {
             }
         }
         chunk.commit(taken);
-        Ok(if ended {
-            SourcePoll::Finished
-        } else {
-            SourcePoll::Emitted
-        })
+        Ok(if ended { SourcePoll::Finished } else { SourcePoll::Emitted })
     }
 }
 

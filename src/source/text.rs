@@ -27,17 +27,12 @@ impl TextSource {
         let meta = std::fs::metadata(path).map_err(|e| Error::io("cannot read input", path, e))?;
         let mut files = Vec::new();
         if meta.is_dir() {
-            let entries = std::fs::read_dir(path)
-                .map_err(|e| Error::io("cannot list input folder", path, e))?;
+            let entries = std::fs::read_dir(path).map_err(|e| Error::io("cannot list input folder", path, e))?;
             for entry in entries {
                 let entry = entry.map_err(|e| Error::io("cannot list input folder", path, e))?;
                 let p = entry.path();
-                let hidden = p
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with('.'));
-                let m = std::fs::metadata(&p)
-                    .map_err(|e| Error::io("cannot read input file", &p, e))?;
+                let hidden = p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'));
+                let m = std::fs::metadata(&p).map_err(|e| Error::io("cannot read input file", &p, e))?;
                 if m.is_file() && !hidden {
                     files.push((p, m.len()));
                 }
@@ -69,12 +64,7 @@ impl TextSource {
             })
             .filter(|(_, a, b)| a < b)
             .collect();
-        TextSubtask {
-            ranges,
-            next_range: 0,
-            open: None,
-            buf: Vec::new(),
-        }
+        TextSubtask { ranges, next_range: 0, open: None, buf: Vec::new() }
     }
 }
 
@@ -105,21 +95,13 @@ impl TextSubtask {
         if start > 0 {
             // Skip the line that started in the previous range (up to and including the first
             // newline at or after start - 1).
-            reader
-                .seek(SeekFrom::Start(start - 1))
-                .map_err(|e| Error::io("cannot seek input file", &path, e))?;
+            reader.seek(SeekFrom::Start(start - 1)).map_err(|e| Error::io("cannot seek input file", &path, e))?;
             self.buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|e| Error::io("cannot read input file", &path, e))?;
+            let n =
+                reader.read_until(b'\n', &mut self.buf).map_err(|e| Error::io("cannot read input file", &path, e))?;
             pos = start - 1 + n as u64;
         }
-        self.open = Some(OpenRange {
-            reader,
-            path,
-            pos,
-            end,
-        });
+        self.open = Some(OpenRange { reader, path, pos, end });
         Ok(true)
     }
 }
@@ -147,41 +129,22 @@ impl Source<String> for TextSubtask {
             return Ok(()); // the range opens as usual, skipping a line begun in the previous one
         }
         if pos < start {
-            return Err(Error::Corrupt(format!(
-                "text offset {pos} before its range in {}",
-                path.display()
-            )));
+            return Err(Error::Corrupt(format!("text offset {pos} before its range in {}", path.display())));
         }
         let file = File::open(&path).map_err(|e| Error::io("cannot open input file", &path, e))?;
         let mut reader = BufReader::with_capacity(256 * 1024, file);
-        reader
-            .seek(SeekFrom::Start(pos))
-            .map_err(|e| Error::io("cannot seek input file", &path, e))?;
+        reader.seek(SeekFrom::Start(pos)).map_err(|e| Error::io("cannot seek input file", &path, e))?;
         self.next_range = range + 1;
-        self.open = Some(OpenRange {
-            reader,
-            path,
-            pos,
-            end,
-        });
+        self.open = Some(OpenRange { reader, path, pos, end });
         Ok(())
     }
 
-    fn poll(
-        &mut self,
-        _ctx: &TaskContext,
-        out: &mut Vec<String>,
-        max: usize,
-    ) -> Result<SourcePoll> {
+    fn poll(&mut self, _ctx: &TaskContext, out: &mut Vec<String>, max: usize) -> Result<SourcePoll> {
         let mut emitted = 0;
         while emitted < max {
             let Some(open) = self.open.as_mut() else {
                 if !self.open_next()? {
-                    return Ok(if emitted > 0 {
-                        SourcePoll::Emitted
-                    } else {
-                        SourcePoll::Finished
-                    });
+                    return Ok(if emitted > 0 { SourcePoll::Emitted } else { SourcePoll::Finished });
                 }
                 continue;
             };
@@ -237,10 +200,7 @@ mod tests {
         let src = TextSource::open(dir.path()).unwrap();
         assert_eq!(src.files().len(), 2);
         let mut expected: Vec<String> = vec!["first".into()];
-        expected.extend(
-            text.split('\n')
-                .map(|l| l.trim_end_matches('\r').to_string()),
-        );
+        expected.extend(text.split('\n').map(|l| l.trim_end_matches('\r').to_string()));
         expected.sort();
         for p in 1..=7 {
             let mut got = read_all(&src, p);

@@ -43,9 +43,7 @@ impl<K: Key, V> Default for KeyedValueState<K, V> {
 impl<K: Key, V> KeyedValueState<K, V> {
     /// Empty state.
     pub fn new() -> Self {
-        KeyedValueState {
-            map: KeyMap::default(),
-        }
+        KeyedValueState { map: KeyMap::default() }
     }
     /// The value of `key`.
     #[inline]
@@ -119,9 +117,6 @@ mod tests {
             assert_eq!(r.get(&k), Some(&(k * 10)));
         }
         assert_eq!(s.get(&5), Some(&51));
-        assert!(
-            r.restore(&bytes[..10]).is_err(),
-            "a truncated snapshot must not restore"
-        );
+        assert!(r.restore(&bytes[..10]).is_err(), "a truncated snapshot must not restore");
     }
 }

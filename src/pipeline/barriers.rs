@@ -1,0 +1,377 @@
+//! How a task with inputs takes part in a checkpoint, written once for one- and two-input
+//! tasks over [`Inputs`] (the task's channels, numbered across its gates):
+//!
+//! - aligned (exactly-once blocks each channel that delivered the barrier; at-least-once only
+//!   counts), snapshotting when every live channel delivered it;
+//! - unaligned: the first priority barrier snapshots at once, then each channel's in-flight
+//!   data (what its producer wrote before its barrier and this task reads after the snapshot)
+//!   is captured, and the snapshot is written once all of it is;
+//! - aligned with timeout: an alignment that waited longer than the bound switches to
+//!   unaligned at this task (channels whose barrier already arrived have nothing in flight;
+//!   the others are captured up to their in-band barrier), and the barrier goes on unaligned.
+//!
+//! (Carbone et al. 2015 for aligned barriers; Flink's FLIP-76 for unaligned checkpoints.)
+
+use std::sync::Arc;
+
+use super::task::{apply_notice, encode_inflight, inflight_part};
+use crate::channel::InputGate;
+use crate::checkpoint::task::{Alignment, PendingSnapshot, TaskCheckpointing, TaskStats};
+use crate::error::Result;
+use crate::persist::Persist;
+use crate::snapshot::{Barrier, CheckpointNotice, RawBytes, TaskSnapshot};
+
+/// The chain's side of a snapshot: capture every operator's state and forward the barrier.
+pub(crate) type Chain<'a> = dyn FnMut(Barrier, &mut TaskSnapshot) -> Result<()> + 'a;
+
+/// Who a task is, for naming its failures and its in-flight data.
+pub(crate) struct TaskIdent {
+    pub(crate) name: String,
+    pub(crate) operator: Arc<str>,
+    pub(crate) subtask: usize,
+}
+
+/// A task's input channels across its gates, numbered from 0.
+pub(crate) trait Inputs {
+    fn is_ended(&self, ch: usize) -> bool;
+    fn block(&mut self, ch: usize);
+    fn unblock(&mut self, ch: usize);
+    fn unblock_all(&mut self);
+    /// Entries consumed so far from `ch`.
+    fn read_position(&self, ch: usize) -> u64;
+    fn start_capture(&mut self);
+    fn abort_capture(&mut self);
+    fn capturing(&self) -> bool;
+    fn set_capture_limit(&mut self, ch: usize, seq: u64);
+    fn refresh_capture(&mut self);
+    fn capture_complete(&self) -> bool;
+    /// The captured in-flight data, encoded, per input (0, or 0 and 1).
+    fn take_capture(&mut self) -> Vec<(usize, Vec<u8>)>;
+}
+
+impl<T: Copy + Persist> Inputs for InputGate<T> {
+    fn is_ended(&self, ch: usize) -> bool {
+        InputGate::is_ended(self, ch)
+    }
+    fn block(&mut self, ch: usize) {
+        InputGate::block(self, ch)
+    }
+    fn unblock(&mut self, ch: usize) {
+        InputGate::unblock(self, ch)
+    }
+    fn unblock_all(&mut self) {
+        InputGate::unblock_all(self)
+    }
+    fn read_position(&self, ch: usize) -> u64 {
+        InputGate::read_position(self, ch)
+    }
+    fn start_capture(&mut self) {
+        InputGate::start_capture(self)
+    }
+    fn abort_capture(&mut self) {
+        InputGate::abort_capture(self)
+    }
+    fn capturing(&self) -> bool {
+        InputGate::capturing(self)
+    }
+    fn set_capture_limit(&mut self, ch: usize, seq: u64) {
+        InputGate::set_capture_limit(self, ch, seq)
+    }
+    fn refresh_capture(&mut self) {
+        InputGate::refresh_capture(self)
+    }
+    fn capture_complete(&self) -> bool {
+        InputGate::capture_complete(self)
+    }
+    fn take_capture(&mut self) -> Vec<(usize, Vec<u8>)> {
+        vec![(0, encode_inflight(InputGate::take_capture(self)))]
+    }
+}
+
+/// The two gates of a two-input task; the left one's channels come first.
+pub(crate) struct GatePair<A, B> {
+    pub(crate) left: InputGate<A>,
+    pub(crate) right: InputGate<B>,
+}
+
+impl<A: Copy + Persist, B: Copy + Persist> GatePair<A, B> {
+    fn side(&self, ch: usize) -> Result<usize, usize> {
+        let n = self.left.channels();
+        if ch < n {
+            Ok(ch)
+        } else {
+            Err(ch - n)
+        }
+    }
+}
+
+macro_rules! by_side {
+    ($self:ident, $ch:ident, $gate:ident => $e:expr) => {
+        match $self.side($ch) {
+            Ok($ch) => {
+                let $gate = &mut $self.left;
+                $e
+            }
+            Err($ch) => {
+                let $gate = &mut $self.right;
+                $e
+            }
+        }
+    };
+}
+
+impl<A: Copy + Persist, B: Copy + Persist> Inputs for GatePair<A, B> {
+    fn is_ended(&self, ch: usize) -> bool {
+        match self.side(ch) {
+            Ok(c) => self.left.is_ended(c),
+            Err(c) => self.right.is_ended(c),
+        }
+    }
+    fn block(&mut self, ch: usize) {
+        by_side!(self, ch, g => g.block(ch))
+    }
+    fn unblock(&mut self, ch: usize) {
+        by_side!(self, ch, g => g.unblock(ch))
+    }
+    fn unblock_all(&mut self) {
+        self.left.unblock_all();
+        self.right.unblock_all();
+    }
+    fn read_position(&self, ch: usize) -> u64 {
+        match self.side(ch) {
+            Ok(c) => self.left.read_position(c),
+            Err(c) => self.right.read_position(c),
+        }
+    }
+    fn start_capture(&mut self) {
+        self.left.start_capture();
+        self.right.start_capture();
+    }
+    fn abort_capture(&mut self) {
+        self.left.abort_capture();
+        self.right.abort_capture();
+    }
+    fn capturing(&self) -> bool {
+        self.left.capturing()
+    }
+    fn set_capture_limit(&mut self, ch: usize, seq: u64) {
+        by_side!(self, ch, g => g.set_capture_limit(ch, seq))
+    }
+    fn refresh_capture(&mut self) {
+        self.left.refresh_capture();
+        self.right.refresh_capture();
+    }
+    fn capture_complete(&self) -> bool {
+        self.left.capture_complete() && self.right.capture_complete()
+    }
+    fn take_capture(&mut self) -> Vec<(usize, Vec<u8>)> {
+        vec![(0, encode_inflight(self.left.take_capture())), (1, encode_inflight(self.right.take_capture()))]
+    }
+}
+
+/// Applies a notice from the coordinator: the chain hears it; an abandoned alignment or
+/// capture is dropped.
+pub(crate) fn on_notice(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    notice: CheckpointNotice,
+    notify: &mut dyn FnMut(CheckpointNotice) -> Result<()>,
+) -> Result<()> {
+    if apply_notice(cp, notice, notify)? {
+        inputs.unblock_all();
+    }
+    if cp.pending_unaligned.is_none() && inputs.capturing() {
+        inputs.abort_capture();
+    }
+    Ok(())
+}
+
+/// Channel `ch` delivered an in-band barrier (just consumed).
+pub(crate) fn on_inband(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    ch: usize,
+    barrier: Barrier,
+    chain: &mut Chain<'_>,
+) -> Result<()> {
+    let position = inputs.read_position(ch) - 1;
+    if cp.pending_unaligned.as_ref().is_some_and(|p| p.snapshot.barrier.id == barrier.id) {
+        // This checkpoint switched to unaligned here: the barrier ends this channel's
+        // in-flight data.
+        inputs.set_capture_limit(ch, position);
+        inputs.unblock(ch);
+        return finish_unaligned(cp, inputs, id);
+    }
+    match cp.aligner.on_barrier(ch, barrier, cp.clock.now_ns(), position) {
+        Alignment::Stale => inputs.unblock(ch),
+        Alignment::Superseded => {
+            inputs.unblock_all();
+            if cp.blocks() {
+                inputs.block(ch);
+            }
+        }
+        Alignment::Waiting => {}
+    }
+    complete_aligned(cp, inputs, id, chain)
+}
+
+/// Channel `ch`'s producer published an unaligned barrier with write sequence number `seq`.
+pub(crate) fn on_priority(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    ch: usize,
+    barrier: Barrier,
+    seq: u64,
+    chain: &mut Chain<'_>,
+) -> Result<()> {
+    if cp.aligner.pending().is_some_and(|(b, _)| b.id == barrier.id) {
+        switch_to_unaligned(cp, inputs, id, chain)?;
+    } else {
+        match begin_unaligned(cp, &barrier) {
+            None => return Ok(()),
+            Some(true) => {
+                inputs.abort_capture();
+                snapshot_unaligned(cp, id, barrier, None, chain)?;
+                inputs.start_capture();
+            }
+            Some(false) => {}
+        }
+    }
+    inputs.set_capture_limit(ch, seq);
+    finish_unaligned(cp, inputs, id)
+}
+
+/// Called on every poll: the alignment timeout, alignments completed by ended channels, and
+/// captures completed by data that reached the rings.
+pub(crate) fn on_poll(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    chain: &mut Chain<'_>,
+) -> Result<()> {
+    if let (Some(timeout), Some((_, first_ns))) = (cp.alignment_timeout_ns, cp.aligner.pending()) {
+        if cp.clock.now_ns().saturating_sub(first_ns) >= timeout {
+            switch_to_unaligned(cp, inputs, id, chain)?;
+        }
+    }
+    complete_aligned(cp, inputs, id, chain)?;
+    finish_unaligned(cp, inputs, id)
+}
+
+fn complete_aligned(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    chain: &mut Chain<'_>,
+) -> Result<()> {
+    if let Some((barrier, first_ns)) = cp.aligner.complete(|i| inputs.is_ended(i)) {
+        cp.check_sync_fault(&barrier, &id.name)?;
+        let start = cp.clock.now_ns();
+        let mut snap = TaskSnapshot::new(barrier);
+        chain(barrier, &mut snap)?;
+        let now = cp.clock.now_ns();
+        let stats = TaskStats {
+            start_delay_ns: first_ns.saturating_sub(barrier.trigger_ns),
+            alignment_ns: start.saturating_sub(first_ns),
+            sync_ns: now - start,
+            ..Default::default()
+        };
+        cp.write_async(snap, stats);
+        inputs.unblock_all();
+    }
+    Ok(())
+}
+
+/// Gives up aligning the pending checkpoint: snapshot now, forward the barrier unaligned, and
+/// capture each channel's data up to its barrier.
+fn switch_to_unaligned(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    chain: &mut Chain<'_>,
+) -> Result<()> {
+    let Some((barrier, first_ns, positions)) = cp.aligner.take_pending() else {
+        return Ok(());
+    };
+    if let Some(p) = cp.pending_unaligned.take() {
+        cp.decline(p.snapshot.barrier.id, "superseded by a newer checkpoint before its in-flight data was complete");
+    }
+    inputs.abort_capture();
+    snapshot_unaligned(cp, id, Barrier { unaligned: true, ..barrier }, Some(first_ns), chain)?;
+    inputs.start_capture();
+    for (ch, pos) in positions.into_iter().enumerate() {
+        if let Some(pos) = pos {
+            inputs.set_capture_limit(ch, pos);
+        }
+    }
+    inputs.unblock_all();
+    Ok(())
+}
+
+/// The first priority barrier of an unaligned checkpoint: whether it starts a snapshot now
+/// (`Some(true)`), joins the one in progress (`Some(false)`), or is stale (`None`). A newer
+/// one supersedes an older one still capturing, which is declined.
+fn begin_unaligned(cp: &mut TaskCheckpointing, barrier: &Barrier) -> Option<bool> {
+    if barrier.id <= cp.unaligned_done {
+        return None;
+    }
+    if let Some(p) = &cp.pending_unaligned {
+        let pending = p.snapshot.barrier.id;
+        if pending > barrier.id {
+            return None;
+        }
+        if pending < barrier.id {
+            cp.decline(pending, "superseded by a newer checkpoint before its in-flight data was complete");
+            cp.pending_unaligned = None;
+            cp.unaligned_done = pending;
+            return Some(true);
+        }
+        return Some(false);
+    }
+    Some(true)
+}
+
+fn snapshot_unaligned(
+    cp: &mut TaskCheckpointing,
+    id: &TaskIdent,
+    barrier: Barrier,
+    aligning_since_ns: Option<u64>,
+    chain: &mut Chain<'_>,
+) -> Result<()> {
+    cp.check_sync_fault(&barrier, &id.name)?;
+    let start = cp.clock.now_ns();
+    let mut snap = TaskSnapshot::new(barrier);
+    chain(barrier, &mut snap)?;
+    let now = cp.clock.now_ns();
+    let first = aligning_since_ns.unwrap_or(start);
+    let stats = TaskStats {
+        start_delay_ns: first.saturating_sub(barrier.trigger_ns),
+        sync_ns: now - start,
+        ..Default::default()
+    };
+    cp.pending_unaligned = Some(PendingSnapshot { snapshot: snap, stats, started_ns: first });
+    Ok(())
+}
+
+/// Once every channel's in-flight data is captured, adds it to the pending snapshot and starts
+/// the write.
+fn finish_unaligned(cp: &mut TaskCheckpointing, inputs: &mut impl Inputs, id: &TaskIdent) -> Result<()> {
+    if cp.pending_unaligned.is_none() {
+        return Ok(());
+    }
+    inputs.refresh_capture();
+    if !inputs.capture_complete() {
+        return Ok(());
+    }
+    let mut p = cp.pending_unaligned.take().expect("checked");
+    for (input, bytes) in inputs.take_capture() {
+        p.stats.inflight_bytes += bytes.len() as u64;
+        p.snapshot.add(inflight_part(&id.operator, input).into(), id.subtask, Box::new(RawBytes(bytes)));
+    }
+    p.stats.alignment_ns = cp.clock.now_ns().saturating_sub(p.started_ns);
+    cp.unaligned_done = p.snapshot.barrier.id;
+    cp.write_async(p.snapshot, p.stats);
+    Ok(())
+}
