@@ -27,7 +27,11 @@
 //! - [`state`]: keyed state and the fork-then-write snapshot interface.
 //! - [`source`], [`operator`], [`sink`]: where records enter, change, and leave. They never
 //!   use each other.
-//! - [`pipeline`]: the builder API, the logical graph, the physical plan and the tasks.
+//! - [`checkpoint`]: beside the data path — configuration, the coordinator (its own thread),
+//!   the task side of barrier alignment and snapshot writing, storage. Control messages
+//!   (trigger, acknowledge, complete, abort) travel on their own channels, never on rings.
+//! - [`pipeline`]: the builder API, the logical graph, the physical plan and the tasks (which
+//!   drive barriers through their inputs).
 //! - [`runtime`]: worker threads, pinning, backoff, the [`JobHandle`].
 //! - [`jobs`]: the jobs the `weir` command runs (the default job, word count).
 //!

@@ -18,7 +18,8 @@ const PARALLELISM: usize = 2;
 /// records the slow operator had processed, in-flight bytes stored).
 fn run(unaligned: bool, alignment_timeout: Option<Duration>) -> Vec<(u64, u64, u64)> {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = CheckpointConfig::new(dir.path()).interval(Duration::from_millis(15)).unaligned(unaligned).retain(1000);
+    let mut config =
+        CheckpointConfig::new(dir.path()).interval(Duration::from_millis(15)).unaligned(unaligned).retain(1000);
     if let Some(t) = alignment_timeout {
         config = config.alignment_timeout(t);
     }

@@ -8,7 +8,7 @@ fn weir(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weir")).args(args).output().expect("weir runs")
 }
 
-fn text(o: &Output) -> String {
+fn text_of(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
@@ -16,10 +16,10 @@ fn text(o: &Output) -> String {
 fn help_on_every_command() {
     for args in [vec!["--help"], vec!["wordcount", "--help"], vec!["help", "wordcount"]] {
         let o = weir(&args);
-        assert!(o.status.success(), "{args:?}: {}", text(&o));
-        assert!(text(&o).contains("Usage"), "{args:?}");
+        assert!(o.status.success(), "{args:?}: {}", text_of(&o));
+        assert!(text_of(&o).contains("Usage"), "{args:?}");
     }
-    assert!(text(&weir(&["--help"])).contains("wordcount"));
+    assert!(text_of(&weir(&["--help"])).contains("wordcount"));
 }
 
 #[test]
@@ -75,7 +75,7 @@ fn bad_arguments_are_clear_errors() {
     for (args, needle) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = weir(&args);
-        let t = text(&o);
+        let t = text_of(&o);
         assert!(!o.status.success(), "{args:?} should fail");
         assert!(t.contains(needle), "{args:?}: message should name {needle:?}: {t}");
         assert!(!t.contains("panicked"), "{args:?} panicked: {t}");
@@ -97,7 +97,7 @@ fn wordcount_writes_running_counts() {
         "2",
         "--no-progress",
     ]);
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.status.success(), "{}", text_of(&o));
     let mut lines: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .flat_map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap().lines().map(String::from).collect::<Vec<_>>())
@@ -109,7 +109,7 @@ fn wordcount_writes_running_counts() {
 #[test]
 fn the_default_job_reports_throughput_and_latency() {
     let o = weir(&["--duration-s", "0.5", "--workers", "2", "--no-progress"]);
-    let t = text(&o);
+    let t = text_of(&o);
     assert!(o.status.success(), "{t}");
     for needle in ["records (sources)", "throughput", "latency p50", "latency p99", "latency p99.9", "latency max"] {
         assert!(t.contains(needle), "summary lacks {needle}: {t}");
@@ -130,7 +130,100 @@ fn ctrl_c_stops_the_default_job_with_a_summary() {
     let started = Instant::now();
     let o = child.wait_with_output().unwrap();
     assert!(started.elapsed() < Duration::from_secs(60), "Ctrl-C did not stop the job");
-    let t = text(&o);
+    let t = text_of(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("throughput"), "{t}");
+}
+
+#[test]
+fn wordcount_with_checkpoints_and_the_checkpoints_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    let text: String = (0..200_000).map(|i| format!("weir river {} dam\n", i % 50)).collect();
+    std::fs::write(&input, text).unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let args = [
+        "wordcount",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--checkpoint-dir",
+        chk.to_str().unwrap(),
+        "--interval-ms",
+        "2",
+        "--retain",
+        "2",
+        "--no-progress",
+    ];
+    let o = weir(&args);
+    let t = text_of(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("checkpoints completed"), "{t}");
+    let lines: usize = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap().lines().count())
+        .sum();
+    assert_eq!(lines, 800_000, "one line per word occurrence");
+
+    // Running it again with the same checkpoint directory is refused: the job completed.
+    let out2 = dir.path().join("out2");
+    let mut again = args.to_vec();
+    again[4] = out2.to_str().unwrap();
+    let o = weir(&again);
+    assert!(!o.status.success());
+    assert!(text_of(&o).contains("already completed"), "{}", text_of(&o));
+
+    let o = weir(&["checkpoints", chk.to_str().unwrap()]);
+    let t = text_of(&o);
+    if t.contains("no checkpoints") {
+        return; // the job finished before its first checkpoint completed
+    }
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("valid"), "{t}");
+    // Damage one state file: the checkpoint is reported damaged, with a non-zero exit.
+    let chk_dir = std::fs::read_dir(&chk).unwrap().map(|e| e.unwrap().path()).find(|p| p.is_dir()).unwrap();
+    let state = std::fs::read_dir(&chk_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "state"))
+        .unwrap();
+    let mut bytes = std::fs::read(&state).unwrap();
+    let last = bytes.len() - 12;
+    bytes[last] ^= 0xff;
+    std::fs::write(&state, bytes).unwrap();
+    let o = weir(&["checkpoints", chk.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(text_of(&o).contains("DAMAGED"), "{}", text_of(&o));
+}
+
+#[test]
+fn checkpoint_flags_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a b\n").unwrap();
+    let base = ["wordcount", "--input", input.to_str().unwrap(), "--output"];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--interval-ms", "5"], "needs --checkpoint-dir"),
+        (vec!["--checkpoint-dir", "/proc/no-such-place", "--interval-ms", "5"], "checkpoint directory"),
+        (vec!["--checkpoint-dir", "CHK", "--interval-ms", "0"], "--interval-ms"),
+        (vec!["--checkpoint-dir", "CHK", "--mode", "sometimes"], "--mode"),
+        (vec!["--checkpoint-dir", "CHK", "--mode", "at-least-once", "--unaligned"], "unaligned"),
+        (vec!["--checkpoint-dir", "CHK", "--alignment-timeout-ms", "5"], "alignment timeout"),
+        (vec!["--checkpoint-dir", "CHK", "--retain", "0"], "--retain"),
+        (vec!["--checkpoint-dir", "CHK", "--max-concurrent", "0"], "--max-concurrent"),
+    ];
+    for (i, (extra, needle)) in cases.into_iter().enumerate() {
+        let out = dir.path().join(format!("out{i}"));
+        let chk = dir.path().join(format!("chk{i}"));
+        let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+        args.push(out.display().to_string());
+        args.extend(extra.iter().map(|s| if *s == "CHK" { chk.display().to_string() } else { s.to_string() }));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = weir(&args);
+        let t = text_of(&o);
+        assert!(!o.status.success(), "{args:?} should fail");
+        assert!(t.contains(needle), "{args:?}: should mention {needle:?}: {t}");
+        assert!(!t.contains("panicked"), "{t}");
+    }
 }
