@@ -89,6 +89,21 @@ impl<C> Guarded<C> {
     }
 }
 
+/// The chain wrapper's part of a checkpoint: capture the operator's state (named after it),
+/// then let the operator forward the barrier. The same for one- and two-input operators.
+macro_rules! snapshot_then_forward {
+    ($self:ident, $barrier:ident, $snapshot:ident) => {{
+        let inner = &mut $self.inner;
+        let ctx = &$self.ctx;
+        guard(ctx, || {
+            if let Some(state) = inner.snapshot_state(&$barrier)? {
+                $snapshot.add(ctx.operator.clone(), ctx.subtask, state);
+            }
+            inner.barrier($barrier, $snapshot)
+        })
+    }};
+}
+
 impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
@@ -97,14 +112,7 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
         guard(&self.ctx, || inner.batch(records))
     }
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        let inner = &mut self.inner;
-        let ctx = &self.ctx;
-        guard(ctx, || {
-            if let Some(state) = inner.snapshot_state(&barrier)? {
-                snapshot.add(ctx.operator.clone(), ctx.subtask, state);
-            }
-            inner.barrier(barrier, snapshot)
-        })
+        snapshot_then_forward!(self, barrier, snapshot)
     }
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
         let inner = &mut self.inner;
@@ -130,14 +138,7 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
 
 impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        let inner = &mut self.inner;
-        let ctx = &self.ctx;
-        guard(ctx, || {
-            if let Some(state) = inner.snapshot_state(&barrier)? {
-                snapshot.add(ctx.operator.clone(), ctx.subtask, state);
-            }
-            inner.barrier(barrier, snapshot)
-        })
+        snapshot_then_forward!(self, barrier, snapshot)
     }
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
         let inner = &mut self.inner;
