@@ -76,17 +76,33 @@ fn main() {
     let d = Duration::from_secs_f64(secs);
     let tmp = tempfile::tempdir().expect("temporary directory");
 
-    println!("## 1. keyed pipeline, 10k keys, p=2, {secs} s each\n");
-    let none = keyed(None, 10_000, d);
-    let dir = tmp.path().join("keyed");
-    let with = keyed(Some(CheckpointConfig::new(&dir).interval(Duration::from_secs(1))), 10_000, d);
+    println!("## 1. keyed pipeline, 10k keys, p=2, {secs} s each, best of two alternating runs\n");
+    let mut best = [0f64; 3];
+    let mut completed = 0;
+    for round in 0..2 {
+        for (i, interval) in
+            [None, Some(Duration::from_secs(3600)), Some(Duration::from_secs(1))].into_iter().enumerate()
+        {
+            let config =
+                interval.map(|iv| CheckpointConfig::new(tmp.path().join(format!("keyed-{round}-{i}"))).interval(iv));
+            let r = keyed(config, 10_000, d);
+            best[i] = best[i].max(r.throughput_rps());
+            if i == 2 {
+                completed = completed.max(r.checkpoints.len());
+            }
+        }
+    }
     println!("| checkpoints | throughput | ratio |\n|---|---|---|");
-    println!("| none | {} rec/s | 1.000 |", group_digits(none.throughput_rps() as u64));
+    println!("| none | {} rec/s | 1.000 |", group_digits(best[0] as u64));
     println!(
-        "| exactly-once aligned, every 1 s ({} completed) | {} rec/s | {:.3} |",
-        with.checkpoints.len(),
-        group_digits(with.throughput_rps() as u64),
-        with.throughput_rps() / none.throughput_rps()
+        "| configured, none taken (interval 1 h) | {} rec/s | {:.3} |",
+        group_digits(best[1] as u64),
+        best[1] / best[0]
+    );
+    println!(
+        "| exactly-once aligned, every 1 s ({completed} completed) | {} rec/s | {:.3} |",
+        group_digits(best[2] as u64),
+        best[2] / best[0]
     );
 
     println!("\n## 2. synchronous pause per task, 1M keys, checkpoints every 1 s\n");

@@ -120,6 +120,9 @@ struct RuntimeArgs {
     /// Capacity of each ring between subtasks, in entries.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
     ring_capacity: u64,
+    /// Records per batch (source polls and ring reads): smaller batches lower latency.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=(1 << 20)))]
+    batch_size: u64,
     /// Hide the live progress line.
     #[arg(long)]
     no_progress: bool,
@@ -170,7 +173,11 @@ impl RuntimeArgs {
     fn config(&self) -> (RunConfig, usize) {
         let workers = self.workers.map(|w| w as usize).unwrap_or_else(available_cores);
         let parallelism = self.parallelism.map(|p| p as usize).unwrap_or(workers).min(128);
-        (RunConfig::default().workers(workers).ring_capacity(self.ring_capacity as usize), parallelism)
+        let config = RunConfig::default()
+            .workers(workers)
+            .ring_capacity(self.ring_capacity as usize)
+            .batch_size(self.batch_size as usize);
+        (config, parallelism)
     }
 }
 

@@ -22,12 +22,12 @@ pub type Timestamp = u64;
 /// Blanket-implemented for every `Copy + Send + 'static + Persist` type; give a struct
 /// [`Persist`] with [`crate::persist_struct!`]. Records that only live inside a chained task (a
 /// text line, say) need none of this.
-pub trait Record: Copy + Send + 'static + Persist {}
-impl<T: Copy + Send + 'static + Persist> Record for T {}
+pub trait Record: Copy + Send + Sync + 'static + Persist {}
+impl<T: Copy + Send + Sync + 'static + Persist> Record for T {}
 
 /// A key for `key_by`: compared, hashed, copied into state and persisted with it.
-pub trait Key: Hash + Eq + Copy + Send + 'static + Persist {}
-impl<T: Hash + Eq + Copy + Send + 'static + Persist> Key for T {}
+pub trait Key: Hash + Eq + Copy + Send + Sync + 'static + Persist {}
+impl<T: Hash + Eq + Copy + Send + Sync + 'static + Persist> Key for T {}
 
 /// A fast, deterministic hasher for keys (the FxHash multiply-rotate family, as in
 /// rustc-hash 2). Deterministic across processes, which key groups and snapshots need; not

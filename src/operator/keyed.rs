@@ -21,7 +21,7 @@ pub(crate) struct KeyedAggregate<T, K, A, O, KF, I, F, R> {
     _input: std::marker::PhantomData<fn(T)>,
 }
 
-impl<T, K: Key, A, O, KF, I, F, R> KeyedAggregate<T, K, A, O, KF, I, F, R> {
+impl<T, K: Key, A: Clone, O, KF, I, F, R> KeyedAggregate<T, K, A, O, KF, I, F, R> {
     pub(crate) fn new(key: KF, init: I, fold: F, result: R, next: Box<dyn Collector<O>>) -> Self {
         KeyedAggregate {
             key,
@@ -39,7 +39,7 @@ impl<T, K: Key, A, O, KF, I, F, R> KeyedAggregate<T, K, A, O, KF, I, F, R> {
 impl<T, K, A, O, KF, I, F, R> Collector<T> for KeyedAggregate<T, K, A, O, KF, I, F, R>
 where
     K: Key,
-    A: Persist + Clone + Send + 'static,
+    A: Persist + Clone + Send + Sync + 'static,
     O: Send,
     KF: Fn(&T) -> K + Send,
     I: Fn() -> A + Send,

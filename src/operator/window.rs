@@ -204,7 +204,7 @@ impl<T, K, A, O, KF, TF, I, F, R> crate::collector::Collector<T> for WindowAggre
 where
     T: Copy,
     K: Key,
-    A: Persist + Clone + Send + 'static,
+    A: Persist + Clone + Send + Sync + 'static,
     O: Send,
     KF: Fn(&T) -> K + Send,
     TF: Fn(&T) -> Timestamp + Send,

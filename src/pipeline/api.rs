@@ -572,7 +572,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     /// (created by `init`) and `result` makes the record emitted for it.
     pub fn aggregate<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
     where
-        A: Persist + Clone + Send + 'static,
+        A: Persist + Clone + Send + Sync + 'static,
         O: Record,
         I: Fn() -> A + Clone + Send + 'static,
         F: Fn(&mut A, T) + Clone + Send + 'static,
@@ -614,7 +614,7 @@ where
     /// per key.
     pub fn aggregate<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
     where
-        A: Persist + Clone + Send + 'static,
+        A: Persist + Clone + Send + Sync + 'static,
         O: Record,
         I: Fn() -> A + Clone + Send + 'static,
         F: Fn(&mut A, T) + Clone + Send + 'static,

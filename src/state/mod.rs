@@ -10,9 +10,12 @@
 
 use crate::error::Result;
 use crate::persist::{from_bytes, Persist};
-use crate::record::{Key, KeyMap};
+use crate::record::Key;
+
+mod paged;
 
 pub use crate::snapshot::{ForkedState, PersistedFork};
+pub use paged::{PagedFork, PagedMap, PAGE_SLOTS};
 
 /// State that can be snapshotted in two steps.
 pub trait Snapshot {
@@ -22,7 +25,9 @@ pub trait Snapshot {
     fn restore(&mut self, bytes: &[u8]) -> Result<()>;
 }
 
-/// One value per key (Flink's `ValueState`), local to a subtask.
+/// One value per key (Flink's `ValueState`), local to a subtask, in copy-on-write pages: a
+/// snapshot's synchronous part shares the pages (pointer work per page), and the live state
+/// copies a page only when it first writes to it while a snapshot holds it.
 ///
 /// ```
 /// use weir::state::KeyedValueState;
@@ -31,19 +36,19 @@ pub trait Snapshot {
 /// assert_eq!(counts.get(&7), Some(&1));
 /// ```
 pub struct KeyedValueState<K, V> {
-    map: KeyMap<K, V>,
+    map: PagedMap<K, V>,
 }
 
-impl<K: Key, V> Default for KeyedValueState<K, V> {
+impl<K: Key, V: Clone> Default for KeyedValueState<K, V> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Key, V> KeyedValueState<K, V> {
+impl<K: Key, V: Clone> KeyedValueState<K, V> {
     /// Empty state.
     pub fn new() -> Self {
-        KeyedValueState { map: KeyMap::default() }
+        KeyedValueState { map: PagedMap::new() }
     }
     /// The value of `key`.
     #[inline]
@@ -53,7 +58,7 @@ impl<K: Key, V> KeyedValueState<K, V> {
     /// The value of `key`, inserting `init()` first if there is none.
     #[inline]
     pub fn get_or_insert_with(&mut self, key: K, init: impl FnOnce() -> V) -> &mut V {
-        self.map.entry(key).or_insert_with(init)
+        self.map.get_or_insert_with(key, init)
     }
     /// Sets the value of `key`.
     #[inline]
@@ -76,18 +81,46 @@ impl<K: Key, V> KeyedValueState<K, V> {
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.map.iter()
     }
+    /// Bytes of the live pages.
+    pub fn memory_bytes(&self) -> usize {
+        self.map.page_bytes()
+    }
 }
 
-impl<K: Key, V: Persist + Clone + Send + 'static> Snapshot for KeyedValueState<K, V> {
+/// A forked [`KeyedValueState`]: written as `Vec<(K, V)>` in [`Persist`] encoding.
+struct ForkedEntries<K, V>(PagedFork<K, V>);
+
+impl<K: Key + Sync, V: Persist + Send + Sync> ForkedState for ForkedEntries<K, V> {
+    fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<u64> {
+        let mut buf = Vec::with_capacity(64 * 1024);
+        (self.0.len() as u64).persist(&mut buf);
+        let mut n = 0u64;
+        for (k, v) in self.0.iter() {
+            k.persist(&mut buf);
+            v.persist(&mut buf);
+            if buf.len() >= 60 * 1024 {
+                out.write_all(&buf)?;
+                n += buf.len() as u64;
+                buf.clear();
+            }
+        }
+        out.write_all(&buf)?;
+        Ok(n + buf.len() as u64)
+    }
+}
+
+impl<K: Key + Sync, V: Persist + Clone + Send + Sync + 'static> Snapshot for KeyedValueState<K, V> {
     fn fork(&mut self) -> Box<dyn ForkedState> {
-        // Until the arena backend lands, the fork copies the entries (DESIGN.md allows this).
-        let entries: Vec<(K, V)> = self.map.iter().map(|(k, v)| (*k, v.clone())).collect();
-        Box::new(PersistedFork(entries))
+        Box::new(ForkedEntries(self.map.fork()))
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         let entries: Vec<(K, V)> = from_bytes(bytes)?;
-        self.map = entries.into_iter().collect();
+        let mut map = PagedMap::new();
+        for (k, v) in entries {
+            map.insert(k, v);
+        }
+        self.map = map;
         Ok(())
     }
 }

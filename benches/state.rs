@@ -1,0 +1,68 @@
+//! A keyed update in the copy-on-write paged state against a `std::collections::HashMap`
+//! update of the same key and value types, in the same run; and the synchronous fork.
+//!
+//! `cargo bench --bench state`
+
+use std::collections::HashMap;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use weir::record::BuildKeyHasher;
+use weir::state::PagedMap;
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+const KEYS: u64 = 100_000;
+const UPDATES: u64 = 1 << 20;
+
+fn keys() -> Vec<u64> {
+    (0..UPDATES).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % KEYS).collect()
+}
+
+fn updates(c: &mut Criterion) {
+    let ks = keys();
+    let mut g = c.benchmark_group("keyed_update");
+    g.throughput(Throughput::Elements(UPDATES));
+    let mut paged: PagedMap<u64, u64> = PagedMap::new();
+    let mut std_map: HashMap<u64, u64> = HashMap::new();
+    let mut fx_map: HashMap<u64, u64, BuildKeyHasher> = HashMap::default();
+    for &k in &ks {
+        paged.insert(k, 0);
+        std_map.insert(k, 0);
+        fx_map.insert(k, 0);
+    }
+    assert_eq!(paged.len(), std_map.len(), "benches assert before they measure");
+    g.bench_function("paged_cow_map", |b| {
+        b.iter(|| {
+            for &k in &ks {
+                *paged.get_or_insert_with(k, || 0) += 1;
+            }
+        })
+    });
+    g.bench_function("std_hashmap_siphash", |b| {
+        b.iter(|| {
+            for &k in &ks {
+                *std_map.entry(k).or_insert(0) += 1;
+            }
+        })
+    });
+    g.bench_function("std_hashmap_keyhasher", |b| {
+        b.iter(|| {
+            for &k in &ks {
+                *fx_map.entry(k).or_insert(0) += 1;
+            }
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("fork");
+    let mut big: PagedMap<u64, u64> = PagedMap::new();
+    for k in 0..1_000_000u64 {
+        big.insert(k, k);
+    }
+    g.bench_function("fork_1M_keys", |b| b.iter_batched(|| (), |_| big.fork(), BatchSize::SmallInput));
+    g.finish();
+}
+
+criterion_group!(benches, updates);
+criterion_main!(benches);

@@ -1,0 +1,316 @@
+//! [`PagedMap`]: a hash map (open addressing, linear probing) whose slots live in fixed-size
+//! pages shared copy-on-write with snapshots.
+//!
+//! A fork clones the page pointers, one per page, and copies no entries: the synchronous part
+//! of a snapshot is proportional to the number of pages, not to the bytes of state. Afterwards
+//! the live map copies a page the first time it writes to it while a snapshot still holds it;
+//! untouched pages stay shared until the snapshot has been written and dropped.
+//!
+//! Invariant: `owned[p]` is true only while this map holds the only reference to `pages[p]`
+//! (set right after a uniqueness check or a fresh allocation; cleared for every page by
+//! [`PagedMap::fork`] before it hands out clones). It lets writes skip the atomic uniqueness
+//! check on the hot path.
+
+use std::hash::Hash;
+use std::sync::Arc;
+
+use crate::record::hash_key;
+
+/// Slots per page (a power of two).
+pub const PAGE_SLOTS: usize = 256;
+const PAGE_SHIFT: u32 = PAGE_SLOTS.trailing_zeros();
+
+#[derive(Clone)]
+struct Page<K, V> {
+    slots: [Option<(K, V)>; PAGE_SLOTS],
+}
+
+impl<K, V> Page<K, V> {
+    fn new() -> Arc<Self> {
+        Arc::new(Page { slots: std::array::from_fn(|_| None) })
+    }
+}
+
+/// A hash map in copy-on-write pages.
+///
+/// ```
+/// use weir::state::PagedMap;
+/// let mut m: PagedMap<u64, u64> = PagedMap::new();
+/// *m.get_or_insert_with(3, || 0) += 5;
+/// let snapshot = m.fork();
+/// *m.get_or_insert_with(3, || 0) += 1;
+/// assert_eq!(m.get(&3), Some(&6));
+/// assert_eq!(snapshot.iter().collect::<Vec<_>>(), vec![(&3, &5)]);
+/// ```
+pub struct PagedMap<K, V> {
+    pages: Vec<Arc<Page<K, V>>>,
+    owned: Vec<bool>,
+    /// Slots in all, minus one (the slot count is a power of two).
+    mask: usize,
+    len: usize,
+    copied_pages: u64,
+}
+
+/// The pages of a [`PagedMap`] at the moment of a fork: a read-only view for the snapshot
+/// writer.
+pub struct PagedFork<K, V> {
+    pages: Vec<Arc<Page<K, V>>>,
+    len: usize,
+}
+
+impl<K: Hash + Eq + Copy, V: Clone> Default for PagedMap<K, V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
+    /// An empty map (one page).
+    pub fn new() -> Self {
+        PagedMap { pages: vec![Page::new()], owned: vec![true], mask: PAGE_SLOTS - 1, len: 0, copied_pages: 0 }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of pages.
+    pub fn pages(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Pages copied because a snapshot still shared them (copy-on-write events so far).
+    pub fn copied_pages(&self) -> u64 {
+        self.copied_pages
+    }
+
+    /// Bytes of all pages (live state; pages held only by snapshots are not counted).
+    pub fn page_bytes(&self) -> usize {
+        self.pages.len() * std::mem::size_of::<Page<K, V>>()
+    }
+
+    #[inline]
+    fn slot(&self, i: usize) -> &Option<(K, V)> {
+        &self.pages[i >> PAGE_SHIFT].slots[i & (PAGE_SLOTS - 1)]
+    }
+
+    #[inline]
+    fn page_mut(&mut self, p: usize) -> &mut Page<K, V> {
+        if !self.owned[p] {
+            if Arc::get_mut(&mut self.pages[p]).is_none() {
+                // Shared with a snapshot: copy before the first write.
+                self.pages[p] = Arc::new((*self.pages[p]).clone());
+                self.copied_pages += 1;
+            }
+            self.owned[p] = true;
+        }
+        debug_assert_eq!(Arc::strong_count(&self.pages[p]), 1, "an owned page is unshared");
+        // SAFETY: `owned[p]` is true only while this map holds the only reference to the page
+        // (see the module invariant: set after `get_mut` succeeded or a fresh `Arc::new`, and
+        // cleared by `fork` before any clone leaves the map; the map never makes `Weak`s). With
+        // `&mut self`, this is the only access to the page, so a unique reference is sound.
+        unsafe { &mut *(Arc::as_ptr(&self.pages[p]) as *mut Page<K, V>) }
+    }
+
+    #[inline]
+    fn slot_mut(&mut self, i: usize) -> &mut Option<(K, V)> {
+        &mut self.page_mut(i >> PAGE_SHIFT).slots[i & (PAGE_SLOTS - 1)]
+    }
+
+    /// The slot holding `key`, or the empty slot where it would go.
+    #[inline]
+    fn find(&self, key: &K) -> Result<usize, usize> {
+        let mut i = hash_key(key) as usize & self.mask;
+        loop {
+            match self.slot(i) {
+                Some((k, _)) if k == key => return Ok(i),
+                Some(_) => i = (i + 1) & self.mask,
+                None => return Err(i),
+            }
+        }
+    }
+
+    /// The value of `key`.
+    #[inline]
+    pub fn get(&self, key: &K) -> Option<&V> {
+        self.find(key).ok().map(|i| &self.slot(i).as_ref().expect("found").1)
+    }
+
+    /// The value of `key`, inserting `init()` first if there is none.
+    #[inline]
+    pub fn get_or_insert_with(&mut self, key: K, init: impl FnOnce() -> V) -> &mut V {
+        let i = match self.find(&key) {
+            Ok(i) => i,
+            Err(_) if (self.len + 1) * 8 > (self.mask + 1) * 7 => {
+                self.grow();
+                let i = self.find(&key).expect_err("absent");
+                *self.slot_mut(i) = Some((key, init()));
+                self.len += 1;
+                i
+            }
+            Err(i) => {
+                *self.slot_mut(i) = Some((key, init()));
+                self.len += 1;
+                i
+            }
+        };
+        &mut self.slot_mut(i).as_mut().expect("present").1
+    }
+
+    /// Sets the value of `key`.
+    pub fn insert(&mut self, key: K, value: V) {
+        let mut value = Some(value);
+        let v = self.get_or_insert_with(key, || value.take().expect("once"));
+        if let Some(value) = value {
+            *v = value;
+        }
+    }
+
+    /// Removes `key` (backward-shift deletion keeps every probe chain unbroken).
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        let mut hole = self.find(key).ok()?;
+        let (_, value) = self.slot_mut(hole).take().expect("found");
+        self.len -= 1;
+        let mut j = hole;
+        loop {
+            j = (j + 1) & self.mask;
+            let Some((k, _)) = self.slot(j) else { break };
+            let ideal = hash_key(k) as usize & self.mask;
+            // Move the entry at j into the hole unless its ideal slot lies in (hole, j].
+            let stays = if hole <= j { hole < ideal && ideal <= j } else { hole < ideal || ideal <= j };
+            if !stays {
+                let moved = self.slot_mut(j).take();
+                *self.slot_mut(hole) = moved;
+                hole = j;
+            }
+        }
+        Some(value)
+    }
+
+    fn grow(&mut self) {
+        let slots = (self.mask + 1) * 2;
+        let old = std::mem::replace(&mut self.pages, (0..slots / PAGE_SLOTS).map(|_| Page::new()).collect());
+        self.owned = vec![true; self.pages.len()];
+        self.mask = slots - 1;
+        for page in old {
+            for (k, v) in page.slots.iter().flatten() {
+                let i = self.find(k).expect_err("keys are unique");
+                *self.slot_mut(i) = Some((*k, v.clone()));
+            }
+        }
+    }
+
+    /// All entries, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.pages.iter().flat_map(|p| p.slots.iter().flatten().map(|(k, v)| (k, v)))
+    }
+
+    /// Shares every page with the returned fork: pointer work, one clone per page.
+    pub fn fork(&mut self) -> PagedFork<K, V> {
+        self.owned.iter_mut().for_each(|o| *o = false);
+        PagedFork { pages: self.pages.clone(), len: self.len }
+    }
+}
+
+impl<K, V> PagedFork<K, V> {
+    /// Entries at the fork, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.pages.iter().flat_map(|p| p.slots.iter().flatten().map(|(k, v)| (k, v)))
+    }
+
+    /// Number of entries at the fork.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the fork is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u16, u32),
+        Add(u16, u32),
+        Remove(u16),
+        Fork,
+        Release(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (any::<u16>(), any::<u32>()).prop_map(|(k, v)| Op::Put(k % 2000, v)),
+            6 => (any::<u16>(), any::<u32>()).prop_map(|(k, v)| Op::Add(k % 2000, v)),
+            2 => any::<u16>().prop_map(|k| Op::Remove(k % 2000)),
+            1 => Just(Op::Fork),
+            1 => any::<usize>().prop_map(Op::Release),
+        ]
+    }
+
+    proptest! {
+        /// Random writes interleaved with forks and releases, against a model: every fork reads
+        /// back exactly the state at its fork, and the live map always equals the model.
+        #[test]
+        fn forks_are_isolated_and_the_live_map_is_undisturbed(ops in prop::collection::vec(op(), 1..600)) {
+            let mut live: PagedMap<u16, u32> = PagedMap::new();
+            let mut model: HashMap<u16, u32> = HashMap::new();
+            let mut forks: Vec<(PagedFork<u16, u32>, HashMap<u16, u32>)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Put(k, v) => { live.insert(k, v); model.insert(k, v); }
+                    Op::Add(k, v) => {
+                        let x = live.get_or_insert_with(k, || 0);
+                        *x = x.wrapping_add(v);
+                        let m = model.entry(k).or_insert(0);
+                        *m = m.wrapping_add(v);
+                    }
+                    Op::Remove(k) => prop_assert_eq!(live.remove(&k), model.remove(&k)),
+                    Op::Fork => forks.push((live.fork(), model.clone())),
+                    Op::Release(i) => if !forks.is_empty() { let i = i % forks.len(); forks.swap_remove(i); },
+                }
+                prop_assert_eq!(live.len(), model.len());
+            }
+            let got: HashMap<u16, u32> = live.iter().map(|(k, v)| (*k, *v)).collect();
+            prop_assert_eq!(&got, &model);
+            for (k, v) in &model {
+                prop_assert_eq!(live.get(k), Some(v));
+            }
+            for (fork, at_fork) in &forks {
+                let got: HashMap<u16, u32> = fork.iter().map(|(k, v)| (*k, *v)).collect();
+                prop_assert_eq!(&got, at_fork);
+                prop_assert_eq!(fork.len(), at_fork.len());
+            }
+        }
+    }
+
+    #[test]
+    fn a_fork_shares_pages_and_writes_copy_only_what_they_touch() {
+        let mut m: PagedMap<u64, u64> = PagedMap::new();
+        for k in 0..100_000 {
+            m.insert(k, k);
+        }
+        let pages = m.pages();
+        assert!(pages > 100);
+        let fork = m.fork();
+        *m.get_or_insert_with(7, || 0) += 1;
+        assert_eq!(m.copied_pages(), 1, "one write copies one page");
+        *m.get_or_insert_with(7, || 0) += 1;
+        assert_eq!(m.copied_pages(), 1, "a copied page is then written in place");
+        drop(fork);
+        let _again = m.fork();
+        assert_eq!(m.get(&7), Some(&9));
+    }
+}
