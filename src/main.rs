@@ -70,6 +70,16 @@ struct CheckpointArgs {
     /// Completed checkpoints to keep.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
     retain: Option<u64>,
+    /// Ctrl-C or SIGTERM stops the job with a savepoint in this directory (needs
+    /// --checkpoint-dir).
+    #[arg(long)]
+    savepoint_dir: Option<PathBuf>,
+    /// Start from this savepoint (savepoint-<n>) or checkpoint (chk-<n>) folder.
+    #[arg(long)]
+    restore: Option<PathBuf>,
+    /// With --restore: drop state of operators this job lacks instead of refusing it.
+    #[arg(long)]
+    allow_non_restored_state: bool,
 }
 
 impl CheckpointArgs {
@@ -82,6 +92,7 @@ impl CheckpointArgs {
                 ("--alignment-timeout-ms", self.alignment_timeout_ms.is_some()),
                 ("--max-concurrent", self.max_concurrent.is_some()),
                 ("--retain", self.retain.is_some()),
+                ("--savepoint-dir", self.savepoint_dir.is_some()),
             ];
             if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
                 return Err(Error::config(format!("{flag} needs --checkpoint-dir")));
@@ -151,7 +162,8 @@ struct WordcountArgs {
     /// A text file, or a folder of text files (read in name order).
     #[arg(long)]
     input: PathBuf,
-    /// The output folder (created; must be empty): files part-<subtask>.
+    /// The output folder (created; must be empty, unless --restore continues the output a
+    /// stopped job wrote there): files part-<subtask>.
     #[arg(long)]
     output: PathBuf,
     #[command(flatten)]
@@ -209,7 +221,13 @@ fn ctrl_c_counter() -> Arc<AtomicUsize> {
 }
 
 /// Watches a running job: progress line, Ctrl-C, and an optional time limit.
-fn supervise(mut handle: JobHandle, limit: Option<Duration>, progress: bool) -> weir::Result<JobReport> {
+/// Returns `None` when Ctrl-C stopped the job with a savepoint (after saying where).
+fn supervise(
+    mut handle: JobHandle,
+    limit: Option<Duration>,
+    progress: bool,
+    savepoint_dir: Option<&std::path::Path>,
+) -> weir::Result<Option<JobReport>> {
     let presses = ctrl_c_counter();
     let bar = if progress { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::hidden() };
     let mut stopped = false;
@@ -227,6 +245,19 @@ fn supervise(mut handle: JobHandle, limit: Option<Duration>, progress: bool) -> 
         std::thread::sleep(Duration::from_millis(100));
         let n = presses.load(Ordering::SeqCst);
         if n >= 1 && !stopped {
+            if let Some(dir) = savepoint_dir {
+                bar.println("stopping with a savepoint…");
+                let path = handle.trigger_savepoint(dir);
+                handle.cancel();
+                while handle.try_finish().is_none() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                bar.finish_and_clear();
+                let path = path?;
+                println!("stopped with savepoint {}", path.display());
+                println!("resume with --restore {}", path.display());
+                return Ok(None);
+            }
             bar.println("Ctrl-C: stopping (press again to cancel)");
             handle.stop();
             stopped = true;
@@ -262,7 +293,7 @@ fn supervise(mut handle: JobHandle, limit: Option<Duration>, progress: bool) -> 
     for failure in handle.checkpoint_failures() {
         eprintln!("{failure}");
     }
-    result
+    result.map(Some)
 }
 
 fn run_default(args: &DefaultArgs) -> weir::Result<()> {
@@ -278,7 +309,8 @@ fn run_default(args: &DefaultArgs) -> weir::Result<()> {
         args.duration_s
     );
     let handle = job.build().start(config)?;
-    let report = supervise(handle, Some(Duration::from_secs_f64(args.duration_s)), !args.runtime.no_progress)?;
+    let report = supervise(handle, Some(Duration::from_secs_f64(args.duration_s)), !args.runtime.no_progress, None)?
+        .expect("the default job stops without a savepoint");
     print!("{}", report.summary_table());
     if report.latency_ns.as_ref().is_some_and(|h| !h.is_empty()) {
         println!("latency: from the instant a window is complete (event time = creation time) to the sink");
@@ -334,7 +366,9 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let input = TextSource::open(&args.input)?;
     if let Ok(mut entries) = std::fs::read_dir(&args.output) {
-        if entries.next().is_some() {
+        // A restore continues the output the savepoint's job wrote (the file sink cuts each
+        // file back to its length at the savepoint).
+        if entries.next().is_some() && args.checkpoints.restore.is_none() {
             return Err(Error::config(format!(
                 "output folder {} is not empty; remove it or choose another",
                 args.output.display()
@@ -348,8 +382,16 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);
     }
+    if let Some(path) = &args.checkpoints.restore {
+        job = job.restore_from(path, args.checkpoints.allow_non_restored_state);
+    } else if args.checkpoints.allow_non_restored_state {
+        return Err(Error::config("--allow-non-restored-state needs --restore"));
+    }
     let handle = job.start(config)?;
-    let report = supervise(handle, None, !args.runtime.no_progress)?;
+    let Some(report) = supervise(handle, None, !args.runtime.no_progress, args.checkpoints.savepoint_dir.as_deref())?
+    else {
+        return Ok(());
+    };
     print!("{}", report.summary_table());
     if args.checkpoints.checkpoint_dir.is_some() {
         println!("checkpoints completed: {}", report.checkpoints.len());

@@ -125,6 +125,11 @@ impl RestoredState {
     pub fn is_empty(&self) -> bool {
         self.parts.is_empty()
     }
+    /// Keeps only the parts whose operator satisfies `keep`.
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.parts.retain(|(op, _), _| keep(op));
+    }
+
     /// The operators that have state, with their subtasks.
     pub fn operators(&self) -> impl Iterator<Item = &(String, usize)> {
         self.parts.keys()

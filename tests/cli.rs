@@ -227,3 +227,56 @@ fn checkpoint_flags_are_checked() {
         assert!(!t.contains("panicked"), "{t}");
     }
 }
+
+#[test]
+fn sigterm_stops_wordcount_with_a_savepoint_and_restore_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    let text: String = (0..3_000_000).map(|i| format!("weir river {} dam\n", i % 50)).collect();
+    std::fs::write(&input, text).unwrap();
+    let (out, sp) = (dir.path().join("out"), dir.path().join("sp"));
+    let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["wordcount", "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap()])
+        .args(["--checkpoint-dir", dir.path().join("chk1").to_str().unwrap()])
+        .args(["--savepoint-dir", sp.to_str().unwrap(), "--no-progress"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let o = child.wait_with_output().unwrap();
+    let t = text_of(&o);
+    let Some(path) = t.lines().find_map(|l| l.strip_prefix("stopped with savepoint ")) else {
+        // The job finished before the signal arrived; nothing to resume.
+        assert!(o.status.success(), "{t}");
+        return;
+    };
+    assert!(o.status.success(), "{t}");
+    let o = weir(&[
+        "wordcount",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--checkpoint-dir",
+        dir.path().join("chk2").to_str().unwrap(),
+        "--restore",
+        path.trim(),
+        "--no-progress",
+    ]);
+    assert!(o.status.success(), "{}", text_of(&o));
+    let mut counts: std::collections::HashMap<String, Vec<u64>> = std::collections::HashMap::new();
+    for f in std::fs::read_dir(&out).unwrap() {
+        for line in std::fs::read_to_string(f.unwrap().path()).unwrap().lines() {
+            let (w, c) = line.split_once('\t').unwrap();
+            counts.entry(w.to_string()).or_default().push(c.parse().unwrap());
+        }
+    }
+    assert_eq!(counts.len(), 53);
+    for (w, mut c) in counts {
+        c.sort_unstable();
+        let n = if w == "weir" || w == "river" || w == "dam" { 3_000_000 } else { 60_000 };
+        assert_eq!(c, (1..=n).collect::<Vec<u64>>(), "{w}: every count exactly once across the stop");
+    }
+}

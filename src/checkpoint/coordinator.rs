@@ -25,6 +25,12 @@ pub(crate) struct TaskEndpoint {
     pub(crate) control: Sender<TaskControl>,
 }
 
+/// A request for a savepoint: an aligned checkpoint copied, complete, into `dir`.
+pub(crate) struct SavepointRequest {
+    pub(crate) dir: std::path::PathBuf,
+    pub(crate) reply: Sender<Result<std::path::PathBuf, String>>,
+}
+
 /// Everything the coordinator thread owns.
 pub(crate) struct Coordinator {
     pub(crate) config: CheckpointConfig,
@@ -49,12 +55,15 @@ pub(crate) struct Coordinator {
     pub(crate) finished_tasks: Arc<AtomicUsize>,
     /// Fails the job.
     pub(crate) fail: Box<dyn Fn(Error) + Send>,
+    /// Savepoints asked for by hand.
+    pub(crate) savepoints: Receiver<SavepointRequest>,
 }
 
 struct Pending {
     barrier: Barrier,
     started: Instant,
     acks: HashMap<usize, (String, u64, TaskStats)>,
+    savepoint: Option<SavepointRequest>,
 }
 
 impl Coordinator {
@@ -135,8 +144,12 @@ impl Coordinator {
                 continue;
             }
             let now = Instant::now();
+            // A savepoint is triggered at once (aligned, whatever the mode), beside any
+            // checkpoint in flight.
+            let savepoint = self.savepoints.try_recv().ok();
             let paused = last_completion.is_some_and(|t| now < t + self.config.min_pause);
-            if now >= next_trigger && pending.len() < self.config.max_concurrent && !paused {
+            let due = now >= next_trigger && pending.len() < self.config.max_concurrent && !paused;
+            if savepoint.is_some() || due {
                 let id = next_id;
                 next_id += 1;
                 self.next_id.store(next_id, Ordering::SeqCst);
@@ -157,13 +170,13 @@ impl Coordinator {
                     id,
                     trigger_ns: self.clock.now_ns(),
                     // With an alignment timeout, barriers start aligned and turn unaligned
-                    // only at a task that waited too long.
-                    unaligned: self.config.unaligned && self.config.alignment_timeout.is_none(),
+                    // only at a task that waited too long. Savepoints are always aligned.
+                    unaligned: savepoint.is_none() && self.config.unaligned && self.config.alignment_timeout.is_none(),
                 };
                 for t in self.tasks.iter().filter(|t| t.is_source) {
                     let _ = t.control.send(TaskControl::Trigger(barrier));
                 }
-                pending.insert(id, Pending { barrier, started: now, acks: HashMap::new() });
+                pending.insert(id, Pending { barrier, started: now, acks: HashMap::new(), savepoint });
             }
         }
     }
@@ -195,8 +208,9 @@ impl Coordinator {
         self.storage.discard(id);
     }
 
-    fn complete(&mut self, p: Pending) -> Result<(), String> {
+    fn complete(&mut self, mut p: Pending) -> Result<(), String> {
         let id = p.barrier.id;
+        let savepoint = p.savepoint.take();
         let ms = |ns: u64| ns as f64 / 1e6;
         let max = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.2)).max().unwrap_or(0);
         let stats = CheckpointStats {
@@ -224,12 +238,16 @@ impl Coordinator {
             job: self.job.clone(),
             fingerprint: self.fingerprint.clone(),
             checkpoint: id,
+            kind: "checkpoint".into(),
             mode: self.config.mode.to_string(),
             completed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
             stats: stats.clone(),
             tasks,
         };
         self.storage.commit(&metadata).map_err(|e| e.to_string())?;
+        if let Some(req) = savepoint {
+            let _ = req.reply.send(self.storage.copy_to_savepoint(id, &req.dir).map_err(|e| e.to_string()));
+        }
         self.notify(CheckpointNotice::Complete(id));
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
         self.completed.push(id);

@@ -17,8 +17,8 @@ pub(crate) mod task;
 
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy};
 pub use storage::{
-    decode_file, read_file, write_file, CheckpointMetadata, CheckpointStats, CheckpointStorage, FileKind,
-    LoadedCheckpoint, TaskFile, FORMAT_VERSION, METADATA_FILE,
+    decode_file, load_dir, read_file, read_metadata, write_file, CheckpointMetadata, CheckpointStats,
+    CheckpointStorage, FileKind, LoadedCheckpoint, TaskFile, FORMAT_VERSION, METADATA_FILE,
 };
 
 /// A table of checkpoint statistics, one row per checkpoint (for the command line).

@@ -82,6 +82,9 @@ pub struct CheckpointMetadata {
     pub fingerprint: String,
     /// The checkpoint id.
     pub checkpoint: u64,
+    /// `checkpoint`, or `savepoint` for a copy taken by hand.
+    #[serde(default = "checkpoint_kind")]
+    pub kind: String,
     /// `exactly-once` or `at-least-once`.
     pub mode: String,
     /// Wall-clock completion time, milliseconds since the Unix epoch.
@@ -90,6 +93,10 @@ pub struct CheckpointMetadata {
     pub stats: CheckpointStats,
     /// Every task's file.
     pub tasks: Vec<TaskFile>,
+}
+
+fn checkpoint_kind() -> String {
+    "checkpoint".into()
 }
 
 fn corrupt(path: &Path, what: impl std::fmt::Display) -> Error {
@@ -236,16 +243,46 @@ impl CheckpointStorage {
 
     /// Makes checkpoint `metadata.checkpoint` exist: writes `_metadata` atomically.
     pub fn commit(&self, metadata: &CheckpointMetadata) -> Result<()> {
-        let d = self.checkpoint_dir(metadata.checkpoint);
-        let tmp = d.join("_metadata.inprogress");
-        let json = serde_json::to_vec_pretty(metadata).map_err(|e| Error::Corrupt(e.to_string()))?;
-        write_file(&tmp, FileKind::Metadata, &json)
-            .map_err(|e| Error::io("cannot write checkpoint metadata", &tmp, e))?;
-        let target = d.join(METADATA_FILE);
-        std::fs::rename(&tmp, &target).map_err(|e| Error::io("cannot publish checkpoint metadata", &target, e))?;
-        File::open(&d).and_then(|f| f.sync_all()).map_err(|e| Error::io("cannot sync checkpoint folder", &d, e))
+        write_metadata(&self.checkpoint_dir(metadata.checkpoint), metadata)
     }
+}
 
+/// Writes `<dir>/_metadata` atomically: temporary file, fsync, rename, fsync of the folder.
+fn write_metadata(d: &Path, metadata: &CheckpointMetadata) -> Result<()> {
+    let tmp = d.join("_metadata.inprogress");
+    let json = serde_json::to_vec_pretty(metadata).map_err(|e| Error::Corrupt(e.to_string()))?;
+    write_file(&tmp, FileKind::Metadata, &json).map_err(|e| Error::io("cannot write checkpoint metadata", &tmp, e))?;
+    let target = d.join(METADATA_FILE);
+    std::fs::rename(&tmp, &target).map_err(|e| Error::io("cannot publish checkpoint metadata", &target, e))?;
+    File::open(d).and_then(|f| f.sync_all()).map_err(|e| Error::io("cannot sync checkpoint folder", d, e))
+}
+
+/// Reads and verifies `<dir>/_metadata`.
+pub fn read_metadata(dir: &Path) -> Result<CheckpointMetadata> {
+    let path = dir.join(METADATA_FILE);
+    if !path.exists() {
+        return Err(Error::Corrupt(format!("{}: missing (the checkpoint never completed)", path.display())));
+    }
+    let json = read_file(&path, FileKind::Metadata)?;
+    serde_json::from_slice(&json).map_err(|e| corrupt(&path, format!("unreadable metadata: {e}")))
+}
+
+/// Reads and verifies a whole checkpoint or savepoint folder.
+pub fn load_dir(dir: &Path) -> Result<LoadedCheckpoint> {
+    let metadata = read_metadata(dir)?;
+    let mut state = RestoredState::new(metadata.checkpoint);
+    for t in &metadata.tasks {
+        let path = dir.join(&t.file);
+        let payload = read_file(&path, FileKind::TaskState)?;
+        let parts: TaskParts = from_bytes(&payload).map_err(|e| corrupt(&path, e))?;
+        for (op, subtask, bytes) in parts {
+            state.insert(op, subtask as usize, bytes);
+        }
+    }
+    Ok(LoadedCheckpoint { metadata, state })
+}
+
+impl CheckpointStorage {
     /// Removes checkpoint `id`'s folder (an aborted or retired checkpoint).
     pub fn discard(&self, id: u64) {
         let _ = std::fs::remove_dir_all(self.checkpoint_dir(id));
@@ -269,30 +306,36 @@ impl CheckpointStorage {
 
     /// Reads only the metadata of checkpoint `id`.
     pub fn metadata(&self, id: u64) -> Result<CheckpointMetadata> {
-        let path = self.checkpoint_dir(id).join(METADATA_FILE);
-        if !path.exists() {
-            return Err(Error::Corrupt(format!("{}: missing (the checkpoint never completed)", path.display())));
-        }
-        let json = read_file(&path, FileKind::Metadata)?;
-        serde_json::from_slice(&json).map_err(|e| corrupt(&path, format!("unreadable metadata: {e}")))
+        read_metadata(&self.checkpoint_dir(id))
     }
 
     /// Reads and verifies checkpoint `id` completely.
     pub fn load(&self, id: u64) -> Result<LoadedCheckpoint> {
-        let metadata = self.metadata(id)?;
-        if metadata.checkpoint != id {
-            return Err(Error::Corrupt(format!("chk-{id}/_metadata describes checkpoint {}", metadata.checkpoint)));
+        let c = load_dir(&self.checkpoint_dir(id))?;
+        if c.metadata.checkpoint != id {
+            return Err(Error::Corrupt(format!("chk-{id}/_metadata describes checkpoint {}", c.metadata.checkpoint)));
         }
-        let mut state = RestoredState::new(id);
+        Ok(c)
+    }
+
+    /// Copies complete checkpoint `id` into `<target>/savepoint-<id>/` as a savepoint (every
+    /// file synced, the metadata last). Checkpoints are full copies of the state, so the
+    /// savepoint refers to nothing outside its folder.
+    pub fn copy_to_savepoint(&self, id: u64, target: &Path) -> Result<PathBuf> {
+        let from = self.checkpoint_dir(id);
+        let mut metadata = read_metadata(&from)?;
+        let to = target.join(format!("savepoint-{id}"));
+        std::fs::create_dir_all(&to).map_err(|e| Error::io("cannot create savepoint folder", &to, e))?;
         for t in &metadata.tasks {
-            let path = self.checkpoint_dir(id).join(&t.file);
-            let payload = read_file(&path, FileKind::TaskState)?;
-            let parts: TaskParts = from_bytes(&payload).map_err(|e| corrupt(&path, e))?;
-            for (op, subtask, bytes) in parts {
-                state.insert(op, subtask as usize, bytes);
-            }
+            let (src, dst) = (from.join(&t.file), to.join(&t.file));
+            std::fs::copy(&src, &dst).map_err(|e| Error::io("cannot copy state into the savepoint", &dst, e))?;
+            File::open(&dst)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| Error::io("cannot sync savepoint file", &dst, e))?;
         }
-        Ok(LoadedCheckpoint { metadata, state })
+        metadata.kind = "savepoint".into();
+        write_metadata(&to, &metadata)?;
+        Ok(to)
     }
 
     /// The newest checkpoint that verifies, with a note for each newer one skipped and why.
@@ -361,6 +404,7 @@ mod tests {
                 job: "j".into(),
                 fingerprint: "f".into(),
                 checkpoint: id,
+                kind: "checkpoint".into(),
                 mode: "exactly-once".into(),
                 completed_unix_ms: 0,
                 stats: CheckpointStats::default(),

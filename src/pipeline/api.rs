@@ -100,6 +100,7 @@ impl Job {
                 default_parallelism: 1,
                 max_parallelism: 128,
                 checkpointing: None,
+                restore: None,
             })),
         }
     }
@@ -119,6 +120,16 @@ impl Job {
     /// Turns checkpointing on (it is off unless configured, as in Flink).
     pub fn with_checkpointing(self, config: crate::checkpoint::CheckpointConfig) -> Job {
         self.graph.borrow_mut().checkpointing = Some(config);
+        self
+    }
+
+    /// Starts the job from a savepoint (or a checkpoint folder, `chk-<n>`). Operators are
+    /// matched by name: give the operators with state stable names with `named`. State for
+    /// an operator this job lacks is refused unless `allow_non_restored_state` is true. A
+    /// checkpoint directory that already holds checkpoints of this job takes precedence (it is
+    /// newer).
+    pub fn restore_from(self, path: impl Into<std::path::PathBuf>, allow_non_restored_state: bool) -> Job {
+        self.graph.borrow_mut().restore = Some((path.into(), allow_non_restored_state));
         self
     }
 

@@ -76,6 +76,9 @@ pub(crate) struct Graph {
     pub(crate) default_parallelism: usize,
     pub(crate) max_parallelism: usize,
     pub(crate) checkpointing: Option<crate::checkpoint::CheckpointConfig>,
+    /// A savepoint or checkpoint to start from, and whether its state for operators this job
+    /// lacks may be dropped.
+    pub(crate) restore: Option<(std::path::PathBuf, bool)>,
 }
 
 impl Graph {

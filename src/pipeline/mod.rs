@@ -7,11 +7,12 @@
 
 mod api;
 mod barriers;
-mod graph;
+pub(crate) mod graph;
 mod plan;
 mod task;
 
 pub use api::{Job, KeyedStream, LineStream, Stream, WindowedStream, DEFAULT_EXTERNAL_RING};
+pub(crate) use graph::Graph;
 pub(crate) use plan::{build as build_plan, CheckpointWiring, PlanEnv, PlanLimits};
 pub(crate) use task::{JobControl, Task, TaskPoll};
 

@@ -17,11 +17,13 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::checkpoint::coordinator::Coordinator;
-use crate::checkpoint::{CheckpointStats, CheckpointStorage};
+use crate::checkpoint::coordinator::SavepointRequest;
+use crate::checkpoint::{load_dir, CheckpointStats, CheckpointStorage};
 use crate::context::{AttemptScope, Clock};
 use crate::error::{Error, Result};
 use crate::metrics::{JobMetrics, JobReport};
 use crate::pipeline::{build_plan, CheckpointWiring, Job, JobControl, PlanEnv, PlanLimits};
+use crate::snapshot::RestoredState;
 use crate::wake::Parker;
 use worker::{RunState, Worker};
 
@@ -125,6 +127,7 @@ struct Attempt {
     parkers: Vec<Arc<Parker>>,
     scope: Arc<AttemptScope>,
     coordinator: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+    savepoints: Option<std::sync::mpsc::Sender<SavepointRequest>>,
 }
 
 /// A running job.
@@ -187,6 +190,45 @@ impl JobHandle {
     /// Restarts so far.
     pub fn restarts(&self) -> u32 {
         self.restarts
+    }
+
+    /// Takes a savepoint now: an aligned checkpoint, copied complete into
+    /// `<dir>/savepoint-<id>/`, and returns that folder. The job goes on. Needs checkpointing
+    /// (the savepoint is written through the checkpoint coordinator).
+    pub fn trigger_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+        let timeout = match &self.job.graph.borrow().checkpointing {
+            Some(c) => c.timeout,
+            None => {
+                return Err(Error::config("savepoints need checkpointing: configure the job with with_checkpointing"))
+            }
+        };
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create the savepoint directory", &dir, e))?;
+        let sender = self.attempt.as_ref().and_then(|a| a.savepoints.clone()).ok_or(Error::Cancelled)?;
+        let (reply, answer) = std::sync::mpsc::channel();
+        sender
+            .send(SavepointRequest { dir, reply })
+            .map_err(|_| Error::Checkpoint("the job ended before the savepoint was taken".into()))?;
+        match answer.recv_timeout(timeout) {
+            Ok(Ok(path)) => Ok(path),
+            Ok(Err(reason)) => Err(Error::Checkpoint(format!("the savepoint could not be written: {reason}"))),
+            Err(_) => Err(Error::Checkpoint(format!(
+                "the savepoint did not complete (the job ended, or its checkpoint failed: {:?})",
+                self.checkpoint_failures().last()
+            ))),
+        }
+    }
+
+    /// Takes a savepoint, then stops every worker without draining (no further output after
+    /// the savepoint is committed; a job restored from the savepoint produces it). Returns the
+    /// savepoint's folder.
+    pub fn stop_with_savepoint(self, dir: impl Into<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+        let path = self.trigger_savepoint(dir)?;
+        self.cancel();
+        match self.join() {
+            Ok(_) | Err(Error::Cancelled) => Ok(path),
+            Err(e) => Err(e),
+        }
     }
 
     /// Statistics of the checkpoints completed so far.
@@ -317,6 +359,51 @@ impl Drop for JobHandle {
     }
 }
 
+/// The state of the savepoint (or checkpoint) the job was told to start from, checked against
+/// the job: every operator with state must exist (unless non-restored state is allowed) with
+/// the same parallelism.
+fn restore_from_savepoint(graph: &crate::pipeline::Graph, notes: &mut Vec<String>) -> Result<Option<RestoredState>> {
+    let Some((path, allow_non_restored)) = &graph.restore else { return Ok(None) };
+    let loaded = load_dir(path)?;
+    let mut state = loaded.state;
+    let parallelism: std::collections::HashMap<&str, usize> =
+        graph.nodes.iter().map(|n| (&*n.name, n.parallelism)).collect();
+    let mut missing = std::collections::BTreeSet::new();
+    let mut subtasks: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (op, subtask) in state.operators() {
+        let base = op.split('#').next().unwrap_or(op);
+        let n = subtasks.entry(base).or_default();
+        *n = (*n).max(subtask + 1);
+    }
+    for (base, saved) in subtasks {
+        match parallelism.get(base) {
+            None => {
+                missing.insert(base.to_string());
+            }
+            Some(&p) if p != saved => {
+                return Err(Error::config(format!(
+                    "{} has state of operator '{base}' at parallelism {saved}, and this job runs it at {p}; restoring at another parallelism is not supported yet",
+                    path.display()
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if !missing.is_empty() {
+        let names = missing.iter().map(|m| format!("'{m}'")).collect::<Vec<_>>().join(", ");
+        if !allow_non_restored {
+            return Err(Error::config(format!(
+                "{} has state for operators this job lacks: {names} (name the operators as before, or allow non-restored state to drop it)",
+                path.display()
+            )));
+        }
+        state.retain(|op| !missing.contains(op.split('#').next().unwrap_or(op)));
+        notes.push(format!("dropped state of operators this job lacks: {names}"));
+    }
+    notes.push(format!("restored from {} {} ({})", loaded.metadata.kind, loaded.metadata.checkpoint, path.display()));
+    Ok(Some(state))
+}
+
 /// Starts one attempt: restores the latest checkpoint (if checkpointing), builds the tasks,
 /// spawns the workers and the coordinator.
 fn start_attempt(
@@ -369,8 +456,15 @@ fn start_attempt(
             completed.push(c.metadata.checkpoint);
             restored = Some(Arc::new(c.state));
         }
-        // Ids continue past every folder on disk, complete or not, so none is reused.
-        let first_id = storage.list().last().copied().unwrap_or(0) + 1;
+        // Ids continue past every folder on disk, complete or not, so none is reused (nor the
+        // id of a savepoint restored below).
+        let mut first_id = storage.list().last().copied().unwrap_or(0) + 1;
+        if restored.is_none() {
+            if let Some(r) = restore_from_savepoint(&graph, notes)? {
+                first_id = first_id.max(r.checkpoint + 1);
+                restored = Some(Arc::new(r));
+            }
+        }
         let (acks_tx, acks_rx) = std::sync::mpsc::channel();
         wiring = Some(CheckpointWiring {
             mode: cfg.mode,
@@ -380,6 +474,9 @@ fn start_attempt(
             storage: storage.clone(),
         });
         coordinator = Some((cfg.clone(), storage, acks_rx, first_id, completed));
+    }
+    if graph.checkpointing.is_none() {
+        restored = restore_from_savepoint(&graph, notes)?.map(Arc::new);
     }
     let env = PlanEnv {
         clock,
@@ -393,9 +490,12 @@ fn start_attempt(
     };
     let limits = PlanLimits { workers, ring_capacity: config.ring_capacity, batch_size: config.batch_size };
     let plan = build_plan(&graph, limits, &env)?;
+    let mut savepoints = None;
     let coordinator = match coordinator {
         Some((cfg, storage, acks, first_id, completed)) => {
             let shutdown = Arc::new(AtomicBool::new(false));
+            let (savepoint_tx, savepoint_rx) = std::sync::mpsc::channel();
+            savepoints = Some(savepoint_tx);
             let fail_state = state.clone();
             let c = Coordinator {
                 config: cfg,
@@ -413,6 +513,7 @@ fn start_attempt(
                 shutdown: shutdown.clone(),
                 finished_tasks: scope.finished_tasks.clone(),
                 fail: Box::new(move |e| fail_state.fail(e)),
+                savepoints: savepoint_rx,
             };
             let t = std::thread::Builder::new()
                 .name(format!("weir-{}-coordinator", graph.name))
@@ -447,7 +548,7 @@ fn start_attempt(
             .map_err(|e| Error::Io { context: "cannot start a worker thread".into(), path: None, source: e })?;
         threads.push(t);
     }
-    Ok(Attempt { threads, state, parkers, scope, coordinator })
+    Ok(Attempt { threads, state, parkers, scope, coordinator, savepoints })
 }
 
 impl Job {

@@ -1,0 +1,130 @@
+//! Savepoints: taken by hand while a job runs (or to stop it), restored into a new job that
+//! continues exactly where the savepoint was; state for operators a job lacks is refused unless
+//! allowed; restoring at another parallelism is refused with a clear error (for now).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use weir::checkpoint::CheckpointConfig;
+use weir::sink::CommittedOutput;
+use weir::source::Generator;
+use weir::{Error, Job, RunConfig};
+
+const N: u64 = 30_000;
+const KEYS: u64 = 7;
+
+/// generator → key_by → running count per key (named "count") → exactly-once collection.
+fn job(checkpoints: &Path, p: usize, count_name: &str) -> (Job, CommittedOutput<(u64, u64)>) {
+    let job = Job::new("counts")
+        .with_parallelism(p)
+        .with_checkpointing(CheckpointConfig::new(checkpoints).interval(Duration::from_secs(3600)));
+    let out = job
+        .generator(Generator::new(|i, _| i % KEYS).count(N).rate(150_000.0))
+        .named("numbers")
+        .key_by(|k: &u64| *k)
+        .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, c: &u64| (*k, *c))
+        .named(count_name)
+        .collect_exactly_once();
+    (job, out)
+}
+
+fn per_key(rows: &[(u64, u64)]) -> HashMap<u64, Vec<u64>> {
+    let mut m: HashMap<u64, Vec<u64>> = HashMap::new();
+    for &(k, c) in rows {
+        m.entry(k).or_default().push(c);
+    }
+    for v in m.values_mut() {
+        v.sort_unstable();
+    }
+    m
+}
+
+/// The restored job's output: its sink commits what the savepoint pre-committed (the counts
+/// before it), then the job continues from the restored counts. So each key's counts are
+/// exactly 1..=total, once each: a restore that lost the state would count from 1 again and
+/// repeat values; one that lost the source position would overshoot the total.
+fn assert_continues(rows: &[(u64, u64)]) {
+    for k in 0..KEYS {
+        let total = N / KEYS + u64::from(k < N % KEYS);
+        let counts = per_key(rows).remove(&k).unwrap_or_default();
+        assert_eq!(counts, (1..=total).collect::<Vec<_>>(), "key {k}");
+    }
+}
+
+#[test]
+fn a_savepoint_restores_into_a_new_job_that_continues_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, out_a) = job(&dir.path().join("a"), 2, "count");
+    let handle = a.start(RunConfig::default().workers(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    let savepoint = handle.trigger_savepoint(dir.path().join("savepoints")).unwrap();
+    handle.join().unwrap();
+    assert!(savepoint.join("_metadata").exists());
+    let listed = weir::checkpoint::read_metadata(&savepoint).unwrap();
+    assert_eq!(listed.kind, "savepoint");
+    // The original job ran to the end: every key counted 1..=total.
+    for (k, counts) in per_key(&out_a.records()) {
+        assert_eq!(counts, (1..=counts.len() as u64).collect::<Vec<_>>(), "key {k}");
+    }
+
+    let (b, out_b) = job(&dir.path().join("b"), 2, "count");
+    let handle = b.restore_from(&savepoint, false).start(RunConfig::default().workers(2)).unwrap();
+    let notes_ok = handle.notes().iter().any(|n| n.contains("restored from savepoint"));
+    handle.join().unwrap();
+    assert!(notes_ok, "the restore is reported");
+    assert_continues(&out_b.records());
+}
+
+#[test]
+fn stop_with_savepoint_then_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = job(&dir.path().join("a"), 2, "count");
+    let handle = a.start(RunConfig::default().workers(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    let savepoint = handle.stop_with_savepoint(dir.path().join("sp")).unwrap();
+    let (b, out_b) = job(&dir.path().join("b"), 2, "count");
+    b.restore_from(&savepoint, false).execute(RunConfig::default().workers(2)).unwrap();
+    assert_continues(&out_b.records());
+}
+
+#[test]
+fn state_for_a_missing_operator_is_refused_unless_allowed_and_parallelism_must_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = job(&dir.path().join("a"), 2, "count");
+    let handle = a.start(RunConfig::default().workers(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    let savepoint = handle.stop_with_savepoint(dir.path().join("sp")).unwrap();
+
+    let (renamed, _) = job(&dir.path().join("c"), 2, "tally");
+    let err = renamed.restore_from(&savepoint, false).execute(RunConfig::default().workers(2)).unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+    assert!(err.to_string().contains("'count'"), "the message names the operator: {err}");
+
+    let (allowed, out) = job(&dir.path().join("d"), 2, "tally");
+    let handle = allowed.restore_from(&savepoint, true).start(RunConfig::default().workers(2)).unwrap();
+    assert!(
+        handle.notes().iter().any(|n| n.contains("dropped state") && n.contains("'count'")),
+        "{:?}",
+        handle.notes()
+    );
+    handle.join().unwrap();
+    // The counts start over (their state was dropped), from the savepoint's source position.
+    assert!(!out.records().is_empty());
+
+    for p in [1, 3] {
+        let (other, _) = job(&dir.path().join(format!("p{p}")), p, "count");
+        let err = other.restore_from(&savepoint, false).execute(RunConfig::default().workers(2)).unwrap_err();
+        assert!(err.to_string().contains("parallelism"), "{err}");
+    }
+}
+
+#[test]
+fn savepoints_need_checkpointing() {
+    let job = Job::new("plain");
+    job.generator(Generator::new(|i, _| i)).discard();
+    let handle = job.start(RunConfig::default().workers(1)).unwrap();
+    let err = handle.trigger_savepoint(std::env::temp_dir().join("weir-unused")).unwrap_err();
+    assert!(err.to_string().contains("checkpointing"), "{err}");
+    handle.cancel();
+}
