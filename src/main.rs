@@ -34,7 +34,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Counts words: one line `word<TAB>count` per occurrence, a running count per word.
-    Wordcount(WordcountArgs),
+    Wordcount(Box<WordcountArgs>),
     /// Lists the checkpoints in a directory with their statistics, verifying every checksum
     /// (exits non-zero if one is damaged).
     Checkpoints(CheckpointsArgs),
