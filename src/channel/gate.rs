@@ -156,7 +156,9 @@ impl<T: Copy> InputGate<T> {
         let Some(cap) = self.capture.as_mut() else {
             return;
         };
-        debug_assert!(seq >= self.channels[channel].read, "an unaligned barrier behind data already consumed");
+        // A priority barrier's `seq` is never behind the read position; an in-band barrier's
+        // position is one behind it (the barrier entry itself was consumed).
+        debug_assert!(seq + 1 >= self.channels[channel].read, "a barrier behind data already consumed");
         cap.limit[channel] = Some(seq);
         peek_into(&mut self.channels[channel], cap, channel);
     }
