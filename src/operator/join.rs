@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use super::window::{OpenWindows, Window};
+use super::window::{ForkedWindows, OpenWindows, Window};
 use super::TwoInputOperator;
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::metrics::Counter;
 use crate::persist::{from_bytes, Persist};
 use crate::record::{Key, Timestamp};
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
 
 /// Per key and window: the records of each side.
 type Sides<L, R> = (Vec<L>, Vec<R>);
@@ -31,7 +31,7 @@ pub(crate) struct WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
     next: Box<dyn Collector<O>>,
 }
 
-impl<L, R, K: Key, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
+impl<L: Copy, R: Copy, K: Key, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         window: Window,
@@ -96,7 +96,7 @@ where
 
 /// Adds one side's records to their windows; returns how many were late (every window of theirs
 /// already fired).
-fn insert_all<T: Copy, K: Key, V: Default>(
+fn insert_all<T: Copy, K: Key, V: Default + Clone>(
     windows: &mut OpenWindows<K, V>,
     watermark: Option<Timestamp>,
     records: &mut Vec<T>,
@@ -107,7 +107,7 @@ fn insert_all<T: Copy, K: Key, V: Default>(
     let mut late = 0;
     for r in records.drain(..) {
         let (ts, k) = (timestamp(&r), key(&r));
-        if !windows.assign(ts, watermark, |map| side(map.entry(k).or_default(), r)) {
+        if !windows.assign(ts, watermark, |map| side(map.get_or_insert_with(k, Default::default), r)) {
             late += 1;
         }
     }
@@ -116,8 +116,8 @@ fn insert_all<T: Copy, K: Key, V: Default>(
 
 impl<L, R, K, O, KL, KR, TL, TR, J> TwoInputOperator<L, R> for WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
 where
-    L: Copy + Send + Persist + 'static,
-    R: Copy + Send + Persist + 'static,
+    L: Copy + Send + Sync + Persist + 'static,
+    R: Copy + Send + Sync + Persist + 'static,
     K: Key,
     O: Send,
     KL: Fn(&L) -> K + Send,
@@ -166,7 +166,7 @@ where
         self.next.notify(notice)
     }
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
-        Ok(Some(Box::new(PersistedFork((self.wm, self.emitted, self.windows.export())))))
+        Ok(Some(Box::new(ForkedWindows { head: (self.wm, self.emitted), windows: self.windows.fork() })))
     }
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         let (wm, emitted, windows) = from_bytes(bytes)?;

@@ -11,8 +11,9 @@ use crate::collector::Collector;
 use crate::error::Result;
 use crate::metrics::Counter;
 use crate::persist::{from_bytes, Persist};
-use crate::record::{Key, KeyMap, Timestamp};
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
+use crate::record::{Key, Timestamp};
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
+use crate::state::{PagedFork, PagedMap};
 
 /// The windows of an event-time window operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +65,38 @@ impl Window {
     }
 }
 
+/// A snapshot of open windows: `head` (the operator's watermarks), then every window's entries,
+/// in the [`Persist`] encoding of `(H, Vec<(Timestamp, Vec<(K, V)>)>)` so it restores with
+/// `from_bytes`. Written from forked pages in the background.
+pub(crate) struct ForkedWindows<H, K, V> {
+    pub(crate) head: H,
+    pub(crate) windows: Vec<(Timestamp, PagedFork<K, V>)>,
+}
+
+impl<H: Persist + Send, K: Key, V: Persist + Send + Sync> ForkedState for ForkedWindows<H, K, V> {
+    fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<u64> {
+        let mut buf = Vec::new();
+        self.head.persist(&mut buf);
+        (self.windows.len() as u64).persist(&mut buf);
+        let mut n = 0;
+        for (start, fork) in &self.windows {
+            start.persist(&mut buf);
+            (fork.len() as u64).persist(&mut buf);
+            for (k, v) in fork.iter() {
+                k.persist(&mut buf);
+                v.persist(&mut buf);
+            }
+            if buf.len() > 60 * 1024 {
+                out.write_all(&buf)?;
+                n += buf.len() as u64;
+                buf.clear();
+            }
+        }
+        out.write_all(&buf)?;
+        Ok(n + buf.len() as u64)
+    }
+}
+
 /// The bounds of a fired window, handed to the result function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowBounds {
@@ -75,30 +108,28 @@ pub struct WindowBounds {
 
 crate::persist_struct!(WindowBounds { start, end });
 
-/// Open windows, oldest first, each with its per-key values; shared by the window aggregate and
-/// the window join.
+/// Open windows, oldest first, each with its per-key values in copy-on-write pages; shared by
+/// the window aggregate and the window join. A snapshot forks every open window's pages.
 pub(crate) struct OpenWindows<K, V> {
     pub(crate) window: Window,
-    open: Vec<(Timestamp, KeyMap<K, V>)>,
-    spare: Vec<KeyMap<K, V>>,
+    open: Vec<(Timestamp, PagedMap<K, V>)>,
 }
 
-impl<K: Key, V> OpenWindows<K, V> {
+impl<K: Key, V: Clone> OpenWindows<K, V> {
     pub(crate) fn new(window: Window) -> Self {
-        OpenWindows { window, open: Vec::new(), spare: Vec::new() }
+        OpenWindows { window, open: Vec::new() }
     }
 
     /// The per-key map of the window starting at `start`, opening it if needed.
     #[inline]
-    pub(crate) fn window_mut(&mut self, start: Timestamp) -> &mut KeyMap<K, V> {
+    pub(crate) fn window_mut(&mut self, start: Timestamp) -> &mut PagedMap<K, V> {
         // Records mostly hit the newest windows: search from the back.
         let mut pos = self.open.len();
         while pos > 0 && self.open[pos - 1].0 > start {
             pos -= 1;
         }
         if pos == 0 || self.open[pos - 1].0 != start {
-            let map = self.spare.pop().unwrap_or_default();
-            self.open.insert(pos, (start, map));
+            self.open.insert(pos, (start, PagedMap::new()));
             pos += 1;
         }
         &mut self.open[pos - 1].1
@@ -112,7 +143,7 @@ impl<K: Key, V> OpenWindows<K, V> {
         &mut self,
         ts: Timestamp,
         watermark: Option<Timestamp>,
-        mut f: impl FnMut(&mut KeyMap<K, V>),
+        mut f: impl FnMut(&mut PagedMap<K, V>),
     ) -> bool {
         let window = self.window;
         let mut accepted = false;
@@ -127,27 +158,31 @@ impl<K: Key, V> OpenWindows<K, V> {
     }
 
     /// Removes every window that the watermark `wm` closes, oldest first, handing each to `f`.
-    pub(crate) fn fire(&mut self, wm: Timestamp, mut f: impl FnMut(WindowBounds, &mut KeyMap<K, V>)) {
+    /// (A fired window's pages are dropped; a snapshot that still holds them keeps them.)
+    pub(crate) fn fire(&mut self, wm: Timestamp, mut f: impl FnMut(WindowBounds, &PagedMap<K, V>)) {
         let closed = self.open.iter().take_while(|(s, _)| self.window.max_timestamp(*s) <= wm).count();
-        for (start, mut map) in self.open.drain(..closed) {
-            let bounds = WindowBounds { start, end: start.saturating_add(self.window.size) };
-            f(bounds, &mut map);
-            map.clear();
-            self.spare.push(map);
+        for (start, map) in self.open.drain(..closed) {
+            f(WindowBounds { start, end: start.saturating_add(self.window.size) }, &map);
         }
     }
 
-    /// The open windows' contents, oldest first (for snapshots).
-    pub(crate) fn export(&self) -> Vec<(Timestamp, Vec<(K, V)>)>
-    where
-        V: Clone,
-    {
-        self.open.iter().map(|(s, m)| (*s, m.iter().map(|(k, v)| (*k, v.clone())).collect())).collect()
+    /// Forks every open window's pages (pointer work), for a snapshot.
+    pub(crate) fn fork(&mut self) -> Vec<(Timestamp, PagedFork<K, V>)> {
+        self.open.iter_mut().map(|(s, m)| (*s, m.fork())).collect()
     }
 
-    /// Replaces the open windows with `windows` (from [`OpenWindows::export`]).
+    /// Replaces the open windows with what a snapshot of them wrote.
     pub(crate) fn import(&mut self, windows: Vec<(Timestamp, Vec<(K, V)>)>) {
-        self.open = windows.into_iter().map(|(s, entries)| (s, entries.into_iter().collect())).collect();
+        self.open = windows
+            .into_iter()
+            .map(|(s, entries)| {
+                let mut m = PagedMap::new();
+                for (k, v) in entries {
+                    m.insert(k, v);
+                }
+                (s, m)
+            })
+            .collect();
         self.open.sort_by_key(|(s, _)| *s);
     }
 
@@ -172,7 +207,7 @@ pub(crate) struct WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
     _input: std::marker::PhantomData<fn(T)>,
 }
 
-impl<T, K: Key, A, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
+impl<T, K: Key, A: Clone, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         window: Window,
@@ -218,7 +253,7 @@ where
         let (windows, init, fold) = (&mut self.windows, &self.init, &mut self.fold);
         for r in records.drain(..) {
             let (ts, k) = ((self.timestamp)(&r), (self.key)(&r));
-            if !windows.assign(ts, self.watermark, |map| fold(map.entry(k).or_insert_with(init), r)) {
+            if !windows.assign(ts, self.watermark, |map| fold(map.get_or_insert_with(k, init), r)) {
                 late += 1;
             }
         }
@@ -259,7 +294,7 @@ where
     }
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
         // Window contents and the watermark (the pending timers are the open windows' ends).
-        Ok(Some(Box::new(PersistedFork((self.watermark, self.windows.export())))))
+        Ok(Some(Box::new(ForkedWindows { head: self.watermark, windows: self.windows.fork() })))
     }
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         let (watermark, windows) = from_bytes(bytes)?;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crate::record::hash_key;
 
 /// Slots per page (a power of two).
-pub const PAGE_SLOTS: usize = 1024;
+pub const PAGE_SLOTS: usize = 256;
 const PAGE_SHIFT: u32 = PAGE_SLOTS.trailing_zeros();
 
 #[derive(Clone)]
