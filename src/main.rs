@@ -277,10 +277,11 @@ fn supervise(
             let rate = (records - last.0) as f64 / dt;
             let until = limit.map(|l| format!(" / {:.0} s", l.as_secs_f64())).unwrap_or_default();
             bar.set_message(format!(
-                "{:.1} s{until} | {} records | {} records/s",
+                "{:.1} s{until} | {} records | {} records/s | state {:.1} MB",
                 elapsed.as_secs_f64(),
                 group_digits(records),
-                group_digits(rate as u64)
+                group_digits(rate as u64),
+                weir::state::state_memory_bytes() as f64 / 1e6
             ));
             bar.tick();
             last = (records, elapsed);

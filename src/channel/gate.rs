@@ -62,7 +62,7 @@ pub enum GatePoll {
     Finished,
     /// Channel `channel` delivered a checkpoint barrier. Everything before it was delivered
     /// downstream; nothing after it was read. With blocking on, the channel is now blocked
-    /// until [`InputGate::unblock_all`].
+    /// until the alignment ends.
     Barrier {
         /// The channel's index in this gate.
         channel: usize,

@@ -15,7 +15,7 @@ use crate::record::Key;
 mod paged;
 
 pub use crate::snapshot::{ForkedState, PersistedFork};
-pub use paged::{PagedFork, PagedMap, PAGE_SLOTS};
+pub use paged::{state_memory_bytes, PagedFork, PagedMap, PAGE_SLOTS};
 
 /// State that can be snapshotted in two steps.
 pub trait Snapshot {

@@ -12,6 +12,7 @@
 //! check on the hot path.
 
 use std::hash::Hash;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use crate::record::hash_key;
@@ -20,14 +21,38 @@ use crate::record::hash_key;
 pub const PAGE_SLOTS: usize = 256;
 const PAGE_SHIFT: u32 = PAGE_SLOTS.trailing_zeros();
 
-#[derive(Clone)]
+/// Bytes of all state pages alive in this process: pages of live maps and pages that only
+/// snapshots still hold (in flight to disk). Updated when a page is allocated or freed, never
+/// per record.
+static PAGE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+/// Memory held by keyed and window state in this process, in bytes: live pages plus pages
+/// held by snapshots being written.
+pub fn state_memory_bytes() -> u64 {
+    PAGE_BYTES.load(Ordering::Relaxed).max(0) as u64
+}
+
 struct Page<K, V> {
     slots: [Option<(K, V)>; PAGE_SLOTS],
 }
 
 impl<K, V> Page<K, V> {
     fn new() -> Arc<Self> {
+        PAGE_BYTES.fetch_add(std::mem::size_of::<Self>() as i64, Ordering::Relaxed);
         Arc::new(Page { slots: std::array::from_fn(|_| None) })
+    }
+}
+
+impl<K: Clone, V: Clone> Clone for Page<K, V> {
+    fn clone(&self) -> Self {
+        PAGE_BYTES.fetch_add(std::mem::size_of::<Self>() as i64, Ordering::Relaxed);
+        Page { slots: self.slots.clone() }
+    }
+}
+
+impl<K, V> Drop for Page<K, V> {
+    fn drop(&mut self) {
+        PAGE_BYTES.fetch_sub(std::mem::size_of::<Self>() as i64, Ordering::Relaxed);
     }
 }
 
@@ -294,6 +319,28 @@ mod tests {
                 prop_assert_eq!(fork.len(), at_fork.len());
             }
         }
+    }
+
+    #[test]
+    fn page_memory_counts_pages_held_by_snapshots_until_they_are_dropped() {
+        // Other tests allocate pages concurrently: compare with generous margins.
+        let page = std::mem::size_of::<Page<u64, [u64; 64]>>() as i64;
+        let mut m: PagedMap<u64, [u64; 64]> = PagedMap::new();
+        for k in 0..20_000u64 {
+            m.insert(k, [k; 64]);
+        }
+        let fork = m.fork();
+        let before = state_memory_bytes() as i64;
+        for k in 0..20_000u64 {
+            m.insert(k, [0; 64]);
+        }
+        let copied = m.copied_pages() as i64;
+        assert_eq!(copied, m.pages() as i64, "every shared page was written, so copied once");
+        let during = state_memory_bytes() as i64;
+        assert!(during - before >= copied * page / 2, "copies are counted while the fork holds the originals");
+        drop(fork);
+        let after = state_memory_bytes() as i64;
+        assert!(during - after >= copied * page / 2, "dropping the fork frees the originals");
     }
 
     #[test]
