@@ -8,6 +8,15 @@ fn weir(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weir")).args(args).output().expect("weir runs")
 }
 
+/// Runs `weir` with `args`, which must fail with a message containing `needle` (and no panic).
+fn assert_refused(args: &[&str], needle: &str) {
+    let o = weir(args);
+    let t = text_of(&o);
+    assert!(!o.status.success(), "{args:?} should fail");
+    assert!(t.contains(needle), "{args:?}: the message should name {needle:?}: {t}");
+    assert!(!t.contains("panicked"), "{args:?} panicked: {t}");
+}
+
 fn text_of(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -74,11 +83,7 @@ fn bad_arguments_are_clear_errors() {
     ];
     for (args, needle) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = weir(&args);
-        let t = text_of(&o);
-        assert!(!o.status.success(), "{args:?} should fail");
-        assert!(t.contains(needle), "{args:?}: message should name {needle:?}: {t}");
-        assert!(!t.contains("panicked"), "{args:?} panicked: {t}");
+        assert_refused(&args, needle);
     }
 }
 
@@ -220,11 +225,7 @@ fn checkpoint_flags_are_checked() {
         args.push(out.display().to_string());
         args.extend(extra.iter().map(|s| if *s == "CHK" { chk.display().to_string() } else { s.to_string() }));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = weir(&args);
-        let t = text_of(&o);
-        assert!(!o.status.success(), "{args:?} should fail");
-        assert!(t.contains(needle), "{args:?}: should mention {needle:?}: {t}");
-        assert!(!t.contains("panicked"), "{t}");
+        assert_refused(&args, needle);
     }
 }
 
