@@ -8,7 +8,7 @@
 //! May touch: `error`, `record`, `snapshot`.
 
 use crate::error::Result;
-use crate::record::Timestamp;
+use crate::record::{KeyScope, Timestamp};
 use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
 
 /// Receives one stream inside a subtask.
@@ -45,6 +45,12 @@ pub trait Collector<T>: Send {
     fn restore_state(&mut self, _bytes: &[u8]) -> Result<()> {
         Ok(())
     }
+
+    /// Restores state saved at another parallelism: every old subtask's part; a keyed
+    /// operator keeps the keys `scope` owns. Operators that cannot be rescaled refuse.
+    fn restore_rescaled(&mut self, _parts: &[(usize, &[u8])], _scope: &KeyScope) -> Result<()> {
+        Err(crate::Error::config("this operator's state cannot be restored at another parallelism"))
+    }
 }
 
 impl<T, C: Collector<T> + ?Sized> Collector<T> for Box<C> {
@@ -75,6 +81,9 @@ impl<T, C: Collector<T> + ?Sized> Collector<T> for Box<C> {
     }
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         (**self).restore_state(bytes)
+    }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &KeyScope) -> Result<()> {
+        (**self).restore_rescaled(parts, scope)
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::metrics::JobMetrics;
+use crate::record::KeyScope;
 use crate::snapshot::{FaultInjector, RestoredState};
 use crate::wake::Parker;
 
@@ -54,6 +55,22 @@ pub struct TaskContext {
     pub(crate) attempt: Arc<AttemptScope>,
 }
 
+/// What a subtask restores (see [`TaskContext::restore_view`]).
+pub enum RestoreView<'a> {
+    /// No state for this operator.
+    Nothing,
+    /// This subtask's own part (same parallelism as when saved).
+    Own(&'a [u8]),
+    /// The operator ran at another parallelism: every old subtask's part, and what this
+    /// subtask owns now.
+    Rescaled {
+        /// (old subtask, bytes), by old subtask.
+        parts: Vec<(usize, &'a [u8])>,
+        /// The key groups this subtask owns at the new parallelism.
+        scope: KeyScope,
+    },
+}
+
 /// What belongs to one attempt of a job (a failover starts a new one).
 #[derive(Default)]
 pub struct AttemptScope {
@@ -79,9 +96,31 @@ impl TaskContext {
         self.clock.now_ns()
     }
 
-    /// This subtask's state in the checkpoint the job restarts from, if any.
+    /// This subtask's state in the checkpoint the job restarts from, if any (at the parallelism
+    /// it was saved with; see [`TaskContext::restore_view`] for a rescaled restore).
     pub fn restored_state(&self) -> Option<&[u8]> {
         self.restored.as_ref().and_then(|r| r.get(&self.operator, self.subtask))
+    }
+
+    /// What this subtask restores: nothing, its own part, or — when the state was saved at
+    /// another parallelism — every old subtask's part and the key groups it now owns.
+    pub fn restore_view(&self) -> RestoreView<'_> {
+        let Some(r) = &self.restored else { return RestoreView::Nothing };
+        match r.saved_parallelism(&self.operator) {
+            0 => RestoreView::Nothing,
+            p if p == self.parallelism => match r.get(&self.operator, self.subtask) {
+                Some(b) => RestoreView::Own(b),
+                None => RestoreView::Nothing,
+            },
+            _ => RestoreView::Rescaled {
+                parts: r.parts_of(&self.operator),
+                scope: KeyScope {
+                    subtask: self.subtask,
+                    parallelism: self.parallelism,
+                    max_parallelism: self.max_parallelism,
+                },
+            },
+        }
     }
 
     /// Registers work that runs only if this attempt of the job finishes successfully (a

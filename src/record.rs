@@ -110,6 +110,27 @@ pub fn subtask_of_key_group(key_group: usize, max_parallelism: usize, parallelis
     key_group * parallelism / max_parallelism
 }
 
+/// The key groups one subtask owns at a parallelism: what a keyed operator keeps when state
+/// saved at another parallelism is redistributed.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyScope {
+    /// The subtask.
+    pub subtask: usize,
+    /// The operator's (new) parallelism.
+    pub parallelism: usize,
+    /// The number of key groups.
+    pub max_parallelism: usize,
+}
+
+impl KeyScope {
+    /// Whether a key with this hash belongs to the subtask.
+    #[inline]
+    pub fn owns(&self, key_hash: u64) -> bool {
+        subtask_of_key_group(key_group(key_hash, self.max_parallelism), self.max_parallelism, self.parallelism)
+            == self.subtask
+    }
+}
+
 /// Bytes a [`Word`] stores inline.
 pub const WORD_INLINE_BYTES: usize = 28;
 

@@ -125,6 +125,19 @@ impl RestoredState {
     pub fn is_empty(&self) -> bool {
         self.parts.is_empty()
     }
+    /// Every subtask's part of `operator`, by subtask.
+    pub fn parts_of(&self, operator: &str) -> Vec<(usize, &[u8])> {
+        let mut parts: Vec<(usize, &[u8])> =
+            self.parts.iter().filter(|((op, _), _)| op == operator).map(|((_, s), b)| (*s, b.as_slice())).collect();
+        parts.sort_by_key(|(s, _)| *s);
+        parts
+    }
+
+    /// How many subtasks `operator` had when the state was saved (0 if it has no state).
+    pub fn saved_parallelism(&self, operator: &str) -> usize {
+        self.parts.keys().filter(|(op, _)| op == operator).map(|(_, s)| s + 1).max().unwrap_or(0)
+    }
+
     /// Keeps only the parts whose operator satisfies `keep`.
     pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
         self.parts.retain(|(op, _), _| keep(op));

@@ -48,7 +48,9 @@ fn run(unaligned: bool, alignment_timeout: Option<Duration>) -> Vec<(u64, u64, u
         };
         let emitted: u64 = (0..PARALLELISM)
             .map(|s| {
-                let next: u64 = from_bytes(c.state.get("source", s).expect("source offset")).unwrap();
+                // The generator's offset: (next index, layers emitted before a rescale).
+                let (next, _): (u64, Vec<(u64, Vec<u64>)>) =
+                    from_bytes(c.state.get("source", s).expect("source offset")).unwrap();
                 // Subtask s emits s, s + p, …: the count below `next`.
                 (next - s as u64).div_ceil(PARALLELISM as u64)
             })

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::window::{ForkedWindows, OpenWindows, Window};
+use super::window::{merged_watermark, merged_windows, ForkedWindows, OpenWindows, Window};
 use super::TwoInputOperator;
 use crate::collector::Collector;
 use crate::error::Result;
@@ -172,6 +172,14 @@ where
         let (wm, emitted, windows) = from_bytes(bytes)?;
         (self.wm, self.emitted) = (wm, emitted);
         self.windows.import(windows);
+        Ok(())
+    }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+        type JoinState<K, L, R> = ([Option<Timestamp>; 2], Option<Timestamp>, Vec<(Timestamp, Vec<(K, Sides<L, R>)>)>);
+        let decoded: Vec<JoinState<K, L, R>> = parts.iter().map(|(_, b)| from_bytes(b)).collect::<Result<_>>()?;
+        self.wm = [0, 1].map(|i| merged_watermark(decoded.iter().map(|d| d.0[i])));
+        self.emitted = merged_watermark(decoded.iter().map(|d| d.1));
+        self.windows.import(merged_windows(decoded.into_iter().map(|d| d.2).collect(), scope));
         Ok(())
     }
 }

@@ -63,6 +63,9 @@ where
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         self.state.restore(bytes)
     }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+        self.state.restore_owned(parts.iter().map(|(_, b)| *b), scope)
+    }
 }
 
 #[cfg(test)]

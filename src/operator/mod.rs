@@ -75,6 +75,10 @@ pub(crate) trait TwoInputOperator<A, B>: Send {
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()>;
     fn snapshot_state(&mut self, barrier: &Barrier) -> Result<Option<Box<dyn ForkedState>>>;
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()>;
+    /// See [`Collector::restore_rescaled`].
+    fn restore_rescaled(&mut self, _parts: &[(usize, &[u8])], _scope: &crate::record::KeyScope) -> Result<()> {
+        Err(crate::Error::config("this operator's state cannot be restored at another parallelism"))
+    }
 }
 
 /// The left input of a [`TwoInputOperator`] as a [`Collector`], so an input gate can feed it.

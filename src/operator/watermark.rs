@@ -68,6 +68,14 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
         (self.max_seen, self.emitted) = from_bytes(bytes)?;
         Ok(())
     }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], _scope: &crate::record::KeyScope) -> Result<()> {
+        // The least of the old subtasks' positions: event time never runs ahead of any input.
+        let decoded: Vec<(Option<Timestamp>, Option<Timestamp>)> =
+            parts.iter().map(|(_, b)| from_bytes(b)).collect::<Result<_>>()?;
+        self.max_seen = super::window::merged_watermark(decoded.iter().map(|d| d.0));
+        self.emitted = super::window::merged_watermark(decoded.iter().map(|d| d.1));
+        Ok(())
+    }
 }
 
 #[cfg(test)]

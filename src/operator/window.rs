@@ -97,6 +97,35 @@ impl<H: Persist + Send, K: Key, V: Persist + Send + Sync> ForkedState for Forked
     }
 }
 
+/// The watermark after merging subtasks saved at another parallelism: the least of theirs
+/// (none if any had none), so no window closes early.
+pub(crate) fn merged_watermark(marks: impl Iterator<Item = Option<Timestamp>>) -> Option<Timestamp> {
+    let mut out = None;
+    for m in marks {
+        let m = m?;
+        out = Some(out.map_or(m, |o: Timestamp| o.min(m)));
+    }
+    out
+}
+
+/// Open windows as a snapshot stores them: (start, entries), oldest first.
+pub(crate) type WindowEntries<K, V> = Vec<(Timestamp, Vec<(K, V)>)>;
+
+/// Window contents of every old subtask, keeping the keys `scope` owns.
+pub(crate) fn merged_windows<K: Key, V>(
+    parts: Vec<WindowEntries<K, V>>,
+    scope: &crate::record::KeyScope,
+) -> WindowEntries<K, V> {
+    let mut by_start: std::collections::BTreeMap<Timestamp, Vec<(K, V)>> = std::collections::BTreeMap::new();
+    for windows in parts {
+        for (start, entries) in windows {
+            let keep = entries.into_iter().filter(|(k, _)| scope.owns(crate::record::hash_key(k)));
+            by_start.entry(start).or_default().extend(keep);
+        }
+    }
+    by_start.into_iter().collect()
+}
+
 /// The bounds of a fired window, handed to the result function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowBounds {
@@ -302,7 +331,16 @@ where
         self.windows.import(windows);
         Ok(())
     }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+        let decoded: Vec<WindowState<K, A>> = parts.iter().map(|(_, b)| from_bytes(b)).collect::<Result<_>>()?;
+        self.watermark = merged_watermark(decoded.iter().map(|(w, _)| *w));
+        self.windows.import(merged_windows(decoded.into_iter().map(|(_, w)| w).collect(), scope));
+        Ok(())
+    }
 }
+
+/// A window operator's snapshot: its watermark and each open window's entries.
+type WindowState<K, V> = (Option<Timestamp>, WindowEntries<K, V>);
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,7 @@ use super::graph::{
 use super::task::{decode_inflight, inflight_part, Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
 use crate::channel::{InputGate, Partitioning};
 use crate::collector::Collector;
-use crate::context::TaskContext;
+use crate::context::{RestoreView, TaskContext};
 use crate::error::Result;
 use crate::operator::join::WindowJoin;
 use crate::operator::keyed::KeyedAggregate;
@@ -196,8 +196,10 @@ impl Job {
         let p = self.graph.borrow().default_parallelism;
         let kind = NodeKind::Source(Box::new(move |ctx, out, batch, control, checkpointing| {
             let mut source = make(ctx)?;
-            if let Some(offset) = ctx.restored_state() {
-                source.seek(offset)?;
+            match ctx.restore_view() {
+                RestoreView::Nothing => {}
+                RestoreView::Own(offset) => source.seek(offset)?,
+                RestoreView::Rescaled { parts, .. } => source.seek_rescaled(&parts, ctx.subtask, ctx.parallelism)?,
             }
             let out = downcast_collector::<T>(out);
             Ok(Box::new(SourceTask::new(ctx.clone(), Box::new(source), out, batch, control, checkpointing))
@@ -268,8 +270,10 @@ impl<T> Stream<T> {
 /// Restores the operator's state when the job restarts from a checkpoint.
 fn guarded<T: 'static>(ctx: &TaskContext, op: Box<dyn Collector<T>>) -> Result<AnyBox> {
     let mut op = Guarded::new(ctx.clone(), op);
-    if let Some(bytes) = ctx.restored_state() {
-        op.restore_state(bytes)?;
+    match ctx.restore_view() {
+        RestoreView::Nothing => {}
+        RestoreView::Own(bytes) => op.restore_state(bytes)?,
+        RestoreView::Rescaled { parts, scope } => op.restore_rescaled(&parts, &scope)?,
     }
     Ok(Box::new(Box::new(op) as Box<dyn Collector<T>>))
 }
@@ -484,8 +488,10 @@ impl<T: Record> Stream<T> {
                     downcast_collector::<O>(down),
                 );
                 let mut op = Guarded::new(ctx.clone(), op);
-                if let Some(bytes) = ctx.restored_state() {
-                    op.restore_state(bytes)?;
+                match ctx.restore_view() {
+                    RestoreView::Nothing => {}
+                    RestoreView::Own(bytes) => op.restore_state(bytes)?,
+                    RestoreView::Rescaled { parts, scope } => op.restore_rescaled(&parts, &scope)?,
                 }
                 Ok(Box::new(Box::new(op) as Box<dyn TwoInputOperator<T, R>>) as AnyBox)
             }),

@@ -122,6 +122,13 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.restore_state(bytes))
     }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+        let inner = &mut self.inner;
+        guard(&self.ctx, || inner.restore_rescaled(parts, scope)).map_err(|e| match e {
+            Error::InvalidConfig(m) => Error::config(format!("operator '{}': {m}", self.ctx.operator)),
+            other => other,
+        })
+    }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.watermark(watermark))
@@ -150,6 +157,13 @@ impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.restore_state(bytes))
+    }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+        let inner = &mut self.inner;
+        guard(&self.ctx, || inner.restore_rescaled(parts, scope)).map_err(|e| match e {
+            Error::InvalidConfig(m) => Error::config(format!("operator '{}': {m}", self.ctx.operator)),
+            other => other,
+        })
     }
     fn batch1(&mut self, records: &mut Vec<A>) -> Result<()> {
         self.count_for_faults(records.len())?;

@@ -380,9 +380,9 @@ fn restore_from_savepoint(graph: &crate::pipeline::Graph, notes: &mut Vec<String
             None => {
                 missing.insert(base.to_string());
             }
-            Some(&p) if p != saved => {
+            Some(&p) if p != saved && state.operators().any(|(op, _)| op.starts_with(base) && op.contains('#')) => {
                 return Err(Error::config(format!(
-                    "{} has state of operator '{base}' at parallelism {saved}, and this job runs it at {p}; restoring at another parallelism is not supported yet",
+                    "{} holds in-flight data of operator '{base}' (an unaligned checkpoint) at parallelism {saved}; it can be restored only at that parallelism, not {p}",
                     path.display()
                 )));
             }

@@ -56,6 +56,11 @@ pub trait Sink<T>: Send {
     fn restore(&mut self, _bytes: &[u8]) -> Result<()> {
         Ok(())
     }
+    /// Restart at another parallelism: `parts` are what every old subtask pre-committed (by
+    /// old subtask). Sinks that cannot take over other subtasks' transactions refuse.
+    fn restore_rescaled(&mut self, _parts: &[(usize, &[u8])], _subtask: usize) -> Result<()> {
+        Err(Error::config("this sink cannot be restored at another parallelism"))
+    }
 }
 
 /// Adapts a [`Sink`] to the collector chain and counts what it receives.
@@ -96,6 +101,9 @@ impl<T, S: Sink<T>> Collector<T> for SinkOperator<S> {
     }
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         self.sink.restore(bytes)
+    }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+        self.sink.restore_rescaled(parts, scope.subtask)
     }
 }
 

@@ -100,6 +100,18 @@ impl<T: Record> Sink<T> for TransactionalCollectSink<T> {
         Ok(())
     }
 
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], _subtask: usize) -> Result<()> {
+        // Every new subtask sees every old one's pending transactions; commits are keyed by the
+        // old subtask, so each is published once.
+        for (old, bytes) in parts {
+            let pending: Vec<(u64, Vec<T>)> = from_bytes(bytes)?;
+            for (txn, records) in pending {
+                self.out.publish(*old, txn, records);
+            }
+        }
+        Ok(())
+    }
+
     fn finish(&mut self) -> Result<()> {
         let mut rest = std::mem::take(&mut self.pending);
         rest.push((FINAL_TXN, std::mem::take(&mut self.current)));

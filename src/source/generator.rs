@@ -52,9 +52,14 @@ impl<F> Generator<F> {
             rate_per_ns: self.rate_per_s.map(|r| r / parallelism as f64 / 1e9),
             started_ns: None,
             emitted: 0,
+            emitted_before: Vec::new(),
         }
     }
 }
+
+/// Indices emitted before a change of parallelism: at parallelism `p`, every index `i` below
+/// `next[i % p]` was emitted.
+type EmittedLayer = (u64, Vec<u64>);
 
 pub(crate) struct GeneratorSubtask<F> {
     f: F,
@@ -64,28 +69,54 @@ pub(crate) struct GeneratorSubtask<F> {
     rate_per_ns: Option<f64>,
     started_ns: Option<u64>,
     emitted: u64,
+    /// After restores at other parallelisms: what earlier runs emitted (skipped now).
+    emitted_before: Vec<EmittedLayer>,
 }
 
 impl<F> GeneratorSubtask<F> {
-    /// The next index this subtask will emit (its offset).
-    #[allow(dead_code)]
-    pub(crate) fn offset(&self) -> u64 {
-        self.next
+    /// Whether an earlier run, at another parallelism, already emitted index `i`.
+    #[inline]
+    fn emitted_before(&self, i: u64) -> bool {
+        self.emitted_before.iter().any(|(p, next)| i < next[(i % p) as usize])
     }
 }
 
 impl<T, F: Fn(u64, u64) -> T + Send> Source<T> for GeneratorSubtask<F> {
-    /// The offset is the next index. (The rate limit restarts from the time of a restore.)
+    /// The offset is the next index, plus what runs at other parallelisms emitted before a
+    /// rescale. (The rate limit restarts from the time of a restore.)
     fn offset(&self) -> Option<Vec<u8>> {
-        Some(crate::persist::to_bytes(&self.next))
+        Some(crate::persist::to_bytes(&(self.next, self.emitted_before.clone())))
     }
 
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
-        let next: u64 = crate::persist::from_bytes(offset)?;
+        let (next, before): (u64, Vec<EmittedLayer>) = crate::persist::from_bytes(offset)?;
         if next % self.step != self.next % self.step {
             return Err(crate::Error::Corrupt(format!("generator offset {next} belongs to another subtask")));
         }
         self.next = next;
+        self.emitted_before = before;
+        Ok(())
+    }
+
+    /// At a new parallelism, this subtask walks its own residue class from the start and skips
+    /// every index the old subtasks had emitted (one layer per rescale).
+    fn seek_rescaled(&mut self, parts: &[(usize, &[u8])], _subtask: usize, _parallelism: usize) -> Result<()> {
+        let old: Vec<(u64, Vec<EmittedLayer>)> =
+            parts.iter().map(|(_, b)| crate::persist::from_bytes(b)).collect::<Result<_>>()?;
+        let p = old.len() as u64;
+        if parts.iter().enumerate().any(|(i, (s, _))| *s != i) {
+            return Err(crate::Error::Corrupt("generator offsets are missing a subtask".into()));
+        }
+        for (s, (next, _)) in old.iter().enumerate() {
+            if next % p != s as u64 % p {
+                return Err(crate::Error::Corrupt(format!(
+                    "generator offset {next} does not belong to subtask {s} of {p}"
+                )));
+            }
+        }
+        let mut layers = old.first().map(|(_, l)| l.clone()).unwrap_or_default();
+        layers.push((p, old.iter().map(|(next, _)| *next).collect()));
+        self.emitted_before = layers;
         Ok(())
     }
 
@@ -104,10 +135,24 @@ impl<T, F: Fn(u64, u64) -> T + Send> Source<T> for GeneratorSubtask<F> {
                 return Ok(SourcePoll::Idle);
             }
         }
-        let (first, step, f) = (self.next, self.step, &self.f);
-        out.extend((0..n).map(|k| f(first + k * step, now)));
-        self.next += n * step;
-        self.emitted += n;
+        if self.emitted_before.is_empty() {
+            let (first, step, f) = (self.next, self.step, &self.f);
+            out.extend((0..n).map(|k| f(first + k * step, now)));
+            self.next += n * step;
+            self.emitted += n;
+        } else {
+            // After a rescale: skip what the earlier runs emitted.
+            let mut taken = 0;
+            while taken < n && self.next < self.end {
+                let i = self.next;
+                self.next += self.step;
+                if !self.emitted_before(i) {
+                    out.push((self.f)(i, now));
+                    taken += 1;
+                }
+            }
+            self.emitted += taken;
+        }
         Ok(SourcePoll::Emitted)
     }
 }
@@ -128,6 +173,41 @@ mod tests {
         }
         all.sort();
         assert_eq!(all, (0..10).collect::<Vec<_>>());
+    }
+
+    /// Emits everything left from `gens`, each polled to the end.
+    fn drain<F: Fn(u64, u64) -> u64 + Send>(gens: &mut [GeneratorSubtask<F>], ctx: &TaskContext) -> Vec<u64> {
+        let mut out = Vec::new();
+        for g in gens {
+            while g.poll(ctx, &mut out, 3).unwrap() != SourcePoll::Finished {}
+        }
+        out
+    }
+
+    #[test]
+    fn rescaled_generators_emit_every_index_exactly_once() {
+        let ctx = TaskContext::for_test("gen", 0, 1);
+        let gen = Generator::new(|i, _| i).count(1000);
+        // 2 subtasks emit a little each, then 4 take over, then 1.
+        let mut two: Vec<_> = (0..2).map(|s| gen.clone().subtask(s, 2)).collect();
+        let mut seen = Vec::new();
+        for (s, g) in two.iter_mut().enumerate() {
+            g.poll(&ctx, &mut seen, 50 + s * 40).unwrap();
+        }
+        let offsets: Vec<Vec<u8>> = two.iter().map(|g| Source::<u64>::offset(g).unwrap()).collect();
+        let parts: Vec<(usize, &[u8])> = offsets.iter().enumerate().map(|(s, b)| (s, b.as_slice())).collect();
+        let mut four: Vec<_> = (0..4).map(|s| gen.clone().subtask(s, 4)).collect();
+        for (s, g) in four.iter_mut().enumerate() {
+            Source::<u64>::seek_rescaled(g, &parts, s, 4).unwrap();
+            g.poll(&ctx, &mut seen, 30 + s * 7).unwrap();
+        }
+        let offsets: Vec<Vec<u8>> = four.iter().map(|g| Source::<u64>::offset(g).unwrap()).collect();
+        let parts: Vec<(usize, &[u8])> = offsets.iter().enumerate().map(|(s, b)| (s, b.as_slice())).collect();
+        let mut one = vec![gen.clone().subtask(0, 1)];
+        Source::<u64>::seek_rescaled(&mut one[0], &parts, 0, 1).unwrap();
+        seen.extend(drain(&mut one, &ctx));
+        seen.sort_unstable();
+        assert_eq!(seen, (0..1000).collect::<Vec<_>>(), "every index once across 2 → 4 → 1");
     }
 
     #[test]

@@ -45,4 +45,10 @@ pub trait Source<T>: Send {
     fn seek(&mut self, _offset: &[u8]) -> Result<()> {
         Err(crate::Error::config("this source cannot be replayed from a checkpoint"))
     }
+
+    /// Restarts from the offsets every subtask had at another parallelism (`parts`, by old
+    /// subtask): this subtask (of `parallelism`) takes over its share of what is left.
+    fn seek_rescaled(&mut self, _parts: &[(usize, &[u8])], _subtask: usize, _parallelism: usize) -> Result<()> {
+        Err(crate::Error::config("this source cannot be restored at another parallelism"))
+    }
 }

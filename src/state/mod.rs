@@ -125,6 +125,26 @@ impl<K: Key + Sync, V: Persist + Clone + Send + Sync + 'static> Snapshot for Key
     }
 }
 
+impl<K: Key, V: Persist + Clone> KeyedValueState<K, V> {
+    /// Restores from the snapshots of several subtasks saved at another parallelism, keeping
+    /// the keys whose key groups `scope` owns now.
+    pub fn restore_owned<'a>(
+        &mut self,
+        parts: impl Iterator<Item = &'a [u8]>,
+        scope: &crate::record::KeyScope,
+    ) -> Result<()> {
+        let mut map = PagedMap::new();
+        for bytes in parts {
+            let entries: Vec<(K, V)> = from_bytes(bytes)?;
+            for (k, v) in entries.into_iter().filter(|(k, _)| scope.owns(crate::record::hash_key(k))) {
+                map.insert(k, v);
+            }
+        }
+        self.map = map;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
