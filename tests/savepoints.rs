@@ -188,3 +188,21 @@ fn windows_rescale_through_a_savepoint() {
     got.sort_unstable();
     assert_eq!(got, golden);
 }
+
+#[test]
+fn a_savepoint_of_a_finishing_job_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::new("short")
+        .with_checkpointing(CheckpointConfig::new(dir.path().join("c")).interval(Duration::from_secs(3600)));
+    // One source that ends at once, one that runs on: a task has finished, so no checkpoint can
+    // complete any more.
+    job.generator(Generator::new(|i, _| i).count(10)).named("short").discard();
+    job.generator(Generator::new(|i, _| i).rate(1000.0)).named("long").discard();
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    let err = handle.trigger_savepoint(dir.path().join("sp")).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(30), "the answer must not wait for the timeout");
+    assert!(err.to_string().contains("finishing"), "{err}");
+    handle.cancel();
+}

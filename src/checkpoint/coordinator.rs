@@ -141,6 +141,9 @@ impl Coordinator {
                 for id in std::mem::take(&mut pending).into_keys() {
                     self.abort(id);
                 }
+                for req in self.savepoints.try_iter() {
+                    let _ = req.reply.send(Err("the job is finishing: some of its tasks already ended".into()));
+                }
                 continue;
             }
             let now = Instant::now();
