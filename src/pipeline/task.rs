@@ -124,10 +124,7 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
         let inner = &mut self.inner;
-        guard(&self.ctx, || inner.restore_rescaled(parts, scope)).map_err(|e| match e {
-            Error::InvalidConfig(m) => Error::config(format!("operator '{}': {m}", self.ctx.operator)),
-            other => other,
-        })
+        guard(&self.ctx, || inner.restore_rescaled(parts, scope)).map_err(|e| naming_operator(&self.ctx, e))
     }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
         let inner = &mut self.inner;
@@ -160,10 +157,7 @@ impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
         let inner = &mut self.inner;
-        guard(&self.ctx, || inner.restore_rescaled(parts, scope)).map_err(|e| match e {
-            Error::InvalidConfig(m) => Error::config(format!("operator '{}': {m}", self.ctx.operator)),
-            other => other,
-        })
+        guard(&self.ctx, || inner.restore_rescaled(parts, scope)).map_err(|e| naming_operator(&self.ctx, e))
     }
     fn batch1(&mut self, records: &mut Vec<A>) -> Result<()> {
         self.count_for_faults(records.len())?;
@@ -194,6 +188,14 @@ impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
     fn drain(&mut self) -> Result<bool> {
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.drain())
+    }
+}
+
+/// Names the operator in a configuration error raised by its restore.
+fn naming_operator(ctx: &TaskContext, e: Error) -> Error {
+    match e {
+        Error::InvalidConfig(m) => Error::config(format!("operator '{}': {m}", ctx.operator)),
+        other => other,
     }
 }
 
