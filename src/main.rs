@@ -134,6 +134,9 @@ struct RuntimeArgs {
     /// Records per batch (source polls and ring reads): smaller batches lower latency.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=(1 << 20)))]
     batch_size: u64,
+    /// Do not pin workers to cores (let the OS place and migrate them).
+    #[arg(long)]
+    no_pin: bool,
     /// Hide the live progress line.
     #[arg(long)]
     no_progress: bool,
@@ -188,7 +191,8 @@ impl RuntimeArgs {
         let config = RunConfig::default()
             .workers(workers)
             .ring_capacity(self.ring_capacity as usize)
-            .batch_size(self.batch_size as usize);
+            .batch_size(self.batch_size as usize)
+            .pin_workers(!self.no_pin);
         (config, parallelism)
     }
 }
