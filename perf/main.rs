@@ -127,24 +127,37 @@ fn main() {
     let workers = weir::runtime::available_cores();
     let default = |rate: Option<f64>| DefaultJob { parallelism: workers, keys: 1000, window_ms: 10, rate_per_s: rate };
     let max = run_for(default(None).build(), workers, d);
-    let half = run_for(default(Some(max.throughput_rps() / 2.0)).build(), workers, d);
+    // The latency tail moves a lot between runs on a shared machine: three runs, each reported,
+    // and the median p99 is the headline.
+    let halves: Vec<JobReport> =
+        (0..3).map(|_| run_for(default(Some(max.throughput_rps() / 2.0)).build(), workers, d)).collect();
     rows.push((
         "default job, max rate".into(),
         format!("{} rec/s", group_digits(max.throughput_rps() as u64)),
         "".into(),
     ));
+    let mut p99s = Vec::new();
+    for (i, half) in halves.iter().enumerate() {
+        let h = half.latency_ns.as_ref().expect("the default job measures latency");
+        p99s.push(h.value_at_quantile(0.99));
+        rows.push((
+            format!("default job at half rate, run {}: p50 / p99 / p99.9 / max", i + 1),
+            format!(
+                "{} / {} / {} / {}",
+                format_ns(h.value_at_quantile(0.5)),
+                format_ns(h.value_at_quantile(0.99)),
+                format_ns(h.value_at_quantile(0.999)),
+                format_ns(h.max())
+            ),
+            "p99 < 50 µs".into(),
+        ));
+    }
+    p99s.sort_unstable();
+    let median_p99 = p99s[p99s.len() / 2];
+    rows.push(("default job at half rate: median p99 of 3 runs".into(), format_ns(median_p99), "< 50 µs".into()));
+    let half = &halves[0];
     let h = half.latency_ns.clone().expect("the default job measures latency");
-    rows.push((
-        "default job at half rate: p50 / p99 / p99.9 / max".into(),
-        format!(
-            "{} / {} / {} / {}",
-            format_ns(h.value_at_quantile(0.5)),
-            format_ns(h.value_at_quantile(0.99)),
-            format_ns(h.value_at_quantile(0.999)),
-            format_ns(h.max())
-        ),
-        "p99 < 50 µs".into(),
-    ));
+    json.insert("default_half_rate_median_p99_ns".into(), median_p99.into());
     json.insert("default_max_rps".into(), max.throughput_rps().into());
     json.insert("default_half_rate_rps".into(), half.throughput_rps().into());
     json.insert("default_half_rate_p99_ns".into(), h.value_at_quantile(0.99).into());
