@@ -16,13 +16,53 @@ use std::sync::Arc;
 
 use super::task::{apply_notice, encode_inflight, inflight_part};
 use crate::channel::InputGate;
-use crate::checkpoint::task::{Alignment, PendingSnapshot, TaskCheckpointing, TaskStats};
+use crate::checkpoint::task::{Alignment, PendingSnapshot, TaskCheckpointing, TaskControl, TaskStats};
+use crate::collector::Collector;
 use crate::error::Result;
+use crate::operator::TwoInputOperator;
 use crate::persist::Persist;
 use crate::snapshot::{Barrier, CheckpointNotice, RawBytes, TaskSnapshot};
 
-/// The chain's side of a snapshot: capture every operator's state and forward the barrier.
-pub(crate) type Chain<'a> = dyn FnMut(Barrier, &mut TaskSnapshot) -> Result<()> + 'a;
+/// The head of a task's chain as checkpoints see it: it takes the barrier (every operator
+/// captures its state and forwards it) and hears the coordinator's notices.
+pub(crate) trait ChainHead {
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()>;
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()>;
+}
+
+impl<T> ChainHead for Box<dyn Collector<T>> {
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        Collector::barrier(&mut **self, barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        Collector::notify(&mut **self, notice)
+    }
+}
+
+impl<A, B> ChainHead for Box<dyn TwoInputOperator<A, B>> {
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        TwoInputOperator::barrier(&mut **self, barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        TwoInputOperator::notify(&mut **self, notice)
+    }
+}
+
+/// Called at the start of every poll, before the backpressure check (a blocked task still
+/// completes its checkpoints): the coordinator's notices, then [`on_poll`].
+pub(crate) fn before_poll(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    head: &mut dyn ChainHead,
+) -> Result<()> {
+    while let Some(msg) = cp.next_control() {
+        if let TaskControl::Notice(n) = msg {
+            on_notice(cp, inputs, n, head)?;
+        }
+    }
+    on_poll(cp, inputs, id, head)
+}
 
 /// Who a task is, for naming its failures and its in-flight data.
 pub(crate) struct TaskIdent {
@@ -171,13 +211,13 @@ impl<A: Copy + Persist, B: Copy + Persist> Inputs for GatePair<A, B> {
 
 /// Applies a notice from the coordinator: the chain hears it; an abandoned alignment or
 /// capture is dropped.
-pub(crate) fn on_notice(
+fn on_notice(
     cp: &mut TaskCheckpointing,
     inputs: &mut impl Inputs,
     notice: CheckpointNotice,
-    notify: &mut dyn FnMut(CheckpointNotice) -> Result<()>,
+    head: &mut dyn ChainHead,
 ) -> Result<()> {
-    if apply_notice(cp, notice, notify)? {
+    if apply_notice(cp, notice, &mut |n| head.notify(n))? {
         inputs.unblock_all();
     }
     if cp.pending_unaligned.is_none() && inputs.capturing() {
@@ -193,7 +233,7 @@ pub(crate) fn on_inband(
     id: &TaskIdent,
     ch: usize,
     barrier: Barrier,
-    chain: &mut Chain<'_>,
+    head: &mut dyn ChainHead,
 ) -> Result<()> {
     let position = inputs.read_position(ch) - 1;
     if cp.pending_unaligned.as_ref().is_some_and(|p| p.snapshot.barrier.id == barrier.id) {
@@ -213,7 +253,7 @@ pub(crate) fn on_inband(
         }
         Alignment::Waiting => {}
     }
-    complete_aligned(cp, inputs, id, chain)
+    complete_aligned(cp, inputs, id, head)
 }
 
 /// Channel `ch`'s producer published an unaligned barrier with write sequence number `seq`.
@@ -224,16 +264,16 @@ pub(crate) fn on_priority(
     ch: usize,
     barrier: Barrier,
     seq: u64,
-    chain: &mut Chain<'_>,
+    head: &mut dyn ChainHead,
 ) -> Result<()> {
     if cp.aligner.pending().is_some_and(|(b, _)| b.id == barrier.id) {
-        switch_to_unaligned(cp, inputs, id, chain)?;
+        switch_to_unaligned(cp, inputs, id, head)?;
     } else {
         match begin_unaligned(cp, &barrier) {
             None => return Ok(()),
             Some(true) => {
                 inputs.abort_capture();
-                snapshot_unaligned(cp, id, barrier, None, chain)?;
+                snapshot_unaligned(cp, id, barrier, None, head)?;
                 inputs.start_capture();
             }
             Some(false) => {}
@@ -249,14 +289,14 @@ pub(crate) fn on_poll(
     cp: &mut TaskCheckpointing,
     inputs: &mut impl Inputs,
     id: &TaskIdent,
-    chain: &mut Chain<'_>,
+    head: &mut dyn ChainHead,
 ) -> Result<()> {
     if let (Some(timeout), Some((_, first_ns))) = (cp.alignment_timeout_ns, cp.aligner.pending()) {
         if cp.clock.now_ns().saturating_sub(first_ns) >= timeout {
-            switch_to_unaligned(cp, inputs, id, chain)?;
+            switch_to_unaligned(cp, inputs, id, head)?;
         }
     }
-    complete_aligned(cp, inputs, id, chain)?;
+    complete_aligned(cp, inputs, id, head)?;
     finish_unaligned(cp, inputs, id)
 }
 
@@ -264,13 +304,13 @@ fn complete_aligned(
     cp: &mut TaskCheckpointing,
     inputs: &mut impl Inputs,
     id: &TaskIdent,
-    chain: &mut Chain<'_>,
+    head: &mut dyn ChainHead,
 ) -> Result<()> {
     if let Some((barrier, first_ns)) = cp.aligner.complete(|i| inputs.is_ended(i)) {
         cp.check_sync_fault(&barrier, &id.name)?;
         let start = cp.clock.now_ns();
         let mut snap = TaskSnapshot::new(barrier);
-        chain(barrier, &mut snap)?;
+        head.barrier(barrier, &mut snap)?;
         let now = cp.clock.now_ns();
         let stats = TaskStats {
             start_delay_ns: first_ns.saturating_sub(barrier.trigger_ns),
@@ -290,7 +330,7 @@ fn switch_to_unaligned(
     cp: &mut TaskCheckpointing,
     inputs: &mut impl Inputs,
     id: &TaskIdent,
-    chain: &mut Chain<'_>,
+    head: &mut dyn ChainHead,
 ) -> Result<()> {
     let Some((barrier, first_ns, positions)) = cp.aligner.take_pending() else {
         return Ok(());
@@ -299,7 +339,7 @@ fn switch_to_unaligned(
         cp.decline(p.snapshot.barrier.id, "superseded by a newer checkpoint before its in-flight data was complete");
     }
     inputs.abort_capture();
-    snapshot_unaligned(cp, id, Barrier { unaligned: true, ..barrier }, Some(first_ns), chain)?;
+    snapshot_unaligned(cp, id, Barrier { unaligned: true, ..barrier }, Some(first_ns), head)?;
     inputs.start_capture();
     for (ch, pos) in positions.into_iter().enumerate() {
         if let Some(pos) = pos {
@@ -338,12 +378,12 @@ fn snapshot_unaligned(
     id: &TaskIdent,
     barrier: Barrier,
     aligning_since_ns: Option<u64>,
-    chain: &mut Chain<'_>,
+    head: &mut dyn ChainHead,
 ) -> Result<()> {
     cp.check_sync_fault(&barrier, &id.name)?;
     let start = cp.clock.now_ns();
     let mut snap = TaskSnapshot::new(barrier);
-    chain(barrier, &mut snap)?;
+    head.barrier(barrier, &mut snap)?;
     let now = cp.clock.now_ns();
     let first = aligning_since_ns.unwrap_or(start);
     let stats = TaskStats {

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::barriers::{self, on_notice, GatePair, TaskIdent};
+use super::barriers::{self, GatePair, TaskIdent};
 use crate::channel::Entry;
 use crate::channel::{GatePoll, InputGate};
 use crate::checkpoint::task::{BarrierAligner, TaskCheckpointing, TaskControl, TaskStats};
@@ -416,13 +416,7 @@ impl<T: Copy + Send + Persist> Task for OneInputTask<T> {
         }
         let OneInputTask { id, gate, head, checkpointing, .. } = self;
         if let Some(cp) = checkpointing.as_mut() {
-            while let Some(msg) = cp.next_control() {
-                if let TaskControl::Notice(n) = msg {
-                    on_notice(cp, gate, n, &mut |n| head.notify(n))?;
-                }
-            }
-            // Before the backpressure check: a blocked task still completes its checkpoints.
-            barriers::on_poll(cp, gate, id, &mut |b, s| head.barrier(b, s))?;
+            barriers::before_poll(cp, gate, id, head)?;
         }
         if !self.head.drain()? {
             return Ok(TaskPoll::Idle);
@@ -433,23 +427,22 @@ impl<T: Copy + Send + Persist> Task for OneInputTask<T> {
         }
         let polled = self.gate.poll(&mut *self.head, self.budget)?;
         let OneInputTask { id, gate, head, checkpointing, .. } = self;
-        let mut chain = |b: Barrier, s: &mut TaskSnapshot| head.barrier(b, s);
         Ok(match polled {
             GatePoll::Progress => {
                 if let Some(cp) = checkpointing.as_mut() {
-                    barriers::on_poll(cp, gate, id, &mut chain)?;
+                    barriers::on_poll(cp, gate, id, head)?;
                 }
                 TaskPoll::Progress
             }
             GatePoll::Idle => TaskPoll::Idle,
             GatePoll::Barrier { channel, barrier } => {
                 let cp = checkpointing.as_mut().expect("barriers flow only in checkpointed jobs");
-                barriers::on_inband(cp, gate, id, channel, barrier, &mut chain)?;
+                barriers::on_inband(cp, gate, id, channel, barrier, head)?;
                 TaskPoll::Progress
             }
             GatePoll::PriorityBarrier { channel, barrier, seq } => {
                 let cp = checkpointing.as_mut().expect("barriers flow only in checkpointed jobs");
-                barriers::on_priority(cp, gate, id, channel, barrier, seq, &mut chain)?;
+                barriers::on_priority(cp, gate, id, channel, barrier, seq, head)?;
                 TaskPoll::Progress
             }
             GatePoll::Finished => {
@@ -520,12 +513,7 @@ impl<A: Copy + Send + Persist, B: Copy + Send + Persist> Task for TwoInputTask<A
         {
             let TwoInputTask { id, gates, op, checkpointing, .. } = self;
             if let Some(cp) = checkpointing.as_mut() {
-                while let Some(msg) = cp.next_control() {
-                    if let TaskControl::Notice(n) = msg {
-                        on_notice(cp, gates, n, &mut |n| op.notify(n))?;
-                    }
-                }
-                barriers::on_poll(cp, gates, id, &mut |b, s| op.barrier(b, s))?;
+                barriers::before_poll(cp, gates, id, op)?;
             }
         }
         if !self.op.drain()? {
@@ -548,18 +536,17 @@ impl<A: Copy + Send + Persist, B: Copy + Send + Persist> Task for TwoInputTask<A
             };
             let offset = if side == 0 { 0 } else { n_left };
             let TwoInputTask { id, gates, op, checkpointing, .. } = self;
-            let mut chain = |b: Barrier, s: &mut TaskSnapshot| op.barrier(b, s);
             match polled {
                 GatePoll::Progress => progress = true,
                 GatePoll::Idle => {}
                 GatePoll::Barrier { channel, barrier } => {
                     let cp = checkpointing.as_mut().expect("barriers flow only in checkpointed jobs");
-                    barriers::on_inband(cp, gates, id, offset + channel, barrier, &mut chain)?;
+                    barriers::on_inband(cp, gates, id, offset + channel, barrier, op)?;
                     progress = true;
                 }
                 GatePoll::PriorityBarrier { channel, barrier, seq } => {
                     let cp = checkpointing.as_mut().expect("barriers flow only in checkpointed jobs");
-                    barriers::on_priority(cp, gates, id, offset + channel, barrier, seq, &mut chain)?;
+                    barriers::on_priority(cp, gates, id, offset + channel, barrier, seq, op)?;
                     progress = true;
                 }
                 GatePoll::Finished => {
@@ -571,7 +558,7 @@ impl<A: Copy + Send + Persist, B: Copy + Send + Persist> Task for TwoInputTask<A
         if progress {
             let TwoInputTask { id, gates, op, checkpointing, .. } = self;
             if let Some(cp) = checkpointing.as_mut() {
-                barriers::on_poll(cp, gates, id, &mut |b, s| op.barrier(b, s))?;
+                barriers::on_poll(cp, gates, id, op)?;
             }
         }
         if self.done == [true, true] {
