@@ -61,6 +61,10 @@ struct CheckpointArgs {
     /// Unaligned checkpoints: barriers overtake in-flight data, which is stored instead.
     #[arg(long)]
     unaligned: bool,
+    /// Incremental checkpoints: write only the state pages changed since the last completed
+    /// checkpoint and refer to earlier files for the rest.
+    #[arg(long)]
+    incremental: bool,
     /// With --unaligned: start aligned, switch to unaligned after this many milliseconds.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     alignment_timeout_ms: Option<u64>,
@@ -89,6 +93,7 @@ impl CheckpointArgs {
                 ("--interval-ms", self.interval_ms.is_some()),
                 ("--mode", self.mode.is_some()),
                 ("--unaligned", self.unaligned),
+                ("--incremental", self.incremental),
                 ("--alignment-timeout-ms", self.alignment_timeout_ms.is_some()),
                 ("--max-concurrent", self.max_concurrent.is_some()),
                 ("--retain", self.retain.is_some()),
@@ -99,7 +104,7 @@ impl CheckpointArgs {
             }
             return Ok(None);
         };
-        let mut c = CheckpointConfig::new(dir).unaligned(self.unaligned);
+        let mut c = CheckpointConfig::new(dir).unaligned(self.unaligned).incremental(self.incremental);
         if let Some(ms) = self.interval_ms {
             c = c.interval(Duration::from_millis(ms));
         }

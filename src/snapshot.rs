@@ -41,19 +41,58 @@ pub enum CheckpointNotice {
 /// One operator's state captured by the synchronous part of a snapshot, written out later by
 /// the asynchronous part (on a background thread, while the task goes on).
 pub trait ForkedState: Send {
-    /// Writes the captured state; returns the bytes written.
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<u64>;
+    /// Hands the captured state to `out` as a sequence of chunks; concatenated, the chunks are
+    /// the state's encoding (what [`crate::collector::Collector::restore_state`] reads).
+    /// Paged state hands each page as a [`StateChunks::page`], so that an incremental
+    /// checkpoint can refer to a page an earlier checkpoint stored instead of writing it again.
+    fn write_chunks(&self, out: &mut dyn StateChunks) -> io::Result<()>;
+
+    /// Writes the whole encoding to `out`; returns the bytes written.
+    fn write_to(&self, out: &mut dyn Write) -> io::Result<u64> {
+        let mut all = Concatenated { out, written: 0 };
+        self.write_chunks(&mut all)?;
+        Ok(all.written)
+    }
+}
+
+/// Receives a [`ForkedState`]'s encoding, chunk by chunk.
+pub trait StateChunks {
+    /// Bytes of the encoding.
+    fn bytes(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// One page of state whose content is identified by `version`: two pages with the same
+    /// version have the same content ([`crate::state::PagedMap`] gives a page a new version
+    /// when it is first written after a fork). `encode` appends the page's encoding; a receiver
+    /// that already stored this version may refer to it and not call `encode` at all.
+    fn page(&mut self, version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<()>;
+}
+
+/// The plain receiver: every chunk written out in order.
+struct Concatenated<'a> {
+    out: &'a mut dyn Write,
+    written: u64,
+}
+
+impl StateChunks for Concatenated<'_> {
+    fn bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+    fn page(&mut self, _version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<()> {
+        let mut buf = Vec::new();
+        encode(&mut buf);
+        self.bytes(&buf)
+    }
 }
 
 /// A captured value that is written with its [`Persist`] encoding.
 pub struct PersistedFork<T>(pub T);
 
 impl<T: Persist + Send> ForkedState for PersistedFork<T> {
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<u64> {
+    fn write_chunks(&self, out: &mut dyn StateChunks) -> io::Result<()> {
         let mut buf = Vec::new();
         self.0.persist(&mut buf);
-        out.write_all(&buf)?;
-        Ok(buf.len() as u64)
+        out.bytes(&buf)
     }
 }
 
@@ -61,9 +100,8 @@ impl<T: Persist + Send> ForkedState for PersistedFork<T> {
 pub struct RawBytes(pub Vec<u8>);
 
 impl ForkedState for RawBytes {
-    fn write_to(&self, out: &mut dyn Write) -> io::Result<u64> {
-        out.write_all(&self.0)?;
-        Ok(self.0.len() as u64)
+    fn write_chunks(&self, out: &mut dyn StateChunks) -> io::Result<()> {
+        out.bytes(&self.0)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Failure injection: seeded failure schedules (several failures per run, during snapshots,
 //! right after recovery, declined checkpoints) over word count, a windowed count and a window
-//! join, at parallelism 2 to 4 on 2 workers. Exactly-once runs must produce exactly the
+//! join, at parallelism 2 to 4 on 2 workers, with full and incremental checkpoints. Exactly-once runs must produce exactly the
 //! failure-free output; at-least-once runs must lose nothing.
 
 use std::collections::HashMap;
@@ -203,16 +203,20 @@ fn check_workload(w: Workload, records: u64) {
             (CheckpointMode::ExactlyOnce, true, Some(Duration::from_millis(1))),
             (CheckpointMode::AtLeastOnce, false, None),
         ];
-        for (mode, unaligned, timeout) in modes {
+        for (i, (mode, unaligned, timeout)) in modes.into_iter().enumerate() {
+            // Every mode runs with full and with incremental checkpoints across the three
+            // parallelisms.
+            let incremental = (p + i) % 2 == 0;
             let dir = tempfile::tempdir().unwrap();
             let (_, operator) = build(w, &Job::new("probe"), corpus.path());
             let faults = FaultInjector::new(schedule(seed, operator, records));
-            let mut config = checkpointed(dir.path(), mode, faults.clone()).unaligned(unaligned);
+            let mut config =
+                checkpointed(dir.path(), mode, faults.clone()).unaligned(unaligned).incremental(incremental);
             if let Some(t) = timeout {
                 config = config.alignment_timeout(t);
             }
             let (got, restarts, notes) = run(w, p, corpus.path(), Some(config));
-            let name = format!("{w:?} p={p} {mode} unaligned={unaligned} timeout={timeout:?}");
+            let name = format!("{w:?} p={p} {mode} unaligned={unaligned} timeout={timeout:?} incremental={incremental}");
             assert!(restarts >= 2, "{name}: the schedule should force restarts ({restarts}): {notes:?}");
             if notes.iter().any(|n| n.starts_with("restored from checkpoint")) {
                 restored_runs += 1;

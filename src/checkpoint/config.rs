@@ -115,6 +115,9 @@ pub struct CheckpointConfig {
     pub tolerable_failures: u32,
     /// Completed checkpoints kept on disk.
     pub retained: usize,
+    /// Incremental checkpoints: write only the state pages dirtied since the last completed
+    /// checkpoint and refer to earlier files for the rest.
+    pub incremental: bool,
     /// How the job restarts after a failure.
     pub restart: RestartStrategy,
     /// Failure points for tests.
@@ -135,6 +138,7 @@ impl CheckpointConfig {
             max_concurrent: 1,
             tolerable_failures: 3,
             retained: 1,
+            incremental: false,
             restart: RestartStrategy::FixedDelay { attempts: 10, delay: Duration::from_millis(100) },
             faults: None,
         }
@@ -147,6 +151,11 @@ impl CheckpointConfig {
     /// Sets the mode.
     pub fn mode(mut self, mode: CheckpointMode) -> Self {
         self.mode = mode;
+        self
+    }
+    /// Turns incremental checkpoints on or off.
+    pub fn incremental(mut self, incremental: bool) -> Self {
+        self.incremental = incremental;
         self
     }
     /// Turns unaligned checkpoints on or off.

@@ -4,7 +4,7 @@
 //! time out or are declined, tells the tasks, and fails the job after too many consecutive
 //! failures. It retains the configured number of completed checkpoints.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::CheckpointConfig;
 use super::storage::{CheckpointMetadata, CheckpointStats, CheckpointStorage, TaskFile, FORMAT_VERSION};
-use super::task::{TaskAck, TaskControl, TaskStats};
+use super::task::{TaskAck, TaskControl, TaskDone, TaskStats};
 use crate::context::Clock;
 use crate::error::Error;
 use crate::snapshot::{Barrier, CheckpointNotice};
@@ -57,12 +57,14 @@ pub(crate) struct Coordinator {
     pub(crate) fail: Box<dyn Fn(Error) + Send>,
     /// Savepoints asked for by hand.
     pub(crate) savepoints: Receiver<SavepointRequest>,
+    /// Shared files retention deleted in this attempt: a checkpoint referring to one fails.
+    pub(crate) deleted_shared: HashSet<String>,
 }
 
 struct Pending {
     barrier: Barrier,
     started: Instant,
-    acks: HashMap<usize, (String, u64, TaskStats)>,
+    acks: HashMap<usize, TaskDone>,
     savepoint: Option<SavepointRequest>,
 }
 
@@ -91,12 +93,22 @@ impl Coordinator {
                 let Some(p) = pending.get_mut(&ack.checkpoint) else {
                     continue;
                 };
-                match ack.result {
+                let result = ack.result.and_then(|done| match done.shared.iter().find(|f| self.deleted_shared.contains(*f)) {
+                    // Its writer read a page index older than a completion that retired the
+                    // file (a race with retention): this checkpoint cannot be restored.
+                    Some(f) => Err(format!("refers to shared state {f}, which retention already deleted")),
+                    None => Ok(done),
+                });
+                match result {
                     Ok(info) => {
                         p.acks.insert(ack.task, info);
                         if p.acks.len() == self.tasks.len() {
                             let p = pending.remove(&ack.checkpoint).expect("present");
-                            match self.complete(p) {
+                            let in_use: HashSet<String> = pending
+                                .values()
+                                .flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter().cloned()))
+                                .collect();
+                            match self.complete(p, &in_use) {
                                 Ok(()) => {
                                     consecutive_failures = 0;
                                     last_completion = Some(Instant::now());
@@ -211,11 +223,14 @@ impl Coordinator {
         self.storage.discard(id);
     }
 
-    fn complete(&mut self, mut p: Pending) -> Result<(), String> {
+    /// Completes a checkpoint every task acknowledged; `in_use` are the shared files that
+    /// checkpoints still in progress refer to (retention keeps them).
+    fn complete(&mut self, mut p: Pending, in_use: &HashSet<String>) -> Result<(), String> {
         let id = p.barrier.id;
         let savepoint = p.savepoint.take();
         let ms = |ns: u64| ns as f64 / 1e6;
-        let max = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.2)).max().unwrap_or(0);
+        let max = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.stats)).max().unwrap_or(0);
+        let sum = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.stats)).sum();
         let stats = CheckpointStats {
             id,
             trigger_ms: ms(p.barrier.trigger_ns),
@@ -224,18 +239,22 @@ impl Coordinator {
             alignment_ms: ms(max(|s| s.alignment_ns)),
             sync_ms: ms(max(|s| s.sync_ns)),
             async_ms: ms(max(|s| s.async_ns)),
-            state_bytes: p.acks.values().map(|a| a.2.state_bytes).sum(),
-            inflight_bytes: p.acks.values().map(|a| a.2.inflight_bytes).sum(),
+            state_bytes: sum(|s| s.state_bytes),
+            written_bytes: sum(|s| s.written_bytes),
+            inflight_bytes: sum(|s| s.inflight_bytes),
         };
         let mut tasks: Vec<TaskFile> = self
             .tasks
             .iter()
             .map(|t| {
-                let (file, bytes, _) = &p.acks[&t.index];
-                TaskFile { task: t.index, name: t.name.clone(), file: file.clone(), bytes: *bytes }
+                let a = &p.acks[&t.index];
+                TaskFile { task: t.index, name: t.name.clone(), file: a.file.clone(), bytes: a.bytes }
             })
             .collect();
         tasks.sort_by_key(|t| t.task);
+        let mut shared: Vec<String> = p.acks.values().flat_map(|a| a.shared.iter().cloned()).collect();
+        shared.sort();
+        shared.dedup();
         let metadata = CheckpointMetadata {
             format: FORMAT_VERSION,
             job: self.job.clone(),
@@ -246,6 +265,7 @@ impl Coordinator {
             completed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
             stats: stats.clone(),
             tasks,
+            shared,
         };
         self.storage.commit(&metadata).map_err(|e| e.to_string())?;
         if let Some(req) = savepoint {
@@ -254,7 +274,8 @@ impl Coordinator {
         self.notify(CheckpointNotice::Complete(id));
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
         self.completed.push(id);
-        self.storage.retain(&mut self.completed, self.config.retained);
+        let deleted = self.storage.retain(&mut self.completed, self.config.retained, in_use);
+        self.deleted_shared.extend(deleted);
         Ok(())
     }
 }

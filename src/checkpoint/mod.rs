@@ -12,18 +12,21 @@
 
 mod config;
 pub(crate) mod coordinator;
+mod incremental;
 mod storage;
 pub(crate) mod task;
 
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy};
 pub use storage::{
     decode_file, load_dir, read_file, read_metadata, write_file, CheckpointMetadata, CheckpointStats,
-    CheckpointStorage, FileKind, LoadedCheckpoint, TaskFile, FORMAT_VERSION, METADATA_FILE,
+    CheckpointStorage, FileKind, LoadedCheckpoint, StoredChunk, TaskFile, TaskFileContent, FORMAT_VERSION,
+    METADATA_FILE, SHARED_DIR,
 };
 
 /// A table of checkpoint statistics, one row per checkpoint (for the command line).
 pub fn stats_table(stats: &[CheckpointStats]) -> String {
-    let header = ["id", "duration", "start delay", "alignment", "sync", "async", "state bytes", "in-flight bytes"];
+    let header =
+        ["id", "duration", "start delay", "alignment", "sync", "async", "state bytes", "written", "in-flight bytes"];
     let ms = |v: f64| format!("{v:.2} ms");
     let rows: Vec<Vec<String>> = stats
         .iter()
@@ -36,6 +39,7 @@ pub fn stats_table(stats: &[CheckpointStats]) -> String {
                 ms(s.sync_ms),
                 ms(s.async_ms),
                 crate::metrics::group_digits(s.state_bytes),
+                crate::metrics::group_digits(s.written_bytes),
                 crate::metrics::group_digits(s.inflight_bytes),
             ]
         })
@@ -88,7 +92,7 @@ pub fn inspect(dir: &std::path::Path) -> crate::Result<Vec<(u64, CheckpointStatu
         .list()
         .into_iter()
         .map(|id| {
-            let status = if !storage.checkpoint_dir(id).join(METADATA_FILE).exists() {
+            let status = if !storage.is_complete(id) {
                 CheckpointStatus::Incomplete
             } else {
                 match storage.load(id) {

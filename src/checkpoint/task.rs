@@ -6,7 +6,8 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use super::config::CheckpointMode;
-use super::storage::{CheckpointStorage, TaskParts};
+use super::incremental::{write_task_snapshot, PageIndex};
+use super::storage::CheckpointStorage;
 use crate::context::Clock;
 use crate::error::{Error, Result};
 use crate::snapshot::{Barrier, CheckpointNotice, FaultInjector, TaskSnapshot};
@@ -28,7 +29,19 @@ pub(crate) struct TaskStats {
     pub(crate) sync_ns: u64,
     pub(crate) async_ns: u64,
     pub(crate) state_bytes: u64,
+    pub(crate) written_bytes: u64,
     pub(crate) inflight_bytes: u64,
+}
+
+/// One task's part of a checkpoint, durable.
+#[derive(Debug)]
+pub(crate) struct TaskDone {
+    /// The task file (relative to the checkpoint's folder) and its size.
+    pub(crate) file: String,
+    pub(crate) bytes: u64,
+    pub(crate) stats: TaskStats,
+    /// Shared files (incremental checkpoints) the task file refers to.
+    pub(crate) shared: Vec<String>,
 }
 
 /// From one task to the coordinator: its part of a checkpoint is durable, or it declines.
@@ -36,7 +49,7 @@ pub(crate) struct TaskStats {
 pub(crate) struct TaskAck {
     pub(crate) checkpoint: u64,
     pub(crate) task: usize,
-    pub(crate) result: std::result::Result<(String, u64, TaskStats), String>,
+    pub(crate) result: std::result::Result<TaskDone, String>,
 }
 
 /// What happened to a barrier at the aligner.
@@ -152,6 +165,8 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) control: Receiver<TaskControl>,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
+    /// Incremental checkpoints: where this task's pages were stored.
+    pub(crate) pages: Option<Arc<PageIndex>>,
     pub(crate) faults: Option<Arc<FaultInjector>>,
     pub(crate) clock: Clock,
     pub(crate) aligner: BarrierAligner,
@@ -191,8 +206,8 @@ impl TaskCheckpointing {
     /// Hands a captured snapshot to the background writer, which acknowledges it (or declines
     /// it) to the coordinator when done. `stats` has the synchronous figures filled in.
     pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
-        let (task, storage, acks, faults, clock) =
-            (self.task, self.storage.clone(), self.acks.clone(), self.faults.clone(), self.clock);
+        let (task, storage, acks, faults, clock, pages) =
+            (self.task, self.storage.clone(), self.acks.clone(), self.faults.clone(), self.clock, self.pages.clone());
         rayon::spawn(move || {
             let id = snapshot.barrier.id;
             let start = clock.now_ns();
@@ -200,16 +215,12 @@ impl TaskCheckpointing {
                 if faults.as_ref().is_some_and(|f| f.fail_async(id)) {
                     return Err(format!("injected failure in the asynchronous part of checkpoint {id}"));
                 }
-                let mut parts: TaskParts = Vec::with_capacity(snapshot.parts.len());
-                for p in &snapshot.parts {
-                    let mut bytes = Vec::new();
-                    p.state.write_to(&mut bytes).map_err(|e| e.to_string())?;
-                    stats.state_bytes += bytes.len() as u64;
-                    parts.push((p.operator.to_string(), p.subtask as u64, bytes));
-                }
-                let (file, size) = storage.write_task(id, task, &parts).map_err(|e| e.to_string())?;
+                let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot).map_err(|e| e.to_string())?;
+                // In-flight data is counted apart (it is written among the parts).
+                stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);
+                stats.written_bytes += w.written_bytes.saturating_sub(stats.inflight_bytes);
                 stats.async_ns = clock.now_ns() - start;
-                Ok((file, size, stats))
+                Ok(TaskDone { file: w.file, bytes: w.file_bytes, stats, shared: w.shared })
             })();
             // The coordinator may be gone (the attempt ended); nothing to tell then.
             let _ = acks.send(TaskAck { checkpoint: id, task, result });

@@ -74,26 +74,18 @@ pub(crate) struct ForkedWindows<H, K, V> {
 }
 
 impl<H: Persist + Send, K: Key, V: Persist + Send + Sync> ForkedState for ForkedWindows<H, K, V> {
-    fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<u64> {
+    fn write_chunks(&self, out: &mut dyn crate::snapshot::StateChunks) -> std::io::Result<()> {
         let mut buf = Vec::new();
         self.head.persist(&mut buf);
         (self.windows.len() as u64).persist(&mut buf);
-        let mut n = 0;
+        out.bytes(&buf)?;
         for (start, fork) in &self.windows {
+            buf.clear();
             start.persist(&mut buf);
-            (fork.len() as u64).persist(&mut buf);
-            for (k, v) in fork.iter() {
-                k.persist(&mut buf);
-                v.persist(&mut buf);
-            }
-            if buf.len() > 60 * 1024 {
-                out.write_all(&buf)?;
-                n += buf.len() as u64;
-                buf.clear();
-            }
+            out.bytes(&buf)?;
+            fork.write_chunks(out)?;
         }
-        out.write_all(&buf)?;
-        Ok(n + buf.len() as u64)
+        Ok(())
     }
 }
 

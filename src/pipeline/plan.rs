@@ -38,6 +38,7 @@ pub(crate) struct CheckpointWiring {
     pub(crate) mode: CheckpointMode,
     pub(crate) unaligned: bool,
     pub(crate) alignment_timeout_ns: Option<u64>,
+    pub(crate) incremental: bool,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
 }
@@ -212,6 +213,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     control: rx,
                     acks: w.acks.clone(),
                     storage: w.storage.clone(),
+                    pages: w.incremental.then(Default::default),
                     faults: env.faults.clone(),
                     clock: env.clock,
                     aligner: BarrierAligner::new(0),

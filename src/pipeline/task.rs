@@ -227,6 +227,9 @@ pub(crate) fn apply_notice(
     notify: &mut dyn FnMut(CheckpointNotice) -> Result<()>,
 ) -> Result<bool> {
     let mut unblock = false;
+    if let Some(pages) = &cp.pages {
+        pages.on_notice(notice);
+    }
     if let CheckpointNotice::Aborted(id) = notice {
         unblock = cp.aligner.abort(id);
         if cp.pending_unaligned.as_ref().is_some_and(|p| p.snapshot.barrier.id == id) {

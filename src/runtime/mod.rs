@@ -438,6 +438,9 @@ fn start_attempt(
             )));
         }
         let storage = Arc::new(CheckpointStorage::new(&cfg.dir));
+        // No checkpoint is being written now: shared pages of checkpoints that never completed
+        // (a crash, an earlier attempt) can go.
+        storage.remove_unreferenced_shared();
         let (latest, skipped) = storage.latest_valid();
         notes.extend(skipped);
         let mut completed = Vec::new();
@@ -453,7 +456,12 @@ fn start_attempt(
                 )));
             }
             notes.push(format!("restored from checkpoint {}", c.metadata.checkpoint));
-            completed.push(c.metadata.checkpoint);
+            // Every complete checkpoint up to the restored one takes part in retention.
+            completed = storage
+                .list()
+                .into_iter()
+                .filter(|&id| id <= c.metadata.checkpoint && storage.is_complete(id))
+                .collect();
             restored = Some(Arc::new(c.state));
         }
         // Ids continue past every folder on disk, complete or not, so none is reused (nor the
@@ -470,6 +478,7 @@ fn start_attempt(
             mode: cfg.mode,
             unaligned: cfg.unaligned,
             alignment_timeout_ns: cfg.alignment_timeout.map(|t| t.as_nanos() as u64),
+            incremental: cfg.incremental,
             acks: acks_tx,
             storage: storage.clone(),
         });
@@ -514,6 +523,7 @@ fn start_attempt(
                 finished_tasks: scope.finished_tasks.clone(),
                 fail: Box::new(move |e| fail_state.fail(e)),
                 savepoints: savepoint_rx,
+                deleted_shared: Default::default(),
             };
             let t = std::thread::Builder::new()
                 .name(format!("weir-{}-coordinator", graph.name))

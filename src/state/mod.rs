@@ -14,7 +14,7 @@ use crate::record::Key;
 
 mod paged;
 
-pub use crate::snapshot::{ForkedState, PersistedFork};
+pub use crate::snapshot::{ForkedState, PersistedFork, StateChunks};
 pub use paged::{state_memory_bytes, PagedFork, PagedMap, PAGE_SLOTS};
 
 /// State that can be snapshotted in two steps.
@@ -91,21 +91,8 @@ impl<K: Key, V: Clone> KeyedValueState<K, V> {
 struct ForkedEntries<K, V>(PagedFork<K, V>);
 
 impl<K: Key + Sync, V: Persist + Send + Sync> ForkedState for ForkedEntries<K, V> {
-    fn write_to(&self, out: &mut dyn std::io::Write) -> std::io::Result<u64> {
-        let mut buf = Vec::with_capacity(64 * 1024);
-        (self.0.len() as u64).persist(&mut buf);
-        let mut n = 0u64;
-        for (k, v) in self.0.iter() {
-            k.persist(&mut buf);
-            v.persist(&mut buf);
-            if buf.len() >= 60 * 1024 {
-                out.write_all(&buf)?;
-                n += buf.len() as u64;
-                buf.clear();
-            }
-        }
-        out.write_all(&buf)?;
-        Ok(n + buf.len() as u64)
+    fn write_chunks(&self, out: &mut dyn crate::snapshot::StateChunks) -> std::io::Result<()> {
+        self.0.write_chunks(out)
     }
 }
 

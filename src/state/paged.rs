@@ -12,10 +12,12 @@
 //! check on the hot path.
 
 use std::hash::Hash;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::persist::Persist;
 use crate::record::hash_key;
+use crate::snapshot::StateChunks;
 
 /// Slots per page (a power of two).
 pub const PAGE_SLOTS: usize = 256;
@@ -30,6 +32,15 @@ static PAGE_BYTES: AtomicI64 = AtomicI64::new(0);
 /// held by snapshots being written.
 pub fn state_memory_bytes() -> u64 {
     PAGE_BYTES.load(Ordering::Relaxed).max(0) as u64
+}
+
+/// Page versions, unique in the process: a page gets a new one when it is created and when it
+/// is first written after a fork, so two forks that show a page with the same version show
+/// the same content (what incremental checkpoints rely on to skip unchanged pages).
+static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
+
+fn new_version() -> u64 {
+    NEXT_VERSION.fetch_add(1, Ordering::Relaxed)
 }
 
 struct Page<K, V> {
@@ -70,6 +81,8 @@ impl<K, V> Drop for Page<K, V> {
 pub struct PagedMap<K, V> {
     pages: Vec<Arc<Page<K, V>>>,
     owned: Vec<bool>,
+    /// Per page: its version (see [`NEXT_VERSION`]); renewed on the first write after a fork.
+    versions: Vec<u64>,
     /// Slots in all, minus one (the slot count is a power of two).
     mask: usize,
     len: usize,
@@ -80,6 +93,7 @@ pub struct PagedMap<K, V> {
 /// writer.
 pub struct PagedFork<K, V> {
     pages: Vec<Arc<Page<K, V>>>,
+    versions: Vec<u64>,
     len: usize,
 }
 
@@ -92,7 +106,14 @@ impl<K: Hash + Eq + Copy, V: Clone> Default for PagedMap<K, V> {
 impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
     /// An empty map (one page).
     pub fn new() -> Self {
-        PagedMap { pages: vec![Page::new()], owned: vec![true], mask: PAGE_SLOTS - 1, len: 0, copied_pages: 0 }
+        PagedMap {
+            pages: vec![Page::new()],
+            owned: vec![true],
+            versions: vec![new_version()],
+            mask: PAGE_SLOTS - 1,
+            len: 0,
+            copied_pages: 0,
+        }
     }
 
     /// Number of entries.
@@ -134,6 +155,7 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
                 self.copied_pages += 1;
             }
             self.owned[p] = true;
+            self.versions[p] = new_version();
         }
         debug_assert_eq!(Arc::strong_count(&self.pages[p]), 1, "an owned page is unshared");
         // SAFETY: `owned[p]` is true only while this map holds the only reference to the page
@@ -222,6 +244,7 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
         let slots = (self.mask + 1) * 2;
         let old = std::mem::replace(&mut self.pages, (0..slots / PAGE_SLOTS).map(|_| Page::new()).collect());
         self.owned = vec![true; self.pages.len()];
+        self.versions = (0..self.pages.len()).map(|_| new_version()).collect();
         self.mask = slots - 1;
         for page in old {
             for (k, v) in page.slots.iter().flatten() {
@@ -239,11 +262,35 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
     /// Shares every page with the returned fork: pointer work, one clone per page.
     pub fn fork(&mut self) -> PagedFork<K, V> {
         self.owned.iter_mut().for_each(|o| *o = false);
-        PagedFork { pages: self.pages.clone(), len: self.len }
+        PagedFork { pages: self.pages.clone(), versions: self.versions.clone(), len: self.len }
+    }
+}
+
+impl<K: Persist, V: Persist> PagedFork<K, V> {
+    /// Hands the entries to `out` as the [`Persist`] encoding of `Vec<(K, V)>`: the count,
+    /// then every page as one chunk (so unchanged pages can be referred to, not rewritten).
+    pub fn write_chunks(&self, out: &mut dyn StateChunks) -> std::io::Result<()> {
+        let mut len = Vec::with_capacity(8);
+        (self.len as u64).persist(&mut len);
+        out.bytes(&len)?;
+        for (page, &version) in self.pages.iter().zip(&self.versions) {
+            out.page(version, &mut |buf| {
+                for (k, v) in page.slots.iter().flatten() {
+                    k.persist(buf);
+                    v.persist(buf);
+                }
+            })?;
+        }
+        Ok(())
     }
 }
 
 impl<K, V> PagedFork<K, V> {
+    /// The version of every page, in page order.
+    pub fn page_versions(&self) -> &[u64] {
+        &self.versions
+    }
+
     /// Entries at the fork, in slot order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.pages.iter().flat_map(|p| p.slots.iter().flatten().map(|(k, v)| (k, v)))
@@ -356,8 +403,12 @@ mod tests {
         assert_eq!(m.copied_pages(), 1, "one write copies one page");
         *m.get_or_insert_with(7, || 0) += 1;
         assert_eq!(m.copied_pages(), 1, "a copied page is then written in place");
-        drop(fork);
-        let _again = m.fork();
+        let again = m.fork();
         assert_eq!(m.get(&7), Some(&9));
+        let changed = fork.page_versions().iter().zip(again.page_versions()).filter(|(a, b)| a != b).count();
+        assert_eq!(changed, 1, "only the written page has a new version");
+        *m.get_or_insert_with(7, || 0) += 1;
+        let third = m.fork();
+        assert_ne!(again.page_versions(), third.page_versions(), "a write after a fork renews the version");
     }
 }

@@ -1,0 +1,342 @@
+//! Which bytes a task's checkpoint writes and which it refers to: the [`PageIndex`] remembers
+//! where the pages of the last completed checkpoint lie, and [`write_task_snapshot`] turns a
+//! [`TaskSnapshot`] into a task file, writing only pages whose version that index lacks (all
+//! of them when checkpoints are full).
+//!
+//! The index of a task moves forward only on a completion notice: a checkpoint in progress or
+//! aborted never becomes a reference, so every reference points into a file that a completed
+//! (and so retained, until a newer one completes) checkpoint names.
+//!
+//! May touch: `checkpoint::storage`, `snapshot`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use super::storage::{CheckpointStorage, StoredChunk, TaskFileContent};
+use crate::error::{Error, Result};
+use crate::snapshot::{CheckpointNotice, StateChunks, TaskSnapshot};
+
+/// Where a page's encoding is stored: a byte range of a shared file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PageRef {
+    file: Arc<str>,
+    offset: u64,
+    len: u64,
+}
+
+type PageLocations = HashMap<u64, PageRef>;
+
+/// One task's memory of where its pages are stored, by page version.
+#[derive(Default)]
+pub(crate) struct PageIndex {
+    inner: Mutex<PageIndexInner>,
+}
+
+#[derive(Default)]
+struct PageIndexInner {
+    /// The pages of the newest checkpoint completed.
+    completed: Arc<PageLocations>,
+    /// The pages of checkpoints written here and not yet completed, by checkpoint id.
+    pending: BTreeMap<u64, Arc<PageLocations>>,
+}
+
+impl PageIndex {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PageIndexInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn completed(&self) -> Arc<PageLocations> {
+        self.lock().completed.clone()
+    }
+
+    fn written(&self, id: u64, pages: PageLocations) {
+        self.lock().pending.insert(id, Arc::new(pages));
+    }
+
+    /// A checkpoint completed (its pages become the references of the next one) or was
+    /// aborted (its pages are forgotten).
+    pub(crate) fn on_notice(&self, notice: CheckpointNotice) {
+        let mut inner = self.lock();
+        match notice {
+            CheckpointNotice::Complete(id) => {
+                if let Some(pages) = inner.pending.remove(&id) {
+                    inner.completed = pages;
+                }
+                inner.pending = inner.pending.split_off(&id);
+            }
+            CheckpointNotice::Aborted(id) => {
+                inner.pending.remove(&id);
+            }
+        }
+    }
+}
+
+/// Builds the chunks of one task file.
+struct TaskFileBuilder {
+    /// References to pages stored earlier; `None` writes everything inline (full checkpoints).
+    known: Option<Arc<PageLocations>>,
+    /// This checkpoint's own shared file and its payload (pages written now).
+    own_file: Arc<str>,
+    new_pages: Vec<u8>,
+    content: TaskFileContent,
+    file_index: HashMap<Arc<str>, u32>,
+    /// Where each page of this checkpoint lies.
+    pages: PageLocations,
+    chunks: Vec<StoredChunk>,
+    state_bytes: u64,
+    written_bytes: u64,
+}
+
+impl TaskFileBuilder {
+    fn push_ref(&mut self, r: &PageRef) {
+        if r.len == 0 {
+            return;
+        }
+        let next = self.content.shared.len() as u32;
+        let file = *self.file_index.entry(r.file.clone()).or_insert(next);
+        if file == next {
+            self.content.shared.push(r.file.to_string());
+        }
+        if let Some(StoredChunk::Shared { file: f, offset, len }) = self.chunks.last_mut() {
+            if *f == file && *offset + *len == r.offset {
+                *len += r.len;
+                return;
+            }
+        }
+        self.chunks.push(StoredChunk::Shared { file, offset: r.offset, len: r.len });
+    }
+
+    fn inline(&mut self) -> &mut Vec<u8> {
+        if !matches!(self.chunks.last(), Some(StoredChunk::Inline(_))) {
+            self.chunks.push(StoredChunk::Inline(Vec::new()));
+        }
+        match self.chunks.last_mut() {
+            Some(StoredChunk::Inline(b)) => b,
+            _ => unreachable!("an inline chunk was just ensured"),
+        }
+    }
+}
+
+impl StateChunks for TaskFileBuilder {
+    fn bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.inline().extend_from_slice(bytes);
+        self.state_bytes += bytes.len() as u64;
+        self.written_bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn page(&mut self, version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<()> {
+        let Some(known) = &self.known else {
+            let buf = self.inline();
+            let before = buf.len();
+            encode(buf);
+            let n = (buf.len() - before) as u64;
+            self.state_bytes += n;
+            self.written_bytes += n;
+            return Ok(());
+        };
+        let r = match known.get(&version) {
+            Some(r) => r.clone(),
+            None => {
+                let offset = self.new_pages.len() as u64;
+                encode(&mut self.new_pages);
+                let len = self.new_pages.len() as u64 - offset;
+                self.written_bytes += len;
+                PageRef { file: self.own_file.clone(), offset, len }
+            }
+        };
+        self.state_bytes += r.len;
+        self.push_ref(&r);
+        self.pages.insert(version, r);
+        Ok(())
+    }
+}
+
+/// What writing one task's part of a checkpoint produced.
+#[derive(Debug)]
+pub(crate) struct TaskFileWritten {
+    /// The task file, relative to the checkpoint's folder, and its size.
+    pub(crate) file: String,
+    pub(crate) file_bytes: u64,
+    /// Bytes of the whole state, and of the state written now.
+    pub(crate) state_bytes: u64,
+    pub(crate) written_bytes: u64,
+    /// The shared files the task file refers to.
+    pub(crate) shared: Vec<String>,
+}
+
+/// Writes task `task`'s part of checkpoint `snapshot.barrier.id`: with an `index`
+/// (incremental checkpoints), pages the last completed checkpoint stored are referred to and
+/// only the others are written, to this checkpoint's shared file; without one, every byte
+/// goes into the task file.
+pub(crate) fn write_task_snapshot(
+    storage: &CheckpointStorage,
+    index: Option<&PageIndex>,
+    task: usize,
+    snapshot: &TaskSnapshot,
+) -> Result<TaskFileWritten> {
+    let id = snapshot.barrier.id;
+    let mut b = TaskFileBuilder {
+        known: index.map(PageIndex::completed),
+        own_file: CheckpointStorage::shared_name(id, task).into(),
+        new_pages: Vec::new(),
+        content: TaskFileContent::default(),
+        file_index: HashMap::new(),
+        pages: HashMap::new(),
+        chunks: Vec::new(),
+        state_bytes: 0,
+        written_bytes: 0,
+    };
+    for p in &snapshot.parts {
+        p.state.write_chunks(&mut b).map_err(|e| {
+            Error::Checkpoint(format!("cannot encode the state of {} subtask {}: {e}", p.operator, p.subtask))
+        })?;
+        let chunks = std::mem::take(&mut b.chunks);
+        b.content.parts.push((p.operator.to_string(), p.subtask as u64, chunks));
+    }
+    if !b.new_pages.is_empty() {
+        storage.write_shared(id, task, &b.new_pages)?;
+    }
+    let (file, file_bytes) = storage.write_task(id, task, &b.content)?;
+    if let Some(index) = index {
+        index.written(id, b.pages);
+    }
+    Ok(TaskFileWritten {
+        file,
+        file_bytes,
+        state_bytes: b.state_bytes,
+        written_bytes: b.written_bytes,
+        shared: b.content.shared,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::storage::{CheckpointMetadata, CheckpointStats, TaskFile, FORMAT_VERSION};
+    use crate::snapshot::Barrier;
+    use crate::state::{KeyedValueState, Snapshot};
+    use std::collections::HashSet;
+
+    fn mix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z ^ (z >> 31)
+    }
+
+    /// Writes one checkpoint of `state` (one task, one part) and commits it.
+    fn checkpoint(
+        storage: &CheckpointStorage,
+        index: Option<&PageIndex>,
+        id: u64,
+        state: &mut KeyedValueState<u64, u64>,
+    ) -> TaskFileWritten {
+        storage.prepare(id).unwrap();
+        let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false });
+        snap.add("counts".into(), 0, state.fork());
+        let w = write_task_snapshot(storage, index, 0, &snap).unwrap();
+        storage
+            .commit(&CheckpointMetadata {
+                format: FORMAT_VERSION,
+                job: "j".into(),
+                fingerprint: "f".into(),
+                checkpoint: id,
+                kind: "checkpoint".into(),
+                mode: "exactly-once".into(),
+                completed_unix_ms: 0,
+                stats: CheckpointStats::default(),
+                tasks: vec![TaskFile { task: 0, name: "t".into(), file: w.file.clone(), bytes: w.file_bytes }],
+                shared: w.shared.clone(),
+            })
+            .unwrap();
+        w
+    }
+
+    /// A chain of incremental checkpoints, some aborted, with retention deleting old ones:
+    /// every retained checkpoint restores exactly what a full checkpoint of the same state
+    /// restores, and the latest needs only the files retention kept.
+    #[test]
+    fn an_incremental_chain_restores_what_a_full_checkpoint_does_and_retention_keeps_what_it_needs() {
+        let (inc_dir, full_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (inc, full) = (CheckpointStorage::new(inc_dir.path()), CheckpointStorage::new(full_dir.path()));
+        let index = PageIndex::default();
+        let mut state: KeyedValueState<u64, u64> = KeyedValueState::new();
+        for k in 0..50_000 {
+            state.put(k, k);
+        }
+        let mut completed = Vec::new();
+        let mut full_bytes = Vec::new();
+        for id in 1..=14u64 {
+            // Dirty a few pages: updates to a small key range, a few new keys and removals.
+            for j in 0..20 {
+                let k = (id * 977 + j) % 2_000;
+                *state.get_or_insert_with(k, || 0) += id;
+            }
+            state.put(100_000 + id, id);
+            state.remove(&(mix(id) % 50_000));
+            let w = checkpoint(&inc, Some(&index), id, &mut state);
+            let f = checkpoint(&full, None, id, &mut state);
+            assert_eq!(w.state_bytes, f.state_bytes, "checkpoint {id}: the same state has the same size");
+            assert_eq!(f.written_bytes, f.state_bytes, "a full checkpoint writes everything");
+            if id > 1 {
+                assert!(w.written_bytes * 5 < w.state_bytes, "checkpoint {id} wrote {} of {}", w.written_bytes, w.state_bytes);
+            }
+            full_bytes.push(full.load(id).unwrap().state.get("counts", 0).unwrap().to_vec());
+            if id % 5 == 3 {
+                // Aborted: its pages must never become references.
+                index.on_notice(CheckpointNotice::Aborted(id));
+                inc.discard(id);
+                continue;
+            }
+            index.on_notice(CheckpointNotice::Complete(id));
+            completed.push(id);
+            let deleted = inc.retain(&mut completed, 2, &HashSet::new());
+            for id in &completed {
+                let m = inc.metadata(*id).unwrap();
+                assert!(deleted.iter().all(|d| !m.shared.contains(d)), "retention deleted a file {id} needs");
+                let got = inc.load(*id).unwrap();
+                assert_eq!(got.state.get("counts", 0), Some(&full_bytes[*id as usize - 1][..]), "checkpoint {id}");
+            }
+        }
+        assert_eq!(completed.len(), 2);
+        let on_disk = std::fs::read_dir(inc_dir.path().join(crate::checkpoint::SHARED_DIR)).unwrap().count();
+        let needed: HashSet<String> = completed.iter().flat_map(|id| inc.metadata(*id).unwrap().shared).collect();
+        assert_eq!(on_disk, needed.len(), "shared files nothing refers to were deleted");
+        // The restored state equals the live one.
+        let latest = *completed.last().unwrap();
+        let mut back: KeyedValueState<u64, u64> = KeyedValueState::new();
+        back.restore(inc.load(latest).unwrap().state.get("counts", 0).unwrap()).unwrap();
+        assert_eq!(back.len(), state.len());
+        assert!(state.iter().all(|(k, v)| back.get(k) == Some(v)));
+        // A savepoint of an incremental checkpoint refers to nothing outside its folder.
+        let sp_dir = tempfile::tempdir().unwrap();
+        let sp = inc.copy_to_savepoint(latest, sp_dir.path()).unwrap();
+        std::fs::remove_dir_all(inc_dir.path().join(crate::checkpoint::SHARED_DIR)).unwrap();
+        assert!(inc.load(latest).is_err(), "without its shared files the checkpoint is damaged");
+        let restored = crate::checkpoint::load_dir(&sp).unwrap();
+        assert_eq!(restored.state.get("counts", 0), Some(&full_bytes[latest as usize - 1][..]));
+        assert!(restored.metadata.shared.is_empty());
+    }
+
+    #[test]
+    fn unreferenced_shared_files_are_removed_and_referenced_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::new(dir.path());
+        let index = PageIndex::default();
+        let mut state: KeyedValueState<u64, u64> = KeyedValueState::new();
+        for k in 0..10_000 {
+            state.put(k, k);
+        }
+        checkpoint(&storage, Some(&index), 1, &mut state);
+        index.on_notice(CheckpointNotice::Complete(1));
+        state.put(3, 0);
+        // Checkpoint 2 never completes: its shared file is an orphan.
+        storage.prepare(2).unwrap();
+        let mut snap = TaskSnapshot::new(Barrier { id: 2, trigger_ns: 0, unaligned: false });
+        snap.add("counts".into(), 0, state.fork());
+        write_task_snapshot(&storage, Some(&index), 0, &snap).unwrap();
+        assert_eq!(storage.remove_unreferenced_shared(), vec![CheckpointStorage::shared_name(2, 0)]);
+        assert!(storage.load(1).is_ok());
+    }
+}
