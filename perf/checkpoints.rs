@@ -4,19 +4,24 @@
 //!    without checkpoints and with exactly-once aligned checkpoints every second;
 //! 2. the synchronous pause per task per checkpoint with 1 million keys of state;
 //! 3. a slow sink backpressuring the job: checkpoint duration and in-flight bytes, aligned
-//!    against unaligned, as the ring capacity grows 16×.
+//!    against unaligned, as the ring capacity grows 16×;
+//! 4. the state backend on 1 GiB of keyed state: the synchronous fork, the background write
+//!    against a plain file write of the same size, and an incremental checkpoint after 1% of
+//!    the pages changed.
 //!
-//! `cargo bench --bench checkpoints -- [--duration-s S]`
+//! `cargo bench --bench checkpoints -- [--duration-s S] [--state-gib G] [--only-state]`
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use weir::checkpoint::{CheckpointConfig, CheckpointStats};
+use weir::checkpoint::{write_task_snapshot, CheckpointConfig, CheckpointStats, CheckpointStorage, PageIndex};
 use weir::jobs::key_of;
 use weir::metrics::group_digits;
+use weir::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 use weir::source::Generator;
+use weir::state::{KeyedValueState, Snapshot};
 use weir::{Job, JobReport, RunConfig};
 
 fn run_for(job: Job, config: RunConfig, duration: Duration) -> JobReport {
@@ -74,7 +79,18 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5.0);
     let d = Duration::from_secs_f64(secs);
-    let tmp = tempfile::tempdir().expect("temporary directory");
+    let gib: f64 = args
+        .iter()
+        .position(|a| a == "--state-gib")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    // Under target/, not /tmp: the write figures are about the disk the checkpoints go to.
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temporary directory");
+    if args.iter().any(|a| a == "--only-state") {
+        state_backend(tmp.path(), gib);
+        return;
+    }
 
     println!("## 1. keyed pipeline, 10k keys, p=2, {secs} s each, best of two alternating runs\n");
     let mut best = [0f64; 3];
@@ -141,4 +157,92 @@ fn main() {
             );
         }
     }
+
+    state_backend(tmp.path(), gib);
+}
+
+/// Value of the keyed state in section 4: with its key, a 64-byte slot.
+type Wide = [u64; 6];
+
+fn snapshot_of(id: u64, state: &mut KeyedValueState<u64, Wide>) -> (TaskSnapshot, Duration) {
+    let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false });
+    let t = Instant::now();
+    let fork = state.fork();
+    let took = t.elapsed();
+    snap.add("state".into(), 0, fork);
+    (snap, took)
+}
+
+fn state_backend(dir: &std::path::Path, gib: f64) {
+    println!("\n## 4. state backend, {gib} GiB of keyed state (u64 keys, 48-byte values)\n");
+    // The map doubles past 7/8 full: this many keys fill `gib` GiB of 64-byte slots.
+    let slots = ((gib * (1u64 << 30) as f64) as u64 / 64).next_power_of_two();
+    let keys = slots / 2 + slots / 4;
+    let mut state: KeyedValueState<u64, Wide> = KeyedValueState::new();
+    for k in 0..keys {
+        state.put(k, [k; 6]);
+    }
+    println!(
+        "{} keys in {} bytes of pages ({} MiB)",
+        group_digits(keys),
+        group_digits(state.memory_bytes() as u64),
+        state.memory_bytes() >> 20
+    );
+    let mut forks: Vec<f64> = (0..20).map(|_| snapshot_of(0, &mut state).1.as_secs_f64() * 1e3).collect();
+    forks.sort_by(|a, b| a.total_cmp(b));
+    println!("synchronous fork: median {:.3} ms, max {:.3} ms (20 forks)", forks[10], forks[19]);
+
+    let storage = CheckpointStorage::new(dir.join("state-backend"));
+    let index = PageIndex::default();
+    storage.prepare(1).expect("checkpoint folder");
+    let (snap, _) = snapshot_of(1, &mut state);
+    let t = Instant::now();
+    let full = write_task_snapshot(&storage, Some(&index), 0, &snap).expect("checkpoint 1 written");
+    let snapshot_s = t.elapsed().as_secs_f64();
+    drop(snap);
+    index.on_notice(CheckpointNotice::Complete(1));
+    // The same number of bytes written plainly: one buffer, write_all, fsync.
+    let plain_path = dir.join("plain.bin");
+    let buf = vec![0x5au8; full.written_bytes as usize];
+    let t = Instant::now();
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&plain_path).expect("plain file");
+        f.write_all(&buf).expect("plain write");
+        f.sync_all().expect("plain fsync");
+    }
+    let plain_s = t.elapsed().as_secs_f64();
+    drop(buf);
+    let _ = std::fs::remove_file(&plain_path);
+    let mb = full.written_bytes as f64 / 1e6;
+    println!(
+        "background write of the snapshot: {:.0} MB/s; plain file write of the same {:.0} MB: {:.0} MB/s; ratio {:.2}",
+        mb / snapshot_s,
+        mb,
+        mb / plain_s,
+        plain_s / snapshot_s
+    );
+
+    // Change one key in each of 1% of the pages (keys picked at random: a few share a page).
+    let pages = slots / weir::state::PAGE_SLOTS as u64;
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..pages / 100 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.get_or_insert_with(x % keys, || [0; 6])[0] += 1;
+    }
+    storage.prepare(2).expect("checkpoint folder");
+    let (snap, _) = snapshot_of(2, &mut state);
+    let t = Instant::now();
+    let inc = write_task_snapshot(&storage, Some(&index), 0, &snap).expect("checkpoint 2 written");
+    let inc_s = t.elapsed().as_secs_f64();
+    println!(
+        "incremental checkpoint after changing 1% of {} pages: wrote {} of {} bytes ({:.2}%) in {:.0} ms",
+        group_digits(pages),
+        group_digits(inc.written_bytes),
+        group_digits(inc.state_bytes),
+        100.0 * inc.written_bytes as f64 / inc.state_bytes as f64,
+        inc_s * 1e3
+    );
 }

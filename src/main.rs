@@ -349,22 +349,33 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
                         .map(|v| format!("{v:.2} ms")),
                 );
                 row.push(group_digits(s.state_bytes));
+                row.push(group_digits(s.written_bytes));
                 row.push(group_digits(s.inflight_bytes));
             }
             CheckpointStatus::Incomplete => {
                 row.push("incomplete (no _metadata: never completed)".into());
-                row.extend(std::iter::repeat_n(String::new(), 7));
+                row.extend(std::iter::repeat_n(String::new(), 8));
             }
             CheckpointStatus::Damaged(reason) => {
                 damaged += 1;
                 row.push(format!("DAMAGED: {reason}"));
-                row.extend(std::iter::repeat_n(String::new(), 7));
+                row.extend(std::iter::repeat_n(String::new(), 8));
             }
         }
         rows.push(row);
     }
-    let header =
-        ["id", "status", "duration", "start delay", "alignment", "sync", "async", "state bytes", "in-flight bytes"];
+    let header = [
+        "id",
+        "status",
+        "duration",
+        "start delay",
+        "alignment",
+        "sync",
+        "async",
+        "state bytes",
+        "written",
+        "in-flight bytes",
+    ];
     print!("{}", weir::checkpoint::table(&header, &rows));
     if damaged > 0 {
         return Err(Error::Corrupt(format!("{damaged} damaged checkpoint(s) in {}", args.dir.display())));

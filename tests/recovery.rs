@@ -216,7 +216,8 @@ fn check_workload(w: Workload, records: u64) {
                 config = config.alignment_timeout(t);
             }
             let (got, restarts, notes) = run(w, p, corpus.path(), Some(config));
-            let name = format!("{w:?} p={p} {mode} unaligned={unaligned} timeout={timeout:?} incremental={incremental}");
+            let name =
+                format!("{w:?} p={p} {mode} unaligned={unaligned} timeout={timeout:?} incremental={incremental}");
             assert!(restarts >= 2, "{name}: the schedule should force restarts ({restarts}): {notes:?}");
             if notes.iter().any(|n| n.starts_with("restored from checkpoint")) {
                 restored_runs += 1;

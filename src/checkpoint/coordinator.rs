@@ -93,12 +93,13 @@ impl Coordinator {
                 let Some(p) = pending.get_mut(&ack.checkpoint) else {
                     continue;
                 };
-                let result = ack.result.and_then(|done| match done.shared.iter().find(|f| self.deleted_shared.contains(*f)) {
-                    // Its writer read a page index older than a completion that retired the
-                    // file (a race with retention): this checkpoint cannot be restored.
-                    Some(f) => Err(format!("refers to shared state {f}, which retention already deleted")),
-                    None => Ok(done),
-                });
+                let result =
+                    ack.result.and_then(|done| match done.shared.iter().find(|f| self.deleted_shared.contains(*f)) {
+                        // Its writer read a page index older than a completion that retired the
+                        // file (a race with retention): this checkpoint cannot be restored.
+                        Some(f) => Err(format!("refers to shared state {f}, which retention already deleted")),
+                        None => Ok(done),
+                    });
                 match result {
                     Ok(info) => {
                         p.acks.insert(ack.task, info);

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use super::storage::{CheckpointStorage, StoredChunk, TaskFileContent};
+use super::storage::{CheckpointStorage, ChecksummedWriter, StoredChunk, TaskFileContent};
 use crate::error::{Error, Result};
 use crate::snapshot::{CheckpointNotice, StateChunks, TaskSnapshot};
 
@@ -27,9 +27,11 @@ struct PageRef {
 
 type PageLocations = HashMap<u64, PageRef>;
 
-/// One task's memory of where its pages are stored, by page version.
+/// One task's memory of where its pages are stored, by page version. The runtime keeps one
+/// per task when checkpoints are incremental; it is public for tools that write snapshots
+/// themselves (benchmarks, tests).
 #[derive(Default)]
-pub(crate) struct PageIndex {
+pub struct PageIndex {
     inner: Mutex<PageIndexInner>,
 }
 
@@ -56,7 +58,7 @@ impl PageIndex {
 
     /// A checkpoint completed (its pages become the references of the next one) or was
     /// aborted (its pages are forgotten).
-    pub(crate) fn on_notice(&self, notice: CheckpointNotice) {
+    pub fn on_notice(&self, notice: CheckpointNotice) {
         let mut inner = self.lock();
         match notice {
             CheckpointNotice::Complete(id) => {
@@ -73,12 +75,16 @@ impl PageIndex {
 }
 
 /// Builds the chunks of one task file.
-struct TaskFileBuilder {
+struct TaskFileBuilder<'a> {
+    storage: &'a CheckpointStorage,
+    id: u64,
+    task: usize,
     /// References to pages stored earlier; `None` writes everything inline (full checkpoints).
     known: Option<Arc<PageLocations>>,
-    /// This checkpoint's own shared file and its payload (pages written now).
+    /// This checkpoint's own shared file (pages written now), opened at the first new page.
     own_file: Arc<str>,
-    new_pages: Vec<u8>,
+    new_pages: Option<ChecksummedWriter>,
+    scratch: Vec<u8>,
     content: TaskFileContent,
     file_index: HashMap<Arc<str>, u32>,
     /// Where each page of this checkpoint lies.
@@ -88,7 +94,7 @@ struct TaskFileBuilder {
     written_bytes: u64,
 }
 
-impl TaskFileBuilder {
+impl TaskFileBuilder<'_> {
     fn push_ref(&mut self, r: &PageRef) {
         if r.len == 0 {
             return;
@@ -118,7 +124,7 @@ impl TaskFileBuilder {
     }
 }
 
-impl StateChunks for TaskFileBuilder {
+impl StateChunks for TaskFileBuilder<'_> {
     fn bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.inline().extend_from_slice(bytes);
         self.state_bytes += bytes.len() as u64;
@@ -139,9 +145,14 @@ impl StateChunks for TaskFileBuilder {
         let r = match known.get(&version) {
             Some(r) => r.clone(),
             None => {
-                let offset = self.new_pages.len() as u64;
-                encode(&mut self.new_pages);
-                let len = self.new_pages.len() as u64 - offset;
+                if self.new_pages.is_none() {
+                    self.new_pages = Some(self.storage.create_shared(self.id, self.task)?);
+                }
+                let out = self.new_pages.as_mut().expect("opened above");
+                self.scratch.clear();
+                encode(&mut self.scratch);
+                let (offset, len) = (out.position(), self.scratch.len() as u64);
+                out.write(&self.scratch)?;
                 self.written_bytes += len;
                 PageRef { file: self.own_file.clone(), offset, len }
             }
@@ -155,22 +166,24 @@ impl StateChunks for TaskFileBuilder {
 
 /// What writing one task's part of a checkpoint produced.
 #[derive(Debug)]
-pub(crate) struct TaskFileWritten {
-    /// The task file, relative to the checkpoint's folder, and its size.
-    pub(crate) file: String,
-    pub(crate) file_bytes: u64,
-    /// Bytes of the whole state, and of the state written now.
-    pub(crate) state_bytes: u64,
-    pub(crate) written_bytes: u64,
+pub struct TaskFileWritten {
+    /// The task file, relative to the checkpoint's folder.
+    pub file: String,
+    /// Its size in bytes.
+    pub file_bytes: u64,
+    /// Bytes of the whole state.
+    pub state_bytes: u64,
+    /// Bytes of state written now (all of it for a full checkpoint).
+    pub written_bytes: u64,
     /// The shared files the task file refers to.
-    pub(crate) shared: Vec<String>,
+    pub shared: Vec<String>,
 }
 
 /// Writes task `task`'s part of checkpoint `snapshot.barrier.id`: with an `index`
 /// (incremental checkpoints), pages the last completed checkpoint stored are referred to and
 /// only the others are written, to this checkpoint's shared file; without one, every byte
 /// goes into the task file.
-pub(crate) fn write_task_snapshot(
+pub fn write_task_snapshot(
     storage: &CheckpointStorage,
     index: Option<&PageIndex>,
     task: usize,
@@ -178,9 +191,13 @@ pub(crate) fn write_task_snapshot(
 ) -> Result<TaskFileWritten> {
     let id = snapshot.barrier.id;
     let mut b = TaskFileBuilder {
+        storage,
+        id,
+        task,
         known: index.map(PageIndex::completed),
         own_file: CheckpointStorage::shared_name(id, task).into(),
-        new_pages: Vec::new(),
+        new_pages: None,
+        scratch: Vec::new(),
         content: TaskFileContent::default(),
         file_index: HashMap::new(),
         pages: HashMap::new(),
@@ -190,13 +207,14 @@ pub(crate) fn write_task_snapshot(
     };
     for p in &snapshot.parts {
         p.state.write_chunks(&mut b).map_err(|e| {
-            Error::Checkpoint(format!("cannot encode the state of {} subtask {}: {e}", p.operator, p.subtask))
+            Error::Checkpoint(format!("cannot write the state of {} subtask {}: {e}", p.operator, p.subtask))
         })?;
         let chunks = std::mem::take(&mut b.chunks);
         b.content.parts.push((p.operator.to_string(), p.subtask as u64, chunks));
     }
-    if !b.new_pages.is_empty() {
-        storage.write_shared(id, task, &b.new_pages)?;
+    if let Some(w) = b.new_pages.take() {
+        let name = CheckpointStorage::shared_name(id, task);
+        w.finish().map_err(|e| Error::io("cannot write shared state pages", storage.dir().join(name), e))?;
     }
     let (file, file_bytes) = storage.write_task(id, task, &b.content)?;
     if let Some(index) = index {
@@ -280,7 +298,12 @@ mod tests {
             assert_eq!(w.state_bytes, f.state_bytes, "checkpoint {id}: the same state has the same size");
             assert_eq!(f.written_bytes, f.state_bytes, "a full checkpoint writes everything");
             if id > 1 {
-                assert!(w.written_bytes * 5 < w.state_bytes, "checkpoint {id} wrote {} of {}", w.written_bytes, w.state_bytes);
+                assert!(
+                    w.written_bytes * 5 < w.state_bytes,
+                    "checkpoint {id} wrote {} of {}",
+                    w.written_bytes,
+                    w.state_bytes
+                );
             }
             full_bytes.push(full.load(id).unwrap().state.get("counts", 0).unwrap().to_vec());
             if id % 5 == 3 {

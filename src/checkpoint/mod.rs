@@ -17,6 +17,7 @@ mod storage;
 pub(crate) mod task;
 
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy};
+pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten};
 pub use storage::{
     decode_file, load_dir, read_file, read_metadata, write_file, CheckpointMetadata, CheckpointStats,
     CheckpointStorage, FileKind, LoadedCheckpoint, StoredChunk, TaskFile, TaskFileContent, FORMAT_VERSION,
@@ -74,7 +75,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 #[derive(Debug)]
 pub enum CheckpointStatus {
     /// Complete, and every file verifies.
-    Valid(CheckpointMetadata),
+    Valid(Box<CheckpointMetadata>),
     /// Has no `_metadata`: it never completed, so it is not a checkpoint.
     Incomplete,
     /// Damaged: the reason.
@@ -96,7 +97,7 @@ pub fn inspect(dir: &std::path::Path) -> crate::Result<Vec<(u64, CheckpointStatu
                 CheckpointStatus::Incomplete
             } else {
                 match storage.load(id) {
-                    Ok(c) => CheckpointStatus::Valid(c.metadata),
+                    Ok(c) => CheckpointStatus::Valid(Box::new(c.metadata)),
                     Err(e) => CheckpointStatus::Damaged(e.to_string()),
                 }
             };

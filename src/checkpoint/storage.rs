@@ -125,26 +125,79 @@ fn corrupt(path: &Path, what: impl std::fmt::Display) -> Error {
 
 /// Writes `payload` as a checksummed file of `kind`, and fsyncs it. Returns its size.
 pub fn write_file(path: &Path, kind: FileKind, payload: &[u8]) -> std::io::Result<u64> {
-    let mut f = File::create(path)?;
-    let mut out = Vec::with_capacity(payload.len() + payload.len() / BLOCK_BYTES * 8 + 64);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(kind as u32).to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
-    for block in payload.chunks(BLOCK_BYTES) {
-        out.extend_from_slice(&(block.len() as u32).to_le_bytes());
-        out.extend_from_slice(&crc32c::crc32c(block).to_le_bytes());
-        out.extend_from_slice(block);
+    let mut w = ChecksummedWriter::create(path, kind)?;
+    w.write(payload)?;
+    w.finish()
+}
+
+/// A checksummed file written as its payload arrives: each 64 KiB block is framed and handed
+/// to the file once full, so a large snapshot never needs its whole encoding in memory.
+pub struct ChecksummedWriter {
+    out: std::io::BufWriter<File>,
+    block: Vec<u8>,
+    payload: u64,
+    size: u64,
+}
+
+fn emit_block(out: &mut impl Write, block: &[u8]) -> std::io::Result<u64> {
+    out.write_all(&(block.len() as u32).to_le_bytes())?;
+    out.write_all(&crc32c::crc32c(block).to_le_bytes())?;
+    out.write_all(block)?;
+    Ok(8 + block.len() as u64)
+}
+
+impl ChecksummedWriter {
+    /// Creates (or truncates) `path` and writes the header of a file of `kind`.
+    pub fn create(path: &Path, kind: FileKind) -> std::io::Result<Self> {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, File::create(path)?);
+        let mut header = [0u8; HEADER_BYTES];
+        header[..4].copy_from_slice(&MAGIC);
+        header[4..8].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        header[8..12].copy_from_slice(&(kind as u32).to_le_bytes());
+        out.write_all(&header)?;
+        Ok(ChecksummedWriter { out, block: Vec::with_capacity(BLOCK_BYTES), payload: 0, size: HEADER_BYTES as u64 })
     }
-    // Terminator: a zero-length block carrying the payload's length, so truncation at a
-    // block boundary is detected too.
-    let total = (payload.len() as u64).to_le_bytes();
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(&total).to_le_bytes());
-    out.extend_from_slice(&total);
-    f.write_all(&out)?;
-    f.sync_all()?;
-    Ok(out.len() as u64)
+
+    /// Payload bytes written so far (the offset of the next byte).
+    pub fn position(&self) -> u64 {
+        self.payload
+    }
+
+    /// Appends payload bytes.
+    pub fn write(&mut self, mut data: &[u8]) -> std::io::Result<()> {
+        self.payload += data.len() as u64;
+        while !data.is_empty() {
+            if self.block.is_empty() && data.len() >= BLOCK_BYTES {
+                self.size += emit_block(&mut self.out, &data[..BLOCK_BYTES])?;
+                data = &data[BLOCK_BYTES..];
+                continue;
+            }
+            let n = (BLOCK_BYTES - self.block.len()).min(data.len());
+            self.block.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            if self.block.len() == BLOCK_BYTES {
+                self.size += emit_block(&mut self.out, &self.block)?;
+                self.block.clear();
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the last block and the terminator, and fsyncs the file. Returns its size.
+    pub fn finish(mut self) -> std::io::Result<u64> {
+        if !self.block.is_empty() {
+            self.size += emit_block(&mut self.out, &self.block)?;
+        }
+        // Terminator: a zero-length block carrying the payload's length, so truncation at a
+        // block boundary is detected too.
+        let total = self.payload.to_le_bytes();
+        self.out.write_all(&0u32.to_le_bytes())?;
+        self.out.write_all(&crc32c::crc32c(&total).to_le_bytes())?;
+        self.out.write_all(&total)?;
+        let f = self.out.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()?;
+        Ok(self.size + 16)
+    }
 }
 
 /// Reads and verifies a file written by [`write_file`]; returns its payload.
@@ -321,10 +374,9 @@ fn read_task_parts(path: &Path, shared: &mut SharedFiles) -> Result<Vec<(String,
                 StoredChunk::Inline(b) if bytes.is_empty() => bytes = b,
                 StoredChunk::Inline(b) => bytes.extend_from_slice(&b),
                 StoredChunk::Shared { file, offset, len } => {
-                    let name = content
-                        .shared
-                        .get(file as usize)
-                        .ok_or_else(|| corrupt(path, format!("chunk refers to shared file #{file}, which is not listed")))?;
+                    let name = content.shared.get(file as usize).ok_or_else(|| {
+                        corrupt(path, format!("chunk refers to shared file #{file}, which is not listed"))
+                    })?;
                     bytes.extend_from_slice(shared.range(name, offset, len)?);
                 }
             }
@@ -386,12 +438,13 @@ impl CheckpointStorage {
         format!("{SHARED_DIR}/chk-{id}-task-{task}.pages")
     }
 
-    /// Writes the shared pages file of task `task` for checkpoint `id`; returns its size.
-    pub fn write_shared(&self, id: u64, task: usize, payload: &[u8]) -> Result<u64> {
-        let folder = self.dir.join(SHARED_DIR);
-        std::fs::create_dir_all(&folder).map_err(|e| Error::io("cannot create shared state folder", &folder, e))?;
+    /// Starts the shared pages file of task `task` for checkpoint `id`.
+    pub fn create_shared(&self, id: u64, task: usize) -> std::io::Result<ChecksummedWriter> {
         let path = self.dir.join(Self::shared_name(id, task));
-        write_file(&path, FileKind::SharedPages, payload).map_err(|e| Error::io("cannot write shared state pages", &path, e))
+        let folder = self.dir.join(SHARED_DIR);
+        std::fs::create_dir_all(&folder)
+            .and_then(|_| ChecksummedWriter::create(&path, FileKind::SharedPages))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))
     }
 
     /// Makes checkpoint `metadata.checkpoint` exist: writes `_metadata` atomically.
