@@ -63,7 +63,8 @@ pub trait StateChunks {
     /// version have the same content ([`crate::state::PagedMap`] gives a page a new version
     /// when it is first written after a fork). `encode` appends the page's encoding; a receiver
     /// that already stored this version may refer to it and not call `encode` at all.
-    fn page(&mut self, version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<()>;
+    /// Returns the length of the page's encoding.
+    fn page(&mut self, version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<u64>;
 }
 
 /// The plain receiver: every chunk written out in order.
@@ -78,10 +79,11 @@ impl StateChunks for Concatenated<'_> {
         self.written += bytes.len() as u64;
         Ok(())
     }
-    fn page(&mut self, _version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<()> {
+    fn page(&mut self, _version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<u64> {
         let mut buf = Vec::new();
         encode(&mut buf);
-        self.bytes(&buf)
+        self.bytes(&buf)?;
+        Ok(buf.len() as u64)
     }
 }
 

@@ -132,7 +132,7 @@ impl StateChunks for TaskFileBuilder<'_> {
         Ok(())
     }
 
-    fn page(&mut self, version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<()> {
+    fn page(&mut self, version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<u64> {
         let Some(known) = &self.known else {
             let buf = self.inline();
             let before = buf.len();
@@ -140,7 +140,7 @@ impl StateChunks for TaskFileBuilder<'_> {
             let n = (buf.len() - before) as u64;
             self.state_bytes += n;
             self.written_bytes += n;
-            return Ok(());
+            return Ok(n);
         };
         let r = match known.get(&version) {
             Some(r) => r.clone(),
@@ -159,8 +159,9 @@ impl StateChunks for TaskFileBuilder<'_> {
         };
         self.state_bytes += r.len;
         self.push_ref(&r);
+        let len = r.len;
         self.pages.insert(version, r);
-        Ok(())
+        Ok(len)
     }
 }
 

@@ -1,14 +1,14 @@
-//! Running keyed aggregation: for every input record, update the key's accumulator in
-//! [`KeyedValueState`] and emit the result (Flink's keyed `reduce` / `aggregate` on a
-//! `KeyedStream`). Records reach this operator through a key-by edge, so every key it sees
-//! belongs to one of its key groups.
+//! Keyed operators: running aggregation (for every input record, update the key's accumulator
+//! in [`KeyedValueState`] and emit the result: Flink's keyed `reduce` / `aggregate`), and
+//! [`KeyedProcess`], a user function over any [`KeyedState`]. Records reach these operators
+//! through a key-by edge, so every key they see belongs to one of their key groups.
 
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::persist::Persist;
 use crate::record::{Key, Timestamp};
 use crate::snapshot::{Barrier, ForkedState};
-use crate::state::{KeyedValueState, Snapshot};
+use crate::state::{KeyedState, KeyedValueState, Snapshot};
 
 pub(crate) struct KeyedAggregate<T, K, A, O, KF, I, F, R> {
     key: KF,
@@ -65,6 +65,51 @@ where
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
         self.state.restore_owned(parts.iter().map(|(_, b)| *b), scope)
+    }
+}
+
+/// A user function with keyed state: `f(key, record, state, out)` for every record.
+pub(crate) struct KeyedProcess<T, K, S, O, KF, F> {
+    key: KF,
+    f: F,
+    state: S,
+    out: Vec<O>,
+    next: Box<dyn Collector<O>>,
+    _input: std::marker::PhantomData<fn(T, K)>,
+}
+
+impl<T, K, S, O, KF, F> KeyedProcess<T, K, S, O, KF, F> {
+    pub(crate) fn new(key: KF, state: S, f: F, next: Box<dyn Collector<O>>) -> Self {
+        KeyedProcess { key, f, state, out: Vec::new(), next, _input: std::marker::PhantomData }
+    }
+}
+
+impl<T, K, S, O, KF, F> Collector<T> for KeyedProcess<T, K, S, O, KF, F>
+where
+    K: Key,
+    S: KeyedState,
+    O: Send,
+    KF: Fn(&T) -> K + Send,
+    F: FnMut(&K, T, &mut S, &mut Vec<O>) + Send,
+{
+    #[inline]
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        for r in records.drain(..) {
+            let k = (self.key)(&r);
+            (self.f)(&k, r, &mut self.state, &mut self.out);
+        }
+        self.next.batch(&mut self.out)
+    }
+    super::forward_control!(next);
+    fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        Ok(Some(self.state.fork()))
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.state.restore(bytes)
+    }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+        let parts: Vec<&[u8]> = parts.iter().map(|(_, b)| *b).collect();
+        self.state.restore_owned(&parts, scope)
     }
 }
 

@@ -19,7 +19,7 @@ use crate::collector::Collector;
 use crate::context::{RestoreView, TaskContext};
 use crate::error::Result;
 use crate::operator::join::WindowJoin;
-use crate::operator::keyed::KeyedAggregate;
+use crate::operator::keyed::{KeyedAggregate, KeyedProcess};
 use crate::operator::latency::LatencyProbe;
 use crate::operator::stateless::{Filter, FlatMap, Map, PassThrough};
 use crate::operator::watermark::WatermarkAssigner;
@@ -599,6 +599,47 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         let channels = self.keyed_channels();
         self.stream.one_input("aggregate", Partitioning::KeyBy, channels, true, move |_, next| {
             Ok(Box::new(KeyedAggregate::new(key.clone(), init.clone(), fold.clone(), result.clone(), next)))
+        })
+    }
+
+    /// A stateful function per key: for every record, `f(key, record, state, out)` with the
+    /// subtask's keyed state (made by `state`: a [`crate::state::KeyedValueState`],
+    /// [`crate::state::AggregatingState`], [`crate::state::ListState`],
+    /// [`crate::state::MapState`], or a type of your own implementing
+    /// [`crate::state::KeyedState`]); records pushed to `out` go downstream. The state is
+    /// checkpointed, restored after failures and redistributed by key group on rescaling.
+    ///
+    /// ```
+    /// use weir::{Job, RunConfig, source::Generator, state::ListState};
+    /// let job = Job::new("pairs");
+    /// // Emit each key's records two at a time.
+    /// let pairs = job
+    ///     .generator(Generator::new(|i, _| (i % 2, i)).count(8))
+    ///     .key_by(|e: &(u64, u64)| e.0)
+    ///     .process(ListState::new, |k: &u64, e: (u64, u64), buf: &mut ListState<u64, u64>, out: &mut Vec<(u64, u64, u64)>| {
+    ///         buf.add(*k, e.1);
+    ///         if let [a, b] = buf.get(k) {
+    ///             out.push((*k, *a, *b));
+    ///             buf.take(k);
+    ///         }
+    ///     })
+    ///     .collect();
+    /// job.execute(RunConfig::default()).unwrap();
+    /// let mut got = pairs.lock().unwrap().clone();
+    /// got.sort();
+    /// assert_eq!(got, vec![(0, 0, 2), (0, 4, 6), (1, 1, 3), (1, 5, 7)]);
+    /// ```
+    pub fn process<S, O, SF, F>(self, state: SF, f: F) -> Stream<O>
+    where
+        S: crate::state::KeyedState,
+        O: Record,
+        SF: Fn() -> S + Clone + Send + 'static,
+        F: FnMut(&K, T, &mut S, &mut Vec<O>) + Clone + Send + 'static,
+    {
+        let key = self.key.clone();
+        let channels = self.keyed_channels();
+        self.stream.one_input("process", Partitioning::KeyBy, channels, true, move |_, next| {
+            Ok(Box::new(KeyedProcess::new(key.clone(), state(), f.clone(), next)))
         })
     }
 

@@ -12,9 +12,11 @@ use crate::error::Result;
 use crate::persist::{from_bytes, Persist};
 use crate::record::Key;
 
+mod kinds;
 mod paged;
 
 pub use crate::snapshot::{ForkedState, PersistedFork, StateChunks};
+pub use kinds::{AggregatingState, KeyedState, ListState, MapState};
 pub use paged::{state_memory_bytes, PagedFork, PagedMap, PAGE_SLOTS};
 
 /// State that can be snapshotted in two steps.
@@ -87,18 +89,9 @@ impl<K: Key, V: Clone> KeyedValueState<K, V> {
     }
 }
 
-/// A forked [`KeyedValueState`]: written as `Vec<(K, V)>` in [`Persist`] encoding.
-struct ForkedEntries<K, V>(PagedFork<K, V>);
-
-impl<K: Key + Sync, V: Persist + Send + Sync> ForkedState for ForkedEntries<K, V> {
-    fn write_chunks(&self, out: &mut dyn crate::snapshot::StateChunks) -> std::io::Result<()> {
-        self.0.write_chunks(out)
-    }
-}
-
 impl<K: Key + Sync, V: Persist + Clone + Send + Sync + 'static> Snapshot for KeyedValueState<K, V> {
     fn fork(&mut self) -> Box<dyn ForkedState> {
-        Box::new(ForkedEntries(self.map.fork()))
+        Box::new(kinds::ForkedMap(self.map.fork()))
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
