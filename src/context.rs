@@ -71,21 +71,31 @@ pub enum RestoreView<'a> {
     },
 }
 
+/// Work registered with [`TaskContext::on_job_success`].
+type SuccessHook = Box<dyn FnOnce() -> crate::Result<()> + Send>;
+
 /// What belongs to one attempt of a job (a failover starts a new one).
 #[derive(Default)]
 pub struct AttemptScope {
-    on_success: std::sync::Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+    on_success: std::sync::Mutex<Vec<SuccessHook>>,
     /// Tasks of this attempt that finished (no checkpoint can complete after the first).
     pub(crate) finished_tasks: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl AttemptScope {
-    /// Runs the registered work: called once every task of the attempt has finished.
-    pub(crate) fn succeed(&self) {
+    /// Runs the registered work: called once every task of the attempt has finished. Every
+    /// hook runs; the first error is returned (the job then fails).
+    pub(crate) fn succeed(&self) -> crate::Result<()> {
         let hooks = std::mem::take(&mut *self.on_success.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut first = Ok(());
         for h in hooks {
-            h();
+            if let Err(e) = h() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
         }
+        first
     }
 }
 
@@ -124,8 +134,9 @@ impl TaskContext {
     }
 
     /// Registers work that runs only if this attempt of the job finishes successfully (a
-    /// transactional sink's final commit, say). A failed attempt drops it.
-    pub fn on_job_success(&self, f: impl FnOnce() + Send + 'static) {
+    /// transactional sink's final commit, say). A failed attempt drops it; an error from it
+    /// fails the job (and no completion marker is written).
+    pub fn on_job_success(&self, f: impl FnOnce() -> crate::Result<()> + Send + 'static) {
         self.attempt.on_success.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(f));
     }
 

@@ -89,21 +89,31 @@ impl DefaultJob {
 }
 
 /// Word count as a running count: for every word occurrence in `input`, one line
-/// `word<TAB>count` in `<output>/part-<subtask>`.
-pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize) -> Job {
+/// `word<TAB>count` in `<output>/part-<subtask>`, or, with `transactional`, in files committed
+/// per checkpoint by the two-phase-commit file sink (`<output>/part-<subtask>-<checkpoint>`;
+/// see [`crate::Stream::write_files_transactional`]).
+pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize, transactional: bool) -> Job {
     let job = Job::new("wordcount").with_parallelism(parallelism);
-    job.text(input)
+    let counts = job
+        .text(input)
         .words()
         .key_by(|w: &Word| *w)
         .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &Word, c: &u64| (*w, *c))
-        .named("count")
-        .write_files(output, |&(w, c): &(Word, u64), out: &mut Vec<u8>| {
-            w.with_str(|s| out.extend_from_slice(s.as_bytes()));
-            out.push(b'\t');
-            push_decimal(out, c);
-            out.push(b'\n');
-        });
+        .named("count");
+    if transactional {
+        counts.write_files_transactional(output, format_count);
+    } else {
+        counts.write_files(output, format_count);
+    }
     job
+}
+
+/// `word<TAB>count<LF>`.
+fn format_count(&(w, c): &(Word, u64), out: &mut Vec<u8>) {
+    w.with_str(|s| out.extend_from_slice(s.as_bytes()));
+    out.push(b'\t');
+    push_decimal(out, c);
+    out.push(b'\n');
 }
 
 /// Appends `n` in decimal without allocating.

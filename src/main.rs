@@ -84,6 +84,10 @@ struct CheckpointArgs {
     /// With --restore: drop state of operators this job lacks instead of refusing it.
     #[arg(long)]
     allow_non_restored_state: bool,
+    /// Tests only: end the process right after checkpoint N is complete, before any sink
+    /// commits it.
+    #[arg(long, hide = true)]
+    exit_before_commit: Option<u64>,
 }
 
 impl CheckpointArgs {
@@ -105,6 +109,11 @@ impl CheckpointArgs {
             return Ok(None);
         };
         let mut c = CheckpointConfig::new(dir).unaligned(self.unaligned).incremental(self.incremental);
+        if let Some(n) = self.exit_before_commit {
+            c = c.faults(weir::snapshot::FaultInjector::new(vec![weir::snapshot::Fault::ExitBeforeCommit {
+                checkpoint: n,
+            }]));
+        }
         if let Some(ms) = self.interval_ms {
             c = c.interval(Duration::from_millis(ms));
         }
@@ -231,6 +240,20 @@ fn ctrl_c_counter() -> Arc<AtomicUsize> {
 
 /// Watches a running job: progress line, Ctrl-C, and an optional time limit.
 /// Returns `None` when Ctrl-C stopped the job with a savepoint (after saying where).
+/// Prints the job's notes not shown yet (restores, skipped checkpoints, failovers) on
+/// standard error, above the progress line when there is one.
+fn show_notes(handle: &JobHandle, bar: &indicatif::ProgressBar, shown: &mut usize) {
+    let notes = handle.notes();
+    for note in &notes[(*shown).min(notes.len())..] {
+        if bar.is_hidden() {
+            eprintln!("{note}");
+        } else {
+            bar.println(note);
+        }
+    }
+    *shown = notes.len();
+}
+
 fn supervise(
     mut handle: JobHandle,
     limit: Option<Duration>,
@@ -247,10 +270,7 @@ fn supervise(
         if let Some(result) = handle.try_finish() {
             break result;
         }
-        for note in &handle.notes()[notes_shown..] {
-            bar.println(note);
-        }
-        notes_shown = handle.notes().len();
+        show_notes(&handle, &bar, &mut notes_shown);
         std::thread::sleep(Duration::from_millis(100));
         let n = presses.load(Ordering::SeqCst);
         if n >= 1 && !stopped {
@@ -386,10 +406,25 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
 fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let input = TextSource::open(&args.input)?;
+    if let Some(dir) = &args.checkpoints.checkpoint_dir {
+        let marker = dir.join(weir::runtime::FINISHED_MARKER);
+        if marker.exists() {
+            println!(
+                "the job is already complete ({} exists); its output is in {}. Remove {} to run it again.",
+                marker.display(),
+                args.output.display(),
+                dir.display()
+            );
+            return Ok(());
+        }
+    }
+    // A rerun with the same checkpoint directory resumes into the same output (the
+    // two-phase-commit sink keeps what was committed and discards the rest), and so does a
+    // restore (the plain file sink cuts each file back to its length at the savepoint).
+    let resuming =
+        args.checkpoints.restore.is_some() || args.checkpoints.checkpoint_dir.as_ref().is_some_and(|d| d.exists());
     if let Ok(mut entries) = std::fs::read_dir(&args.output) {
-        // A restore continues the output the savepoint's job wrote (the file sink cuts each
-        // file back to its length at the savepoint).
-        if entries.next().is_some() && args.checkpoints.restore.is_none() {
+        if entries.next().is_some() && !resuming {
             return Err(Error::config(format!(
                 "output folder {} is not empty; remove it or choose another",
                 args.output.display()
@@ -399,7 +434,8 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         return Err(Error::config(format!("output {} exists and is not a folder", args.output.display())));
     }
     let bytes = input.total_bytes();
-    let mut job = weir::jobs::wordcount(input, args.output.clone(), parallelism);
+    let transactional = args.checkpoints.checkpoint_dir.is_some();
+    let mut job = weir::jobs::wordcount(input, args.output.clone(), parallelism, transactional);
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);
     }
@@ -422,11 +458,12 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     }
     let secs = report.elapsed.as_secs_f64().max(1e-9);
     println!(
-        "input: {} bytes ({:.1} MB/s); words: {}; output: {}/part-*",
+        "input: {} bytes ({:.1} MB/s); words: {}; output: {}/part-*{}",
         group_digits(bytes),
         bytes as f64 / secs / 1e6,
         group_digits(report.sink_records),
-        args.output.display()
+        args.output.display(),
+        if transactional { " (committed files only; hidden ones are in progress)" } else { "" }
     );
     Ok(())
 }

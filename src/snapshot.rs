@@ -215,6 +215,13 @@ pub enum Fault {
         /// The checkpoint id.
         checkpoint: u64,
     },
+    /// End the whole process (exit status 70) right after checkpoint `checkpoint`'s metadata
+    /// is durable and before any sink hears that it completed: a crash between pre-commit
+    /// and commit.
+    ExitBeforeCommit {
+        /// The checkpoint id.
+        checkpoint: u64,
+    },
 }
 
 /// One-shot failure points for tests: each fault fires once, then is spent.
@@ -264,6 +271,11 @@ impl FaultInjector {
             }
         }
         false
+    }
+
+    /// Whether the process should end after checkpoint `id`'s metadata (the coordinator asks).
+    pub fn exit_before_commit(&self, id: u64) -> bool {
+        self.fire_if(|f| *f == Fault::ExitBeforeCommit { checkpoint: id })
     }
 
     /// Counts `n` records arriving at `operator`; fails if a fault's record is among them.

@@ -82,7 +82,7 @@ fn word_count_gives_every_running_count_once() {
     let expected = sequential_word_counts(input.path());
     for p in PARALLELISMS {
         let out = tempfile::tempdir().unwrap();
-        let job = wordcount(TextSource::open(input.path()).unwrap(), out.path().to_path_buf(), p);
+        let job = wordcount(TextSource::open(input.path()).unwrap(), out.path().to_path_buf(), p, false);
         let report = job.execute(config()).unwrap();
         let mut got: HashMap<String, Vec<u64>> = HashMap::new();
         for f in std::fs::read_dir(out.path()).unwrap() {

@@ -269,6 +269,10 @@ impl Coordinator {
             shared,
         };
         self.storage.commit(&metadata).map_err(|e| e.to_string())?;
+        if self.config.faults.as_ref().is_some_and(|f| f.exit_before_commit(id)) {
+            eprintln!("injected crash: checkpoint {id} is complete, and no sink has committed it");
+            std::process::exit(70);
+        }
         if let Some(req) = savepoint {
             let _ = req.reply.send(self.storage.copy_to_savepoint(id, &req.dir).map_err(|e| e.to_string()));
         }

@@ -29,7 +29,7 @@ use crate::persist::Persist;
 use crate::record::{hash_key, Key, Record, Timestamp};
 use crate::sink::{
     pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, Sink, SinkOperator,
-    TransactionalCollectSink,
+    TransactionalCollectSink, TwoPhaseFileSink,
 };
 use crate::source::{EventSender, Generator, PushSource, Source, TextSource};
 
@@ -561,6 +561,21 @@ impl<T: Record> Stream<T> {
     pub fn write_files<F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static>(self, dir: impl Into<PathBuf>, format: F) {
         let dir = dir.into();
         self.sink_node("file-sink", move |ctx| FileSink::create(&dir, ctx.subtask, format.clone()))
+    }
+
+    /// Writes each record, formatted by `format`, to files in `dir` committed by two-phase
+    /// commit: one transaction per checkpoint and subtask, in a hidden file until its
+    /// checkpoint completes, then renamed to `part-<subtask>-<checkpoint>`. Every visible file
+    /// is committed output; with exactly-once checkpoints each record is in exactly one of
+    /// them, whatever failures happen (see [`TwoPhaseFileSink`]). The sink owns the files
+    /// named `part-<n>-<n>` and `.part-<n>-…` in `dir`: a fresh start deletes them.
+    pub fn write_files_transactional<F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static>(
+        self,
+        dir: impl Into<PathBuf>,
+        format: F,
+    ) {
+        let dir = dir.into();
+        self.sink_node("file-sink", move |ctx| TwoPhaseFileSink::create(&dir, ctx, format.clone()))
     }
 
     /// Sends every record to the host through the returned [`EventReceiver`] (the sink gets

@@ -315,7 +315,9 @@ impl JobHandle {
         if !a.state.completed() {
             return Some(Err(Error::Cancelled));
         }
-        a.scope.succeed();
+        if let Err(e) = a.scope.succeed() {
+            return Some(Err(e));
+        }
         if let Some(cfg) = &self.job.graph.borrow().checkpointing {
             // A rerun with the same directory must not silently redo (or resume) a finished job.
             let marker = cfg.dir.join(FINISHED_MARKER);

@@ -6,6 +6,7 @@
 //! - [`CollectSink`]: collects into a shared `Vec` (tests).
 //! - `transactional`: collects exactly once, committing per checkpoint ([`CommittedOutput`]).
 //! - [`FileSink`]: one file per subtask, each record formatted by a function.
+//! - [`TwoPhaseFileSink`]: files committed per checkpoint (two-phase commit), exactly once.
 //! - `pull`: the embedding API, a lock-free ring from the job to a host thread.
 //!
 //! May touch: `channel` (the pull sink's ring), `collector`, `context`, `error`, `metrics`,
@@ -13,11 +14,13 @@
 
 mod pull;
 mod transactional;
+mod two_phase;
 
 pub(crate) use pull::pull_channel;
 pub use pull::EventReceiver;
 pub use transactional::CommittedOutput;
 pub(crate) use transactional::TransactionalCollectSink;
+pub use two_phase::{committed_name, TwoPhaseFileSink};
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, Write};

@@ -120,6 +120,7 @@ impl<T: Record> Sink<T> for TransactionalCollectSink<T> {
             for (txn, records) in rest {
                 out.publish(subtask, txn, records);
             }
+            Ok(())
         });
         Ok(())
     }

@@ -1,0 +1,269 @@
+//! The two-phase-commit file sink: one transaction per checkpoint and subtask.
+//!
+//! Records go to a hidden in-progress file `.part-<subtask>-<run>-<n>.inprogress`. On a
+//! checkpoint's barrier the file is flushed, fsynced and renamed to the hidden pending file
+//! `.part-<subtask>-<checkpoint>.pending` (pre-commit), and the snapshot records every
+//! transaction still pending. When the checkpoint completes, its pending files (and those of
+//! earlier aborted checkpoints) are committed by an atomic rename to the visible
+//! `part-<subtask>-<checkpoint>`. At the end of the input the last transaction is named after
+//! the last checkpoint plus one and committed, with everything still pending, once the whole job
+//! has succeeded.
+//!
+//! On recovery from checkpoint `k`, what `k` recorded as pending is committed (a file already
+//! renamed counts as committed: commits are idempotent), and everything else the sink wrote is
+//! discarded: hidden files, and visible files of transactions after `k` (which only the end of
+//! a job can commit, before a crash that came before the job's completion marker). So every
+//! visible file in the folder is committed output, and each record is in exactly one of them.
+//! Old subtasks' files are handled by subtask `old % parallelism` (rescaling).
+//!
+//! May touch: `context`, `error`, `persist`, `snapshot`.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use super::Sink;
+use crate::context::TaskContext;
+use crate::error::{Error, Result};
+use crate::persist::from_bytes;
+use crate::snapshot::{CheckpointNotice, ForkedState, PersistedFork};
+
+/// The visible name of subtask `subtask`'s transaction `txn`.
+pub fn committed_name(subtask: usize, txn: u64) -> String {
+    format!("part-{subtask}-{txn:08}")
+}
+
+fn pending_name(subtask: usize, txn: u64) -> String {
+    format!(".part-{subtask}-{txn:08}.pending")
+}
+
+/// What a file name in the output folder is to this sink.
+#[derive(Debug, PartialEq, Eq)]
+enum OwnFile {
+    /// `part-<subtask>-<txn>`.
+    Committed { subtask: usize, txn: u64 },
+    /// `.part-<subtask>-…`: pending or in progress.
+    Hidden { subtask: usize },
+}
+
+fn parse_name(name: &str) -> Option<OwnFile> {
+    if let Some(rest) = name.strip_prefix(".part-") {
+        let subtask = rest.split('-').next()?.parse().ok()?;
+        return Some(OwnFile::Hidden { subtask });
+    }
+    let rest = name.strip_prefix("part-")?;
+    let (subtask, txn) = rest.split_once('-')?;
+    if !txn.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(OwnFile::Committed { subtask: subtask.parse().ok()?, txn: txn.parse().ok()? })
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|f| f.sync_all()).map_err(|e| Error::io("cannot sync output folder", dir, e))
+}
+
+/// Commits `subtask`'s pending transaction `txn`: renames its pending file to the visible
+/// name. Already visible counts as done (a commit repeated after recovery).
+fn commit(dir: &Path, subtask: usize, txn: u64) -> Result<()> {
+    let (from, to) = (dir.join(pending_name(subtask, txn)), dir.join(committed_name(subtask, txn)));
+    match std::fs::rename(&from, &to) {
+        Ok(()) => Ok(()),
+        Err(_) if to.exists() => Ok(()),
+        Err(e) => Err(Error::io("cannot commit output file (its pending file is gone?)", from, e)),
+    }
+}
+
+struct InProgress {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+/// One subtask of the two-phase-commit file sink (see the module documentation).
+pub struct TwoPhaseFileSink<F> {
+    dir: PathBuf,
+    ctx: TaskContext,
+    format: F,
+    /// Names this run's in-progress files apart from any earlier run's.
+    run: String,
+    files_opened: u64,
+    current: Option<InProgress>,
+    line: Vec<u8>,
+    /// Pre-committed transactions, by checkpoint id, oldest first.
+    pending: Vec<u64>,
+    /// The newest checkpoint whose barrier passed here (or that was restored).
+    last_checkpoint: u64,
+    /// Files of earlier runs are cleaned up before the first write.
+    prepared: bool,
+}
+
+impl<F> TwoPhaseFileSink<F> {
+    /// The sink for subtask `ctx.subtask`, writing into `dir` (created if missing).
+    pub fn create(dir: &Path, ctx: &TaskContext, format: F) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create output folder", dir, e))?;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        Ok(TwoPhaseFileSink {
+            dir: dir.to_path_buf(),
+            ctx: ctx.clone(),
+            format,
+            run: format!("{}{:x}", std::process::id(), nanos % (1 << 48)),
+            files_opened: 0,
+            current: None,
+            line: Vec::new(),
+            pending: Vec::new(),
+            last_checkpoint: 0,
+            prepared: false,
+        })
+    }
+
+    /// Deletes what earlier runs of the subtasks this one stands for left: hidden files, and
+    /// visible ones of transactions after `restored` (all of them when nothing is restored).
+    fn clean_up(&mut self, restored: Option<u64>) -> Result<()> {
+        let p = self.ctx.parallelism;
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| Error::io("cannot list output folder", &self.dir, e))?;
+        for e in entries {
+            let e = e.map_err(|e| Error::io("cannot list output folder", &self.dir, e))?;
+            let Some(kind) = e.file_name().to_str().and_then(parse_name) else { continue };
+            let stale = match kind {
+                OwnFile::Hidden { subtask } => subtask % p == self.ctx.subtask,
+                OwnFile::Committed { subtask, txn } => {
+                    subtask % p == self.ctx.subtask && restored.is_none_or(|k| txn > k)
+                }
+            };
+            if stale {
+                std::fs::remove_file(e.path()).map_err(|err| Error::io("cannot remove stale output", e.path(), err))?;
+            }
+        }
+        self.prepared = true;
+        sync_dir(&self.dir)
+    }
+
+    fn prepare(&mut self) -> Result<()> {
+        if !self.prepared {
+            self.clean_up(None)?;
+        }
+        Ok(())
+    }
+
+    fn in_progress(&mut self) -> Result<&mut InProgress> {
+        if self.current.is_none() {
+            self.prepare()?;
+            self.files_opened += 1;
+            let path =
+                self.dir.join(format!(".part-{}-{}-{}.inprogress", self.ctx.subtask, self.run, self.files_opened));
+            let file = File::create(&path).map_err(|e| Error::io("cannot create output file", &path, e))?;
+            self.current = Some(InProgress { path, out: BufWriter::with_capacity(256 * 1024, file) });
+        }
+        Ok(self.current.as_mut().expect("just opened"))
+    }
+
+    /// Flushes, fsyncs and renames the in-progress file to transaction `txn`'s pending file.
+    fn close_as_pending(&mut self, txn: u64) -> Result<bool> {
+        let Some(InProgress { path, out }) = self.current.take() else { return Ok(false) };
+        let file = out.into_inner().map_err(|e| Error::io("cannot write output file", &path, e.into_error()))?;
+        file.sync_all().map_err(|e| Error::io("cannot sync output file", &path, e))?;
+        let to = self.dir.join(pending_name(self.ctx.subtask, txn));
+        std::fs::rename(&path, &to).map_err(|e| Error::io("cannot pre-commit output file", &to, e))?;
+        Ok(true)
+    }
+
+    fn commit_up_to(&mut self, id: u64) -> Result<()> {
+        let split = self.pending.partition_point(|&txn| txn <= id);
+        if split == 0 {
+            return Ok(());
+        }
+        for txn in self.pending.drain(..split) {
+            commit(&self.dir, self.ctx.subtask, txn)?;
+        }
+        sync_dir(&self.dir)
+    }
+}
+
+impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
+    fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
+        self.line.clear();
+        for r in records.drain(..) {
+            (self.format)(&r, &mut self.line);
+        }
+        let line = std::mem::take(&mut self.line);
+        let result = self
+            .in_progress()
+            .and_then(|c| c.out.write_all(&line).map_err(|e| Error::io("cannot write output file", &c.path, e)));
+        self.line = line;
+        result
+    }
+
+    fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Box<dyn ForkedState>>> {
+        self.prepare()?;
+        if self.close_as_pending(checkpoint)? {
+            sync_dir(&self.dir)?;
+            self.pending.push(checkpoint);
+        }
+        self.last_checkpoint = checkpoint;
+        Ok(Some(Box::new(PersistedFork((checkpoint, self.pending.clone())))))
+    }
+
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        // An aborted checkpoint's transaction stays pending and is committed with the next
+        // completed one.
+        if let CheckpointNotice::Complete(id) = notice {
+            self.commit_up_to(id)?;
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        let (checkpoint, pending): (u64, Vec<u64>) = from_bytes(bytes)?;
+        for txn in pending {
+            commit(&self.dir, self.ctx.subtask, txn)?;
+        }
+        self.last_checkpoint = checkpoint;
+        self.clean_up(Some(checkpoint))
+    }
+
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], subtask: usize) -> Result<()> {
+        let mut restored = 0;
+        for (old, bytes) in parts {
+            let (checkpoint, pending): (u64, Vec<u64>) = from_bytes(bytes)?;
+            restored = restored.max(checkpoint);
+            if old % self.ctx.parallelism == subtask {
+                for txn in pending {
+                    commit(&self.dir, *old, txn)?;
+                }
+            }
+        }
+        self.last_checkpoint = restored;
+        self.clean_up(Some(restored))
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.prepare()?;
+        let last = self.last_checkpoint + 1;
+        if self.close_as_pending(last)? {
+            self.pending.push(last);
+        }
+        sync_dir(&self.dir)?;
+        // Committed only when the whole job succeeded: a failure before that restores the
+        // last checkpoint, whose recovery discards these transactions and writes them again.
+        let (dir, subtask, pending) = (self.dir.clone(), self.ctx.subtask, std::mem::take(&mut self.pending));
+        self.ctx.on_job_success(move || {
+            pending.iter().try_for_each(|&txn| commit(&dir, subtask, txn))?;
+            sync_dir(&dir)
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back() {
+        assert_eq!(parse_name(&committed_name(3, 17)), Some(OwnFile::Committed { subtask: 3, txn: 17 }));
+        assert_eq!(parse_name(&pending_name(2, 5)), Some(OwnFile::Hidden { subtask: 2 }));
+        assert_eq!(parse_name(".part-1-abc-3.inprogress"), Some(OwnFile::Hidden { subtask: 1 }));
+        assert_eq!(parse_name("part-1-x"), None);
+        assert_eq!(parse_name("notes.txt"), None);
+    }
+}

@@ -1,0 +1,177 @@
+//! End-to-end exactly-once through process crashes: `weir wordcount` with checkpoints is
+//! killed with SIGKILL at seeded random moments (so often during a checkpoint), rerun with the
+//! same command until it completes, and its committed output is checked against a sequential
+//! count: with exactly-once, every word's counts 1, 2, …, n appear exactly once; with
+//! at-least-once, none is missing. A crash between pre-commit and commit leaves no duplicate
+//! and no gap.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Two files of words from a skewed vocabulary of 5,000 words.
+fn write_corpus(dir: &Path) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    for f in 0..2u64 {
+        let mut text = String::new();
+        for line in 0..150_000u64 {
+            for w in 0..(mix(line * 7 + f) % 12) {
+                let r = mix(line * 131 + w + f * 1_000_003);
+                // Half the occurrences from 50 hot words, half from 5,000.
+                let word = format!("w{}", if r >> 63 == 1 { r % 50 } else { r % 5_000 });
+                text.push_str(&word);
+                text.push(' ');
+                *counts.entry(word).or_insert(0) += 1;
+            }
+            text.push('\n');
+        }
+        std::fs::write(dir.join(format!("f{f}.txt")), text).unwrap();
+    }
+    counts
+}
+
+fn wordcount(input: &Path, out: &Path, chk: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+    c.args(["wordcount", "--parallelism", "2", "--workers", "2", "--no-progress", "--interval-ms", "15"])
+        .arg("--input")
+        .arg(input)
+        .arg("--output")
+        .arg(out)
+        .arg("--checkpoint-dir")
+        .arg(chk)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Every word's counts in the committed (visible) output files.
+fn committed_counts(out: &Path) -> HashMap<String, Vec<u64>> {
+    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
+    for f in std::fs::read_dir(out).unwrap() {
+        let f = f.unwrap();
+        let name = f.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') {
+            continue;
+        }
+        assert!(name.starts_with("part-"), "unexpected file {name}");
+        for line in std::fs::read_to_string(f.path()).unwrap().lines() {
+            let (w, c) = line.split_once('\t').unwrap_or_else(|| panic!("{name}: bad line {line:?}"));
+            got.entry(w.to_string()).or_default().push(c.parse().unwrap());
+        }
+    }
+    got
+}
+
+fn check_exactly_once(expected: &HashMap<String, u64>, out: &Path, what: &str) {
+    let mut got = committed_counts(out);
+    assert_eq!(got.len(), expected.len(), "{what}: distinct words");
+    for (w, &n) in expected {
+        let mut counts = got.remove(w).unwrap_or_else(|| panic!("{what}: {w} missing"));
+        counts.sort_unstable();
+        assert!(counts == (1..=n).collect::<Vec<_>>(), "{what}: counts of {w} are not 1..={n} exactly once");
+    }
+}
+
+fn check_nothing_missing(expected: &HashMap<String, u64>, out: &Path, what: &str) {
+    let got = committed_counts(out);
+    for (w, &n) in expected {
+        let counts: std::collections::HashSet<u64> = got.get(w).into_iter().flatten().copied().collect();
+        assert!((1..=n).all(|c| counts.contains(&c)), "{what}: a count of {w} (1..={n}) is missing");
+    }
+}
+
+/// Runs to completion, killing the first `kills` runs after seeded delays. Returns how many
+/// runs resumed from a checkpoint.
+fn run_with_kills(input: &Path, out: &Path, chk: &Path, extra: &[&str], seed: u64, kills: u64) -> usize {
+    let mut resumed = 0;
+    for run in 0.. {
+        assert!(run < kills + 20, "the job did not complete after {run} runs");
+        let mut child = wordcount(input, out, chk, extra).spawn().unwrap();
+        if run < kills {
+            std::thread::sleep(Duration::from_millis(30 + mix(seed * 1000 + run) % 150));
+            child.kill().unwrap(); // SIGKILL
+        }
+        let o = child.wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(!text.contains("panicked"), "run {run}: {text}");
+        if text.contains("restored from checkpoint") {
+            resumed += 1;
+        }
+        if run >= kills {
+            assert!(o.status.success(), "run {run} failed: {text}");
+            if text.contains("already complete") || text.contains("words:") {
+                break;
+            }
+        }
+    }
+    assert!(chk.join("_finished").exists());
+    let rerun = wordcount(input, out, chk, extra).output().unwrap();
+    assert!(rerun.status.success());
+    assert!(String::from_utf8_lossy(&rerun.stdout).contains("already complete"), "a rerun says the job is complete");
+    let hidden: Vec<String> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "hidden files left after completion: {hidden:?}");
+    resumed
+}
+
+#[test]
+fn sigkill_at_random_moments_then_rerun_gives_every_count_exactly_once() {
+    let input = tempfile::tempdir().unwrap();
+    let expected = write_corpus(input.path());
+    let modes: [(&str, &[&str]); 4] = [
+        ("aligned", &["--mode", "exactly-once"]),
+        ("unaligned", &["--mode", "exactly-once", "--unaligned"]),
+        ("aligned incremental", &["--mode", "exactly-once", "--incremental", "--retain", "2"]),
+        ("at-least-once", &["--mode", "at-least-once"]),
+    ];
+    let mut resumed = 0;
+    for (i, (what, extra)) in modes.iter().enumerate() {
+        let (out, chk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let chk = chk.path().join("chk");
+        let r = run_with_kills(input.path(), out.path(), &chk, extra, i as u64 + 1, 6);
+        let committed = std::fs::read_dir(out.path()).unwrap().count();
+        eprintln!("{what}: {r} of 7 runs resumed from a checkpoint; {committed} committed files");
+        resumed += r;
+        if *what == "at-least-once" {
+            check_nothing_missing(&expected, out.path(), what);
+        } else {
+            check_exactly_once(&expected, out.path(), what);
+        }
+    }
+    assert!(resumed >= 6, "only {resumed} runs resumed from a checkpoint");
+}
+
+#[test]
+fn a_crash_between_pre_commit_and_commit_leaves_no_duplicate_and_no_gap() {
+    let input = tempfile::tempdir().unwrap();
+    let expected = write_corpus(input.path());
+    let (out, chk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let chk = chk.path().join("chk");
+    let first = wordcount(input.path(), out.path(), &chk, &["--exit-before-commit", "3"]).output().unwrap();
+    let text = String::from_utf8_lossy(&first.stderr);
+    assert_eq!(first.status.code(), Some(70), "{text}");
+    let names: Vec<String> =
+        std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert!(names.iter().any(|n| n.ends_with("00000003.pending")), "checkpoint 3 pre-committed: {names:?}");
+    assert!(
+        !names.iter().any(|n| n.ends_with("-00000003") && !n.starts_with('.')),
+        "nothing of 3 committed: {names:?}"
+    );
+    let second = wordcount(input.path(), out.path(), &chk, &[]).output().unwrap();
+    let text = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{text}");
+    assert!(text.contains("restored from checkpoint 3"), "{text}");
+    check_exactly_once(&expected, out.path(), "crash before commit");
+}
