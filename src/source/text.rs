@@ -1,23 +1,36 @@
-//! Lines of text from a file or a folder of files.
+//! Lines of text from a file or a folder of files: the replayable file source.
 //!
 //! Files are taken in name order. Each file is split into `parallelism` byte ranges; a subtask
 //! reads the lines that *start* in its ranges (a line crossing a range boundary belongs to the
 //! range it starts in), so every line is read exactly once at any parallelism. Invalid UTF-8 is
 //! replaced by U+FFFD (which is not alphanumeric, so it separates words); a trailing `\r` is
 //! dropped.
+//!
+//! The offset is the list of spans a subtask has left to read, each a file name and a byte
+//! range (the current one starting at the next line), so recovery resumes at the exact byte,
+//! and a restore at another parallelism deals the old subtasks' spans out to the new ones. In
+//! follow mode the last file is read as a growing log: its span has no end, a line is emitted
+//! only once its newline is there, and the source never finishes by itself (stop the job).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::{Source, SourcePoll};
 use crate::context::TaskContext;
 use crate::error::{Error, Result};
+use crate::persist::{from_bytes, to_bytes};
+
+/// The end of a followed file's span: none.
+const FOLLOWED: u64 = u64::MAX;
 
 /// A text source over a file or a folder of files (not recursive; hidden files skipped).
 #[derive(Clone, Debug)]
 pub struct TextSource {
-    files: Vec<(PathBuf, u64)>,
+    files: Arc<Vec<(PathBuf, u64)>>,
+    follow: bool,
 }
 
 impl TextSource {
@@ -41,101 +54,165 @@ impl TextSource {
         } else {
             files.push((path.to_path_buf(), meta.len()));
         }
-        Ok(TextSource { files })
+        Ok(TextSource { files: Arc::new(files), follow: false })
     }
 
-    /// The files, in reading order, with their sizes.
+    /// Follow mode: keep reading the last file (in name order) as it grows, like `tail -f`;
+    /// the source then never finishes by itself.
+    pub fn follow(mut self, follow: bool) -> Self {
+        self.follow = follow;
+        self
+    }
+
+    /// The files, in reading order, with their sizes when listed.
     pub fn files(&self) -> &[(PathBuf, u64)] {
         &self.files
     }
 
-    /// Total bytes of input.
+    /// Total bytes of input (when listed).
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|(_, n)| n).sum()
     }
 
     pub(crate) fn subtask(&self, subtask: usize, parallelism: usize) -> TextSubtask {
-        let ranges = self
-            .files
-            .iter()
-            .map(|(p, len)| {
-                let (s, n) = (subtask as u64, parallelism as u64);
-                (p.clone(), len * s / n, len * (s + 1) / n)
-            })
-            .filter(|(_, a, b)| a < b)
-            .collect();
-        TextSubtask { ranges, next_range: 0, open: None, buf: Vec::new() }
+        let (s, n) = (subtask as u64, parallelism as u64);
+        let last = self.files.len().saturating_sub(1);
+        let mut spans = VecDeque::new();
+        for (file, (_, len)) in self.files.iter().enumerate() {
+            if self.follow && file == last {
+                // A growing file cannot be split by length: one subtask reads it all.
+                if file % parallelism == subtask {
+                    spans.push_back(Span { file, start: 0, end: FOLLOWED, at_line_start: true });
+                }
+                continue;
+            }
+            let (start, end) = (len * s / n, len * (s + 1) / n);
+            if start < end {
+                spans.push_back(Span { file, start, end, at_line_start: start == 0 });
+            }
+        }
+        TextSubtask { files: self.files.clone(), follow: self.follow, spans, open: None, buf: Vec::new() }
     }
 }
 
-struct OpenRange {
+/// A byte range of one file still to read: the lines that start in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    file: usize,
+    start: u64,
+    end: u64,
+    /// `start` is the start of a line (else the line begun before it belongs to another span).
+    at_line_start: bool,
+}
+
+struct OpenSpan {
     reader: BufReader<File>,
-    path: PathBuf,
+    file: usize,
     /// Byte position of the next line's start.
     pos: u64,
     end: u64,
 }
 
 pub(crate) struct TextSubtask {
-    ranges: Vec<(PathBuf, u64, u64)>,
-    next_range: usize,
-    open: Option<OpenRange>,
+    files: Arc<Vec<(PathBuf, u64)>>,
+    follow: bool,
+    spans: VecDeque<Span>,
+    open: Option<OpenSpan>,
     buf: Vec<u8>,
 }
 
+/// A span in an offset: (file name, start, end, at line start).
+type StoredSpan = (String, u64, u64, bool);
+
 impl TextSubtask {
+    fn path(&self, file: usize) -> &Path {
+        &self.files[file].0
+    }
+
     fn open_next(&mut self) -> Result<bool> {
-        let Some((path, start, end)) = self.ranges.get(self.next_range).cloned() else {
+        let Some(span) = self.spans.pop_front() else {
             return Ok(false);
         };
-        self.next_range += 1;
+        let path = self.path(span.file).to_path_buf();
         let file = File::open(&path).map_err(|e| Error::io("cannot open input file", &path, e))?;
         let mut reader = BufReader::with_capacity(256 * 1024, file);
-        let mut pos = start;
-        if start > 0 {
-            // Skip the line that started in the previous range (up to and including the first
+        let mut pos = span.start;
+        if !span.at_line_start {
+            // Skip the line that started in the previous span (up to and including the first
             // newline at or after start - 1).
-            reader.seek(SeekFrom::Start(start - 1)).map_err(|e| Error::io("cannot seek input file", &path, e))?;
+            reader.seek(SeekFrom::Start(pos - 1)).map_err(|e| Error::io("cannot seek input file", &path, e))?;
             self.buf.clear();
             let n =
                 reader.read_until(b'\n', &mut self.buf).map_err(|e| Error::io("cannot read input file", &path, e))?;
-            pos = start - 1 + n as u64;
+            pos = pos - 1 + n as u64;
+        } else if pos > 0 {
+            reader.seek(SeekFrom::Start(pos)).map_err(|e| Error::io("cannot seek input file", &path, e))?;
         }
-        self.open = Some(OpenRange { reader, path, pos, end });
+        self.open = Some(OpenSpan { reader, file: span.file, pos, end: span.end });
         Ok(true)
+    }
+
+    /// Every span left, the open one first (from its next line).
+    fn remaining(&self) -> Vec<Span> {
+        let open = self.open.as_ref().map(|o| Span { file: o.file, start: o.pos, end: o.end, at_line_start: true });
+        open.into_iter().chain(self.spans.iter().copied()).filter(|s| s.start < s.end).collect()
+    }
+
+    fn decode(&self, offset: &[u8]) -> Result<Vec<Span>> {
+        let stored: Vec<StoredSpan> = from_bytes(offset)?;
+        stored
+            .into_iter()
+            .map(|(name, start, end, at_line_start)| {
+                let file = self
+                    .files
+                    .iter()
+                    .position(|(p, _)| p.file_name().is_some_and(|n| n.to_string_lossy() == name))
+                    .ok_or_else(|| {
+                        Error::config(format!(
+                            "the checkpoint reads input file '{name}', which is not in the input any more"
+                        ))
+                    })?;
+                let (path, len) = &self.files[file];
+                if start > *len && end != FOLLOWED {
+                    return Err(Error::config(format!(
+                        "input file {} is shorter ({len} bytes) than the checkpoint had read ({start}): the input changed",
+                        path.display()
+                    )));
+                }
+                Ok(Span { file, start, end, at_line_start })
+            })
+            .collect()
     }
 }
 
 impl Source<String> for TextSubtask {
-    /// The offset is (range index, byte position of the next line in that range's file), or
-    /// (range index, `u64::MAX`) for a range not opened yet.
+    /// Every span left to read, the current one from the next line.
     fn offset(&self) -> Option<Vec<u8>> {
-        let (range, pos) = match &self.open {
-            Some(open) => (self.next_range - 1, open.pos),
-            None => (self.next_range, u64::MAX),
-        };
-        Some(crate::persist::to_bytes(&(range as u64, pos)))
+        let stored: Vec<StoredSpan> = self
+            .remaining()
+            .into_iter()
+            .map(|s| {
+                let name = self.path(s.file).file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                (name, s.start, s.end, s.at_line_start)
+            })
+            .collect();
+        Some(to_bytes(&stored))
     }
 
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
-        let (range, pos): (u64, u64) = crate::persist::from_bytes(offset)?;
-        let range = range as usize;
+        self.spans = self.decode(offset)?.into();
         self.open = None;
-        self.next_range = range;
-        let Some((path, start, end)) = self.ranges.get(range).cloned() else {
-            return Ok(()); // everything was read
-        };
-        if pos == u64::MAX {
-            return Ok(()); // the range opens as usual, skipping a line begun in the previous one
+        Ok(())
+    }
+
+    fn seek_rescaled(&mut self, parts: &[(usize, &[u8])], subtask: usize, parallelism: usize) -> Result<()> {
+        let mut all = Vec::new();
+        for (_, bytes) in parts {
+            all.extend(self.decode(bytes)?);
         }
-        if pos < start {
-            return Err(Error::Corrupt(format!("text offset {pos} before its range in {}", path.display())));
-        }
-        let file = File::open(&path).map_err(|e| Error::io("cannot open input file", &path, e))?;
-        let mut reader = BufReader::with_capacity(256 * 1024, file);
-        reader.seek(SeekFrom::Start(pos)).map_err(|e| Error::io("cannot seek input file", &path, e))?;
-        self.next_range = range + 1;
-        self.open = Some(OpenRange { reader, path, pos, end });
+        all.sort_by_key(|s| (s.file, s.start));
+        self.spans = all.into_iter().enumerate().filter(|(i, _)| i % parallelism == subtask).map(|(_, s)| s).collect();
+        self.open = None;
         Ok(())
     }
 
@@ -144,7 +221,8 @@ impl Source<String> for TextSubtask {
         while emitted < max {
             let Some(open) = self.open.as_mut() else {
                 if !self.open_next()? {
-                    return Ok(if emitted > 0 { SourcePoll::Emitted } else { SourcePoll::Finished });
+                    let done = if self.follow { SourcePoll::Idle } else { SourcePoll::Finished };
+                    return Ok(if emitted > 0 { SourcePoll::Emitted } else { done });
                 }
                 continue;
             };
@@ -153,10 +231,21 @@ impl Source<String> for TextSubtask {
                 continue;
             }
             self.buf.clear();
+            let path = &self.files[open.file].0;
             let n = open
                 .reader
                 .read_until(b'\n', &mut self.buf)
-                .map_err(|e| Error::io("cannot read input file", &open.path, e))?;
+                .map_err(|e| Error::io("cannot read input file", path, e))?;
+            let complete = self.buf.last() == Some(&b'\n');
+            if open.end == FOLLOWED && !complete {
+                // The log's last line is still being written: read it again once it is whole.
+                if n > 0 {
+                    open.reader
+                        .seek(SeekFrom::Start(open.pos))
+                        .map_err(|e| Error::io("cannot seek input file", path, e))?;
+                }
+                return Ok(if emitted > 0 { SourcePoll::Emitted } else { SourcePoll::Idle });
+            }
             if n == 0 {
                 self.open = None;
                 continue;
@@ -213,5 +302,97 @@ mod tests {
     fn a_missing_input_is_a_clear_error() {
         let err = TextSource::open("/no/such/input").unwrap_err();
         assert!(err.to_string().contains("/no/such/input"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod span_tests {
+    use super::*;
+
+    fn drain(sub: &mut TextSubtask, ctx: &TaskContext, lines: &mut Vec<String>) -> SourcePoll {
+        loop {
+            match sub.poll(ctx, lines, 2).unwrap() {
+                SourcePoll::Emitted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    /// Offsets taken mid-way by 3 subtasks restore at 1, 2, 3 and 5 subtasks: every line once.
+    #[test]
+    fn offsets_resume_exactly_and_rescale() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut expected = Vec::new();
+        for f in 0..3 {
+            let text: String = (0..200).map(|i| format!("file{f} line {i} {}\n", "x".repeat(i % 17))).collect();
+            expected.extend(text.lines().map(String::from));
+            std::fs::write(dir.path().join(format!("{f}.txt")), text).unwrap();
+        }
+        expected.sort();
+        let src = TextSource::open(dir.path()).unwrap();
+        let ctx = TaskContext::for_test("text", 0, 3);
+        let mut before = Vec::new();
+        let mut offsets = Vec::new();
+        for s in 0..3 {
+            let mut sub = src.subtask(s, 3);
+            for _ in 0..(10 + s * 7) {
+                sub.poll(&ctx, &mut before, 3).unwrap();
+            }
+            offsets.push((s, sub.offset().unwrap()));
+        }
+        for p in [1, 2, 3, 5] {
+            let mut got = before.clone();
+            for s in 0..p {
+                let mut sub = src.subtask(s, p);
+                let parts: Vec<(usize, &[u8])> = offsets.iter().map(|(s, b)| (*s, b.as_slice())).collect();
+                if p == 3 {
+                    sub.seek(parts[s].1).unwrap();
+                } else {
+                    sub.seek_rescaled(&parts, s, p).unwrap();
+                }
+                assert_eq!(drain(&mut sub, &ctx, &mut got), SourcePoll::Finished);
+            }
+            got.sort();
+            assert_eq!(got, expected, "restored at parallelism {p}");
+        }
+    }
+
+    #[test]
+    fn follow_mode_reads_a_growing_file_whole_lines_only() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log.txt");
+        std::fs::write(&log, "one\ntw").unwrap();
+        let src = TextSource::open(&log).unwrap().follow(true);
+        let ctx = TaskContext::for_test("text", 0, 1);
+        let mut sub = src.subtask(0, 1);
+        let mut lines = Vec::new();
+        assert_eq!(drain(&mut sub, &ctx, &mut lines), SourcePoll::Idle);
+        assert_eq!(lines, vec!["one"]);
+        let offset = sub.offset().unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"o\nthree\n").unwrap();
+        assert_eq!(drain(&mut sub, &ctx, &mut lines), SourcePoll::Idle);
+        assert_eq!(lines, vec!["one", "two", "three"]);
+        // Recovery from the offset taken before "two" was complete reads it again, whole.
+        let mut again = src.subtask(0, 1);
+        again.seek(&offset).unwrap();
+        let mut replay = Vec::new();
+        assert_eq!(drain(&mut again, &ctx, &mut replay), SourcePoll::Idle);
+        assert_eq!(replay, vec!["two", "three"]);
+    }
+
+    #[test]
+    fn an_offset_into_a_missing_or_shorter_file_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "alpha\nbeta\n").unwrap();
+        let src = TextSource::open(dir.path()).unwrap();
+        let sub = src.subtask(0, 1);
+        let stored: Vec<StoredSpan> = vec![("gone.txt".into(), 0, 5, true)];
+        let err = sub.decode(&to_bytes(&stored)).unwrap_err().to_string();
+        assert!(err.contains("gone.txt"), "{err}");
+        let stored: Vec<StoredSpan> = vec![("a.txt".into(), 100, 200, true)];
+        let err = sub.decode(&to_bytes(&stored)).unwrap_err().to_string();
+        assert!(err.contains("input changed"), "{err}");
     }
 }
