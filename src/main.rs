@@ -179,10 +179,13 @@ struct WordcountArgs {
     /// A text file, or a folder of text files (read in name order).
     #[arg(long)]
     input: PathBuf,
-    /// The output folder (created; must be empty, unless --restore continues the output a
-    /// stopped job wrote there): files part-<subtask>.
+    /// The output folder (created; must be empty, unless the job resumes there): files
+    /// part-<subtask>, or with --checkpoint-dir committed files part-<subtask>-<checkpoint>.
     #[arg(long)]
     output: PathBuf,
+    /// Keep reading the last input file as it grows (a log); the job then runs until Ctrl-C.
+    #[arg(long)]
+    follow: bool,
     #[command(flatten)]
     runtime: RuntimeArgs,
     #[command(flatten)]
@@ -405,7 +408,7 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
 
 fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
-    let input = TextSource::open(&args.input)?;
+    let input = TextSource::open(&args.input)?.follow(args.follow);
     if let Some(dir) = &args.checkpoints.checkpoint_dir {
         let marker = dir.join(weir::runtime::FINISHED_MARKER);
         if marker.exists() {

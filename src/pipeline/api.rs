@@ -28,8 +28,8 @@ use crate::operator::{Emitter, TwoInputOperator};
 use crate::persist::Persist;
 use crate::record::{hash_key, Key, Record, Timestamp};
 use crate::sink::{
-    pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, Sink, SinkOperator,
-    TransactionalCollectSink, TwoPhaseFileSink,
+    pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, LatestPerKeySink, Sink,
+    SinkOperator, TransactionalCollectSink, TwoPhaseFileSink,
 };
 use crate::source::{EventSender, Generator, PushSource, Source, TextSource};
 
@@ -656,6 +656,20 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         self.stream.one_input("process", Partitioning::KeyBy, channels, true, move |_, next| {
             Ok(Box::new(KeyedProcess::new(key.clone(), state(), f.clone(), next)))
         })
+    }
+
+    /// Keeps the latest record per key in `<dir>/latest-<subtask>`, one line per key
+    /// formatted by `format`, sorted; the file is rewritten whole on every checkpoint and at
+    /// the end (see [`crate::sink::LatestPerKeySink`]: replays rewrite the same content, so
+    /// the output is exactly-once in effect whatever failures happen).
+    pub fn write_latest<F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static>(self, dir: impl Into<PathBuf>, format: F) {
+        let dir = dir.into();
+        let key = self.key.clone();
+        let channels = self.keyed_channels();
+        self.stream.one_input::<(), _>("latest-sink", Partitioning::KeyBy, channels, true, move |ctx, _nowhere| {
+            let sink = LatestPerKeySink::create(&dir, ctx, key.clone(), format.clone())?;
+            Ok(Box::new(SinkOperator::new(sink, ctx.metrics.sink_counter())))
+        });
     }
 
     /// A running reduce per key: emits the combined value after every record.

@@ -7,15 +7,18 @@
 //! - `transactional`: collects exactly once, committing per checkpoint ([`CommittedOutput`]).
 //! - [`FileSink`]: one file per subtask, each record formatted by a function.
 //! - [`TwoPhaseFileSink`]: files committed per checkpoint (two-phase commit), exactly once.
+//! - [`LatestPerKeySink`]: the latest record per key, rewritten idempotently.
 //! - `pull`: the embedding API, a lock-free ring from the job to a host thread.
 //!
 //! May touch: `channel` (the pull sink's ring), `collector`, `context`, `error`, `metrics`,
 //! `record`, `wake`.
 
+mod latest;
 mod pull;
 mod transactional;
 mod two_phase;
 
+pub use latest::LatestPerKeySink;
 pub(crate) use pull::pull_channel;
 pub use pull::EventReceiver;
 pub use transactional::CommittedOutput;
@@ -60,8 +63,10 @@ pub trait Sink<T>: Send {
         Ok(())
     }
     /// Restart at another parallelism: `parts` are what every old subtask pre-committed (by
-    /// old subtask). Sinks that cannot take over other subtasks' transactions refuse.
-    fn restore_rescaled(&mut self, _parts: &[(usize, &[u8])], _subtask: usize) -> Result<()> {
+    /// old subtask); `scope` says which subtask this is now, of how many, and (after a key-by)
+    /// which key groups it owns. Sinks that cannot take over other subtasks' transactions
+    /// refuse.
+    fn restore_rescaled(&mut self, _parts: &[(usize, &[u8])], _scope: &crate::record::KeyScope) -> Result<()> {
         Err(Error::config("this sink cannot be restored at another parallelism"))
     }
 }
@@ -106,7 +111,7 @@ impl<T, S: Sink<T>> Collector<T> for SinkOperator<S> {
         self.sink.restore(bytes)
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
-        self.sink.restore_rescaled(parts, scope.subtask)
+        self.sink.restore_rescaled(parts, scope)
     }
 }
 

@@ -100,7 +100,7 @@ impl<T: Record> Sink<T> for TransactionalCollectSink<T> {
         Ok(())
     }
 
-    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], _subtask: usize) -> Result<()> {
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], _scope: &crate::record::KeyScope) -> Result<()> {
         // Every new subtask sees every old one's pending transactions; commits are keyed by the
         // old subtask, so each is published once.
         for (old, bytes) in parts {

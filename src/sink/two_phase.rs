@@ -221,12 +221,12 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
         self.clean_up(Some(checkpoint))
     }
 
-    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], subtask: usize) -> Result<()> {
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
         let mut restored = 0;
         for (old, bytes) in parts {
             let (checkpoint, pending): (u64, Vec<u64>) = from_bytes(bytes)?;
             restored = restored.max(checkpoint);
-            if old % self.ctx.parallelism == subtask {
+            if old % self.ctx.parallelism == scope.subtask {
                 for txn in pending {
                     commit(&self.dir, *old, txn)?;
                 }
