@@ -159,9 +159,18 @@ fn a_crash_between_pre_commit_and_commit_leaves_no_duplicate_and_no_gap() {
     let expected = write_corpus(input.path());
     let (out, chk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let chk = chk.path().join("chk");
-    let first = wordcount(input.path(), out.path(), &chk, &["--exit-before-commit", "3"]).output().unwrap();
+    // The crash comes after checkpoint 3's metadata and after retention deleted the older
+    // checkpoints, before any sink committed: checkpoint 3 alone must be enough.
+    let first =
+        wordcount(input.path(), out.path(), &chk, &["--exit-before-commit", "3", "--retain", "1"]).output().unwrap();
     let text = String::from_utf8_lossy(&first.stderr);
     assert_eq!(first.status.code(), Some(70), "{text}");
+    let complete: Vec<String> = std::fs::read_dir(&chk)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("chk-") && chk.join(n).join("_metadata").exists())
+        .collect();
+    assert_eq!(complete, vec!["chk-3"], "retention kept only the newest checkpoint");
     let names: Vec<String> =
         std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
     assert!(names.iter().any(|n| n.ends_with("00000003.pending")), "checkpoint 3 pre-committed: {names:?}");

@@ -269,18 +269,21 @@ impl Coordinator {
             shared,
         };
         self.storage.commit(&metadata).map_err(|e| e.to_string())?;
+        if let Some(req) = savepoint {
+            let _ = req.reply.send(self.storage.copy_to_savepoint(id, &req.dir).map_err(|e| e.to_string()));
+        }
+        // Older checkpoints go before any sink commits: this one lists every transaction not
+        // yet committed (a sink's snapshot carries all its pending ones, aborted checkpoints'
+        // included), so after a crash from here on, recovery commits them from it alone.
+        self.completed.push(id);
+        let deleted = self.storage.retain(&mut self.completed, self.config.retained, in_use);
+        self.deleted_shared.extend(deleted);
         if self.config.faults.as_ref().is_some_and(|f| f.exit_before_commit(id)) {
             eprintln!("injected crash: checkpoint {id} is complete, and no sink has committed it");
             std::process::exit(70);
         }
-        if let Some(req) = savepoint {
-            let _ = req.reply.send(self.storage.copy_to_savepoint(id, &req.dir).map_err(|e| e.to_string()));
-        }
         self.notify(CheckpointNotice::Complete(id));
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
-        self.completed.push(id);
-        let deleted = self.storage.retain(&mut self.completed, self.config.retained, in_use);
-        self.deleted_shared.extend(deleted);
         Ok(())
     }
 }

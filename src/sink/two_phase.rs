@@ -258,6 +258,60 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
 mod tests {
     use super::*;
 
+    fn format(r: &u32, out: &mut Vec<u8>) {
+        out.extend_from_slice(format!("{r}\n").as_bytes());
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    fn snapshot_bytes(state: Option<Box<dyn ForkedState>>) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        state.unwrap().write_to(&mut bytes).unwrap();
+        bytes
+    }
+
+    /// An aborted checkpoint's transaction stays pending and is in the next snapshot; recovery
+    /// commits what the snapshot lists and removes everything else this subtask wrote.
+    #[test]
+    fn recovery_commits_the_snapshot_pending_and_discards_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = TaskContext::for_test("sink", 0, 1);
+        let mut s = TwoPhaseFileSink::create(dir.path(), &ctx, format).unwrap();
+        s.write(&mut vec![1, 2]).unwrap();
+        s.pre_commit(1).unwrap();
+        assert_eq!(listing(dir.path()), vec![pending_name(0, 1)], "pre-committed, hidden");
+        s.notify(CheckpointNotice::Aborted(1)).unwrap();
+        s.write(&mut vec![3]).unwrap();
+        let bytes = snapshot_bytes(s.pre_commit(2).unwrap());
+        s.write(&mut vec![4]).unwrap(); // in progress when the process dies
+        s.write(&mut vec![]).unwrap();
+        let _ = s.in_progress().unwrap().out.flush();
+        drop(s);
+        // A visible file after the restored checkpoint: committed at the end of a run that
+        // crashed before its completion marker.
+        std::fs::write(dir.path().join(committed_name(0, 3)), "4\n").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "not the sink's").unwrap();
+
+        let mut r = TwoPhaseFileSink::create(dir.path(), &ctx, format).unwrap();
+        r.restore(&bytes).unwrap();
+        assert_eq!(listing(dir.path()), vec!["notes.txt".to_string(), committed_name(0, 1), committed_name(0, 2)]);
+        assert_eq!(std::fs::read_to_string(dir.path().join(committed_name(0, 1))).unwrap(), "1\n2\n");
+        assert_eq!(std::fs::read_to_string(dir.path().join(committed_name(0, 2))).unwrap(), "3\n");
+        // Restoring the same snapshot again (a second crash) changes nothing.
+        let mut again = TwoPhaseFileSink::create(dir.path(), &ctx, format).unwrap();
+        again.restore(&bytes).unwrap();
+        assert_eq!(listing(dir.path()).len(), 3);
+        // A pending file that vanished is an error that names it, not silent loss.
+        std::fs::remove_file(dir.path().join(committed_name(0, 2))).unwrap();
+        let err = again.restore(&bytes).unwrap_err().to_string();
+        assert!(err.contains(&pending_name(0, 2)), "{err}");
+    }
+
     #[test]
     fn names_parse_back() {
         assert_eq!(parse_name(&committed_name(3, 17)), Some(OwnFile::Committed { subtask: 3, txn: 17 }));
