@@ -110,7 +110,7 @@ pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize, transac
 
 /// `word<TAB>count<LF>`.
 fn format_count(&(w, c): &(Word, u64), out: &mut Vec<u8>) {
-    w.with_str(|s| out.extend_from_slice(s.as_bytes()));
+    w.write_to(out);
     out.push(b'\t');
     push_decimal(out, c);
     out.push(b'\n');

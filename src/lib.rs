@@ -84,5 +84,5 @@ pub use operator::window::{Window, WindowBounds};
 pub use operator::Emitter;
 pub use persist::Persist;
 pub use pipeline::{Job, KeyedStream, LineStream, Stream, WindowedStream};
-pub use record::{for_each_word, Key, Record, Timestamp, Word};
+pub use record::{for_each_word, for_each_word_in_bytes, Key, Record, Timestamp, Word};
 pub use runtime::{JobHandle, RunConfig};

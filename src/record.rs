@@ -234,6 +234,19 @@ impl Word {
         }
     }
 
+    /// Appends the word's text (UTF-8) to `out`. An inline word is copied as its whole fixed
+    /// buffer, then cut back (a copy of known size needs no `memmove` call).
+    #[inline]
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        if self.len() <= WORD_INLINE_BYTES {
+            let start = out.len();
+            out.extend_from_slice(&self.bytes);
+            out.truncate(start + self.len());
+        } else {
+            self.with_str(|s| out.extend_from_slice(s.as_bytes()));
+        }
+    }
+
     /// The word's text, as an owned string.
     pub fn as_str(&self) -> String {
         self.with_str(str::to_owned)
@@ -275,8 +288,28 @@ impl std::fmt::Display for Word {
 /// weir::for_each_word("Ünïcode, WORDS—and 42x!", |w| words.push(w.as_str()));
 /// assert_eq!(words, ["ünïcode", "words", "and", "42x"]);
 /// ```
-pub fn for_each_word(line: &str, mut f: impl FnMut(Word)) {
-    let bytes = line.as_bytes();
+pub fn for_each_word(line: &str, f: impl FnMut(Word)) {
+    for_each_word_in_bytes(line.as_bytes(), f)
+}
+
+/// The character starting at `bytes[i]` (not ASCII) and its length, or `None` where the bytes
+/// there are not valid UTF-8 (they read as U+FFFD, which is not alphanumeric).
+#[inline]
+fn char_at(bytes: &[u8], i: usize) -> Option<(char, usize)> {
+    let width = match bytes[i] {
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => return None,
+    };
+    let s = std::str::from_utf8(bytes.get(i..i + width)?).ok()?;
+    s.chars().next().map(|c| (c, width))
+}
+
+/// [`for_each_word`] over bytes that may not be valid UTF-8, without checking them first:
+/// the same words as over `String::from_utf8_lossy(bytes)` (an invalid sequence separates
+/// words, as the U+FFFD it would become does).
+pub fn for_each_word_in_bytes(bytes: &[u8], mut f: impl FnMut(Word)) {
     let mut i = 0;
     while i < bytes.len() {
         // Skip separators.
@@ -287,10 +320,16 @@ pub fn for_each_word(line: &str, mut f: impl FnMut(Word)) {
                 continue;
             }
         } else {
-            let c = line[i..].chars().next().expect("at a char boundary");
-            if !c.is_alphanumeric() {
-                i += c.len_utf8();
-                continue;
+            match char_at(bytes, i) {
+                Some((c, _)) if c.is_alphanumeric() => {}
+                Some((_, n)) => {
+                    i += n;
+                    continue;
+                }
+                None => {
+                    i += 1;
+                    continue;
+                }
             }
         }
         // A word starts at i; find its end and whether it is pure ASCII.
@@ -304,23 +343,26 @@ pub fn for_each_word(line: &str, mut f: impl FnMut(Word)) {
                 }
                 i += 1;
             } else {
-                let c = line[i..].chars().next().expect("at a char boundary");
-                if !c.is_alphanumeric() {
-                    break;
+                match char_at(bytes, i) {
+                    Some((c, n)) if c.is_alphanumeric() => {
+                        ascii = false;
+                        i += n;
+                    }
+                    _ => break,
                 }
-                ascii = false;
-                i += c.len_utf8();
             }
         }
-        let word = &line[start..i];
+        let word = &bytes[start..i];
         if ascii && word.len() <= WORD_INLINE_BYTES {
             let mut buf = [0u8; WORD_INLINE_BYTES];
-            for (d, s) in buf.iter_mut().zip(word.bytes()) {
+            for (d, s) in buf.iter_mut().zip(word) {
                 *d = s.to_ascii_lowercase();
             }
             f(Word { bytes: buf, len: word.len() as u32 });
         } else {
-            f(Word::new(&word.to_lowercase()));
+            // Only whole valid characters were taken into the word.
+            let text = std::str::from_utf8(word).expect("a word is made of valid characters");
+            f(Word::new(&text.to_lowercase()));
         }
     }
 }
@@ -333,6 +375,21 @@ mod tests {
         let mut v = Vec::new();
         for_each_word(s, |w| v.push(w.as_str()));
         v
+    }
+
+    proptest::proptest! {
+        /// Over any bytes, the words are those of the lossy UTF-8 reading.
+        #[test]
+        fn bytes_split_like_their_lossy_text(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+                                             text in "\\PC{0,24}") {
+            for input in [bytes, text.into_bytes()] {
+                let mut from_bytes = Vec::new();
+                for_each_word_in_bytes(&input, |w| from_bytes.push(w));
+                let mut from_text = Vec::new();
+                for_each_word(&String::from_utf8_lossy(&input), |w| from_text.push(w));
+                proptest::prop_assert_eq!(from_bytes, from_text);
+            }
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ impl<T, K: Key, A: Clone, O, KF, I, F, R> KeyedAggregate<T, K, A, O, KF, I, F, R
     }
 }
 
-impl<T, K, A, O, KF, I, F, R> Collector<T> for KeyedAggregate<T, K, A, O, KF, I, F, R>
+impl<T: Copy, K, A, O, KF, I, F, R> Collector<T> for KeyedAggregate<T, K, A, O, KF, I, F, R>
 where
     K: Key,
     A: Persist + Clone + Send + Sync + 'static,
@@ -48,12 +48,20 @@ where
 {
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
-        for r in records.drain(..) {
+        // Large keyed states miss the cache on most lookups: start loading the slot of the
+        // record a few places ahead while this one is updated.
+        const AHEAD: usize = 8;
+        for i in 0..records.len() {
+            if let Some(ahead) = records.get(i + AHEAD) {
+                self.state.prefetch(&(self.key)(ahead));
+            }
+            let r = records[i];
             let k = (self.key)(&r);
             let acc = self.state.get_or_insert_with(k, &self.init);
             (self.fold)(acc, r);
             self.out.push((self.result)(&k, acc));
         }
+        records.clear();
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);

@@ -31,7 +31,7 @@ use crate::sink::{
     pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, LatestPerKeySink, Sink,
     SinkOperator, TransactionalCollectSink, TwoPhaseFileSink,
 };
-use crate::source::{EventSender, Generator, PushSource, Source, TextSource};
+use crate::source::{EventSender, Generator, PushSource, Source, TextBlocks, TextSource};
 
 /// The default capacity of push-source and pull-sink rings, in entries.
 pub const DEFAULT_EXTERNAL_RING: usize = 64 * 1024;
@@ -78,7 +78,8 @@ pub struct WindowedStream<T, KF, TF> {
 /// Lines are not plain data, so they never cross a ring: the flat_map runs chained to the
 /// source.
 pub struct LineStream {
-    inner: Stream<String>,
+    job: Job,
+    source: TextSource,
 }
 
 /// The input edge of a node being added.
@@ -219,8 +220,7 @@ impl Job {
 
     /// Lines of a file or folder.
     pub fn text(&self, source: TextSource) -> LineStream {
-        let inner = self.source_of(move |ctx| Ok(source.subtask(ctx.subtask, ctx.parallelism)));
-        LineStream { inner: inner.named("text") }
+        LineStream { job: self.clone(), source }
     }
 
     /// A source fed by the host program through the returned [`EventSender`] (parallelism 1).
@@ -302,15 +302,33 @@ where
 impl LineStream {
     /// Turns each line into any number of records (chained to the source).
     pub fn flat_map<U: Record, F: Fn(&str, &mut Emitter<'_, U>) + Clone + Send + 'static>(self, f: F) -> Stream<U> {
-        chained_op(&self.inner, "flat_map", move |_, next| {
+        let source = self.source.clone();
+        let lines = self.job.source_of(move |ctx| Ok(source.subtask(ctx.subtask, ctx.parallelism))).named("text");
+        chained_op(&lines, "flat_map", move |_, next| {
             let f = f.clone();
             Ok(Box::new(FlatMap::new(move |line: String, e: &mut Emitter<'_, U>| f(&line, e), next)))
         })
     }
 
-    /// Splits each line into lowercase [`crate::Word`]s (see [`crate::for_each_word`]).
+    /// Splits each line into lowercase [`crate::Word`]s (see [`crate::for_each_word`]). Words
+    /// never span lines, so the source hands over blocks of whole lines as bytes: one
+    /// allocation per block, and no separate UTF-8 check (the splitter reads invalid bytes
+    /// as separators, as U+FFFD is).
     pub fn words(self) -> Stream<crate::Word> {
-        self.flat_map(|line, e| crate::record::for_each_word(line, |w| e.emit(w))).named("words")
+        let source = self.source.clone();
+        let blocks = self
+            .job
+            .source_of(move |ctx| Ok(TextBlocks::new(source.subtask(ctx.subtask, ctx.parallelism))))
+            .named("text");
+        chained_op(&blocks, "flat_map", move |_, next| {
+            Ok(Box::new(FlatMap::new(
+                |block: Vec<u8>, e: &mut Emitter<'_, crate::Word>| {
+                    crate::record::for_each_word_in_bytes(&block, |w| e.emit(w))
+                },
+                next,
+            )))
+        })
+        .named("words")
     }
 }
 

@@ -334,7 +334,7 @@ impl JobHandle {
             source_records: self.metrics.source_records(),
             sink_records: self.metrics.sink_records(),
             late_records: self.metrics.late_records(),
-            elapsed: self.started.elapsed(),
+            elapsed: a.state.ended_at().map_or_else(|| self.started.elapsed(), |t| t - self.started),
             workers: self.workers,
             latency_ns: self.metrics.latency(),
             checkpoints: self.checkpoint_stats(),

@@ -22,6 +22,8 @@ pub(super) struct RunState {
     completed_workers: AtomicUsize,
     workers: usize,
     parkers: Vec<Arc<Parker>>,
+    /// When the last worker ran out of tasks (the job's end, for its elapsed time).
+    ended: Mutex<Option<std::time::Instant>>,
 }
 
 impl RunState {
@@ -32,6 +34,7 @@ impl RunState {
             completed_workers: AtomicUsize::new(0),
             workers,
             parkers,
+            ended: Mutex::new(None),
         }
     }
 
@@ -54,6 +57,11 @@ impl RunState {
     /// Whether every worker ran all its tasks to the end.
     pub(super) fn completed(&self) -> bool {
         self.completed_workers.load(Ordering::SeqCst) == self.workers
+    }
+
+    /// When every worker had run all its tasks to the end.
+    pub(super) fn ended_at(&self) -> Option<std::time::Instant> {
+        *self.ended.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -107,7 +115,9 @@ impl Worker {
                 i += 1;
             }
             if self.tasks.is_empty() {
-                self.state.completed_workers.fetch_add(1, Ordering::SeqCst);
+                if self.state.completed_workers.fetch_add(1, Ordering::SeqCst) + 1 == self.state.workers {
+                    *self.state.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+                }
                 return;
             }
             if progress {

@@ -14,6 +14,7 @@ mod text;
 pub use generator::Generator;
 pub use push::EventSender;
 pub(crate) use push::{push_channel, PushSource};
+pub(crate) use text::TextBlocks;
 pub use text::TextSource;
 
 use crate::context::TaskContext;

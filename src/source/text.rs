@@ -91,7 +91,14 @@ impl TextSource {
                 spans.push_back(Span { file, start, end, at_line_start: start == 0 });
             }
         }
-        TextSubtask { files: self.files.clone(), follow: self.follow, spans, open: None, buf: Vec::new() }
+        TextSubtask {
+            files: self.files.clone(),
+            follow: self.follow,
+            blocks: false,
+            spans,
+            open: None,
+            buf: Vec::new(),
+        }
     }
 }
 
@@ -116,6 +123,8 @@ struct OpenSpan {
 pub(crate) struct TextSubtask {
     files: Arc<Vec<(PathBuf, u64)>>,
     follow: bool,
+    /// Each record is a block of whole lines, `\n`-separated, instead of one line.
+    blocks: bool,
     spans: VecDeque<Span>,
     open: Option<OpenSpan>,
     buf: Vec<u8>,
@@ -123,6 +132,9 @@ pub(crate) struct TextSubtask {
 
 /// A span in an offset: (file name, start, end, at line start).
 type StoredSpan = (String, u64, u64, bool);
+
+/// Bytes a block of lines grows to before it is emitted.
+const BLOCK_BYTES: usize = 64 * 1024;
 
 impl TextSubtask {
     fn path(&self, file: usize) -> &Path {
@@ -217,12 +229,56 @@ impl Source<String> for TextSubtask {
     }
 
     fn poll(&mut self, _ctx: &TaskContext, out: &mut Vec<String>, max: usize) -> Result<SourcePoll> {
+        self.read(out, max, |line| String::from_utf8_lossy(line).into_owned(), into_text)
+    }
+}
+
+/// A text source subtask that hands over blocks of whole lines as bytes (for word splitting
+/// that needs neither lines nor checked UTF-8).
+pub(crate) struct TextBlocks(TextSubtask);
+
+impl TextBlocks {
+    pub(crate) fn new(mut lines: TextSubtask) -> Self {
+        lines.blocks = true;
+        TextBlocks(lines)
+    }
+}
+
+impl Source<Vec<u8>> for TextBlocks {
+    fn offset(&self) -> Option<Vec<u8>> {
+        self.0.offset()
+    }
+    fn seek(&mut self, offset: &[u8]) -> Result<()> {
+        self.0.seek(offset)
+    }
+    fn seek_rescaled(&mut self, parts: &[(usize, &[u8])], subtask: usize, parallelism: usize) -> Result<()> {
+        self.0.seek_rescaled(parts, subtask, parallelism)
+    }
+    fn poll(&mut self, _ctx: &TaskContext, out: &mut Vec<Vec<u8>>, max: usize) -> Result<SourcePoll> {
+        self.0.read(out, max, <[u8]>::to_vec, |block| block)
+    }
+}
+
+impl TextSubtask {
+    /// Reads up to `max` lines (or, in block mode, one block of lines) into `out`.
+    fn read<R>(
+        &mut self,
+        out: &mut Vec<R>,
+        max: usize,
+        line_record: impl Fn(&[u8]) -> R,
+        block_record: impl Fn(Vec<u8>) -> R,
+    ) -> Result<SourcePoll> {
         let mut emitted = 0;
-        while emitted < max {
+        let mut block = Vec::new();
+        let result = loop {
+            // A block is a batch in itself: return it, so barriers and stops are not held up.
+            if emitted >= max || (self.blocks && emitted > 0) {
+                break SourcePoll::Emitted;
+            }
             let Some(open) = self.open.as_mut() else {
                 if !self.open_next()? {
                     let done = if self.follow { SourcePoll::Idle } else { SourcePoll::Finished };
-                    return Ok(if emitted > 0 { SourcePoll::Emitted } else { done });
+                    break if emitted > 0 || !block.is_empty() { SourcePoll::Emitted } else { done };
                 }
                 continue;
             };
@@ -230,39 +286,57 @@ impl Source<String> for TextSubtask {
                 self.open = None;
                 continue;
             }
-            self.buf.clear();
             let path = &self.files[open.file].0;
-            let n = open
-                .reader
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|e| Error::io("cannot read input file", path, e))?;
-            let complete = self.buf.last() == Some(&b'\n');
+            let line_start = block.len();
+            let n =
+                open.reader.read_until(b'\n', &mut block).map_err(|e| Error::io("cannot read input file", path, e))?;
+            let complete = block.last() == Some(&b'\n');
             if open.end == FOLLOWED && !complete {
                 // The log's last line is still being written: read it again once it is whole.
+                block.truncate(line_start);
                 if n > 0 {
                     open.reader
                         .seek(SeekFrom::Start(open.pos))
                         .map_err(|e| Error::io("cannot seek input file", path, e))?;
                 }
-                return Ok(if emitted > 0 { SourcePoll::Emitted } else { SourcePoll::Idle });
+                break if emitted > 0 || !block.is_empty() { SourcePoll::Emitted } else { SourcePoll::Idle };
             }
             if n == 0 {
                 self.open = None;
                 continue;
             }
             open.pos += n as u64;
-            let mut line: &[u8] = &self.buf;
+            if self.blocks {
+                if !complete {
+                    block.push(b'\n');
+                }
+                if block.len() >= BLOCK_BYTES {
+                    out.push(block_record(std::mem::take(&mut block)));
+                    emitted += 1;
+                }
+                continue;
+            }
+            let mut line: &[u8] = &block;
             if let Some(l) = line.strip_suffix(b"\n") {
                 line = l;
             }
             if let Some(l) = line.strip_suffix(b"\r") {
                 line = l;
             }
-            out.push(String::from_utf8_lossy(line).into_owned());
+            out.push(line_record(line));
+            block.clear();
             emitted += 1;
+        };
+        if !block.is_empty() {
+            out.push(block_record(block));
         }
-        Ok(SourcePoll::Emitted)
+        Ok(result)
     }
+}
+
+/// Bytes as text: moved when valid UTF-8 (checked once), else with U+FFFD for invalid bytes.
+fn into_text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 #[cfg(test)]

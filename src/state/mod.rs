@@ -62,6 +62,11 @@ impl<K: Key, V: Clone> KeyedValueState<K, V> {
     pub fn get_or_insert_with(&mut self, key: K, init: impl FnOnce() -> V) -> &mut V {
         self.map.get_or_insert_with(key, init)
     }
+    /// Starts loading the memory a lookup of `key` reads (see [`PagedMap::prefetch`]).
+    #[inline]
+    pub fn prefetch(&self, key: &K) {
+        self.map.prefetch(key)
+    }
     /// Sets the value of `key`.
     #[inline]
     pub fn put(&mut self, key: K, value: V) {

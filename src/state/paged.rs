@@ -183,6 +183,22 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
         }
     }
 
+    /// Asks the CPU to start loading the slot where a lookup of `key` begins, so a lookup a
+    /// few records later finds it in cache (for batches whose keys miss the cache).
+    #[inline]
+    pub fn prefetch(&self, key: &K) {
+        let i = hash_key(key) as usize & self.mask;
+        let slot: *const Option<(K, V)> = self.slot(i);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is only a hint: it never faults and reads nothing into the
+        // program, so any address is allowed (this one points at a live slot anyway).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot.cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = slot;
+    }
+
     /// The value of `key`.
     #[inline]
     pub fn get(&self, key: &K) -> Option<&V> {

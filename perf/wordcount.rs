@@ -1,0 +1,161 @@
+//! `weir wordcount` against a plain single-threaded Rust word count, in one run, on a generated
+//! corpus (kept under `target/` between runs):
+//!
+//! 1. the baseline: read the files line by line, split on non-alphanumeric characters,
+//!    lowercase, `HashMap<String, u64>` update; no framework, no output;
+//! 2. weir's word count (the job `weir wordcount` runs) at parallelism 2 without checkpoints,
+//!    writing every running count to files;
+//! 3. the same with exactly-once checkpoints every second, writing through the
+//!    two-phase-commit file sink (what `weir wordcount --checkpoint-dir` does).
+//!
+//! `cargo bench --bench wordcount -- [--gib G] [--interval-ms N] [--skip-baseline]`
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use weir::checkpoint::{CheckpointConfig, CheckpointMode};
+use weir::metrics::group_digits;
+use weir::source::TextSource;
+use weir::RunConfig;
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str) -> Option<T> {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|s| s.parse().ok())
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Eight files of English-like text: a skewed vocabulary of 100,000 words (a few very
+/// frequent, a long tail), some capitalised, lines of 4 to 16 words.
+fn corpus(dir: &Path, bytes: u64) -> Vec<PathBuf> {
+    let files: Vec<PathBuf> = (0..8).map(|i| dir.join(format!("corpus-{i}.txt"))).collect();
+    let per_file = bytes / 8;
+    if files.iter().all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() >= per_file)) {
+        return files;
+    }
+    std::fs::create_dir_all(dir).expect("corpus folder");
+    let vocabulary: Vec<String> = (0..100_000u64)
+        .map(|i| {
+            let len = 2 + mix(i) % 9;
+            let mut w: String = (0..len).map(|j| (b'a' + (mix(i * 31 + j) % 26) as u8) as char).collect();
+            if i % 10 == 0 {
+                w[..1].make_ascii_uppercase();
+            }
+            w
+        })
+        .collect();
+    let mut state = 1u64;
+    for f in &files {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(f).expect("corpus file"));
+        let mut written = 0u64;
+        let mut line = String::new();
+        while written < per_file {
+            line.clear();
+            state = mix(state);
+            for j in 0..4 + state % 13 {
+                let r = mix(state ^ j);
+                // Zipf-like: the index's magnitude is drawn first.
+                let idx = (r % 100_000) >> (r >> 60);
+                line.push_str(&vocabulary[idx as usize]);
+                line.push(if j % 7 == 6 { ',' } else { ' ' });
+            }
+            line.push('\n');
+            out.write_all(line.as_bytes()).expect("corpus write");
+            written += line.len() as u64;
+        }
+        out.flush().expect("corpus flush");
+    }
+    files
+}
+
+/// The plain word count: what one would write without a framework.
+fn baseline(files: &[PathBuf]) -> (Duration, u64, usize) {
+    let start = Instant::now();
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    let mut words = 0u64;
+    for f in files {
+        let reader = BufReader::with_capacity(1 << 20, std::fs::File::open(f).expect("corpus"));
+        for line in reader.lines() {
+            let line = line.expect("read");
+            for w in line.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+                words += 1;
+                let lower;
+                let w = if w.chars().any(char::is_uppercase) {
+                    lower = w.to_lowercase();
+                    lower.as_str()
+                } else {
+                    w
+                };
+                match counts.get_mut(w) {
+                    Some(c) => *c += 1,
+                    None => {
+                        counts.insert(w.to_owned(), 1);
+                    }
+                }
+            }
+        }
+    }
+    (start.elapsed(), words, counts.len())
+}
+
+fn weir_wordcount(input: &Path, out: &Path, checkpoints: Option<(&Path, u64)>) -> (Duration, u64, usize) {
+    let _ = std::fs::remove_dir_all(out);
+    let mut job = weir::jobs::wordcount(TextSource::open(input).expect("corpus"), out.into(), 2, checkpoints.is_some());
+    if let Some((dir, ms)) = checkpoints {
+        let _ = std::fs::remove_dir_all(dir);
+        job = job.with_checkpointing(
+            CheckpointConfig::new(dir).interval(Duration::from_millis(ms)).mode(CheckpointMode::ExactlyOnce),
+        );
+    }
+    let report = job.execute(RunConfig::default().workers(2)).expect("word count runs");
+    let _ = std::fs::remove_dir_all(out);
+    (report.elapsed, report.sink_records, report.checkpoints.len())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let gib: f64 = arg(&args, "--gib").unwrap_or(1.0);
+    let interval: u64 = arg(&args, "--interval-ms").unwrap_or(1000);
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wordcount");
+    let bytes = (gib * (1u64 << 30) as f64) as u64;
+    let input = root.join("corpus");
+    let files = corpus(&input, bytes);
+    let total: u64 = files.iter().map(|f| std::fs::metadata(f).map_or(0, |m| m.len())).sum();
+    let mb = total as f64 / 1e6;
+    println!("## word count over {} bytes ({} files), 2 workers\n", group_digits(total), files.len());
+    println!("| run | time | input MB/s | words | throughput ÷ weir without checkpoints |\n|---|---|---|---|---|");
+    let (none, words, _) = weir_wordcount(&input, &root.join("out"), None);
+    let (with, words_c, completed) = weir_wordcount(&input, &root.join("out"), Some((&root.join("chk"), interval)));
+    assert_eq!(words, words_c, "both runs count every word");
+    let row = |name: &str, d: Duration, words: u64, base: Duration| {
+        println!(
+            "| {name} | {:.2} s | {:.0} | {} | {:.2} |",
+            d.as_secs_f64(),
+            mb / d.as_secs_f64(),
+            group_digits(words),
+            base.as_secs_f64() / d.as_secs_f64()
+        )
+    };
+    row("weir, p=2, no checkpoints", none, words, none);
+    row(&format!("weir, p=2, exactly-once every {interval} ms ({completed} completed)"), with, words, none);
+    if !args.iter().any(|a| a == "--skip-baseline") {
+        let (plain, plain_words, distinct) = baseline(&files);
+        assert_eq!(plain_words, words, "the baseline splits words as weir does");
+        row("plain single-threaded Rust", plain, plain_words, none);
+        println!(
+            "\nweir with checkpoints ÷ without: {:.2}; weir with checkpoints ÷ plain Rust: {:.2} ({} distinct words)",
+            none.as_secs_f64() / with.as_secs_f64(),
+            plain.as_secs_f64() / with.as_secs_f64(),
+            group_digits(distinct as u64)
+        );
+    }
+}
