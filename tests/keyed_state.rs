@@ -35,8 +35,12 @@ fn run(checkpointing: Option<CheckpointConfig>) -> (Vec<(u64, u64)>, weir::JobRe
         .aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k: &u64, s: &u64| (*k, *s))
         .named("sum")
         .collect_exactly_once();
-    let handle = job.start(RunConfig::default().workers(2)).unwrap();
-    let report = handle.join().unwrap();
+    run_collected(job, out)
+}
+
+/// Runs `job` to the end on 2 workers; its committed output, sorted, and its report.
+fn run_collected<T: Ord + Clone>(job: Job, out: weir::sink::CommittedOutput<T>) -> (Vec<T>, weir::JobReport) {
+    let report = job.execute(RunConfig::default().workers(2)).unwrap();
     let mut rows = out.records();
     rows.sort_unstable();
     (rows, report)
@@ -109,11 +113,7 @@ fn distinct(checkpointing: Option<CheckpointConfig>) -> (Vec<(u64, u64, u64)>, w
         )
         .named("distinct")
         .collect_exactly_once();
-    let handle = job.start(RunConfig::default().workers(2)).unwrap();
-    let report = handle.join().unwrap();
-    let mut rows = out.records();
-    rows.sort_unstable();
-    (rows, report)
+    run_collected(job, out)
 }
 
 #[test]

@@ -233,7 +233,7 @@ pub fn write_task_snapshot(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::storage::{CheckpointMetadata, CheckpointStats, TaskFile, FORMAT_VERSION};
+    use crate::checkpoint::storage::test_metadata;
     use crate::snapshot::Barrier;
     use crate::state::{KeyedValueState, Snapshot};
     use std::collections::HashSet;
@@ -255,20 +255,7 @@ mod tests {
         let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false });
         snap.add("counts".into(), 0, state.fork());
         let w = write_task_snapshot(storage, index, 0, &snap).unwrap();
-        storage
-            .commit(&CheckpointMetadata {
-                format: FORMAT_VERSION,
-                job: "j".into(),
-                fingerprint: "f".into(),
-                checkpoint: id,
-                kind: "checkpoint".into(),
-                mode: "exactly-once".into(),
-                completed_unix_ms: 0,
-                stats: CheckpointStats::default(),
-                tasks: vec![TaskFile { task: 0, name: "t".into(), file: w.file.clone(), bytes: w.file_bytes }],
-                shared: w.shared.clone(),
-            })
-            .unwrap();
+        storage.commit(&test_metadata(id, w.file.clone(), w.file_bytes, w.shared.clone())).unwrap();
         w
     }
 

@@ -636,6 +636,23 @@ impl CheckpointStorage {
     }
 }
 
+/// Metadata of a one-task checkpoint, for tests.
+#[cfg(test)]
+pub(crate) fn test_metadata(id: u64, file: String, bytes: u64, shared: Vec<String>) -> CheckpointMetadata {
+    CheckpointMetadata {
+        format: FORMAT_VERSION,
+        job: "j".into(),
+        fingerprint: "f".into(),
+        checkpoint: id,
+        kind: "checkpoint".into(),
+        mode: "exactly-once".into(),
+        completed_unix_ms: 0,
+        stats: CheckpointStats::default(),
+        tasks: vec![TaskFile { task: 0, name: "t".into(), file, bytes }],
+        shared,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -671,19 +688,7 @@ mod tests {
             s.prepare(id).unwrap();
             let parts = TaskFileContent::inline(vec![("op".into(), 0, vec![id as u8; 10])]);
             let (file, bytes) = s.write_task(id, 0, &parts).unwrap();
-            let meta = CheckpointMetadata {
-                format: FORMAT_VERSION,
-                job: "j".into(),
-                fingerprint: "f".into(),
-                checkpoint: id,
-                kind: "checkpoint".into(),
-                mode: "exactly-once".into(),
-                completed_unix_ms: 0,
-                stats: CheckpointStats::default(),
-                tasks: vec![TaskFile { task: 0, name: "t".into(), file, bytes }],
-                shared: Vec::new(),
-            };
-            s.commit(&meta).unwrap();
+            s.commit(&test_metadata(id, file, bytes, Vec::new())).unwrap();
         }
         s.prepare(4).unwrap(); // never completed
         let (c, notes) = s.latest_valid();

@@ -10,6 +10,23 @@ use crate::record::{Key, Timestamp};
 use crate::snapshot::{Barrier, ForkedState};
 use crate::state::{KeyedState, KeyedValueState, Snapshot};
 
+/// Snapshot, restore and rescaled restore of an operator whose state is the one
+/// [`KeyedState`] field `$state`.
+macro_rules! keyed_state_checkpointing {
+    ($state:ident) => {
+        fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+            Ok(Some(self.$state.fork()))
+        }
+        fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+            self.$state.restore(bytes)
+        }
+        fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+            let parts: Vec<&[u8]> = parts.iter().map(|(_, b)| *b).collect();
+            KeyedState::restore_owned(&mut self.$state, &parts, scope)
+        }
+    };
+}
+
 pub(crate) struct KeyedAggregate<T, K, A, O, KF, I, F, R> {
     key: KF,
     init: I,
@@ -65,15 +82,7 @@ where
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);
-    fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
-        Ok(Some(self.state.fork()))
-    }
-    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
-        self.state.restore(bytes)
-    }
-    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
-        self.state.restore_owned(parts.iter().map(|(_, b)| *b), scope)
-    }
+    keyed_state_checkpointing!(state);
 }
 
 /// A user function with keyed state: `f(key, record, state, out)` for every record.
@@ -109,16 +118,7 @@ where
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);
-    fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
-        Ok(Some(self.state.fork()))
-    }
-    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
-        self.state.restore(bytes)
-    }
-    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
-        let parts: Vec<&[u8]> = parts.iter().map(|(_, b)| *b).collect();
-        self.state.restore_owned(&parts, scope)
-    }
+    keyed_state_checkpointing!(state);
 }
 
 #[cfg(test)]
