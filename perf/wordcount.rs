@@ -8,6 +8,8 @@
 //! 3. the same with exactly-once checkpoints every second, writing through the
 //!    two-phase-commit file sink (what `weir wordcount --checkpoint-dir` does).
 //!
+//! The corpus is read once before timing; the two weir runs alternate twice (best of two).
+//!
 //! `cargo bench --bench wordcount -- [--gib G] [--interval-ms N] [--skip-baseline]`
 
 #[global_allocator]
@@ -133,8 +135,21 @@ fn main() {
     let mb = total as f64 / 1e6;
     println!("## word count over {} bytes ({} files), 2 workers\n", group_digits(total), files.len());
     println!("| run | time | input MB/s | words | throughput ÷ weir without checkpoints |\n|---|---|---|---|---|");
-    let (none, words, _) = weir_wordcount(&input, &root.join("out"), None);
-    let (with, words_c, completed) = weir_wordcount(&input, &root.join("out"), Some((&root.join("chk"), interval)));
+    // Every file read once first, so no run pays for a cold page cache; then the two weir
+    // runs alternate twice and the faster of each counts.
+    for f in &files {
+        std::io::copy(&mut std::fs::File::open(f).expect("corpus"), &mut std::io::sink()).expect("warm-up read");
+    }
+    let mut best: [Option<(Duration, u64, usize)>; 2] = [None, None];
+    for _ in 0..2 {
+        for (i, checkpoints) in [None, Some((root.join("chk"), interval))].into_iter().enumerate() {
+            let r = weir_wordcount(&input, &root.join("out"), checkpoints.as_ref().map(|(d, ms)| (d.as_path(), *ms)));
+            if best[i].is_none_or(|b| r.0 < b.0) {
+                best[i] = Some(r);
+            }
+        }
+    }
+    let [Some((none, words, _)), Some((with, words_c, completed))] = best else { unreachable!("both ran") };
     assert_eq!(words, words_c, "both runs count every word");
     let row = |name: &str, d: Duration, words: u64, base: Duration| {
         println!(
