@@ -58,6 +58,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod channel;
 pub mod checkpoint;
 pub mod collector;

@@ -38,6 +38,43 @@ enum Command {
     /// Lists the checkpoints in a directory with their statistics, verifying every checksum
     /// (exits non-zero if one is damaged).
     Checkpoints(CheckpointsArgs),
+    /// Runs a benchmark workload for a while, with or without checkpoints: throughput,
+    /// latency percentiles and every checkpoint's statistics, as a table and as JSON.
+    Bench(Box<BenchArgs>),
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// stateless | keyed | window | join | backpressure (a sink spending --sink-cost-ns per
+    /// record, so the rings fill up).
+    #[arg(long, default_value = "keyed")]
+    workload: weir::bench::Workload,
+    /// none | aligned | unaligned | at-least-once.
+    #[arg(long, default_value = "none")]
+    checkpoint: weir::bench::CheckpointChoice,
+    /// Milliseconds between checkpoints.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    interval_ms: u64,
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_f64)]
+    duration_s: f64,
+    /// Events per second in all (default: as fast as possible).
+    #[arg(long, allow_negative_numbers = true, value_parser = positive_f64)]
+    rate: Option<f64>,
+    /// Distinct keys (the size of keyed state).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    keys: u64,
+    /// Backpressure workload: nanoseconds the sink spends per record.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    sink_cost_ns: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where checkpoints go (default: a temporary folder, removed afterwards).
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
 }
 
 #[derive(Args, Debug)]
@@ -220,6 +257,7 @@ fn main() -> ExitCode {
         None => run_default(&cli.default_job),
         Some(Command::Wordcount(args)) => run_wordcount(&args),
         Some(Command::Checkpoints(args)) => list_checkpoints(&args),
+        Some(Command::Bench(args)) => run_bench(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -241,8 +279,6 @@ fn ctrl_c_counter() -> Arc<AtomicUsize> {
     presses
 }
 
-/// Watches a running job: progress line, Ctrl-C, and an optional time limit.
-/// Returns `None` when Ctrl-C stopped the job with a savepoint (after saying where).
 /// Prints the job's notes not shown yet (restores, skipped checkpoints, failovers) on
 /// standard error, above the progress line when there is one.
 fn show_notes(handle: &JobHandle, bar: &indicatif::ProgressBar, shown: &mut usize) {
@@ -257,6 +293,8 @@ fn show_notes(handle: &JobHandle, bar: &indicatif::ProgressBar, shown: &mut usiz
     *shown = notes.len();
 }
 
+/// Watches a running job: progress line, Ctrl-C, and an optional time limit.
+/// Returns `None` when Ctrl-C stopped the job with a savepoint (after saying where).
 fn supervise(
     mut handle: JobHandle,
     limit: Option<Duration>,
@@ -402,6 +440,65 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
     print!("{}", weir::checkpoint::table(&header, &rows));
     if damaged > 0 {
         return Err(Error::Corrupt(format!("{damaged} damaged checkpoint(s) in {}", args.dir.display())));
+    }
+    Ok(())
+}
+
+fn run_bench(args: &BenchArgs) -> weir::Result<()> {
+    use weir::bench::{BenchConfig, BenchResult, CheckpointChoice};
+    let (config, parallelism) = args.runtime.config();
+    let temporary = args.checkpoint_dir.is_none() && args.checkpoint != CheckpointChoice::None;
+    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        std::env::temp_dir().join(format!("weir-bench-{}-{nanos}", std::process::id()))
+    });
+    if let Some(json) = &args.json {
+        // Refuse an unwritable destination before running for minutes.
+        std::fs::write(json, b"").map_err(|e| Error::io("cannot write the JSON results", json, e))?;
+    }
+    let bench = BenchConfig {
+        workload: args.workload,
+        checkpoint: args.checkpoint,
+        interval: Duration::from_millis(args.interval_ms),
+        checkpoint_dir: checkpoint_dir.clone(),
+        parallelism,
+        rate: args.rate,
+        keys: args.keys,
+        sink_cost_ns: args.sink_cost_ns,
+    };
+    println!(
+        "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
+        args.workload,
+        args.checkpoint,
+        if args.checkpoint == CheckpointChoice::None {
+            String::new()
+        } else {
+            format!(" every {} ms", args.interval_ms)
+        },
+        config.effective_workers(),
+        parallelism,
+        args.rate
+            .map(|r| format!("{} events/s", group_digits(r as u64)))
+            .unwrap_or_else(|| "as fast as possible".into()),
+        args.duration_s
+    );
+    let handle = bench.job()?.start(config)?;
+    let report = supervise(handle, Some(Duration::from_secs_f64(args.duration_s)), !args.runtime.no_progress, None);
+    if temporary {
+        let _ = std::fs::remove_dir_all(&checkpoint_dir);
+    }
+    let report = report?.expect("a benchmark stops without a savepoint");
+    print!("{}", report.summary_table());
+    if args.checkpoint != CheckpointChoice::None {
+        println!("checkpoints completed: {}", report.checkpoints.len());
+        if !report.checkpoints.is_empty() {
+            print!("{}", weir::checkpoint::stats_table(&report.checkpoints));
+        }
+    }
+    if let Some(json) = &args.json {
+        let result = BenchResult::new(&bench, &report);
+        std::fs::write(json, result.to_json()).map_err(|e| Error::io("cannot write the JSON results", json, e))?;
+        println!("results: {}", json.display());
     }
     Ok(())
 }

@@ -283,3 +283,41 @@ fn sigterm_stops_wordcount_with_a_savepoint_and_restore_resumes_exactly() {
         assert_eq!(c, (1..=n).collect::<Vec<u64>>(), "{w}: every count exactly once across the stop");
     }
 }
+
+#[test]
+fn bench_runs_a_workload_and_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let o = weir(&[
+        "bench",
+        "--workload",
+        "window",
+        "--checkpoint",
+        "unaligned",
+        "--interval-ms",
+        "100",
+        "--duration-s",
+        "0.6",
+        "--rate",
+        "500000",
+        "--no-progress",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let t = text_of(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("throughput") && t.contains("checkpoints completed"), "{t}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["workload"], "window");
+    assert_eq!(v["checkpoint"], "unaligned");
+    assert!(v["records"].as_u64().unwrap() > 0);
+    assert!(v["latency_ns"]["p999"].as_u64().is_some(), "{v}");
+    let checkpoints = v["checkpoints"].as_array().unwrap();
+    assert!(!checkpoints.is_empty(), "{v}");
+    for field in ["id", "duration_ms", "alignment_ms", "state_bytes", "incremental_bytes", "inflight_bytes"] {
+        assert!(!checkpoints[0][field].is_null(), "{field}");
+    }
+    assert_refused(&["bench", "--workload", "fast"], "stateless");
+    assert_refused(&["bench", "--checkpoint", "sometimes"], "unaligned");
+    assert_refused(&["bench", "--json", "/no/such/dir/r.json", "--duration-s", "0.1"], "/no/such/dir/r.json");
+}

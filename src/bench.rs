@@ -1,0 +1,411 @@
+//! The benchmark workloads `weir bench` runs and the perf/ harness drives, and the JSON they
+//! report: one place, so that a figure in perf/ is what a user gets from the command.
+//!
+//! Every workload's events carry their creation time (job clock); a latency probe before the
+//! sink records, for every record, the time since the event was created (for windows and
+//! joins, since the window's end: the moment the result could first be known).
+//!
+//! May touch: `checkpoint` (configuration), `jobs`, `metrics`, `pipeline`, `sink`, `source`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::checkpoint::{CheckpointConfig, CheckpointMode, CheckpointStats};
+use crate::error::{Error, Result};
+use crate::jobs::{key_of, DefaultJob};
+use crate::metrics::JobReport;
+use crate::operator::window::Window;
+use crate::pipeline::Job;
+use crate::sink::Sink;
+use crate::source::Generator;
+
+/// What a benchmark runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// generator → map → filter → sink, chained.
+    Stateless,
+    /// generator → key_by → running sum per key → sink.
+    Keyed,
+    /// generator → watermarks → key_by → 10 ms tumbling window count → sink (the default job).
+    Window,
+    /// two generators → watermarks → keyed 10 ms tumbling window join → sink.
+    Join,
+    /// generator → rebalance → a sink spending a fixed time per record: the rings fill up.
+    Backpressure,
+}
+
+impl Workload {
+    /// Every workload, in the order reports list them.
+    pub const ALL: [Workload; 5] =
+        [Workload::Stateless, Workload::Keyed, Workload::Window, Workload::Join, Workload::Backpressure];
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.to_string() == s)
+            .ok_or_else(|| format!("'{s}' is not a workload (stateless, keyed, window, join, backpressure)"))
+    }
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Workload::Stateless => "stateless",
+            Workload::Keyed => "keyed",
+            Workload::Window => "window",
+            Workload::Join => "join",
+            Workload::Backpressure => "backpressure",
+        })
+    }
+}
+
+/// Which checkpoints a benchmark takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointChoice {
+    /// None.
+    None,
+    /// Exactly-once, aligned barriers.
+    Aligned,
+    /// Exactly-once, unaligned barriers.
+    Unaligned,
+    /// At-least-once (barriers counted, not aligned).
+    AtLeastOnce,
+}
+
+impl CheckpointChoice {
+    /// Every choice, in the order reports list them.
+    pub const ALL: [CheckpointChoice; 4] =
+        [CheckpointChoice::None, CheckpointChoice::Aligned, CheckpointChoice::Unaligned, CheckpointChoice::AtLeastOnce];
+}
+
+impl std::str::FromStr for CheckpointChoice {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        CheckpointChoice::ALL
+            .into_iter()
+            .find(|c| c.to_string() == s)
+            .ok_or_else(|| format!("'{s}' is not a checkpoint choice (none, aligned, unaligned, at-least-once)"))
+    }
+}
+
+impl std::fmt::Display for CheckpointChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CheckpointChoice::None => "none",
+            CheckpointChoice::Aligned => "aligned",
+            CheckpointChoice::Unaligned => "unaligned",
+            CheckpointChoice::AtLeastOnce => "at-least-once",
+        })
+    }
+}
+
+/// One benchmark's settings.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// What runs.
+    pub workload: Workload,
+    /// Which checkpoints it takes.
+    pub checkpoint: CheckpointChoice,
+    /// Time between checkpoints.
+    pub interval: Duration,
+    /// Where checkpoints go.
+    pub checkpoint_dir: PathBuf,
+    /// Parallelism of every operator.
+    pub parallelism: usize,
+    /// Events per second in all; `None` runs as fast as possible.
+    pub rate: Option<f64>,
+    /// Distinct keys (the size of keyed state).
+    pub keys: u64,
+    /// Backpressure workload: nanoseconds the sink spends per record.
+    pub sink_cost_ns: u64,
+}
+
+/// A benchmark event: a key, a value, and when it was created (job clock, ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BenchEvent {
+    /// The key, in `0 .. keys`.
+    pub key: u64,
+    /// A value to compute with.
+    pub value: u64,
+    /// Creation time on the job clock, in nanoseconds (the event time too).
+    pub created_ns: u64,
+}
+
+crate::persist_struct!(BenchEvent { key, value, created_ns });
+
+/// A sink that spends `cost_ns` per record (spinning: a stand-in for a slow external system).
+struct SlowSink {
+    cost: Duration,
+}
+
+impl<T> Sink<T> for SlowSink {
+    fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
+        for _ in records.drain(..) {
+            let start = std::time::Instant::now();
+            while start.elapsed() < self.cost {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl BenchConfig {
+    fn generator(&self, rate: Option<f64>, salt: u64) -> Generator<impl Fn(u64, u64) -> BenchEvent + Clone> {
+        let keys = self.keys.max(1);
+        let g =
+            Generator::new(move |i, now_ns| BenchEvent { key: key_of(i ^ salt, keys), value: i, created_ns: now_ns });
+        match rate {
+            Some(r) => g.rate(r),
+            None => g,
+        }
+    }
+
+    /// The job: the workload, with checkpoints as chosen.
+    pub fn job(&self) -> Result<Job> {
+        if self.parallelism == 0 || self.keys == 0 {
+            return Err(Error::config("parallelism and keys must be at least 1"));
+        }
+        let name = format!("bench-{}", self.workload);
+        let job = match self.workload {
+            Workload::Window => {
+                DefaultJob { parallelism: self.parallelism, keys: self.keys, window_ms: 10, rate_per_s: self.rate }
+                    .build()
+            }
+            _ => Job::new(name).with_parallelism(self.parallelism),
+        };
+        let created = |e: &BenchEvent| e.created_ns;
+        match self.workload {
+            Workload::Stateless => job
+                .generator(self.generator(self.rate, 0))
+                .map(|e| BenchEvent { value: e.value.wrapping_mul(0x9E37_79B9), ..e })
+                .filter(|e| e.value & 7 != 7)
+                .measure_latency(created)
+                .discard(),
+            Workload::Keyed => job
+                .generator(self.generator(self.rate, 0))
+                .key_by(|e: &BenchEvent| e.key)
+                .reduce(|a, b| BenchEvent {
+                    key: a.key,
+                    value: a.value.wrapping_add(b.value),
+                    created_ns: b.created_ns,
+                })
+                .named("sum")
+                .measure_latency(created)
+                .discard(),
+            Workload::Window => {}
+            Workload::Join => {
+                let half = self.rate.map(|r| r / 2.0);
+                let left = job.generator(self.generator(half, 0)).with_watermarks(created, 0);
+                let right = job.generator(self.generator(half, 0x5555)).with_watermarks(created, 0);
+                let window = Window::tumbling(10_000_000);
+                left.window_join(
+                    right,
+                    |e: &BenchEvent| e.key,
+                    |e: &BenchEvent| e.key,
+                    created,
+                    created,
+                    window,
+                    |&k, l: &BenchEvent, r: &BenchEvent| BenchEvent {
+                        key: k,
+                        value: l.value ^ r.value,
+                        // The pair is known at the end of their window.
+                        created_ns: (l.created_ns.max(r.created_ns) / 10_000_000 + 1) * 10_000_000 - 1,
+                    },
+                )
+                .named("join")
+                .measure_latency(created)
+                .discard()
+            }
+            Workload::Backpressure => {
+                let cost = Duration::from_nanos(self.sink_cost_ns);
+                job.generator(self.generator(self.rate, 0))
+                    .rebalance()
+                    .measure_latency(created)
+                    .sink(move |_| Ok(SlowSink { cost }))
+            }
+        }
+        let mode = match self.checkpoint {
+            CheckpointChoice::None => return Ok(job),
+            CheckpointChoice::AtLeastOnce => CheckpointMode::AtLeastOnce,
+            _ => CheckpointMode::ExactlyOnce,
+        };
+        let config = CheckpointConfig::new(&self.checkpoint_dir)
+            .interval(self.interval)
+            .mode(mode)
+            .unaligned(self.checkpoint == CheckpointChoice::Unaligned);
+        config.validate()?;
+        Ok(job.with_checkpointing(config))
+    }
+}
+
+/// Latency percentiles, in nanoseconds.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LatencySummary {
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest.
+    pub max: u64,
+}
+
+/// One checkpoint in a benchmark's JSON.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CheckpointSummary {
+    /// The checkpoint id.
+    pub id: u64,
+    /// From trigger to completion.
+    pub duration_ms: f64,
+    /// Longest time from trigger until a task saw the first barrier.
+    pub start_delay_ms: f64,
+    /// Longest barrier alignment at a task.
+    pub alignment_ms: f64,
+    /// Longest synchronous part at a task.
+    pub sync_ms: f64,
+    /// Longest asynchronous part at a task.
+    pub async_ms: f64,
+    /// Bytes of the whole state.
+    pub state_bytes: u64,
+    /// Bytes of state written by this checkpoint.
+    pub incremental_bytes: u64,
+    /// Bytes of in-flight data stored (unaligned).
+    pub inflight_bytes: u64,
+}
+
+impl From<&CheckpointStats> for CheckpointSummary {
+    fn from(s: &CheckpointStats) -> Self {
+        CheckpointSummary {
+            id: s.id,
+            duration_ms: s.duration_ms,
+            start_delay_ms: s.start_delay_ms,
+            alignment_ms: s.alignment_ms,
+            sync_ms: s.sync_ms,
+            async_ms: s.async_ms,
+            state_bytes: s.state_bytes,
+            incremental_bytes: s.written_bytes,
+            inflight_bytes: s.inflight_bytes,
+        }
+    }
+}
+
+/// What `weir bench --json` writes.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BenchResult {
+    /// The workload.
+    pub workload: String,
+    /// The checkpoint choice.
+    pub checkpoint: String,
+    /// Parallelism of every operator.
+    pub parallelism: usize,
+    /// Worker threads.
+    pub workers: usize,
+    /// How long it ran.
+    pub duration_s: f64,
+    /// Events the sources emitted.
+    pub records: u64,
+    /// Events per second.
+    pub throughput_rps: f64,
+    /// Latency percentiles (absent when nothing reached the probe).
+    pub latency_ns: Option<LatencySummary>,
+    /// Every completed checkpoint.
+    pub checkpoints: Vec<CheckpointSummary>,
+    /// The target rate, if any.
+    pub rate: Option<f64>,
+    /// Distinct keys.
+    pub keys: u64,
+}
+
+impl BenchResult {
+    /// The result of `config`'s run, from the job's report.
+    pub fn new(config: &BenchConfig, report: &JobReport) -> Self {
+        let latency_ns = report.latency_ns.as_ref().filter(|h| !h.is_empty()).map(|h| LatencySummary {
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        });
+        BenchResult {
+            workload: config.workload.to_string(),
+            checkpoint: config.checkpoint.to_string(),
+            parallelism: config.parallelism,
+            workers: report.workers,
+            duration_s: report.elapsed.as_secs_f64(),
+            records: report.source_records,
+            throughput_rps: report.throughput_rps(),
+            latency_ns,
+            checkpoints: report.checkpoints.iter().map(CheckpointSummary::from).collect(),
+            rate: config.rate,
+            keys: config.keys,
+        }
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("plain data serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::RunConfig;
+
+    #[test]
+    fn names_parse_back() {
+        for w in Workload::ALL {
+            assert_eq!(w.to_string().parse::<Workload>(), Ok(w));
+        }
+        for c in CheckpointChoice::ALL {
+            assert_eq!(c.to_string().parse::<CheckpointChoice>(), Ok(c));
+        }
+        assert!("fast".parse::<Workload>().unwrap_err().contains("stateless"));
+    }
+
+    /// Every workload runs under every checkpoint choice and reports what the JSON needs.
+    #[test]
+    fn every_workload_runs_and_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, workload) in Workload::ALL.into_iter().enumerate() {
+            let checkpoint = CheckpointChoice::ALL[i % 4];
+            let config = BenchConfig {
+                workload,
+                checkpoint,
+                interval: Duration::from_millis(20),
+                checkpoint_dir: dir.path().join(workload.to_string()),
+                parallelism: 2,
+                rate: Some(200_000.0),
+                keys: 100,
+                sink_cost_ns: 1_000,
+            };
+            let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
+            std::thread::sleep(Duration::from_millis(150));
+            handle.stop();
+            let report = handle.join().unwrap();
+            let result = BenchResult::new(&config, &report);
+            assert!(result.records > 0, "{workload}");
+            let json: serde_json::Value = serde_json::from_str(&result.to_json()).unwrap();
+            for field in ["workload", "checkpoint", "parallelism", "workers", "duration_s", "records", "throughput_rps"]
+            {
+                assert!(!json[field].is_null(), "{workload}: {field}");
+            }
+            if workload != Workload::Join && workload != Workload::Window {
+                assert!(json["latency_ns"]["p99"].as_u64().is_some(), "{workload}: latency");
+            }
+            if checkpoint != CheckpointChoice::None {
+                assert!(!result.checkpoints.is_empty(), "{workload} {checkpoint}: no checkpoint completed");
+                assert!(json["checkpoints"][0]["incremental_bytes"].is_u64());
+            }
+        }
+    }
+}
