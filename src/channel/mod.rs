@@ -142,6 +142,12 @@ impl<T: crate::record::Record> ChannelSender<T> {
         use crate::collector::Collector;
         self.writer.drain().unwrap_or(false)
     }
+    /// Sends a checkpoint barrier: in-band behind the records already sent, or, when
+    /// `barrier.unaligned`, through the priority slot ahead of them.
+    pub fn send_barrier(&mut self, barrier: crate::snapshot::Barrier) {
+        use crate::collector::Collector;
+        let _ = self.writer.barrier(barrier, &mut crate::snapshot::TaskSnapshot::new(barrier));
+    }
     /// Ends the stream (spinning until the end marker fits).
     pub fn close(mut self) {
         use crate::collector::Collector;
@@ -158,6 +164,23 @@ pub struct ChannelReceiver<T> {
 }
 
 impl<T: crate::record::Record> ChannelReceiver<T> {
+    /// Checks the priority slot on every poll, so an unaligned barrier overtakes the records
+    /// ahead of it ([`GatePoll::PriorityBarrier`]); off by default, as in a job without
+    /// unaligned checkpoints.
+    ///
+    /// ```
+    /// use weir::channel::{pair, GatePoll};
+    /// use weir::snapshot::Barrier;
+    /// let (mut tx, mut rx) = pair::<u64>(16);
+    /// rx.check_priority_slot(true);
+    /// tx.send(&mut vec![1, 2, 3]);
+    /// tx.send_barrier(Barrier { id: 1, trigger_ns: 0, unaligned: true });
+    /// let first = rx.poll(|_| panic!("the barrier comes first"), 64);
+    /// assert!(matches!(first, GatePoll::PriorityBarrier { .. }), "{first:?}");
+    /// ```
+    pub fn check_priority_slot(&mut self, on: bool) {
+        self.gate.set_unaligned(on);
+    }
     /// Reads up to `budget` entries, handing each batch of records to `f`.
     #[inline]
     pub fn poll(&mut self, f: impl FnMut(&[T]) + Send, budget: usize) -> GatePoll {

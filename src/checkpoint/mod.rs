@@ -23,6 +23,7 @@ pub use storage::{
     CheckpointStorage, FileKind, LoadedCheckpoint, StoredChunk, TaskFile, TaskFileContent, FORMAT_VERSION,
     METADATA_FILE, SHARED_DIR,
 };
+pub use task::{Alignment, BarrierAligner};
 
 /// A table of checkpoint statistics, one row per checkpoint (for the command line).
 pub fn stats_table(stats: &[CheckpointStats]) -> String {

@@ -54,7 +54,7 @@ pub(crate) struct TaskAck {
 
 /// What happened to a barrier at the aligner.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Alignment {
+pub enum Alignment {
     /// From a checkpoint already done or abandoned here: ignore it (and unblock its channel).
     Stale,
     /// Waiting for other channels.
@@ -73,7 +73,7 @@ struct Pending {
 
 /// Tracks which input channels of a task delivered the barrier of the checkpoint in progress.
 /// Channels that ended count as delivered (their producer finished and sends no barrier).
-pub(crate) struct BarrierAligner {
+pub struct BarrierAligner {
     channels: usize,
     pending: Option<Pending>,
     /// The newest checkpoint snapshotted or abandoned here.
@@ -81,12 +81,13 @@ pub(crate) struct BarrierAligner {
 }
 
 impl BarrierAligner {
-    pub(crate) fn new(channels: usize) -> Self {
+    /// An aligner over `channels` input channels.
+    pub fn new(channels: usize) -> Self {
         BarrierAligner { channels, pending: None, done: 0 }
     }
 
     /// Channel `channel` delivered `barrier` at `now_ns`, at read position `position`.
-    pub(crate) fn on_barrier(&mut self, channel: usize, barrier: Barrier, now_ns: u64, position: u64) -> Alignment {
+    pub fn on_barrier(&mut self, channel: usize, barrier: Barrier, now_ns: u64, position: u64) -> Alignment {
         assert!(channel < self.channels, "channel {channel} out of range");
         if barrier.id <= self.done {
             return Alignment::Stale;
@@ -110,7 +111,7 @@ impl BarrierAligner {
 
     /// If every channel delivered the pending barrier or ended: the barrier, and when its
     /// first copy arrived. The aligner is then ready for the next checkpoint.
-    pub(crate) fn complete(&mut self, ended: impl Fn(usize) -> bool) -> Option<(Barrier, u64)> {
+    pub fn complete(&mut self, ended: impl Fn(usize) -> bool) -> Option<(Barrier, u64)> {
         let p = self.pending.as_ref()?;
         if (0..self.channels).all(|i| p.seen[i].is_some() || ended(i)) {
             let p = self.pending.take().expect("checked");
@@ -121,20 +122,20 @@ impl BarrierAligner {
     }
 
     /// The checkpoint being aligned, and when its first barrier arrived.
-    pub(crate) fn pending(&self) -> Option<(Barrier, u64)> {
+    pub fn pending(&self) -> Option<(Barrier, u64)> {
         self.pending.as_ref().map(|p| (p.barrier, p.first_ns))
     }
 
     /// Gives up aligning (the checkpoint switches to unaligned here): the barrier, when it
     /// first arrived, and the position of each channel's barrier seen so far.
-    pub(crate) fn take_pending(&mut self) -> Option<(Barrier, u64, Vec<Option<u64>>)> {
+    pub fn take_pending(&mut self) -> Option<(Barrier, u64, Vec<Option<u64>>)> {
         let p = self.pending.take()?;
         self.done = p.barrier.id;
         Some((p.barrier, p.first_ns, p.seen))
     }
 
     /// The coordinator aborted `id`: returns whether it was being aligned here.
-    pub(crate) fn abort(&mut self, id: u64) -> bool {
+    pub fn abort(&mut self, id: u64) -> bool {
         if self.pending.as_ref().is_some_and(|p| p.barrier.id == id) {
             self.pending = None;
             self.done = self.done.max(id);
