@@ -61,7 +61,7 @@ impl Matrix {
             "{:>12} {:>13} {:>6} ring {:>5}: {:>15} rec/s, {} checkpoints",
             workload.to_string(),
             checkpoint.to_string(),
-            rate.map_or("max".into(), |r| short_rate(r)),
+            rate.map_or("max".into(), short_rate),
             ring,
             group_digits(result.throughput_rps as u64),
             result.checkpoints.len()
