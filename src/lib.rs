@@ -66,6 +66,7 @@ pub mod context;
 pub mod error;
 pub mod jobs;
 pub mod metrics;
+pub mod nexmark;
 pub mod operator;
 pub mod persist;
 pub mod pipeline;

@@ -321,3 +321,16 @@ fn bench_runs_a_workload_and_writes_json() {
     assert_refused(&["bench", "--checkpoint", "sometimes"], "unaligned");
     assert_refused(&["bench", "--json", "/no/such/dir/r.json", "--duration-s", "0.1"], "/no/such/dir/r.json");
 }
+
+#[test]
+fn nexmark_queries_check_against_the_sequential_implementation() {
+    for q in ["q0", "q5", "q8"] {
+        let o = weir(&["nexmark", "--query", q, "--events", "200000", "--check", "--no-progress"]);
+        let t = text_of(&o);
+        assert!(o.status.success(), "{q}: {t}");
+        assert!(t.contains("the same as the sequential implementation"), "{q}: {t}");
+        assert!(t.contains("per core"), "{q}: {t}");
+    }
+    assert_refused(&["nexmark", "--query", "q9"], "q7");
+    assert_refused(&["nexmark", "--query", "q1", "--events", "5000000", "--check"], "at most");
+}
