@@ -1,5 +1,5 @@
 //! The benchmark matrix, in one run so its ratios are comparable: every `weir bench` workload
-//! under every checkpoint choice at full speed (throughput), the keyed and window workloads at a
+//! under every checkpoint choice at full speed (throughput; best of two alternating runs), the keyed and window workloads at a
 //! fixed rate with and without checkpoints (latency), and the backpressure workload as the
 //! rings grow 16× (checkpoint duration and in-flight bytes, aligned against unaligned).
 //!
@@ -107,9 +107,17 @@ fn main() {
 
     // 1. Throughput: every workload under every checkpoint choice, as fast as possible.
     let workloads = [Workload::Stateless, Workload::Keyed, Workload::Window, Workload::Join];
+    // Each workload's four modes run twice, alternating, and the faster run of each counts:
+    // one run per cell moves by a few percent on a shared machine.
     let mut throughput: Vec<Vec<f64>> = Vec::new();
     for w in workloads {
-        throughput.push(CheckpointChoice::ALL.iter().map(|&c| m.run(w, c, None, 4096, 1000).throughput_rps).collect());
+        let mut best = [0f64; 4];
+        for _ in 0..2 {
+            for (i, &c) in CheckpointChoice::ALL.iter().enumerate() {
+                best[i] = best[i].max(m.run(w, c, None, 4096, 1000).throughput_rps);
+            }
+        }
+        throughput.push(best.to_vec());
     }
     md += "## Headline: throughput with checkpoints every second, relative to none\n\n| workload | none | aligned | unaligned | at-least-once |\n|---|---|---|---|---|\n";
     for (w, t) in workloads.iter().zip(&throughput) {
@@ -121,7 +129,7 @@ fn main() {
             t[3] / t[0]
         );
     }
-    md += "\nTarget: every ratio at least 0.97 (checkpoints cost at most 3% without backpressure). A single run per cell: differences of a few percent are within this machine's noise.\n\n![throughput](throughput.svg)\n\n";
+    md += "\nTarget: every ratio at least 0.97 (checkpoints cost at most 3% without backpressure). Best of two alternating runs per cell.\n\n![throughput](throughput.svg)\n\n";
     let categories: Vec<String> = workloads.iter().map(|w| w.to_string()).collect();
     let series: Vec<(String, Vec<f64>)> = CheckpointChoice::ALL
         .iter()
