@@ -10,8 +10,7 @@
 //! replayed and split over subtasks. Text fields other than a person's name (needed by q8) are
 //! left out: the queries here do not read them.
 //!
-//! May touch: `bench` (for the checkpoint choice), `operator::window`, `pipeline`, `record`,
-//! `source`.
+//! May touch: `operator::window`, `persist`, `pipeline`, `record`, `source`.
 
 use std::collections::HashMap;
 
