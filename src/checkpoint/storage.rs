@@ -225,6 +225,9 @@ pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<Vec<u8>,
     if word(8) != kind as u32 {
         return Err(format!("file kind {} where {:?} was expected", word(8), kind));
     }
+    if word(12) != 0 {
+        return Err(format!("reserved header field is {}, not 0", word(12)));
+    }
     let mut pos = HEADER_BYTES;
     let mut payload = Vec::new();
     loop {
@@ -670,7 +673,7 @@ mod tests {
         for cut in [0, 3, 15, 16, 100, 65_000, good.len() - 8, good.len() - 1] {
             assert!(decode_file(&good[..cut], FileKind::TaskState).is_err(), "cut at {cut}");
         }
-        for at in [0, 5, 9, 16, 20, 30, 70_000, good.len() - 3] {
+        for at in [0, 5, 9, 13, 16, 20, 30, 70_000, good.len() - 3] {
             let mut bad = good.clone();
             bad[at] ^= 0x40;
             assert!(decode_file(&bad, FileKind::TaskState).is_err(), "flip at {at}");

@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -26,11 +26,15 @@ use crate::persist::{from_bytes, to_bytes};
 /// The end of a followed file's span: none.
 const FOLLOWED: u64 = u64::MAX;
 
+/// The longest line read by default: a longer one is an error, not unbounded memory.
+pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
 /// A text source over a file or a folder of files (not recursive; hidden files skipped).
 #[derive(Clone, Debug)]
 pub struct TextSource {
     files: Arc<Vec<(PathBuf, u64)>>,
     follow: bool,
+    max_line: u64,
 }
 
 impl TextSource {
@@ -54,7 +58,15 @@ impl TextSource {
         } else {
             files.push((path.to_path_buf(), meta.len()));
         }
-        Ok(TextSource { files: Arc::new(files), follow: false })
+        Ok(TextSource { files: Arc::new(files), follow: false, max_line: MAX_LINE_BYTES })
+    }
+
+    /// The longest line accepted, newline included (default [`MAX_LINE_BYTES`]); a longer
+    /// one fails the job
+    /// with an error naming the file and position (it is likely not a text file).
+    pub fn max_line_bytes(mut self, bytes: u64) -> Self {
+        self.max_line = bytes.max(1);
+        self
     }
 
     /// Follow mode: keep reading the last file (in name order) as it grows, like `tail -f`;
@@ -94,6 +106,7 @@ impl TextSource {
         TextSubtask {
             files: self.files.clone(),
             follow: self.follow,
+            max_line: self.max_line,
             blocks: false,
             spans,
             open: None,
@@ -123,6 +136,7 @@ struct OpenSpan {
 pub(crate) struct TextSubtask {
     files: Arc<Vec<(PathBuf, u64)>>,
     follow: bool,
+    max_line: u64,
     /// Each record is a block of whole lines, `\n`-separated, instead of one line.
     blocks: bool,
     spans: VecDeque<Span>,
@@ -288,9 +302,20 @@ impl TextSubtask {
             }
             let path = &self.files[open.file].0;
             let line_start = block.len();
-            let n =
-                open.reader.read_until(b'\n', &mut block).map_err(|e| Error::io("cannot read input file", path, e))?;
+            // At most one byte past the limit: a longer line is refused, never held whole.
+            let n = (&mut open.reader)
+                .take(self.max_line + 1)
+                .read_until(b'\n', &mut block)
+                .map_err(|e| Error::io("cannot read input file", path, e))?;
             let complete = block.last() == Some(&b'\n');
+            if n as u64 > self.max_line {
+                return Err(Error::Corrupt(format!(
+                    "{}: the line at byte {} is longer than {} bytes (is this a text file?)",
+                    path.display(),
+                    open.pos,
+                    self.max_line
+                )));
+            }
             if open.end == FOLLOWED && !complete {
                 // The log's last line is still being written: read it again once it is whole.
                 block.truncate(line_start);
@@ -454,6 +479,31 @@ mod span_tests {
         let mut replay = Vec::new();
         assert_eq!(drain(&mut again, &ctx, &mut replay), SourcePoll::Idle);
         assert_eq!(replay, vec!["two", "three"]);
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_a_clear_error_not_unbounded_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("big.txt");
+        std::fs::write(&f, format!("short line\n{}\nafter\n", "x".repeat(5_000))).unwrap();
+        let ctx = TaskContext::for_test("text", 0, 1);
+        let src = TextSource::open(&f).unwrap().max_line_bytes(4_096);
+        let mut lines = Vec::new();
+        let mut sub = src.subtask(0, 1);
+        let err = loop {
+            match sub.poll(&ctx, &mut lines, 1) {
+                Ok(SourcePoll::Finished) => panic!("the long line was accepted"),
+                Ok(_) => continue,
+                Err(e) => break e.to_string(),
+            }
+        };
+        assert!(err.contains("big.txt") && err.contains("byte 11") && err.contains("4096"), "{err}");
+        assert_eq!(lines, vec!["short line"]);
+        // The same line fits under the default limit.
+        let mut all = Vec::new();
+        let mut sub = TextSource::open(&f).unwrap().subtask(0, 1);
+        assert_eq!(drain(&mut sub, &ctx, &mut all), SourcePoll::Finished);
+        assert_eq!(all.len(), 3);
     }
 
     #[test]
