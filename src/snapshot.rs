@@ -215,6 +215,20 @@ pub enum Fault {
         /// The checkpoint id.
         checkpoint: u64,
     },
+    /// A storage error while a task writes its part of checkpoint `checkpoint`.
+    StorageWrite {
+        /// The checkpoint id.
+        checkpoint: u64,
+        /// What the storage says.
+        error: StorageFault,
+    },
+    /// A storage error while the coordinator writes checkpoint `checkpoint`'s metadata.
+    MetadataWrite {
+        /// The checkpoint id.
+        checkpoint: u64,
+        /// What the storage says.
+        error: StorageFault,
+    },
     /// End the whole process (exit status 70) right after checkpoint `checkpoint`'s metadata
     /// is durable and before any sink hears that it completed: a crash between pre-commit
     /// and commit.
@@ -222,6 +236,30 @@ pub enum Fault {
         /// The checkpoint id.
         checkpoint: u64,
     },
+}
+
+/// What an injected storage failure looks like to the code that writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StorageFault {
+    /// The disk is full (`ENOSPC`).
+    DiskFull,
+    /// The file or folder may not be written (`EACCES`).
+    PermissionDenied,
+    /// `fsync` failed (`EIO`): what was written may not be durable.
+    FsyncFailed,
+}
+
+impl StorageFault {
+    /// The I/O error the storage would return.
+    pub fn to_io_error(self) -> io::Error {
+        match self {
+            StorageFault::DiskFull => io::Error::new(io::ErrorKind::StorageFull, "No space left on device (injected)"),
+            StorageFault::PermissionDenied => {
+                io::Error::new(io::ErrorKind::PermissionDenied, "Permission denied (injected)")
+            }
+            StorageFault::FsyncFailed => io::Error::other("fsync failed: Input/output error (injected)"),
+        }
+    }
 }
 
 /// One-shot failure points for tests: each fault fires once, then is spent.
@@ -311,6 +349,30 @@ impl FaultInjector {
     /// Whether the asynchronous part of `checkpoint` should fail now.
     pub fn fail_async(&self, checkpoint: u64) -> bool {
         self.fire_if(|f| *f == Fault::AsyncSnapshot { checkpoint })
+    }
+    /// The storage error a task's write of `checkpoint` should meet now, if any.
+    pub fn storage_write(&self, checkpoint: u64) -> Option<io::Error> {
+        let mut error = None;
+        self.fire_if(|f| match f {
+            Fault::StorageWrite { checkpoint: c, error: e } if *c == checkpoint => {
+                error = Some(*e);
+                true
+            }
+            _ => false,
+        });
+        error.map(StorageFault::to_io_error)
+    }
+    /// The storage error the metadata write of `checkpoint` should meet now, if any.
+    pub fn metadata_write(&self, checkpoint: u64) -> Option<io::Error> {
+        let mut error = None;
+        self.fire_if(|f| match f {
+            Fault::MetadataWrite { checkpoint: c, error: e } if *c == checkpoint => {
+                error = Some(*e);
+                true
+            }
+            _ => false,
+        });
+        error.map(StorageFault::to_io_error)
     }
     /// Whether the coordinator should decline `checkpoint`.
     pub fn decline(&self, checkpoint: u64) -> bool {

@@ -268,6 +268,10 @@ impl Coordinator {
             tasks,
             shared,
         };
+        if let Some(e) = self.config.faults.as_ref().and_then(|f| f.metadata_write(id)) {
+            let path = self.storage.checkpoint_dir(id).join(super::storage::METADATA_FILE);
+            return Err(Error::io("cannot write checkpoint metadata", path, e).to_string());
+        }
         self.storage.commit(&metadata).map_err(|e| e.to_string())?;
         if let Some(req) = savepoint {
             let _ = req.reply.send(self.storage.copy_to_savepoint(id, &req.dir).map_err(|e| e.to_string()));

@@ -216,6 +216,10 @@ impl TaskCheckpointing {
                 if faults.as_ref().is_some_and(|f| f.fail_async(id)) {
                     return Err(format!("injected failure in the asynchronous part of checkpoint {id}"));
                 }
+                if let Some(e) = faults.as_ref().and_then(|f| f.storage_write(id)) {
+                    let path = storage.checkpoint_dir(id).join(format!("task-{task}.state"));
+                    return Err(Error::io("cannot write task state", path, e).to_string());
+                }
                 let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot).map_err(|e| e.to_string())?;
                 // In-flight data is counted apart (it is written among the parts).
                 stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);

@@ -1,0 +1,101 @@
+//! I/O faults while checkpointing (through the fault injector's storage errors): a full disk,
+//! a permission error or a failed fsync while a task writes its part, or while the
+//! coordinator writes the metadata. The checkpoint is declined and discarded, the job keeps
+//! processing and its output is exactly the failure-free output; tolerable failures are
+//! honoured; no partial checkpoint is ever restored.
+
+use std::time::Duration;
+
+use weir::checkpoint::{CheckpointConfig, CheckpointStorage, RestartStrategy};
+use weir::snapshot::{Fault, FaultInjector, StorageFault};
+use weir::source::Generator;
+use weir::{Error, Job, RunConfig};
+
+const N: u64 = 60_000;
+
+fn job(config: Option<CheckpointConfig>) -> (Job, weir::sink::CommittedOutput<(u64, u64)>) {
+    let mut job = Job::new("io-faults").with_parallelism(2);
+    if let Some(c) = config {
+        job = job.with_checkpointing(c);
+    }
+    // Key ≡ i (mod 2) at source parallelism 2: every key's order is fixed, so is the output.
+    let out = job
+        .generator(Generator::new(|i, _| (i % 40, i)).count(N).rate(200_000.0))
+        .key_by(|e: &(u64, u64)| e.0)
+        .aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k: &u64, s: &u64| (*k, *s))
+        .named("sum")
+        .collect_exactly_once();
+    (job, out)
+}
+
+fn sorted(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn storage_errors_decline_checkpoints_and_the_job_goes_on() {
+    let (golden_job, golden) = job(None);
+    golden_job.execute(RunConfig::default().workers(2)).unwrap();
+    let golden = sorted(golden.records());
+
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultInjector::new(vec![
+        Fault::StorageWrite { checkpoint: 2, error: StorageFault::DiskFull },
+        Fault::StorageWrite { checkpoint: 3, error: StorageFault::PermissionDenied },
+        Fault::StorageWrite { checkpoint: 4, error: StorageFault::FsyncFailed },
+        Fault::MetadataWrite { checkpoint: 5, error: StorageFault::DiskFull },
+        // A task failure after them: recovery must pick a complete checkpoint.
+        Fault::AtRecord { operator: "sum".into(), nth: N * 3 / 4 },
+    ]);
+    let config = CheckpointConfig::new(dir.path())
+        .interval(Duration::from_millis(15))
+        .tolerable_failures(10)
+        .retain(3)
+        .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
+        .faults(faults.clone());
+    let (j, out) = job(Some(config));
+    let handle = j.start(RunConfig::default().workers(2)).unwrap();
+    let (report, failures) = loop {
+        if handle.is_finished() {
+            let failures = handle.checkpoint_failures();
+            break (handle.join().unwrap(), failures);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(faults.fired(), 5, "every fault fired: {failures:?}");
+    for (id, what) in [(2, "No space left"), (3, "Permission denied"), (4, "fsync failed"), (5, "metadata")] {
+        assert!(
+            failures.iter().any(|f| f.contains(&format!("checkpoint {id} failed")) && f.contains(what)),
+            "checkpoint {id}: {what} not reported in {failures:?}"
+        );
+    }
+    let completed: Vec<u64> = report.checkpoints.iter().map(|c| c.id).collect();
+    assert!(completed.iter().all(|id| !(2..=5).contains(id)), "a failed checkpoint completed: {completed:?}");
+    assert_eq!(report.restarts, 1);
+    assert!(sorted(out.records()) == golden, "output differs from the failure-free run");
+    // Nothing of the failed checkpoints is left to be restored by mistake.
+    let storage = CheckpointStorage::new(dir.path());
+    for id in 2..=5 {
+        assert!(!storage.is_complete(id), "checkpoint {id} has metadata");
+    }
+}
+
+#[test]
+fn too_many_consecutive_storage_errors_fail_the_job_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultInjector::new(
+        (1..=3).map(|checkpoint| Fault::StorageWrite { checkpoint, error: StorageFault::DiskFull }).collect(),
+    );
+    // (With a restart strategy the failed job would restart, as Flink's does.)
+    let config = CheckpointConfig::new(dir.path())
+        .interval(Duration::from_millis(10))
+        .tolerable_failures(2)
+        .restart(RestartStrategy::None)
+        .faults(faults);
+    let (j, _) = job(Some(config));
+    let err = j.execute(RunConfig::default().workers(2)).unwrap_err();
+    assert!(matches!(err, Error::Checkpoint(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("3 consecutive checkpoints failed") && text.contains("No space left"), "{text}");
+}
