@@ -153,6 +153,10 @@ struct CheckpointArgs {
     /// commits it.
     #[arg(long, hide = true)]
     exit_before_commit: Option<u64>,
+    /// Tests only (the soak run): fail the counting operator every N words it receives, and
+    /// restart without limit.
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    fail_every_words: Option<u64>,
 }
 
 impl CheckpointArgs {
@@ -174,10 +178,21 @@ impl CheckpointArgs {
             return Ok(None);
         };
         let mut c = CheckpointConfig::new(dir).unaligned(self.unaligned).incremental(self.incremental);
+        let mut faults = Vec::new();
         if let Some(n) = self.exit_before_commit {
-            c = c.faults(weir::snapshot::FaultInjector::new(vec![weir::snapshot::Fault::ExitBeforeCommit {
-                checkpoint: n,
-            }]));
+            faults.push(weir::snapshot::Fault::ExitBeforeCommit { checkpoint: n });
+        }
+        if let Some(every) = self.fail_every_words {
+            faults.extend(
+                (1..=1_000u64).map(|k| weir::snapshot::Fault::AtRecord { operator: "count".into(), nth: k * every }),
+            );
+            c = c.restart(weir::checkpoint::RestartStrategy::FixedDelay {
+                attempts: u32::MAX,
+                delay: Duration::from_millis(50),
+            });
+        }
+        if !faults.is_empty() {
+            c = c.faults(weir::snapshot::FaultInjector::new(faults));
         }
         if let Some(ms) = self.interval_ms {
             c = c.interval(Duration::from_millis(ms));

@@ -307,7 +307,8 @@ impl TextSubtask {
                 .take(self.max_line + 1)
                 .read_until(b'\n', &mut block)
                 .map_err(|e| Error::io("cannot read input file", path, e))?;
-            let complete = block.last() == Some(&b'\n');
+            // This read's line (a block holds earlier lines too).
+            let complete = block.len() > line_start && block.last() == Some(&b'\n');
             if n as u64 > self.max_line {
                 return Err(Error::Corrupt(format!(
                     "{}: the line at byte {} is longer than {} bytes (is this a text file?)",
@@ -473,12 +474,21 @@ mod span_tests {
         f.write_all(b"o\nthree\n").unwrap();
         assert_eq!(drain(&mut sub, &ctx, &mut lines), SourcePoll::Idle);
         assert_eq!(lines, vec!["one", "two", "three"]);
+        // Blocks of lines (what word splitting reads) follow the log the same way.
+        let mut blocks = TextBlocks::new(src.subtask(0, 1));
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        while blocks.poll(&ctx, &mut got, 8).unwrap() == SourcePoll::Emitted {}
+        assert_eq!(got.concat(), b"one\ntwo\nthree\n");
+        f.write_all(b"four\nfi").unwrap();
+        let mut more: Vec<Vec<u8>> = Vec::new();
+        while blocks.poll(&ctx, &mut more, 8).unwrap() == SourcePoll::Emitted {}
+        assert_eq!(more.concat(), b"four\n", "a block takes whole lines only, and keeps following");
         // Recovery from the offset taken before "two" was complete reads it again, whole.
         let mut again = src.subtask(0, 1);
         again.seek(&offset).unwrap();
         let mut replay = Vec::new();
         assert_eq!(drain(&mut again, &ctx, &mut replay), SourcePoll::Idle);
-        assert_eq!(replay, vec!["two", "three"]);
+        assert_eq!(replay, vec!["two", "three", "four"]);
     }
 
     #[test]
