@@ -12,6 +12,7 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod common;
 mod ring_hop;
 
 use std::time::Duration;
@@ -169,13 +170,7 @@ fn main() {
         println!("| {a} | {b} | {c} |");
     }
     let path = arg("--json").unwrap_or_else(|| {
-        let date = std::process::Command::new("date")
-            .arg("+%Y-%m-%d")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|| "undated".into());
+        let date = common::today();
         format!("perf/results/{date}/engine-core.json")
     });
     if let Some(dir) = std::path::Path::new(&path).parent() {

@@ -11,6 +11,7 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod common;
 mod svg;
 
 use std::path::PathBuf;
@@ -87,13 +88,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let secs: f64 = arg("--duration-s").and_then(|s| s.parse().ok()).unwrap_or(4.0);
-    let date = std::process::Command::new("date")
-        .arg("+%Y-%m-%d")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|| "undated".into());
+    let date = common::today();
     let out = PathBuf::from(arg("--out").unwrap_or_else(|| format!("perf/results/{date}")));
     std::fs::create_dir_all(&out).expect("results folder");
     let mut m = Matrix {

@@ -266,6 +266,17 @@ fn bid_of(e: &Event) -> Option<Bid> {
     }
 }
 
+/// The bids of an event stream, with event-time watermarks (events come in time order).
+fn bids(events: crate::pipeline::Stream<Event>) -> crate::pipeline::Stream<Bid> {
+    events
+        .flat_map(|e: Event, out| {
+            if let Some(b) = bid_of(&e) {
+                out.emit(b);
+            }
+        })
+        .with_watermarks(|b: &Bid| b.date_time, 0)
+}
+
 fn window_start(t: u64, size: u64) -> u64 {
     t - t % size
 }
@@ -310,13 +321,7 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> cra
                 }
             })
             .named("q2"),
-        Query::Q5 => source
-            .flat_map(|e: Event, out| {
-                if let Some(b) = bid_of(&e) {
-                    out.emit(b);
-                }
-            })
-            .with_watermarks(|b: &Bid| b.date_time, 0)
+        Query::Q5 => bids(source)
             .key_by(|b: &Bid| b.auction)
             .window(Window::sliding(WINDOW_MS, SLIDE_MS), |b: &Bid| b.date_time)
             .count()
@@ -326,13 +331,7 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> cra
             .reduce(|a, b| if (b.2, u64::MAX - b.0) > (a.2, u64::MAX - a.0) { *b } else { *a })
             .named("q5-max")
             .map(|(auction, w, count)| (w.start, auction, count)),
-        Query::Q7 => source
-            .flat_map(|e: Event, out| {
-                if let Some(b) = bid_of(&e) {
-                    out.emit(b);
-                }
-            })
-            .with_watermarks(|b: &Bid| b.date_time, 0)
+        Query::Q7 => bids(source)
             .key_by(|b: &Bid| b.auction)
             .window(Window::tumbling(WINDOW_MS), |b: &Bid| b.date_time)
             .aggregate(

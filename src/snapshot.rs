@@ -350,29 +350,28 @@ impl FaultInjector {
     pub fn fail_async(&self, checkpoint: u64) -> bool {
         self.fire_if(|f| *f == Fault::AsyncSnapshot { checkpoint })
     }
-    /// The storage error a task's write of `checkpoint` should meet now, if any.
-    pub fn storage_write(&self, checkpoint: u64) -> Option<io::Error> {
+    /// Fires the first unspent fault `which` maps to a storage error, and returns the error.
+    fn storage_error(&self, which: impl Fn(&Fault) -> Option<StorageFault>) -> Option<io::Error> {
         let mut error = None;
-        self.fire_if(|f| match f {
-            Fault::StorageWrite { checkpoint: c, error: e } if *c == checkpoint => {
-                error = Some(*e);
-                true
-            }
-            _ => false,
+        self.fire_if(|f| {
+            error = which(f);
+            error.is_some()
         });
         error.map(StorageFault::to_io_error)
     }
+    /// The storage error a task's write of `checkpoint` should meet now, if any.
+    pub fn storage_write(&self, checkpoint: u64) -> Option<io::Error> {
+        self.storage_error(|f| match f {
+            Fault::StorageWrite { checkpoint: c, error } if *c == checkpoint => Some(*error),
+            _ => None,
+        })
+    }
     /// The storage error the metadata write of `checkpoint` should meet now, if any.
     pub fn metadata_write(&self, checkpoint: u64) -> Option<io::Error> {
-        let mut error = None;
-        self.fire_if(|f| match f {
-            Fault::MetadataWrite { checkpoint: c, error: e } if *c == checkpoint => {
-                error = Some(*e);
-                true
-            }
-            _ => false,
-        });
-        error.map(StorageFault::to_io_error)
+        self.storage_error(|f| match f {
+            Fault::MetadataWrite { checkpoint: c, error } if *c == checkpoint => Some(*error),
+            _ => None,
+        })
     }
     /// Whether the coordinator should decline `checkpoint`.
     pub fn decline(&self, checkpoint: u64) -> bool {
