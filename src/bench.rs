@@ -259,45 +259,6 @@ pub struct LatencySummary {
     pub max: u64,
 }
 
-/// One checkpoint in a benchmark's JSON.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct CheckpointSummary {
-    /// The checkpoint id.
-    pub id: u64,
-    /// From trigger to completion.
-    pub duration_ms: f64,
-    /// Longest time from trigger until a task saw the first barrier.
-    pub start_delay_ms: f64,
-    /// Longest barrier alignment at a task.
-    pub alignment_ms: f64,
-    /// Longest synchronous part at a task.
-    pub sync_ms: f64,
-    /// Longest asynchronous part at a task.
-    pub async_ms: f64,
-    /// Bytes of the whole state.
-    pub state_bytes: u64,
-    /// Bytes of state written by this checkpoint.
-    pub incremental_bytes: u64,
-    /// Bytes of in-flight data stored (unaligned).
-    pub inflight_bytes: u64,
-}
-
-impl From<&CheckpointStats> for CheckpointSummary {
-    fn from(s: &CheckpointStats) -> Self {
-        CheckpointSummary {
-            id: s.id,
-            duration_ms: s.duration_ms,
-            start_delay_ms: s.start_delay_ms,
-            alignment_ms: s.alignment_ms,
-            sync_ms: s.sync_ms,
-            async_ms: s.async_ms,
-            state_bytes: s.state_bytes,
-            incremental_bytes: s.written_bytes,
-            inflight_bytes: s.inflight_bytes,
-        }
-    }
-}
-
 /// What `weir bench --json` writes.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct BenchResult {
@@ -318,7 +279,7 @@ pub struct BenchResult {
     /// Latency percentiles (absent when nothing reached the probe).
     pub latency_ns: Option<LatencySummary>,
     /// Every completed checkpoint.
-    pub checkpoints: Vec<CheckpointSummary>,
+    pub checkpoints: Vec<CheckpointStats>,
     /// The target rate, if any.
     pub rate: Option<f64>,
     /// Distinct keys.
@@ -344,7 +305,7 @@ impl BenchResult {
             records: report.source_records,
             throughput_rps: report.throughput_rps(),
             latency_ns,
-            checkpoints: report.checkpoints.iter().map(CheckpointSummary::from).collect(),
+            checkpoints: report.checkpoints.clone(),
             rate: config.rate,
             keys: config.keys,
         }

@@ -68,7 +68,8 @@ pub struct CheckpointStats {
     pub state_bytes: u64,
     /// Bytes of state this checkpoint wrote: all of it for a full checkpoint, the pages dirtied
     /// since the last completed checkpoint (and small operator state) for an incremental one.
-    #[serde(default)]
+    /// Named `incremental_bytes` in JSON (metadata and `weir bench --json`).
+    #[serde(default, rename = "incremental_bytes", alias = "written_bytes")]
     pub written_bytes: u64,
     /// Bytes of in-flight data written (unaligned checkpoints).
     pub inflight_bytes: u64,
