@@ -2,7 +2,8 @@
 //! a permission error or a failed fsync while a task writes its part, or while the
 //! coordinator writes the metadata. The checkpoint is declined and discarded, the job keeps
 //! processing and its output is exactly the failure-free output; tolerable failures are
-//! honoured; no partial checkpoint is ever restored.
+//! honoured; no partial checkpoint is ever restored. Where the test may mount one, a real
+//! full disk (a small tmpfs) does the same with the operating system's own error.
 
 use std::time::Duration;
 
@@ -98,4 +99,89 @@ fn too_many_consecutive_storage_errors_fail_the_job_with_the_reason() {
     assert!(matches!(err, Error::Checkpoint(_)), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("3 consecutive checkpoints failed") && text.contains("No space left"), "{text}");
+}
+
+/// A small tmpfs mounted on a temporary folder, unmounted when dropped. `None` where this
+/// process may not mount (not root, or in a container without the capability).
+struct SmallTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallTmpfs {
+    fn mount(bytes: u64) -> Option<Self> {
+        let dir = tempfile::tempdir().ok()?;
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then_some(SmallTmpfs { dir })
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// A real full disk: the keyed state grows with the input until its checkpoints no longer fit
+/// in a 384 KiB tmpfs. The first checkpoints complete; the later ones fail with the operating
+/// system's ENOSPC, are declined and cleaned up; a task failure after that recovers from the
+/// last checkpoint that fitted and the output is still exactly the failure-free output.
+#[test]
+fn a_real_full_disk_declines_checkpoints_and_recovery_uses_one_that_fitted() {
+    let Some(disk) = SmallTmpfs::mount(384 * 1024) else {
+        eprintln!("skipped: this process may not mount a tmpfs (the injected faults above still run)");
+        return;
+    };
+    const KEYS: u64 = 80_000;
+    let growing = |config: Option<CheckpointConfig>| {
+        let mut job = Job::new("full-disk").with_parallelism(2);
+        if let Some(c) = config {
+            job = job.with_checkpointing(c);
+        }
+        // Every record a new key: the state (and each full checkpoint) grows all the time.
+        let out = job
+            .generator(Generator::new(|i, _| (i, i)).count(KEYS).rate(150_000.0))
+            .key_by(|e: &(u64, u64)| e.0 % 2)
+            .aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k: &u64, s: &u64| (*k, *s))
+            .key_by(|e: &(u64, u64)| e.1)
+            .aggregate(|| 0u64, |s: &mut u64, _| *s += 1, |k: &u64, s: &u64| (*k, *s))
+            .named("count")
+            .collect_exactly_once();
+        (job, out)
+    };
+    let (golden_job, golden) = growing(None);
+    golden_job.execute(RunConfig::default().workers(2)).unwrap();
+    let golden = sorted(golden.records());
+
+    let faults = FaultInjector::new(vec![Fault::AtRecord { operator: "count".into(), nth: KEYS * 9 / 10 }]);
+    let config = CheckpointConfig::new(disk.dir.path().join("checkpoints"))
+        .interval(Duration::from_millis(20))
+        .tolerable_failures(1_000)
+        .retain(1)
+        .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
+        .faults(faults.clone());
+    let (j, out) = growing(Some(config));
+    let handle = j.start(RunConfig::default().workers(2)).unwrap();
+    let (report, failures) = loop {
+        if handle.is_finished() {
+            let failures = handle.checkpoint_failures();
+            break (handle.join().unwrap(), failures);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_eq!(faults.fired(), 1);
+    assert!(!report.checkpoints.is_empty(), "no checkpoint fitted at all: {failures:?}");
+    assert!(failures.iter().any(|f| f.contains("No space left on device")), "the disk never filled up: {failures:?}");
+    assert_eq!(report.restarts, 1);
+    assert!(sorted(out.records()) == golden, "output differs from the failure-free run");
+    // What is left on the disk is complete and verifies; declined checkpoints left nothing.
+    let storage = CheckpointStorage::new(disk.dir.path().join("checkpoints"));
+    for id in storage.list() {
+        assert!(storage.is_complete(id), "checkpoint {id} was declined but its folder is left");
+        storage.load(id).unwrap_or_else(|e| panic!("checkpoint {id} left on the full disk is damaged: {e}"));
+    }
 }
