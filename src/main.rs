@@ -61,9 +61,9 @@ struct NexmarkArgs {
     /// none | aligned | unaligned | at-least-once.
     #[arg(long, default_value = "none")]
     checkpoint: weir::bench::CheckpointChoice,
-    /// Milliseconds between checkpoints.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
-    interval_ms: u64,
+    /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    interval_ms: Option<u64>,
     /// Compare the results with a sequential implementation (at most 2,000,000 events).
     #[arg(long)]
     check: bool,
@@ -80,9 +80,9 @@ struct BenchArgs {
     /// none | aligned | unaligned | at-least-once.
     #[arg(long, default_value = "none")]
     checkpoint: weir::bench::CheckpointChoice,
-    /// Milliseconds between checkpoints.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
-    interval_ms: u64,
+    /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    interval_ms: Option<u64>,
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_f64)]
     duration_s: f64,
@@ -98,7 +98,8 @@ struct BenchArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Where checkpoints go (default: a temporary folder, removed afterwards).
+    /// Where checkpoints go (default: a temporary folder, removed afterwards; needs
+    /// --checkpoint).
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
     #[command(flatten)]
@@ -271,6 +272,23 @@ struct WordcountArgs {
     #[command(flatten)]
     checkpoints: CheckpointArgs,
 }
+
+/// Refuses checkpoint flags given to a benchmark that takes no checkpoints (they would be
+/// silently ignored otherwise).
+fn refuse_checkpoint_flags_without_checkpoints(
+    choice: weir::bench::CheckpointChoice,
+    given: &[(&str, bool)],
+) -> weir::Result<()> {
+    match given.iter().find(|(_, g)| *g) {
+        Some((flag, _)) if choice == weir::bench::CheckpointChoice::None => {
+            Err(Error::config(format!("{flag} needs --checkpoint aligned, unaligned or at-least-once")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Milliseconds between checkpoints when a benchmark is not told.
+const DEFAULT_BENCH_INTERVAL_MS: u64 = 1000;
 
 fn positive_f64(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
@@ -490,6 +508,11 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
 
 fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     use weir::bench::{BenchConfig, BenchResult, CheckpointChoice};
+    refuse_checkpoint_flags_without_checkpoints(
+        args.checkpoint,
+        &[("--interval-ms", args.interval_ms.is_some()), ("--checkpoint-dir", args.checkpoint_dir.is_some())],
+    )?;
+    let interval_ms = args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS);
     let (config, parallelism) = args.runtime.config();
     let temporary = args.checkpoint_dir.is_none() && args.checkpoint != CheckpointChoice::None;
     let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| {
@@ -503,7 +526,7 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     let bench = BenchConfig {
         workload: args.workload,
         checkpoint: args.checkpoint,
-        interval: Duration::from_millis(args.interval_ms),
+        interval: Duration::from_millis(interval_ms),
         checkpoint_dir: checkpoint_dir.clone(),
         parallelism,
         rate: args.rate,
@@ -514,11 +537,7 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
         args.workload,
         args.checkpoint,
-        if args.checkpoint == CheckpointChoice::None {
-            String::new()
-        } else {
-            format!(" every {} ms", args.interval_ms)
-        },
+        if args.checkpoint == CheckpointChoice::None { String::new() } else { format!(" every {interval_ms} ms") },
         config.effective_workers(),
         parallelism,
         args.rate
@@ -551,6 +570,7 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     use weir::bench::CheckpointChoice;
     use weir::nexmark::{build, final_rows, reference};
     const MAX_CHECKED: u64 = 2_000_000;
+    refuse_checkpoint_flags_without_checkpoints(args.checkpoint, &[("--interval-ms", args.interval_ms.is_some())])?;
     if args.check && args.events > MAX_CHECKED {
         return Err(Error::config(format!(
             "--check computes the answer sequentially in memory: use at most {} events, not {}",
@@ -567,7 +587,7 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     };
     if args.checkpoint != CheckpointChoice::None {
         let c = CheckpointConfig::new(&checkpoint_dir)
-            .interval(Duration::from_millis(args.interval_ms))
+            .interval(Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS)))
             .mode(if args.checkpoint == CheckpointChoice::AtLeastOnce {
                 CheckpointMode::AtLeastOnce
             } else {
@@ -653,6 +673,10 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let mut job = weir::jobs::wordcount(input, args.output.clone(), parallelism, transactional);
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);
+    }
+    if let Some(dir) = &args.checkpoints.savepoint_dir {
+        // Found out now, not when Ctrl-C asks for the savepoint.
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create the savepoint directory", dir, e))?;
     }
     if let Some(path) = &args.checkpoints.restore {
         job = job.restore_from(path, args.checkpoints.allow_non_restored_state);

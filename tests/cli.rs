@@ -334,3 +334,103 @@ fn nexmark_queries_check_against_the_sequential_implementation() {
     assert_refused(&["nexmark", "--query", "q9"], "q7");
     assert_refused(&["nexmark", "--query", "q1", "--events", "5000000", "--check"], "at most");
 }
+
+/// Every flag of every command, given a wrong value (or given where it means nothing): a
+/// message naming the problem and a non-zero exit, never a panic. `IN` stands for a small
+/// input file, `OUT`/`CHK` for fresh folders, `FILE` for an existing plain file.
+#[test]
+fn every_flag_refuses_a_wrong_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a b\n").unwrap();
+    let wc = ["wordcount", "--input", "IN", "--output", "OUT"];
+    let wc_chk = ["wordcount", "--input", "IN", "--output", "OUT", "--checkpoint-dir", "CHK"];
+    let runtime: [(&[&str], &str); 7] = [
+        (&["--workers", "0"], "--workers"),
+        (&["--workers", "two"], "--workers"),
+        (&["--parallelism", "0"], "--parallelism"),
+        (&["--ring-capacity", "-5"], "-5"),
+        (&["--batch-size", "0"], "--batch-size"),
+        (&["--no-pin=yes"], "--no-pin"),
+        (&["--no-progress=1"], "--no-progress"),
+    ];
+    let mut cases: Vec<(Vec<&str>, &str)> = vec![
+        // The default job.
+        (vec!["--duration-s", "0"], "positive"),
+        (vec!["--duration-s", "inf"], "positive"),
+        (vec!["--rate", "-3"], "positive"),
+        (vec!["--keys", "many"], "--keys"),
+        (vec!["--window-ms", "0"], "--window-ms"),
+        (vec!["--window-ms", "3600001"], "--window-ms"),
+        // Word count.
+        (vec!["wordcount", "--input", "IN"], "--output"),
+        (vec!["wordcount", "--input", "IN", "--output", "FILE"], "not a folder"),
+        (vec!["wordcount", "--input", "/no/such/in", "--output", "OUT"], "/no/such/in"),
+        ([&wc[..], &["--follow=3"]].concat(), "--follow"),
+        ([&wc[..], &["--incremental"]].concat(), "--incremental needs --checkpoint-dir"),
+        ([&wc[..], &["--unaligned"]].concat(), "--unaligned needs --checkpoint-dir"),
+        ([&wc[..], &["--retain", "2"]].concat(), "--retain needs --checkpoint-dir"),
+        ([&wc[..], &["--savepoint-dir", "CHK"]].concat(), "--savepoint-dir needs --checkpoint-dir"),
+        ([&wc[..], &["--allow-non-restored-state"]].concat(), "needs --restore"),
+        ([&wc[..], &["--restore", "/no/such/savepoint-3"]].concat(), "does not exist"),
+        ([&wc[..], &["--restore", "FILE"]].concat(), "not a folder"),
+        ([&wc[..], &["--restore", "CHK"]].concat(), "no _metadata"),
+        ([&wc_chk[..], &["--checkpoint-dir", "FILE"]].concat(), "cannot be used multiple times"),
+        (vec!["wordcount", "--input", "IN", "--output", "OUT", "--checkpoint-dir", "FILE"], "checkpoint directory"),
+        ([&wc_chk[..], &["--savepoint-dir", "FILE"]].concat(), "savepoint directory"),
+        ([&wc_chk[..], &["--interval-ms", "-1"]].concat(), "-1"),
+        ([&wc_chk[..], &["--max-concurrent", "65"]].concat(), "--max-concurrent"),
+        ([&wc_chk[..], &["--retain", "1001"]].concat(), "--retain"),
+        ([&wc_chk[..], &["--alignment-timeout-ms", "0"]].concat(), "--alignment-timeout-ms"),
+        // The checkpoints listing.
+        (vec!["checkpoints"], "<DIR>"),
+        (vec!["checkpoints", "/no/such/dir"], "/no/such/dir"),
+        (vec!["checkpoints", "FILE"], "not a directory"),
+        // Benchmarks.
+        (vec!["bench", "--workload", "heavy"], "stateless"),
+        (vec!["bench", "--checkpoint", "yes"], "aligned"),
+        (vec!["bench", "--interval-ms", "0"], "--interval-ms"),
+        (vec!["bench", "--interval-ms", "500"], "--interval-ms needs --checkpoint"),
+        (vec!["bench", "--checkpoint-dir", "CHK"], "--checkpoint-dir needs --checkpoint"),
+        (vec!["bench", "--checkpoint", "aligned", "--checkpoint-dir", "FILE", "--no-progress"], "checkpoint directory"),
+        (vec!["bench", "--duration-s", "-2"], "positive"),
+        (vec!["bench", "--rate", "NaN"], "positive"),
+        (vec!["bench", "--keys", "0"], "--keys"),
+        (vec!["bench", "--sink-cost-ns", "0"], "--sink-cost-ns"),
+        (vec!["bench", "--sink-cost-ns", "2000000000"], "--sink-cost-ns"),
+        (vec!["bench", "--json", "/no/such/dir/r.json"], "/no/such/dir/r.json"),
+        // Nexmark.
+        (vec!["nexmark"], "--query"),
+        (vec!["nexmark", "--query", "q3"], "q0, q1, q2, q5, q7, q8"),
+        (vec!["nexmark", "--query", "q1", "--events", "0"], "--events"),
+        (vec!["nexmark", "--query", "q1", "--events", "1e6"], "--events"),
+        (vec!["nexmark", "--query", "q1", "--rate", "0"], "positive"),
+        (vec!["nexmark", "--query", "q1", "--checkpoint", "exactly"], "unaligned"),
+        (vec!["nexmark", "--query", "q1", "--interval-ms", "0"], "--interval-ms"),
+        (vec!["nexmark", "--query", "q1", "--interval-ms", "10"], "--interval-ms needs --checkpoint"),
+        (vec!["nexmark", "--query", "q1", "--check", "--events", "2000001"], "at most"),
+        (vec!["nexmark", "--query", "q1", "--check=no"], "--check"),
+    ];
+    for prefix in [&[][..], &["bench"][..], &["nexmark", "--query", "q0"][..], &wc[..]] {
+        for (flag, needle) in runtime {
+            cases.push(([prefix, flag].concat(), needle));
+        }
+    }
+    for (i, (args, needle)) in cases.into_iter().enumerate() {
+        let file = dir.path().join("plain-file");
+        std::fs::write(&file, "x").unwrap();
+        let substitute = |a: &str| match a {
+            "IN" => input.display().to_string(),
+            "OUT" => dir.path().join(format!("out{i}")).display().to_string(),
+            "CHK" => dir.path().join(format!("chk{i}")).display().to_string(),
+            "FILE" => file.display().to_string(),
+            other => other.to_string(),
+        };
+        if args.contains(&"CHK") && args.contains(&"--restore") {
+            std::fs::create_dir_all(substitute("CHK")).unwrap();
+        }
+        let args: Vec<String> = args.iter().map(|a| substitute(a)).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_refused(&args, needle);
+    }
+}

@@ -366,6 +366,20 @@ impl Drop for JobHandle {
 /// the same parallelism.
 fn restore_from_savepoint(graph: &crate::pipeline::Graph, notes: &mut Vec<String>) -> Result<Option<RestoredState>> {
     let Some((path, allow_non_restored)) = &graph.restore else { return Ok(None) };
+    if !path.is_dir() {
+        return Err(Error::config(format!(
+            "{} is not a savepoint or checkpoint folder (savepoint-<n> or chk-<n>): {}",
+            path.display(),
+            if path.exists() { "not a folder" } else { "it does not exist" }
+        )));
+    }
+    if !path.join(crate::checkpoint::METADATA_FILE).exists() {
+        return Err(Error::config(format!(
+            "{} is not a savepoint or checkpoint folder: it has no _metadata (a savepoint-<n> or a completed chk-<n> \
+             folder has)",
+            path.display()
+        )));
+    }
     let loaded = load_dir(path)?;
     let mut state = loaded.state;
     let parallelism: std::collections::HashMap<&str, usize> =
