@@ -34,6 +34,8 @@
 //!   drive barriers through their inputs).
 //! - [`runtime`]: worker threads, pinning, backoff, the [`JobHandle`].
 //! - [`jobs`]: the jobs the `weir` command runs (the default job, word count).
+//! - `fuzzing` (hidden): every reader of checkpoint bytes from one byte string, for the fuzz
+//!   targets in `fuzz/` and the proptest run of them.
 //!
 //! ## Example
 //!
@@ -64,6 +66,8 @@ pub mod checkpoint;
 pub mod collector;
 pub mod context;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod jobs;
 pub mod metrics;
 pub mod nexmark;

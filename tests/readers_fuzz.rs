@@ -1,27 +1,14 @@
 //! Every reader of checkpoint bytes takes arbitrary input and answers with a value or an
 //! error: never a panic, never an allocation sized by a corrupt length. Random bytes, and
 //! valid files with random damage (flipped, truncated, spliced), through the file decoder, the
-//! task file and metadata decoders, and the state decoders of the built-in operators.
+//! task file and metadata decoders, and the state decoders of the built-in operators; and whole
+//! checkpoints whose task file refers to arbitrary ranges of a shared file. The same entry
+//! points (`weir::fuzzing`) are the cargo-fuzz targets in `fuzz/`.
 
 use proptest::prelude::*;
-use weir::checkpoint::{decode_file, write_file, CheckpointMetadata, FileKind, StoredChunk, TaskFileContent};
+use weir::checkpoint::{decode_file, encode_file, FileKind, StoredChunk, TaskFileContent};
+use weir::fuzzing::{decode_every_reader as decode_all, load_fuzzed_checkpoint};
 use weir::persist::{from_bytes, to_bytes};
-use weir::Word;
-
-/// Everything a restore decodes, from one byte string.
-fn decode_all(bytes: &[u8]) {
-    let _ = decode_file(bytes, FileKind::TaskState);
-    let _ = decode_file(bytes, FileKind::Metadata);
-    let _ = decode_file(bytes, FileKind::SharedPages);
-    let _ = from_bytes::<TaskFileContent>(bytes);
-    let _ = serde_json::from_slice::<CheckpointMetadata>(bytes);
-    let _ = from_bytes::<Vec<(u64, u64)>>(bytes);
-    let _ = from_bytes::<Vec<(Word, u64)>>(bytes);
-    let _ = from_bytes::<(Option<i64>, Option<i64>, Vec<(i64, Vec<(u64, u64)>)>)>(bytes);
-    let _ = from_bytes::<(u64, Vec<u64>)>(bytes);
-    let _ = from_bytes::<Vec<(String, u64, u64, bool)>>(bytes);
-    let _ = from_bytes::<weir::nexmark::Event>(bytes);
-}
 
 fn a_task_file() -> Vec<u8> {
     let content = TaskFileContent {
@@ -31,10 +18,7 @@ fn a_task_file() -> Vec<u8> {
             ("sink".into(), 1, vec![StoredChunk::Shared { file: 0, offset: 8, len: 16 }]),
         ],
     };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("f");
-    write_file(&path, FileKind::TaskState, &to_bytes(&content)).unwrap();
-    std::fs::read(path).unwrap()
+    encode_file(FileKind::TaskState, &to_bytes(&content))
 }
 
 proptest! {
@@ -67,6 +51,44 @@ proptest! {
             prop_assert!(decode_file(&spliced, FileKind::TaskState).is_err());
         }
         decode_all(&spliced);
+    }
+
+    /// A task file's chunks point anywhere in (or past) a shared file: a restore resolves the
+    /// ranges inside it and refuses the rest, and what loads is exactly the bytes referred to.
+    #[test]
+    fn chunks_of_shared_files_are_bounds_checked(
+        chunks in prop::collection::vec((0u32..3, any::<u16>(), any::<u16>(), prop::option::of(prop::collection::vec(any::<u8>(), 0..8))), 0..6),
+        shared in prop::collection::vec(any::<u8>(), 0..600),
+    ) {
+        let scratch = tempfile::tempdir().unwrap();
+        let stored: Vec<StoredChunk> = chunks
+            .iter()
+            .map(|(file, offset, len, inline)| match inline {
+                Some(bytes) => StoredChunk::Inline(bytes.clone()),
+                None => StoredChunk::Shared { file: *file, offset: u64::from(*offset) % 700, len: u64::from(*len) % 300 },
+            })
+            .collect();
+        // What the part's bytes must be, or None where a chunk points outside the shared file.
+        let expected: Option<Vec<u8>> = stored.iter().try_fold(Vec::new(), |mut acc, c| {
+            match c {
+                StoredChunk::Inline(bytes) => acc.extend_from_slice(bytes),
+                StoredChunk::Shared { file: 0, offset, len } if offset + len <= shared.len() as u64 => {
+                    acc.extend_from_slice(&shared[*offset as usize..(offset + len) as usize])
+                }
+                StoredChunk::Shared { .. } => return None,
+            }
+            Some(acc)
+        });
+        let content = TaskFileContent {
+            shared: vec!["shared/chk-1-task-0.pages".into()],
+            parts: vec![("op".into(), 0, stored)],
+        };
+        let loaded = load_fuzzed_checkpoint(scratch.path(), &to_bytes(&content), &shared);
+        match (expected, loaded) {
+            (Some(bytes), Ok(c)) => prop_assert_eq!(c.state.get("op", 0), Some(&bytes[..])),
+            (None, Err(e)) => prop_assert!(e.to_string().contains("refers to"), "{}", e),
+            (expected, loaded) => prop_assert!(false, "expected {:?}, loaded {:?}", expected, loaded.map(|_| ())),
+        }
     }
 
     /// Lengths claiming far more than the input are refused before anything is allocated.

@@ -19,7 +19,7 @@ pub(crate) mod task;
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy};
 pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten};
 pub use storage::{
-    decode_file, load_dir, read_file, read_metadata, write_file, CheckpointMetadata, CheckpointStats,
+    decode_file, encode_file, load_dir, read_file, read_metadata, write_file, CheckpointMetadata, CheckpointStats,
     CheckpointStorage, FileKind, LoadedCheckpoint, StoredChunk, TaskFile, TaskFileContent, FORMAT_VERSION,
     METADATA_FILE, SHARED_DIR,
 };

@@ -131,10 +131,18 @@ pub fn write_file(path: &Path, kind: FileKind, payload: &[u8]) -> std::io::Resul
     w.finish()
 }
 
+/// The image of a file of `kind` holding `payload`, in memory: exactly what [`write_file`]
+/// writes (for tests and fuzzing, which need valid files to damage or to wrap input in).
+pub fn encode_file(kind: FileKind, payload: &[u8]) -> Vec<u8> {
+    let mut w = ChecksummedWriter::new(Vec::new(), kind).expect("writing to memory cannot fail");
+    w.write(payload).expect("writing to memory cannot fail");
+    w.finish_unsynced().expect("writing to memory cannot fail").0
+}
+
 /// A checksummed file written as its payload arrives: each 64 KiB block is framed and handed
 /// to the file once full, so a large snapshot never needs its whole encoding in memory.
-pub struct ChecksummedWriter {
-    out: std::io::BufWriter<File>,
+pub struct ChecksummedWriter<W: Write = std::io::BufWriter<File>> {
+    out: W,
     block: Vec<u8>,
     payload: u64,
     size: u64,
@@ -150,7 +158,20 @@ fn emit_block(out: &mut impl Write, block: &[u8]) -> std::io::Result<u64> {
 impl ChecksummedWriter {
     /// Creates (or truncates) `path` and writes the header of a file of `kind`.
     pub fn create(path: &Path, kind: FileKind) -> std::io::Result<Self> {
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, File::create(path)?);
+        ChecksummedWriter::new(std::io::BufWriter::with_capacity(1 << 20, File::create(path)?), kind)
+    }
+
+    /// Writes the last block and the terminator, and fsyncs the file. Returns its size.
+    pub fn finish(self) -> std::io::Result<u64> {
+        let (out, size) = self.finish_unsynced()?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        Ok(size)
+    }
+}
+
+impl<W: Write> ChecksummedWriter<W> {
+    /// Writes the header of a file of `kind` to `out`.
+    pub fn new(mut out: W, kind: FileKind) -> std::io::Result<Self> {
         let mut header = [0u8; HEADER_BYTES];
         header[..4].copy_from_slice(&MAGIC);
         header[4..8].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -184,8 +205,9 @@ impl ChecksummedWriter {
         Ok(())
     }
 
-    /// Writes the last block and the terminator, and fsyncs the file. Returns its size.
-    pub fn finish(mut self) -> std::io::Result<u64> {
+    /// Writes the last block and the terminator, and flushes. Returns the output and the
+    /// file's size.
+    pub fn finish_unsynced(mut self) -> std::io::Result<(W, u64)> {
         if !self.block.is_empty() {
             self.size += emit_block(&mut self.out, &self.block)?;
         }
@@ -195,9 +217,8 @@ impl ChecksummedWriter {
         self.out.write_all(&0u32.to_le_bytes())?;
         self.out.write_all(&crc32c::crc32c(&total).to_le_bytes())?;
         self.out.write_all(&total)?;
-        let f = self.out.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
-        Ok(self.size + 16)
+        self.out.flush()?;
+        Ok((self.out, self.size + 16))
     }
 }
 

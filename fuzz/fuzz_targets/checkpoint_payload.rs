@@ -1,0 +1,15 @@
+//! Arbitrary payloads inside valid checksummed files, so the fuzzer reaches the payload
+//! decoders behind the checksums (random bytes almost never carry a right CRC).
+#![no_main]
+
+use weir::checkpoint::{encode_file, FileKind};
+
+libfuzzer_sys::fuzz_target!(|bytes: &[u8]| {
+    let Some((&which, payload)) = bytes.split_first() else { return };
+    let kind = match which % 3 {
+        0 => FileKind::TaskState,
+        1 => FileKind::Metadata,
+        _ => FileKind::SharedPages,
+    };
+    weir::fuzzing::decode_every_reader(&encode_file(kind, payload));
+});
