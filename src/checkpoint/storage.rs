@@ -584,6 +584,15 @@ impl CheckpointStorage {
         Ok(to)
     }
 
+    /// The format version `_metadata` of checkpoint `id` declares, if it has a weir header
+    /// (read from the header alone: a checkpoint of another version is not damage but a
+    /// different program's, and must not be skipped as if it were).
+    pub fn format_version(&self, id: u64) -> Option<u32> {
+        let mut header = [0u8; HEADER_BYTES];
+        File::open(self.checkpoint_dir(id).join(METADATA_FILE)).and_then(|mut f| f.read_exact(&mut header)).ok()?;
+        (header[..4] == MAGIC).then(|| u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")))
+    }
+
     /// The newest checkpoint that verifies, with a note for each newer one skipped and why.
     pub fn latest_valid(&self) -> (Option<LoadedCheckpoint>, Vec<String>) {
         let mut notes = Vec::new();

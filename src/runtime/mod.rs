@@ -457,6 +457,20 @@ fn start_attempt(
         // No checkpoint is being written now: shared pages of checkpoints that never completed
         // (a crash, an earlier attempt) can go.
         storage.remove_unreferenced_shared();
+        // Falling back past checkpoints another weir wrote would silently start over.
+        if let Some((id, version)) = storage
+            .list()
+            .into_iter()
+            .filter_map(|id| storage.format_version(id).map(|v| (id, v)))
+            .find(|&(_, v)| v != crate::checkpoint::FORMAT_VERSION)
+        {
+            return Err(Error::config(format!(
+                "checkpoint directory {} holds checkpoint {id} in format version {version}, and this weir reads \
+                 version {}: resume with the weir that wrote it, or remove the directory to start afresh",
+                cfg.dir.display(),
+                crate::checkpoint::FORMAT_VERSION
+            )));
+        }
         let (latest, skipped) = storage.latest_valid();
         notes.extend(skipped);
         let mut completed = Vec::new();

@@ -1,0 +1,81 @@
+//! A checkpoint directory that is not this job's to resume: one holding another job's
+//! checkpoints, or checkpoints in another format version. Each is refused with a message that
+//! says what the directory holds, before anything runs; the checkpoints are left untouched.
+
+use std::path::Path;
+use std::time::Duration;
+
+use weir::checkpoint::{CheckpointConfig, CheckpointStorage, RestartStrategy, FORMAT_VERSION, METADATA_FILE};
+use weir::snapshot::{Fault, FaultInjector};
+use weir::source::Generator;
+use weir::{Job, RunConfig};
+
+const N: u64 = 20_000;
+
+/// A keyed sum (with `other`, behind one more operator: another job) that fails half-way with no
+/// restart, so its checkpoints stay behind as a crash would leave them.
+fn job(dir: &Path, other: bool, fail: bool) -> Job {
+    let faults =
+        FaultInjector::new(if fail { vec![Fault::AtRecord { operator: "sum".into(), nth: N / 2 }] } else { vec![] });
+    let config =
+        CheckpointConfig::new(dir).interval(Duration::from_millis(5)).restart(RestartStrategy::None).faults(faults);
+    let job = Job::new("keyed").with_parallelism(2).with_checkpointing(config);
+    let events = job.generator(Generator::new(|i, _| (i % 10, i)).count(N).rate(100_000.0));
+    // Another job: one more operator in the graph, so another fingerprint.
+    let events = if other { events.map(|e| e).named("copy") } else { events };
+    let out = events.key_by(|e: &(u64, u64)| e.0).aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s));
+    out.named("sum").discard();
+    job
+}
+
+/// Runs the job until its injected failure, leaving completed checkpoints in `dir`.
+fn leave_checkpoints(dir: &Path) -> Vec<u64> {
+    assert!(job(dir, false, true).execute(RunConfig::default().workers(2)).is_err());
+    let storage = CheckpointStorage::new(dir);
+    let complete: Vec<u64> = storage.list().into_iter().filter(|&id| storage.is_complete(id)).collect();
+    assert!(!complete.is_empty(), "the first run completed no checkpoint");
+    complete
+}
+
+#[test]
+fn a_directory_of_another_job_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let complete = leave_checkpoints(dir.path());
+    let err = job(dir.path(), true, false).execute(RunConfig::default().workers(2)).unwrap_err().to_string();
+    assert!(err.contains("holds checkpoints of another job"), "{err}");
+    assert!(err.contains(&dir.path().display().to_string()), "{err}");
+    // Refused before anything ran: the other job's checkpoints are all still there.
+    let storage = CheckpointStorage::new(dir.path());
+    for id in complete {
+        assert!(storage.load(id).is_ok(), "checkpoint {id} was touched");
+    }
+    // The job they belong to resumes from them.
+    let handle = job(dir.path(), false, false).start(RunConfig::default().workers(2)).unwrap();
+    handle.join().unwrap();
+}
+
+#[test]
+fn checkpoints_in_another_format_version_are_refused_not_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let complete = leave_checkpoints(dir.path());
+    // As an older weir would have written it: the same files, version 1 in the header.
+    let newest = *complete.last().unwrap();
+    let metadata = CheckpointStorage::new(dir.path()).checkpoint_dir(newest).join(METADATA_FILE);
+    let mut bytes = std::fs::read(&metadata).unwrap();
+    assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), FORMAT_VERSION);
+    bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&metadata, bytes).unwrap();
+
+    let err = job(dir.path(), false, false).execute(RunConfig::default().workers(2)).unwrap_err().to_string();
+    assert!(err.contains(&format!("checkpoint {newest} in format version 1")), "{err}");
+    assert!(err.contains(&format!("reads version {FORMAT_VERSION}")), "{err}");
+    // Nothing was deleted or started over.
+    let storage = CheckpointStorage::new(dir.path());
+    assert!(storage.is_complete(newest));
+    assert!(!dir.path().join(weir::runtime::FINISHED_MARKER).exists());
+    // `weir checkpoints` names the reason too.
+    let listing =
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir")).arg("checkpoints").arg(dir.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&listing.stdout).into_owned() + &String::from_utf8_lossy(&listing.stderr);
+    assert!(!listing.status.success() && text.contains("format version 1"), "{text}");
+}
