@@ -3,10 +3,12 @@
 //! order of producer steps, drain attempts and consumer polls. rtrb's ring itself is verified by
 //! its own CI; this checks our protocol on top of it: per-producer FIFO, nothing lost or
 //! duplicated, watermarks never ahead of any live input, end of stream exactly once and last,
-//! and no schedule that deadlocks.
+//! and no schedule that deadlocks. The key-by writer (records routed to their rings, staged
+//! where a ring is full) is explored the same way, one producer into two consumers.
 
 use std::sync::{Arc, Mutex};
 
+use super::partition::KeyRouter;
 use super::{channel, ChannelWriter, Entry, InputGate, Partitioner};
 use crate::collector::Collector;
 use crate::error::Result;
@@ -56,14 +58,20 @@ impl Collector<u64> for Log {
 
 type Writer = ChannelWriter<u64, fn(&u64) -> u64>;
 
+/// The key-by model's routing: records keyed by themselves, two consumers.
+fn route(r: u64) -> usize {
+    KeyRouter::new(128, 2).subtask(r)
+}
+
 struct System {
     writers: Vec<Writer>,
     next_action: Vec<usize>,
-    gate: InputGate<u64>,
-    log: Log,
+    /// One consumer per gate, each with the log of what it received.
+    gates: Vec<(InputGate<u64>, Log)>,
 }
 
 impl System {
+    /// `producers` forward writers into one consumer.
     fn new(producers: usize, capacity: usize) -> System {
         let mut writers = Vec::new();
         let mut readers = Vec::new();
@@ -72,16 +80,33 @@ impl System {
             writers.push(ChannelWriter::new(vec![w], Partitioner::Forward));
             readers.push(r);
         }
-        System { writers, next_action: vec![0; producers], gate: InputGate::new(readers), log: Log::default() }
+        System { writers, next_action: vec![0; producers], gates: vec![(InputGate::new(readers), Log::default())] }
+    }
+
+    /// One key-by writer into two consumers.
+    fn keyed(capacity: usize) -> System {
+        let (mut outs, mut gates) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            let (w, r) = channel::<u64>(capacity, Arc::new(Parker::default()), Arc::new(Parker::default()));
+            outs.push(w);
+            gates.push((InputGate::new(vec![r]), Log::default()));
+        }
+        let hash: fn(&u64) -> u64 = |r| *r;
+        let writer = ChannelWriter::new(outs, Partitioner::KeyBy { hash, router: KeyRouter::new(128, 2) });
+        System { writers: vec![writer], next_action: vec![0], gates }
+    }
+
+    fn is_finished(&self) -> bool {
+        self.gates.iter().all(|(g, _)| g.is_finished())
     }
 
     /// Runs one step; returns false if it changed nothing (a stutter, pruned from the search).
     fn step(&mut self, scripts: &[Vec<Action>], actor: usize, budget: usize) -> bool {
-        if actor == scripts.len() {
-            let before = (self.log.0.lock().unwrap().len(), self.gate.consumed());
-            let mut log = self.log.clone();
-            self.gate.poll(&mut log, budget).unwrap();
-            return (self.log.0.lock().unwrap().len(), self.gate.consumed()) != before;
+        if let Some((gate, log)) = actor.checked_sub(scripts.len()).map(|g| &mut self.gates[g]) {
+            let before = (log.0.lock().unwrap().len(), gate.consumed());
+            let mut into = log.clone();
+            gate.poll(&mut into, budget).unwrap();
+            return (log.0.lock().unwrap().len(), gate.consumed()) != before;
         }
         let w = &mut self.writers[actor];
         let before = w.written();
@@ -139,16 +164,29 @@ fn check(scripts: &[Vec<Action>], log: &[Event], schedule: &[usize]) {
     }
 }
 
-/// Explores every schedule by depth-first search, replaying each prefix on a fresh system.
+/// Explores every schedule of the forward system by depth-first search.
 fn explore(scripts: &[Vec<Action>], capacity: usize, budget: usize) -> usize {
-    let actors = scripts.len() + 1;
+    explore_system(scripts, budget, &|| System::new(scripts.len(), capacity), &|sys, schedule| {
+        check(scripts, &sys.gates[0].1 .0.lock().unwrap(), schedule)
+    })
+}
+
+/// Explores every schedule of the system `make` builds, replaying each prefix on a fresh one,
+/// and checks every complete run with `verify`.
+fn explore_system(
+    scripts: &[Vec<Action>],
+    budget: usize,
+    make: &dyn Fn() -> System,
+    verify: &dyn Fn(&System, &[usize]),
+) -> usize {
+    let actors = scripts.len() + make().gates.len();
     let mut complete = 0;
     let mut stack: Vec<Vec<usize>> = vec![Vec::new()];
     while let Some(prefix) = stack.pop() {
         assert!(prefix.len() < 200, "a schedule did not terminate: {prefix:?}");
         let mut extended = false;
         for actor in 0..actors {
-            let mut sys = System::new(scripts.len(), capacity);
+            let mut sys = make();
             for &a in &prefix {
                 sys.step(scripts, a, budget);
             }
@@ -161,16 +199,12 @@ fn explore(scripts: &[Vec<Action>], capacity: usize, budget: usize) -> usize {
         }
         if !extended {
             // Nothing can move: the run must be complete, not deadlocked.
-            let mut sys = System::new(scripts.len(), capacity);
+            let mut sys = make();
             for &a in &prefix {
                 sys.step(scripts, a, budget);
             }
-            assert!(
-                sys.gate.is_finished(),
-                "deadlock: schedule {prefix:?} stops before end of stream: {:?}",
-                sys.log.0.lock().unwrap()
-            );
-            check(scripts, &sys.log.0.lock().unwrap(), &prefix);
+            assert!(sys.is_finished(), "deadlock: schedule {prefix:?} stops before end of stream");
+            verify(&sys, &prefix);
             complete += 1;
         }
     }
@@ -204,6 +238,39 @@ fn two_producers_merge_with_the_minimum_watermark() {
     for capacity in [1, 2] {
         let n = explore(&scripts, capacity, 2);
         assert!(n > 100, "only {n} schedules explored");
+    }
+}
+
+#[test]
+fn key_by_writes_each_consumer_its_records_in_order_through_tiny_rings() {
+    // Both consumers get records from the first batch, more than a ring holds.
+    let script = vec![
+        Action::Batch(vec![20, 21, 22, 23, 24, 25]),
+        Action::Watermark(20),
+        Action::Batch(vec![26, 27]),
+        Action::Batch(vec![28, 29, 30]),
+        Action::End,
+    ];
+    let sent: Vec<u64> = (20..=30).collect();
+    assert!((0..2).all(|g| sent.iter().filter(|&&r| route(r) == g).count() >= 3), "both consumers get a share");
+    let scripts = std::slice::from_ref(&script);
+    for capacity in 1..=3 {
+        let n = explore_system(scripts, 2, &|| System::keyed(capacity), &|sys, schedule| {
+            for (g, (_, log)) in sys.gates.iter().enumerate() {
+                let log = log.0.lock().unwrap();
+                let got: Vec<u64> =
+                    log.iter().filter_map(|e| if let Event::Record(r) = e { Some(*r) } else { None }).collect();
+                let mine: Vec<u64> = sent.iter().copied().filter(|&r| route(r) == g).collect();
+                assert_eq!(got, mine, "consumer {g}: records lost, duplicated or reordered; schedule {schedule:?}");
+                assert_eq!(log.last(), Some(&Event::End), "consumer {g}; schedule {schedule:?}");
+                assert_eq!(log.iter().filter(|e| **e == Event::End).count(), 1);
+                let wm = log.iter().position(|e| *e == Event::Watermark(20)).expect("the watermark arrives");
+                let before: Vec<u64> = mine.iter().copied().filter(|r| (20..=25).contains(r)).collect();
+                let records_before_wm = log[..wm].iter().filter(|e| matches!(e, Event::Record(_))).count();
+                assert_eq!(records_before_wm, before.len(), "consumer {g}: the watermark overtook a record");
+            }
+        });
+        assert!(n > 10, "capacity {capacity}: only {n} schedules explored");
     }
 }
 
