@@ -79,3 +79,27 @@ fn checkpoints_in_another_format_version_are_refused_not_skipped() {
     let text = String::from_utf8_lossy(&listing.stdout).into_owned() + &String::from_utf8_lossy(&listing.stderr);
     assert!(!listing.status.success() && text.contains("format version 1"), "{text}");
 }
+
+#[test]
+fn folders_of_checkpoints_that_never_completed_are_removed_at_start_and_their_ids_not_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let complete = leave_checkpoints(dir.path());
+    let storage = CheckpointStorage::new(dir.path());
+    // As a crash mid-checkpoint leaves it: a folder with a task file and no _metadata.
+    let stale = storage.list().last().copied().unwrap() + 1;
+    storage.prepare(stale).unwrap();
+    std::fs::write(storage.checkpoint_dir(stale).join("task-0.state"), b"half-written").unwrap();
+
+    let mut handle = job(dir.path(), false, false).start(RunConfig::default().workers(2)).unwrap();
+    let report = loop {
+        if let Some(r) = handle.try_finish() {
+            break r.unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let restored = format!("restored from checkpoint {}", complete.last().unwrap());
+    assert!(handle.notes().iter().any(|n| *n == restored), "{:?}", handle.notes());
+    assert!(!storage.checkpoint_dir(stale).exists(), "the never-completed checkpoint {stale} is still there");
+    assert!(report.checkpoints.iter().all(|c| c.id > stale), "an id was reused: {:?}", report.checkpoints);
+    assert!(storage.list().iter().all(|&id| storage.is_complete(id)), "{:?}", storage.list());
+}

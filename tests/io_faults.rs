@@ -34,6 +34,18 @@ fn sorted(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     v
 }
 
+/// Runs `job` to its end; its report and every checkpoint failure it recorded.
+fn run_to_the_end(job: Job) -> (weir::JobReport, Vec<String>) {
+    let mut handle = job.start(RunConfig::default().workers(2)).unwrap();
+    loop {
+        // (try_finish restarts the job after a failure, as its restart strategy allows.)
+        if let Some(result) = handle.try_finish() {
+            return (result.unwrap(), handle.checkpoint_failures());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn storage_errors_decline_checkpoints_and_the_job_goes_on() {
     let (golden_job, golden) = job(None);
@@ -56,14 +68,7 @@ fn storage_errors_decline_checkpoints_and_the_job_goes_on() {
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
         .faults(faults.clone());
     let (j, out) = job(Some(config));
-    let handle = j.start(RunConfig::default().workers(2)).unwrap();
-    let (report, failures) = loop {
-        if handle.is_finished() {
-            let failures = handle.checkpoint_failures();
-            break (handle.join().unwrap(), failures);
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
+    let (report, failures) = run_to_the_end(j);
     assert_eq!(faults.fired(), 5, "every fault fired: {failures:?}");
     for (id, what) in [(2, "No space left"), (3, "Permission denied"), (4, "fsync failed"), (5, "metadata")] {
         assert!(
@@ -165,14 +170,7 @@ fn a_real_full_disk_declines_checkpoints_and_recovery_uses_one_that_fitted() {
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
         .faults(faults.clone());
     let (j, out) = growing(Some(config));
-    let handle = j.start(RunConfig::default().workers(2)).unwrap();
-    let (report, failures) = loop {
-        if handle.is_finished() {
-            let failures = handle.checkpoint_failures();
-            break (handle.join().unwrap(), failures);
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
+    let (report, failures) = run_to_the_end(j);
     assert_eq!(faults.fired(), 1);
     assert!(!report.checkpoints.is_empty(), "no checkpoint fitted at all: {failures:?}");
     assert!(failures.iter().any(|f| f.contains("No space left on device")), "the disk never filled up: {failures:?}");
@@ -181,7 +179,7 @@ fn a_real_full_disk_declines_checkpoints_and_recovery_uses_one_that_fitted() {
     // What is left on the disk is complete and verifies; declined checkpoints left nothing.
     let storage = CheckpointStorage::new(disk.dir.path().join("checkpoints"));
     for id in storage.list() {
-        assert!(storage.is_complete(id), "checkpoint {id} was declined but its folder is left");
+        assert!(storage.is_complete(id), "checkpoint {id} never completed but its folder is left");
         storage.load(id).unwrap_or_else(|e| panic!("checkpoint {id} left on the full disk is damaged: {e}"));
     }
 }

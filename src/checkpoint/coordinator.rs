@@ -77,6 +77,11 @@ impl Coordinator {
         let mut next_trigger = Instant::now() + self.config.interval;
         loop {
             if self.shutdown.load(Ordering::SeqCst) {
+                // The attempt is over (the job ended, failed or was cancelled): checkpoints in
+                // flight can no longer complete, and their folders must not stay behind.
+                for id in std::mem::take(&mut pending).into_keys() {
+                    self.abort(id);
+                }
                 return;
             }
             let wait = next_trigger

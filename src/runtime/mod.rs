@@ -497,6 +497,13 @@ fn start_attempt(
         // Ids continue past every folder on disk, complete or not, so none is reused (nor the
         // id of a savepoint restored below).
         let mut first_id = storage.list().last().copied().unwrap_or(0) + 1;
+        // Folders of checkpoints that never completed (a crash or a failover mid-way) are not
+        // checkpoints; their ids stay used (`first_id` is past them), their files can go.
+        for id in storage.list() {
+            if !storage.is_complete(id) {
+                storage.discard(id);
+            }
+        }
         if restored.is_none() {
             if let Some(r) = restore_from_savepoint(&graph, notes)? {
                 first_id = first_id.max(r.checkpoint + 1);
