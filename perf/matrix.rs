@@ -1,12 +1,13 @@
 //! The benchmark matrix, in one run so its ratios are comparable: every `weir bench` workload
-//! under every checkpoint choice at full speed (throughput; best of two alternating runs), the keyed and window workloads at a
+//! under every checkpoint choice at full speed (throughput; each mode against the run without
+//! checkpoints in the same round, median over rounds), the keyed and window workloads at a
 //! fixed rate with and without checkpoints (latency), and the backpressure workload as the
 //! rings grow 16× (checkpoint duration and in-flight bytes, aligned against unaligned).
 //!
 //! Writes `perf/results/<date>/matrix.md` (the report, headline first), `matrix.json` (every
 //! run, as `weir bench --json` writes it) and four SVG plots beside them.
 //!
-//! `cargo bench --bench matrix -- [--duration-s S] [--out DIR]`
+//! `cargo bench --bench matrix -- [--duration-s S] [--rounds N] [--out DIR]`
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -76,6 +77,13 @@ fn short_rate(r: f64) -> String {
     format!("{:.0}M", r / 1e6)
 }
 
+/// The share of a run's time its checkpoints held the task where each took longest: synchronous
+/// part, asynchronous write and alignment, summed over its checkpoints.
+fn checkpoint_share(r: &BenchResult) -> f64 {
+    let held: f64 = r.checkpoints.iter().map(|c| c.sync_ms + c.async_ms + c.alignment_ms).sum();
+    held / (r.duration_s * 1000.0).max(1e-9)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -97,34 +105,67 @@ fn main() {
         runs: Vec::new(),
         count: 0,
     };
+    let rounds: usize = arg("--rounds").and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
     let mut md = String::new();
-    md += &format!("# Benchmark matrix, {date}\n\n`cargo bench --bench matrix -- --duration-s {secs}`: 2 workers, parallelism 2, 10,000 keys, checkpoints every second unless said otherwise, {secs} s per run, all in one run.\n\n");
+    md += &format!("# Benchmark matrix, {date}\n\n`cargo bench --bench matrix -- --duration-s {secs} --rounds {rounds}`: 2 workers, parallelism 2, 10,000 keys, checkpoints every second unless said otherwise, {secs} s per run, all in one run.\n\n");
 
-    // 1. Throughput: every workload under every checkpoint choice, as fast as possible.
+    // 1. Throughput: every workload under every checkpoint choice, as fast as possible. A
+    // round runs the four modes back to back (starting with a different one each round), and
+    // each mode's ratio to the run without checkpoints of the same round is one sample: runs
+    // close in time share the machine's mood, which drifts by more than 3% over minutes.
     let workloads = [Workload::Stateless, Workload::Keyed, Workload::Window, Workload::Join];
-    // Each workload's four modes run twice, alternating, and the faster run of each counts:
-    // one run per cell moves by a few percent on a shared machine.
     let mut throughput: Vec<Vec<f64>> = Vec::new();
+    let mut ratios: Vec<Vec<Vec<f64>>> = Vec::new();
+    let mut busy: Vec<Vec<Vec<f64>>> = Vec::new();
     for w in workloads {
-        let mut best = [0f64; 4];
-        for _ in 0..2 {
-            for (i, &c) in CheckpointChoice::ALL.iter().enumerate() {
-                best[i] = best[i].max(m.run(w, c, None, 4096, 1000).throughput_rps);
+        let mut runs = vec![Vec::new(); 4];
+        let mut samples = vec![Vec::new(); 4];
+        let mut busy_samples = vec![Vec::new(); 4];
+        for round in 0..rounds {
+            let mut this = [0f64; 4];
+            for k in 0..4 {
+                let i = (round + k) % 4;
+                let r = m.run(w, CheckpointChoice::ALL[i], None, 4096, 1000);
+                this[i] = r.throughput_rps;
+                busy_samples[i].push(checkpoint_share(&r));
+            }
+            for i in 0..4 {
+                runs[i].push(this[i]);
+                samples[i].push(this[i] / this[0]);
             }
         }
-        throughput.push(best.to_vec());
+        throughput.push(runs.into_iter().map(median).collect());
+        ratios.push(samples);
+        busy.push(busy_samples);
     }
-    md += "## Headline: throughput with checkpoints every second, relative to none\n\n| workload | none | aligned | unaligned | at-least-once |\n|---|---|---|---|---|\n";
-    for (w, t) in workloads.iter().zip(&throughput) {
+    md += "## Headline: throughput with checkpoints every second, relative to none
+
+| workload | none (median) | aligned | unaligned | at-least-once |\n|---|---|---|---|---|\n";
+    let cell = |r: &Vec<f64>| {
+        let lo = r.iter().copied().fold(f64::MAX, f64::min);
+        let hi = r.iter().copied().fold(0f64, f64::max);
+        format!("{:.3} ({lo:.3}–{hi:.3})", median(r.clone()))
+    };
+    for ((w, t), r) in workloads.iter().zip(&throughput).zip(&ratios) {
         md += &format!(
-            "| {w} | {} rec/s | {:.3} | {:.3} | {:.3} |\n",
+            "| {w} | {} rec/s | {} | {} | {} |\n",
             group_digits(t[0] as u64),
-            t[1] / t[0],
-            t[2] / t[0],
-            t[3] / t[0]
+            cell(&r[1]),
+            cell(&r[2]),
+            cell(&r[3])
         );
     }
-    md += "\nTarget: every ratio at least 0.97 (checkpoints cost at most 3% without backpressure). Best of two alternating runs per cell.\n\n![throughput](throughput.svg)\n\n";
+    md += &format!("\nTarget: every ratio at least 0.97 (checkpoints cost at most 3% without backpressure). Each ratio is the median over {rounds} rounds of the mode's run divided by the run without checkpoints in the same round (the four modes back to back, a different one first each round), with the smallest and largest of the {rounds} in brackets.\n\n![throughput](throughput.svg)\n\n");
+    md += "### What the checkpoints took, from their own statistics\n\nPer second of run, the time checkpoints held a task: synchronous part + asynchronous write (on its own thread; it includes fsync waits, so it overstates CPU) + barrier alignment, of the task where each was longest, summed over the run's checkpoints (median over the rounds). Unlike the ratios above it does not move with the machine; a job's loss is at most this share times the tasks per worker (one for stateless, all chained; two for keyed and window, the source chain and the keyed one; three for the join).\n\n| workload | aligned | unaligned | at-least-once |\n|---|---|---|---|\n";
+    for (w, b) in workloads.iter().zip(&busy) {
+        md += &format!(
+            "| {w} | {:.2}% | {:.2}% | {:.2}% |\n",
+            median(b[1].clone()) * 100.0,
+            median(b[2].clone()) * 100.0,
+            median(b[3].clone()) * 100.0
+        );
+    }
+    md += "\n";
     let categories: Vec<String> = workloads.iter().map(|w| w.to_string()).collect();
     let series: Vec<(String, Vec<f64>)> = CheckpointChoice::ALL
         .iter()
