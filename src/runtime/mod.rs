@@ -498,7 +498,9 @@ fn start_attempt(
         // id of a savepoint restored below).
         let mut first_id = storage.list().last().copied().unwrap_or(0) + 1;
         // Folders of checkpoints that never completed (a crash or a failover mid-way) are not
-        // checkpoints; their ids stay used (`first_id` is past them), their files can go.
+        // checkpoints, and their files can go; this start's ids still continue past them. (A
+        // later start may reuse such an id: harmless, as sinks drop what a checkpoint after the
+        // restored one left, and shared pages nothing refers to went above.)
         for id in storage.list() {
             if !storage.is_complete(id) {
                 storage.discard(id);
