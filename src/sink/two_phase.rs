@@ -19,7 +19,7 @@
 //! May touch: `context`, `error`, `persist`, `snapshot`.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::Sink;
@@ -76,8 +76,13 @@ fn commit(dir: &Path, subtask: usize, txn: u64) -> Result<()> {
 
 struct InProgress {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: File,
 }
+
+/// Formatted output is handed to the file in pieces of about this size: records are formatted
+/// straight into the sink's own buffer, so the bytes are copied once (into the page cache),
+/// not a second time into a `BufWriter`.
+const OUTPUT_BUFFER_BYTES: usize = 256 * 1024;
 
 /// One subtask of the two-phase-commit file sink (see the module documentation).
 pub struct TwoPhaseFileSink<F> {
@@ -88,6 +93,8 @@ pub struct TwoPhaseFileSink<F> {
     run: String,
     files_opened: u64,
     current: Option<InProgress>,
+    /// Formatted records not yet handed to the in-progress file (less than
+    /// [`OUTPUT_BUFFER_BYTES`] between calls).
     line: Vec<u8>,
     /// Pre-committed transactions, by checkpoint id, oldest first.
     pending: Vec<u64>,
@@ -152,15 +159,29 @@ impl<F> TwoPhaseFileSink<F> {
             let path =
                 self.dir.join(format!(".part-{}-{}-{}.inprogress", self.ctx.subtask, self.run, self.files_opened));
             let file = File::create(&path).map_err(|e| Error::io("cannot create output file", &path, e))?;
-            self.current = Some(InProgress { path, out: BufWriter::with_capacity(256 * 1024, file) });
+            self.current = Some(InProgress { path, out: file });
         }
         Ok(self.current.as_mut().expect("just opened"))
     }
 
-    /// Flushes, fsyncs and renames the in-progress file to transaction `txn`'s pending file.
+    /// Hands the buffered output to the in-progress file (opening one if needed).
+    fn write_out(&mut self) -> Result<()> {
+        let line = std::mem::take(&mut self.line);
+        let result = self
+            .in_progress()
+            .and_then(|c| c.out.write_all(&line).map_err(|e| Error::io("cannot write output file", &c.path, e)));
+        self.line = line;
+        self.line.clear();
+        result
+    }
+
+    /// Writes out the buffer, fsyncs and renames the in-progress file to transaction `txn`'s
+    /// pending file.
     fn close_as_pending(&mut self, txn: u64) -> Result<bool> {
-        let Some(InProgress { path, out }) = self.current.take() else { return Ok(false) };
-        let file = out.into_inner().map_err(|e| Error::io("cannot write output file", &path, e.into_error()))?;
+        if !self.line.is_empty() {
+            self.write_out()?;
+        }
+        let Some(InProgress { path, out: file }) = self.current.take() else { return Ok(false) };
         file.sync_all().map_err(|e| Error::io("cannot sync output file", &path, e))?;
         let to = self.dir.join(pending_name(self.ctx.subtask, txn));
         std::fs::rename(&path, &to).map_err(|e| Error::io("cannot pre-commit output file", &to, e))?;
@@ -181,16 +202,13 @@ impl<F> TwoPhaseFileSink<F> {
 
 impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
     fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
-        self.line.clear();
         for r in records.drain(..) {
             (self.format)(&r, &mut self.line);
         }
-        let line = std::mem::take(&mut self.line);
-        let result = self
-            .in_progress()
-            .and_then(|c| c.out.write_all(&line).map_err(|e| Error::io("cannot write output file", &c.path, e)));
-        self.line = line;
-        result
+        if self.line.len() >= OUTPUT_BUFFER_BYTES {
+            self.write_out()?;
+        }
+        Ok(())
     }
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Box<dyn ForkedState>>> {
@@ -290,7 +308,7 @@ mod tests {
         let bytes = snapshot_bytes(s.pre_commit(2).unwrap());
         s.write(&mut vec![4]).unwrap(); // in progress when the process dies
         s.write(&mut vec![]).unwrap();
-        let _ = s.in_progress().unwrap().out.flush();
+        s.write_out().unwrap();
         drop(s);
         // A visible file after the restored checkpoint: committed at the end of a run that
         // crashed before its completion marker.
