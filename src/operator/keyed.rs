@@ -6,7 +6,7 @@
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::persist::Persist;
-use crate::record::{Key, Timestamp};
+use crate::record::{hash_key, Key, Timestamp};
 use crate::snapshot::{Barrier, ForkedState};
 use crate::state::{KeyedState, KeyedValueState, Snapshot};
 
@@ -67,14 +67,22 @@ where
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
         // Large keyed states miss the cache on most lookups: start loading the slot of the
         // record a few places ahead while this one is updated.
+        // Each key is hashed once: its hash waits in `hashes` from its prefetch to its lookup.
         const AHEAD: usize = 8;
+        let mut hashes = [0u64; AHEAD];
+        for (h, r) in hashes.iter_mut().zip(records.iter()) {
+            *h = hash_key(&(self.key)(r));
+            self.state.prefetch_hashed(*h);
+        }
         for i in 0..records.len() {
+            let hash = hashes[i % AHEAD];
             if let Some(ahead) = records.get(i + AHEAD) {
-                self.state.prefetch(&(self.key)(ahead));
+                hashes[i % AHEAD] = hash_key(&(self.key)(ahead));
+                self.state.prefetch_hashed(hashes[i % AHEAD]);
             }
             let r = records[i];
             let k = (self.key)(&r);
-            let acc = self.state.get_or_insert_with(k, &self.init);
+            let acc = self.state.get_or_insert_with_hashed(hash, k, &self.init);
             (self.fold)(acc, r);
             self.out.push((self.result)(&k, acc));
         }

@@ -67,6 +67,17 @@ impl<K: Key, V: Clone> KeyedValueState<K, V> {
     pub fn prefetch(&self, key: &K) {
         self.map.prefetch(key)
     }
+    /// [`Self::prefetch`] by the key's hash ([`crate::record::hash_key`]).
+    #[inline]
+    pub fn prefetch_hashed(&self, hash: u64) {
+        self.map.prefetch_hashed(hash)
+    }
+    /// [`Self::get_or_insert_with`] with the key's hash ([`crate::record::hash_key`]) already
+    /// computed (a caller that prefetched by it hashes each key once).
+    #[inline]
+    pub fn get_or_insert_with_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> &mut V {
+        self.map.get_or_insert_with_hashed(hash, key, init)
+    }
     /// Sets the value of `key`.
     #[inline]
     pub fn put(&mut self, key: K, value: V) {

@@ -173,7 +173,14 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
     /// The slot holding `key`, or the empty slot where it would go.
     #[inline]
     fn find(&self, key: &K) -> Result<usize, usize> {
-        let mut i = hash_key(key) as usize & self.mask;
+        self.find_hashed(hash_key(key), key)
+    }
+
+    /// [`Self::find`] with `key`'s hash ([`hash_key`]) already computed.
+    #[inline]
+    fn find_hashed(&self, hash: u64, key: &K) -> Result<usize, usize> {
+        debug_assert_eq!(hash, hash_key(key), "the hash is the key's");
+        let mut i = hash as usize & self.mask;
         loop {
             match self.slot(i) {
                 Some((k, _)) if k == key => return Ok(i),
@@ -187,7 +194,14 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
     /// few records later finds it in cache (for batches whose keys miss the cache).
     #[inline]
     pub fn prefetch(&self, key: &K) {
-        let i = hash_key(key) as usize & self.mask;
+        self.prefetch_hashed(hash_key(key))
+    }
+
+    /// [`Self::prefetch`] by the key's hash ([`hash_key`]), for a caller that keeps it for the
+    /// lookup ([`Self::get_or_insert_with_hashed`]) instead of hashing the key twice.
+    #[inline]
+    pub fn prefetch_hashed(&self, hash: u64) {
+        let i = hash as usize & self.mask;
         let slot: *const Option<(K, V)> = self.slot(i);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a prefetch is only a hint: it never faults and reads nothing into the
@@ -208,11 +222,17 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
     /// The value of `key`, inserting `init()` first if there is none.
     #[inline]
     pub fn get_or_insert_with(&mut self, key: K, init: impl FnOnce() -> V) -> &mut V {
-        let i = match self.find(&key) {
+        self.get_or_insert_with_hashed(hash_key(&key), key, init)
+    }
+
+    /// [`Self::get_or_insert_with`] with `key`'s hash ([`hash_key`]) already computed.
+    #[inline]
+    pub fn get_or_insert_with_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> &mut V {
+        let i = match self.find_hashed(hash, &key) {
             Ok(i) => i,
             Err(_) if (self.len + 1) * 8 > (self.mask + 1) * 7 => {
                 self.grow();
-                let i = self.find(&key).expect_err("absent");
+                let i = self.find_hashed(hash, &key).expect_err("absent");
                 *self.slot_mut(i) = Some((key, init()));
                 self.len += 1;
                 i
