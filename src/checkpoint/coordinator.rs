@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::CheckpointConfig;
 use super::storage::{CheckpointMetadata, CheckpointStats, CheckpointStorage, TaskFile, FORMAT_VERSION};
-use super::task::{TaskAck, TaskControl, TaskDone, TaskStats};
+use super::task::{TaskAck, TaskControl, TaskDone, TaskStats, WritesInFlight};
 use crate::context::Clock;
 use crate::error::Error;
 use crate::snapshot::{Barrier, CheckpointNotice};
@@ -51,6 +51,8 @@ pub(crate) struct Coordinator {
     pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
     /// Set when the attempt ends.
     pub(crate) shutdown: Arc<AtomicBool>,
+    /// The attempt's snapshot writes still running.
+    pub(crate) writes: Arc<WritesInFlight>,
     /// Tasks that finished: once any has, no new checkpoint can complete.
     pub(crate) finished_tasks: Arc<AtomicUsize>,
     /// Fails the job.
@@ -59,6 +61,9 @@ pub(crate) struct Coordinator {
     pub(crate) savepoints: Receiver<SavepointRequest>,
     /// Shared files retention deleted in this attempt: a checkpoint referring to one fails.
     pub(crate) deleted_shared: HashSet<String>,
+    /// Checkpoints aborted in this attempt, and when: other tasks may still be writing their
+    /// parts into the folder, so it is removed again as their late acknowledgements come in.
+    pub(crate) aborted: BTreeMap<u64, Instant>,
 }
 
 struct Pending {
@@ -78,9 +83,16 @@ impl Coordinator {
         loop {
             if self.shutdown.load(Ordering::SeqCst) {
                 // The attempt is over (the job ended, failed or was cancelled): checkpoints in
-                // flight can no longer complete, and their folders must not stay behind.
+                // flight can no longer complete, and their folders must not stay behind. (A
+                // writer that outlives the wait only leaves a folder the next start removes.)
+                self.writes.wait_idle(self.config.timeout.min(Duration::from_secs(10)));
                 for id in std::mem::take(&mut pending).into_keys() {
                     self.abort(id);
+                }
+                for &id in self.aborted.keys() {
+                    if self.storage.checkpoint_dir(id).exists() {
+                        self.storage.discard(id);
+                    }
                 }
                 return;
             }
@@ -96,6 +108,10 @@ impl Coordinator {
             events.extend(self.acks.try_iter());
             for ack in events {
                 let Some(p) = pending.get_mut(&ack.checkpoint) else {
+                    if self.aborted.contains_key(&ack.checkpoint) {
+                        // A writer finished after the abort: what it wrote goes too.
+                        self.storage.discard(ack.checkpoint);
+                    }
                     continue;
                 };
                 let result =
@@ -145,6 +161,9 @@ impl Coordinator {
                     }
                 }
             }
+            // Writers of an aborted checkpoint end within its timeout (or fail it).
+            let timeout = self.config.timeout;
+            self.aborted.retain(|_, at| at.elapsed() <= timeout);
             let expired: Vec<u64> =
                 pending.iter().filter(|(_, p)| p.started.elapsed() > self.config.timeout).map(|(k, _)| *k).collect();
             for id in expired {
@@ -227,6 +246,7 @@ impl Coordinator {
     fn abort(&mut self, id: u64) {
         self.notify(CheckpointNotice::Aborted(id));
         self.storage.discard(id);
+        self.aborted.insert(id, Instant::now());
     }
 
     /// Completes a checkpoint every task acknowledged; `in_use` are the shared files that

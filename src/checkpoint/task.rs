@@ -2,8 +2,10 @@
 //! coordinator), the [`BarrierAligner`], and the asynchronous part of a snapshot (written on
 //! rayon's pool, then acknowledged to the coordinator).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::config::CheckpointMode;
 use super::incremental::{write_task_snapshot, PageIndex};
@@ -154,6 +156,41 @@ pub(crate) struct PendingSnapshot {
     pub(crate) started_ns: u64,
 }
 
+/// The snapshot writes of one attempt still running in the background. When the attempt ends,
+/// the coordinator waits for them before it removes the folders of checkpoints that can no
+/// longer complete: a writer still running could otherwise create a file in a folder being
+/// removed (which then stays), or keep the space of a removed file held open.
+#[derive(Debug, Default)]
+pub(crate) struct WritesInFlight(AtomicUsize);
+
+/// One write in flight; counted out when dropped (also if the write panics).
+struct WriteInFlight(Arc<WritesInFlight>);
+
+impl Drop for WriteInFlight {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl WritesInFlight {
+    fn begin(self: &Arc<Self>) -> WriteInFlight {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        WriteInFlight(self.clone())
+    }
+
+    /// Waits until no write is running, for at most `limit`. Returns whether none is.
+    pub(crate) fn wait_idle(&self, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while self.0.load(Ordering::SeqCst) > 0 {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+}
+
 /// Everything a task needs to take part in checkpoints.
 pub(crate) struct TaskCheckpointing {
     pub(crate) task: usize,
@@ -166,6 +203,7 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) control: Receiver<TaskControl>,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
+    pub(crate) writes: Arc<WritesInFlight>,
     /// Incremental checkpoints: where this task's pages were stored.
     pub(crate) pages: Option<Arc<PageIndex>>,
     pub(crate) faults: Option<Arc<FaultInjector>>,
@@ -209,7 +247,9 @@ impl TaskCheckpointing {
     pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
         let (task, storage, acks, faults, clock, pages) =
             (self.task, self.storage.clone(), self.acks.clone(), self.faults.clone(), self.clock, self.pages.clone());
+        let in_flight = self.writes.begin();
         rayon::spawn(move || {
+            let _in_flight = in_flight;
             let id = snapshot.barrier.id;
             let start = clock.now_ns();
             let result = (|| {

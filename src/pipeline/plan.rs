@@ -41,6 +41,7 @@ pub(crate) struct CheckpointWiring {
     pub(crate) incremental: bool,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
+    pub(crate) writes: Arc<crate::checkpoint::task::WritesInFlight>,
 }
 
 pub(crate) struct PlanEnv {
@@ -213,6 +214,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     control: rx,
                     acks: w.acks.clone(),
                     storage: w.storage.clone(),
+                    writes: w.writes.clone(),
                     pages: w.incremental.then(Default::default),
                     faults: env.faults.clone(),
                     clock: env.clock,

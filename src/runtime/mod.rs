@@ -513,6 +513,7 @@ fn start_attempt(
             }
         }
         let (acks_tx, acks_rx) = std::sync::mpsc::channel();
+        let writes = Arc::new(crate::checkpoint::task::WritesInFlight::default());
         wiring = Some(CheckpointWiring {
             mode: cfg.mode,
             unaligned: cfg.unaligned,
@@ -520,8 +521,9 @@ fn start_attempt(
             incremental: cfg.incremental,
             acks: acks_tx,
             storage: storage.clone(),
+            writes: writes.clone(),
         });
-        coordinator = Some((cfg.clone(), storage, acks_rx, first_id, completed));
+        coordinator = Some((cfg.clone(), storage, acks_rx, first_id, completed, writes));
     }
     if graph.checkpointing.is_none() {
         restored = restore_from_savepoint(&graph, notes)?.map(Arc::new);
@@ -540,7 +542,7 @@ fn start_attempt(
     let plan = build_plan(&graph, limits, &env)?;
     let mut savepoints = None;
     let coordinator = match coordinator {
-        Some((cfg, storage, acks, first_id, completed)) => {
+        Some((cfg, storage, acks, first_id, completed, writes)) => {
             let shutdown = Arc::new(AtomicBool::new(false));
             let (savepoint_tx, savepoint_rx) = std::sync::mpsc::channel();
             savepoints = Some(savepoint_tx);
@@ -559,10 +561,12 @@ fn start_attempt(
                 failures: shared.checkpoint_failures.clone(),
                 next_id: shared.next_checkpoint.clone(),
                 shutdown: shutdown.clone(),
+                writes,
                 finished_tasks: scope.finished_tasks.clone(),
                 fail: Box::new(move |e| fail_state.fail(e)),
                 savepoints: savepoint_rx,
                 deleted_shared: Default::default(),
+                aborted: Default::default(),
             };
             let t = std::thread::Builder::new()
                 .name(format!("weir-{}-coordinator", graph.name))
