@@ -14,6 +14,10 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+// (Its date helper is for the harnesses that write dated results; this one does not.)
+#[allow(dead_code)]
+mod common;
+
 use std::time::{Duration, Instant};
 
 use weir::checkpoint::{write_task_snapshot, CheckpointConfig, CheckpointStats, CheckpointStorage, PageIndex};
@@ -23,13 +27,6 @@ use weir::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 use weir::source::Generator;
 use weir::state::{KeyedValueState, Snapshot};
 use weir::{Job, JobReport, RunConfig};
-
-fn run_for(job: Job, config: RunConfig, duration: Duration) -> JobReport {
-    let handle = job.start(config).expect("job starts");
-    std::thread::sleep(duration);
-    handle.stop();
-    handle.join().expect("job ends cleanly")
-}
 
 fn keyed(checkpoint: Option<CheckpointConfig>, keys: u64, d: Duration) -> JobReport {
     let mut job = Job::new("keyed").with_parallelism(2);
@@ -42,7 +39,7 @@ fn keyed(checkpoint: Option<CheckpointConfig>, keys: u64, d: Duration) -> JobRep
         .key_by(|x: &(u64, u64)| x.0)
         .reduce(|a, b| (a.0, a.1.wrapping_add(b.1)))
         .discard();
-    run_for(job, RunConfig::default().workers(2), d)
+    common::run_for(job, RunConfig::default().workers(2), d)
 }
 
 fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
@@ -67,7 +64,7 @@ fn backpressured(unaligned: bool, ring: usize, d: Duration, dir: &std::path::Pat
             x
         })
         .discard();
-    run_for(job, RunConfig::default().workers(2).ring_capacity(ring), d).checkpoints
+    common::run_for(job, RunConfig::default().workers(2).ring_capacity(ring), d).checkpoints
 }
 
 fn main() {

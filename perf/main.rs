@@ -26,12 +26,9 @@ use weir::metrics::{format_ns, group_digits};
 use weir::source::Generator;
 use weir::{Job, JobReport, RunConfig, Window};
 
-/// Runs `job` for `duration`, then stops it gracefully.
+/// Runs `job` on `workers` workers for `duration`, then stops it gracefully.
 fn run_for(job: Job, workers: usize, duration: Duration) -> JobReport {
-    let handle = job.start(RunConfig::default().workers(workers)).expect("job starts");
-    std::thread::sleep(duration);
-    handle.stop();
-    handle.join().expect("job ends cleanly")
+    common::run_for(job, RunConfig::default().workers(workers), duration)
 }
 
 /// The operating system's stalls, as a job on every core would suffer them: one pinned thread

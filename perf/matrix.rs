@@ -49,14 +49,8 @@ impl Matrix {
             keys: 10_000,
             sink_cost_ns: 2_000,
         };
-        let handle = config
-            .job()
-            .expect("a valid benchmark")
-            .start(RunConfig::default().workers(2).ring_capacity(ring))
-            .expect("starts");
-        std::thread::sleep(self.duration);
-        handle.stop();
-        let report = handle.join().expect("a benchmark ends cleanly");
+        let job = config.job().expect("a valid benchmark");
+        let report = common::run_for(job, RunConfig::default().workers(2).ring_capacity(ring), self.duration);
         let _ = std::fs::remove_dir_all(&config.checkpoint_dir);
         let result = BenchResult::new(&config, &report);
         eprintln!(

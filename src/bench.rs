@@ -45,10 +45,7 @@ impl Workload {
 impl std::str::FromStr for Workload {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        Workload::ALL
-            .into_iter()
-            .find(|w| w.to_string() == s)
-            .ok_or_else(|| format!("'{s}' is not a workload (stateless, keyed, window, join, backpressure)"))
+        crate::error::one_of(&Workload::ALL, s, "a workload")
     }
 }
 
@@ -86,10 +83,7 @@ impl CheckpointChoice {
 impl std::str::FromStr for CheckpointChoice {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        CheckpointChoice::ALL
-            .into_iter()
-            .find(|c| c.to_string() == s)
-            .ok_or_else(|| format!("'{s}' is not a checkpoint choice (none, aligned, unaligned, at-least-once)"))
+        crate::error::one_of(&CheckpointChoice::ALL, s, "a checkpoint choice")
     }
 }
 

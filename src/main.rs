@@ -287,6 +287,13 @@ fn refuse_checkpoint_flags_without_checkpoints(
     }
 }
 
+/// A fresh folder name under the system's temporary directory for a benchmark's checkpoints
+/// (removed by the caller afterwards).
+fn scratch_checkpoint_dir(command: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    std::env::temp_dir().join(format!("weir-{command}-{}-{nanos}", std::process::id()))
+}
+
 /// Milliseconds between checkpoints when a benchmark is not told.
 const DEFAULT_BENCH_INTERVAL_MS: u64 = 1000;
 
@@ -515,10 +522,7 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     let interval_ms = args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS);
     let (config, parallelism) = args.runtime.config();
     let temporary = args.checkpoint_dir.is_none() && args.checkpoint != CheckpointChoice::None;
-    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        std::env::temp_dir().join(format!("weir-bench-{}-{nanos}", std::process::id()))
-    });
+    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| scratch_checkpoint_dir("bench"));
     if let Some(json) = &args.json {
         // Refuse an unwritable destination before running for minutes.
         std::fs::write(json, b"").map_err(|e| Error::io("cannot write the JSON results", json, e))?;
@@ -581,10 +585,7 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let workers = config.effective_workers();
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
-    let checkpoint_dir = {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        std::env::temp_dir().join(format!("weir-nexmark-{}-{nanos}", std::process::id()))
-    };
+    let checkpoint_dir = scratch_checkpoint_dir("nexmark");
     if args.checkpoint != CheckpointChoice::None {
         let c = CheckpointConfig::new(&checkpoint_dir)
             .interval(Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS)))

@@ -235,10 +235,7 @@ impl Query {
 impl std::str::FromStr for Query {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Query::ALL
-            .into_iter()
-            .find(|q| q.to_string() == s)
-            .ok_or_else(|| format!("'{s}' is not a query here (q0, q1, q2, q5, q7, q8)"))
+        crate::error::one_of(&Query::ALL, s, "a query here")
     }
 }
 
