@@ -51,6 +51,8 @@ pub trait Sink<T>: Send {
     }
     /// Checkpoint `checkpoint`'s barrier arrived: pre-commit (make this checkpoint's output
     /// durable but not visible) and return what must be in the snapshot to commit it later.
+    /// The slow part of a pre-commit (an fsync) may be left to the returned state, which the
+    /// background writer writes before the checkpoint can complete.
     fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Box<dyn ForkedState>>> {
         Ok(None)
     }

@@ -1,9 +1,13 @@
 //! The two-phase-commit file sink: one transaction per checkpoint and subtask.
 //!
 //! Records go to a hidden in-progress file `.part-<subtask>-<run>-<n>.inprogress`. On a
-//! checkpoint's barrier the file is flushed, fsynced and renamed to the hidden pending file
-//! `.part-<subtask>-<checkpoint>.pending` (pre-commit), and the snapshot records every
-//! transaction still pending. When the checkpoint completes, its pending files (and those of
+//! checkpoint's barrier the buffered output is written out, the file closed to new records,
+//! and the snapshot records every transaction still pending; the pre-commit proper (fsync, and
+//! a rename to the hidden pending file `.part-<subtask>-<checkpoint>.pending`) is done by the
+//! background writer when it writes the snapshot, before the checkpoint can complete, so the
+//! task does not wait for the disk. A snapshot is written only after every transaction it
+//! lists is pre-committed; a transaction whose snapshot was never written is pre-committed by
+//! the next snapshot or, at the latest, when it is committed. When the checkpoint completes, its pending files (and those of
 //! earlier aborted checkpoints) are committed by an atomic rename to the visible
 //! `part-<subtask>-<checkpoint>`. At the end of the input the last transaction is named after
 //! the last checkpoint plus one and committed, with everything still pending, once the whole job
@@ -19,14 +23,15 @@
 //! May touch: `context`, `error`, `persist`, `snapshot`.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::Sink;
 use crate::context::TaskContext;
 use crate::error::{Error, Result};
-use crate::persist::from_bytes;
-use crate::snapshot::{CheckpointNotice, ForkedState, PersistedFork};
+use crate::persist::{from_bytes, Persist};
+use crate::snapshot::{CheckpointNotice, ForkedState, StateChunks};
 
 /// The visible name of subtask `subtask`'s transaction `txn`.
 pub fn committed_name(subtask: usize, txn: u64) -> String {
@@ -79,6 +84,68 @@ struct InProgress {
     out: File,
 }
 
+/// One transaction between its barrier and its commit: the closed in-progress file until it is
+/// pre-committed. Shared by the sink and the snapshots that list it; whichever comes first
+/// pre-commits it (the lock makes the other wait, then find it done).
+struct Transaction {
+    txn: u64,
+    subtask: usize,
+    dir: PathBuf,
+    file: Mutex<TransactionFile>,
+}
+
+enum TransactionFile {
+    /// Every record written, nothing synced yet.
+    Written(InProgress),
+    /// Synced and renamed to its pending name.
+    PreCommitted,
+    /// The sync or rename failed (the message): not retried, since a second fsync can report
+    /// success for data the first one lost.
+    Failed(String),
+}
+
+impl Transaction {
+    /// Makes the transaction durable under its pending name (once; later calls return the
+    /// first outcome).
+    fn pre_commit(&self) -> Result<()> {
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let attempt = match &*file {
+            TransactionFile::PreCommitted => return Ok(()),
+            TransactionFile::Failed(message) => return Err(Error::Checkpoint(message.clone())),
+            TransactionFile::Written(InProgress { path, out }) => (|| {
+                out.sync_all().map_err(|e| Error::io("cannot sync output file", path, e))?;
+                let to = self.dir.join(pending_name(self.subtask, self.txn));
+                std::fs::rename(path, &to).map_err(|e| Error::io("cannot pre-commit output file", &to, e))?;
+                sync_dir(&self.dir)
+            })(),
+        };
+        *file = match &attempt {
+            Ok(()) => TransactionFile::PreCommitted,
+            Err(e) => TransactionFile::Failed(e.to_string()),
+        };
+        attempt
+    }
+}
+
+/// The sink's part of a snapshot: the newest checkpoint seen here and the pending
+/// transactions' ids, written once those transactions are pre-committed.
+struct PreCommitFork {
+    checkpoint: u64,
+    pending: Vec<Arc<Transaction>>,
+}
+
+impl ForkedState for PreCommitFork {
+    fn write_chunks(&self, out: &mut dyn StateChunks) -> io::Result<()> {
+        for t in &self.pending {
+            t.pre_commit().map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        let ids: Vec<u64> = self.pending.iter().map(|t| t.txn).collect();
+        let mut bytes = Vec::new();
+        (self.checkpoint, ids).persist(&mut bytes);
+        out.bytes(&bytes)
+    }
+}
+
 /// Formatted output is handed to the file in pieces of about this size: records are formatted
 /// straight into the sink's own buffer, so the bytes are copied once (into the page cache),
 /// not a second time into a `BufWriter`.
@@ -96,8 +163,8 @@ pub struct TwoPhaseFileSink<F> {
     /// Formatted records not yet handed to the in-progress file (less than
     /// [`OUTPUT_BUFFER_BYTES`] between calls).
     line: Vec<u8>,
-    /// Pre-committed transactions, by checkpoint id, oldest first.
-    pending: Vec<u64>,
+    /// Transactions closed at a barrier and not yet committed, oldest first.
+    pending: Vec<Arc<Transaction>>,
     /// The newest checkpoint whose barrier passed here (or that was restored).
     last_checkpoint: u64,
     /// Files of earlier runs are cleaned up before the first write.
@@ -138,7 +205,13 @@ impl<F> TwoPhaseFileSink<F> {
                 }
             };
             if stale {
-                std::fs::remove_file(e.path()).map_err(|err| Error::io("cannot remove stale output", e.path(), err))?;
+                match std::fs::remove_file(e.path()) {
+                    // Renamed meanwhile by an earlier attempt's late pre-commit: the pending
+                    // name is hidden too, and is replaced by this run's own transaction of that
+                    // id or removed by the next clean-up.
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                    r => r.map_err(|err| Error::io("cannot remove stale output", e.path(), err))?,
+                }
             }
         }
         self.prepared = true;
@@ -175,26 +248,33 @@ impl<F> TwoPhaseFileSink<F> {
         result
     }
 
-    /// Writes out the buffer, fsyncs and renames the in-progress file to transaction `txn`'s
-    /// pending file.
-    fn close_as_pending(&mut self, txn: u64) -> Result<bool> {
+    /// Writes out the buffer and closes the in-progress file as transaction `txn` (pending
+    /// once pre-committed); nothing when no record came since the last one.
+    fn close_transaction(&mut self, txn: u64) -> Result<()> {
         if !self.line.is_empty() {
             self.write_out()?;
         }
-        let Some(InProgress { path, out: file }) = self.current.take() else { return Ok(false) };
-        file.sync_all().map_err(|e| Error::io("cannot sync output file", &path, e))?;
-        let to = self.dir.join(pending_name(self.ctx.subtask, txn));
-        std::fs::rename(&path, &to).map_err(|e| Error::io("cannot pre-commit output file", &to, e))?;
-        Ok(true)
+        if let Some(file) = self.current.take() {
+            self.pending.push(Arc::new(Transaction {
+                txn,
+                subtask: self.ctx.subtask,
+                dir: self.dir.clone(),
+                file: Mutex::new(TransactionFile::Written(file)),
+            }));
+        }
+        Ok(())
     }
 
     fn commit_up_to(&mut self, id: u64) -> Result<()> {
-        let split = self.pending.partition_point(|&txn| txn <= id);
+        let split = self.pending.partition_point(|t| t.txn <= id);
         if split == 0 {
             return Ok(());
         }
-        for txn in self.pending.drain(..split) {
-            commit(&self.dir, self.ctx.subtask, txn)?;
+        for t in self.pending.drain(..split) {
+            // Done by the snapshot that completed, unless that snapshot was never written
+            // (an earlier, aborted checkpoint's transaction).
+            t.pre_commit()?;
+            commit(&self.dir, self.ctx.subtask, t.txn)?;
         }
         sync_dir(&self.dir)
     }
@@ -213,12 +293,9 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Box<dyn ForkedState>>> {
         self.prepare()?;
-        if self.close_as_pending(checkpoint)? {
-            sync_dir(&self.dir)?;
-            self.pending.push(checkpoint);
-        }
+        self.close_transaction(checkpoint)?;
         self.last_checkpoint = checkpoint;
-        Ok(Some(Box::new(PersistedFork((checkpoint, self.pending.clone())))))
+        Ok(Some(Box::new(PreCommitFork { checkpoint, pending: self.pending.clone() })))
     }
 
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
@@ -256,14 +333,15 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
 
     fn finish(&mut self) -> Result<()> {
         self.prepare()?;
-        let last = self.last_checkpoint + 1;
-        if self.close_as_pending(last)? {
-            self.pending.push(last);
+        self.close_transaction(self.last_checkpoint + 1)?;
+        for t in &self.pending {
+            t.pre_commit()?;
         }
         sync_dir(&self.dir)?;
         // Committed only when the whole job succeeded: a failure before that restores the
         // last checkpoint, whose recovery discards these transactions and writes them again.
-        let (dir, subtask, pending) = (self.dir.clone(), self.ctx.subtask, std::mem::take(&mut self.pending));
+        let (dir, subtask) = (self.dir.clone(), self.ctx.subtask);
+        let pending: Vec<u64> = self.pending.drain(..).map(|t| t.txn).collect();
         self.ctx.on_job_success(move || {
             pending.iter().try_for_each(|&txn| commit(&dir, subtask, txn))?;
             sync_dir(&dir)
@@ -301,11 +379,22 @@ mod tests {
         let ctx = TaskContext::for_test("sink", 0, 1);
         let mut s = TwoPhaseFileSink::create(dir.path(), &ctx, format).unwrap();
         s.write(&mut vec![1, 2]).unwrap();
-        s.pre_commit(1).unwrap();
-        assert_eq!(listing(dir.path()), vec![pending_name(0, 1)], "pre-committed, hidden");
+        let never_written = s.pre_commit(1).unwrap();
+        let closed = listing(dir.path());
+        assert!(
+            closed.len() == 1 && closed[0].ends_with(".inprogress"),
+            "synced by the snapshot, not here: {closed:?}"
+        );
+        // Checkpoint 1's snapshot is never written (its write was declined): it aborts.
+        drop(never_written);
         s.notify(CheckpointNotice::Aborted(1)).unwrap();
         s.write(&mut vec![3]).unwrap();
         let bytes = snapshot_bytes(s.pre_commit(2).unwrap());
+        assert_eq!(
+            listing(dir.path()),
+            vec![pending_name(0, 1), pending_name(0, 2)],
+            "a snapshot is written only once every transaction it lists is pre-committed"
+        );
         s.write(&mut vec![4]).unwrap(); // in progress when the process dies
         s.write(&mut vec![]).unwrap();
         s.write_out().unwrap();
@@ -328,6 +417,41 @@ mod tests {
         std::fs::remove_file(dir.path().join(committed_name(0, 2))).unwrap();
         let err = again.restore(&bytes).unwrap_err().to_string();
         assert!(err.contains(&pending_name(0, 2)), "{err}");
+    }
+
+    /// The end of the input pre-commits the last transaction and every earlier one whose
+    /// snapshot was never written; all wait, hidden, for the job's success.
+    #[test]
+    fn the_end_pre_commits_what_no_snapshot_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = TaskContext::for_test("sink", 0, 1);
+        let mut s = TwoPhaseFileSink::create(dir.path(), &ctx, format).unwrap();
+        s.write(&mut vec![1]).unwrap();
+        drop(s.pre_commit(1).unwrap());
+        s.write(&mut vec![2]).unwrap();
+        s.finish().unwrap();
+        assert_eq!(listing(dir.path()), vec![pending_name(0, 1), pending_name(0, 2)]);
+        assert_eq!(std::fs::read_to_string(dir.path().join(pending_name(0, 1))).unwrap(), "1\n");
+        assert_eq!(std::fs::read_to_string(dir.path().join(pending_name(0, 2))).unwrap(), "2\n");
+    }
+
+    /// A pre-commit that fails fails the snapshot with the file named, and is not retried: a
+    /// commit of that transaction fails too, rather than commit what may not be on disk.
+    #[test]
+    fn a_failed_pre_commit_is_final() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("out");
+        let ctx = TaskContext::for_test("sink", 0, 1);
+        let mut s = TwoPhaseFileSink::create(&dir, &ctx, format).unwrap();
+        s.write(&mut vec![1]).unwrap();
+        let fork = s.pre_commit(1).unwrap().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let err = fork.write_to(&mut Vec::new()).unwrap_err().to_string();
+        assert!(err.contains("cannot pre-commit output file") && err.contains(&pending_name(0, 1)), "{err}");
+        std::fs::create_dir_all(&dir).unwrap();
+        let again = s.notify(CheckpointNotice::Complete(1)).unwrap_err().to_string();
+        assert!(again.contains(&pending_name(0, 1)), "{again}");
+        assert!(listing(&dir).is_empty(), "nothing committed");
     }
 
     #[test]
