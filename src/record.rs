@@ -349,15 +349,17 @@ fn ascii_word(bytes: &[u8], start: usize, f: &mut impl FnMut(Word)) -> Option<us
         if len + run > WORD_INLINE_BYTES {
             return None;
         }
-        // Setting 0x20 lowercases a letter; bytes past the run are cleared below.
-        buf[len..len + 8].copy_from_slice(&(x | (letters >> 2)).to_le_bytes());
+        // Setting 0x20 lowercases a letter. Bytes past the run are cleared here, so the
+        // buffer (zeroed, written in order) holds zeros after the word without a fill.
+        let lower = x | (letters >> 2);
+        let kept = if run < 8 { lower & ((1u64 << (run * 8)) - 1) } else { lower };
+        buf[len..len + 8].copy_from_slice(&kept.to_le_bytes());
         len += run;
         i += run;
         if run < 8 {
             if bytes[i] >= 0x80 {
                 return None;
             }
-            buf[len..].fill(0);
             let mut inline = [0u8; WORD_INLINE_BYTES];
             inline.copy_from_slice(&buf[..WORD_INLINE_BYTES]);
             f(Word { bytes: inline, len: len as u32 });
