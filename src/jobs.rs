@@ -185,6 +185,19 @@ mod tests {
     }
 
     #[test]
+    fn count_lines() {
+        let mut out = b"earlier\n".to_vec();
+        let mut expected = String::from("earlier\n");
+        let long = "w".repeat(crate::record::WORD_INLINE_BYTES + 5);
+        let longest_inline = "x".repeat(crate::record::WORD_INLINE_BYTES);
+        for (text, c) in [("a", 1u64), ("zz", 99), (&longest_inline, u64::MAX), (&long, 12345)] {
+            format_count(&(Word::new(text), c), &mut out);
+            expected.push_str(&format!("{text}\t{c}\n"));
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
     fn keys_stay_in_range_and_all_are_used() {
         let mut seen = vec![false; 1000];
         for i in 0..100_000 {
