@@ -147,8 +147,11 @@ pub(crate) struct TextSubtask {
 /// A span in an offset: (file name, start, end, at line start).
 type StoredSpan = (String, u64, u64, bool);
 
-/// Bytes a block of lines grows to before it is emitted.
-const BLOCK_BYTES: usize = 64 * 1024;
+/// Bytes a block of lines grows to before it is emitted. Small, so that what one block
+/// becomes downstream (its words, then the key-by stage, about ten times its size) stays in
+/// the core's own caches: 4 KiB blocks ran the word count 12% faster than 64 KiB ones
+/// (median of 6 alternating runs each).
+const BLOCK_BYTES: usize = 4 * 1024;
 
 /// Each open file's read buffer.
 const READ_BUFFER_BYTES: usize = 256 * 1024;
