@@ -26,7 +26,7 @@ pub(crate) use transactional::TransactionalCollectSink;
 pub use two_phase::{committed_name, TwoPhaseFileSink};
 
 use std::fs::File;
-use std::io::{BufWriter, Seek, Write};
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -159,10 +159,25 @@ pub struct FileSink<F> {
     path: PathBuf,
     /// Opened on first use: truncated for a fresh start, or cut back to the checkpointed
     /// length by [`Sink::restore`].
-    out: Option<BufWriter<File>>,
+    out: Option<File>,
     format: F,
+    /// Formatted records not yet handed to the file (see [`OUTPUT_BUFFER_BYTES`]).
     line: Vec<u8>,
+    /// Bytes formatted so far, buffered ones included.
     written: u64,
+}
+
+/// File sinks format records straight into their own buffer and hand it to the file in
+/// pieces of about this size: the bytes are copied once (into the page cache), not a second
+/// time into a `BufWriter`.
+pub(crate) const OUTPUT_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Formats every record of `records` (taking them out) onto the end of `buffer`.
+#[inline]
+pub(crate) fn format_into<T>(records: &mut Vec<T>, format: &mut impl FnMut(&T, &mut Vec<u8>), buffer: &mut Vec<u8>) {
+    for r in records.drain(..) {
+        format(&r, buffer);
+    }
 }
 
 impl<F> FileSink<F> {
@@ -173,34 +188,41 @@ impl<F> FileSink<F> {
         Ok(FileSink { path, out: None, format, line: Vec::new(), written: 0 })
     }
 
-    fn file(&mut self) -> Result<&mut BufWriter<File>> {
+    fn file(&mut self) -> Result<&mut File> {
         if self.out.is_none() {
             let file = File::create(&self.path).map_err(|e| Error::io("cannot create output file", &self.path, e))?;
-            self.out = Some(BufWriter::with_capacity(256 * 1024, file));
+            self.out = Some(file);
         }
         Ok(self.out.as_mut().expect("just opened"))
     }
 
-    fn sync(&mut self) -> Result<()> {
+    /// Hands the buffered output to the file.
+    fn write_out(&mut self) -> Result<()> {
+        let line = std::mem::take(&mut self.line);
         let path = self.path.clone();
-        let out = self.file()?;
-        out.flush().map_err(|e| Error::io("cannot write output file", &path, e))?;
-        out.get_ref().sync_all().map_err(|e| Error::io("cannot sync output file", &path, e))
+        let result =
+            self.file().and_then(|f| f.write_all(&line).map_err(|e| Error::io("cannot write output file", &path, e)));
+        self.line = line;
+        self.line.clear();
+        result
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.write_out()?;
+        let path = self.path.clone();
+        self.file()?.sync_all().map_err(|e| Error::io("cannot sync output file", &path, e))
     }
 }
 
 impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
     fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
-        self.line.clear();
-        for r in records.drain(..) {
-            (self.format)(&r, &mut self.line);
+        let before = self.line.len();
+        format_into(records, &mut self.format, &mut self.line);
+        self.written += (self.line.len() - before) as u64;
+        if self.line.len() >= OUTPUT_BUFFER_BYTES {
+            self.write_out()?;
         }
-        self.written += self.line.len() as u64;
-        let line = std::mem::take(&mut self.line);
-        let path = self.path.clone();
-        let result = self.file()?.write_all(&line).map_err(|e| Error::io("cannot write output file", &path, e));
-        self.line = line;
-        result
+        Ok(())
     }
     fn finish(&mut self) -> Result<()> {
         self.sync()
@@ -225,9 +247,10 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
             )));
         }
         file.set_len(len).map_err(|e| Error::io("cannot truncate output file", path, e))?;
-        let mut out = BufWriter::with_capacity(256 * 1024, file);
+        let mut out = file;
         out.seek(std::io::SeekFrom::Start(len)).map_err(|e| Error::io("cannot seek output file", path, e))?;
         self.out = Some(out);
+        self.line.clear();
         self.written = len;
         Ok(())
     }

@@ -27,7 +27,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::Sink;
+use super::{format_into, Sink, OUTPUT_BUFFER_BYTES};
 use crate::context::TaskContext;
 use crate::error::{Error, Result};
 use crate::persist::{from_bytes, Persist};
@@ -145,11 +145,6 @@ impl ForkedState for PreCommitFork {
         out.bytes(&bytes)
     }
 }
-
-/// Formatted output is handed to the file in pieces of about this size: records are formatted
-/// straight into the sink's own buffer, so the bytes are copied once (into the page cache),
-/// not a second time into a `BufWriter`.
-const OUTPUT_BUFFER_BYTES: usize = 256 * 1024;
 
 /// One subtask of the two-phase-commit file sink (see the module documentation).
 pub struct TwoPhaseFileSink<F> {
@@ -282,9 +277,7 @@ impl<F> TwoPhaseFileSink<F> {
 
 impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
     fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
-        for r in records.drain(..) {
-            (self.format)(&r, &mut self.line);
-        }
+        format_into(records, &mut self.format, &mut self.line);
         if self.line.len() >= OUTPUT_BUFFER_BYTES {
             self.write_out()?;
         }
