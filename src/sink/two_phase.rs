@@ -7,11 +7,11 @@
 //! background writer when it writes the snapshot, before the checkpoint can complete, so the
 //! task does not wait for the disk. A snapshot is written only after every transaction it
 //! lists is pre-committed; a transaction whose snapshot was never written is pre-committed by
-//! the next snapshot or, at the latest, when it is committed. When the checkpoint completes, its pending files (and those of
-//! earlier aborted checkpoints) are committed by an atomic rename to the visible
-//! `part-<subtask>-<checkpoint>`. At the end of the input the last transaction is named after
-//! the last checkpoint plus one and committed, with everything still pending, once the whole job
-//! has succeeded.
+//! the next snapshot or, at the latest, when it is committed. When the checkpoint completes,
+//! its pending files (and those of earlier aborted checkpoints) are committed by an atomic
+//! rename to the visible `part-<subtask>-<checkpoint>`. At the end of the input the last
+//! transaction is named after the last checkpoint plus one and committed, with everything still
+//! pending, once the whole job has succeeded.
 //!
 //! On recovery from checkpoint `k`, what `k` recorded as pending is committed (a file already
 //! renamed counts as committed: commits are idempotent), and everything else the sink wrote is
@@ -201,9 +201,10 @@ impl<F> TwoPhaseFileSink<F> {
             };
             if stale {
                 match std::fs::remove_file(e.path()) {
-                    // Renamed meanwhile by an earlier attempt's late pre-commit: the pending
-                    // name is hidden too, and is replaced by this run's own transaction of that
-                    // id or removed by the next clean-up.
+                    // Renamed meanwhile by a pre-commit of an earlier attempt that outlasted
+                    // the wait for its writes: the pending name is hidden too (and, checkpoint
+                    // ids never repeating, no later transaction's); the next clean-up removes
+                    // it.
                     Err(err) if err.kind() == io::ErrorKind::NotFound => {}
                     r => r.map_err(|err| Error::io("cannot remove stale output", e.path(), err))?,
                 }
