@@ -188,6 +188,7 @@ impl<F> FileSink<F> {
         Ok(FileSink { path, out: None, format, line: Vec::new(), written: 0 })
     }
 
+    /// The output file, created on first use.
     fn file(&mut self) -> Result<&mut File> {
         if self.out.is_none() {
             let file = File::create(&self.path).map_err(|e| Error::io("cannot create output file", &self.path, e))?;
@@ -198,20 +199,24 @@ impl<F> FileSink<F> {
 
     /// Hands the buffered output to the file.
     fn write_out(&mut self) -> Result<()> {
-        let line = std::mem::take(&mut self.line);
-        let path = self.path.clone();
-        let result =
-            self.file().and_then(|f| f.write_all(&line).map_err(|e| Error::io("cannot write output file", &path, e)));
-        self.line = line;
-        self.line.clear();
-        result
+        self.file()?;
+        let file = self.out.as_mut().expect("opened above");
+        write_buffer(file, &self.path, &mut self.line)
     }
 
     fn sync(&mut self) -> Result<()> {
         self.write_out()?;
-        let path = self.path.clone();
-        self.file()?.sync_all().map_err(|e| Error::io("cannot sync output file", &path, e))
+        let file = self.out.as_ref().expect("opened by write_out");
+        file.sync_all().map_err(|e| Error::io("cannot sync output file", &self.path, e))
     }
+}
+
+/// Hands a file sink's formatted output in `buffer` to `file` (named `path` in errors) and
+/// empties the buffer.
+pub(crate) fn write_buffer(file: &mut File, path: &Path, buffer: &mut Vec<u8>) -> Result<()> {
+    let result = file.write_all(buffer).map_err(|e| Error::io("cannot write output file", path, e));
+    buffer.clear();
+    result
 }
 
 impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {

@@ -23,15 +23,15 @@
 //! May touch: `context`, `error`, `persist`, `snapshot`.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{format_into, Sink, OUTPUT_BUFFER_BYTES};
+use super::{format_into, write_buffer, Sink, OUTPUT_BUFFER_BYTES};
 use crate::context::TaskContext;
 use crate::error::{Error, Result};
-use crate::persist::{from_bytes, Persist};
-use crate::snapshot::{CheckpointNotice, ForkedState, StateChunks};
+use crate::persist::from_bytes;
+use crate::snapshot::{CheckpointNotice, ForkedState, PersistedFork, StateChunks};
 
 /// The visible name of subtask `subtask`'s transaction `txn`.
 pub fn committed_name(subtask: usize, txn: u64) -> String {
@@ -140,9 +140,7 @@ impl ForkedState for PreCommitFork {
             t.pre_commit().map_err(|e| io::Error::other(e.to_string()))?;
         }
         let ids: Vec<u64> = self.pending.iter().map(|t| t.txn).collect();
-        let mut bytes = Vec::new();
-        (self.checkpoint, ids).persist(&mut bytes);
-        out.bytes(&bytes)
+        PersistedFork((self.checkpoint, ids)).write_chunks(out)
     }
 }
 
@@ -235,13 +233,9 @@ impl<F> TwoPhaseFileSink<F> {
 
     /// Hands the buffered output to the in-progress file (opening one if needed).
     fn write_out(&mut self) -> Result<()> {
-        let line = std::mem::take(&mut self.line);
-        let result = self
-            .in_progress()
-            .and_then(|c| c.out.write_all(&line).map_err(|e| Error::io("cannot write output file", &c.path, e)));
-        self.line = line;
-        self.line.clear();
-        result
+        self.in_progress()?;
+        let current = self.current.as_mut().expect("opened above");
+        write_buffer(&mut current.out, &current.path, &mut self.line)
     }
 
     /// Writes out the buffer and closes the in-progress file as transaction `txn` (pending
