@@ -134,14 +134,11 @@ crate::persist_struct!(WindowBounds { start, end });
 pub(crate) struct OpenWindows<K, V> {
     pub(crate) window: Window,
     open: Vec<(Timestamp, PagedMap<K, V>)>,
-    /// Keys of the window that fired last: a new window starts with room for as many, so it
-    /// does not rehash its way up again right after a window end, when latency matters most.
-    last_fired_len: usize,
 }
 
 impl<K: Key, V: Clone> OpenWindows<K, V> {
     pub(crate) fn new(window: Window) -> Self {
-        OpenWindows { window, open: Vec::new(), last_fired_len: 0 }
+        OpenWindows { window, open: Vec::new() }
     }
 
     /// The per-key map of the window starting at `start`, opening it if needed.
@@ -153,7 +150,7 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
             pos -= 1;
         }
         if pos == 0 || self.open[pos - 1].0 != start {
-            self.open.insert(pos, (start, PagedMap::with_capacity(self.last_fired_len)));
+            self.open.insert(pos, (start, PagedMap::new()));
             pos += 1;
         }
         &mut self.open[pos - 1].1
@@ -186,7 +183,6 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
     pub(crate) fn fire(&mut self, wm: Timestamp, mut f: impl FnMut(WindowBounds, &PagedMap<K, V>)) {
         let closed = self.open.iter().take_while(|(s, _)| self.window.max_timestamp(*s) <= wm).count();
         for (start, map) in self.open.drain(..closed) {
-            self.last_fired_len = map.len();
             f(WindowBounds { start, end: start.saturating_add(self.window.size) }, &map);
         }
     }
@@ -359,20 +355,6 @@ mod tests {
         Window::sliding(9, 3).for_each_start(9, |s| v.push(s));
         assert_eq!(v, vec![9, 6, 3]);
         assert!(Window::sliding(5, 10).validate().is_err());
-    }
-
-    #[test]
-    fn a_new_window_has_room_for_as_many_keys_as_the_last_one_fired() {
-        let mut w: OpenWindows<u64, u64> = OpenWindows::new(Window::tumbling(10));
-        assert_eq!(w.window_mut(0).pages(), 1, "nothing fired yet: one page");
-        for k in 0..2_000 {
-            *w.window_mut(0).get_or_insert_with(k, || 0) += 1;
-        }
-        let grown = w.window_mut(0).pages();
-        let mut fired = Vec::new();
-        w.fire(9, |b, m| fired.push((b.start, m.len())));
-        assert_eq!(fired, vec![(0, 2_000)]);
-        assert_eq!(w.window_mut(10).pages(), grown, "the next window starts at the fired one's size");
     }
 
     #[test]

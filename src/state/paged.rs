@@ -116,27 +116,6 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
         }
     }
 
-    /// An empty map with room for `entries` entries before it first grows (at least one page).
-    ///
-    /// ```
-    /// use weir::state::PagedMap;
-    /// let m: PagedMap<u64, u64> = PagedMap::with_capacity(1000);
-    /// assert!(m.pages() * weir::state::PAGE_SLOTS * 7 / 8 >= 1000);
-    /// ```
-    pub fn with_capacity(entries: usize) -> Self {
-        // A map grows when an insert would fill it past 7/8.
-        let slots = entries.saturating_mul(8).div_ceil(7).next_power_of_two().max(PAGE_SLOTS);
-        let pages = slots / PAGE_SLOTS;
-        PagedMap {
-            pages: (0..pages).map(|_| Page::new()).collect(),
-            owned: vec![true; pages],
-            versions: (0..pages).map(|_| new_version()).collect(),
-            mask: slots - 1,
-            len: 0,
-            copied_pages: 0,
-        }
-    }
-
     /// Number of entries.
     pub fn len(&self) -> usize {
         self.len
@@ -422,29 +401,6 @@ mod tests {
                 prop_assert_eq!(&got, at_fork);
                 prop_assert_eq!(fork.len(), at_fork.len());
             }
-        }
-    }
-
-    #[test]
-    fn a_map_with_capacity_takes_that_many_entries_without_growing() {
-        for n in [0, 1, 224, 225, 500, 10_000] {
-            let mut m: PagedMap<u64, u64> = PagedMap::with_capacity(n);
-            let pages = m.pages();
-            for k in 0..n as u64 {
-                m.insert(k, k * 3);
-            }
-            assert_eq!(m.pages(), pages, "{n} entries made a map with capacity {n} grow");
-            assert_eq!(m.len(), n);
-            assert!((0..n as u64).all(|k| m.get(&k) == Some(&(k * 3))));
-            // Not larger than needed either: half the pages would have had to grow.
-            assert!(pages == 1 || (pages / 2) * PAGE_SLOTS * 7 / 8 < n, "{n} entries got {pages} pages");
-            // And it still grows past its capacity.
-            m.insert(u64::MAX, 1);
-            for k in n as u64..(2 * n as u64 + PAGE_SLOTS as u64) {
-                m.insert(k, k * 3);
-            }
-            assert!(m.pages() > pages);
-            assert!((0..2 * n as u64 + PAGE_SLOTS as u64).all(|k| m.get(&k) == Some(&(k * 3))));
         }
     }
 
