@@ -239,7 +239,7 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         let len: u64 = from_bytes(bytes)?;
         let path = &self.path;
-        let file = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .write(true)
             .open(path)
             .map_err(|e| Error::io("cannot reopen output file", path, e))?;
@@ -252,9 +252,8 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
             )));
         }
         file.set_len(len).map_err(|e| Error::io("cannot truncate output file", path, e))?;
-        let mut out = file;
-        out.seek(std::io::SeekFrom::Start(len)).map_err(|e| Error::io("cannot seek output file", path, e))?;
-        self.out = Some(out);
+        file.seek(std::io::SeekFrom::Start(len)).map_err(|e| Error::io("cannot seek output file", path, e))?;
+        self.out = Some(file);
         self.line.clear();
         self.written = len;
         Ok(())

@@ -322,10 +322,10 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
     fn finish(&mut self) -> Result<()> {
         self.prepare()?;
         self.close_transaction(self.last_checkpoint + 1)?;
+        // Each pre-commit syncs the folder after its rename.
         for t in &self.pending {
             t.pre_commit()?;
         }
-        sync_dir(&self.dir)?;
         // Committed only when the whole job succeeded: a failure before that restores the
         // last checkpoint, whose recovery discards these transactions and writes them again.
         let (dir, subtask) = (self.dir.clone(), self.ctx.subtask);

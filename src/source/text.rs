@@ -291,6 +291,10 @@ impl TextSubtask {
         let mut emitted = 0;
         let mut block = Vec::new();
         let result = loop {
+            if self.blocks && block.len() >= BLOCK_BYTES {
+                out.push(block_record(std::mem::take(&mut block)));
+                emitted += 1;
+            }
             // A block is a batch in itself: return it, so barriers and stops are not held up.
             if emitted >= max || (self.blocks && emitted > 0) {
                 break SourcePoll::Emitted;
@@ -325,10 +329,6 @@ impl TextSubtask {
                     block.extend_from_slice(&buffered[..=last]);
                     open.reader.consume(last + 1);
                     open.pos += last as u64 + 1;
-                    if block.len() >= BLOCK_BYTES {
-                        out.push(block_record(std::mem::take(&mut block)));
-                        emitted += 1;
-                    }
                     continue;
                 }
             }
@@ -366,10 +366,6 @@ impl TextSubtask {
             if self.blocks {
                 if !complete {
                     block.push(b'\n');
-                }
-                if block.len() >= BLOCK_BYTES {
-                    out.push(block_record(std::mem::take(&mut block)));
-                    emitted += 1;
                 }
                 continue;
             }
