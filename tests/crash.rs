@@ -10,6 +10,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use weir::checkpoint::CheckpointStorage;
+
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -89,13 +91,15 @@ fn check_nothing_missing(expected: &HashMap<String, u64>, out: &Path, what: &str
     }
 }
 
-/// The newest checkpoint in `chk` with its metadata written (complete).
+/// Ids of the completed checkpoints in `chk`, ascending.
+fn complete_checkpoints(chk: &Path) -> Vec<u64> {
+    let storage = CheckpointStorage::new(chk);
+    storage.list().into_iter().filter(|&id| storage.is_complete(id)).collect()
+}
+
+/// The newest completed checkpoint in `chk`.
 fn newest_complete(chk: &Path) -> Option<u64> {
-    let entries = std::fs::read_dir(chk).ok()?;
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
-        .filter(|id: &u64| chk.join(format!("chk-{id}")).join("_metadata").exists())
-        .max()
+    complete_checkpoints(chk).last().copied()
 }
 
 /// Runs to completion, killing each of the first `kills` runs a seeded moment after its first
@@ -201,12 +205,7 @@ fn a_crash_between_pre_commit_and_commit_leaves_no_duplicate_and_no_gap() {
         })
         .expect("five runs in a row ended before their third checkpoint completed");
     let chk = chk_root.path().join("chk");
-    let complete: Vec<String> = std::fs::read_dir(&chk)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with("chk-") && chk.join(n).join("_metadata").exists())
-        .collect();
-    assert_eq!(complete, vec!["chk-3"], "retention kept only the newest checkpoint");
+    assert_eq!(complete_checkpoints(&chk), vec![3], "retention kept only the newest checkpoint");
     let names: Vec<String> =
         std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
     assert!(names.iter().any(|n| n.ends_with("00000003.pending")), "checkpoint 3 pre-committed: {names:?}");
