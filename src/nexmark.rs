@@ -165,7 +165,7 @@ fn auctions_before(n: u64) -> u64 {
 /// A recent id among `count` created so far: hot (a multiple of 100) one time in `ratio`.
 fn pick(count: u64, recent: u64, ratio: u64, r: u64) -> u64 {
     let last = count - 1;
-    if r % ratio == 0 {
+    if r.is_multiple_of(ratio) {
         // Hot: the newest multiple of the step.
         last / HOT_ID_STEP * HOT_ID_STEP
     } else {
@@ -494,7 +494,7 @@ mod tests {
         assert_eq!(count(|e| matches!(e, Event::Person(_))), n / 50);
         assert_eq!(count(|e| matches!(e, Event::Auction(_))), n / 50 * 3);
         let bids: Vec<Bid> = events.iter().filter_map(bid_of).collect();
-        let hot = bids.iter().filter(|b| (b.auction - FIRST_AUCTION_ID) % HOT_ID_STEP == 0).count();
+        let hot = bids.iter().filter(|b| (b.auction - FIRST_AUCTION_ID).is_multiple_of(HOT_ID_STEP)).count();
         assert!(hot * 2 > bids.len() * 9 / 20, "about half the bids go to hot auctions ({hot} of {})", bids.len());
         assert!(bids.iter().all(|b| (100..=100_000_000).contains(&b.price)));
         assert_eq!(event(12_345), event(12_345), "an event depends only on its number");

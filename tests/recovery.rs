@@ -45,7 +45,7 @@ fn build(w: Workload, job: &Job, corpus: &Path) -> (CommittedOutput<Row>, &'stat
                 .text(TextSource::open(corpus).unwrap())
                 .words()
                 .map(move |w| {
-                    if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1024 == 0 {
+                    if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed).is_multiple_of(1024) {
                         std::thread::sleep(Duration::from_micros(500));
                     }
                     w

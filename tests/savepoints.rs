@@ -216,7 +216,7 @@ fn file_wordcount(input: &Path, out: &Path, checkpoints: &Path, p: usize) -> Job
     job.text(weir::source::TextSource::open(input).unwrap())
         .words()
         .map(move |w| {
-            if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 256 == 0 {
+            if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed).is_multiple_of(256) {
                 std::thread::sleep(Duration::from_micros(500));
             }
             w

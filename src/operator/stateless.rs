@@ -110,7 +110,7 @@ mod tests {
             },
             Box::new(rec.clone()),
         );
-        let filter = Filter::new(|x: &u64| x % 2 == 0, Box::new(fm));
+        let filter = Filter::new(|x: &u64| x.is_multiple_of(2), Box::new(fm));
         let mut map = Map::new(|x: u64| x * 3, Box::new(filter));
         map.batch(&mut vec![1, 2, 3, 4]).unwrap();
         map.watermark(5).unwrap();
