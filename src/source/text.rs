@@ -211,6 +211,9 @@ impl TextSubtask {
                         path.display()
                     )));
                 }
+                // A followed file resumed without following is read to its end as it is now
+                // (with no end, reading would wait at the end of the file for ever).
+                let end = if end == FOLLOWED && !self.follow { (*len).max(start) } else { end };
                 Ok(Span { file, start, end, at_line_start })
             })
             .collect()
@@ -568,6 +571,26 @@ mod span_tests {
         let mut replay = Vec::new();
         assert_eq!(drain(&mut again, &ctx, &mut replay), SourcePoll::Idle);
         assert_eq!(replay, vec!["two", "three", "four"]);
+    }
+
+    /// A run that followed a log, resumed without following, reads the file to its end as it
+    /// is now and finishes (it used to wait at the end of the file for ever).
+    #[test]
+    fn a_followed_file_resumed_without_following_is_read_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log.txt");
+        std::fs::write(&log, "one\ntwo\n").unwrap();
+        let ctx = TaskContext::for_test("text", 0, 1);
+        let mut followed = TextSource::open(&log).unwrap().follow(true).subtask(0, 1);
+        let mut lines = Vec::new();
+        assert_eq!(drain(&mut followed, &ctx, &mut lines), SourcePoll::Idle);
+        let offset = followed.offset().unwrap();
+        std::fs::write(&log, "one\ntwo\nthree\n").unwrap();
+        let mut resumed = TextSource::open(&log).unwrap().subtask(0, 1);
+        resumed.seek(&offset).unwrap();
+        let mut rest = Vec::new();
+        assert_eq!(drain(&mut resumed, &ctx, &mut rest), SourcePoll::Finished);
+        assert_eq!(rest, vec!["three"]);
     }
 
     #[test]
