@@ -42,6 +42,9 @@ pub enum Error {
     Checkpoint(String),
     /// The job was cancelled before it finished.
     Cancelled,
+    /// This process no longer owns its checkpoint directory (another process took it over):
+    /// it must not complete checkpoints or commit output. Not retryable.
+    Fenced(String),
 }
 
 impl Error {
@@ -75,6 +78,7 @@ impl fmt::Display for Error {
             Error::Corrupt(m) => write!(f, "damaged data: {m}"),
             Error::Checkpoint(m) => write!(f, "checkpoint failed: {m}"),
             Error::Cancelled => write!(f, "the job was cancelled"),
+            Error::Fenced(m) => write!(f, "lost ownership of the checkpoint directory: {m}"),
         }
     }
 }

@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use crate::checkpoint::{
-    decode_file, encode_file, load_dir, CheckpointMetadata, CheckpointStats, FileKind, LoadedCheckpoint, TaskFile,
-    TaskFileContent, FORMAT_VERSION, METADATA_FILE,
+    decode_file, encode_file, load_dir, CheckpointMetadata, CheckpointStats, FileDigest, FileIdentity, FileKind,
+    LoadedCheckpoint, SharedFile, TaskFile, TaskFileContent, FORMAT_VERSION, METADATA_FILE,
 };
 use crate::error::Result;
 use crate::persist::from_bytes;
@@ -19,8 +19,8 @@ use crate::Word;
 /// answer with a value or an error; a panic (or an allocation sized by a corrupt length) is
 /// the bug a fuzzer looks for.
 pub fn decode_every_reader(bytes: &[u8]) {
-    for kind in [FileKind::TaskState, FileKind::Metadata, FileKind::SharedPages] {
-        if let Ok(payload) = decode_file(bytes, kind) {
+    for kind in [FileKind::TaskState, FileKind::Metadata, FileKind::SharedPages, FileKind::Finished, FileKind::Lock] {
+        if let Ok((_, payload)) = decode_file(bytes, kind) {
             decode_payload(&payload);
         }
     }
@@ -47,6 +47,9 @@ fn decode_payload(bytes: &[u8]) {
 pub fn load_fuzzed_checkpoint(scratch: &Path, task_payload: &[u8], shared_payload: &[u8]) -> Result<LoadedCheckpoint> {
     let dir = scratch.join("chk-1");
     let shared = scratch.join(crate::checkpoint::SHARED_DIR);
+    let task_file = encode_file(&FileIdentity::new(FileKind::TaskState, "", 1, Some(0)), task_payload);
+    let shared_file = encode_file(&FileIdentity::new(FileKind::SharedPages, "", 1, Some(0)), shared_payload);
+    let (task_digest, shared_digest) = (FileDigest::of(&task_file), FileDigest::of(&shared_file));
     let metadata = CheckpointMetadata {
         format: FORMAT_VERSION,
         job: "fuzz".into(),
@@ -54,21 +57,27 @@ pub fn load_fuzzed_checkpoint(scratch: &Path, task_payload: &[u8], shared_payloa
         checkpoint: 1,
         kind: "checkpoint".into(),
         mode: "exactly-once".into(),
+        generation: 1,
         completed_unix_ms: 0,
         stats: CheckpointStats::default(),
         tasks: vec![TaskFile {
             task: 0,
             name: "task".into(),
             file: "task-0.state".into(),
-            bytes: task_payload.len() as u64,
+            bytes: task_digest.bytes,
+            crc32c: task_digest.crc32c,
         }],
-        shared: vec![crate::checkpoint::CheckpointStorage::shared_name(1, 0)],
+        shared: vec![SharedFile {
+            file: crate::checkpoint::CheckpointStorage::shared_name(1, 0),
+            bytes: shared_digest.bytes,
+            crc32c: shared_digest.crc32c,
+        }],
     };
     let json = serde_json::to_vec(&metadata).expect("metadata encodes");
     let files = [
-        (dir.join(METADATA_FILE), encode_file(FileKind::Metadata, &json)),
-        (dir.join("task-0.state"), encode_file(FileKind::TaskState, task_payload)),
-        (shared.join("chk-1-task-0.pages"), encode_file(FileKind::SharedPages, shared_payload)),
+        (dir.join(METADATA_FILE), encode_file(&FileIdentity::new(FileKind::Metadata, "", 1, None), &json)),
+        (dir.join("task-0.state"), task_file),
+        (shared.join("chk-1-task-0.pages"), shared_file),
     ];
     for (path, bytes) in &files {
         let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(path, bytes));

@@ -35,8 +35,8 @@ struct Cli {
 enum Command {
     /// Counts words: one line `word<TAB>count` per occurrence, a running count per word.
     Wordcount(Box<WordcountArgs>),
-    /// Lists the checkpoints in a directory with their statistics, verifying every checksum
-    /// (exits non-zero if one is damaged).
+    /// Lists the checkpoints (or savepoints) in a directory, or one checkpoint folder, with
+    /// their statistics, verifying every file (exits non-zero if one is damaged).
     Checkpoints(CheckpointsArgs),
     /// Runs a benchmark workload for a while, with or without checkpoints: throughput,
     /// latency percentiles and every checkpoint's statistics, as a table and as JSON.
@@ -56,7 +56,7 @@ struct NexmarkArgs {
     #[arg(long, default_value_t = 10_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     events: u64,
     /// Events per second in all (default: as fast as possible).
-    #[arg(long, allow_negative_numbers = true, value_parser = positive_f64)]
+    #[arg(long, allow_negative_numbers = true, value_parser = rate_per_s)]
     rate: Option<f64>,
     /// none | aligned | unaligned | at-least-once.
     #[arg(long, default_value = "none")]
@@ -84,10 +84,10 @@ struct BenchArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     interval_ms: Option<u64>,
     /// How long to run, in seconds.
-    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_f64)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = duration_s)]
     duration_s: f64,
     /// Events per second in all (default: as fast as possible).
-    #[arg(long, allow_negative_numbers = true, value_parser = positive_f64)]
+    #[arg(long, allow_negative_numbers = true, value_parser = rate_per_s)]
     rate: Option<f64>,
     /// Distinct keys (the size of keyed state).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -108,7 +108,8 @@ struct BenchArgs {
 
 #[derive(Args, Debug)]
 struct CheckpointsArgs {
-    /// The checkpoint directory (holding chk-<n> folders).
+    /// A checkpoint directory (holding chk-<n> folders), a savepoint directory (holding
+    /// savepoint-<n> folders), or one chk-<n> or savepoint-<n> folder.
     dir: PathBuf,
 }
 
@@ -240,10 +241,10 @@ struct RuntimeArgs {
 #[derive(Args, Debug)]
 struct DefaultArgs {
     /// How long to run, in seconds.
-    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = positive_f64)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = duration_s)]
     duration_s: f64,
     /// Events per second in all (default: as fast as possible).
-    #[arg(long, allow_negative_numbers = true, value_parser = positive_f64)]
+    #[arg(long, allow_negative_numbers = true, value_parser = rate_per_s)]
     rate: Option<f64>,
     /// Number of distinct keys.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -297,13 +298,30 @@ fn scratch_checkpoint_dir(command: &str) -> PathBuf {
 /// Milliseconds between checkpoints when a benchmark is not told.
 const DEFAULT_BENCH_INTERVAL_MS: u64 = 1000;
 
-fn positive_f64(s: &str) -> Result<f64, String> {
+/// The longest run a duration flag accepts, in seconds (about 31 years).
+const MAX_DURATION_S: f64 = 1e9;
+/// The highest rate a rate flag accepts, in events per second: far above what any machine
+/// reaches, where "as fast as possible" is the same.
+const MAX_RATE_PER_S: f64 = 1e10;
+
+/// A positive number of at most `max`.
+fn positive_at_most(s: &str, max: f64, unit: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if v.is_finite() && v > 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("'{s}' must be a positive number"))
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("'{s}' must be a positive number"));
     }
+    if v > max {
+        return Err(format!("'{s}' is out of range: at most {max:e} {unit}"));
+    }
+    Ok(v)
+}
+
+fn duration_s(s: &str) -> Result<f64, String> {
+    positive_at_most(s, MAX_DURATION_S, "seconds")
+}
+
+fn rate_per_s(s: &str) -> Result<f64, String> {
+    positive_at_most(s, MAX_RATE_PER_S, "events per second (leave --rate out to run as fast as possible)")
 }
 
 impl RuntimeArgs {
@@ -468,8 +486,8 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
     }
     let mut rows = Vec::new();
     let mut damaged = 0;
-    for (id, status) in &found {
-        let mut row = vec![id.to_string()];
+    for (name, status) in &found {
+        let mut row = vec![name.clone()];
         match status {
             CheckpointStatus::Valid(m) => {
                 let s = &m.stats;
@@ -491,11 +509,16 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
                 row.push(format!("DAMAGED: {reason}"));
                 row.extend(std::iter::repeat_n(String::new(), 8));
             }
+            CheckpointStatus::Finished(f) => {
+                let what = if f.description.is_empty() { String::new() } else { format!(": {}", f.description) };
+                row.push(format!("the job '{}' finished{what}", f.job));
+                row.extend(std::iter::repeat_n(String::new(), 8));
+            }
         }
         rows.push(row);
     }
     let header = [
-        "id",
+        "folder",
         "status",
         "duration",
         "start delay",
@@ -508,7 +531,10 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
     ];
     print!("{}", weir::checkpoint::table(&header, &rows));
     if damaged > 0 {
-        return Err(Error::Corrupt(format!("{damaged} damaged checkpoint(s) in {}", args.dir.display())));
+        return Err(Error::Corrupt(format!(
+            "{damaged} damaged checkpoint folder(s) or file(s) in {}",
+            args.dir.display()
+        )));
     }
     Ok(())
 }
@@ -642,16 +668,26 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
 fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let input = TextSource::open(&args.input)?.follow(args.follow);
-    if let Some(dir) = &args.checkpoints.checkpoint_dir {
-        let marker = dir.join(weir::runtime::FINISHED_MARKER);
-        if marker.exists() {
-            println!(
-                "the job is already complete ({} exists); its output is in {}. Remove {} to run it again.",
-                marker.display(),
+    let output = std::path::absolute(&args.output)
+        .map_err(|e| Error::io("cannot resolve the output folder", &args.output, e))?;
+    let description = format!(
+        "word count of {} into {}",
+        std::path::absolute(&args.input).unwrap_or_else(|_| args.input.clone()).display(),
+        output.display()
+    );
+    for (flag, other) in [
+        ("--checkpoint-dir", args.checkpoints.checkpoint_dir.as_ref()),
+        ("--savepoint-dir", args.checkpoints.savepoint_dir.as_ref()),
+    ] {
+        let Some(other) = other else { continue };
+        let other = std::path::absolute(other).map_err(|e| Error::io("cannot resolve the folder", other, e))?;
+        if other.starts_with(&output) || output.starts_with(&other) {
+            return Err(Error::config(format!(
+                "--output {} and {flag} {} overlap (one is inside the other): every file in the output folder is \
+                 output, so checkpoints must live elsewhere",
                 args.output.display(),
-                dir.display()
-            );
-            return Ok(());
+                other.display()
+            )));
         }
     }
     // A rerun with the same checkpoint directory resumes into the same output (the
@@ -671,7 +707,33 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     }
     let bytes = input.total_bytes();
     let transactional = args.checkpoints.checkpoint_dir.is_some();
-    let mut job = weir::jobs::wordcount(input, args.output.clone(), parallelism, transactional);
+    let mut job = weir::jobs::wordcount(input, args.output.clone(), parallelism, transactional)
+        .with_description(description.clone());
+    if let Some(dir) = &args.checkpoints.checkpoint_dir {
+        // A finished job is not run again; another job's finished directory is not reused.
+        if let Some(finished) = weir::checkpoint::read_finished(dir)? {
+            if finished.fingerprint != job.fingerprint() || finished.description != description {
+                return Err(Error::config(format!(
+                    "checkpoint directory {} holds another job, which completed: '{}' ({}, graph fingerprint {}); this \
+                     run is {} (graph fingerprint {}). Choose another checkpoint directory",
+                    dir.display(),
+                    finished.job,
+                    finished.description,
+                    finished.fingerprint,
+                    description,
+                    job.fingerprint()
+                )));
+            }
+            println!(
+                "the job is already complete ({} in {}); its output is in {}. Remove {} to run it again.",
+                weir::runtime::FINISHED_MARKER,
+                dir.display(),
+                args.output.display(),
+                dir.display()
+            );
+            return Ok(());
+        }
+    }
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);
     }

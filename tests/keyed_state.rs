@@ -103,7 +103,7 @@ fn incremental_checkpoints_write_only_changed_pages_and_recover_exactly() {
     let complete: Vec<u64> = storage.list().into_iter().filter(|&id| storage.is_complete(id)).collect();
     assert!(complete.len() <= 2, "{complete:?}");
     let named: std::collections::HashSet<String> =
-        complete.iter().flat_map(|&id| storage.metadata(id).unwrap().shared).collect();
+        complete.iter().flat_map(|&id| storage.metadata(id).unwrap().shared.into_iter().map(|s| s.file)).collect();
     let on_disk = std::fs::read_dir(dir.path().join(weir::checkpoint::SHARED_DIR)).map_or(0, |d| d.count());
     eprintln!("{on_disk} shared files on disk, {} named by retained checkpoints", named.len());
     // A checkpoint aborted as the job ended may have had writers still running.

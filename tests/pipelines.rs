@@ -46,7 +46,7 @@ fn write_corpus(dir: &Path) {
             let n = mix(f * 10_000 + line) % 9;
             for w in 0..n {
                 let r = mix(f * 1_000_000 + line * 100 + w);
-                if r % 97 == 0 {
+                if r.is_multiple_of(97) {
                     text.push_str(&long);
                 } else {
                     text.push_str(vocabulary[(r % vocabulary.len() as u64) as usize]);

@@ -6,7 +6,7 @@
 //! points (`weir::fuzzing`) are the cargo-fuzz targets in `fuzz/`.
 
 use proptest::prelude::*;
-use weir::checkpoint::{decode_file, encode_file, FileKind, StoredChunk, TaskFileContent};
+use weir::checkpoint::{decode_file, encode_file, FileIdentity, FileKind, StoredChunk, TaskFileContent};
 use weir::fuzzing::{decode_every_reader as decode_all, load_fuzzed_checkpoint};
 use weir::persist::{from_bytes, to_bytes};
 
@@ -18,7 +18,7 @@ fn a_task_file() -> Vec<u8> {
             ("sink".into(), 1, vec![StoredChunk::Shared { file: 0, offset: 8, len: 16 }]),
         ],
     };
-    encode_file(FileKind::TaskState, &to_bytes(&content))
+    encode_file(&FileIdentity::new(FileKind::TaskState, "0123456789abcdef", 1, Some(0)), &to_bytes(&content))
 }
 
 proptest! {

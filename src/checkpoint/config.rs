@@ -124,6 +124,12 @@ pub struct CheckpointConfig {
     pub faults: Option<Arc<FaultInjector>>,
 }
 
+/// Completed checkpoints kept unless told otherwise: two, so that when the newest is found
+/// damaged at recovery the one before it is still there (recovery then falls back one
+/// checkpoint instead of starting over). The cost is disk: one more checkpoint's files (with
+/// incremental checkpoints, the shared pages only the older one refers to).
+pub const DEFAULT_RETAINED: usize = 2;
+
 impl CheckpointConfig {
     /// Exactly-once aligned checkpoints into `dir` every second, with Flink-like defaults.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
@@ -137,7 +143,7 @@ impl CheckpointConfig {
             min_pause: Duration::ZERO,
             max_concurrent: 1,
             tolerable_failures: 3,
-            retained: 1,
+            retained: DEFAULT_RETAINED,
             incremental: false,
             restart: RestartStrategy::FixedDelay { attempts: 10, delay: Duration::from_millis(100) },
             faults: None,
@@ -188,7 +194,7 @@ impl CheckpointConfig {
         self.tolerable_failures = n;
         self
     }
-    /// Sets how many completed checkpoints are kept.
+    /// Sets how many completed checkpoints are kept (default [`DEFAULT_RETAINED`]).
     pub fn retain(mut self, n: usize) -> Self {
         self.retained = n;
         self

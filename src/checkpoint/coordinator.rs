@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::config::CheckpointConfig;
-use super::storage::{CheckpointMetadata, CheckpointStats, CheckpointStorage, TaskFile, FORMAT_VERSION};
+use super::lock::DirectoryLock;
+use super::storage::{CheckpointMetadata, CheckpointStats, CheckpointStorage, SharedFile, TaskFile, FORMAT_VERSION};
 use super::task::{TaskAck, TaskControl, TaskDone, TaskStats, WritesInFlight};
 use crate::context::Clock;
 use crate::error::Error;
@@ -64,6 +65,10 @@ pub(crate) struct Coordinator {
     /// Checkpoints aborted in this attempt, and when: other tasks may still be writing their
     /// parts into the folder, so it is removed again as their late acknowledgements come in.
     pub(crate) aborted: BTreeMap<u64, Instant>,
+    /// The checkpoint directory's lock: checked before every completion and commit notice.
+    pub(crate) lock: Arc<DirectoryLock>,
+    /// Set when the lock check failed: the job is failing, and nothing more may complete.
+    pub(crate) fenced: bool,
 }
 
 struct Pending {
@@ -114,13 +119,14 @@ impl Coordinator {
                     }
                     continue;
                 };
-                let result =
-                    ack.result.and_then(|done| match done.shared.iter().find(|f| self.deleted_shared.contains(*f)) {
+                let result = ack.result.and_then(|done| {
+                    match done.shared.iter().find(|f| self.deleted_shared.contains(&f.file)) {
                         // Its writer read a page index older than a completion that retired the
                         // file (a race with retention): this checkpoint cannot be restored.
-                        Some(f) => Err(format!("refers to shared state {f}, which retention already deleted")),
+                        Some(f) => Err(format!("refers to shared state {}, which retention already deleted", f.file)),
                         None => Ok(done),
-                    });
+                    }
+                });
                 match result {
                     Ok(info) => {
                         p.acks.insert(ack.task, info);
@@ -128,7 +134,7 @@ impl Coordinator {
                             let p = pending.remove(&ack.checkpoint).expect("present");
                             let in_use: HashSet<String> = pending
                                 .values()
-                                .flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter().cloned()))
+                                .flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter().map(|s| s.file.clone())))
                                 .collect();
                             match self.complete(p, &in_use) {
                                 Ok(()) => {
@@ -140,6 +146,10 @@ impl Coordinator {
                                         pending.remove(&id);
                                         self.abort(id);
                                     }
+                                }
+                                Err(_) if self.fenced => {
+                                    self.abort(ack.checkpoint);
+                                    return;
                                 }
                                 Err(reason) => {
                                     if self.failed(&mut consecutive_failures, ack.checkpoint, &reason) {
@@ -236,6 +246,16 @@ impl Coordinator {
         false
     }
 
+    /// Fails the job if this process no longer owns the checkpoint directory.
+    fn still_owner(&mut self) -> Result<(), String> {
+        self.lock.check().map_err(|e| {
+            let reason = e.to_string();
+            (self.fail)(e);
+            self.fenced = true;
+            reason
+        })
+    }
+
     fn notify(&self, notice: CheckpointNotice) {
         for t in &self.tasks {
             // A task that already finished has dropped its inbox; nothing to tell it.
@@ -274,11 +294,17 @@ impl Coordinator {
             .iter()
             .map(|t| {
                 let a = &p.acks[&t.index];
-                TaskFile { task: t.index, name: t.name.clone(), file: a.file.clone(), bytes: a.bytes }
+                TaskFile {
+                    task: t.index,
+                    name: t.name.clone(),
+                    file: a.file.clone(),
+                    bytes: a.digest.bytes,
+                    crc32c: a.digest.crc32c,
+                }
             })
             .collect();
         tasks.sort_by_key(|t| t.task);
-        let mut shared: Vec<String> = p.acks.values().flat_map(|a| a.shared.iter().cloned()).collect();
+        let mut shared: Vec<SharedFile> = p.acks.values().flat_map(|a| a.shared.iter().cloned()).collect();
         shared.sort();
         shared.dedup();
         let metadata = CheckpointMetadata {
@@ -288,6 +314,7 @@ impl Coordinator {
             checkpoint: id,
             kind: "checkpoint".into(),
             mode: self.config.mode.to_string(),
+            generation: self.lock.generation(),
             completed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
             stats: stats.clone(),
             tasks,
@@ -297,7 +324,12 @@ impl Coordinator {
             let path = self.storage.checkpoint_dir(id).join(super::storage::METADATA_FILE);
             return Err(Error::io("cannot write checkpoint metadata", path, e).to_string());
         }
+        self.still_owner()?;
         self.storage.commit(&metadata).map_err(|e| e.to_string())?;
+        // Read back and verified before anything is committed under it: a checkpoint that
+        // would not restore must never be the one sink transactions are committed under (its
+        // folder goes with the abort that follows).
+        self.storage.verify(id).map_err(|e| format!("its files did not verify when read back: {e}"))?;
         if let Some(req) = savepoint {
             let _ = req.reply.send(self.storage.copy_to_savepoint(id, &req.dir).map_err(|e| e.to_string()));
         }
@@ -311,6 +343,7 @@ impl Coordinator {
             eprintln!("injected crash: checkpoint {id} is complete, and no sink has committed it");
             std::process::exit(70);
         }
+        self.still_owner()?;
         self.notify(CheckpointNotice::Complete(id));
         self.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
         Ok(())

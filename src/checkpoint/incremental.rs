@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use super::storage::{CheckpointStorage, ChecksummedWriter, StoredChunk, TaskFileContent};
+use super::storage::{CheckpointStorage, ChecksummedWriter, FileDigest, SharedFile, StoredChunk, TaskFileContent};
 use crate::error::{Error, Result};
 use crate::snapshot::{CheckpointNotice, StateChunks, TaskSnapshot};
 
@@ -25,7 +25,13 @@ struct PageRef {
     len: u64,
 }
 
-type PageLocations = HashMap<u64, PageRef>;
+/// Where the pages of one checkpoint lie, by page version, and the digests of the shared files
+/// they lie in (for `_metadata`).
+#[derive(Default)]
+struct PageLocations {
+    pages: HashMap<u64, PageRef>,
+    files: HashMap<Arc<str>, FileDigest>,
+}
 
 /// One task's memory of where its pages are stored, by page version. The runtime keeps one
 /// per task when checkpoints are incremental; it is public for tools that write snapshots
@@ -142,7 +148,7 @@ impl StateChunks for TaskFileBuilder<'_> {
             self.written_bytes += n;
             return Ok(n);
         };
-        let r = match known.get(&version) {
+        let r = match known.pages.get(&version) {
             Some(r) => r.clone(),
             None => {
                 if self.new_pages.is_none() {
@@ -160,7 +166,7 @@ impl StateChunks for TaskFileBuilder<'_> {
         self.state_bytes += r.len;
         self.push_ref(&r);
         let len = r.len;
-        self.pages.insert(version, r);
+        self.pages.pages.insert(version, r);
         Ok(len)
     }
 }
@@ -170,14 +176,14 @@ impl StateChunks for TaskFileBuilder<'_> {
 pub struct TaskFileWritten {
     /// The task file, relative to the checkpoint's folder.
     pub file: String,
-    /// Its size in bytes.
-    pub file_bytes: u64,
+    /// Its length and checksum.
+    pub file_digest: FileDigest,
     /// Bytes of the whole state.
     pub state_bytes: u64,
     /// Bytes of state written now (all of it for a full checkpoint).
     pub written_bytes: u64,
     /// The shared files the task file refers to.
-    pub shared: Vec<String>,
+    pub shared: Vec<SharedFile>,
 }
 
 /// Writes task `task`'s part of checkpoint `snapshot.barrier.id`: with an `index`
@@ -201,7 +207,7 @@ pub fn write_task_snapshot(
         scratch: Vec::new(),
         content: TaskFileContent::default(),
         file_index: HashMap::new(),
-        pages: HashMap::new(),
+        pages: PageLocations::default(),
         chunks: Vec::new(),
         state_bytes: 0,
         written_bytes: 0,
@@ -215,19 +221,22 @@ pub fn write_task_snapshot(
     }
     if let Some(w) = b.new_pages.take() {
         let name = CheckpointStorage::shared_name(id, task);
-        w.finish().map_err(|e| Error::io("cannot write shared state pages", storage.dir().join(name), e))?;
+        let digest =
+            w.finish().map_err(|e| Error::io("cannot write shared state pages", storage.dir().join(&name), e))?;
+        b.pages.files.insert(b.own_file.clone(), digest);
     }
-    let (file, file_bytes) = storage.write_task(id, task, &b.content)?;
+    let mut shared = Vec::with_capacity(b.content.shared.len());
+    for name in &b.content.shared {
+        let digest = b.pages.files.get(&**name).or_else(|| b.known.as_ref().and_then(|k| k.files.get(&**name)));
+        let digest = *digest.expect("a referred shared file was written here or by the checkpoint referred to");
+        b.pages.files.insert(name.as_str().into(), digest);
+        shared.push(SharedFile { file: name.clone(), bytes: digest.bytes, crc32c: digest.crc32c });
+    }
+    let (file, file_digest) = storage.write_task(id, task, &b.content)?;
     if let Some(index) = index {
         index.written(id, b.pages);
     }
-    Ok(TaskFileWritten {
-        file,
-        file_bytes,
-        state_bytes: b.state_bytes,
-        written_bytes: b.written_bytes,
-        shared: b.content.shared,
-    })
+    Ok(TaskFileWritten { file, file_digest, state_bytes: b.state_bytes, written_bytes: b.written_bytes, shared })
 }
 
 #[cfg(test)]
@@ -255,7 +264,7 @@ mod tests {
         let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false });
         snap.add("counts".into(), 0, state.fork());
         let w = write_task_snapshot(storage, index, 0, &snap).unwrap();
-        storage.commit(&test_metadata(id, w.file.clone(), w.file_bytes, w.shared.clone())).unwrap();
+        storage.commit(&test_metadata(id, w.file.clone(), w.file_digest, w.shared.clone())).unwrap();
         w
     }
 
@@ -305,14 +314,18 @@ mod tests {
             let deleted = inc.retain(&mut completed, 2, &HashSet::new());
             for id in &completed {
                 let m = inc.metadata(*id).unwrap();
-                assert!(deleted.iter().all(|d| !m.shared.contains(d)), "retention deleted a file {id} needs");
+                assert!(
+                    deleted.iter().all(|d| m.shared_names().all(|s| s != d)),
+                    "retention deleted a file {id} needs"
+                );
                 let got = inc.load(*id).unwrap();
                 assert_eq!(got.state.get("counts", 0), Some(&full_bytes[*id as usize - 1][..]), "checkpoint {id}");
             }
         }
         assert_eq!(completed.len(), 2);
         let on_disk = std::fs::read_dir(inc_dir.path().join(crate::checkpoint::SHARED_DIR)).unwrap().count();
-        let needed: HashSet<String> = completed.iter().flat_map(|id| inc.metadata(*id).unwrap().shared).collect();
+        let needed: HashSet<String> =
+            completed.iter().flat_map(|id| inc.metadata(*id).unwrap().shared.into_iter().map(|s| s.file)).collect();
         assert_eq!(on_disk, needed.len(), "shared files nothing refers to were deleted");
         // The restored state equals the live one.
         let latest = *completed.last().unwrap();

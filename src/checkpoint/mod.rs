@@ -13,15 +13,18 @@
 mod config;
 pub(crate) mod coordinator;
 mod incremental;
+mod lock;
 mod storage;
 pub(crate) mod task;
 
-pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy};
+pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_RETAINED};
 pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten};
+pub use lock::{DirectoryLock, LOCK_FILE};
 pub use storage::{
-    decode_file, encode_file, load_dir, read_file, read_metadata, write_file, CheckpointMetadata, CheckpointStats,
-    CheckpointStorage, FileKind, LoadedCheckpoint, StoredChunk, TaskFile, TaskFileContent, FORMAT_VERSION,
-    METADATA_FILE, SHARED_DIR,
+    decode_file, encode_file, load_dir, read_expected, read_file, read_finished, read_metadata, write_file,
+    write_finished, CheckpointMetadata, CheckpointStats, CheckpointStorage, FileDigest, FileIdentity, FileKind,
+    FinishedJob, LoadedCheckpoint, RecoveryPoint, SharedFile, StoredChunk, TaskFile, TaskFileContent, FINISHED_MARKER,
+    FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
 };
 pub use task::{Alignment, BarrierAligner};
 
@@ -72,7 +75,8 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The state of one `chk-<n>` folder, for `weir checkpoints`.
+/// The state of one checkpoint or savepoint folder (or of the completion marker), for
+/// `weir checkpoints`.
 #[derive(Debug)]
 pub enum CheckpointStatus {
     /// Complete, and every file verifies.
@@ -81,28 +85,80 @@ pub enum CheckpointStatus {
     Incomplete,
     /// Damaged: the reason.
     Damaged(String),
+    /// The completion marker of the job that finished in this directory.
+    Finished(FinishedJob),
 }
 
-/// Checks every checkpoint folder under `dir`, oldest first.
-pub fn inspect(dir: &std::path::Path) -> crate::Result<Vec<(u64, CheckpointStatus)>> {
+/// The status of a checkpoint (or savepoint) folder: valid, damaged (the reason) or
+/// incomplete. An I/O error is not damage: it is returned.
+fn folder_status(loaded: crate::Result<LoadedCheckpoint>, has_metadata: bool) -> crate::Result<CheckpointStatus> {
+    match loaded {
+        Ok(c) => Ok(CheckpointStatus::Valid(Box::new(c.metadata))),
+        Err(_) if !has_metadata => Ok(CheckpointStatus::Incomplete),
+        Err(e @ crate::Error::Corrupt(_)) => Ok(CheckpointStatus::Damaged(e.to_string())),
+        Err(e) => Err(e),
+    }
+}
+
+/// The id in a folder name `<prefix><n>`.
+fn folder_id(name: &str, prefix: &str) -> Option<u64> {
+    name.strip_prefix(prefix).and_then(|n| n.parse().ok())
+}
+
+/// Checks what `dir` holds and verifies every file, oldest first, one row per folder: a
+/// checkpoint directory (its `chk-<n>` folders and its completion marker), a savepoint
+/// directory (its `savepoint-<n>` folders), or a single checkpoint or savepoint folder. A
+/// file that cannot be read is an error, not damage.
+pub fn inspect(dir: &std::path::Path) -> crate::Result<Vec<(String, CheckpointStatus)>> {
     let meta = std::fs::metadata(dir).map_err(|e| crate::Error::io("cannot read checkpoint directory", dir, e))?;
     if !meta.is_dir() {
         return Err(crate::Error::config(format!("{} is not a directory", dir.display())));
     }
-    let storage = CheckpointStorage::new(dir);
-    Ok(storage
-        .list()
-        .into_iter()
-        .map(|id| {
-            let status = if !storage.is_complete(id) {
-                CheckpointStatus::Incomplete
-            } else {
-                match storage.load(id) {
-                    Ok(c) => CheckpointStatus::Valid(Box::new(c.metadata)),
-                    Err(e) => CheckpointStatus::Damaged(e.to_string()),
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    let has_metadata = |d: &std::path::Path| std::fs::symlink_metadata(d.join(METADATA_FILE)).is_ok();
+    if has_metadata(dir) || folder_id(&name, "chk-").is_some() || folder_id(&name, "savepoint-").is_some() {
+        // One folder. A `chk-<n>` folder must describe checkpoint n.
+        let loaded = match folder_id(&name, "chk-") {
+            Some(id) => load_dir(dir).and_then(|c| {
+                if c.metadata.checkpoint == id {
+                    Ok(c)
+                } else {
+                    Err(crate::Error::Corrupt(format!(
+                        "{}: misplaced file: it describes checkpoint {}",
+                        dir.join(METADATA_FILE).display(),
+                        c.metadata.checkpoint
+                    )))
                 }
-            };
-            (id, status)
+            }),
+            None => load_dir(dir),
+        };
+        return Ok(vec![(name, folder_status(loaded, has_metadata(dir))?)]);
+    }
+    let mut folders: Vec<(u8, u64, String)> = std::fs::read_dir(dir)
+        .map_err(|e| crate::Error::io("cannot read checkpoint directory", dir, e))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let n = e.file_name().to_str()?.to_string();
+            let key =
+                folder_id(&n, "chk-").map(|id| (0, id)).or_else(|| folder_id(&n, "savepoint-").map(|id| (1, id)))?;
+            Some((key.0, key.1, n))
         })
-        .collect())
+        .collect();
+    folders.sort();
+    let storage = CheckpointStorage::new(dir);
+    let mut rows = Vec::new();
+    for (kind, id, name) in folders {
+        let path = dir.join(&name);
+        let loaded = if kind == 0 { storage.load(id) } else { load_dir(&path) };
+        rows.push((name, folder_status(loaded, has_metadata(&path))?));
+    }
+    match read_finished(dir) {
+        Ok(Some(f)) => rows.push((FINISHED_MARKER.to_string(), CheckpointStatus::Finished(f))),
+        Ok(None) => {}
+        Err(e @ crate::Error::Corrupt(_)) => {
+            rows.push((FINISHED_MARKER.to_string(), CheckpointStatus::Damaged(e.to_string())))
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(rows)
 }

@@ -2,16 +2,23 @@
 //! last and atomically (temporary file, fsync, rename, fsync of the folder). A checkpoint
 //! without a valid `_metadata` does not exist.
 //!
-//! Every file starts with a header (magic `WEIR`, format version, file kind) and holds its
-//! payload in blocks of at most 64 KiB, each with its length and CRC-32C, ended by a
-//! terminator that carries the payload's total length. A reader checks all of it and names what
-//! is wrong; a damaged checkpoint is never restored (recovery falls back to an older one).
+//! Every file starts with a checksummed header that says what it is: magic `WEIR`, format
+//! version, file kind, the job's fingerprint, the checkpoint id and the task index. Its payload
+//! follows in blocks of at most 64 KiB, each with its length and CRC-32C, ended by a
+//! terminator that carries the payload's total length. `_metadata` records every other file's
+//! length and whole-file CRC-32C. A reader checks all of it and names the file and what is
+//! wrong: a file that verifies but belongs to another task, checkpoint or job (copied over,
+//! left from an earlier run) is damage like a flipped bit. A damaged checkpoint is never
+//! restored (recovery falls back to an older one); a file that cannot be *read* (an I/O error)
+//! is not damage, and stops whoever reads it instead.
 //!
 //! Incremental checkpoints keep the pages of keyed state in `<dir>/shared/`, one file per
 //! checkpoint and task holding the pages that checkpoint wrote; a task file then lists, per
 //! operator, chunks that are either inline bytes or a range of a shared file. `_metadata` names
-//! every shared file the checkpoint needs, and retention deletes a shared file only when no
-//! retained checkpoint names it.
+//! every shared file the checkpoint needs with its length and checksum, and retention deletes a
+//! shared file only when no retained checkpoint names it.
+//!
+//! May touch: `error`, `persist`, `snapshot`.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -24,10 +31,15 @@ use crate::error::{Error, Result};
 use crate::persist::{from_bytes, take, to_bytes, Persist};
 use crate::snapshot::RestoredState;
 
-/// Version of the on-disk format; a reader refuses any other.
-pub const FORMAT_VERSION: u32 = 2;
+/// Version of the on-disk format; a reader refuses any other. (3: headers name the job,
+/// checkpoint and task, and `_metadata` records whole-file checksums.)
+pub const FORMAT_VERSION: u32 = 3;
 const MAGIC: [u8; 4] = *b"WEIR";
-const HEADER_BYTES: usize = 16;
+const HEADER_BYTES: usize = 48;
+/// Bytes of the job fingerprint kept in a header (a fingerprint is 16 hex digits).
+const FINGERPRINT_BYTES: usize = 16;
+/// The task field of a file that belongs to no one task.
+const NO_TASK: u32 = u32::MAX;
 const BLOCK_BYTES: usize = 64 * 1024;
 /// The name of a checkpoint's metadata file.
 pub const METADATA_FILE: &str = "_metadata";
@@ -42,6 +54,110 @@ pub enum FileKind {
     Metadata = 2,
     /// Pages of keyed state written by one task for one incremental checkpoint.
     SharedPages = 3,
+    /// The marker a job leaves when it finished.
+    Finished = 4,
+    /// The lock of a checkpoint directory: which process owns it, and its generation.
+    Lock = 5,
+}
+
+impl FileKind {
+    fn from_u32(v: u32) -> Option<FileKind> {
+        [FileKind::TaskState, FileKind::Metadata, FileKind::SharedPages, FileKind::Finished, FileKind::Lock]
+            .into_iter()
+            .find(|k| *k as u32 == v)
+    }
+}
+
+/// What a file says it is, in its checksummed header: its kind, the job (graph fingerprint),
+/// the checkpoint and the task it belongs to. A file is read only where its identity is the
+/// one expected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileIdentity {
+    /// The file's kind.
+    pub kind: FileKind,
+    /// The job's graph fingerprint (at most 16 bytes are kept).
+    pub fingerprint: String,
+    /// The checkpoint it belongs to (0 for files of no checkpoint: the lock, the marker).
+    pub checkpoint: u64,
+    /// The task it belongs to, if one.
+    pub task: Option<usize>,
+}
+
+impl FileIdentity {
+    /// The identity of a file of `kind`.
+    pub fn new(kind: FileKind, fingerprint: &str, checkpoint: u64, task: Option<usize>) -> Self {
+        let mut fingerprint = fingerprint.to_string();
+        // Kept whole in the header: longer fingerprints compare on their first 16 bytes.
+        while fingerprint.len() > FINGERPRINT_BYTES {
+            fingerprint.pop();
+        }
+        FileIdentity { kind, fingerprint, checkpoint, task }
+    }
+
+    fn header(&self) -> [u8; HEADER_BYTES] {
+        let mut h = [0u8; HEADER_BYTES];
+        h[..4].copy_from_slice(&MAGIC);
+        h[4..8].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h[8..12].copy_from_slice(&(self.kind as u32).to_le_bytes());
+        let task = self.task.map_or(NO_TASK, |t| u32::try_from(t).expect("task index fits 32 bits"));
+        h[12..16].copy_from_slice(&task.to_le_bytes());
+        h[16..24].copy_from_slice(&self.checkpoint.to_le_bytes());
+        h[24..24 + self.fingerprint.len()].copy_from_slice(self.fingerprint.as_bytes());
+        let crc = crc32c::crc32c(&h[..44]);
+        h[44..48].copy_from_slice(&crc.to_le_bytes());
+        h
+    }
+}
+
+impl std::fmt::Display for FileIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.kind {
+            FileKind::TaskState => "task state",
+            FileKind::Metadata => "metadata",
+            FileKind::SharedPages => "shared state pages",
+            FileKind::Finished => "completion marker",
+            FileKind::Lock => "directory lock",
+        };
+        write!(f, "{what}")?;
+        if let Some(t) = self.task {
+            write!(f, " of task {t}")?;
+        }
+        if self.checkpoint > 0 {
+            write!(f, " of checkpoint {}", self.checkpoint)?;
+        }
+        write!(f, " of job {}", if self.fingerprint.is_empty() { "(none)" } else { &self.fingerprint })
+    }
+}
+
+/// A file's length and the CRC-32C of all its bytes, as `_metadata` records them.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileDigest {
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// CRC-32C of the whole file.
+    pub crc32c: u32,
+}
+
+impl FileDigest {
+    /// The digest of a whole file image.
+    pub fn of(bytes: &[u8]) -> Self {
+        FileDigest { bytes: bytes.len() as u64, crc32c: crc32c::crc32c(bytes) }
+    }
+
+    /// Checks `bytes`, read from `path`, against this digest.
+    fn check(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        if bytes.len() as u64 != self.bytes {
+            return Err(corrupt(path, format!("{} bytes, where _metadata recorded {}", bytes.len(), self.bytes)));
+        }
+        let crc = crc32c::crc32c(bytes);
+        if crc != self.crc32c {
+            return Err(corrupt(
+                path,
+                format!("whole-file checksum {crc:08x}, where _metadata recorded {:08x}", self.crc32c),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The folder, under the checkpoint directory, of files that incremental checkpoints share.
@@ -86,6 +202,26 @@ pub struct TaskFile {
     pub file: String,
     /// Its size in bytes.
     pub bytes: u64,
+    /// CRC-32C of the whole file.
+    pub crc32c: u32,
+}
+
+impl TaskFile {
+    /// The file's length and checksum.
+    pub fn digest(&self) -> FileDigest {
+        FileDigest { bytes: self.bytes, crc32c: self.crc32c }
+    }
+}
+
+/// A shared file (incremental checkpoints) a checkpoint refers to.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SharedFile {
+    /// The file, relative to the checkpoint directory (`shared/chk-<n>-task-<i>.pages`).
+    pub file: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// CRC-32C of the whole file.
+    pub crc32c: u32,
 }
 
 /// The contents of `_metadata`.
@@ -104,16 +240,27 @@ pub struct CheckpointMetadata {
     pub kind: String,
     /// `exactly-once` or `at-least-once`.
     pub mode: String,
+    /// The generation (fencing token) of the process that completed it: each process that
+    /// takes the checkpoint directory's lock counts one higher than every checkpoint before.
+    #[serde(default)]
+    pub generation: u64,
     /// Wall-clock completion time, milliseconds since the Unix epoch.
     pub completed_unix_ms: u64,
     /// Statistics.
     pub stats: CheckpointStats,
     /// Every task's file.
     pub tasks: Vec<TaskFile>,
-    /// The shared files (relative to the checkpoint directory) this checkpoint refers to;
-    /// empty for a full checkpoint and for every savepoint.
+    /// The shared files this checkpoint refers to; empty for a full checkpoint and for every
+    /// savepoint.
     #[serde(default)]
-    pub shared: Vec<String>,
+    pub shared: Vec<SharedFile>,
+}
+
+impl CheckpointMetadata {
+    /// The names of the shared files it refers to.
+    pub fn shared_names(&self) -> impl Iterator<Item = &str> {
+        self.shared.iter().map(|s| s.file.as_str())
+    }
 }
 
 fn checkpoint_kind() -> String {
@@ -124,60 +271,72 @@ fn corrupt(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::Corrupt(format!("{}: {what}", path.display()))
 }
 
-/// Writes `payload` as a checksummed file of `kind`, and fsyncs it. Returns its size.
-pub fn write_file(path: &Path, kind: FileKind, payload: &[u8]) -> std::io::Result<u64> {
-    let mut w = ChecksummedWriter::create(path, kind)?;
+/// Writes `payload` as a checksummed file with `identity`, and fsyncs it. Returns its digest.
+pub fn write_file(path: &Path, identity: &FileIdentity, payload: &[u8]) -> std::io::Result<FileDigest> {
+    let mut w = ChecksummedWriter::create(path, identity)?;
     w.write(payload)?;
     w.finish()
 }
 
-/// The image of a file of `kind` holding `payload`, in memory: exactly what [`write_file`]
-/// writes (for tests and fuzzing, which need valid files to damage or to wrap input in).
-pub fn encode_file(kind: FileKind, payload: &[u8]) -> Vec<u8> {
-    let mut w = ChecksummedWriter::new(Vec::new(), kind).expect("writing to memory cannot fail");
+/// The image of a file with `identity` holding `payload`, in memory: exactly what
+/// [`write_file`] writes (for tests and fuzzing, which need valid files to damage or to wrap
+/// input in).
+pub fn encode_file(identity: &FileIdentity, payload: &[u8]) -> Vec<u8> {
+    let mut w = ChecksummedWriter::new(Vec::new(), identity).expect("writing to memory cannot fail");
     w.write(payload).expect("writing to memory cannot fail");
     w.finish_unsynced().expect("writing to memory cannot fail").0
 }
 
 /// A checksummed file written as its payload arrives: each 64 KiB block is framed and handed
-/// to the file once full, so a large snapshot never needs its whole encoding in memory.
+/// to the file once full, so a large snapshot never needs its whole encoding in memory. It
+/// keeps the CRC-32C of every byte it writes, for `_metadata`.
 pub struct ChecksummedWriter<W: Write = std::io::BufWriter<File>> {
-    out: W,
+    out: DigestedOutput<W>,
     block: Vec<u8>,
     payload: u64,
-    size: u64,
 }
 
-fn emit_block(out: &mut impl Write, block: &[u8]) -> std::io::Result<u64> {
-    out.write_all(&(block.len() as u32).to_le_bytes())?;
-    out.write_all(&crc32c::crc32c(block).to_le_bytes())?;
-    out.write_all(block)?;
-    Ok(8 + block.len() as u64)
+/// An output that keeps the digest of everything written to it.
+struct DigestedOutput<W> {
+    out: W,
+    digest: FileDigest,
+}
+
+impl<W: Write> DigestedOutput<W> {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(bytes)?;
+        self.digest.bytes += bytes.len() as u64;
+        self.digest.crc32c = crc32c::crc32c_append(self.digest.crc32c, bytes);
+        Ok(())
+    }
+
+    fn block(&mut self, block: &[u8]) -> std::io::Result<()> {
+        self.put(&(block.len() as u32).to_le_bytes())?;
+        self.put(&crc32c::crc32c(block).to_le_bytes())?;
+        self.put(block)
+    }
 }
 
 impl ChecksummedWriter {
-    /// Creates (or truncates) `path` and writes the header of a file of `kind`.
-    pub fn create(path: &Path, kind: FileKind) -> std::io::Result<Self> {
-        ChecksummedWriter::new(std::io::BufWriter::with_capacity(1 << 20, File::create(path)?), kind)
+    /// Creates (or truncates) `path` and writes the header of a file with `identity`.
+    pub fn create(path: &Path, identity: &FileIdentity) -> std::io::Result<Self> {
+        ChecksummedWriter::new(std::io::BufWriter::with_capacity(1 << 20, File::create(path)?), identity)
     }
 
-    /// Writes the last block and the terminator, and fsyncs the file. Returns its size.
-    pub fn finish(self) -> std::io::Result<u64> {
-        let (out, size) = self.finish_unsynced()?;
+    /// Writes the last block and the terminator, and fsyncs the file. Returns its digest.
+    pub fn finish(self) -> std::io::Result<FileDigest> {
+        let (out, digest) = self.finish_unsynced()?;
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        Ok(size)
+        Ok(digest)
     }
 }
 
 impl<W: Write> ChecksummedWriter<W> {
-    /// Writes the header of a file of `kind` to `out`.
-    pub fn new(mut out: W, kind: FileKind) -> std::io::Result<Self> {
-        let mut header = [0u8; HEADER_BYTES];
-        header[..4].copy_from_slice(&MAGIC);
-        header[4..8].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        header[8..12].copy_from_slice(&(kind as u32).to_le_bytes());
-        out.write_all(&header)?;
-        Ok(ChecksummedWriter { out, block: Vec::with_capacity(BLOCK_BYTES), payload: 0, size: HEADER_BYTES as u64 })
+    /// Writes the header of a file with `identity` to `out`.
+    pub fn new(out: W, identity: &FileIdentity) -> std::io::Result<Self> {
+        let mut out = DigestedOutput { out, digest: FileDigest::default() };
+        out.put(&identity.header())?;
+        Ok(ChecksummedWriter { out, block: Vec::with_capacity(BLOCK_BYTES), payload: 0 })
     }
 
     /// Payload bytes written so far (the offset of the next byte).
@@ -190,7 +349,7 @@ impl<W: Write> ChecksummedWriter<W> {
         self.payload += data.len() as u64;
         while !data.is_empty() {
             if self.block.is_empty() && data.len() >= BLOCK_BYTES {
-                self.size += emit_block(&mut self.out, &data[..BLOCK_BYTES])?;
+                self.out.block(&data[..BLOCK_BYTES])?;
                 data = &data[BLOCK_BYTES..];
                 continue;
             }
@@ -198,7 +357,7 @@ impl<W: Write> ChecksummedWriter<W> {
             self.block.extend_from_slice(&data[..n]);
             data = &data[n..];
             if self.block.len() == BLOCK_BYTES {
-                self.size += emit_block(&mut self.out, &self.block)?;
+                self.out.block(&self.block)?;
                 self.block.clear();
             }
         }
@@ -206,34 +365,64 @@ impl<W: Write> ChecksummedWriter<W> {
     }
 
     /// Writes the last block and the terminator, and flushes. Returns the output and the
-    /// file's size.
-    pub fn finish_unsynced(mut self) -> std::io::Result<(W, u64)> {
+    /// file's digest.
+    pub fn finish_unsynced(mut self) -> std::io::Result<(W, FileDigest)> {
         if !self.block.is_empty() {
-            self.size += emit_block(&mut self.out, &self.block)?;
+            self.out.block(&self.block)?;
         }
         // Terminator: a zero-length block carrying the payload's length, so truncation at a
         // block boundary is detected too.
         let total = self.payload.to_le_bytes();
-        self.out.write_all(&0u32.to_le_bytes())?;
-        self.out.write_all(&crc32c::crc32c(&total).to_le_bytes())?;
-        self.out.write_all(&total)?;
-        self.out.flush()?;
-        Ok((self.out, self.size + 16))
+        self.out.put(&0u32.to_le_bytes())?;
+        self.out.put(&crc32c::crc32c(&total).to_le_bytes())?;
+        self.out.put(&total)?;
+        self.out.out.flush()?;
+        Ok((self.out.out, self.out.digest))
     }
 }
 
-/// Reads and verifies a file written by [`write_file`]; returns its payload.
-pub fn read_file(path: &Path, kind: FileKind) -> Result<Vec<u8>> {
+/// Reads a whole file; an error here is an I/O error, never damage.
+fn read_bytes(path: &Path) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
     File::open(path)
         .and_then(|mut f| f.read_to_end(&mut bytes))
         .map_err(|e| Error::io("cannot read checkpoint file", path, e))?;
-    decode_file(&bytes, kind).map_err(|m| corrupt(path, m))
+    Ok(bytes)
 }
 
-/// Verifies and decodes a whole file image. Errors say what is wrong; never panics.
-pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<Vec<u8>, String> {
-    if bytes.len() < HEADER_BYTES {
+/// Reads and verifies a file written by [`write_file`]; returns what its header says it is,
+/// and its payload.
+pub fn read_file(path: &Path, kind: FileKind) -> Result<(FileIdentity, Vec<u8>)> {
+    decode_file(&read_bytes(path)?, kind).map_err(|m| corrupt(path, m))
+}
+
+/// Reads a file that must be exactly `expected` (and, with a digest, have the length and
+/// checksum recorded for it); returns its payload. A file that verifies but is another
+/// task's, checkpoint's or job's is damage, named as such.
+pub fn read_expected(path: &Path, expected: &FileIdentity, digest: Option<&FileDigest>) -> Result<Vec<u8>> {
+    let bytes = read_bytes(path)?;
+    if let Some(d) = digest {
+        d.check(path, &bytes)?;
+    }
+    let (found, payload) = decode_file(&bytes, expected.kind).map_err(|m| corrupt(path, m))?;
+    check_identity(path, &found, expected)?;
+    Ok(payload)
+}
+
+/// A file whose header names another owner than `expected` is misplaced.
+fn check_identity(path: &Path, found: &FileIdentity, expected: &FileIdentity) -> Result<()> {
+    // An empty expected fingerprint accepts any job (readers that learn it from _metadata).
+    let job_ok = expected.fingerprint.is_empty() || found.fingerprint == expected.fingerprint;
+    if job_ok && found.checkpoint == expected.checkpoint && found.task == expected.task {
+        return Ok(());
+    }
+    Err(corrupt(path, format!("misplaced file: it is the {found}, where the {expected} belongs")))
+}
+
+/// Verifies and decodes a whole file image of `kind`: what its header says it is, and its
+/// payload. Errors say what is wrong; never panics.
+pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<(FileIdentity, Vec<u8>), String> {
+    if bytes.len() < 8 {
         return Err(format!("file too short for a header ({} bytes)", bytes.len()));
     }
     if bytes[..4] != MAGIC {
@@ -244,12 +433,27 @@ pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<Vec<u8>,
     if version != FORMAT_VERSION {
         return Err(format!("format version {version}, this weir reads version {FORMAT_VERSION}"));
     }
+    if bytes.len() < HEADER_BYTES {
+        return Err(format!("file too short for a header ({} bytes)", bytes.len()));
+    }
+    if crc32c::crc32c(&bytes[..44]) != word(44) {
+        return Err("header checksum mismatch".into());
+    }
     if word(8) != kind as u32 {
-        return Err(format!("file kind {} where {:?} was expected", word(8), kind));
+        let found = FileKind::from_u32(word(8)).map_or_else(|| format!("kind {}", word(8)), |k| format!("{k:?}"));
+        return Err(format!("a {found} file where {kind:?} was expected"));
     }
-    if word(12) != 0 {
-        return Err(format!("reserved header field is {}, not 0", word(12)));
+    if word(40) != 0 {
+        return Err(format!("reserved header field is {}, not 0", word(40)));
     }
+    let fingerprint = &bytes[24..24 + FINGERPRINT_BYTES];
+    let fingerprint = &fingerprint[..fingerprint.iter().position(|&b| b == 0).unwrap_or(FINGERPRINT_BYTES)];
+    let identity = FileIdentity {
+        kind,
+        fingerprint: String::from_utf8(fingerprint.to_vec()).map_err(|_| "job fingerprint is not text".to_string())?,
+        checkpoint: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
+        task: (word(12) != NO_TASK).then(|| word(12) as usize),
+    };
     let mut pos = HEADER_BYTES;
     let mut payload = Vec::new();
     loop {
@@ -273,7 +477,7 @@ pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<Vec<u8>,
             if bytes.len() != pos + 8 {
                 return Err(format!("{} unexpected bytes after the terminator", bytes.len() - pos - 8));
             }
-            return Ok(payload);
+            return Ok((identity, payload));
         }
         if len > BLOCK_BYTES {
             return Err(format!("block at byte {} claims {len} bytes (at most {BLOCK_BYTES})", pos - 8));
@@ -360,19 +564,40 @@ impl TaskFileContent {
 
 crate::persist_struct!(TaskFileContent { shared, parts });
 
-/// Reads shared files on demand, each once, for the task files of one checkpoint.
+/// Reads shared files on demand, each once, for the task files of one checkpoint, checking
+/// each against what the referring checkpoint's `_metadata` recorded for it.
 struct SharedFiles<'a> {
     root: &'a Path,
+    fingerprint: &'a str,
+    recorded: HashMap<&'a str, FileDigest>,
     loaded: HashMap<String, Vec<u8>>,
 }
 
-impl SharedFiles<'_> {
+impl<'a> SharedFiles<'a> {
+    fn of(root: &'a Path, metadata: &'a CheckpointMetadata) -> Self {
+        SharedFiles {
+            root,
+            fingerprint: &metadata.fingerprint,
+            recorded: metadata
+                .shared
+                .iter()
+                .map(|s| (s.file.as_str(), FileDigest { bytes: s.bytes, crc32c: s.crc32c }))
+                .collect(),
+            loaded: HashMap::new(),
+        }
+    }
+
     fn range(&mut self, name: &str, offset: u64, len: u64) -> Result<&[u8]> {
         if !self.loaded.contains_key(name) {
-            if name.contains("..") || Path::new(name).is_absolute() {
-                return Err(Error::Corrupt(format!("shared file name '{name}' leaves the checkpoint directory")));
-            }
-            let payload = read_file(&self.root.join(name), FileKind::SharedPages)?;
+            let path = self.root.join(name);
+            let Some((id, task)) = parse_shared_name(name) else {
+                return Err(Error::Corrupt(format!("'{name}' is not the name of a shared state file")));
+            };
+            let digest = self.recorded.get(name).ok_or_else(|| {
+                corrupt(&path, "a task file refers to it, and the checkpoint's _metadata does not list it")
+            })?;
+            let expected = FileIdentity::new(FileKind::SharedPages, self.fingerprint, id, Some(task));
+            let payload = read_expected(&path, &expected, Some(digest))?;
             self.loaded.insert(name.to_string(), payload);
         }
         let payload = &self.loaded[name];
@@ -387,9 +612,27 @@ impl SharedFiles<'_> {
     }
 }
 
-/// Reads one task file and resolves its chunks: (operator, subtask, state bytes) per part.
-fn read_task_parts(path: &Path, shared: &mut SharedFiles) -> Result<Vec<(String, u64, Vec<u8>)>> {
-    let payload = read_file(path, FileKind::TaskState)?;
+/// The checkpoint and task of a shared file's name, `shared/chk-<n>-task-<i>.pages`.
+fn parse_shared_name(name: &str) -> Option<(u64, usize)> {
+    let rest = name.strip_prefix(SHARED_DIR)?.strip_prefix('/')?.strip_prefix("chk-")?.strip_suffix(".pages")?;
+    let (id, task) = rest.split_once("-task-")?;
+    Some((id.parse().ok()?, task.parse().ok()?))
+}
+
+/// The identity task `t`'s file of the checkpoint `metadata` describes must have.
+fn task_identity(metadata: &CheckpointMetadata, t: &TaskFile) -> FileIdentity {
+    FileIdentity::new(FileKind::TaskState, &metadata.fingerprint, metadata.checkpoint, Some(t.task))
+}
+
+/// Reads one task file (checked against its identity and digest) and resolves its chunks:
+/// (operator, subtask, state bytes) per part.
+fn read_task_parts(
+    path: &Path,
+    expected: &FileIdentity,
+    digest: &FileDigest,
+    shared: &mut SharedFiles,
+) -> Result<Vec<(String, u64, Vec<u8>)>> {
+    let payload = read_expected(path, expected, Some(digest))?;
     let content: TaskFileContent = from_bytes(&payload).map_err(|e| corrupt(path, e))?;
     let mut parts = Vec::with_capacity(content.parts.len());
     for (op, subtask, chunks) in content.parts {
@@ -411,10 +654,12 @@ fn read_task_parts(path: &Path, shared: &mut SharedFiles) -> Result<Vec<(String,
     Ok(parts)
 }
 
-/// A checkpoint folder tree.
+/// A checkpoint folder tree. Files it writes carry the fingerprint of the job it was made
+/// for ([`CheckpointStorage::for_job`]).
 #[derive(Clone, Debug)]
 pub struct CheckpointStorage {
     dir: PathBuf,
+    fingerprint: String,
 }
 
 /// A checkpoint read back and verified.
@@ -426,15 +671,39 @@ pub struct LoadedCheckpoint {
     pub state: RestoredState,
 }
 
+/// What recovery found in a checkpoint directory: the newest checkpoint that verifies, and
+/// the newer complete ones it had to skip as damaged (id, why), newest first.
+#[derive(Debug, Default)]
+pub struct RecoveryPoint {
+    /// The checkpoint to restore.
+    pub checkpoint: Option<LoadedCheckpoint>,
+    /// Complete checkpoints newer than it that failed verification.
+    pub skipped: Vec<(u64, String)>,
+}
+
 impl CheckpointStorage {
-    /// Storage under `dir`.
+    /// Storage under `dir`, for reading (files it writes name no job).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        CheckpointStorage { dir: dir.into() }
+        CheckpointStorage { dir: dir.into(), fingerprint: String::new() }
+    }
+
+    /// Storage under `dir` for the job with graph fingerprint `fingerprint`: every file it
+    /// writes names that job.
+    pub fn for_job(dir: impl Into<PathBuf>, fingerprint: &str) -> Self {
+        CheckpointStorage {
+            dir: dir.into(),
+            fingerprint: FileIdentity::new(FileKind::Lock, fingerprint, 0, None).fingerprint,
+        }
     }
 
     /// The root folder.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The fingerprint of the job whose files this storage writes.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
     }
 
     /// The folder of checkpoint `id`.
@@ -448,13 +717,14 @@ impl CheckpointStorage {
         std::fs::create_dir_all(&d).map_err(|e| Error::io("cannot create checkpoint folder", d, e))
     }
 
-    /// Writes one task's state file; returns the file name and size.
-    pub fn write_task(&self, id: u64, task: usize, content: &TaskFileContent) -> Result<(String, u64)> {
+    /// Writes one task's state file; returns the file name and its digest.
+    pub fn write_task(&self, id: u64, task: usize, content: &TaskFileContent) -> Result<(String, FileDigest)> {
         let name = format!("task-{task}.state");
         let path = self.checkpoint_dir(id).join(&name);
-        let bytes = write_file(&path, FileKind::TaskState, &to_bytes(content))
+        let identity = FileIdentity::new(FileKind::TaskState, &self.fingerprint, id, Some(task));
+        let digest = write_file(&path, &identity, &to_bytes(content))
             .map_err(|e| Error::io("cannot write task state", &path, e))?;
-        Ok((name, bytes))
+        Ok((name, digest))
     }
 
     /// The name (relative to the checkpoint directory) of the shared file in which task
@@ -467,8 +737,9 @@ impl CheckpointStorage {
     pub fn create_shared(&self, id: u64, task: usize) -> std::io::Result<ChecksummedWriter> {
         let path = self.dir.join(Self::shared_name(id, task));
         let folder = self.dir.join(SHARED_DIR);
+        let identity = FileIdentity::new(FileKind::SharedPages, &self.fingerprint, id, Some(task));
         std::fs::create_dir_all(&folder)
-            .and_then(|_| ChecksummedWriter::create(&path, FileKind::SharedPages))
+            .and_then(|_| ChecksummedWriter::create(&path, &identity))
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))
     }
 
@@ -482,34 +753,52 @@ impl CheckpointStorage {
 fn write_metadata(d: &Path, metadata: &CheckpointMetadata) -> Result<()> {
     let tmp = d.join("_metadata.inprogress");
     let json = serde_json::to_vec_pretty(metadata).map_err(|e| Error::Corrupt(e.to_string()))?;
-    write_file(&tmp, FileKind::Metadata, &json).map_err(|e| Error::io("cannot write checkpoint metadata", &tmp, e))?;
+    let identity = FileIdentity::new(FileKind::Metadata, &metadata.fingerprint, metadata.checkpoint, None);
+    write_file(&tmp, &identity, &json).map_err(|e| Error::io("cannot write checkpoint metadata", &tmp, e))?;
     let target = d.join(METADATA_FILE);
     std::fs::rename(&tmp, &target).map_err(|e| Error::io("cannot publish checkpoint metadata", &target, e))?;
+    sync_folder(d)
+}
+
+/// Makes a folder's entries (a rename into it) durable.
+pub(crate) fn sync_folder(d: &Path) -> Result<()> {
     File::open(d).and_then(|f| f.sync_all()).map_err(|e| Error::io("cannot sync checkpoint folder", d, e))
 }
 
-/// Reads and verifies `<dir>/_metadata`.
+/// Reads and verifies `<dir>/_metadata`: its header names the checkpoint and job its content
+/// describes.
 pub fn read_metadata(dir: &Path) -> Result<CheckpointMetadata> {
     let path = dir.join(METADATA_FILE);
-    if !path.exists() {
-        return Err(Error::Corrupt(format!("{}: missing (the checkpoint never completed)", path.display())));
+    let (found, json) = match read_file(&path, FileKind::Metadata) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::Corrupt(format!("{}: missing (the checkpoint never completed)", path.display())));
+        }
+        r => r?,
+    };
+    let metadata: CheckpointMetadata =
+        serde_json::from_slice(&json).map_err(|e| corrupt(&path, format!("unreadable metadata: {e}")))?;
+    let described = FileIdentity::new(FileKind::Metadata, &metadata.fingerprint, metadata.checkpoint, None);
+    if found != described {
+        return Err(corrupt(&path, format!("its header is the {found}, and its content describes the {described}")));
     }
-    let json = read_file(&path, FileKind::Metadata)?;
-    serde_json::from_slice(&json).map_err(|e| corrupt(&path, format!("unreadable metadata: {e}")))
+    Ok(metadata)
 }
 
-/// Reads and verifies a whole checkpoint or savepoint folder. Shared files an incremental
-/// checkpoint refers to are read from the folder above it (the checkpoint directory).
+/// Reads and verifies a whole checkpoint or savepoint folder: every file's length, checksum
+/// and identity. Shared files an incremental checkpoint refers to are read from the folder
+/// above it (the checkpoint directory).
 pub fn load_dir(dir: &Path) -> Result<LoadedCheckpoint> {
     let metadata = read_metadata(dir)?;
     let mut state = RestoredState::new(metadata.checkpoint);
     let root = dir.parent().unwrap_or(dir);
-    let mut shared = SharedFiles { root, loaded: HashMap::new() };
+    let mut shared = SharedFiles::of(root, &metadata);
     for t in &metadata.tasks {
-        for (op, subtask, bytes) in read_task_parts(&dir.join(&t.file), &mut shared)? {
+        let path = dir.join(&t.file);
+        for (op, subtask, bytes) in read_task_parts(&path, &task_identity(&metadata, t), &t.digest(), &mut shared)? {
             state.insert(op, subtask as usize, bytes);
         }
     }
+    drop(shared);
     Ok(LoadedCheckpoint { metadata, state })
 }
 
@@ -551,16 +840,59 @@ impl CheckpointStorage {
 
     /// Reads only the metadata of checkpoint `id`.
     pub fn metadata(&self, id: u64) -> Result<CheckpointMetadata> {
-        read_metadata(&self.checkpoint_dir(id))
+        let m = read_metadata(&self.checkpoint_dir(id))?;
+        if m.checkpoint != id {
+            return Err(Error::Corrupt(format!(
+                "{}: misplaced file: it describes checkpoint {}, in the folder of checkpoint {id}",
+                self.checkpoint_dir(id).join(METADATA_FILE).display(),
+                m.checkpoint
+            )));
+        }
+        Ok(m)
     }
 
     /// Reads and verifies checkpoint `id` completely.
     pub fn load(&self, id: u64) -> Result<LoadedCheckpoint> {
-        let c = load_dir(&self.checkpoint_dir(id))?;
-        if c.metadata.checkpoint != id {
-            return Err(Error::Corrupt(format!("chk-{id}/_metadata describes checkpoint {}", c.metadata.checkpoint)));
+        self.metadata(id)?;
+        load_dir(&self.checkpoint_dir(id))
+    }
+
+    /// Reads back every file checkpoint `id` wrote and checks it against `_metadata` (length,
+    /// checksum, identity, every block), and that the shared files it refers to from earlier
+    /// checkpoints are there at their recorded length. Done before a checkpoint's transactions
+    /// commit, so a checkpoint that would not restore is never the one they are committed
+    /// under. Returns the metadata.
+    pub fn verify(&self, id: u64) -> Result<CheckpointMetadata> {
+        let metadata = self.metadata(id)?;
+        let dir = self.checkpoint_dir(id);
+        for t in &metadata.tasks {
+            read_expected(&dir.join(&t.file), &task_identity(&metadata, t), Some(&t.digest()))?;
         }
-        Ok(c)
+        for s in &metadata.shared {
+            let path = self.dir.join(&s.file);
+            let digest = FileDigest { bytes: s.bytes, crc32c: s.crc32c };
+            match parse_shared_name(&s.file) {
+                Some((written_by, task)) if written_by == id => {
+                    let expected = FileIdentity::new(FileKind::SharedPages, &metadata.fingerprint, id, Some(task));
+                    read_expected(&path, &expected, Some(&digest))?;
+                }
+                Some(_) => {
+                    // Verified whole when the checkpoint that wrote it completed.
+                    let len = std::fs::metadata(&path).map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => corrupt(&path, "missing (a checkpoint refers to it)"),
+                        _ => Error::io("cannot read checkpoint file", &path, e),
+                    })?;
+                    if len.len() != s.bytes {
+                        return Err(corrupt(
+                            &path,
+                            format!("{} bytes, where _metadata recorded {}", len.len(), s.bytes),
+                        ));
+                    }
+                }
+                None => return Err(Error::Corrupt(format!("'{}' is not the name of a shared state file", s.file))),
+            }
+        }
+        Ok(metadata)
     }
 
     /// Copies complete checkpoint `id` into `<target>/savepoint-<id>/` as a savepoint (every
@@ -568,15 +900,18 @@ impl CheckpointStorage {
     /// so the savepoint refers to nothing outside its folder.
     pub fn copy_to_savepoint(&self, id: u64, target: &Path) -> Result<PathBuf> {
         let from = self.checkpoint_dir(id);
-        let mut metadata = read_metadata(&from)?;
+        let mut metadata = self.metadata(id)?;
         let to = target.join(format!("savepoint-{id}"));
         std::fs::create_dir_all(&to).map_err(|e| Error::io("cannot create savepoint folder", &to, e))?;
-        let mut shared = SharedFiles { root: &self.dir, loaded: HashMap::new() };
+        let source = metadata.clone();
+        let mut shared = SharedFiles::of(&self.dir, &source);
         for t in &mut metadata.tasks {
-            let parts = read_task_parts(&from.join(&t.file), &mut shared)?;
+            let identity = task_identity(&source, t);
+            let parts = read_task_parts(&from.join(&t.file), &identity, &t.digest(), &mut shared)?;
             let dst = to.join(&t.file);
-            t.bytes = write_file(&dst, FileKind::TaskState, &to_bytes(&TaskFileContent::inline(parts)))
+            let digest = write_file(&dst, &identity, &to_bytes(&TaskFileContent::inline(parts)))
                 .map_err(|e| Error::io("cannot write savepoint state", &dst, e))?;
+            (t.bytes, t.crc32c) = (digest.bytes, digest.crc32c);
         }
         metadata.kind = "savepoint".into();
         metadata.shared.clear();
@@ -588,25 +923,31 @@ impl CheckpointStorage {
     /// (read from the header alone: a checkpoint of another version is not damage but a
     /// different program's, and must not be skipped as if it were).
     pub fn format_version(&self, id: u64) -> Option<u32> {
-        let mut header = [0u8; HEADER_BYTES];
+        let mut header = [0u8; 8];
         File::open(self.checkpoint_dir(id).join(METADATA_FILE)).and_then(|mut f| f.read_exact(&mut header)).ok()?;
         (header[..4] == MAGIC).then(|| u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")))
     }
 
-    /// The newest checkpoint that verifies, with a note for each newer one skipped and why.
-    pub fn latest_valid(&self) -> (Option<LoadedCheckpoint>, Vec<String>) {
-        let mut notes = Vec::new();
+    /// The newest checkpoint that verifies, and the newer complete ones skipped as damaged.
+    /// A file that cannot be read (an I/O error, not damage) is an error: falling back past a
+    /// checkpoint that may be intact would retract its committed output.
+    pub fn latest_valid(&self) -> Result<RecoveryPoint> {
+        let mut found = RecoveryPoint::default();
         for id in self.list().into_iter().rev() {
             if !self.is_complete(id) {
                 // Never completed (crashed or aborted mid-way): not a checkpoint at all.
                 continue;
             }
             match self.load(id) {
-                Ok(c) => return (Some(c), notes),
-                Err(e) => notes.push(format!("checkpoint {id} is damaged and was skipped: {e}")),
+                Ok(c) => {
+                    found.checkpoint = Some(c);
+                    return Ok(found);
+                }
+                Err(e @ Error::Corrupt(_)) => found.skipped.push((id, e.to_string())),
+                Err(e) => return Err(e),
             }
         }
-        (None, notes)
+        Ok(found)
     }
 
     /// Keeps the newest `keep` of `completed` and deletes the rest, then the shared files the
@@ -618,7 +959,7 @@ impl CheckpointStorage {
         while completed.len() > keep {
             let old = completed.remove(0);
             if let Ok(m) = self.metadata(old) {
-                candidates.extend(m.shared);
+                candidates.extend(m.shared.into_iter().map(|s| s.file));
             }
             // Its own shared files may be needed by newer checkpoints: only the folder goes.
             let _ = std::fs::remove_dir_all(self.checkpoint_dir(old));
@@ -629,7 +970,7 @@ impl CheckpointStorage {
         let mut needed = in_use.clone();
         for &id in completed.iter() {
             match self.metadata(id) {
-                Ok(m) => needed.extend(m.shared),
+                Ok(m) => needed.extend(m.shared.into_iter().map(|s| s.file)),
                 // What a retained checkpoint needs is unknown: delete nothing.
                 Err(_) => return Vec::new(),
             }
@@ -654,7 +995,7 @@ impl CheckpointStorage {
                 continue;
             }
             match self.metadata(id) {
-                Ok(m) => needed.extend(m.shared),
+                Ok(m) => needed.extend(m.shared.into_iter().map(|s| s.file)),
                 Err(_) => return Vec::new(),
             }
         }
@@ -670,19 +1011,64 @@ impl CheckpointStorage {
     }
 }
 
-/// Metadata of a one-task checkpoint, for tests.
+/// Written into the checkpoint directory when a checkpointed job finishes successfully.
+pub const FINISHED_MARKER: &str = "_finished";
+
+/// What the completion marker says: which job finished in this directory.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FinishedJob {
+    /// The job's name.
+    pub job: String,
+    /// Its graph fingerprint.
+    pub fingerprint: String,
+    /// What it read and wrote ([`crate::Job::with_description`]).
+    pub description: String,
+}
+
+/// Leaves the completion marker in `dir`, atomically (temporary file, fsync, rename).
+pub fn write_finished(dir: &Path, finished: &FinishedJob) -> Result<()> {
+    let (tmp, path) = (dir.join("_finished.inprogress"), dir.join(FINISHED_MARKER));
+    let json = serde_json::to_vec_pretty(finished).map_err(|e| Error::Corrupt(e.to_string()))?;
+    let identity = FileIdentity::new(FileKind::Finished, &finished.fingerprint, 0, None);
+    write_file(&tmp, &identity, &json).map_err(|e| Error::io("cannot write the job's completion marker", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io("cannot write the job's completion marker", &path, e))?;
+    sync_folder(dir)
+}
+
+/// The completion marker in `dir`: `None` when there is none; damage (an empty or garbage
+/// file, a folder of that name) is an error naming it.
+pub fn read_finished(dir: &Path) -> Result<Option<FinishedJob>> {
+    let path = dir.join(FINISHED_MARKER);
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("cannot read the completion marker", &path, e)),
+        Ok(m) if !m.is_file() => return Err(corrupt(&path, "not a completion marker (not a plain file)")),
+        Ok(_) => {}
+    }
+    let (found, json) = read_file(&path, FileKind::Finished)?;
+    let finished: FinishedJob =
+        serde_json::from_slice(&json).map_err(|e| corrupt(&path, format!("unreadable completion marker: {e}")))?;
+    let described = FileIdentity::new(FileKind::Finished, &finished.fingerprint, 0, None);
+    if found != described {
+        return Err(corrupt(&path, format!("its header is the {found}, and its content describes the {described}")));
+    }
+    Ok(Some(finished))
+}
+
+/// Metadata of a one-task checkpoint of a job without a fingerprint, for tests.
 #[cfg(test)]
-pub(crate) fn test_metadata(id: u64, file: String, bytes: u64, shared: Vec<String>) -> CheckpointMetadata {
+pub(crate) fn test_metadata(id: u64, file: String, digest: FileDigest, shared: Vec<SharedFile>) -> CheckpointMetadata {
     CheckpointMetadata {
         format: FORMAT_VERSION,
         job: "j".into(),
-        fingerprint: "f".into(),
+        fingerprint: String::new(),
         checkpoint: id,
         kind: "checkpoint".into(),
         mode: "exactly-once".into(),
+        generation: 1,
         completed_unix_ms: 0,
         stats: CheckpointStats::default(),
-        tasks: vec![TaskFile { task: 0, name: "t".into(), file, bytes }],
+        tasks: vec![TaskFile { task: 0, name: "t".into(), file, bytes: digest.bytes, crc32c: digest.crc32c }],
         shared,
     }
 }
@@ -691,20 +1077,26 @@ pub(crate) fn test_metadata(id: u64, file: String, bytes: u64, shared: Vec<Strin
 mod tests {
     use super::*;
 
+    fn task_file(id: u64, task: usize) -> FileIdentity {
+        FileIdentity::new(FileKind::TaskState, "0123456789abcdef", id, Some(task))
+    }
+
     #[test]
     fn files_round_trip_and_damage_is_detected() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let payload: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
-        write_file(&path, FileKind::TaskState, &payload).unwrap();
-        assert_eq!(read_file(&path, FileKind::TaskState).unwrap(), payload);
+        let digest = write_file(&path, &task_file(4, 2), &payload).unwrap();
+        assert_eq!(read_file(&path, FileKind::TaskState).unwrap(), (task_file(4, 2), payload.clone()));
+        assert_eq!(read_expected(&path, &task_file(4, 2), Some(&digest)).unwrap(), payload);
         assert!(read_file(&path, FileKind::Metadata).is_err(), "wrong kind");
         let good = std::fs::read(&path).unwrap();
+        assert_eq!(FileDigest::of(&good), digest);
         // Truncations and every kind of flipped byte are caught.
-        for cut in [0, 3, 15, 16, 100, 65_000, good.len() - 8, good.len() - 1] {
+        for cut in [0, 3, 15, 16, 47, 48, 100, 65_000, good.len() - 8, good.len() - 1] {
             assert!(decode_file(&good[..cut], FileKind::TaskState).is_err(), "cut at {cut}");
         }
-        for at in [0, 5, 9, 13, 16, 20, 30, 70_000, good.len() - 3] {
+        for at in [0, 5, 9, 13, 17, 25, 41, 45, 48, 52, 60, 70_000, good.len() - 3] {
             let mut bad = good.clone();
             bad[at] ^= 0x40;
             assert!(decode_file(&bad, FileKind::TaskState).is_err(), "flip at {at}");
@@ -714,6 +1106,29 @@ mod tests {
         assert!(decode_file(&longer, FileKind::TaskState).is_err());
     }
 
+    /// A file that verifies but was written for another task, checkpoint or job is refused,
+    /// naming what it is and what belongs there; so is one whose length or checksum is not
+    /// what was recorded for it.
+    #[test]
+    fn files_that_belong_elsewhere_are_misplaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let digest = write_file(&path, &task_file(4, 2), b"state").unwrap();
+        for (expected, what) in [
+            (task_file(4, 0), "task 2"),
+            (task_file(3, 2), "checkpoint 4"),
+            (FileIdentity::new(FileKind::TaskState, "fedcba9876543210", 4, Some(2)), "job 0123456789abcdef"),
+        ] {
+            let err = read_expected(&path, &expected, None).unwrap_err().to_string();
+            assert!(err.contains("misplaced") && err.contains(what) && err.contains("f:"), "{err}");
+        }
+        let other = FileDigest { bytes: digest.bytes, crc32c: digest.crc32c ^ 1 };
+        let err = read_expected(&path, &task_file(4, 2), Some(&other)).unwrap_err().to_string();
+        assert!(err.contains("whole-file checksum"), "{err}");
+        let shorter = FileDigest { bytes: digest.bytes - 1, ..digest };
+        assert!(read_expected(&path, &task_file(4, 2), Some(&shorter)).unwrap_err().to_string().contains("bytes"));
+    }
+
     #[test]
     fn checkpoints_commit_load_and_fall_back_past_damage() {
         let dir = tempfile::tempdir().unwrap();
@@ -721,24 +1136,54 @@ mod tests {
         for id in 1..=3u64 {
             s.prepare(id).unwrap();
             let parts = TaskFileContent::inline(vec![("op".into(), 0, vec![id as u8; 10])]);
-            let (file, bytes) = s.write_task(id, 0, &parts).unwrap();
-            s.commit(&test_metadata(id, file, bytes, Vec::new())).unwrap();
+            let (file, digest) = s.write_task(id, 0, &parts).unwrap();
+            s.commit(&test_metadata(id, file, digest, Vec::new())).unwrap();
+            assert!(s.verify(id).is_ok());
         }
         s.prepare(4).unwrap(); // never completed
-        let (c, notes) = s.latest_valid();
-        assert_eq!(c.unwrap().state.get("op", 0), Some(&[3u8; 10][..]));
-        assert!(notes.is_empty());
+        let found = s.latest_valid().unwrap();
+        assert_eq!(found.checkpoint.unwrap().state.get("op", 0), Some(&[3u8; 10][..]));
+        assert!(found.skipped.is_empty());
         // Damage checkpoint 3's task file: recovery falls back to 2 and says why.
         let f = s.checkpoint_dir(3).join("task-0.state");
         let mut b = std::fs::read(&f).unwrap();
-        b[30] ^= 1;
+        b[60] ^= 1;
         std::fs::write(&f, b).unwrap();
-        let (c, notes) = s.latest_valid();
-        assert_eq!(c.unwrap().metadata.checkpoint, 2);
-        assert!(notes[0].contains("checkpoint 3") && notes[0].contains("checksum"), "{notes:?}");
+        assert!(s.verify(3).is_err());
+        let found = s.latest_valid().unwrap();
+        assert_eq!(found.checkpoint.unwrap().metadata.checkpoint, 2);
+        assert_eq!(found.skipped.len(), 1);
+        assert!(found.skipped[0].0 == 3 && found.skipped[0].1.contains("checksum"), "{:?}", found.skipped);
+        // Checkpoint 2's file where checkpoint 1's belongs: misplaced.
+        std::fs::copy(s.checkpoint_dir(2).join("task-0.state"), s.checkpoint_dir(1).join("task-0.state")).unwrap();
+        let err = s.load(1).unwrap_err().to_string();
+        assert!(err.contains("chk-1") && err.contains("task-0.state"), "{err}");
         let mut completed = vec![1, 2, 3];
         assert!(s.retain(&mut completed, 1, &HashSet::new()).is_empty());
         assert_eq!(completed, vec![3]);
         assert_eq!(s.list(), vec![3, 4]);
+    }
+
+    /// A file that cannot be read is not damage: recovery stops with the I/O error instead of
+    /// falling back past the checkpoint.
+    #[test]
+    fn an_unreadable_file_stops_recovery_and_is_not_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = CheckpointStorage::new(dir.path());
+        for id in 1..=2u64 {
+            s.prepare(id).unwrap();
+            let (file, digest) =
+                s.write_task(id, 0, &TaskFileContent::inline(vec![("op".into(), 0, vec![1])])).unwrap();
+            s.commit(&test_metadata(id, file, digest, Vec::new())).unwrap();
+        }
+        // A symbolic link to itself: open(2) fails (ELOOP), as it would with EACCES or EIO.
+        let f = s.checkpoint_dir(2).join("task-0.state");
+        std::fs::rename(&f, dir.path().join("aside")).unwrap();
+        std::os::unix::fs::symlink(&f, &f).unwrap();
+        let err = s.latest_valid().unwrap_err();
+        assert!(matches!(err, Error::Io { .. }) && err.to_string().contains("task-0.state"), "{err}");
+        std::fs::remove_file(&f).unwrap();
+        std::fs::rename(dir.path().join("aside"), &f).unwrap();
+        assert_eq!(s.latest_valid().unwrap().checkpoint.unwrap().metadata.checkpoint, 2);
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::config::CheckpointMode;
 use super::incremental::{write_task_snapshot, PageIndex};
-use super::storage::CheckpointStorage;
+use super::storage::{CheckpointStorage, FileDigest, SharedFile};
 use crate::context::Clock;
 use crate::error::{Error, Result};
 use crate::snapshot::{Barrier, CheckpointNotice, FaultInjector, TaskSnapshot};
@@ -38,12 +38,12 @@ pub(crate) struct TaskStats {
 /// One task's part of a checkpoint, durable.
 #[derive(Debug)]
 pub(crate) struct TaskDone {
-    /// The task file (relative to the checkpoint's folder) and its size.
+    /// The task file (relative to the checkpoint's folder), its length and checksum.
     pub(crate) file: String,
-    pub(crate) bytes: u64,
+    pub(crate) digest: FileDigest,
     pub(crate) stats: TaskStats,
     /// Shared files (incremental checkpoints) the task file refers to.
-    pub(crate) shared: Vec<String>,
+    pub(crate) shared: Vec<SharedFile>,
 }
 
 /// From one task to the coordinator: its part of a checkpoint is durable, or it declines.
@@ -265,7 +265,7 @@ impl TaskCheckpointing {
                 stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);
                 stats.written_bytes += w.written_bytes.saturating_sub(stats.inflight_bytes);
                 stats.async_ns = clock.now_ns() - start;
-                Ok(TaskDone { file: w.file, bytes: w.file_bytes, stats, shared: w.shared })
+                Ok(TaskDone { file: w.file, digest: w.file_digest, stats, shared: w.shared })
             })();
             // The coordinator may be gone (the attempt ended); nothing to tell then.
             let _ = acks.send(TaskAck { checkpoint: id, task, result });

@@ -102,6 +102,7 @@ impl Job {
                 max_parallelism: 128,
                 checkpointing: None,
                 restore: None,
+                description: String::new(),
             })),
         }
     }
@@ -137,6 +138,20 @@ impl Job {
     /// The job's name.
     pub fn name(&self) -> String {
         self.graph.borrow().name.clone()
+    }
+
+    /// Says what the job reads and writes (say, its input and output paths). With
+    /// checkpointing, it is kept in the completion marker the job leaves in its checkpoint
+    /// directory, so a rerun on that directory can say where the finished job's output went.
+    pub fn with_description(self, description: impl Into<String>) -> Job {
+        self.graph.borrow_mut().description = description.into();
+        self
+    }
+
+    /// The fingerprint of the job's graph (operator names and parallelism, edges): a
+    /// checkpoint is restored only into a job with the same one.
+    pub fn fingerprint(&self) -> String {
+        self.graph.borrow().fingerprint()
     }
 
     fn add_node(

@@ -79,6 +79,8 @@ pub(crate) struct Graph {
     /// A savepoint or checkpoint to start from, and whether its state for operators this job
     /// lacks may be dropped.
     pub(crate) restore: Option<(std::path::PathBuf, bool)>,
+    /// What the job reads and writes, for its completion marker.
+    pub(crate) description: String,
 }
 
 impl Graph {

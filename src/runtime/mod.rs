@@ -18,7 +18,9 @@ use std::time::Instant;
 
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::coordinator::SavepointRequest;
-use crate::checkpoint::{load_dir, CheckpointStats, CheckpointStorage};
+use crate::checkpoint::{
+    load_dir, read_finished, write_finished, CheckpointStats, CheckpointStorage, DirectoryLock, FinishedJob,
+};
 use crate::context::{AttemptScope, Clock};
 use crate::error::{Error, Result};
 use crate::metrics::{JobMetrics, JobReport};
@@ -109,14 +111,15 @@ pub fn available_cores() -> usize {
     }
 }
 
-/// Written into the checkpoint directory when a checkpointed job finishes successfully.
-pub const FINISHED_MARKER: &str = "_finished";
+pub use crate::checkpoint::FINISHED_MARKER;
 
 /// What outlives attempts: checkpoint ids and failure reasons.
 #[derive(Default)]
 struct AttemptShared {
     next_checkpoint: Arc<std::sync::atomic::AtomicU64>,
     checkpoint_failures: Arc<Mutex<Vec<String>>>,
+    /// The checkpoint directory's lock, held for the job's life.
+    lock: Option<Arc<DirectoryLock>>,
 }
 
 /// One attempt of a job: its workers and, with checkpointing, its coordinator. A failover
@@ -315,21 +318,27 @@ impl JobHandle {
         if !a.state.completed() {
             return Some(Err(Error::Cancelled));
         }
+        // The sinks' last commits, like every commit, only while this process owns the
+        // checkpoint directory.
+        if let Some(Err(e)) = self.shared.lock.as_ref().map(|l| l.check()) {
+            return Some(Err(e));
+        }
         if let Err(e) = a.scope.succeed() {
             return Some(Err(e));
         }
-        if let Some(cfg) = &self.job.graph.borrow().checkpointing {
+        let graph = self.job.graph.borrow();
+        if let Some(cfg) = &graph.checkpointing {
             // A rerun with the same directory must not silently redo (or resume) a finished job.
-            let marker = cfg.dir.join(FINISHED_MARKER);
-            let text = format!(
-                "{{\"job\": {:?}, \"fingerprint\": {:?}}}\n",
-                self.job.name(),
-                self.job.graph.borrow().fingerprint()
-            );
-            if let Err(e) = std::fs::write(&marker, text) {
-                return Some(Err(Error::io("cannot write the job's completion marker", marker, e)));
+            let finished = FinishedJob {
+                job: graph.name.clone(),
+                fingerprint: graph.fingerprint(),
+                description: graph.description.clone(),
+            };
+            if let Err(e) = write_finished(&cfg.dir, &finished) {
+                return Some(Err(e));
             }
         }
+        drop(graph);
         Some(Ok(JobReport {
             source_records: self.metrics.source_records(),
             sink_records: self.metrics.sink_records(),
@@ -445,15 +454,27 @@ fn start_attempt(
     let mut wiring = None;
     let mut coordinator = None;
     if let Some(cfg) = &graph.checkpointing {
-        let marker = cfg.dir.join(FINISHED_MARKER);
-        if marker.exists() {
-            return Err(Error::config(format!(
-                "the job that used checkpoint directory {} already completed ({} exists); remove the directory to run it again",
-                cfg.dir.display(),
-                marker.display()
-            )));
+        let lock = shared.lock.clone().expect("a checkpointed job holds its directory's lock");
+        if let Some(finished) = read_finished(&cfg.dir)? {
+            let marker = cfg.dir.join(FINISHED_MARKER);
+            return Err(Error::config(if finished.fingerprint == fingerprint {
+                format!(
+                    "the job that used checkpoint directory {} already completed ({} exists); remove the directory to run it again",
+                    cfg.dir.display(),
+                    marker.display()
+                )
+            } else {
+                format!(
+                    "checkpoint directory {} belongs to another job, which completed ('{}', graph fingerprint {}; this job is '{}', {}); choose another directory",
+                    cfg.dir.display(),
+                    finished.job,
+                    finished.fingerprint,
+                    graph.name,
+                    fingerprint
+                )
+            }));
         }
-        let storage = Arc::new(CheckpointStorage::new(&cfg.dir));
+        let storage = Arc::new(CheckpointStorage::for_job(&cfg.dir, &fingerprint));
         // No checkpoint is being written now: shared pages of checkpoints that never completed
         // (a crash, an earlier attempt) can go.
         storage.remove_unreferenced_shared();
@@ -471,10 +492,12 @@ fn start_attempt(
                 crate::checkpoint::FORMAT_VERSION
             )));
         }
-        let (latest, skipped) = storage.latest_valid();
-        notes.extend(skipped);
+        let found = storage.latest_valid()?;
+        for (id, why) in &found.skipped {
+            notes.push(format!("checkpoint {id} is damaged and was skipped: {why}"));
+        }
         let mut completed = Vec::new();
-        if let Some(c) = latest {
+        if let Some(c) = found.checkpoint {
             if c.metadata.fingerprint != fingerprint {
                 return Err(Error::config(format!(
                     "checkpoint directory {} holds checkpoints of another job ('{}', graph fingerprint {}; this job is '{}', {})",
@@ -523,7 +546,7 @@ fn start_attempt(
             storage: storage.clone(),
             writes: writes.clone(),
         });
-        coordinator = Some((cfg.clone(), storage, acks_rx, first_id, completed, writes));
+        coordinator = Some((cfg.clone(), storage, acks_rx, first_id, completed, writes, lock));
     }
     if graph.checkpointing.is_none() {
         restored = restore_from_savepoint(&graph, notes)?.map(Arc::new);
@@ -542,7 +565,7 @@ fn start_attempt(
     let plan = build_plan(&graph, limits, &env)?;
     let mut savepoints = None;
     let coordinator = match coordinator {
-        Some((cfg, storage, acks, first_id, completed, writes)) => {
+        Some((cfg, storage, acks, first_id, completed, writes, lock)) => {
             let shutdown = Arc::new(AtomicBool::new(false));
             let (savepoint_tx, savepoint_rx) = std::sync::mpsc::channel();
             savepoints = Some(savepoint_tx);
@@ -567,6 +590,8 @@ fn start_attempt(
                 savepoints: savepoint_rx,
                 deleted_shared: Default::default(),
                 aborted: Default::default(),
+                lock,
+                fenced: false,
             };
             let t = std::thread::Builder::new()
                 .name(format!("weir-{}-coordinator", graph.name))
@@ -615,7 +640,16 @@ impl Job {
         let metrics = Arc::new(JobMetrics::default());
         let stats = Arc::new(Mutex::new(Vec::new()));
         let mut notes = Vec::new();
-        let shared = Arc::new(AttemptShared::default());
+        let lock = match &self.graph.borrow().checkpointing {
+            Some(cfg) => {
+                let storage = CheckpointStorage::for_job(&cfg.dir, &self.graph.borrow().fingerprint());
+                let (lock, note) = DirectoryLock::acquire(&storage, &self.name())?;
+                notes.extend(note);
+                Some(Arc::new(lock))
+            }
+            None => None,
+        };
+        let shared = Arc::new(AttemptShared { lock, ..AttemptShared::default() });
         let attempt = start_attempt(&self, &config, &control, &metrics, &stats, &shared, &mut notes)?;
         Ok(JobHandle {
             job: self,

@@ -129,7 +129,8 @@ impl<T, F: Fn(u64, u64) -> T + Send> Source<T> for GeneratorSubtask<F> {
         let mut n = ((self.end - self.next).div_ceil(self.step)).min(max as u64);
         if let Some(rate) = self.rate_per_ns {
             let start = *self.started_ns.get_or_insert(now);
-            let due = ((now - start) as f64 * rate) as u64 + 1;
+            // A huge rate saturates the cast at u64::MAX: due then means "no limit", not 0.
+            let due = (((now - start) as f64 * rate) as u64).saturating_add(1);
             n = n.min(due.saturating_sub(self.emitted));
             if n == 0 {
                 return Ok(SourcePoll::Idle);

@@ -1,0 +1,187 @@
+//! Who owns a checkpoint directory: `<dir>/_lock`, held with an exclusive advisory lock
+//! (`flock`) for the job's life, names the owning process and its **generation** (a fencing
+//! token one higher than every checkpoint already in the directory). A second process on the
+//! same directory is refused at start, naming the process that holds it; the kernel drops the
+//! lock of a process that died, and the next one takes it over with a note.
+//!
+//! The lock alone cannot stop a process that lost the directory some other way (its lock file
+//! deleted and re-created by another process, a network file system that does not honour
+//! `flock`): so before every checkpoint completion and every sink commit the owner reads the
+//! lock file back and goes on only while it still names this process and generation; the
+//! generation is also written into each checkpoint's `_metadata`.
+//!
+//! May touch: `checkpoint::storage`, `error`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::storage::{encode_file, read_file, CheckpointStorage, FileIdentity, FileKind};
+use crate::error::{Error, Result};
+
+/// The lock file's name in a checkpoint directory.
+pub const LOCK_FILE: &str = "_lock";
+
+/// What the lock file says.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct LockRecord {
+    pid: u32,
+    generation: u64,
+    job: String,
+}
+
+/// The lock of one checkpoint directory, held until dropped.
+#[derive(Debug)]
+pub struct DirectoryLock {
+    dir: PathBuf,
+    path: PathBuf,
+    /// Holds the `flock`; closing it releases the lock.
+    _file: File,
+    record: LockRecord,
+}
+
+fn read_record(path: &Path) -> Result<LockRecord> {
+    let (_, json) = read_file(path, FileKind::Lock)?;
+    serde_json::from_slice(&json).map_err(|e| Error::Corrupt(format!("{}: unreadable lock: {e}", path.display())))
+}
+
+impl DirectoryLock {
+    /// Takes the lock of `storage`'s directory (created if missing) for job `job`, or refuses
+    /// with an error naming the directory and the process that holds it. Returns a note when
+    /// the lock of a process no longer running was taken over.
+    pub fn acquire(storage: &CheckpointStorage, job: &str) -> Result<(DirectoryLock, Option<String>)> {
+        let dir = storage.dir().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create checkpoint directory", &dir, e))?;
+        let path = dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io("cannot open the checkpoint directory's lock", &path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = match read_record(&path) {
+                    Ok(r) => format!("process {} (job '{}')", r.pid, r.job),
+                    Err(_) => "another process".to_string(),
+                };
+                return Err(Error::config(format!(
+                    "checkpoint directory {} is in use by {holder}: one process at a time may own it (its lock is {}); \
+                     wait for that process to end, stop it, or choose another directory",
+                    dir.display(),
+                    path.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io("cannot lock the checkpoint directory", &path, e));
+            }
+        }
+        let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
+        let previous = if empty { None } else { Some(read_record(&path)) };
+        let pid = std::process::id();
+        let note = match &previous {
+            Some(Ok(r)) if r.pid != pid => Some(format!(
+                "took over checkpoint directory {} from process {} (job '{}'), which is no longer running",
+                dir.display(),
+                r.pid,
+                r.job
+            )),
+            Some(Err(e)) => {
+                Some(format!("the lock of checkpoint directory {} was unreadable ({e}); taken over", dir.display()))
+            }
+            _ => None,
+        };
+        // Higher than every generation this directory has seen, so a process that still
+        // thinks it owns the directory can tell it lost it.
+        let newest = storage
+            .list()
+            .into_iter()
+            .filter(|&id| storage.is_complete(id))
+            .filter_map(|id| storage.metadata(id).ok())
+            .map(|m| m.generation)
+            .max()
+            .unwrap_or(0);
+        let last = previous.and_then(|r| r.ok()).map_or(0, |r| r.generation);
+        let record = LockRecord { pid, generation: newest.max(last) + 1, job: job.to_string() };
+        let json = serde_json::to_vec(&record).map_err(|e| Error::Corrupt(e.to_string()))?;
+        let bytes = encode_file(&FileIdentity::new(FileKind::Lock, storage.fingerprint(), 0, None), &json);
+        (|| {
+            let mut f = &file;
+            f.set_len(0)?;
+            f.rewind()?;
+            f.write_all(&bytes)?;
+            f.sync_all()
+        })()
+        .map_err(|e| Error::io("cannot write the checkpoint directory's lock", &path, e))?;
+        super::storage::sync_folder(&dir)?;
+        Ok((DirectoryLock { dir, path, _file: file, record }, note))
+    }
+
+    /// This owner's generation (written into each `_metadata`).
+    pub fn generation(&self) -> u64 {
+        self.record.generation
+    }
+
+    /// Whether this process still owns the directory: the lock file must still name it and
+    /// its generation. Called before every checkpoint completion and sink commit.
+    pub fn check(&self) -> Result<()> {
+        let lost = |why: String| {
+            Err(Error::Fenced(format!(
+                "{why}; this process ({}, generation {}) stops without completing a checkpoint or committing output in {}",
+                self.record.pid,
+                self.record.generation,
+                self.dir.display()
+            )))
+        };
+        match read_record(&self.path) {
+            Ok(r) if r == self.record => Ok(()),
+            Ok(r) => lost(format!(
+                "process {} (job '{}', generation {}) took over the directory",
+                r.pid, r.job, r.generation
+            )),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                lost(format!("its lock file {} was removed", self.path.display()))
+            }
+            Err(e) => lost(format!("its lock cannot be read back ({e})")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_owner_at_a_time_and_a_lost_lock_is_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::for_job(dir.path(), "0123456789abcdef");
+        let (first, note) = DirectoryLock::acquire(&storage, "a").unwrap();
+        assert!(note.is_none());
+        assert_eq!(first.generation(), 1);
+        first.check().unwrap();
+        let err = DirectoryLock::acquire(&storage, "b").unwrap_err().to_string();
+        assert!(err.contains(&dir.path().display().to_string()), "{err}");
+        assert!(err.contains(&format!("process {}", std::process::id())), "{err}");
+        // Released when dropped; the next owner counts one generation higher.
+        drop(first);
+        let (second, _) = DirectoryLock::acquire(&storage, "b").unwrap();
+        assert_eq!(second.generation(), 2);
+        // Its lock file replaced behind its back: the owner finds out before its next commit.
+        std::fs::remove_file(dir.path().join(LOCK_FILE)).unwrap();
+        let err = second.check().unwrap_err();
+        assert!(matches!(err, Error::Fenced(_)) && !err.is_retryable(), "{err}");
+        let (third, _) = DirectoryLock::acquire(&storage, "c").unwrap();
+        assert_eq!(third.generation(), 1, "nothing on disk remembers generation 2 (no checkpoint completed)");
+        assert!(second.check().unwrap_err().to_string().contains("took over"));
+        third.check().unwrap();
+        // A damaged lock of a process that is gone is taken over, with a note.
+        drop(third);
+        std::fs::write(dir.path().join(LOCK_FILE), b"garbage").unwrap();
+        let (_fourth, note) = DirectoryLock::acquire(&storage, "d").unwrap();
+        assert!(note.unwrap().contains("unreadable"));
+    }
+}

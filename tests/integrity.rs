@@ -1,0 +1,458 @@
+//! Checkpoint integrity as operators meet it: two processes on one checkpoint directory,
+//! files that verify but belong to another task, checkpoint or job, a completion marker that
+//! is empty, garbage or another job's, a checkpoint file that cannot be read (not damage), bad
+//! values, and `weir checkpoints` on every kind of folder. Nothing committed may be silently
+//! lost in any of them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use weir::checkpoint::{CheckpointConfig, CheckpointStorage, DirectoryLock, FileKind, RestartStrategy, LOCK_FILE};
+use weir::snapshot::{Fault, FaultInjector};
+use weir::source::Generator;
+use weir::{Error, Job, RunConfig};
+
+fn text_of(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Waits until `cond` holds (a condition, not a time: the limit only stops a hung test).
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(120), "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn complete_checkpoints(chk: &Path) -> Vec<u64> {
+    let storage = CheckpointStorage::new(chk);
+    storage.list().into_iter().filter(|&id| storage.is_complete(id)).collect()
+}
+
+/// Every file under `dir` (relative name → bytes), but the lock (which each start rewrites).
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if rel != LOCK_FILE {
+                out.insert(rel, std::fs::read(&p).unwrap_or_else(|e| format!("unreadable: {e}").into_bytes()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    if dir.exists() {
+        walk(dir, dir, &mut out);
+    }
+    out
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let target = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_tree(&p, &target);
+        } else {
+            std::fs::copy(&p, &target).unwrap();
+        }
+    }
+}
+
+// --- word count through the command line --------------------------------------------------
+
+/// A small corpus: 2,000 lines over 300 words; returns each word's count.
+fn write_corpus(path: &Path, seed: u64) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    let mut text = String::new();
+    for line in 0..2_000u64 {
+        for w in 0..(line % 7) {
+            let word = format!("w{}", (line * 31 + w * 17 + seed) % 300);
+            text.push_str(&word);
+            text.push(' ');
+            *counts.entry(word).or_insert(0) += 1;
+        }
+        text.push('\n');
+    }
+    std::fs::write(path, text).unwrap();
+    counts
+}
+
+fn wordcount(input: &Path, out: &Path, chk: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+    c.args(["wordcount", "--workers", "2", "--no-progress", "--interval-ms", "10"])
+        .arg("--input")
+        .arg(input)
+        .arg("--output")
+        .arg(out)
+        .arg("--checkpoint-dir")
+        .arg(chk)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Every word's committed counts (visible files only).
+fn committed_counts(out: &Path) -> HashMap<String, Vec<u64>> {
+    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
+    for f in std::fs::read_dir(out).unwrap() {
+        let f = f.unwrap();
+        if f.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        for line in std::fs::read_to_string(f.path()).unwrap().lines() {
+            let (w, c) = line.split_once('\t').unwrap();
+            got.entry(w.to_string()).or_default().push(c.parse().unwrap());
+        }
+    }
+    got
+}
+
+fn assert_exactly_once(expected: &HashMap<String, u64>, out: &Path) {
+    let mut got = committed_counts(out);
+    assert_eq!(got.len(), expected.len(), "distinct words");
+    for (w, &n) in expected {
+        let mut c = got.remove(w).unwrap_or_else(|| panic!("{w} missing"));
+        c.sort_unstable();
+        assert_eq!(c, (1..=n).collect::<Vec<_>>(), "the counts of {w}");
+    }
+}
+
+/// A `--follow` word count (it runs until killed) that has completed two checkpoints and
+/// committed output under them.
+fn running_follow_job(input: &Path, out: &Path, chk: &Path) -> Child {
+    let child = wordcount(input, out, chk, &["--parallelism", "2", "--follow"]).spawn().unwrap();
+    wait_until("two completed checkpoints", || complete_checkpoints(chk).len() >= 2);
+    child
+}
+
+fn kill(mut child: Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_second_process_on_the_same_checkpoint_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, chk) = (dir.path().join("in.txt"), dir.path().join("out"), dir.path().join("chk"));
+    let expected = write_corpus(&input, 1);
+    let first = running_follow_job(&input, &out, &chk);
+    let second = wordcount(&input, &out, &chk, &["--parallelism", "2"]).output().unwrap();
+    let text = text_of(&second);
+    assert!(!second.status.success(), "the second process ran: {text}");
+    assert!(text.contains(&chk.display().to_string()), "the message names the directory: {text}");
+    assert!(text.contains(&format!("process {}", first.id())), "the message names the owner: {text}");
+    assert!(!text.contains("panicked"), "{text}");
+    // The lock of a process that died is taken over, with a note, and the job resumes exactly.
+    let pid = first.id();
+    kill(first);
+    let third = wordcount(&input, &out, &chk, &["--parallelism", "2"]).output().unwrap();
+    let text = text_of(&third);
+    assert!(third.status.success(), "{text}");
+    assert!(text.contains(&format!("took over checkpoint directory {} from process {pid}", chk.display())), "{text}");
+    assert!(text.contains("restored from checkpoint"), "{text}");
+    assert_exactly_once(&expected, &out);
+}
+
+#[test]
+fn a_checkpoint_file_that_cannot_be_read_stops_the_job_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, chk) = (dir.path().join("in.txt"), dir.path().join("out"), dir.path().join("chk"));
+    let expected = write_corpus(&input, 2);
+    kill(running_follow_job(&input, &out, &chk));
+    let newest = *complete_checkpoints(&chk).last().unwrap();
+    // A symbolic link to itself: opening it fails (ELOOP) as permission denied or EIO would,
+    // also for root.
+    let file = chk.join(format!("chk-{newest}")).join("task-0.state");
+    let aside = dir.path().join("aside");
+    std::fs::rename(&file, &aside).unwrap();
+    std::os::unix::fs::symlink(&file, &file).unwrap();
+    let (before_chk, before_out) = (tree(&chk), tree(&out));
+    let run = wordcount(&input, &out, &chk, &["--parallelism", "2"]).output().unwrap();
+    let text = text_of(&run);
+    assert!(!run.status.success(), "{text}");
+    assert!(text.contains("cannot read checkpoint file") && text.contains(&file.display().to_string()), "{text}");
+    assert!(!text.contains("damaged"), "an I/O error is not damage: {text}");
+    assert_eq!(tree(&chk), before_chk, "the checkpoint directory changed");
+    assert_eq!(tree(&out), before_out, "the output changed");
+    // Readable again: the job resumes from that very checkpoint, exactly once.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::rename(&aside, &file).unwrap();
+    let run = wordcount(&input, &out, &chk, &["--parallelism", "2"]).output().unwrap();
+    let text = text_of(&run);
+    assert!(run.status.success(), "{text}");
+    assert!(text.contains(&format!("restored from checkpoint {newest}")), "{text}");
+    assert_exactly_once(&expected, &out);
+}
+
+#[test]
+fn the_completion_marker_names_its_job_and_is_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, chk) = (dir.path().join("in.txt"), dir.path().join("chk"));
+    let (o2, o3) = (dir.path().join("o2"), dir.path().join("o3"));
+    let expected = write_corpus(&input, 3);
+    let done = wordcount(&input, &o2, &chk, &["--parallelism", "2"]).output().unwrap();
+    assert!(done.status.success(), "{}", text_of(&done));
+    assert_exactly_once(&expected, &o2);
+    // Another input, output and parallelism on the same directory: another job's.
+    let other_input = dir.path().join("other.txt");
+    write_corpus(&other_input, 4);
+    let other = wordcount(&other_input, &o3, &chk, &["--parallelism", "3"]).output().unwrap();
+    let text = text_of(&other);
+    assert!(!other.status.success(), "{text}");
+    assert!(text.contains("holds another job") && text.contains(&chk.display().to_string()), "{text}");
+    assert!(!o3.exists(), "the refused run created its output");
+    // The same command again: already complete, with the right output folder.
+    let again = wordcount(&input, &o2, &chk, &["--parallelism", "2"]).output().unwrap();
+    let text = text_of(&again);
+    assert!(again.status.success() && text.contains("already complete"), "{text}");
+    assert!(text.contains(&o2.display().to_string()), "{text}");
+    // An empty marker, garbage, or a folder of that name: damage, not "complete".
+    let marker = chk.join(weir::runtime::FINISHED_MARKER);
+    let good = std::fs::read(&marker).unwrap();
+    let mut flipped = good.clone();
+    *flipped.last_mut().unwrap() ^= 1;
+    for damage in [Some(Vec::new()), Some(b"{\"job\": \"wordcount\"}".to_vec()), Some(flipped), None] {
+        std::fs::remove_file(&marker).ok();
+        match &damage {
+            Some(bytes) => std::fs::write(&marker, bytes).unwrap(),
+            None => std::fs::create_dir(&marker).unwrap(),
+        }
+        let run = wordcount(&input, &o2, &chk, &["--parallelism", "2"]).output().unwrap();
+        let text = text_of(&run);
+        assert!(!run.status.success(), "{damage:?}: {text}");
+        assert!(text.contains("_finished") && !text.contains("already complete"), "{damage:?}: {text}");
+        let listing = Command::new(env!("CARGO_BIN_EXE_weir")).arg("checkpoints").arg(&chk).output().unwrap();
+        assert!(!listing.status.success(), "{damage:?}: {}", text_of(&listing));
+        if damage.is_none() {
+            std::fs::remove_dir(&marker).unwrap();
+        }
+    }
+    std::fs::write(&marker, good).unwrap();
+    let listing = Command::new(env!("CARGO_BIN_EXE_weir")).arg("checkpoints").arg(&chk).output().unwrap();
+    assert!(listing.status.success() && text_of(&listing).contains("finished"), "{}", text_of(&listing));
+}
+
+#[test]
+fn out_of_range_values_and_overlapping_folders_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a b\n").unwrap();
+    let out = dir.path().join("out");
+    let weir = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_weir")).args(args).output().unwrap();
+    for args in [
+        vec!["--duration-s", "99999999999999999999"],
+        vec!["--duration-s", "1e300"],
+        vec!["--rate", "1e300"],
+        vec!["bench", "--duration-s", "1e300"],
+        vec!["bench", "--rate", "1e300"],
+        vec!["nexmark", "--query", "q1", "--rate", "1e300"],
+    ] {
+        let o = weir(&args);
+        let t = text_of(&o);
+        assert!(!o.status.success() && t.contains("out of range"), "{args:?}: {t}");
+        assert!(!t.contains("panicked"), "{args:?}: {t}");
+    }
+    let (i, o) = (input.display().to_string(), out.display().to_string());
+    let inside = out.join("chk").display().to_string();
+    for chk in [o.as_str(), inside.as_str(), dir.path().to_str().unwrap()] {
+        let run = weir(&["wordcount", "--input", &i, "--output", &o, "--checkpoint-dir", chk]);
+        let t = text_of(&run);
+        assert!(!run.status.success() && t.contains("overlap"), "{chk}: {t}");
+    }
+    assert!(!out.exists(), "a refused run created its output");
+}
+
+// --- the library: misplaced files, fencing ------------------------------------------------
+
+const N: u64 = 20_000;
+
+/// A keyed sum at parallelism 2 that fails half-way with no restart, so its checkpoints stay
+/// behind as a crash leaves them.
+fn keyed_job(dir: &Path, incremental: bool, fail: bool) -> Job {
+    let faults =
+        FaultInjector::new(if fail { vec![Fault::AtRecord { operator: "sum".into(), nth: N / 2 }] } else { vec![] });
+    let config = CheckpointConfig::new(dir)
+        .interval(Duration::from_millis(5))
+        .incremental(incremental)
+        .retain(4)
+        .restart(RestartStrategy::None)
+        .faults(faults);
+    let job = Job::new("keyed").with_parallelism(2).with_checkpointing(config);
+    let events = job.generator(Generator::new(|i, _| (i % 5_000, i)).count(N).rate(100_000.0));
+    let out = events.key_by(|e: &(u64, u64)| e.0).aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s));
+    out.named("sum").discard();
+    job
+}
+
+/// Checkpoints left by a failed run: at least three complete.
+fn leave_checkpoints(dir: &Path, incremental: bool) -> Vec<u64> {
+    assert!(keyed_job(dir, incremental, true).execute(RunConfig::default().workers(2)).is_err());
+    let complete = complete_checkpoints(dir);
+    assert!(complete.len() >= 3, "the first run completed {complete:?}");
+    complete
+}
+
+fn listing(dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weir")).arg("checkpoints").arg(dir).output().unwrap()
+}
+
+/// Each manipulation of a copy of the fixture makes checkpoint `newest` damaged, with a
+/// message naming `file`; recovery falls back to an older checkpoint and says so.
+fn assert_damaged(fixture: &Path, incremental: bool, what: &str, change: impl Fn(&Path) -> PathBuf) {
+    let copy = tempfile::tempdir().unwrap();
+    copy_tree(fixture, copy.path());
+    let newest = *complete_checkpoints(copy.path()).last().unwrap();
+    let file = change(copy.path());
+    let name = file.strip_prefix(copy.path()).unwrap().display().to_string();
+    let err = CheckpointStorage::new(copy.path()).load(newest).unwrap_err();
+    assert!(matches!(err, Error::Corrupt(_)), "{what}: {err}");
+    assert!(err.to_string().contains(&name), "{what}: the error names {name}: {err}");
+    let l = listing(copy.path());
+    let t = text_of(&l);
+    assert!(!l.status.success() && t.contains("DAMAGED") && t.contains(&name), "{what}: {t}");
+    // `weir checkpoints` on the folder alone says the same.
+    let l = listing(&copy.path().join(format!("chk-{newest}")));
+    assert!(!l.status.success() && text_of(&l).contains("DAMAGED"), "{what}: {}", text_of(&l));
+    let mut handle = keyed_job(copy.path(), incremental, false).start(RunConfig::default().workers(2)).unwrap();
+    while handle.try_finish().is_none() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let notes = handle.notes().join("\n");
+    assert!(notes.contains(&format!("checkpoint {newest} is damaged and was skipped")), "{what}: {notes}");
+    assert!(notes.contains(&name), "{what}: {notes}");
+    assert!(!notes.contains(&format!("restored from checkpoint {newest}")), "{what}: {notes}");
+}
+
+#[test]
+fn files_that_verify_but_belong_elsewhere_are_damage() {
+    let fixture = tempfile::tempdir().unwrap();
+    let complete = leave_checkpoints(fixture.path(), false);
+    let (newest, older) = (complete[complete.len() - 1], complete[complete.len() - 2]);
+    let chk = |root: &Path, id: u64| root.join(format!("chk-{id}"));
+    let l = listing(fixture.path());
+    assert!(l.status.success(), "{}", text_of(&l));
+    assert_damaged(fixture.path(), false, "another task's file", |root| {
+        std::fs::copy(chk(root, newest).join("task-0.state"), chk(root, newest).join("task-2.state")).unwrap();
+        chk(root, newest).join("task-2.state")
+    });
+    assert_damaged(fixture.path(), false, "the same task's file of an older checkpoint", |root| {
+        std::fs::copy(chk(root, older).join("task-3.state"), chk(root, newest).join("task-3.state")).unwrap();
+        chk(root, newest).join("task-3.state")
+    });
+    assert_damaged(fixture.path(), false, "an older checkpoint's metadata", |root| {
+        std::fs::copy(chk(root, older).join("_metadata"), chk(root, newest).join("_metadata")).unwrap();
+        chk(root, newest).join("_metadata")
+    });
+    for (file, at) in [("task-1.state", 20), ("task-2.state", 200), ("_metadata", 30)] {
+        assert_damaged(fixture.path(), false, &format!("a flipped byte in {file}"), |root| {
+            let path = chk(root, newest).join(file);
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes[at] ^= 0x10;
+            std::fs::write(&path, bytes).unwrap();
+            path
+        });
+    }
+}
+
+#[test]
+fn shared_files_are_checked_against_the_checkpoint_that_refers_to_them() {
+    let fixture = tempfile::tempdir().unwrap();
+    let complete = leave_checkpoints(fixture.path(), true);
+    let newest = *complete.last().unwrap();
+    let storage = CheckpointStorage::new(fixture.path());
+    let refers: Vec<String> = storage.metadata(newest).unwrap().shared.into_iter().map(|s| s.file).collect();
+    let all: Vec<String> = std::fs::read_dir(fixture.path().join("shared"))
+        .unwrap()
+        .map(|e| format!("shared/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    // A file it refers to, and another checkpoint's file of the same task.
+    let (target, other) = refers
+        .iter()
+        .find_map(|r| {
+            let task = r.rsplit_once("-task-").unwrap().1;
+            all.iter().find(|a| *a != r && a.ends_with(&format!("-task-{task}"))).map(|o| (r.clone(), o.clone()))
+        })
+        .expect("two shared files of one task");
+    assert_damaged(fixture.path(), true, "another checkpoint's shared file", |root| {
+        std::fs::copy(root.join(&other), root.join(&target)).unwrap();
+        root.join(&target)
+    });
+    assert_damaged(fixture.path(), true, "a flipped byte in a shared file", |root| {
+        let mut bytes = std::fs::read(root.join(&target)).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 1;
+        std::fs::write(root.join(&target), bytes).unwrap();
+        root.join(&target)
+    });
+}
+
+#[test]
+fn savepoints_and_single_folders_are_listed_and_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chk, sp) = (dir.path().join("chk"), dir.path().join("sp"));
+    let handle = keyed_job(&chk, true, false).start(RunConfig::default().workers(2)).unwrap();
+    let savepoint = handle.trigger_savepoint(&sp).unwrap();
+    handle.join().unwrap();
+    let name = savepoint.file_name().unwrap().to_string_lossy().to_string();
+    for folder in [sp.clone(), savepoint.clone()] {
+        let l = listing(&folder);
+        assert!(l.status.success() && text_of(&l).contains(&name) && text_of(&l).contains("valid"), "{}", text_of(&l));
+    }
+    let task = std::fs::read_dir(&savepoint)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "state"))
+        .unwrap();
+    let mut bytes = std::fs::read(&task).unwrap();
+    bytes[60] ^= 4;
+    std::fs::write(&task, bytes).unwrap();
+    for folder in [sp, savepoint] {
+        let l = listing(&folder);
+        assert!(!l.status.success() && text_of(&l).contains("DAMAGED"), "{}", text_of(&l));
+    }
+}
+
+#[test]
+fn a_process_that_lost_its_directory_completes_no_checkpoint_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CheckpointConfig::new(dir.path()).interval(Duration::from_millis(5)).restart(RestartStrategy::None);
+    let job = Job::new("endless").with_parallelism(2).with_checkpointing(config);
+    job.generator(Generator::new(|i, _| (i % 100, i)).rate(50_000.0))
+        .key_by(|e: &(u64, u64)| e.0)
+        .aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s))
+        .discard();
+    let mut handle = job.start(RunConfig::default().workers(2)).unwrap();
+    wait_until("a completed checkpoint", || !complete_checkpoints(dir.path()).is_empty());
+    // Another process takes the directory over: its lock file removed and taken anew.
+    std::fs::remove_file(dir.path().join(LOCK_FILE)).unwrap();
+    let storage = CheckpointStorage::for_job(dir.path(), "another");
+    let (intruder, _) = DirectoryLock::acquire(&storage, "intruder").unwrap();
+    let at_takeover = complete_checkpoints(dir.path()).last().copied().unwrap();
+    let result = loop {
+        if let Some(r) = handle.try_finish() {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let err = result.unwrap_err();
+    assert!(matches!(err, Error::Fenced(_)), "{err}");
+    assert!(err.to_string().contains("took over") && err.to_string().contains("intruder"), "{err}");
+    // At most the checkpoint whose completion was under way at the takeover completed after it.
+    let after = complete_checkpoints(dir.path()).last().copied().unwrap();
+    assert!(after <= at_takeover + 1, "checkpoints {at_takeover}..{after} completed after the takeover");
+    // Every checkpoint is of the first owner's generation; the intruder's is higher.
+    for id in complete_checkpoints(dir.path()) {
+        assert!(storage.metadata(id).unwrap().generation < intruder.generation());
+    }
+    let (_, payload) = weir::checkpoint::read_file(&dir.path().join(LOCK_FILE), FileKind::Lock).unwrap();
+    assert!(String::from_utf8_lossy(&payload).contains("intruder"), "the intruder's lock was left alone");
+}
