@@ -212,6 +212,17 @@ impl Job {
         let p = self.graph.borrow().default_parallelism;
         let kind = NodeKind::Source(Box::new(move |ctx, out, batch, control, checkpointing| {
             let mut source = make(ctx)?;
+            if checkpointing.as_ref().is_some_and(|c| c.mode == crate::checkpoint::CheckpointMode::ExactlyOnce)
+                && !source.replayable()
+            {
+                return Err(crate::Error::config(format!(
+                    "source '{}' keeps no offset (its Source::offset is None), so after a failover it would start \
+                     again from scratch and exactly-once checkpoints could not hold: implement Source::offset and \
+                     Source::seek, or checkpoint at-least-once (replays then repeat its records), or without \
+                     checkpoints",
+                    ctx.operator
+                )));
+            }
             match ctx.restore_view() {
                 RestoreView::Nothing => {}
                 RestoreView::Own(offset) => source.seek(offset)?,

@@ -42,6 +42,13 @@ pub trait Source<T>: Send {
         None
     }
 
+    /// Whether the source can replay from a checkpoint: by default, whether it has an
+    /// [`Source::offset`] when the job starts. A job with exactly-once checkpoints refuses to
+    /// start with a source that cannot (it would restart from scratch after a failover).
+    fn replayable(&self) -> bool {
+        self.offset().is_some()
+    }
+
     /// Moves to a position returned by [`Source::offset`].
     fn seek(&mut self, _offset: &[u8]) -> Result<()> {
         Err(crate::Error::config("this source cannot be replayed from a checkpoint"))

@@ -11,6 +11,13 @@
 //! and a restore at another parallelism deals the old subtasks' spans out to the new ones. In
 //! follow mode the last file is read as a growing log: its span has no end, a line is emitted
 //! only once its newline is there, and the source never finishes by itself (stop the job).
+//!
+//! An input that is not a regular file with a size — a pipe, a device, `-` for standard
+//! input, or a file that reports no size (those under `/proc`) — is read as a stream by one
+//! subtask, to its end. A pipe or standard input cannot be read again, so it cannot replay from
+//! a checkpoint. The offset also records each input file's size and modification time; a
+//! resumed run whose input changed since (other than a followed log growing) is refused,
+//! naming the file, since the positions it resumes at would no longer mean the same lines.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -32,33 +39,92 @@ pub const MAX_LINE_BYTES: u64 = 64 << 20;
 /// A text source over a file or a folder of files (not recursive; hidden files skipped).
 #[derive(Clone, Debug)]
 pub struct TextSource {
-    files: Arc<Vec<(PathBuf, u64)>>,
+    files: Arc<Vec<InputFile>>,
     follow: bool,
     max_line: u64,
+    /// The single input is a stream, read to its end by one subtask (see the module doc).
+    stream: Option<StreamInput>,
+}
+
+/// One input file as it was listed.
+#[derive(Clone, Debug)]
+struct InputFile {
+    path: PathBuf,
+    len: u64,
+    /// Modification time, nanoseconds since the Unix epoch (0 if unknown).
+    modified_ns: u64,
+}
+
+/// How a stream input can be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StreamInput {
+    /// A file that reports no size but can be opened again (under `/proc`, say).
+    Reopenable,
+    /// A pipe, a device or standard input: read once.
+    Once,
+}
+
+fn modified_ns(m: &std::fs::Metadata) -> u64 {
+    m.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl InputFile {
+    fn of(path: PathBuf, m: &std::fs::Metadata) -> Self {
+        InputFile { path, len: m.len(), modified_ns: modified_ns(m) }
+    }
+
+    fn name(&self) -> String {
+        self.path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    }
 }
 
 impl TextSource {
     /// Lists the input. Fails with a clear error when `path` is missing or unreadable.
+    /// `-` reads standard input. A folder's subfolders and special files (pipes, devices)
+    /// are refused, not skipped.
     pub fn open(path: impl AsRef<Path>) -> Result<TextSource> {
         let path = path.as_ref();
+        let path = if path == Path::new("-") { Path::new("/dev/stdin") } else { path };
         let meta = std::fs::metadata(path).map_err(|e| Error::io("cannot read input", path, e))?;
         let mut files = Vec::new();
+        let mut stream = None;
         if meta.is_dir() {
             let entries = std::fs::read_dir(path).map_err(|e| Error::io("cannot list input folder", path, e))?;
             for entry in entries {
                 let entry = entry.map_err(|e| Error::io("cannot list input folder", path, e))?;
                 let p = entry.path();
-                let hidden = p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'));
-                let m = std::fs::metadata(&p).map_err(|e| Error::io("cannot read input file", &p, e))?;
-                if m.is_file() && !hidden {
-                    files.push((p, m.len()));
+                if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.')) {
+                    continue;
                 }
+                let m = std::fs::metadata(&p).map_err(|e| Error::io("cannot read input file", &p, e))?;
+                if m.is_dir() {
+                    return Err(Error::config(format!(
+                        "input folder {} holds a folder, {}: the files directly in an input folder are read, not \
+                         its subfolders; move it out, or name it as the input",
+                        path.display(),
+                        p.display()
+                    )));
+                }
+                if !m.is_file() {
+                    return Err(Error::config(format!(
+                        "input folder {} holds {}, which is not a regular file (a pipe or a device): name it as the \
+                         input on its own to read it as a stream",
+                        path.display(),
+                        p.display()
+                    )));
+                }
+                files.push(InputFile::of(p, &m));
             }
-            files.sort();
+            files.sort_by(|a, b| a.path.cmp(&b.path));
         } else {
-            files.push((path.to_path_buf(), meta.len()));
+            if !meta.is_file() {
+                stream = Some(StreamInput::Once);
+            } else if meta.len() == 0 {
+                stream = Some(StreamInput::Reopenable);
+            }
+            files.push(InputFile::of(path.to_path_buf(), &meta));
         }
-        Ok(TextSource { files: Arc::new(files), follow: false, max_line: MAX_LINE_BYTES })
+        Ok(TextSource { files: Arc::new(files), follow: false, max_line: MAX_LINE_BYTES, stream })
     }
 
     /// The longest line accepted, newline included (default [`MAX_LINE_BYTES`]); a longer
@@ -77,21 +143,27 @@ impl TextSource {
     }
 
     /// The files, in reading order, with their sizes when listed.
-    pub fn files(&self) -> &[(PathBuf, u64)] {
-        &self.files
+    pub fn files(&self) -> Vec<(&Path, u64)> {
+        self.files.iter().map(|f| (f.path.as_path(), f.len)).collect()
     }
 
-    /// Total bytes of input (when listed).
+    /// Total bytes of input (when listed; 0 for a stream).
     pub fn total_bytes(&self) -> u64 {
-        self.files.iter().map(|(_, n)| n).sum()
+        self.files.iter().map(|f| f.len).sum()
+    }
+
+    /// Whether the input can be read again from a checkpoint's positions (not a pipe or
+    /// standard input).
+    pub fn replayable(&self) -> bool {
+        self.stream != Some(StreamInput::Once)
     }
 
     pub(crate) fn subtask(&self, subtask: usize, parallelism: usize) -> TextSubtask {
         let (s, n) = (subtask as u64, parallelism as u64);
         let last = self.files.len().saturating_sub(1);
         let mut spans = VecDeque::new();
-        for (file, (_, len)) in self.files.iter().enumerate() {
-            if self.follow && file == last {
+        for (file, len) in self.files.iter().map(|f| f.len).enumerate() {
+            if (self.follow && file == last) || self.stream.is_some() {
                 // A growing file cannot be split by length: one subtask reads it all.
                 if file % parallelism == subtask {
                     spans.push_back(Span { file, start: 0, end: FOLLOWED, at_line_start: true });
@@ -105,6 +177,7 @@ impl TextSource {
         }
         TextSubtask {
             files: self.files.clone(),
+            replayable: self.replayable(),
             follow: self.follow,
             max_line: self.max_line,
             blocks: false,
@@ -134,7 +207,8 @@ struct OpenSpan {
 }
 
 pub(crate) struct TextSubtask {
-    files: Arc<Vec<(PathBuf, u64)>>,
+    files: Arc<Vec<InputFile>>,
+    replayable: bool,
     follow: bool,
     max_line: u64,
     /// Each record is a block of whole lines, `\n`-separated, instead of one line.
@@ -146,6 +220,8 @@ pub(crate) struct TextSubtask {
 
 /// A span in an offset: (file name, start, end, at line start).
 type StoredSpan = (String, u64, u64, bool);
+/// An input file as the offset records it: (name, size, modification time in ns).
+type ListedFile = (String, u64, u64);
 
 /// Bytes a block of lines grows to before it is emitted. Small, so that what one block
 /// becomes downstream (its words, then the key-by stage, about ten times its size) stays in
@@ -158,7 +234,7 @@ const READ_BUFFER_BYTES: usize = 256 * 1024;
 
 impl TextSubtask {
     fn path(&self, file: usize) -> &Path {
-        &self.files[file].0
+        &self.files[file].path
     }
 
     fn open_next(&mut self) -> Result<bool> {
@@ -191,29 +267,36 @@ impl TextSubtask {
     }
 
     fn decode(&self, offset: &[u8]) -> Result<Vec<Span>> {
-        let stored: Vec<StoredSpan> = from_bytes(offset)?;
+        let (stored, listed): (Vec<StoredSpan>, Vec<ListedFile>) = from_bytes(offset)?;
+        let followed: Vec<&str> = stored.iter().filter(|s| s.2 == FOLLOWED).map(|s| s.0.as_str()).collect();
+        for (name, len, modified) in &listed {
+            let Some(now) = self.files.iter().find(|f| f.name() == *name) else { continue };
+            let grew = followed.contains(&name.as_str()) && now.len >= *len;
+            if !grew && (now.len != *len || now.modified_ns != *modified) {
+                return Err(Error::config(format!(
+                    "input file {} changed since the checkpoint was taken ({len} bytes then, {} now, or modified \
+                     since): the positions the job would resume at no longer mean the same lines. Put the input \
+                     back as it was, or start afresh (remove the checkpoint directory)",
+                    now.path.display(),
+                    now.len
+                )));
+            }
+        }
         stored
             .into_iter()
             .map(|(name, start, end, at_line_start)| {
-                let file = self
-                    .files
-                    .iter()
-                    .position(|(p, _)| p.file_name().is_some_and(|n| n.to_string_lossy() == name))
-                    .ok_or_else(|| {
-                        Error::config(format!(
-                            "the checkpoint reads input file '{name}', which is not in the input any more"
-                        ))
-                    })?;
-                let (path, len) = &self.files[file];
+                let file = self.files.iter().position(|f| f.name() == name).ok_or_else(|| {
+                    Error::config(format!("the checkpoint reads input file '{name}', which is not in the input any more"))
+                })?;
+                let (path, len) = (&self.files[file].path, &self.files[file].len);
                 if start > *len && end != FOLLOWED {
                     return Err(Error::config(format!(
                         "input file {} is shorter ({len} bytes) than the checkpoint had read ({start}): the input changed",
                         path.display()
                     )));
                 }
-                // A followed file resumed without following is read to its end as it is now
-                // (with no end, reading would wait at the end of the file for ever).
-                let end = if end == FOLLOWED && !self.follow { (*len).max(start) } else { end };
+                // A span with no end (a followed log, a stream) is read to the end of the file
+                // when the run does not follow it.
                 Ok(Span { file, start, end, at_line_start })
             })
             .collect()
@@ -226,12 +309,14 @@ impl Source<String> for TextSubtask {
         let stored: Vec<StoredSpan> = self
             .remaining()
             .into_iter()
-            .map(|s| {
-                let name = self.path(s.file).file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-                (name, s.start, s.end, s.at_line_start)
-            })
+            .map(|s| (self.files[s.file].name(), s.start, s.end, s.at_line_start))
             .collect();
-        Some(to_bytes(&stored))
+        let listed: Vec<ListedFile> = self.files.iter().map(|f| (f.name(), f.len, f.modified_ns)).collect();
+        Some(to_bytes(&(stored, listed)))
+    }
+
+    fn replayable(&self) -> bool {
+        self.replayable
     }
 
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
@@ -270,6 +355,9 @@ impl TextBlocks {
 impl Source<Vec<u8>> for TextBlocks {
     fn offset(&self) -> Option<Vec<u8>> {
         self.0.offset()
+    }
+    fn replayable(&self) -> bool {
+        self.0.replayable
     }
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
         self.0.seek(offset)
@@ -313,7 +401,7 @@ impl TextSubtask {
                 self.open = None;
                 continue;
             }
-            let path = &self.files[open.file].0;
+            let path = &self.files[open.file].path;
             if self.blocks && self.max_line >= READ_BUFFER_BYTES as u64 {
                 // Many whole lines at once, straight from the read buffer: a byte before the
                 // span's end is in a line that starts before it (so is this span's), and the
@@ -351,7 +439,7 @@ impl TextSubtask {
                     self.max_line
                 )));
             }
-            if open.end == FOLLOWED && !complete {
+            if self.follow && open.end == FOLLOWED && !complete {
                 // The log's last line is still being written: read it again once it is whole.
                 block.truncate(line_start);
                 if n > 0 {
