@@ -74,15 +74,59 @@ pub enum RestoreView<'a> {
 /// Work registered with [`TaskContext::on_job_success`].
 type SuccessHook = Box<dyn FnOnce() -> crate::Result<()> + Send>;
 
+/// What an attempt restores from, for sinks that must decide whether removing output is a
+/// loss.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// The checkpoint restored, if any.
+    pub restored: Option<u64>,
+    /// Complete checkpoints newer than it that recovery skipped as damaged.
+    pub skipped: Vec<u64>,
+    /// Whether removing committed output is allowed
+    /// ([`crate::checkpoint::CheckpointConfig::allow_retracting_output`]).
+    pub allow_retracting_output: bool,
+}
+
+impl Recovery {
+    /// Whether output committed as transaction `txn` (named after the checkpoint it was
+    /// committed under) may be removed without loss: only the transaction the end of a job
+    /// commits (the restored checkpoint plus one) when no checkpoint was skipped, which the
+    /// replay writes again identically.
+    pub fn replays_exactly(&self, txn: u64) -> bool {
+        self.skipped.is_empty() && txn == self.restored.unwrap_or(0) + 1
+    }
+
+    /// Why output after the restored checkpoint can no longer be restored, for messages.
+    pub fn why_lost(&self) -> String {
+        match (self.restored, self.skipped.as_slice()) {
+            (_, []) if self.restored.is_none() => "there is no checkpoint to restore".into(),
+            (Some(k), []) => format!("no checkpoint after {k} completed"),
+            (_, skipped) => format!(
+                "checkpoint(s) {} are damaged",
+                skipped.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
 /// What belongs to one attempt of a job (a failover starts a new one).
 #[derive(Default)]
 pub struct AttemptScope {
     on_success: std::sync::Mutex<Vec<SuccessHook>>,
     /// Tasks of this attempt that finished (no checkpoint can complete after the first).
     pub(crate) finished_tasks: Arc<std::sync::atomic::AtomicUsize>,
+    /// What this attempt restores from.
+    pub(crate) recovery: Recovery,
+    /// Messages from tasks for the job's notes.
+    pub(crate) notes: std::sync::Mutex<Vec<String>>,
 }
 
 impl AttemptScope {
+    /// The scope of an attempt that restores from `recovery`.
+    pub(crate) fn new(recovery: Recovery) -> Self {
+        AttemptScope { recovery, ..AttemptScope::default() }
+    }
+
     /// Runs the registered work: called once every task of the attempt has finished. Every
     /// hook runs; the first error is returned (the job then fails).
     pub(crate) fn succeed(&self) -> crate::Result<()> {
@@ -143,6 +187,16 @@ impl TaskContext {
     /// The job's metrics registry.
     pub fn metrics(&self) -> &Arc<JobMetrics> {
         &self.metrics
+    }
+
+    /// What this attempt of the job restores from.
+    pub fn recovery(&self) -> &Recovery {
+        &self.attempt.recovery
+    }
+
+    /// Adds a message to the job's notes ([`crate::JobHandle::notes`]).
+    pub fn note(&self, message: impl Into<String>) {
+        self.attempt.notes.lock().unwrap_or_else(|e| e.into_inner()).push(message.into());
     }
 
     /// A context for unit tests of operators.

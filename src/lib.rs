@@ -91,4 +91,4 @@ pub use operator::Emitter;
 pub use persist::Persist;
 pub use pipeline::{Job, KeyedStream, LineStream, Stream, WindowedStream};
 pub use record::{for_each_word, for_each_word_in_bytes, Key, Record, Timestamp, Word};
-pub use runtime::{JobHandle, RunConfig};
+pub use runtime::{JobHandle, RunConfig, Stopped};

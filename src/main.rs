@@ -151,6 +151,11 @@ struct CheckpointArgs {
     /// With --restore: drop state of operators this job lacks instead of refusing it.
     #[arg(long)]
     allow_non_restored_state: bool,
+    /// Let a recovery that falls back past a damaged checkpoint (or finds none left) remove
+    /// the output committed under the checkpoints it cannot restore, and compute it again;
+    /// without it, such a recovery refuses to start and names the files.
+    #[arg(long)]
+    allow_retracting_output: bool,
     /// Tests only: end the process right after checkpoint N is complete, before any sink
     /// commits it.
     #[arg(long, hide = true)]
@@ -173,13 +178,17 @@ impl CheckpointArgs {
                 ("--max-concurrent", self.max_concurrent.is_some()),
                 ("--retain", self.retain.is_some()),
                 ("--savepoint-dir", self.savepoint_dir.is_some()),
+                ("--allow-retracting-output", self.allow_retracting_output),
             ];
             if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
                 return Err(Error::config(format!("{flag} needs --checkpoint-dir")));
             }
             return Ok(None);
         };
-        let mut c = CheckpointConfig::new(dir).unaligned(self.unaligned).incremental(self.incremental);
+        let mut c = CheckpointConfig::new(dir)
+            .unaligned(self.unaligned)
+            .incremental(self.incremental)
+            .allow_retracting_output(self.allow_retracting_output);
         let mut faults = Vec::new();
         if let Some(n) = self.exit_before_commit {
             faults.push(weir::snapshot::Fault::ExitBeforeCommit { checkpoint: n });
@@ -404,16 +413,23 @@ fn supervise(
         if n >= 1 && !stopped {
             if let Some(dir) = savepoint_dir {
                 bar.println("stopping with a savepoint…");
-                let path = handle.trigger_savepoint(dir);
-                handle.cancel();
-                while handle.try_finish().is_none() {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+                let stopped = handle.stop_with_savepoint(dir);
                 bar.finish_and_clear();
-                let path = path?;
-                println!("stopped with savepoint {}", path.display());
-                println!("resume with --restore {}", path.display());
-                return Ok(None);
+                return match stopped? {
+                    weir::Stopped::Savepoint(path) => {
+                        println!("stopped with savepoint {}", path.display());
+                        println!("the output it covers is committed");
+                        println!("resume with --restore {}", path.display());
+                        Ok(None)
+                    }
+                    weir::Stopped::Finished(report) => {
+                        println!(
+                            "the job was already reaching the end of its input, so it finished instead of taking a \
+                             savepoint (no savepoint: nothing is left to resume)"
+                        );
+                        Ok(Some(report))
+                    }
+                };
             }
             bar.println("Ctrl-C: stopping (press again to cancel)");
             handle.stop();
@@ -709,6 +725,9 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let transactional = args.checkpoints.checkpoint_dir.is_some();
     let mut job = weir::jobs::wordcount(input, args.output.clone(), parallelism, transactional)
         .with_description(description.clone());
+    if let Some(c) = args.checkpoints.config()? {
+        job = job.with_checkpointing(c);
+    }
     if let Some(dir) = &args.checkpoints.checkpoint_dir {
         // A finished job is not run again; another job's finished directory is not reused.
         if let Some(finished) = weir::checkpoint::read_finished(dir)? {
@@ -733,9 +752,6 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
             );
             return Ok(());
         }
-    }
-    if let Some(c) = args.checkpoints.config()? {
-        job = job.with_checkpointing(c);
     }
     if let Some(dir) = &args.checkpoints.savepoint_dir {
         // Found out now, not when Ctrl-C asks for the savepoint.

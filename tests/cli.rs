@@ -173,12 +173,20 @@ fn wordcount_with_checkpoints_and_the_checkpoints_command() {
 
     // Running it again with the same checkpoint directory does nothing and says why: the job
     // completed.
+    let o = weir(&args);
+    assert!(o.status.success());
+    assert!(text_of(&o).contains("already complete"), "{}", text_of(&o));
+    // With another output it is another job, whose directory this is not.
     let out2 = dir.path().join("out2");
     let mut again = args.to_vec();
     again[4] = out2.to_str().unwrap();
     let o = weir(&again);
-    assert!(o.status.success());
-    assert!(text_of(&o).contains("already complete"), "{}", text_of(&o));
+    assert!(!o.status.success());
+    assert!(
+        text_of(&o).contains("holds another job") && text_of(&o).contains(out.to_str().unwrap()),
+        "{}",
+        text_of(&o)
+    );
     assert!(!out2.exists(), "a completed job is not run again");
 
     let o = weir(&["checkpoints", chk.to_str().unwrap()]);

@@ -456,3 +456,264 @@ fn a_process_that_lost_its_directory_completes_no_checkpoint_and_fails() {
     let (_, payload) = weir::checkpoint::read_file(&dir.path().join(LOCK_FILE), FileKind::Lock).unwrap();
     assert!(String::from_utf8_lossy(&payload).contains("intruder"), "the intruder's lock was left alone");
 }
+
+// --- committed output is never silently retracted -----------------------------------------
+
+/// Numbers `0..N` through a two-phase-commit file sink, checkpointed every 5 ms; with `fail`
+/// the copy fails half-way with no restart, leaving committed output and checkpoints behind.
+fn numbers_job(chk: &Path, out: &Path, fail: bool, allow_retracting: bool) -> Job {
+    let faults =
+        FaultInjector::new(if fail { vec![Fault::AtRecord { operator: "copy".into(), nth: N / 2 }] } else { vec![] });
+    let config = CheckpointConfig::new(chk)
+        .interval(Duration::from_millis(5))
+        .restart(RestartStrategy::None)
+        .allow_retracting_output(allow_retracting)
+        .faults(faults);
+    let job = Job::new("numbers").with_parallelism(2).with_checkpointing(config);
+    job.generator(Generator::new(|i, _| i).count(N).rate(100_000.0))
+        .map(|i| i)
+        .named("copy")
+        .write_files_transactional(out, |i: &u64, o: &mut Vec<u8>| o.extend_from_slice(format!("{i}\n").as_bytes()));
+    job
+}
+
+fn committed_numbers(out: &Path) -> Vec<u64> {
+    let mut all: Vec<u64> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .flat_map(|e| {
+            std::fs::read_to_string(e.path()).unwrap().lines().map(|l| l.parse().unwrap()).collect::<Vec<_>>()
+        })
+        .collect();
+    all.sort_unstable();
+    all
+}
+
+#[test]
+fn a_recovery_that_would_retract_committed_output_refuses_unless_allowed() {
+    for all_gone in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let (chk, out) = (dir.path().join("chk"), dir.path().join("out"));
+        assert!(numbers_job(&chk, &out, true, false).execute(RunConfig::default().workers(2)).is_err());
+        let complete = complete_checkpoints(&chk);
+        let newest = *complete.last().unwrap();
+        assert!(complete.len() >= 2, "{complete:?}");
+        if all_gone {
+            for id in &complete {
+                std::fs::remove_dir_all(chk.join(format!("chk-{id}"))).unwrap();
+            }
+        } else {
+            let f = chk.join(format!("chk-{newest}")).join("_metadata");
+            let mut bytes = std::fs::read(&f).unwrap();
+            bytes[100] ^= 1;
+            std::fs::write(&f, bytes).unwrap();
+        }
+        let committed = tree(&out);
+        assert!(
+            committed.keys().any(|n| n.ends_with(&format!("-{newest:08}"))),
+            "output was committed under checkpoint {newest}: {:?}",
+            committed.keys()
+        );
+        let err = numbers_job(&chk, &out, false, false).execute(RunConfig::default().workers(2)).unwrap_err();
+        let msg = err.to_string();
+        assert!(!err.is_retryable(), "{msg}");
+        assert!(msg.contains("would remove committed output") && msg.contains(&format!("{newest:08}")), "{msg}");
+        assert!(msg.contains("allow_retracting_output"), "{msg}");
+        let visible = |t: &BTreeMap<String, Vec<u8>>| {
+            t.iter().filter(|(n, _)| !n.starts_with('.')).map(|(n, b)| (n.clone(), b.clone())).collect::<Vec<_>>()
+        };
+        assert_eq!(visible(&tree(&out)), visible(&committed), "committed output changed (all gone: {all_gone})");
+        // Allowed: the files go, the notes say which, and the output is exact again.
+        let mut handle = numbers_job(&chk, &out, false, true).start(RunConfig::default().workers(2)).unwrap();
+        let report = loop {
+            if let Some(r) = handle.try_finish() {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        report.unwrap();
+        let notes = handle.notes().join("\n");
+        assert!(notes.contains("removed committed output") && notes.contains(&format!("{newest:08}")), "{notes}");
+        assert_eq!(committed_numbers(&out), (0..N).collect::<Vec<_>>(), "all gone: {all_gone}");
+    }
+}
+
+// --- stop with a savepoint ----------------------------------------------------------------
+
+fn pending_transactions(out: &Path) -> Vec<u64> {
+    std::fs::read_dir(out)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            let txn = name.strip_prefix(".part-")?.strip_suffix(".pending")?.rsplit_once('-')?.1.parse().ok()?;
+            Some(txn)
+        })
+        .collect()
+}
+
+#[test]
+fn stop_with_savepoint_commits_what_the_savepoint_covers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chk, out, sp) = (dir.path().join("chk"), dir.path().join("out"), dir.path().join("sp"));
+    let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5));
+    let job = Job::new("endless-numbers").with_parallelism(2).with_checkpointing(config);
+    job.generator(Generator::new(|i, _| i).rate(100_000.0))
+        .map(|i| i)
+        .named("copy")
+        .write_files_transactional(&out, |i: &u64, o: &mut Vec<u8>| o.extend_from_slice(format!("{i}\n").as_bytes()));
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    wait_until("a completed checkpoint", || !complete_checkpoints(&chk).is_empty());
+    let savepoint = handle.stop_with_savepoint(&sp).unwrap().savepoint().expect("a savepoint");
+    let id: u64 = savepoint.file_name().unwrap().to_string_lossy().strip_prefix("savepoint-").unwrap().parse().unwrap();
+    let pending = pending_transactions(&out);
+    assert!(pending.iter().all(|&t| t > id), "transactions the savepoint {id} covers are still pending: {pending:?}");
+    let committed = committed_numbers(&out);
+    assert!(!committed.is_empty());
+    assert!(committed.windows(2).all(|w| w[0] < w[1]), "a number committed twice");
+}
+
+#[test]
+fn stop_with_savepoint_when_the_job_is_finishing_finishes_it_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chk, out, sp) = (dir.path().join("chk"), dir.path().join("out"), dir.path().join("sp"));
+    let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5));
+    let job = Job::new("short-and-long").with_parallelism(1).with_checkpointing(config);
+    let short = job.generator(Generator::new(|i, _| i).count(100));
+    let long = job.generator(Generator::new(|i, _| 1_000_000 + i).rate(20_000.0));
+    short
+        .union(long)
+        .map(|i| i)
+        .named("copy")
+        .write_files_transactional(&out, |i: &u64, o: &mut Vec<u8>| o.extend_from_slice(format!("{i}\n").as_bytes()));
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    wait_until("the short source to finish", || handle.is_finishing());
+    match handle.stop_with_savepoint(&sp).unwrap() {
+        weir::Stopped::Finished(report) => assert!(report.sink_records >= 100, "{report:?}"),
+        weir::Stopped::Savepoint(p) => panic!("a savepoint was taken ({}) after a task finished", p.display()),
+    }
+    assert!(pending_transactions(&out).is_empty(), "the finished job left pending output");
+    let committed = committed_numbers(&out);
+    assert!((0..100).all(|i| committed.binary_search(&i).is_ok()), "the short source's numbers are committed");
+    assert!(committed.windows(2).all(|w| w[0] < w[1]), "a number committed twice");
+    assert!(chk.join(weir::runtime::FINISHED_MARKER).exists());
+}
+
+// --- sources and inputs -------------------------------------------------------------------
+
+/// A source that keeps no offset.
+struct Forgetful(u64);
+
+impl weir::source::Source<u64> for Forgetful {
+    fn poll(&mut self, _: &weir::TaskContext, out: &mut Vec<u64>, _: usize) -> weir::Result<weir::source::SourcePoll> {
+        self.0 += 1;
+        out.push(self.0);
+        Ok(if self.0 < 100 { weir::source::SourcePoll::Emitted } else { weir::source::SourcePoll::Finished })
+    }
+}
+
+#[test]
+fn a_source_without_offsets_is_refused_under_exactly_once() {
+    let run = |mode| {
+        let dir = tempfile::tempdir().unwrap();
+        let job = Job::new("forgetful").with_checkpointing(CheckpointConfig::new(dir.path()).mode(mode));
+        job.source(|_| Ok(Forgetful(0))).named("forgetful").discard();
+        job.execute(RunConfig::default().workers(1))
+    };
+    let err = run(weir::checkpoint::CheckpointMode::ExactlyOnce).unwrap_err().to_string();
+    assert!(err.contains("'forgetful'") && err.contains("Source::offset"), "{err}");
+    run(weir::checkpoint::CheckpointMode::AtLeastOnce).unwrap();
+}
+
+fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(made.success());
+}
+
+#[test]
+fn pipes_and_standard_input_are_read_as_streams_and_folders_are_never_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "b a\na b c\nc"; // the last line has no newline
+                                // Standard input.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["wordcount", "--input", "-", "--parallelism", "2", "--workers", "2", "--no-progress", "--output"])
+        .arg(dir.path().join("o1"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text_of(&o));
+    let expected: HashMap<String, u64> = [("a", 2), ("b", 2), ("c", 2)].map(|(w, n)| (w.to_string(), n)).into();
+    assert_exactly_once(&expected, &dir.path().join("o1"));
+    // A named pipe.
+    let fifo = dir.path().join("pipe");
+    mkfifo(&fifo);
+    let writer = std::thread::spawn({
+        let fifo = fifo.clone();
+        move || std::fs::write(fifo, text).unwrap()
+    });
+    let o = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["wordcount", "--parallelism", "2", "--workers", "2", "--no-progress", "--input"])
+        .arg(&fifo)
+        .arg("--output")
+        .arg(dir.path().join("o2"))
+        .output()
+        .unwrap();
+    writer.join().unwrap();
+    assert!(o.status.success(), "{}", text_of(&o));
+    assert_exactly_once(&expected, &dir.path().join("o2"));
+    // Exactly-once checkpoints cannot replay a pipe: refused before reading it.
+    let o = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["wordcount", "--input", "-", "--no-progress", "--output"])
+        .arg(dir.path().join("o3"))
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("chk"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text_of(&o).contains("Source::offset"), "{}", text_of(&o));
+    // A folder with a subfolder, or with a pipe in it: refused, naming it.
+    let folder = dir.path().join("in");
+    std::fs::create_dir_all(folder.join("sub")).unwrap();
+    std::fs::write(folder.join("a.txt"), "a\n").unwrap();
+    let refused = |what: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["wordcount", "--no-progress", "--input"])
+            .arg(&folder)
+            .arg("--output")
+            .arg(dir.path().join("o4"))
+            .output()
+            .unwrap();
+        let t = text_of(&o);
+        assert!(!o.status.success() && t.contains(what), "{t}");
+    };
+    refused("sub");
+    std::fs::remove_dir(folder.join("sub")).unwrap();
+    mkfifo(&folder.join("p"));
+    refused("not a regular file");
+}
+
+#[test]
+fn a_resumed_run_whose_input_changed_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, chk) = (dir.path().join("in"), dir.path().join("out"), dir.path().join("chk"));
+    std::fs::create_dir(&input).unwrap();
+    write_corpus(&input.join("a.txt"), 5);
+    write_corpus(&input.join("b.txt"), 6);
+    kill(running_follow_job(&input, &out, &chk));
+    // The first file is rewritten with other content of the same size.
+    let a = input.join("a.txt");
+    let mut bytes = std::fs::read(&a).unwrap();
+    let before = std::fs::metadata(&a).unwrap().modified().unwrap();
+    bytes.reverse();
+    std::fs::write(&a, bytes).unwrap();
+    // A modification time apart from the old one whatever the file system's resolution.
+    std::fs::File::options().write(true).open(&a).unwrap().set_modified(before + Duration::from_secs(2)).unwrap();
+    let o = wordcount(&input, &out, &chk, &["--parallelism", "2"]).output().unwrap();
+    let t = text_of(&o);
+    assert!(!o.status.success() && t.contains("changed since the checkpoint") && t.contains("a.txt"), "{t}");
+}

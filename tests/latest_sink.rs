@@ -98,7 +98,8 @@ fn a_savepoint_restores_the_table_at_another_parallelism() {
     let config = |name: &str| CheckpointConfig::new(dir.path().join(name)).interval(Duration::from_secs(3600));
     let handle = job(&out, 3, Some(config("a"))).start(RunConfig::default().workers(2)).unwrap();
     std::thread::sleep(Duration::from_millis(60));
-    let savepoint = handle.stop_with_savepoint(dir.path().join("sp")).unwrap();
+    let savepoint =
+        handle.stop_with_savepoint(dir.path().join("sp")).unwrap().savepoint().expect("a savepoint, not the end");
     assert!(out.join("latest-2").exists(), "the savepoint's barrier wrote every table");
     job(&out, 2, Some(config("b"))).restore_from(&savepoint, false).execute(RunConfig::default().workers(2)).unwrap();
     let (rows, names) = tables(&out);

@@ -82,7 +82,8 @@ fn stop_with_savepoint_then_resume() {
     let (a, _) = job(&dir.path().join("a"), 2, "count");
     let handle = a.start(RunConfig::default().workers(2)).unwrap();
     std::thread::sleep(Duration::from_millis(60));
-    let savepoint = handle.stop_with_savepoint(dir.path().join("sp")).unwrap();
+    let savepoint =
+        handle.stop_with_savepoint(dir.path().join("sp")).unwrap().savepoint().expect("a savepoint, not the end");
     let (b, out_b) = job(&dir.path().join("b"), 2, "count");
     b.restore_from(&savepoint, false).execute(RunConfig::default().workers(2)).unwrap();
     assert_continues(&out_b.records());
@@ -94,7 +95,8 @@ fn state_for_a_missing_operator_is_refused_unless_allowed() {
     let (a, _) = job(&dir.path().join("a"), 2, "count");
     let handle = a.start(RunConfig::default().workers(2)).unwrap();
     std::thread::sleep(Duration::from_millis(40));
-    let savepoint = handle.stop_with_savepoint(dir.path().join("sp")).unwrap();
+    let savepoint =
+        handle.stop_with_savepoint(dir.path().join("sp")).unwrap().savepoint().expect("a savepoint, not the end");
 
     let (renamed, _) = job(&dir.path().join("c"), 2, "tally");
     let err = renamed.restore_from(&savepoint, false).execute(RunConfig::default().workers(2)).unwrap_err();
@@ -129,12 +131,14 @@ fn rescaling_2_to_4_to_1_through_savepoints_gives_the_same_counts() {
     let (a, _) = job(&dir.path().join("a"), 2, "count");
     let handle = a.start(RunConfig::default().workers(2)).unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    let sp1 = handle.stop_with_savepoint(dir.path().join("sp1")).unwrap();
+    let sp1 =
+        handle.stop_with_savepoint(dir.path().join("sp1")).unwrap().savepoint().expect("a savepoint, not the end");
 
     let (b, _) = job(&dir.path().join("b"), 4, "count");
     let handle = b.restore_from(&sp1, false).start(RunConfig::default().workers(2)).unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    let sp2 = handle.stop_with_savepoint(dir.path().join("sp2")).unwrap();
+    let sp2 =
+        handle.stop_with_savepoint(dir.path().join("sp2")).unwrap().savepoint().expect("a savepoint, not the end");
 
     let (c, out_c) = job(&dir.path().join("c"), 1, "count");
     c.restore_from(&sp2, false).execute(RunConfig::default().workers(2)).unwrap();
@@ -180,7 +184,7 @@ fn windows_rescale_through_a_savepoint() {
     let (a, _) = windows(&dir.path().join("a"), 2);
     let handle = a.start(RunConfig::default().workers(2)).unwrap();
     std::thread::sleep(Duration::from_millis(80));
-    let sp = handle.stop_with_savepoint(dir.path().join("sp")).unwrap();
+    let sp = handle.stop_with_savepoint(dir.path().join("sp")).unwrap().savepoint().expect("a savepoint, not the end");
     let (b, out_b) = windows(&dir.path().join("b"), 3);
     b.restore_from(&sp, false).execute(RunConfig::default().workers(2)).unwrap();
     // The savepoint's pending transaction (everything A fired) is committed by B's restore.
@@ -256,7 +260,8 @@ fn a_file_to_file_job_rescales_through_a_savepoint_exactly_once() {
     let a = file_wordcount(&input, &out, &dir.path().join("a"), 2);
     let handle = a.start(RunConfig::default().workers(2)).unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    let savepoint = handle.stop_with_savepoint(dir.path().join("sp")).unwrap();
+    let savepoint =
+        handle.stop_with_savepoint(dir.path().join("sp")).unwrap().savepoint().expect("a savepoint, not the end");
     let b = file_wordcount(&input, &out, &dir.path().join("b"), 3);
     b.restore_from(&savepoint, false).execute(RunConfig::default().workers(2)).unwrap();
     let mut got: HashMap<String, Vec<u64>> = HashMap::new();

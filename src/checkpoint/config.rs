@@ -120,6 +120,9 @@ pub struct CheckpointConfig {
     pub incremental: bool,
     /// How the job restarts after a failure.
     pub restart: RestartStrategy,
+    /// Whether a recovery may remove committed sink output (see
+    /// [`CheckpointConfig::allow_retracting_output`]).
+    pub allow_retracting_output: bool,
     /// Failure points for tests.
     pub faults: Option<Arc<FaultInjector>>,
 }
@@ -146,6 +149,7 @@ impl CheckpointConfig {
             retained: DEFAULT_RETAINED,
             incremental: false,
             restart: RestartStrategy::FixedDelay { attempts: 10, delay: Duration::from_millis(100) },
+            allow_retracting_output: false,
             faults: None,
         }
     }
@@ -202,6 +206,15 @@ impl CheckpointConfig {
     /// Sets the restart strategy.
     pub fn restart(mut self, strategy: RestartStrategy) -> Self {
         self.restart = strategy;
+        self
+    }
+    /// Lets a recovery remove committed sink output. A recovery that falls back past a
+    /// damaged checkpoint, or starts over with no checkpoint left, would have to remove output
+    /// committed under the checkpoints it cannot restore (and write it again); by default it
+    /// refuses to start instead, naming the files. Allowed, it removes them and says which in
+    /// the job's notes.
+    pub fn allow_retracting_output(mut self, allow: bool) -> Self {
+        self.allow_retracting_output = allow;
         self
     }
     /// Injects failures (tests).

@@ -29,7 +29,8 @@ pub(crate) struct TaskEndpoint {
 /// A request for a savepoint: an aligned checkpoint copied, complete, into `dir`.
 pub(crate) struct SavepointRequest {
     pub(crate) dir: std::path::PathBuf,
-    pub(crate) reply: Sender<Result<std::path::PathBuf, String>>,
+    /// The savepoint's checkpoint id and folder, or why it failed.
+    pub(crate) reply: Sender<Result<(u64, std::path::PathBuf), String>>,
 }
 
 /// Everything the coordinator thread owns.
@@ -331,7 +332,9 @@ impl Coordinator {
         // folder goes with the abort that follows).
         self.storage.verify(id).map_err(|e| format!("its files did not verify when read back: {e}"))?;
         if let Some(req) = savepoint {
-            let _ = req.reply.send(self.storage.copy_to_savepoint(id, &req.dir).map_err(|e| e.to_string()));
+            let _ = req
+                .reply
+                .send(self.storage.copy_to_savepoint(id, &req.dir).map(|p| (id, p)).map_err(|e| e.to_string()));
         }
         // Older checkpoints go before any sink commits: this one lists every transaction not
         // yet committed (a sink's snapshot carries all its pending ones, aborted checkpoints'

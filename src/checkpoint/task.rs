@@ -191,6 +191,41 @@ impl WritesInFlight {
     }
 }
 
+/// How many tasks of an attempt have applied each checkpoint's completion notice (so their
+/// sinks committed its transactions): a stop with a savepoint waits for all of them before it
+/// cancels the job, as Flink commits a stop-with-savepoint's transactions before the job ends.
+#[derive(Debug, Default)]
+pub(crate) struct CommitsApplied {
+    counts: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
+    changed: std::sync::Condvar,
+}
+
+impl CommitsApplied {
+    fn applied(&self, id: u64) {
+        *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry(id).or_default() += 1;
+        self.changed.notify_all();
+    }
+
+    /// Waits until `tasks` tasks, less those `finished()` counts, applied checkpoint `id`'s
+    /// completion, for at most `limit`. Returns whether they did.
+    pub(crate) fn wait(&self, id: u64, tasks: usize, finished: impl Fn() -> usize, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if counts.get(&id).copied().unwrap_or(0) + finished() >= tasks {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            // Bounded, so tasks that finish (and never apply it) are seen too.
+            let wait = left.min(Duration::from_millis(10));
+            counts = self.changed.wait_timeout(counts, wait).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}
+
 /// Everything a task needs to take part in checkpoints.
 pub(crate) struct TaskCheckpointing {
     pub(crate) task: usize,
@@ -211,9 +246,16 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) aligner: BarrierAligner,
     /// With unaligned on: switch a checkpoint to unaligned here after aligning this long.
     pub(crate) alignment_timeout_ns: Option<u64>,
+    /// Where this task counts the completion notices it applied.
+    pub(crate) commits: Arc<CommitsApplied>,
 }
 
 impl TaskCheckpointing {
+    /// This task's chain heard (and its sinks committed) checkpoint `id`'s completion.
+    pub(crate) fn completion_applied(&self, id: u64) {
+        self.commits.applied(id);
+    }
+
     /// The next message from the coordinator, if any (never blocks).
     #[inline]
     pub(crate) fn next_control(&self) -> Option<TaskControl> {

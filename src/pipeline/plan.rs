@@ -42,6 +42,7 @@ pub(crate) struct CheckpointWiring {
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
     pub(crate) writes: Arc<crate::checkpoint::task::WritesInFlight>,
+    pub(crate) commits: Arc<crate::checkpoint::task::CommitsApplied>,
 }
 
 pub(crate) struct PlanEnv {
@@ -215,6 +216,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     acks: w.acks.clone(),
                     storage: w.storage.clone(),
                     writes: w.writes.clone(),
+                    commits: w.commits.clone(),
                     pages: w.incremental.then(Default::default),
                     faults: env.faults.clone(),
                     clock: env.clock,

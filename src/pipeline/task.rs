@@ -239,6 +239,9 @@ pub(crate) fn apply_notice(
         cp.unaligned_done = cp.unaligned_done.max(id);
     }
     notify(notice)?;
+    if let CheckpointNotice::Complete(id) = notice {
+        cp.completion_applied(id);
+    }
     Ok(unblock)
 }
 

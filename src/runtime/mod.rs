@@ -14,14 +14,15 @@ mod worker;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::coordinator::SavepointRequest;
+use crate::checkpoint::task::CommitsApplied;
 use crate::checkpoint::{
     load_dir, read_finished, write_finished, CheckpointStats, CheckpointStorage, DirectoryLock, FinishedJob,
 };
-use crate::context::{AttemptScope, Clock};
+use crate::context::{AttemptScope, Clock, Recovery};
 use crate::error::{Error, Result};
 use crate::metrics::{JobMetrics, JobReport};
 use crate::pipeline::{build_plan, CheckpointWiring, Job, JobControl, PlanEnv, PlanLimits};
@@ -131,6 +132,32 @@ struct Attempt {
     scope: Arc<AttemptScope>,
     coordinator: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
     savepoints: Option<std::sync::mpsc::Sender<SavepointRequest>>,
+    /// Which tasks applied which checkpoint's completion (with checkpointing).
+    commits: Option<Arc<CommitsApplied>>,
+    /// Tasks in the attempt.
+    task_count: usize,
+}
+
+/// How [`JobHandle::stop_with_savepoint`] ended the job.
+#[derive(Debug)]
+pub enum Stopped {
+    /// A savepoint was taken, its sink transactions committed, and the job stopped: a job
+    /// restored from it goes on where this one stopped.
+    Savepoint(std::path::PathBuf),
+    /// Some of the job's tasks had already reached the end of their input, so no savepoint
+    /// could be taken (no checkpoint completes once a task finished): the job was stopped
+    /// gracefully instead and finished, committing all its output.
+    Finished(JobReport),
+}
+
+impl Stopped {
+    /// The savepoint's folder, if one was taken.
+    pub fn savepoint(self) -> Option<std::path::PathBuf> {
+        match self {
+            Stopped::Savepoint(path) => Some(path),
+            Stopped::Finished(_) => None,
+        }
+    }
 }
 
 /// A running job.
@@ -199,6 +226,16 @@ impl JobHandle {
     /// `<dir>/savepoint-<id>/`, and returns that folder. The job goes on. Needs checkpointing
     /// (the savepoint is written through the checkpoint coordinator).
     pub fn trigger_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+        self.take_savepoint(dir).map(|(_, path)| path)
+    }
+
+    /// Whether some task of the current attempt has reached the end of its input (the job is
+    /// finishing; no checkpoint or savepoint can complete any more).
+    pub fn is_finishing(&self) -> bool {
+        self.attempt.as_ref().is_some_and(|a| a.scope.finished_tasks.load(Ordering::SeqCst) > 0)
+    }
+
+    fn take_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<(u64, std::path::PathBuf)> {
         let timeout = match &self.job.graph.borrow().checkpointing {
             Some(c) => c.timeout,
             None => {
@@ -213,7 +250,7 @@ impl JobHandle {
             .send(SavepointRequest { dir, reply })
             .map_err(|_| Error::Checkpoint("the job ended before the savepoint was taken".into()))?;
         match answer.recv_timeout(timeout) {
-            Ok(Ok(path)) => Ok(path),
+            Ok(Ok(taken)) => Ok(taken),
             Ok(Err(reason)) => Err(Error::Checkpoint(format!("the savepoint could not be written: {reason}"))),
             Err(_) => Err(Error::Checkpoint(format!(
                 "the savepoint did not complete (the job ended, or its checkpoint failed: {:?})",
@@ -222,14 +259,36 @@ impl JobHandle {
         }
     }
 
-    /// Takes a savepoint, then stops every worker without draining (no further output after
-    /// the savepoint is committed; a job restored from the savepoint produces it). Returns the
-    /// savepoint's folder.
-    pub fn stop_with_savepoint(self, dir: impl Into<std::path::PathBuf>) -> Result<std::path::PathBuf> {
-        let path = self.trigger_savepoint(dir)?;
+    /// Takes a savepoint, waits until every sink has committed the transactions it covers,
+    /// then stops every worker without draining (no further output after the savepoint; a job
+    /// restored from it produces that). If the job is already finishing (a task reached the end
+    /// of its input), it is stopped gracefully and finishes instead. Says which it did.
+    pub fn stop_with_savepoint(self, dir: impl Into<std::path::PathBuf>) -> Result<Stopped> {
+        let (id, path) = match self.take_savepoint(dir) {
+            Ok(taken) => taken,
+            Err(_) if self.is_finishing() => {
+                self.stop();
+                return self.join().map(Stopped::Finished);
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(a) = &self.attempt {
+            let timeout = self.job.graph.borrow().checkpointing.as_ref().map_or(Duration::ZERO, |c| c.timeout);
+            let finished = || a.scope.finished_tasks.load(Ordering::SeqCst);
+            let committed = a.commits.as_ref().is_none_or(|c| c.wait(id, a.task_count, finished, timeout));
+            if !committed {
+                self.cancel();
+                let _ = self.join();
+                return Err(Error::Checkpoint(format!(
+                    "savepoint {} was taken, and its sink transactions were not all committed within {timeout:?}; \
+                     they are committed when a job restores from it",
+                    path.display()
+                )));
+            }
+        }
         self.cancel();
         match self.join() {
-            Ok(_) | Err(Error::Cancelled) => Ok(path),
+            Ok(_) | Err(Error::Cancelled) => Ok(Stopped::Savepoint(path)),
             Err(e) => Err(e),
         }
     }
@@ -283,6 +342,7 @@ impl JobHandle {
                 a.state.fail(Error::config("a worker thread panicked outside any task"));
             }
         }
+        self.notes.append(&mut a.scope.notes.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some((t, shutdown)) = a.coordinator.take() {
             shutdown.store(true, Ordering::SeqCst);
             let _ = t.join();
@@ -443,7 +503,6 @@ fn start_attempt(
     let graph = job.graph.borrow();
     let workers = config.effective_workers();
     let parkers: Vec<Arc<Parker>> = (0..workers).map(|_| Arc::new(Parker::default())).collect();
-    let scope = Arc::new(AttemptScope::default());
     let clock = Clock::start();
     let state = Arc::new(RunState::new(workers, parkers.clone()));
     let fingerprint = graph.fingerprint();
@@ -451,6 +510,8 @@ fn start_attempt(
         f.new_attempt();
     }
     let mut restored = None;
+    let mut recovery = Recovery::default();
+    let mut commits = None;
     let mut wiring = None;
     let mut coordinator = None;
     if let Some(cfg) = &graph.checkpointing {
@@ -496,6 +557,11 @@ fn start_attempt(
         for (id, why) in &found.skipped {
             notes.push(format!("checkpoint {id} is damaged and was skipped: {why}"));
         }
+        recovery = Recovery {
+            restored: found.checkpoint.as_ref().map(|c| c.metadata.checkpoint),
+            skipped: found.skipped.iter().map(|(id, _)| *id).collect(),
+            allow_retracting_output: cfg.allow_retracting_output,
+        };
         let mut completed = Vec::new();
         if let Some(c) = found.checkpoint {
             if c.metadata.fingerprint != fingerprint {
@@ -532,11 +598,13 @@ fn start_attempt(
         if restored.is_none() {
             if let Some(r) = restore_from_savepoint(&graph, notes)? {
                 first_id = first_id.max(r.checkpoint + 1);
+                recovery.restored = Some(r.checkpoint);
                 restored = Some(Arc::new(r));
             }
         }
         let (acks_tx, acks_rx) = std::sync::mpsc::channel();
         let writes = Arc::new(crate::checkpoint::task::WritesInFlight::default());
+        commits = Some(Arc::new(CommitsApplied::default()));
         wiring = Some(CheckpointWiring {
             mode: cfg.mode,
             unaligned: cfg.unaligned,
@@ -545,12 +613,14 @@ fn start_attempt(
             acks: acks_tx,
             storage: storage.clone(),
             writes: writes.clone(),
+            commits: commits.clone().expect("made above"),
         });
         coordinator = Some((cfg.clone(), storage, acks_rx, first_id, completed, writes, lock));
     }
     if graph.checkpointing.is_none() {
         restored = restore_from_savepoint(&graph, notes)?.map(Arc::new);
     }
+    let scope = Arc::new(AttemptScope::new(recovery));
     let env = PlanEnv {
         clock,
         metrics: metrics.clone(),
@@ -563,6 +633,7 @@ fn start_attempt(
     };
     let limits = PlanLimits { workers, ring_capacity: config.ring_capacity, batch_size: config.batch_size };
     let plan = build_plan(&graph, limits, &env)?;
+    let task_count = plan.tasks.len();
     let mut savepoints = None;
     let coordinator = match coordinator {
         Some((cfg, storage, acks, first_id, completed, writes, lock)) => {
@@ -626,7 +697,7 @@ fn start_attempt(
             .map_err(|e| Error::Io { context: "cannot start a worker thread".into(), path: None, source: e })?;
         threads.push(t);
     }
-    Ok(Attempt { threads, state, parkers, scope, coordinator, savepoints })
+    Ok(Attempt { threads, state, parkers, scope, coordinator, savepoints, commits, task_count })
 }
 
 impl Job {

@@ -185,27 +185,62 @@ impl<F> TwoPhaseFileSink<F> {
 
     /// Deletes what earlier runs of the subtasks this one stands for left: hidden files, and
     /// visible ones of transactions after `restored` (all of them when nothing is restored).
+    /// A visible file is committed output: one the replay does not write again identically is
+    /// removed only if the job allows retracting output, and listed in its notes; otherwise
+    /// nothing is removed and the restore fails naming them.
     fn clean_up(&mut self, restored: Option<u64>) -> Result<()> {
         let p = self.ctx.parallelism;
         let entries = std::fs::read_dir(&self.dir).map_err(|e| Error::io("cannot list output folder", &self.dir, e))?;
+        let (mut stale, mut retracted) = (Vec::new(), Vec::new());
         for e in entries {
             let e = e.map_err(|e| Error::io("cannot list output folder", &self.dir, e))?;
             let Some(kind) = e.file_name().to_str().and_then(parse_name) else { continue };
-            let stale = match kind {
-                OwnFile::Hidden { subtask } => subtask % p == self.ctx.subtask,
-                OwnFile::Committed { subtask, txn } => {
-                    subtask % p == self.ctx.subtask && restored.is_none_or(|k| txn > k)
+            match kind {
+                OwnFile::Hidden { subtask } if subtask % p == self.ctx.subtask => stale.push(e.path()),
+                OwnFile::Committed { subtask, txn }
+                    if subtask % p == self.ctx.subtask && restored.is_none_or(|k| txn > k) =>
+                {
+                    if self.ctx.recovery().replays_exactly(txn) {
+                        stale.push(e.path());
+                    } else {
+                        retracted.push(e.path());
+                    }
                 }
-            };
-            if stale {
-                match std::fs::remove_file(e.path()) {
-                    // Renamed meanwhile by a pre-commit of an earlier attempt that outlasted
-                    // the wait for its writes: the pending name is hidden too (and, checkpoint
-                    // ids never repeating, no later transaction's); the next clean-up removes
-                    // it.
-                    Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                    r => r.map_err(|err| Error::io("cannot remove stale output", e.path(), err))?,
-                }
+                _ => {}
+            }
+        }
+        retracted.sort();
+        if !retracted.is_empty() {
+            let names: Vec<String> =
+                retracted.iter().map(|p| p.file_name().unwrap_or_default().to_string_lossy().into_owned()).collect();
+            let recovery = self.ctx.recovery();
+            let from = recovery.restored.map_or("the start".to_string(), |k| format!("checkpoint {k}"));
+            if !recovery.allow_retracting_output {
+                return Err(Error::config(format!(
+                    "recovery from {from} would remove committed output in {}: {} (committed under checkpoints \
+                     that can no longer be restored: {}). Nothing was removed. To remove it and compute it again \
+                     from {from}, allow retracting output (weir: --allow-retracting-output; \
+                     CheckpointConfig::allow_retracting_output)",
+                    self.dir.display(),
+                    names.join(", "),
+                    recovery.why_lost()
+                )));
+            }
+            self.ctx.note(format!(
+                "removed committed output in {} that recovery from {from} computes again ({}): {}",
+                self.dir.display(),
+                recovery.why_lost(),
+                names.join(", ")
+            ));
+            stale.extend(retracted);
+        }
+        for path in stale {
+            match std::fs::remove_file(&path) {
+                // Renamed meanwhile by a pre-commit of an earlier attempt that outlasted the
+                // wait for its writes: the pending name is hidden too (and, checkpoint ids
+                // never repeating, no later transaction's); the next clean-up removes it.
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                r => r.map_err(|err| Error::io("cannot remove stale output", &path, err))?,
             }
         }
         self.prepared = true;
@@ -341,6 +376,7 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::{AttemptScope, Recovery};
 
     fn format(r: &u32, out: &mut Vec<u8>) {
         out.extend_from_slice(format!("{r}\n").as_bytes());
@@ -392,6 +428,9 @@ mod tests {
         std::fs::write(dir.path().join(committed_name(0, 3)), "4\n").unwrap();
         std::fs::write(dir.path().join("notes.txt"), "not the sink's").unwrap();
 
+        // Restoring checkpoint 2 with nothing skipped: transaction 3 is written again alike.
+        let mut ctx = ctx.clone();
+        ctx.attempt = Arc::new(AttemptScope::new(Recovery { restored: Some(2), ..Recovery::default() }));
         let mut r = TwoPhaseFileSink::create(dir.path(), &ctx, format).unwrap();
         r.restore(&bytes).unwrap();
         assert_eq!(listing(dir.path()), vec!["notes.txt".to_string(), committed_name(0, 1), committed_name(0, 2)]);
@@ -440,6 +479,44 @@ mod tests {
         let again = s.notify(CheckpointNotice::Complete(1)).unwrap_err().to_string();
         assert!(again.contains(&pending_name(0, 1)), "{again}");
         assert!(listing(&dir).is_empty(), "nothing committed");
+    }
+
+    /// Output committed under checkpoints recovery cannot restore (a damaged one skipped, or
+    /// none left) is never removed silently: the restore fails naming it, and removes it only
+    /// when allowed, saying so.
+    #[test]
+    fn committed_output_is_retracted_only_when_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = TwoPhaseFileSink::create(dir.path(), &TaskContext::for_test("sink", 0, 1), format).unwrap();
+        s.write(&mut vec![1]).unwrap();
+        let bytes = snapshot_bytes(s.pre_commit(1).unwrap());
+        s.notify(CheckpointNotice::Complete(1)).unwrap();
+        s.write(&mut vec![2]).unwrap();
+        drop(s.pre_commit(2).unwrap().unwrap().write_to(&mut Vec::new()));
+        s.notify(CheckpointNotice::Complete(2)).unwrap();
+        let committed = listing(dir.path());
+        assert_eq!(committed, vec![committed_name(0, 1), committed_name(0, 2)]);
+        let restoring = |recovery: Recovery| {
+            let mut ctx = TaskContext::for_test("sink", 0, 1);
+            ctx.attempt = Arc::new(AttemptScope::new(recovery));
+            (TwoPhaseFileSink::create(dir.path(), &ctx, format).unwrap(), ctx)
+        };
+        // Checkpoint 2 damaged, 1 restored: part 2 would be lost.
+        let damaged = Recovery { restored: Some(1), skipped: vec![2], allow_retracting_output: false };
+        let err = restoring(damaged.clone()).0.restore(&bytes).unwrap_err().to_string();
+        assert!(err.contains(&committed_name(0, 2)) && err.contains("checkpoint(s) 2 are damaged"), "{err}");
+        assert!(err.contains("--allow-retracting-output"), "{err}");
+        assert_eq!(listing(dir.path()), committed, "nothing was removed");
+        // No checkpoint left at all: everything committed would go.
+        let err = restoring(Recovery::default()).0.pre_commit(3).err().unwrap().to_string();
+        assert!(err.contains(&committed_name(0, 2)) && err.contains("no checkpoint to restore"), "{err}");
+        assert_eq!(listing(dir.path()), committed, "nothing was removed");
+        // Allowed: removed, and said.
+        let (mut r, ctx) = restoring(Recovery { allow_retracting_output: true, ..damaged });
+        r.restore(&bytes).unwrap();
+        assert_eq!(listing(dir.path()), vec![committed_name(0, 1)]);
+        let notes = ctx.attempt.notes.lock().unwrap().join("\n");
+        assert!(notes.contains("removed committed output") && notes.contains(&committed_name(0, 2)), "{notes}");
     }
 
     #[test]
