@@ -267,7 +267,7 @@ struct DefaultArgs {
 
 #[derive(Args, Debug)]
 struct WordcountArgs {
-    /// A text file, or a folder of text files (read in name order).
+    /// A text file, a folder of text files (read in name order), or - for standard input.
     #[arg(long)]
     input: PathBuf,
     /// The output folder (created; must be empty, unless the job resumes there): files

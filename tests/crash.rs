@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use weir::checkpoint::CheckpointStorage;
 
+mod common;
+use common::committed_counts;
+
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -53,24 +56,6 @@ fn wordcount(input: &Path, out: &Path, chk: &Path, extra: &[&str]) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-/// Every word's counts in the committed (visible) output files.
-fn committed_counts(out: &Path) -> HashMap<String, Vec<u64>> {
-    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
-    for f in std::fs::read_dir(out).unwrap() {
-        let f = f.unwrap();
-        let name = f.file_name().to_string_lossy().to_string();
-        if name.starts_with('.') {
-            continue;
-        }
-        assert!(name.starts_with("part-"), "unexpected file {name}");
-        for line in std::fs::read_to_string(f.path()).unwrap().lines() {
-            let (w, c) = line.split_once('\t').unwrap_or_else(|| panic!("{name}: bad line {line:?}"));
-            got.entry(w.to_string()).or_default().push(c.parse().unwrap());
-        }
-    }
-    got
 }
 
 fn check_exactly_once(expected: &HashMap<String, u64>, out: &Path, what: &str) {

@@ -10,6 +10,12 @@
 //! lock file back and goes on only while it still names this process and generation; the
 //! generation is also written into each checkpoint's `_metadata`.
 //!
+//! A `flock` belongs to an open file, and a child process this one is starting holds a copy
+//! of every open file until it has started its program (even with close-on-exec): so a lock
+//! this process just released can look held by it for that instant. The directories held in
+//! this process are therefore also kept in a set: a directory not in it whose lock names this
+//! process is retried for a moment instead of refused.
+//!
 //! May touch: `checkpoint::storage`, `error`.
 
 use std::fs::{File, OpenOptions};
@@ -32,9 +38,22 @@ struct LockRecord {
     job: String,
 }
 
+/// The checkpoint directories locked in this process (canonical paths).
+static HELD_HERE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// How long a lock that names this process but is held by none of its jobs is retried (the
+/// start of a child process, see the module doc), in milliseconds.
+const RELEASED_HERE_RETRY_MS: u32 = 2_000;
+
+fn held_here() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    HELD_HERE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The lock of one checkpoint directory, held until dropped.
 #[derive(Debug)]
 pub struct DirectoryLock {
+    /// The directory's canonical path (its entry in [`HELD_HERE`]).
+    canonical: PathBuf,
     dir: PathBuf,
     path: PathBuf,
     /// Holds the `flock`; closing it releases the lock.
@@ -55,34 +74,89 @@ impl DirectoryLock {
         let dir = storage.dir().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create checkpoint directory", &dir, e))?;
         let path = dir.join(LOCK_FILE);
+        let canonical =
+            std::fs::canonicalize(&dir).map_err(|e| Error::io("cannot resolve checkpoint directory", &dir, e))?;
+        let in_use = |holder: String| {
+            Error::config(format!(
+                "checkpoint directory {} is in use by {holder}: one process at a time may own it (its lock is {}); \
+                 wait for that process to end, stop it, or choose another directory",
+                dir.display(),
+                path.display()
+            ))
+        };
+        let pid = std::process::id();
+        {
+            let mut held = held_here();
+            if held.contains(&canonical) {
+                return Err(in_use(format!("process {pid} (another job of this same process)")));
+            }
+            held.push(canonical.clone());
+        }
+        let locked = Self::lock_file(&path, pid, &in_use);
+        match locked {
+            Ok(file) => Self::take(storage, job, canonical, path, file),
+            Err(e) => {
+                held_here().retain(|d| *d != canonical);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens and locks the lock file, or says who holds it.
+    fn lock_file(path: &Path, pid: u32, in_use: &dyn Fn(String) -> Error) -> Result<File> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io("cannot open the checkpoint directory's lock", &path, e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let holder = match read_record(&path) {
-                    Ok(r) => format!("process {} (job '{}')", r.pid, r.job),
-                    Err(_) => "another process".to_string(),
-                };
-                return Err(Error::config(format!(
-                    "checkpoint directory {} is in use by {holder}: one process at a time may own it (its lock is {}); \
-                     wait for that process to end, stop it, or choose another directory",
-                    dir.display(),
-                    path.display()
-                )));
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(Error::io("cannot lock the checkpoint directory", &path, e));
+            .open(path)
+            .map_err(|e| Error::io("cannot open the checkpoint directory's lock", path, e))?;
+        let mut retries = 0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let holder = read_record(path).ok();
+                    // Released by a job of this process, and still open in a child being
+                    // started: free in a moment.
+                    if holder.as_ref().is_some_and(|r| r.pid == pid) && retries < RELEASED_HERE_RETRY_MS {
+                        retries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                        continue;
+                    }
+                    return Err(in_use(match holder {
+                        Some(r) => format!("process {} (job '{}')", r.pid, r.job),
+                        None => "another process".to_string(),
+                    }));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(Error::io("cannot lock the checkpoint directory", path, e));
+                }
             }
         }
+    }
+
+    /// Writes this process's record into the locked file.
+    fn take(
+        storage: &CheckpointStorage,
+        job: &str,
+        canonical: PathBuf,
+        path: PathBuf,
+        file: File,
+    ) -> Result<(DirectoryLock, Option<String>)> {
+        let dir = storage.dir().to_path_buf();
+        // From here on, dropping the lock (also on an error below) forgets `canonical`.
+        let mut lock = DirectoryLock {
+            canonical,
+            dir: dir.clone(),
+            path: path.clone(),
+            _file: file,
+            record: LockRecord { pid: std::process::id(), generation: 0, job: job.to_string() },
+        };
+        let file = &lock._file;
         let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
         let previous = if empty { None } else { Some(read_record(&path)) };
-        let pid = std::process::id();
+        let pid = lock.record.pid;
         let note = match &previous {
             Some(Ok(r)) if r.pid != pid => Some(format!(
                 "took over checkpoint directory {} from process {} (job '{}'), which is no longer running",
@@ -106,11 +180,11 @@ impl DirectoryLock {
             .max()
             .unwrap_or(0);
         let last = previous.and_then(|r| r.ok()).map_or(0, |r| r.generation);
-        let record = LockRecord { pid, generation: newest.max(last) + 1, job: job.to_string() };
-        let json = serde_json::to_vec(&record).map_err(|e| Error::Corrupt(e.to_string()))?;
+        lock.record.generation = newest.max(last) + 1;
+        let json = serde_json::to_vec(&lock.record).map_err(|e| Error::Corrupt(e.to_string()))?;
         let bytes = encode_file(&FileIdentity::new(FileKind::Lock, storage.fingerprint(), 0, None), &json);
         (|| {
-            let mut f = &file;
+            let mut f = file;
             f.set_len(0)?;
             f.rewind()?;
             f.write_all(&bytes)?;
@@ -118,7 +192,7 @@ impl DirectoryLock {
         })()
         .map_err(|e| Error::io("cannot write the checkpoint directory's lock", &path, e))?;
         super::storage::sync_folder(&dir)?;
-        Ok((DirectoryLock { dir, path, _file: file, record }, note))
+        Ok((lock, note))
     }
 
     /// This owner's generation (written into each `_metadata`).
@@ -151,6 +225,12 @@ impl DirectoryLock {
     }
 }
 
+impl Drop for DirectoryLock {
+    fn drop(&mut self) {
+        held_here().retain(|d| *d != self.canonical);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,16 +250,19 @@ mod tests {
         drop(first);
         let (second, _) = DirectoryLock::acquire(&storage, "b").unwrap();
         assert_eq!(second.generation(), 2);
-        // Its lock file replaced behind its back: the owner finds out before its next commit.
-        std::fs::remove_file(dir.path().join(LOCK_FILE)).unwrap();
+        // Its lock file removed, then taken by another process: the owner finds out before its
+        // next commit.
+        let path = dir.path().join(LOCK_FILE);
+        std::fs::remove_file(&path).unwrap();
         let err = second.check().unwrap_err();
-        assert!(matches!(err, Error::Fenced(_)) && !err.is_retryable(), "{err}");
-        let (third, _) = DirectoryLock::acquire(&storage, "c").unwrap();
-        assert_eq!(third.generation(), 1, "nothing on disk remembers generation 2 (no checkpoint completed)");
-        assert!(second.check().unwrap_err().to_string().contains("took over"));
-        third.check().unwrap();
+        assert!(matches!(err, Error::Fenced(_)) && !err.is_retryable() && err.to_string().contains("removed"), "{err}");
+        let other = LockRecord { pid: 1, generation: 3, job: "c".into() };
+        let identity = FileIdentity::new(FileKind::Lock, storage.fingerprint(), 0, None);
+        std::fs::write(&path, encode_file(&identity, &serde_json::to_vec(&other).unwrap())).unwrap();
+        let err = second.check().unwrap_err().to_string();
+        assert!(err.contains("process 1 (job 'c', generation 3) took over"), "{err}");
         // A damaged lock of a process that is gone is taken over, with a note.
-        drop(third);
+        drop(second);
         std::fs::write(dir.path().join(LOCK_FILE), b"garbage").unwrap();
         let (_fourth, note) = DirectoryLock::acquire(&storage, "d").unwrap();
         assert!(note.unwrap().contains("unreadable"));

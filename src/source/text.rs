@@ -712,11 +712,20 @@ mod span_tests {
         std::fs::write(dir.path().join("a.txt"), "alpha\nbeta\n").unwrap();
         let src = TextSource::open(dir.path()).unwrap();
         let sub = src.subtask(0, 1);
+        let none: Vec<ListedFile> = Vec::new();
         let stored: Vec<StoredSpan> = vec![("gone.txt".into(), 0, 5, true)];
-        let err = sub.decode(&to_bytes(&stored)).unwrap_err().to_string();
+        let err = sub.decode(&to_bytes(&(stored, none.clone()))).unwrap_err().to_string();
         assert!(err.contains("gone.txt"), "{err}");
         let stored: Vec<StoredSpan> = vec![("a.txt".into(), 100, 200, true)];
-        let err = sub.decode(&to_bytes(&stored)).unwrap_err().to_string();
+        let err = sub.decode(&to_bytes(&(stored, none))).unwrap_err().to_string();
         assert!(err.contains("input changed"), "{err}");
+        // The file listed with another size or modification time than it has now: changed.
+        let stored: Vec<StoredSpan> = vec![("a.txt".into(), 0, 11, true)];
+        for listed in [vec![("a.txt".to_string(), 12u64, src.files[0].modified_ns)], vec![("a.txt".into(), 11, 1)]] {
+            let err = sub.decode(&to_bytes(&(stored.clone(), listed))).unwrap_err().to_string();
+            assert!(err.contains("changed since the checkpoint") && err.contains("a.txt"), "{err}");
+        }
+        let same = vec![("a.txt".to_string(), 11u64, src.files[0].modified_ns)];
+        assert_eq!(sub.decode(&to_bytes(&(stored, same))).unwrap().len(), 1);
     }
 }
