@@ -5,6 +5,7 @@
 //!
 //! May touch: `metrics`, `snapshot`, `wake`.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -115,6 +116,11 @@ pub struct AttemptScope {
     on_success: std::sync::Mutex<Vec<SuccessHook>>,
     /// Tasks of this attempt that finished (no checkpoint can complete after the first).
     pub(crate) finished_tasks: Arc<std::sync::atomic::AtomicUsize>,
+    /// Source subtasks of this attempt at the end of their input, waiting for the final
+    /// checkpoint before they end their streams (with checkpointing).
+    pub(crate) sources_at_end: Arc<std::sync::atomic::AtomicUsize>,
+    /// Set when the final checkpoint completed and the sources were told to end their streams.
+    pub(crate) input_ended: Arc<AtomicBool>,
     /// What this attempt restores from.
     pub(crate) recovery: Recovery,
     /// Messages from tasks for the job's notes.

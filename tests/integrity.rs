@@ -262,30 +262,28 @@ fn out_of_range_values_and_overlapping_folders_are_refused() {
 
 const N: u64 = 20_000;
 
-/// A keyed sum at parallelism 2 that fails half-way with no restart, so its checkpoints stay
-/// behind as a crash leaves them.
-fn keyed_job(dir: &Path, incremental: bool, fail: bool) -> Job {
-    let faults =
-        FaultInjector::new(if fail { vec![Fault::AtRecord { operator: "sum".into(), nth: N / 2 }] } else { vec![] });
+/// A keyed sum at parallelism 2 over `N` events, or with `endless` over ever more.
+fn keyed_job(dir: &Path, incremental: bool, endless: bool) -> Job {
     let config = CheckpointConfig::new(dir)
         .interval(Duration::from_millis(5))
         .incremental(incremental)
         .retain(4)
-        .restart(RestartStrategy::None)
-        .faults(faults);
+        .restart(RestartStrategy::None);
     let job = Job::new("keyed").with_parallelism(2).with_checkpointing(config);
-    let events = job.generator(Generator::new(|i, _| (i % 5_000, i)).count(N).rate(100_000.0));
+    let generator = Generator::new(|i, _| (i % 5_000, i)).rate(100_000.0);
+    let events = job.generator(if endless { generator } else { generator.count(N) });
     let out = events.key_by(|e: &(u64, u64)| e.0).aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s));
     out.named("sum").discard();
     job
 }
 
-/// Checkpoints left by a failed run: at least three complete.
+/// Checkpoints left by a run cancelled (as a crash leaves them) once four completed.
 fn leave_checkpoints(dir: &Path, incremental: bool) -> Vec<u64> {
-    assert!(keyed_job(dir, incremental, true).execute(RunConfig::default().workers(2)).is_err());
-    let complete = complete_checkpoints(dir);
-    assert!(complete.len() >= 3, "the first run completed {complete:?}");
-    complete
+    let handle = keyed_job(dir, incremental, true).start(RunConfig::default().workers(2)).unwrap();
+    wait_until("four completed checkpoints", || complete_checkpoints(dir).len() >= 4);
+    handle.cancel();
+    assert!(matches!(handle.join(), Err(Error::Cancelled)));
+    complete_checkpoints(dir)
 }
 
 fn listing(dir: &Path) -> Output {
@@ -444,9 +442,10 @@ fn a_process_that_lost_its_directory_completes_no_checkpoint_and_fails() {
     };
     let err = result.unwrap_err();
     assert!(matches!(err, Error::Fenced(_)), "{err}");
-    // It notices the removal, or the other process's lock, whichever it checks first.
+    // It notices the removal, the other process's lock being written, or that lock, whichever
+    // it checks first.
     let msg = err.to_string();
-    assert!(msg.contains("took over") && msg.contains("job 'wordcount'") || msg.contains("was removed"), "{msg}");
+    assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
     // At most the checkpoint whose completion was under way at the takeover completed after it.
     let after = complete_checkpoints(dir.path()).last().copied().unwrap();
     assert!(after <= at_takeover + 1, "checkpoints {at_takeover}..{after} completed after the takeover");
@@ -577,11 +576,14 @@ fn stop_with_savepoint_commits_what_the_savepoint_covers() {
     assert!(committed.windows(2).all(|w| w[0] < w[1]), "a number committed twice");
 }
 
+/// A source that ends first no longer stops the job's checkpoints (FLIP-147): a union of a
+/// 100-record source and an endless one keeps checkpointing, and a savepoint taken long after
+/// the short source ended holds all of it, committed.
 #[test]
-fn stop_with_savepoint_when_the_job_is_finishing_finishes_it_and_says_so() {
+fn checkpoints_go_on_after_a_source_ends() {
     let dir = tempfile::tempdir().unwrap();
     let (chk, out, sp) = (dir.path().join("chk"), dir.path().join("out"), dir.path().join("sp"));
-    let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5));
+    let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5)).retain(100);
     let job = Job::new("short-and-long").with_parallelism(1).with_checkpointing(config);
     let short = job.generator(Generator::new(|i, _| i).count(100));
     let long = job.generator(Generator::new(|i, _| 1_000_000 + i).rate(20_000.0));
@@ -591,15 +593,49 @@ fn stop_with_savepoint_when_the_job_is_finishing_finishes_it_and_says_so() {
         .named("copy")
         .write_files_transactional(&out, |i: &u64, o: &mut Vec<u8>| o.extend_from_slice(format!("{i}\n").as_bytes()));
     let handle = job.start(RunConfig::default().workers(2)).unwrap();
-    wait_until("the short source to finish", || handle.is_finishing());
-    match handle.stop_with_savepoint(&sp).unwrap() {
-        weir::Stopped::Finished(report) => assert!(report.sink_records >= 100, "{report:?}"),
-        weir::Stopped::Savepoint(p) => panic!("a savepoint was taken ({}) after a task finished", p.display()),
-    }
-    assert!(pending_transactions(&out).is_empty(), "the finished job left pending output");
+    wait_until("ten completed checkpoints", || complete_checkpoints(&chk).len() >= 10);
+    let savepoint = handle.stop_with_savepoint(&sp).unwrap().savepoint().expect("a savepoint");
+    let id: u64 = savepoint.file_name().unwrap().to_string_lossy().strip_prefix("savepoint-").unwrap().parse().unwrap();
+    assert!(id >= 10, "savepoint {id}");
     let committed = committed_numbers(&out);
     assert!((0..100).all(|i| committed.binary_search(&i).is_ok()), "the short source's numbers are committed");
     assert!(committed.windows(2).all(|w| w[0] < w[1]), "a number committed twice");
+    assert!(pending_transactions(&out).iter().all(|&t| t > id));
+}
+
+/// A bounded job ends with a final checkpoint that commits its output: every committed file
+/// is named after a completed checkpoint, none after the end.
+#[test]
+fn a_bounded_job_ends_with_a_final_checkpoint_that_commits_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chk, out) = (dir.path().join("chk"), dir.path().join("out"));
+    let report = numbers_job(&chk, &out, false, false).execute(RunConfig::default().workers(2)).unwrap();
+    let last = report.checkpoints.iter().map(|c| c.id).max().expect("checkpoints completed");
+    assert_eq!(committed_numbers(&out), (0..N).collect::<Vec<_>>());
+    for name in tree(&out).keys() {
+        let txn: u64 = name.rsplit_once('-').unwrap().1.parse().unwrap();
+        assert!(txn <= last, "{name} was committed after the final checkpoint {last}");
+    }
+}
+
+#[test]
+fn stop_with_savepoint_when_the_job_is_finishing_finishes_it_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chk, out, sp) = (dir.path().join("chk"), dir.path().join("out"), dir.path().join("sp"));
+    let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5));
+    let job = Job::new("bounded").with_parallelism(2).with_checkpointing(config);
+    job.generator(Generator::new(|i, _| i).count(2_000))
+        .map(|i| i)
+        .named("copy")
+        .write_files_transactional(&out, |i: &u64, o: &mut Vec<u8>| o.extend_from_slice(format!("{i}\n").as_bytes()));
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    wait_until("the end of the input", || handle.is_finishing());
+    match handle.stop_with_savepoint(&sp).unwrap() {
+        weir::Stopped::Finished(report) => assert_eq!(report.sink_records, 2_000, "{report:?}"),
+        weir::Stopped::Savepoint(p) => panic!("a savepoint was taken ({}) after the input ended", p.display()),
+    }
+    assert!(pending_transactions(&out).is_empty(), "the finished job left pending output");
+    assert_eq!(committed_numbers(&out), (0..2_000).collect::<Vec<_>>());
     assert!(chk.join(weir::runtime::FINISHED_MARKER).exists());
 }
 
@@ -720,4 +756,26 @@ fn a_resumed_run_whose_input_changed_is_refused() {
     let o = wordcount(&input, &out, &chk, &["--parallelism", "2"]).output().unwrap();
     let t = text_of(&o);
     assert!(!o.status.success() && t.contains("changed since the checkpoint") && t.contains("a.txt"), "{t}");
+}
+
+#[test]
+fn ctrl_c_on_a_followed_log_counts_its_last_line_without_a_newline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, out) = (dir.path().join("log.txt"), dir.path().join("out"));
+    std::fs::write(&log, "a b\nb c").unwrap(); // the last line is still being written
+    let child = wordcount(&log, &out, &dir.path().join("chk"), &["--follow"]).spawn().unwrap();
+    // The complete line's counts are committed: the job is running and following.
+    wait_until("the first line's words", || {
+        std::fs::read_dir(&out).is_ok_and(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("a\t1")))
+        })
+    });
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text_of(&o));
+    let expected: HashMap<String, u64> = [("a", 1), ("b", 2), ("c", 1)].map(|(w, n)| (w.to_string(), n)).into();
+    assert_exactly_once(&expected, &out);
 }

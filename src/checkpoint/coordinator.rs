@@ -3,6 +3,11 @@
 //! `_metadata` atomically, then tells every task (sinks commit); it aborts checkpoints that
 //! time out or are declined, tells the tasks, and fails the job after too many consecutive
 //! failures. It retains the configured number of completed checkpoints.
+//!
+//! Sources at the end of their input keep answering triggers; once all are, the coordinator
+//! takes the final checkpoint at once and, when it completes, tells them to end their streams
+//! (after FLIP-147: a source that ends first does not stop the job's checkpoints, and a
+//! bounded job's output is committed by a checkpoint).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -57,6 +62,11 @@ pub(crate) struct Coordinator {
     pub(crate) writes: Arc<WritesInFlight>,
     /// Tasks that finished: once any has, no new checkpoint can complete.
     pub(crate) finished_tasks: Arc<AtomicUsize>,
+    /// Source subtasks at the end of their input: once all are, the next checkpoint is the
+    /// final one, and its completion tells them to end their streams.
+    pub(crate) sources_at_end: Arc<AtomicUsize>,
+    /// Set once the sources were told to end their streams.
+    pub(crate) input_ended: Arc<AtomicBool>,
     /// Fails the job.
     pub(crate) fail: Box<dyn Fn(Error) + Send>,
     /// Savepoints asked for by hand.
@@ -86,6 +96,9 @@ impl Coordinator {
         let mut consecutive_failures = 0u32;
         let mut last_completion: Option<Instant> = None;
         let mut next_trigger = Instant::now() + self.config.interval;
+        let sources = self.tasks.iter().filter(|t| t.is_source).count();
+        // The final checkpoint in progress, and when a failed one may be tried again.
+        let mut final_id: Option<u64> = None;
         loop {
             if self.shutdown.load(Ordering::SeqCst) {
                 // The attempt is over (the job ended, failed or was cancelled): checkpoints in
@@ -141,6 +154,10 @@ impl Coordinator {
                                 Ok(()) => {
                                     consecutive_failures = 0;
                                     last_completion = Some(Instant::now());
+                                    if final_id.is_some_and(|f| ack.checkpoint >= f) {
+                                        // Everything before the end of input is committed.
+                                        self.end_input();
+                                    }
                                     // Older checkpoints still pending are subsumed.
                                     let older: Vec<u64> = pending.range(..ack.checkpoint).map(|(k, _)| *k).collect();
                                     for id in older {
@@ -195,12 +212,39 @@ impl Coordinator {
                 continue;
             }
             let now = Instant::now();
+            if self.input_ended.load(Ordering::SeqCst) {
+                // The sources are ending their streams: no checkpoint can complete now.
+                for req in self.savepoints.try_iter() {
+                    let _ = req.reply.send(Err("the job is finishing: its input has ended".into()));
+                }
+                continue;
+            }
+            if let Some(f) = final_id.filter(|f| !pending.contains_key(f)) {
+                // The final checkpoint failed (its reason is among the failures): the job ends
+                // without it rather than wait for one that may never fit, and its last output
+                // is committed once the whole job has succeeded, as without checkpoints.
+                self.failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(format!("the final checkpoint {f} failed: the job ends without it"));
+                self.end_input();
+                continue;
+            }
+            // Once every source is at the end of its input, the final checkpoint is taken at
+            // once (not after the interval).
+            let final_due = sources > 0
+                && self.sources_at_end.load(Ordering::SeqCst) >= sources
+                && final_id.is_none()
+                && pending.len() < self.config.max_concurrent;
             // A savepoint is triggered at once (aligned, whatever the mode), beside any
             // checkpoint in flight.
             let savepoint = self.savepoints.try_recv().ok();
             let paused = last_completion.is_some_and(|t| now < t + self.config.min_pause);
             let due = now >= next_trigger && pending.len() < self.config.max_concurrent && !paused;
-            if savepoint.is_some() || due {
+            if savepoint.is_some() || due || final_due {
+                if final_due {
+                    final_id = Some(next_id);
+                }
                 let id = next_id;
                 next_id += 1;
                 self.next_id.store(next_id, Ordering::SeqCst);
@@ -245,6 +289,14 @@ impl Coordinator {
             return true;
         }
         false
+    }
+
+    /// Tells the sources to end their streams (the final checkpoint is done, or failed).
+    fn end_input(&self) {
+        self.input_ended.store(true, Ordering::SeqCst);
+        for t in self.tasks.iter().filter(|t| t.is_source) {
+            let _ = t.control.send(TaskControl::EndOfInput);
+        }
     }
 
     /// Fails the job if this process no longer owns the checkpoint directory.

@@ -21,6 +21,9 @@ pub(crate) enum TaskControl {
     Trigger(Barrier),
     /// A checkpoint's fate.
     Notice(CheckpointNotice),
+    /// Sources only: the final checkpoint (the first triggered once every source had reached
+    /// the end of its input) completed: end the streams now.
+    EndOfInput,
 }
 
 /// Per-task timings and sizes of one checkpoint.

@@ -214,6 +214,11 @@ fn task_name(ctx: &TaskContext) -> String {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Running,
+    /// A checkpointed source at the end of its input: it takes part in checkpoints (its
+    /// offset is the end) and ends its stream once the final checkpoint completed, so that a
+    /// source that ends first does not stop the job's checkpoints (Flink's FLIP-147), and all
+    /// output before the end is committed by a checkpoint.
+    AtEnd,
     /// End of stream was sent; waiting for it to drain.
     Ending,
     Done,
@@ -316,8 +321,13 @@ impl<T: Send> Task for SourceTask<T> {
         }
         while let Some(msg) = self.checkpointing.as_ref().and_then(|c| c.next_control()) {
             match msg {
-                TaskControl::Trigger(b) if self.phase == Phase::Running => self.checkpoint(b)?,
+                TaskControl::Trigger(b) if matches!(self.phase, Phase::Running | Phase::AtEnd) => self.checkpoint(b)?,
                 TaskControl::Trigger(_) => {}
+                TaskControl::EndOfInput if self.phase == Phase::AtEnd => {
+                    self.out.end()?;
+                    self.phase = Phase::Ending;
+                }
+                TaskControl::EndOfInput => {}
                 TaskControl::Notice(n) => {
                     let out = &mut self.out;
                     let cp = self.checkpointing.as_mut().expect("message came from it");
@@ -332,7 +342,12 @@ impl<T: Send> Task for SourceTask<T> {
             self.phase = Phase::Done;
             return Ok(TaskPoll::Finished);
         }
+        if self.phase == Phase::AtEnd {
+            return Ok(TaskPoll::Idle);
+        }
         let status = if self.control.stop.load(Ordering::Relaxed) {
+            let (source, ctx, buf) = (&mut self.source, &self.ctx, &mut self.buf);
+            guard(&self.ctx, || source.on_stop(ctx, buf))?;
             SourcePoll::Finished
         } else {
             let (source, ctx, buf, max) = (&mut self.source, &self.ctx, &mut self.buf, self.batch_size);
@@ -345,6 +360,11 @@ impl<T: Send> Task for SourceTask<T> {
         match status {
             SourcePoll::Emitted => Ok(TaskPoll::Progress),
             SourcePoll::Idle => Ok(TaskPoll::Idle),
+            SourcePoll::Finished if self.checkpointing.is_some() => {
+                self.phase = Phase::AtEnd;
+                self.ctx.attempt.sources_at_end.fetch_add(1, Ordering::SeqCst);
+                Ok(TaskPoll::Progress)
+            }
             SourcePoll::Finished => {
                 self.out.end()?;
                 self.phase = Phase::Ending;

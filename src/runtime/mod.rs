@@ -229,10 +229,13 @@ impl JobHandle {
         self.take_savepoint(dir).map(|(_, path)| path)
     }
 
-    /// Whether some task of the current attempt has reached the end of its input (the job is
-    /// finishing; no checkpoint or savepoint can complete any more).
+    /// Whether the current attempt is finishing: its final checkpoint completed and its
+    /// sources are ending their streams (or, without checkpointing, a task has finished); no
+    /// checkpoint or savepoint can complete any more.
     pub fn is_finishing(&self) -> bool {
-        self.attempt.as_ref().is_some_and(|a| a.scope.finished_tasks.load(Ordering::SeqCst) > 0)
+        self.attempt.as_ref().is_some_and(|a| {
+            a.scope.input_ended.load(Ordering::SeqCst) || a.scope.finished_tasks.load(Ordering::SeqCst) > 0
+        })
     }
 
     fn take_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<(u64, std::path::PathBuf)> {
@@ -657,6 +660,8 @@ fn start_attempt(
                 shutdown: shutdown.clone(),
                 writes,
                 finished_tasks: scope.finished_tasks.clone(),
+                sources_at_end: scope.sources_at_end.clone(),
+                input_ended: scope.input_ended.clone(),
                 fail: Box::new(move |e| fail_state.fail(e)),
                 savepoints: savepoint_rx,
                 deleted_shared: Default::default(),

@@ -9,15 +9,19 @@
 //! lists is pre-committed; a transaction whose snapshot was never written is pre-committed by
 //! the next snapshot or, at the latest, when it is committed. When the checkpoint completes,
 //! its pending files (and those of earlier aborted checkpoints) are committed by an atomic
-//! rename to the visible `part-<subtask>-<checkpoint>`. At the end of the input the last
-//! transaction is named after the last checkpoint plus one and committed, with everything still
-//! pending, once the whole job has succeeded.
+//! rename to the visible `part-<subtask>-<checkpoint>`. With checkpoints, the job's final
+//! checkpoint commits everything written before the end of the input; what the end of the
+//! streams produces after it goes into a last transaction, named after the last checkpoint
+//! plus one and committed, with everything still pending, once the whole job has succeeded.
 //!
 //! On recovery from checkpoint `k`, what `k` recorded as pending is committed (a file already
 //! renamed counts as committed: commits are idempotent), and everything else the sink wrote is
-//! discarded: hidden files, and visible files of transactions after `k` (which only the end of
-//! a job can commit, before a crash that came before the job's completion marker). So every
-//! visible file in the folder is committed output, and each record is in exactly one of them.
+//! discarded: hidden files, and the visible file of the transaction after `k` (which only the
+//! end of a job can commit, before a crash that came before the job's completion marker; the
+//! replay writes it again alike). Visible files the replay would not write again (recovery
+//! fell back past a damaged checkpoint, or found none) are committed output that would be lost:
+//! recovery refuses unless the job allows retracting output. So every visible file in the
+//! folder is committed output, and each record is in exactly one of them.
 //! Old subtasks' files are handled by subtask `old % parallelism` (rescaling).
 //!
 //! May touch: `context`, `error`, `persist`, `snapshot`.

@@ -42,6 +42,13 @@ pub trait Source<T>: Send {
         None
     }
 
+    /// The job is being stopped ([`crate::JobHandle::stop`], Ctrl-C): append what the source
+    /// holds back waiting for more input (a followed log's last line, still without its
+    /// newline, say). Called once, after the last [`Source::poll`].
+    fn on_stop(&mut self, _ctx: &TaskContext, _out: &mut Vec<T>) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether the source can replay from a checkpoint: by default, whether it has an
     /// [`Source::offset`] when the job starts. A job with exactly-once checkpoints refuses to
     /// start with a source that cannot (it would restart from scratch after a failover).

@@ -229,6 +229,9 @@ type ListedFile = (String, u64, u64);
 /// (median of 6 alternating runs each).
 const BLOCK_BYTES: usize = 4 * 1024;
 
+/// Lines (or blocks) read per round when a stopped source reads the rest of its input.
+const READ_TO_END_BATCH: usize = 1024;
+
 /// Each open file's read buffer.
 const READ_BUFFER_BYTES: usize = 256 * 1024;
 
@@ -339,6 +342,10 @@ impl Source<String> for TextSubtask {
     fn poll(&mut self, _ctx: &TaskContext, out: &mut Vec<String>, max: usize) -> Result<SourcePoll> {
         self.read(out, max, |line| String::from_utf8_lossy(line).into_owned(), into_text)
     }
+
+    fn on_stop(&mut self, _ctx: &TaskContext, out: &mut Vec<String>) -> Result<()> {
+        self.read_to_end(out, |line| String::from_utf8_lossy(line).into_owned(), into_text)
+    }
 }
 
 /// A text source subtask that hands over blocks of whole lines as bytes (for word splitting
@@ -368,9 +375,26 @@ impl Source<Vec<u8>> for TextBlocks {
     fn poll(&mut self, _ctx: &TaskContext, out: &mut Vec<Vec<u8>>, max: usize) -> Result<SourcePoll> {
         self.0.read(out, max, <[u8]>::to_vec, |block| block)
     }
+
+    fn on_stop(&mut self, _ctx: &TaskContext, out: &mut Vec<Vec<u8>>) -> Result<()> {
+        self.0.read_to_end(out, <[u8]>::to_vec, |block| block)
+    }
 }
 
 impl TextSubtask {
+    /// Stops following: reads what is left up to the end of the input as it is now, a last
+    /// line without its newline included.
+    fn read_to_end<R>(
+        &mut self,
+        out: &mut Vec<R>,
+        line_record: impl Fn(&[u8]) -> R + Copy,
+        block_record: impl Fn(Vec<u8>) -> R + Copy,
+    ) -> Result<()> {
+        self.follow = false;
+        while self.read(out, READ_TO_END_BATCH, line_record, block_record)? == SourcePoll::Emitted {}
+        Ok(())
+    }
+
     /// Reads up to `max` lines (or, in block mode, one block of lines) into `out`.
     fn read<R>(
         &mut self,
