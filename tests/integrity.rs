@@ -5,6 +5,7 @@
 //! lost in any of them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -683,7 +684,6 @@ fn pipes_and_standard_input_are_read_as_streams_and_folders_are_never_skipped() 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    use std::io::Write;
     child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", text_of(&o));
@@ -777,5 +777,23 @@ fn ctrl_c_on_a_followed_log_counts_its_last_line_without_a_newline() {
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", text_of(&o));
     let expected: HashMap<String, u64> = [("a", 1), ("b", 2), ("c", 1)].map(|(w, n)| (w.to_string(), n)).into();
+    assert_exactly_once(&expected, &out);
+}
+
+/// A followed log that grew after the last checkpoint is not a changed input: any subtask's
+/// offset (also one that does not read the log) lets the job resume and count the new lines.
+#[test]
+fn a_followed_log_that_grew_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, chk) = (dir.path().join("in.txt"), dir.path().join("out"), dir.path().join("chk"));
+    let mut expected = write_corpus(&input, 7);
+    kill(running_follow_job(&input, &out, &chk));
+    let more = "w1 w2 new\nnew\n";
+    std::fs::OpenOptions::new().append(true).open(&input).unwrap().write_all(more.as_bytes()).unwrap();
+    for w in more.split_whitespace() {
+        *expected.entry(w.to_string()).or_default() += 1;
+    }
+    let o = wordcount(&input, &out, &chk, &["--parallelism", "2"]).output().unwrap();
+    assert!(o.status.success(), "{}", text_of(&o));
     assert_exactly_once(&expected, &out);
 }

@@ -220,8 +220,9 @@ pub(crate) struct TextSubtask {
 
 /// A span in an offset: (file name, start, end, at line start).
 type StoredSpan = (String, u64, u64, bool);
-/// An input file as the offset records it: (name, size, modification time in ns).
-type ListedFile = (String, u64, u64);
+/// An input file as the offset records it: (name, size and modification time in ns when
+/// listed, whether the run follows it as a growing log).
+type ListedFile = (String, u64, u64, bool);
 
 /// Bytes a block of lines grows to before it is emitted. Small, so that what one block
 /// becomes downstream (its words, then the key-by stage, about ten times its size) stays in
@@ -271,10 +272,10 @@ impl TextSubtask {
 
     fn decode(&self, offset: &[u8]) -> Result<Vec<Span>> {
         let (stored, listed): (Vec<StoredSpan>, Vec<ListedFile>) = from_bytes(offset)?;
-        let followed: Vec<&str> = stored.iter().filter(|s| s.2 == FOLLOWED).map(|s| s.0.as_str()).collect();
-        for (name, len, modified) in &listed {
+        for (name, len, modified, followed) in &listed {
             let Some(now) = self.files.iter().find(|f| f.name() == *name) else { continue };
-            let grew = followed.contains(&name.as_str()) && now.len >= *len;
+            // A followed log grows (whichever subtask reads it).
+            let grew = *followed && now.len >= *len;
             if !grew && (now.len != *len || now.modified_ns != *modified) {
                 return Err(Error::config(format!(
                     "input file {} changed since the checkpoint was taken ({len} bytes then, {} now, or modified \
@@ -314,7 +315,13 @@ impl Source<String> for TextSubtask {
             .into_iter()
             .map(|s| (self.files[s.file].name(), s.start, s.end, s.at_line_start))
             .collect();
-        let listed: Vec<ListedFile> = self.files.iter().map(|f| (f.name(), f.len, f.modified_ns)).collect();
+        let last = self.files.len().saturating_sub(1);
+        let listed: Vec<ListedFile> = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.name(), f.len, f.modified_ns, self.follow && i == last))
+            .collect();
         Some(to_bytes(&(stored, listed)))
     }
 
@@ -745,11 +752,15 @@ mod span_tests {
         assert!(err.contains("input changed"), "{err}");
         // The file listed with another size or modification time than it has now: changed.
         let stored: Vec<StoredSpan> = vec![("a.txt".into(), 0, 11, true)];
-        for listed in [vec![("a.txt".to_string(), 12u64, src.files[0].modified_ns)], vec![("a.txt".into(), 11, 1)]] {
+        let modified = src.files[0].modified_ns;
+        for listed in [vec![("a.txt".to_string(), 12u64, modified, false)], vec![("a.txt".into(), 11, 1, false)]] {
             let err = sub.decode(&to_bytes(&(stored.clone(), listed))).unwrap_err().to_string();
             assert!(err.contains("changed since the checkpoint") && err.contains("a.txt"), "{err}");
         }
-        let same = vec![("a.txt".to_string(), 11u64, src.files[0].modified_ns)];
-        assert_eq!(sub.decode(&to_bytes(&(stored, same))).unwrap().len(), 1);
+        let same = vec![("a.txt".to_string(), 11u64, modified, false)];
+        assert_eq!(sub.decode(&to_bytes(&(stored.clone(), same))).unwrap().len(), 1);
+        // A followed log may have grown, whichever subtask's offset it is.
+        let followed = vec![("a.txt".to_string(), 5u64, 1u64, true)];
+        assert_eq!(sub.decode(&to_bytes(&(stored, followed))).unwrap().len(), 1);
     }
 }
