@@ -191,8 +191,14 @@ impl Supervised {
     fn summary(&self) -> String {
         let stderr = self.stderr_text();
         let restarts: usize = stderr.iter().map(|e| e.matches("restart ").count()).sum();
-        // A resumed process says so first; later restores follow in-process restarts.
-        let resumed = stderr.iter().filter(|e| e.starts_with("restored from checkpoint")).count();
+        // A resumed process says so before its first in-process restart (after taking over the
+        // lock the killed process left, which it notes first).
+        let resumed = stderr
+            .iter()
+            .filter(|e| {
+                e.lines().take_while(|l| !l.starts_with("restart ")).any(|l| l.starts_with("restored from checkpoint"))
+            })
+            .count();
         format!(
             "{} SIGKILLs, {resumed} processes resumed from a checkpoint; {restarts} in-process restarts after injected failures",
             self.kills
