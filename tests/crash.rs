@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use weir::checkpoint::CheckpointStorage;
@@ -44,18 +44,8 @@ fn write_corpus(dir: &Path) -> HashMap<String, u64> {
 }
 
 fn wordcount(input: &Path, out: &Path, chk: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-    c.args(["wordcount", "--parallelism", "2", "--workers", "2", "--no-progress", "--interval-ms", "15"])
-        .arg("--input")
-        .arg(input)
-        .arg("--output")
-        .arg(out)
-        .arg("--checkpoint-dir")
-        .arg(chk)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
+    let args: Vec<&str> = ["--parallelism", "2", "--interval-ms", "15"].iter().chain(extra).copied().collect();
+    common::wordcount(input, out, chk, &args)
 }
 
 fn check_exactly_once(expected: &HashMap<String, u64>, out: &Path, what: &str) {

@@ -89,19 +89,8 @@ fn write_corpus(path: &Path, seed: u64) -> HashMap<String, u64> {
 }
 
 fn wordcount(input: &Path, out: &Path, chk: &Path, extra: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-    c.args(["wordcount", "--workers", "2", "--no-progress", "--interval-ms", "10"])
-        .arg("--input")
-        .arg(input)
-        .arg("--output")
-        .arg(out)
-        .arg("--checkpoint-dir")
-        .arg(chk)
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
+    let args: Vec<&str> = ["--interval-ms", "10"].iter().chain(extra).copied().collect();
+    common::wordcount(input, out, chk, &args)
 }
 
 fn assert_exactly_once(expected: &HashMap<String, u64>, out: &Path) {
@@ -472,11 +461,16 @@ fn numbers_job(chk: &Path, out: &Path, fail: bool, allow_retracting: bool) -> Jo
         .allow_retracting_output(allow_retracting)
         .faults(faults);
     let job = Job::new("numbers").with_parallelism(2).with_checkpointing(config);
-    job.generator(Generator::new(|i, _| i).count(N).rate(100_000.0))
+    copy_into_files(job.generator(Generator::new(|i, _| i).count(N).rate(100_000.0)), out);
+    job
+}
+
+/// Numbers through an operator named `copy` into a two-phase-commit file sink, one a line.
+fn copy_into_files(numbers: weir::Stream<u64>, out: &Path) {
+    numbers
         .map(|i| i)
         .named("copy")
         .write_files_transactional(out, |i: &u64, o: &mut Vec<u8>| o.extend_from_slice(format!("{i}\n").as_bytes()));
-    job
 }
 
 fn committed_numbers(out: &Path) -> Vec<u64> {
@@ -562,10 +556,7 @@ fn stop_with_savepoint_commits_what_the_savepoint_covers() {
     let (chk, out, sp) = (dir.path().join("chk"), dir.path().join("out"), dir.path().join("sp"));
     let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5));
     let job = Job::new("endless-numbers").with_parallelism(2).with_checkpointing(config);
-    job.generator(Generator::new(|i, _| i).rate(100_000.0))
-        .map(|i| i)
-        .named("copy")
-        .write_files_transactional(&out, |i: &u64, o: &mut Vec<u8>| o.extend_from_slice(format!("{i}\n").as_bytes()));
+    copy_into_files(job.generator(Generator::new(|i, _| i).rate(100_000.0)), &out);
     let handle = job.start(RunConfig::default().workers(2)).unwrap();
     wait_until("a completed checkpoint", || !complete_checkpoints(&chk).is_empty());
     let savepoint = handle.stop_with_savepoint(&sp).unwrap().savepoint().expect("a savepoint");
@@ -588,11 +579,7 @@ fn checkpoints_go_on_after_a_source_ends() {
     let job = Job::new("short-and-long").with_parallelism(1).with_checkpointing(config);
     let short = job.generator(Generator::new(|i, _| i).count(100));
     let long = job.generator(Generator::new(|i, _| 1_000_000 + i).rate(20_000.0));
-    short
-        .union(long)
-        .map(|i| i)
-        .named("copy")
-        .write_files_transactional(&out, |i: &u64, o: &mut Vec<u8>| o.extend_from_slice(format!("{i}\n").as_bytes()));
+    copy_into_files(short.union(long), &out);
     let handle = job.start(RunConfig::default().workers(2)).unwrap();
     wait_until("ten completed checkpoints", || complete_checkpoints(&chk).len() >= 10);
     let savepoint = handle.stop_with_savepoint(&sp).unwrap().savepoint().expect("a savepoint");
@@ -625,10 +612,7 @@ fn stop_with_savepoint_when_the_job_is_finishing_finishes_it_and_says_so() {
     let (chk, out, sp) = (dir.path().join("chk"), dir.path().join("out"), dir.path().join("sp"));
     let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5));
     let job = Job::new("bounded").with_parallelism(2).with_checkpointing(config);
-    job.generator(Generator::new(|i, _| i).count(2_000))
-        .map(|i| i)
-        .named("copy")
-        .write_files_transactional(&out, |i: &u64, o: &mut Vec<u8>| o.extend_from_slice(format!("{i}\n").as_bytes()));
+    copy_into_files(job.generator(Generator::new(|i, _| i).count(2_000)), &out);
     let handle = job.start(RunConfig::default().workers(2)).unwrap();
     wait_until("the end of the input", || handle.is_finishing());
     match handle.stop_with_savepoint(&sp).unwrap() {

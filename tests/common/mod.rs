@@ -2,6 +2,25 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// `weir wordcount` on 2 workers with checkpoints into `chk`, with `args` (settings, then
+/// anything else), its output captured.
+pub fn wordcount(input: &Path, out: &Path, chk: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+    c.args(["wordcount", "--workers", "2", "--no-progress"])
+        .arg("--input")
+        .arg(input)
+        .arg("--output")
+        .arg(out)
+        .arg("--checkpoint-dir")
+        .arg(chk)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
 
 /// Every word's counts in the committed (visible) output files of a word count: hidden
 /// (`.part-*`) files are not committed yet and are skipped.
