@@ -216,10 +216,11 @@ impl Job {
                 && !source.replayable()
             {
                 return Err(crate::Error::config(format!(
-                    "source '{}' keeps no offset (its Source::offset is None), so after a failover it would start \
-                     again from scratch and exactly-once checkpoints could not hold: implement Source::offset and \
-                     Source::seek, or checkpoint at-least-once (replays then repeat its records), or without \
-                     checkpoints",
+                    "source '{}' cannot replay from a checkpoint (it keeps no Source::offset, or reads a pipe or \
+                     standard input, which cannot be read again): after a failover it would start again from \
+                     scratch, and exactly-once checkpoints could not hold. Give it an offset (Source::offset and \
+                     Source::seek) or a file to read, or checkpoint at-least-once (replays then repeat records), or \
+                     run without checkpoints",
                     ctx.operator
                 )));
             }
