@@ -439,6 +439,8 @@ fn a_process_that_lost_its_directory_completes_no_checkpoint_and_fails() {
     // At most the checkpoint whose completion was under way at the takeover completed after it.
     let after = complete_checkpoints(dir.path()).last().copied().unwrap();
     assert!(after <= at_takeover + 1, "checkpoints {at_takeover}..{after} completed after the takeover");
+    // And it deleted nothing: the checkpoint complete at the takeover is still there.
+    assert!(complete_checkpoints(dir.path()).contains(&at_takeover), "{:?}", complete_checkpoints(dir.path()));
     // Every checkpoint is of the first owner's generation; the other process's is higher.
     let (_, payload) = weir::checkpoint::read_file(&dir.path().join(LOCK_FILE), FileKind::Lock).unwrap();
     let record: serde_json::Value = serde_json::from_slice(&payload).unwrap();
@@ -604,6 +606,37 @@ fn a_bounded_job_ends_with_a_final_checkpoint_that_commits_its_output() {
         let txn: u64 = name.rsplit_once('-').unwrap().1.parse().unwrap();
         assert!(txn <= last, "{name} was committed after the final checkpoint {last}");
     }
+}
+
+/// Windows fire at the end of event time, before the final checkpoint, which commits their
+/// output too: a windowed count leaves no output for after its last checkpoint.
+#[test]
+fn the_final_checkpoint_commits_the_last_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (chk, out) = (dir.path().join("chk"), dir.path().join("out"));
+    let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5));
+    let job = Job::new("windows").with_parallelism(2).with_checkpointing(config);
+    job.generator(Generator::new(|i, _| (i % 7, i)).count(N).rate(100_000.0))
+        .with_watermarks(|e: &(u64, u64)| e.1, 0)
+        .key_by(|e: &(u64, u64)| e.0)
+        .window(weir::Window::tumbling(1_000), |e: &(u64, u64)| e.1)
+        .count()
+        .write_files_transactional(&out, |r: &(u64, weir::WindowBounds, u64), o: &mut Vec<u8>| {
+            o.extend_from_slice(format!("{} {} {}\n", r.0, r.1.start, r.2).as_bytes())
+        });
+    let report = job.execute(RunConfig::default().workers(2)).unwrap();
+    let last = report.checkpoints.iter().map(|c| c.id).max().expect("checkpoints completed");
+    let mut total = 0;
+    for (name, bytes) in tree(&out) {
+        let txn: u64 = name.rsplit_once('-').unwrap().1.parse().unwrap();
+        assert!(txn <= last, "{name} was committed after the final checkpoint {last}");
+        total += String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>();
+    }
+    assert_eq!(total, N, "every event counted once");
 }
 
 #[test]

@@ -165,10 +165,9 @@ impl Coordinator {
                                         self.abort(id);
                                     }
                                 }
-                                Err(_) if self.fenced => {
-                                    self.abort(ack.checkpoint);
-                                    return;
-                                }
+                                // Another process owns the directory now: touch nothing
+                                // in it (its files may be the new owner's), just stop.
+                                Err(_) if self.fenced => return,
                                 Err(reason) => {
                                     if self.failed(&mut consecutive_failures, ack.checkpoint, &reason) {
                                         return;
@@ -390,7 +389,9 @@ impl Coordinator {
         }
         // Older checkpoints go before any sink commits: this one lists every transaction not
         // yet committed (a sink's snapshot carries all its pending ones, aborted checkpoints'
-        // included), so after a crash from here on, recovery commits them from it alone.
+        // included), so after a crash from here on, recovery commits them from it alone. Only
+        // an owner deletes anything.
+        self.still_owner()?;
         self.completed.push(id);
         let deleted = self.storage.retain(&mut self.completed, self.config.retained, in_use);
         self.deleted_shared.extend(deleted);

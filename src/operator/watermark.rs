@@ -40,8 +40,13 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
         Ok(())
     }
 
-    fn watermark(&mut self, _upstream: Timestamp) -> Result<()> {
-        // This operator defines event time from here on; upstream watermarks are superseded.
+    fn watermark(&mut self, upstream: Timestamp) -> Result<()> {
+        // This operator defines event time from here on; upstream watermarks are superseded,
+        // but for the end of event time (all input has ended), which holds here too.
+        if upstream == Timestamp::MAX && self.emitted != Some(Timestamp::MAX) {
+            self.emitted = Some(Timestamp::MAX);
+            self.next.watermark(Timestamp::MAX)?;
+        }
         Ok(())
     }
 

@@ -361,6 +361,9 @@ impl<T: Send> Task for SourceTask<T> {
             SourcePoll::Emitted => Ok(TaskPoll::Progress),
             SourcePoll::Idle => Ok(TaskPoll::Idle),
             SourcePoll::Finished if self.checkpointing.is_some() => {
+                // The end of event time goes first, so windows fire (and their output is
+                // written) before the final checkpoint, which then commits it.
+                self.out.watermark(Timestamp::MAX)?;
                 self.phase = Phase::AtEnd;
                 self.ctx.attempt.sources_at_end.fetch_add(1, Ordering::SeqCst);
                 Ok(TaskPoll::Progress)
