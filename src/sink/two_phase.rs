@@ -10,9 +10,10 @@
 //! the next snapshot or, at the latest, when it is committed. When the checkpoint completes,
 //! its pending files (and those of earlier aborted checkpoints) are committed by an atomic
 //! rename to the visible `part-<subtask>-<checkpoint>`. With checkpoints, the job's final
-//! checkpoint commits everything written before the end of the input; what the end of the
-//! streams produces after it goes into a last transaction, named after the last checkpoint
-//! plus one and committed, with everything still pending, once the whole job has succeeded.
+//! checkpoint commits everything written up to the end of the input (windows fire at the end
+//! of event time, before it); what operators emit only when their stream ends goes into a last
+//! transaction, named after the last checkpoint plus one and committed, with everything still
+//! pending, once the whole job has succeeded.
 //!
 //! On recovery from checkpoint `k`, what `k` recorded as pending is committed (a file already
 //! renamed counts as committed: commits are idempotent), and everything else the sink wrote is
