@@ -67,11 +67,7 @@ pub fn load_fuzzed_checkpoint(scratch: &Path, task_payload: &[u8], shared_payloa
             bytes: task_digest.bytes,
             crc32c: task_digest.crc32c,
         }],
-        shared: vec![SharedFile {
-            file: crate::checkpoint::CheckpointStorage::shared_name(1, 0),
-            bytes: shared_digest.bytes,
-            crc32c: shared_digest.crc32c,
-        }],
+        shared: vec![SharedFile::new(crate::checkpoint::CheckpointStorage::shared_name(1, 0), shared_digest)],
     };
     let json = serde_json::to_vec(&metadata).expect("metadata encodes");
     let files = [

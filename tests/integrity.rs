@@ -298,9 +298,7 @@ fn assert_damaged(fixture: &Path, incremental: bool, what: &str, change: impl Fn
     let l = listing(&copy.path().join(format!("chk-{newest}")));
     assert!(!l.status.success() && text_of(&l).contains("DAMAGED"), "{what}: {}", text_of(&l));
     let mut handle = keyed_job(copy.path(), incremental, false).start(RunConfig::default().workers(2)).unwrap();
-    while handle.try_finish().is_none() {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let _ = handle.wait();
     let notes = handle.notes().join("\n");
     assert!(notes.contains(&format!("checkpoint {newest} is damaged and was skipped")), "{what}: {notes}");
     assert!(notes.contains(&name), "{what}: {notes}");
@@ -405,7 +403,7 @@ fn a_process_that_lost_its_directory_completes_no_checkpoint_and_fails() {
         .key_by(|e: &(u64, u64)| e.0)
         .aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s))
         .discard();
-    let mut handle = job.start(RunConfig::default().workers(2)).unwrap();
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
     wait_until("a completed checkpoint", || !complete_checkpoints(dir.path()).is_empty());
     // Another process takes the directory over: its lock file removed, and a word count run
     // on the directory takes the lock anew (then refuses the checkpoints, another job's).
@@ -424,13 +422,7 @@ fn a_process_that_lost_its_directory_completes_no_checkpoint_and_fails() {
         .unwrap();
     assert!(text_of(&other).contains("another job"), "{}", text_of(&other));
     let storage = CheckpointStorage::new(dir.path());
-    let result = loop {
-        if let Some(r) = handle.try_finish() {
-            break r;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let err = result.unwrap_err();
+    let err = handle.join().unwrap_err();
     assert!(matches!(err, Error::Fenced(_)), "{err}");
     // It notices the removal, the other process's lock being written, or that lock, whichever
     // it checks first.
@@ -526,13 +518,7 @@ fn a_recovery_that_would_retract_committed_output_refuses_unless_allowed() {
         assert_eq!(visible(&tree(&out)), visible(&committed), "committed output changed (all gone: {all_gone})");
         // Allowed: the files go, the notes say which, and the output is exact again.
         let mut handle = numbers_job(&chk, &out, false, true).start(RunConfig::default().workers(2)).unwrap();
-        let report = loop {
-            if let Some(r) = handle.try_finish() {
-                break r;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        report.unwrap();
+        handle.wait().unwrap();
         let notes = handle.notes().join("\n");
         assert!(notes.contains("removed committed output") && notes.contains(&format!("{newest:08}")), "{notes}");
         assert_eq!(committed_numbers(&out), (0..N).collect::<Vec<_>>(), "all gone: {all_gone}");

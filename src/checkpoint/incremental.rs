@@ -230,7 +230,7 @@ pub fn write_task_snapshot(
         let digest = b.pages.files.get(&**name).or_else(|| b.known.as_ref().and_then(|k| k.files.get(&**name)));
         let digest = *digest.expect("a referred shared file was written here or by the checkpoint referred to");
         b.pages.files.insert(name.as_str().into(), digest);
-        shared.push(SharedFile { file: name.clone(), bytes: digest.bytes, crc32c: digest.crc32c });
+        shared.push(SharedFile::new(name.clone(), digest));
     }
     let (file, file_digest) = storage.write_task(id, task, &b.content)?;
     if let Some(index) = index {

@@ -11,10 +11,8 @@
 //! generation is also written into each checkpoint's `_metadata`.
 //!
 //! A `flock` belongs to an open file, and a child process this one is starting holds a copy
-//! of every open file until it has started its program (even with close-on-exec): so a lock
-//! this process just released can look held by it for that instant. The directories held in
-//! this process are therefore also kept in a set: a directory not in it whose lock names this
-//! process is retried for a moment instead of refused.
+//! of every open file until it has started its program (even with close-on-exec): closing the
+//! file alone would leave the lock held for that instant, so dropping the lock unlocks first.
 //!
 //! May touch: `checkpoint::storage`, `error`.
 
@@ -38,26 +36,13 @@ struct LockRecord {
     job: String,
 }
 
-/// The checkpoint directories locked in this process (canonical paths).
-static HELD_HERE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-
-/// How long a lock that names this process but is held by none of its jobs is retried (the
-/// start of a child process, see the module doc), in milliseconds.
-const RELEASED_HERE_RETRY_MS: u32 = 2_000;
-
-fn held_here() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
-    HELD_HERE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The lock of one checkpoint directory, held until dropped.
 #[derive(Debug)]
 pub struct DirectoryLock {
-    /// The directory's canonical path (its entry in [`HELD_HERE`]).
-    canonical: PathBuf,
     dir: PathBuf,
     path: PathBuf,
-    /// Holds the `flock`; closing it releases the lock.
-    _file: File,
+    /// Holds the `flock`, released when the lock is dropped.
+    file: File,
     record: LockRecord,
 }
 
@@ -74,86 +59,39 @@ impl DirectoryLock {
         let dir = storage.dir().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create checkpoint directory", &dir, e))?;
         let path = dir.join(LOCK_FILE);
-        let canonical =
-            std::fs::canonicalize(&dir).map_err(|e| Error::io("cannot resolve checkpoint directory", &dir, e))?;
-        let in_use = |holder: String| {
-            Error::config(format!(
-                "checkpoint directory {} is in use by {holder}: one process at a time may own it (its lock is {}); \
-                 wait for that process to end, stop it, or choose another directory",
-                dir.display(),
-                path.display()
-            ))
-        };
-        let pid = std::process::id();
-        {
-            let mut held = held_here();
-            if held.contains(&canonical) {
-                return Err(in_use(format!("process {pid} (another job of this same process)")));
-            }
-            held.push(canonical.clone());
-        }
-        let locked = Self::lock_file(&path, pid, &in_use);
-        match locked {
-            Ok(file) => Self::take(storage, job, canonical, path, file),
-            Err(e) => {
-                held_here().retain(|d| *d != canonical);
-                Err(e)
-            }
-        }
-    }
-
-    /// Opens and locks the lock file, or says who holds it.
-    fn lock_file(path: &Path, pid: u32, in_use: &dyn Fn(String) -> Error) -> Result<File> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(path)
-            .map_err(|e| Error::io("cannot open the checkpoint directory's lock", path, e))?;
-        let mut retries = 0;
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(file),
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    let holder = read_record(path).ok();
-                    // Released by a job of this process, and still open in a child being
-                    // started: free in a moment.
-                    if holder.as_ref().is_some_and(|r| r.pid == pid) && retries < RELEASED_HERE_RETRY_MS {
-                        retries += 1;
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                        continue;
-                    }
-                    return Err(in_use(match holder {
-                        Some(r) => format!("process {} (job '{}')", r.pid, r.job),
-                        None => "another process".to_string(),
-                    }));
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(Error::io("cannot lock the checkpoint directory", path, e));
-                }
+            .open(&path)
+            .map_err(|e| Error::io("cannot open the checkpoint directory's lock", &path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = match read_record(&path) {
+                    Ok(r) => format!("process {} (job '{}')", r.pid, r.job),
+                    Err(_) => "another process".to_string(),
+                };
+                return Err(Error::config(format!(
+                    "checkpoint directory {} is in use by {holder}: one process at a time may own it (its lock is {}); \
+                     wait for that process to end, stop it, or choose another directory",
+                    dir.display(),
+                    path.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io("cannot lock the checkpoint directory", &path, e));
             }
         }
-    }
-
-    /// Writes this process's record into the locked file.
-    fn take(
-        storage: &CheckpointStorage,
-        job: &str,
-        canonical: PathBuf,
-        path: PathBuf,
-        file: File,
-    ) -> Result<(DirectoryLock, Option<String>)> {
-        let dir = storage.dir().to_path_buf();
-        // From here on, dropping the lock (also on an error below) forgets `canonical`.
+        // From here on, dropping the lock (also on an error below) releases it.
         let mut lock = DirectoryLock {
-            canonical,
             dir: dir.clone(),
             path: path.clone(),
-            _file: file,
+            file,
             record: LockRecord { pid: std::process::id(), generation: 0, job: job.to_string() },
         };
-        let file = &lock._file;
+        let file = &lock.file;
         let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
         let previous = if empty { None } else { Some(read_record(&path)) };
         let pid = lock.record.pid;
@@ -227,7 +165,9 @@ impl DirectoryLock {
 
 impl Drop for DirectoryLock {
     fn drop(&mut self) {
-        held_here().retain(|d| *d != self.canonical);
+        // Unlocked, not only closed: a child process being started may still hold a copy of
+        // the open file (see the module doc). An error leaves it to the close that follows.
+        let _ = self.file.unlock();
     }
 }
 

@@ -117,19 +117,9 @@ pub fn inspect(dir: &std::path::Path) -> crate::Result<Vec<(String, CheckpointSt
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     let has_metadata = |d: &std::path::Path| std::fs::symlink_metadata(d.join(METADATA_FILE)).is_ok();
     if has_metadata(dir) || folder_id(&name, "chk-").is_some() || folder_id(&name, "savepoint-").is_some() {
-        // One folder. A `chk-<n>` folder must describe checkpoint n.
+        // One folder. A `chk-<n>` folder must describe checkpoint n, as in its directory.
         let loaded = match folder_id(&name, "chk-") {
-            Some(id) => load_dir(dir).and_then(|c| {
-                if c.metadata.checkpoint == id {
-                    Ok(c)
-                } else {
-                    Err(crate::Error::Corrupt(format!(
-                        "{}: misplaced file: it describes checkpoint {}",
-                        dir.join(METADATA_FILE).display(),
-                        c.metadata.checkpoint
-                    )))
-                }
-            }),
+            Some(id) => CheckpointStorage::new(dir.parent().unwrap_or(dir)).load(id),
             None => load_dir(dir),
         };
         return Ok(vec![(name, folder_status(loaded, has_metadata(dir))?)]);

@@ -86,12 +86,7 @@ pub struct FileIdentity {
 impl FileIdentity {
     /// The identity of a file of `kind`.
     pub fn new(kind: FileKind, fingerprint: &str, checkpoint: u64, task: Option<usize>) -> Self {
-        let mut fingerprint = fingerprint.to_string();
-        // Kept whole in the header: longer fingerprints compare on their first 16 bytes.
-        while fingerprint.len() > FINGERPRINT_BYTES {
-            fingerprint.pop();
-        }
-        FileIdentity { kind, fingerprint, checkpoint, task }
+        FileIdentity { kind, fingerprint: header_fingerprint(fingerprint), checkpoint, task }
     }
 
     fn header(&self) -> [u8; HEADER_BYTES] {
@@ -107,6 +102,16 @@ impl FileIdentity {
         h[44..48].copy_from_slice(&crc.to_le_bytes());
         h
     }
+}
+
+/// The part of a fingerprint a header keeps: longer fingerprints compare on their first 16
+/// bytes.
+fn header_fingerprint(fingerprint: &str) -> String {
+    let mut fingerprint = fingerprint.to_string();
+    while fingerprint.len() > FINGERPRINT_BYTES {
+        fingerprint.pop();
+    }
+    fingerprint
 }
 
 impl std::fmt::Display for FileIdentity {
@@ -224,6 +229,18 @@ pub struct SharedFile {
     pub crc32c: u32,
 }
 
+impl SharedFile {
+    /// The record of shared file `file` with `digest`.
+    pub fn new(file: String, digest: FileDigest) -> Self {
+        SharedFile { file, bytes: digest.bytes, crc32c: digest.crc32c }
+    }
+
+    /// The file's length and checksum.
+    pub fn digest(&self) -> FileDigest {
+        FileDigest { bytes: self.bytes, crc32c: self.crc32c }
+    }
+}
+
 /// The contents of `_metadata`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct CheckpointMetadata {
@@ -311,9 +328,14 @@ impl<W: Write> DigestedOutput<W> {
     }
 
     fn block(&mut self, block: &[u8]) -> std::io::Result<()> {
+        let crc = crc32c::crc32c(block);
         self.put(&(block.len() as u32).to_le_bytes())?;
-        self.put(&crc32c::crc32c(block).to_le_bytes())?;
-        self.put(block)
+        self.put(&crc.to_le_bytes())?;
+        // The block's own checksum extends the file's: its bytes are read once, not twice.
+        self.out.write_all(block)?;
+        self.digest.bytes += block.len() as u64;
+        self.digest.crc32c = crc32c::crc32c_combine(self.digest.crc32c, crc, block.len());
+        Ok(())
     }
 }
 
@@ -578,11 +600,7 @@ impl<'a> SharedFiles<'a> {
         SharedFiles {
             root,
             fingerprint: &metadata.fingerprint,
-            recorded: metadata
-                .shared
-                .iter()
-                .map(|s| (s.file.as_str(), FileDigest { bytes: s.bytes, crc32c: s.crc32c }))
-                .collect(),
+            recorded: metadata.shared.iter().map(|s| (s.file.as_str(), s.digest())).collect(),
             loaded: HashMap::new(),
         }
     }
@@ -690,10 +708,7 @@ impl CheckpointStorage {
     /// Storage under `dir` for the job with graph fingerprint `fingerprint`: every file it
     /// writes names that job.
     pub fn for_job(dir: impl Into<PathBuf>, fingerprint: &str) -> Self {
-        CheckpointStorage {
-            dir: dir.into(),
-            fingerprint: FileIdentity::new(FileKind::Lock, fingerprint, 0, None).fingerprint,
-        }
+        CheckpointStorage { dir: dir.into(), fingerprint: header_fingerprint(fingerprint) }
     }
 
     /// The root folder.
@@ -751,13 +766,35 @@ impl CheckpointStorage {
 
 /// Writes `<dir>/_metadata` atomically: temporary file, fsync, rename, fsync of the folder.
 fn write_metadata(d: &Path, metadata: &CheckpointMetadata) -> Result<()> {
-    let tmp = d.join("_metadata.inprogress");
-    let json = serde_json::to_vec_pretty(metadata).map_err(|e| Error::Corrupt(e.to_string()))?;
     let identity = FileIdentity::new(FileKind::Metadata, &metadata.fingerprint, metadata.checkpoint, None);
-    write_file(&tmp, &identity, &json).map_err(|e| Error::io("cannot write checkpoint metadata", &tmp, e))?;
-    let target = d.join(METADATA_FILE);
-    std::fs::rename(&tmp, &target).map_err(|e| Error::io("cannot publish checkpoint metadata", &target, e))?;
-    sync_folder(d)
+    publish_json(d, METADATA_FILE, &identity, metadata, "checkpoint metadata")
+}
+
+/// Writes `value` as JSON into `<dir>/<name>` atomically: a temporary file with `identity`,
+/// fsync, rename, fsync of the folder. `what` names the file in errors.
+fn publish_json(dir: &Path, name: &str, identity: &FileIdentity, value: &impl Serialize, what: &str) -> Result<()> {
+    let (tmp, target) = (dir.join(format!("{name}.inprogress")), dir.join(name));
+    let json = serde_json::to_vec_pretty(value).map_err(|e| Error::Corrupt(e.to_string()))?;
+    write_file(&tmp, identity, &json).map_err(|e| Error::io(format!("cannot write {what}"), &tmp, e))?;
+    std::fs::rename(&tmp, &target).map_err(|e| Error::io(format!("cannot publish {what}"), &target, e))?;
+    sync_folder(dir)
+}
+
+/// Decodes the JSON payload of the file at `path`, whose header said it is `found`: the
+/// content must describe the same file (`described`), else the file is misplaced.
+fn decode_described<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    found: &FileIdentity,
+    json: &[u8],
+    what: &str,
+    described: impl Fn(&T) -> FileIdentity,
+) -> Result<T> {
+    let value: T = serde_json::from_slice(json).map_err(|e| corrupt(path, format!("unreadable {what}: {e}")))?;
+    let described = described(&value);
+    if *found != described {
+        return Err(corrupt(path, format!("its header is the {found}, and its content describes the {described}")));
+    }
+    Ok(value)
 }
 
 /// Makes a folder's entries (a rename into it) durable.
@@ -775,13 +812,9 @@ pub fn read_metadata(dir: &Path) -> Result<CheckpointMetadata> {
         }
         r => r?,
     };
-    let metadata: CheckpointMetadata =
-        serde_json::from_slice(&json).map_err(|e| corrupt(&path, format!("unreadable metadata: {e}")))?;
-    let described = FileIdentity::new(FileKind::Metadata, &metadata.fingerprint, metadata.checkpoint, None);
-    if found != described {
-        return Err(corrupt(&path, format!("its header is the {found}, and its content describes the {described}")));
-    }
-    Ok(metadata)
+    decode_described(&path, &found, &json, "metadata", |m: &CheckpointMetadata| {
+        FileIdentity::new(FileKind::Metadata, &m.fingerprint, m.checkpoint, None)
+    })
 }
 
 /// Reads and verifies a whole checkpoint or savepoint folder: every file's length, checksum
@@ -798,7 +831,6 @@ pub fn load_dir(dir: &Path) -> Result<LoadedCheckpoint> {
             state.insert(op, subtask as usize, bytes);
         }
     }
-    drop(shared);
     Ok(LoadedCheckpoint { metadata, state })
 }
 
@@ -870,7 +902,7 @@ impl CheckpointStorage {
         }
         for s in &metadata.shared {
             let path = self.dir.join(&s.file);
-            let digest = FileDigest { bytes: s.bytes, crc32c: s.crc32c };
+            let digest = s.digest();
             match parse_shared_name(&s.file) {
                 Some((written_by, task)) if written_by == id => {
                     let expected = FileIdentity::new(FileKind::SharedPages, &metadata.fingerprint, id, Some(task));
@@ -1027,12 +1059,8 @@ pub struct FinishedJob {
 
 /// Leaves the completion marker in `dir`, atomically (temporary file, fsync, rename).
 pub fn write_finished(dir: &Path, finished: &FinishedJob) -> Result<()> {
-    let (tmp, path) = (dir.join("_finished.inprogress"), dir.join(FINISHED_MARKER));
-    let json = serde_json::to_vec_pretty(finished).map_err(|e| Error::Corrupt(e.to_string()))?;
     let identity = FileIdentity::new(FileKind::Finished, &finished.fingerprint, 0, None);
-    write_file(&tmp, &identity, &json).map_err(|e| Error::io("cannot write the job's completion marker", &tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io("cannot write the job's completion marker", &path, e))?;
-    sync_folder(dir)
+    publish_json(dir, FINISHED_MARKER, &identity, finished, "the job's completion marker")
 }
 
 /// The completion marker in `dir`: `None` when there is none; damage (an empty or garbage
@@ -1046,13 +1074,10 @@ pub fn read_finished(dir: &Path) -> Result<Option<FinishedJob>> {
         Ok(_) => {}
     }
     let (found, json) = read_file(&path, FileKind::Finished)?;
-    let finished: FinishedJob =
-        serde_json::from_slice(&json).map_err(|e| corrupt(&path, format!("unreadable completion marker: {e}")))?;
-    let described = FileIdentity::new(FileKind::Finished, &finished.fingerprint, 0, None);
-    if found != described {
-        return Err(corrupt(&path, format!("its header is the {found}, and its content describes the {described}")));
-    }
-    Ok(Some(finished))
+    decode_described(&path, &found, &json, "completion marker", |f: &FinishedJob| {
+        FileIdentity::new(FileKind::Finished, &f.fingerprint, 0, None)
+    })
+    .map(Some)
 }
 
 /// Metadata of a one-task checkpoint of a job without a fingerprint, for tests.

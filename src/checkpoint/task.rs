@@ -199,32 +199,35 @@ impl WritesInFlight {
 /// cancels the job, as Flink commits a stop-with-savepoint's transactions before the job ends.
 #[derive(Debug, Default)]
 pub(crate) struct CommitsApplied {
-    counts: std::sync::Mutex<std::collections::HashMap<u64, usize>>,
+    /// Per task, the newest checkpoint whose completion it applied (notices come in order).
+    newest: std::sync::Mutex<std::collections::HashMap<usize, u64>>,
     changed: std::sync::Condvar,
 }
 
 impl CommitsApplied {
-    fn applied(&self, id: u64) {
-        *self.counts.lock().unwrap_or_else(|e| e.into_inner()).entry(id).or_default() += 1;
+    fn applied(&self, task: usize, id: u64) {
+        let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
+        let n = newest.entry(task).or_default();
+        *n = (*n).max(id);
         self.changed.notify_all();
     }
 
-    /// Waits until `tasks` tasks, less those `finished()` counts, applied checkpoint `id`'s
-    /// completion, for at most `limit`. Returns whether they did.
-    pub(crate) fn wait(&self, id: u64, tasks: usize, finished: impl Fn() -> usize, limit: Duration) -> bool {
+    /// Waits until `tasks` tasks applied checkpoint `id`'s completion, for at most `limit` or
+    /// until `ended()` (the attempt's workers are gone). Returns whether they did.
+    pub(crate) fn wait(&self, id: u64, tasks: usize, ended: impl Fn() -> bool, limit: Duration) -> bool {
         let until = Instant::now() + limit;
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if counts.get(&id).copied().unwrap_or(0) + finished() >= tasks {
+            if newest.values().filter(|&&n| n >= id).count() >= tasks {
                 return true;
             }
             let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || ended() {
                 return false;
             }
-            // Bounded, so tasks that finish (and never apply it) are seen too.
+            // Bounded, so workers that end (and never apply it) are seen too.
             let wait = left.min(Duration::from_millis(10));
-            counts = self.changed.wait_timeout(counts, wait).unwrap_or_else(|e| e.into_inner()).0;
+            newest = self.changed.wait_timeout(newest, wait).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 }
@@ -256,7 +259,7 @@ pub(crate) struct TaskCheckpointing {
 impl TaskCheckpointing {
     /// This task's chain heard (and its sinks committed) checkpoint `id`'s completion.
     pub(crate) fn completion_applied(&self, id: u64) {
-        self.commits.applied(id);
+        self.commits.applied(self.task, id);
     }
 
     /// The next message from the coordinator, if any (never blocks).

@@ -144,9 +144,9 @@ pub enum Stopped {
     /// A savepoint was taken, its sink transactions committed, and the job stopped: a job
     /// restored from it goes on where this one stopped.
     Savepoint(std::path::PathBuf),
-    /// Some of the job's tasks had already reached the end of their input, so no savepoint
-    /// could be taken (no checkpoint completes once a task finished): the job was stopped
-    /// gracefully instead and finished, committing all its output.
+    /// The job's input had already ended (its final checkpoint completed), so no savepoint
+    /// could be taken: the job was stopped gracefully instead and finished, committing all its
+    /// output.
     Finished(JobReport),
 }
 
@@ -264,8 +264,9 @@ impl JobHandle {
 
     /// Takes a savepoint, waits until every sink has committed the transactions it covers,
     /// then stops every worker without draining (no further output after the savepoint; a job
-    /// restored from it produces that). If the job is already finishing (a task reached the end
-    /// of its input), it is stopped gracefully and finishes instead. Says which it did.
+    /// restored from it produces that). If the job is already finishing
+    /// ([`JobHandle::is_finishing`]), it is stopped gracefully and finishes instead. Says which
+    /// it did.
     pub fn stop_with_savepoint(self, dir: impl Into<std::path::PathBuf>) -> Result<Stopped> {
         let (id, path) = match self.take_savepoint(dir) {
             Ok(taken) => taken,
@@ -277,8 +278,8 @@ impl JobHandle {
         };
         if let Some(a) = &self.attempt {
             let timeout = self.job.graph.borrow().checkpointing.as_ref().map_or(Duration::ZERO, |c| c.timeout);
-            let finished = || a.scope.finished_tasks.load(Ordering::SeqCst);
-            let committed = a.commits.as_ref().is_none_or(|c| c.wait(id, a.task_count, finished, timeout));
+            let ended = || a.threads.iter().all(|t| t.is_finished());
+            let committed = a.commits.as_ref().is_none_or(|c| c.wait(id, a.task_count, ended, timeout));
             if !committed {
                 self.cancel();
                 let _ = self.join();
@@ -323,6 +324,15 @@ impl JobHandle {
 
     /// Waits for the job to end, restarting it after failures as configured.
     pub fn join(mut self) -> Result<JobReport> {
+        self.wait()
+    }
+
+    /// Waits for the job to end like [`JobHandle::join`], keeping the handle (for its notes and
+    /// statistics afterwards).
+    pub fn wait(&mut self) -> Result<JobReport> {
+        if self.attempt.is_none() {
+            return Err(Error::config("the job has already ended (its result was returned once)"));
+        }
         loop {
             if let Some(a) = self.attempt.as_mut() {
                 for t in a.threads.drain(..) {
