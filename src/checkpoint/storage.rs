@@ -149,12 +149,16 @@ impl FileDigest {
         FileDigest { bytes: bytes.len() as u64, crc32c: crc32c::crc32c(bytes) }
     }
 
-    /// Checks `bytes`, read from `path`, against this digest.
-    fn check(&self, path: &Path, bytes: &[u8]) -> Result<()> {
-        if bytes.len() as u64 != self.bytes {
-            return Err(corrupt(path, format!("{} bytes, where _metadata recorded {}", bytes.len(), self.bytes)));
+    /// Checks the length of the file read from `path` against this digest.
+    fn check_len(&self, path: &Path, len: usize) -> Result<()> {
+        if len as u64 != self.bytes {
+            return Err(corrupt(path, format!("{len} bytes, where _metadata recorded {}", self.bytes)));
         }
-        let crc = crc32c::crc32c(bytes);
+        Ok(())
+    }
+
+    /// Checks the CRC-32C of the file read from `path` against this digest.
+    fn check_crc(&self, path: &Path, crc: u32) -> Result<()> {
         if crc != self.crc32c {
             return Err(corrupt(
                 path,
@@ -424,9 +428,12 @@ pub fn read_file(path: &Path, kind: FileKind) -> Result<(FileIdentity, Vec<u8>)>
 pub fn read_expected(path: &Path, expected: &FileIdentity, digest: Option<&FileDigest>) -> Result<Vec<u8>> {
     let bytes = read_bytes(path)?;
     if let Some(d) = digest {
-        d.check(path, &bytes)?;
+        d.check_len(path, bytes.len())?;
     }
-    let (found, payload) = decode_file(&bytes, expected.kind).map_err(|m| corrupt(path, m))?;
+    let (found, payload, crc) = decode_digested(&bytes, expected.kind).map_err(|m| corrupt(path, m))?;
+    if let Some(d) = digest {
+        d.check_crc(path, crc)?;
+    }
     check_identity(path, &found, expected)?;
     Ok(payload)
 }
@@ -444,6 +451,12 @@ fn check_identity(path: &Path, found: &FileIdentity, expected: &FileIdentity) ->
 /// Verifies and decodes a whole file image of `kind`: what its header says it is, and its
 /// payload. Errors say what is wrong; never panics.
 pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<(FileIdentity, Vec<u8>), String> {
+    decode_digested(bytes, kind).map(|(identity, payload, _)| (identity, payload))
+}
+
+/// [`decode_file`], also returning the CRC-32C of the whole image, extended from each block's
+/// checksum as it is verified (so the bytes are checksummed once).
+fn decode_digested(bytes: &[u8], kind: FileKind) -> std::result::Result<(FileIdentity, Vec<u8>, u32), String> {
     if bytes.len() < 8 {
         return Err(format!("file too short for a header ({} bytes)", bytes.len()));
     }
@@ -478,12 +491,14 @@ pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<(FileIde
     };
     let mut pos = HEADER_BYTES;
     let mut payload = Vec::new();
+    let mut file_crc = crc32c::crc32c(&bytes[..HEADER_BYTES]);
     loop {
         if bytes.len() < pos + 8 {
             return Err(format!("truncated at byte {pos} (block header missing)"));
         }
         let len = word(pos) as usize;
         let crc = word(pos + 4);
+        file_crc = crc32c::crc32c_append(file_crc, &bytes[pos..pos + 8]);
         pos += 8;
         if len == 0 {
             if bytes.len() < pos + 8 {
@@ -499,7 +514,7 @@ pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<(FileIde
             if bytes.len() != pos + 8 {
                 return Err(format!("{} unexpected bytes after the terminator", bytes.len() - pos - 8));
             }
-            return Ok((identity, payload));
+            return Ok((identity, payload, crc32c::crc32c_append(file_crc, total)));
         }
         if len > BLOCK_BYTES {
             return Err(format!("block at byte {} claims {len} bytes (at most {BLOCK_BYTES})", pos - 8));
@@ -511,6 +526,7 @@ pub fn decode_file(bytes: &[u8], kind: FileKind) -> std::result::Result<(FileIde
         if crc32c::crc32c(block) != crc {
             return Err(format!("checksum mismatch in block at byte {}", pos - 8));
         }
+        file_crc = crc32c::crc32c_combine(file_crc, crc, len);
         payload.extend_from_slice(block);
         pos += len;
     }
