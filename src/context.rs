@@ -92,9 +92,11 @@ impl Recovery {
     /// Whether output committed as transaction `txn` (named after the checkpoint it was
     /// committed under) may be removed without loss: only the transaction the end of a job
     /// commits (the restored checkpoint plus one) when no checkpoint was skipped, which the
-    /// replay writes again identically.
+    /// replay writes again identically. With no checkpoint restored nothing is: a transaction
+    /// 1 may as well have been committed under a checkpoint 1 that is gone, and one subtask
+    /// must not remove it while another refuses.
     pub fn replays_exactly(&self, txn: u64) -> bool {
-        self.skipped.is_empty() && txn == self.restored.unwrap_or(0) + 1
+        self.skipped.is_empty() && self.restored.is_some_and(|k| txn == k + 1)
     }
 
     /// Why output after the restored checkpoint can no longer be restored, for messages.
