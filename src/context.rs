@@ -1,11 +1,12 @@
 //! What a subtask knows about itself: its operator, index, parallelism, and the job's clock.
 //!
-//! Time reaches operators only through [`TaskContext::now_ns`], so tests can reason about it and
-//! a later deterministic scheduler can replace it.
+//! Time reaches operators and the checkpoint path only through the job's [`Clock`]
+//! ([`TaskContext::now_ns`]): the wall clock in production, a clock the simulator
+//! ([`crate::simulation`]) advances by hand under simulation, so a seed decides every timeout.
 //!
 //! May touch: `metrics`, `snapshot`, `wake`.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,21 +16,31 @@ use crate::snapshot::{FaultInjector, RestoredState};
 use crate::wake::Parker;
 
 /// The job's monotonic clock: nanoseconds since the job started.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Clock {
     origin: Instant,
+    /// Under simulation: the time, set by the simulator (never the wall clock).
+    manual: Option<Arc<AtomicU64>>,
 }
 
 impl Clock {
     /// A clock starting now.
     pub fn start() -> Clock {
-        Clock { origin: Instant::now() }
+        Clock { origin: Instant::now(), manual: None }
+    }
+
+    /// A clock that reads `time` (nanoseconds), which only its owner moves: the simulator's.
+    pub(crate) fn manual(time: Arc<AtomicU64>) -> Clock {
+        Clock { origin: Instant::now(), manual: Some(time) }
     }
 
     /// Nanoseconds since the clock started.
     #[inline]
     pub fn now_ns(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
+        match &self.manual {
+            None => self.origin.elapsed().as_nanos() as u64,
+            Some(t) => t.load(Ordering::Relaxed),
+        }
     }
 }
 

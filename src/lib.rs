@@ -66,6 +66,11 @@ pub mod checkpoint;
 pub mod collector;
 pub mod context;
 pub mod error;
+#[cfg(feature = "testing")]
+pub mod faults;
+#[cfg(not(feature = "testing"))]
+#[path = "faults_absent.rs"]
+mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod jobs;
@@ -74,8 +79,10 @@ pub mod nexmark;
 pub mod operator;
 pub mod persist;
 pub mod pipeline;
+pub mod prng;
 pub mod record;
 pub mod runtime;
+pub mod simulation;
 pub mod sink;
 pub mod snapshot;
 pub mod source;

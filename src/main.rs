@@ -1,4 +1,5 @@
-//! The `weir` command: the embedded default job, word count, and their options.
+//! The `weir` command: the embedded default job, word count, benchmarks, checkpoint listings,
+//! the simulator, and their options.
 
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
@@ -44,6 +45,47 @@ enum Command {
     /// Runs a Nexmark query over generated auction events: throughput per core, and with
     /// --check the results compared with a sequential implementation.
     Nexmark(Box<NexmarkArgs>),
+    /// Runs one of weir's jobs under deterministic simulation: for each seed, a failure
+    /// schedule (task failures, crashes, damaged checkpoints, failed writes, fencing) on one
+    /// thread, its committed output compared with the failure-free run's. Prints each seed
+    /// that differs with the command that reruns it, and `N seeds, F differ from the golden
+    /// run`; exits non-zero when any differs.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Args, Debug)]
+struct SimulateArgs {
+    /// The job: wordcount, window, join or keyed.
+    #[arg(long)]
+    job: weir::simulation::jobs::SimJob,
+    /// aligned, unaligned, aligned-timeout or at-least-once.
+    #[arg(long, default_value = "aligned")]
+    mode: weir::simulation::SimMode,
+    /// Incremental checkpoints.
+    #[arg(long)]
+    incremental: bool,
+    /// Parallelism of every operator.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    parallelism: u64,
+    /// The seeds, A..B (B excluded) or a single seed N.
+    #[arg(long, value_parser = seed_range)]
+    seeds: std::ops::Range<u64>,
+}
+
+/// `A..B` (A < B) or `N` (the one seed N).
+fn seed_range(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let number = |t: &str| t.trim().parse::<u64>().map_err(|_| format!("'{t}' is not a seed (a whole number)"));
+    let range = match s.split_once("..") {
+        Some((a, b)) => number(a)?..number(b)?,
+        None => {
+            let n = number(s)?;
+            n..n.checked_add(1).ok_or_else(|| format!("seed {n} is too large"))?
+        }
+    };
+    if range.is_empty() {
+        return Err(format!("the seed range {s} is empty: give A..B with A < B (B is excluded)"));
+    }
+    Ok(range)
 }
 
 #[derive(Args, Debug)]
@@ -158,15 +200,39 @@ struct CheckpointArgs {
     allow_retracting_output: bool,
     /// Tests only: end the process right after checkpoint N is complete, before any sink
     /// commits it.
+    #[cfg(feature = "testing")]
     #[arg(long, hide = true)]
     exit_before_commit: Option<u64>,
     /// Tests only (the soak run): fail the counting operator every N words it receives, and
     /// restart without limit.
+    #[cfg(feature = "testing")]
     #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
     fail_every_words: Option<u64>,
 }
 
 impl CheckpointArgs {
+    /// The failure points the hidden test flags ask for.
+    #[cfg(feature = "testing")]
+    fn with_faults(&self, mut c: CheckpointConfig) -> CheckpointConfig {
+        let mut faults = Vec::new();
+        if let Some(n) = self.exit_before_commit {
+            faults.push(weir::faults::Fault::ExitBeforeCommit { checkpoint: n });
+        }
+        if let Some(every) = self.fail_every_words {
+            faults.extend(
+                (1..=1_000u64).map(|k| weir::faults::Fault::AtRecord { operator: "count".into(), nth: k * every }),
+            );
+            c = c.restart(weir::checkpoint::RestartStrategy::FixedDelay {
+                attempts: u32::MAX,
+                delay: Duration::from_millis(50),
+            });
+        }
+        if !faults.is_empty() {
+            c = c.faults(weir::faults::FaultInjector::new(faults));
+        }
+        c
+    }
+
     fn config(&self) -> weir::Result<Option<CheckpointConfig>> {
         let Some(dir) = &self.checkpoint_dir else {
             let given = [
@@ -185,25 +251,14 @@ impl CheckpointArgs {
             }
             return Ok(None);
         };
+        #[allow(unused_mut)]
         let mut c = CheckpointConfig::new(dir)
             .unaligned(self.unaligned)
             .incremental(self.incremental)
             .allow_retracting_output(self.allow_retracting_output);
-        let mut faults = Vec::new();
-        if let Some(n) = self.exit_before_commit {
-            faults.push(weir::snapshot::Fault::ExitBeforeCommit { checkpoint: n });
-        }
-        if let Some(every) = self.fail_every_words {
-            faults.extend(
-                (1..=1_000u64).map(|k| weir::snapshot::Fault::AtRecord { operator: "count".into(), nth: k * every }),
-            );
-            c = c.restart(weir::checkpoint::RestartStrategy::FixedDelay {
-                attempts: u32::MAX,
-                delay: Duration::from_millis(50),
-            });
-        }
-        if !faults.is_empty() {
-            c = c.faults(weir::snapshot::FaultInjector::new(faults));
+        #[cfg(feature = "testing")]
+        {
+            c = self.with_faults(c);
         }
         if let Some(ms) = self.interval_ms {
             c = c.interval(Duration::from_millis(ms));
@@ -354,6 +409,11 @@ fn main() -> ExitCode {
         Some(Command::Checkpoints(args)) => list_checkpoints(&args),
         Some(Command::Bench(args)) => run_bench(&args),
         Some(Command::Nexmark(args)) => run_nexmark(&args),
+        Some(Command::Simulate(args)) => match run_simulate(&args) {
+            // The differing seeds and the summary are printed.
+            Ok(all_equal) => return if all_equal { ExitCode::SUCCESS } else { ExitCode::FAILURE },
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -784,4 +844,49 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         if transactional { " (committed files only; hidden ones are in progress)" } else { "" }
     );
     Ok(())
+}
+
+/// Runs the seeds; returns whether every one matched the golden run.
+fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
+    use weir::simulation::{check, SimOptions};
+    let scratch = std::env::temp_dir().join(format!("weir-simulate-input-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| Error::io("cannot create a scratch folder", &scratch, e))?;
+    let p = args.parallelism as usize;
+    let build = args.job.builder(p, &scratch)?;
+    let options = SimOptions { mode: args.mode, incremental: args.incremental, ..SimOptions::default() };
+    let started = std::time::Instant::now();
+    let report = check(build, args.seeds.clone(), &options, args.job.expect(args.mode));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let report = report?;
+    let rerun = |seed: u64| {
+        format!(
+            "weir simulate --job {} --mode {}{} --parallelism {p} --seeds {seed}",
+            args.job,
+            args.mode,
+            if args.incremental { " --incremental" } else { "" }
+        )
+    };
+    for s in report.failing() {
+        println!(
+            "seed {}: {} (faults: {}); rerun: {}",
+            s.seed,
+            s.differs.as_deref().unwrap_or_default(),
+            s.stats.faults.join("; "),
+            rerun(s.seed)
+        );
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!("{}", report.summary());
+    eprintln!(
+        "{:.0} seeds/s; per seed on average {} steps, {:.1} failovers, {:.1} crashes, {:.1} checkpoints; the golden run: \
+         {} records, {} checkpoints",
+        report.seeds.len() as f64 / elapsed.max(1e-9),
+        report.seeds.iter().map(|s| s.stats.steps).sum::<u64>() / report.seeds.len() as u64,
+        report.seeds.iter().map(|s| s.stats.failovers as f64).sum::<f64>() / report.seeds.len() as f64,
+        report.seeds.iter().map(|s| s.stats.crashes as f64).sum::<f64>() / report.seeds.len() as f64,
+        report.seeds.iter().map(|s| s.stats.checkpoints as f64).sum::<f64>() / report.seeds.len() as f64,
+        report.golden_records,
+        report.golden.checkpoints,
+    );
+    Ok(report.failing().count() == 0)
 }

@@ -325,9 +325,13 @@ impl<T: Copy> InputGate<T> {
                 if let Some(cap) = self.capture.as_mut() {
                     // In-flight data of an unaligned checkpoint, logged as it is consumed.
                     let pos = start + taken as u64;
-                    if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) && !matches!(entry, Entry::Barrier(_))
-                    {
-                        cap.data[i].push(*entry);
+                    if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) {
+                        // Another checkpoint's barrier is not data, and it is past: the
+                        // capture's position moves over it (else a limit found later would
+                        // lie ahead of the capture and behind the read position).
+                        if !matches!(entry, Entry::Barrier(_)) {
+                            cap.data[i].push(*entry);
+                        }
                         cap.upto[i] = pos + 1;
                     }
                 }
@@ -398,8 +402,10 @@ fn peek_into<T: Copy>(ch: &mut ChannelReader<T>, cap: &mut Capture<T>, i: usize)
     }
     let chunk = ch.consumer.read_chunk(avail).expect("avail slots were checked");
     let (a, b) = chunk.as_slices();
+    // Everything consumed before the limit was logged as it was consumed.
+    debug_assert!(cap.upto[i] >= ch.read.min(limit), "in-flight data consumed and not captured");
     let first = cap.upto[i].saturating_sub(ch.read) as usize;
-    let last = (limit - ch.read).min(avail as u64) as usize;
+    let last = limit.saturating_sub(ch.read).min(avail as u64) as usize;
     for e in a.iter().chain(b).take(last).skip(first) {
         cap.data[i].push(*e);
     }

@@ -123,8 +123,8 @@ pub struct CheckpointConfig {
     /// Whether a recovery may remove committed sink output (see
     /// [`CheckpointConfig::allow_retracting_output`]).
     pub allow_retracting_output: bool,
-    /// Failure points for tests.
-    pub faults: Option<Arc<FaultInjector>>,
+    /// Failure points for tests (the `testing` feature; see [`CheckpointConfig::faults`]).
+    pub(crate) faults: Option<Arc<FaultInjector>>,
 }
 
 /// Completed checkpoints kept unless told otherwise: two, so that when the newest is found
@@ -217,7 +217,8 @@ impl CheckpointConfig {
         self.allow_retracting_output = allow;
         self
     }
-    /// Injects failures (tests).
+    /// Injects failures (tests; with the `testing` feature only).
+    #[cfg(feature = "testing")]
     pub fn faults(mut self, faults: Arc<FaultInjector>) -> Self {
         self.faults = Some(faults);
         self

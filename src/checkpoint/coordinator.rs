@@ -8,17 +8,24 @@
 //! takes the final checkpoint at once and, when it completes, tells them to end their streams
 //! (after FLIP-147: a source that ends first does not stop the job's checkpoints, and a
 //! bounded job's output is committed by a checkpoint).
+//!
+//! The protocol lives in [`CoordinatorCore`], a state machine with events in
+//! ([`CoordinatorCore::on_ack`], [`CoordinatorCore::on_tick`], [`CoordinatorCore::on_savepoint`],
+//! [`CoordinatorCore::on_shutdown`]) and [`Command`]s out (a message for a task, a failure of
+//! the job, an injected crash); time comes in as an argument, never from the wall clock. The
+//! runtime runs it behind a thin thread loop ([`run_thread`]); the simulator calls it from
+//! its one thread.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::config::CheckpointConfig;
 use super::lock::DirectoryLock;
 use super::storage::{CheckpointMetadata, CheckpointStats, CheckpointStorage, SharedFile, TaskFile, FORMAT_VERSION};
-use super::task::{TaskAck, TaskControl, TaskDone, TaskStats, WritesInFlight};
+use super::task::{SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats};
 use crate::context::Clock;
 use crate::error::Error;
 use crate::snapshot::{Barrier, CheckpointNotice};
@@ -38,12 +45,60 @@ pub(crate) struct SavepointRequest {
     pub(crate) reply: Sender<Result<(u64, std::path::PathBuf), String>>,
 }
 
-/// Everything the coordinator thread owns.
-pub(crate) struct Coordinator {
+/// Where a process may be made to die on the coordinator's path (fault injection: the
+/// `testing` feature's [`crate::snapshot::FaultInjector`], and the simulator).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CrashPoint {
+    /// `_metadata` was written to its temporary file and not yet renamed into place.
+    MetadataNotRenamed,
+    /// `_metadata` is durable and verified, and no task has heard that the checkpoint
+    /// completed (no sink committed it).
+    BeforeCompletionNotice,
+}
+
+/// Decides whether the process dies at a [`CrashPoint`] of a checkpoint.
+pub(crate) trait CrashSchedule: Send + Sync {
+    fn crash_at(&self, point: CrashPoint, checkpoint: u64) -> bool;
+}
+
+impl CrashSchedule for crate::snapshot::FaultInjector {
+    fn crash_at(&self, point: CrashPoint, checkpoint: u64) -> bool {
+        match point {
+            CrashPoint::BeforeCompletionNotice => self.exit_before_commit(checkpoint),
+            CrashPoint::MetadataNotRenamed => self.exit_before_metadata_rename(checkpoint),
+        }
+    }
+}
+
+/// What the coordinator asks of the world.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Deliver a control message to task `task` (its index in the plan).
+    Send(usize, TaskControl),
+    /// Fail the job (the restart strategy then decides what happens).
+    Fail(Error),
+    /// An injected crash: the process ends here, as if killed.
+    Crash(CrashPoint, u64),
+}
+
+/// Shared with the attempt's tasks: how far the job has got towards its end.
+#[derive(Clone, Default)]
+pub(crate) struct EndOfJob {
+    /// Tasks that finished: once any has, no new checkpoint can complete.
+    pub(crate) finished_tasks: Arc<AtomicUsize>,
+    /// Source subtasks at the end of their input: once all are, the next checkpoint is the
+    /// final one, and its completion tells them to end their streams.
+    pub(crate) sources_at_end: Arc<AtomicUsize>,
+    /// Set once the sources were told to end their streams.
+    pub(crate) input_ended: Arc<AtomicBool>,
+}
+
+/// Everything the coordinator needs to start an attempt.
+pub(crate) struct CoordinatorSetup {
     pub(crate) config: CheckpointConfig,
     pub(crate) storage: Arc<CheckpointStorage>,
-    pub(crate) tasks: Vec<TaskEndpoint>,
-    pub(crate) acks: Receiver<TaskAck>,
+    /// (index, name, is source) of every task.
+    pub(crate) tasks: Vec<(usize, String, bool)>,
     pub(crate) clock: Clock,
     /// The id of the first checkpoint this attempt triggers.
     pub(crate) first_id: u64,
@@ -56,274 +111,360 @@ pub(crate) struct Coordinator {
     pub(crate) failures: Arc<Mutex<Vec<String>>>,
     /// The next checkpoint id, shared across attempts so ids never repeat.
     pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
-    /// Set when the attempt ends.
-    pub(crate) shutdown: Arc<AtomicBool>,
-    /// The attempt's snapshot writes still running.
-    pub(crate) writes: Arc<WritesInFlight>,
-    /// Tasks that finished: once any has, no new checkpoint can complete.
-    pub(crate) finished_tasks: Arc<AtomicUsize>,
-    /// Source subtasks at the end of their input: once all are, the next checkpoint is the
-    /// final one, and its completion tells them to end their streams.
-    pub(crate) sources_at_end: Arc<AtomicUsize>,
-    /// Set once the sources were told to end their streams.
-    pub(crate) input_ended: Arc<AtomicBool>,
-    /// Fails the job.
-    pub(crate) fail: Box<dyn Fn(Error) + Send>,
-    /// Savepoints asked for by hand.
-    pub(crate) savepoints: Receiver<SavepointRequest>,
-    /// Shared files retention deleted in this attempt: a checkpoint referring to one fails.
-    pub(crate) deleted_shared: HashSet<String>,
-    /// Checkpoints aborted in this attempt, and when: other tasks may still be writing their
-    /// parts into the folder, so it is removed again as their late acknowledgements come in.
-    pub(crate) aborted: BTreeMap<u64, Instant>,
+    pub(crate) end: EndOfJob,
     /// The checkpoint directory's lock: checked before every completion and commit notice.
     pub(crate) lock: Arc<DirectoryLock>,
-    /// Set when the lock check failed: the job is failing, and nothing more may complete.
-    pub(crate) fenced: bool,
+    pub(crate) crash: Option<Arc<dyn CrashSchedule>>,
 }
 
 struct Pending {
     barrier: Barrier,
-    started: Instant,
+    started_ns: u64,
     acks: HashMap<usize, TaskDone>,
     savepoint: Option<SavepointRequest>,
 }
 
-impl Coordinator {
-    pub(crate) fn run(mut self) {
-        let mut next_id = self.first_id.max(self.next_id.load(Ordering::SeqCst));
-        let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
-        let mut consecutive_failures = 0u32;
-        let mut last_completion: Option<Instant> = None;
-        let mut next_trigger = Instant::now() + self.config.interval;
-        let sources = self.tasks.iter().filter(|t| t.is_source).count();
-        // The final checkpoint, once triggered.
-        let mut final_id: Option<u64> = None;
-        loop {
-            if self.shutdown.load(Ordering::SeqCst) {
-                // The attempt is over (the job ended, failed or was cancelled): checkpoints in
-                // flight can no longer complete, and their folders must not stay behind. (A
-                // writer that outlives the wait only leaves a folder the next start removes.)
-                self.writes.wait_idle(self.config.timeout.min(Duration::from_secs(10)));
-                for id in std::mem::take(&mut pending).into_keys() {
-                    self.abort(id);
-                }
-                for &id in self.aborted.keys() {
-                    if self.storage.checkpoint_dir(id).exists() {
-                        self.storage.discard(id);
-                    }
-                }
-                return;
+/// The checkpoint coordinator's state machine.
+pub(crate) struct CoordinatorCore {
+    s: CoordinatorSetup,
+    sources: usize,
+    next_id: u64,
+    pending: BTreeMap<u64, Pending>,
+    consecutive_failures: u32,
+    last_completion_ns: Option<u64>,
+    next_trigger_ns: u64,
+    /// The final checkpoint, once triggered.
+    final_id: Option<u64>,
+    /// Savepoints asked for and not yet triggered.
+    savepoints: VecDeque<SavepointRequest>,
+    /// Shared files retention deleted in this attempt: a checkpoint referring to one fails.
+    deleted_shared: HashSet<String>,
+    /// Checkpoints aborted in this attempt, and when: other tasks may still be writing their
+    /// parts into the folder, so it is removed again as their late acknowledgements come in.
+    aborted: BTreeMap<u64, u64>,
+    /// Set when the lock check failed: the job is failing, and nothing more may complete.
+    fenced: bool,
+    /// Set once the coordinator failed the job or crashed: it does nothing more.
+    halted: bool,
+    out: Vec<Command>,
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+impl CoordinatorCore {
+    pub(crate) fn new(s: CoordinatorSetup) -> Self {
+        let next_id = s.first_id.max(s.next_id.load(Ordering::SeqCst));
+        let next_trigger_ns = s.clock.now_ns().saturating_add(ns(s.config.interval));
+        let sources = s.tasks.iter().filter(|t| t.2).count();
+        CoordinatorCore {
+            s,
+            sources,
+            next_id,
+            pending: BTreeMap::new(),
+            consecutive_failures: 0,
+            last_completion_ns: None,
+            next_trigger_ns,
+            final_id: None,
+            savepoints: VecDeque::new(),
+            deleted_shared: HashSet::new(),
+            aborted: BTreeMap::new(),
+            fenced: false,
+            halted: false,
+            out: Vec::new(),
+        }
+    }
+
+    /// Whether the coordinator failed the job or crashed: it takes no more events.
+    pub(crate) fn is_halted(&self) -> bool {
+        self.halted
+    }
+
+    /// When the next checkpoint is due, on the job clock.
+    pub(crate) fn next_trigger_ns(&self) -> u64 {
+        self.next_trigger_ns
+    }
+
+    fn take_commands(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// A savepoint was asked for: it is triggered at the next tick.
+    pub(crate) fn on_savepoint(&mut self, request: SavepointRequest) {
+        self.savepoints.push_back(request);
+    }
+
+    /// The attempt is over (the job ended, failed or was cancelled), and no snapshot write
+    /// runs any more: checkpoints in flight can no longer complete, and their folders must not
+    /// stay behind.
+    pub(crate) fn on_shutdown(&mut self) -> Vec<Command> {
+        if self.halted {
+            return Vec::new();
+        }
+        for id in std::mem::take(&mut self.pending).into_keys() {
+            self.abort(id);
+        }
+        for &id in self.aborted.keys() {
+            if self.s.storage.checkpoint_dir(id).exists() {
+                self.s.storage.discard(id);
             }
-            let wait = next_trigger
-                .saturating_duration_since(Instant::now())
-                .clamp(Duration::from_micros(100), Duration::from_millis(5));
-            let mut events = Vec::new();
-            match self.acks.recv_timeout(wait) {
-                Ok(a) => events.push(a),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+        }
+        self.halted = true;
+        self.take_commands()
+    }
+
+    /// A task acknowledged (or declined) its part of a checkpoint.
+    pub(crate) fn on_ack(&mut self, ack: TaskAck, now_ns: u64) -> Vec<Command> {
+        if self.halted {
+            return Vec::new();
+        }
+        self.ack(ack, now_ns);
+        self.take_commands()
+    }
+
+    fn ack(&mut self, ack: TaskAck, now_ns: u64) {
+        let Some(p) = self.pending.get_mut(&ack.checkpoint) else {
+            if self.aborted.contains_key(&ack.checkpoint) {
+                // A writer finished after the abort: what it wrote goes too.
+                self.s.storage.discard(ack.checkpoint);
             }
-            events.extend(self.acks.try_iter());
-            for ack in events {
-                let Some(p) = pending.get_mut(&ack.checkpoint) else {
-                    if self.aborted.contains_key(&ack.checkpoint) {
-                        // A writer finished after the abort: what it wrote goes too.
-                        self.storage.discard(ack.checkpoint);
-                    }
-                    continue;
-                };
-                let result = ack.result.and_then(|done| {
-                    match done.shared.iter().find(|f| self.deleted_shared.contains(&f.file)) {
-                        // Its writer read a page index older than a completion that retired the
-                        // file (a race with retention): this checkpoint cannot be restored.
-                        Some(f) => Err(format!("refers to shared state {}, which retention already deleted", f.file)),
-                        None => Ok(done),
-                    }
-                });
-                match result {
-                    Ok(info) => {
-                        p.acks.insert(ack.task, info);
-                        if p.acks.len() == self.tasks.len() {
-                            let p = pending.remove(&ack.checkpoint).expect("present");
-                            let in_use: HashSet<String> = pending
-                                .values()
-                                .flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter().map(|s| s.file.clone())))
-                                .collect();
-                            match self.complete(p, &in_use) {
-                                Ok(()) => {
-                                    consecutive_failures = 0;
-                                    last_completion = Some(Instant::now());
-                                    if final_id.is_some_and(|f| ack.checkpoint >= f) {
-                                        // Everything before the end of input is committed.
-                                        self.end_input();
-                                    }
-                                    // Older checkpoints still pending are subsumed.
-                                    let older: Vec<u64> = pending.range(..ack.checkpoint).map(|(k, _)| *k).collect();
-                                    for id in older {
-                                        pending.remove(&id);
-                                        self.abort(id);
-                                    }
-                                }
-                                // Another process owns the directory now: touch nothing
-                                // in it (its files may be the new owner's), just stop.
-                                Err(_) if self.fenced => return,
-                                Err(reason) => {
-                                    if self.failed(&mut consecutive_failures, ack.checkpoint, &reason) {
-                                        return;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    Err(reason) => {
-                        pending.remove(&ack.checkpoint);
-                        if self.failed(
-                            &mut consecutive_failures,
-                            ack.checkpoint,
-                            &format!("task {} declined: {reason}", ack.task),
-                        ) {
-                            return;
-                        }
-                    }
-                }
+            return;
+        };
+        let result = ack.result.and_then(|done| {
+            match done.shared.iter().find(|f| self.deleted_shared.contains(&f.file)) {
+                // Its writer read a page index older than a completion that retired the file
+                // (a race with retention): this checkpoint cannot be restored.
+                Some(f) => Err(Error::Checkpoint(format!(
+                    "refers to shared state {}, which retention already deleted",
+                    f.file
+                ))),
+                None => Ok(done),
             }
-            // Writers of an aborted checkpoint end within its timeout (or fail it).
-            let timeout = self.config.timeout;
-            self.aborted.retain(|_, at| at.elapsed() <= timeout);
-            let expired: Vec<u64> =
-                pending.iter().filter(|(_, p)| p.started.elapsed() > self.config.timeout).map(|(k, _)| *k).collect();
-            for id in expired {
-                pending.remove(&id);
-                let reason = format!("expired after {:?}", self.config.timeout);
-                if self.failed(&mut consecutive_failures, id, &reason) {
+        });
+        match result {
+            Ok(info) => {
+                let task = ack.task;
+                assert!(
+                    p.acks.insert(task, info).is_none(),
+                    "task {task} acknowledged checkpoint {} twice",
+                    ack.checkpoint
+                );
+                if p.acks.len() < self.s.tasks.len() {
                     return;
                 }
-            }
-            if self.finished_tasks.load(Ordering::SeqCst) > 0 {
-                // Some task finished: it cannot acknowledge, so no checkpoint can complete now.
-                for id in std::mem::take(&mut pending).into_keys() {
-                    self.abort(id);
-                }
-                for req in self.savepoints.try_iter() {
-                    let _ = req.reply.send(Err("the job is finishing: some of its tasks already ended".into()));
-                }
-                continue;
-            }
-            let now = Instant::now();
-            if self.input_ended.load(Ordering::SeqCst) {
-                // The sources are ending their streams: no checkpoint can complete now.
-                for req in self.savepoints.try_iter() {
-                    let _ = req.reply.send(Err("the job is finishing: its input has ended".into()));
-                }
-                continue;
-            }
-            if let Some(f) = final_id.filter(|f| !pending.contains_key(f)) {
-                // The final checkpoint failed (its reason is among the failures): the job ends
-                // without it rather than wait for one that may never fit, and its last output
-                // is committed once the whole job has succeeded, as without checkpoints.
-                self.failures
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(format!("the final checkpoint {f} failed: the job ends without it"));
-                self.end_input();
-                continue;
-            }
-            // Once every source is at the end of its input, the final checkpoint is taken at
-            // once (not after the interval).
-            let final_due = sources > 0
-                && self.sources_at_end.load(Ordering::SeqCst) >= sources
-                && final_id.is_none()
-                && pending.len() < self.config.max_concurrent;
-            // A savepoint is triggered at once (aligned, whatever the mode), beside any
-            // checkpoint in flight.
-            let savepoint = self.savepoints.try_recv().ok();
-            let paused = last_completion.is_some_and(|t| now < t + self.config.min_pause);
-            let due = now >= next_trigger && pending.len() < self.config.max_concurrent && !paused;
-            if savepoint.is_some() || due || final_due {
-                if final_due {
-                    final_id = Some(next_id);
-                }
-                let id = next_id;
-                next_id += 1;
-                self.next_id.store(next_id, Ordering::SeqCst);
-                next_trigger = now + self.config.interval;
-                if let Err(e) = self.storage.prepare(id) {
-                    if self.failed(&mut consecutive_failures, id, &e.to_string()) {
-                        return;
+                let p = self.pending.remove(&ack.checkpoint).expect("present");
+                let in_use: HashSet<String> = self
+                    .pending
+                    .values()
+                    .flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter().map(|s| s.file.clone())))
+                    .collect();
+                match self.complete(p, &in_use, now_ns) {
+                    Ok(()) => {
+                        self.consecutive_failures = 0;
+                        self.last_completion_ns = Some(now_ns);
+                        if self.final_id.is_some_and(|f| ack.checkpoint >= f) {
+                            // Everything before the end of input is committed.
+                            self.end_input();
+                        }
+                        // Older checkpoints still pending are subsumed.
+                        let older: Vec<u64> = self.pending.range(..ack.checkpoint).map(|(k, _)| *k).collect();
+                        for id in older {
+                            self.pending.remove(&id);
+                            self.abort(id);
+                        }
                     }
-                    continue;
+                    // Another process owns the directory now (touch nothing in it: its files
+                    // may be the new owner's), or the process crashed: just stop.
+                    Err(_) if self.halted => {}
+                    Err(reason) => self.failed(ack.checkpoint, &reason.to_string(), now_ns),
                 }
-                if self.config.faults.as_ref().is_some_and(|f| f.decline(id)) {
-                    if self.failed(&mut consecutive_failures, id, "declined by the coordinator (injected)") {
-                        return;
-                    }
-                    continue;
-                }
-                let barrier = Barrier {
-                    id,
-                    trigger_ns: self.clock.now_ns(),
-                    // With an alignment timeout, barriers start aligned and turn unaligned
-                    // only at a task that waited too long. Savepoints are always aligned.
-                    unaligned: savepoint.is_none() && self.config.unaligned && self.config.alignment_timeout.is_none(),
-                };
-                for t in self.tasks.iter().filter(|t| t.is_source) {
-                    let _ = t.control.send(TaskControl::Trigger(barrier));
-                }
-                pending.insert(id, Pending { barrier, started: now, acks: HashMap::new(), savepoint });
+            }
+            Err(e) if !e.is_retryable() => {
+                // Trying again cannot help (the task lost its checkpoint directory, say): the
+                // job fails with the task's error rather than after more declined checkpoints.
+                self.pending.remove(&ack.checkpoint);
+                self.abort(ack.checkpoint);
+                self.record_failure(ack.checkpoint, &format!("task {} declined: {e}", ack.task));
+                self.halt(e);
+            }
+            Err(e) => {
+                self.pending.remove(&ack.checkpoint);
+                self.failed(ack.checkpoint, &format!("task {} declined: {e}", ack.task), now_ns);
             }
         }
     }
 
-    /// Aborts `id` and counts a failure; returns true when the job was failed.
-    fn failed(&mut self, consecutive: &mut u32, id: u64, reason: &str) -> bool {
-        self.abort(id);
-        self.failures.lock().unwrap_or_else(|e| e.into_inner()).push(format!("checkpoint {id} failed: {reason}"));
-        *consecutive += 1;
-        if *consecutive > self.config.tolerable_failures {
-            (self.fail)(Error::Checkpoint(format!(
-                "{consecutive} consecutive checkpoints failed (tolerable: {}); the last, {id}: {reason}",
-                self.config.tolerable_failures
-            )));
+    /// Time passed: expires checkpoints, and triggers the next one when it is due.
+    pub(crate) fn on_tick(&mut self, now_ns: u64) -> Vec<Command> {
+        if self.halted {
+            return Vec::new();
+        }
+        self.tick(now_ns);
+        self.take_commands()
+    }
+
+    fn tick(&mut self, now: u64) {
+        let timeout = ns(self.s.config.timeout);
+        // Writers of an aborted checkpoint end within its timeout (or fail it).
+        self.aborted.retain(|_, at| now.saturating_sub(*at) <= timeout);
+        let expired: Vec<u64> =
+            self.pending.iter().filter(|(_, p)| now.saturating_sub(p.started_ns) > timeout).map(|(k, _)| *k).collect();
+        for id in expired {
+            self.pending.remove(&id);
+            let reason = format!("expired after {:?}", self.s.config.timeout);
+            self.failed(id, &reason, now);
+            if self.halted {
+                return;
+            }
+        }
+        if self.s.end.finished_tasks.load(Ordering::SeqCst) > 0 {
+            // Some task finished: it cannot acknowledge, so no checkpoint can complete now.
+            for id in std::mem::take(&mut self.pending).into_keys() {
+                self.abort(id);
+            }
+            for req in self.savepoints.drain(..) {
+                let _ = req.reply.send(Err("the job is finishing: some of its tasks already ended".into()));
+            }
+            return;
+        }
+        if self.s.end.input_ended.load(Ordering::SeqCst) {
+            // The sources are ending their streams: no checkpoint can complete now.
+            for req in self.savepoints.drain(..) {
+                let _ = req.reply.send(Err("the job is finishing: its input has ended".into()));
+            }
+            return;
+        }
+        if let Some(f) = self.final_id.filter(|f| !self.pending.contains_key(f)) {
+            // The final checkpoint failed (its reason is among the failures): the job ends
+            // without it rather than wait for one that may never fit, and its last output is
+            // committed once the whole job has succeeded, as without checkpoints.
+            self.s
+                .failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(format!("the final checkpoint {f} failed: the job ends without it"));
+            self.end_input();
+            return;
+        }
+        let config = &self.s.config;
+        // Once every source is at the end of its input, the final checkpoint is taken at once
+        // (not after the interval).
+        let final_due = self.sources > 0
+            && self.s.end.sources_at_end.load(Ordering::SeqCst) >= self.sources
+            && self.final_id.is_none()
+            && self.pending.len() < config.max_concurrent;
+        // A savepoint is triggered at once (aligned, whatever the mode), beside any checkpoint
+        // in flight.
+        let savepoint = self.savepoints.pop_front();
+        let paused = self.last_completion_ns.is_some_and(|t| now < t.saturating_add(ns(config.min_pause)));
+        let due = now >= self.next_trigger_ns && self.pending.len() < config.max_concurrent && !paused;
+        if savepoint.is_none() && !due && !final_due {
+            return;
+        }
+        if final_due {
+            self.final_id = Some(self.next_id);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.s.next_id.store(self.next_id, Ordering::SeqCst);
+        self.next_trigger_ns = now.saturating_add(ns(config.interval));
+        if let Err(e) = self.s.storage.prepare(id) {
+            return self.failed(id, &e.to_string(), now);
+        }
+        if self.injected_decline(id) {
+            return self.failed(id, "declined by the coordinator (injected)", now);
+        }
+        let barrier = Barrier {
+            id,
+            trigger_ns: self.s.clock.now_ns(),
+            // With an alignment timeout, barriers start aligned and turn unaligned only at a
+            // task that waited too long. Savepoints are always aligned.
+            unaligned: savepoint.is_none() && config.unaligned && config.alignment_timeout.is_none(),
+        };
+        for t in self.s.tasks.iter().filter(|t| t.2) {
+            self.out.push(Command::Send(t.0, TaskControl::Trigger(barrier)));
+        }
+        self.pending.insert(id, Pending { barrier, started_ns: now, acks: HashMap::new(), savepoint });
+    }
+
+    fn injected_decline(&self, id: u64) -> bool {
+        self.s.config.faults.as_ref().is_some_and(|f| f.decline(id))
+    }
+
+    fn injected_metadata_error(&self, id: u64) -> Option<std::io::Error> {
+        self.s.config.faults.as_ref().and_then(|f| f.metadata_write(id))
+    }
+
+    /// Whether the process dies at `point` of checkpoint `id` (then it has halted).
+    fn crashes_at(&mut self, point: CrashPoint, id: u64) -> bool {
+        if self.s.crash.as_ref().is_some_and(|c| c.crash_at(point, id)) {
+            self.halted = true;
+            self.out.push(Command::Crash(point, id));
             return true;
         }
         false
     }
 
+    fn halt(&mut self, e: Error) {
+        self.halted = true;
+        self.out.push(Command::Fail(e));
+    }
+
+    fn record_failure(&self, id: u64, reason: &str) {
+        self.s.failures.lock().unwrap_or_else(|e| e.into_inner()).push(format!("checkpoint {id} failed: {reason}"));
+    }
+
+    /// Aborts `id` and counts a failure; fails the job after too many in a row.
+    fn failed(&mut self, id: u64, reason: &str, _now_ns: u64) {
+        self.abort(id);
+        self.record_failure(id, reason);
+        self.consecutive_failures += 1;
+        if self.consecutive_failures > self.s.config.tolerable_failures {
+            let e = Error::Checkpoint(format!(
+                "{} consecutive checkpoints failed (tolerable: {}); the last, {id}: {reason}",
+                self.consecutive_failures, self.s.config.tolerable_failures
+            ));
+            self.halt(e);
+        }
+    }
+
     /// Tells the sources to end their streams (the final checkpoint is done, or failed).
-    fn end_input(&self) {
-        self.input_ended.store(true, Ordering::SeqCst);
-        for t in self.tasks.iter().filter(|t| t.is_source) {
-            let _ = t.control.send(TaskControl::EndOfInput);
+    fn end_input(&mut self) {
+        self.s.end.input_ended.store(true, Ordering::SeqCst);
+        for t in self.s.tasks.iter().filter(|t| t.2) {
+            self.out.push(Command::Send(t.0, TaskControl::EndOfInput));
         }
     }
 
     /// Fails the job if this process no longer owns the checkpoint directory.
-    fn still_owner(&mut self) -> Result<(), String> {
-        self.lock.check().map_err(|e| {
-            let reason = e.to_string();
-            (self.fail)(e);
+    fn still_owner(&mut self) -> Result<(), Error> {
+        self.s.lock.check().map_err(|e| {
+            let reason = Error::Fenced(match &e {
+                Error::Fenced(m) => m.clone(),
+                other => other.to_string(),
+            });
             self.fenced = true;
+            self.halt(e);
             reason
         })
     }
 
-    fn notify(&self, notice: CheckpointNotice) {
-        for t in &self.tasks {
-            // A task that already finished has dropped its inbox; nothing to tell it.
-            let _ = t.control.send(TaskControl::Notice(notice));
+    fn notify(&mut self, notice: CheckpointNotice) {
+        for t in &self.s.tasks {
+            self.out.push(Command::Send(t.0, TaskControl::Notice(notice)));
         }
     }
 
     fn abort(&mut self, id: u64) {
         self.notify(CheckpointNotice::Aborted(id));
-        self.storage.discard(id);
-        self.aborted.insert(id, Instant::now());
+        self.s.storage.discard(id);
+        self.aborted.insert(id, self.s.clock.now_ns());
     }
 
     /// Completes a checkpoint every task acknowledged; `in_use` are the shared files that
     /// checkpoints still in progress refer to (retention keeps them).
-    fn complete(&mut self, mut p: Pending, in_use: &HashSet<String>) -> Result<(), String> {
+    fn complete(&mut self, mut p: Pending, in_use: &HashSet<String>, now_ns: u64) -> Result<(), Error> {
         let id = p.barrier.id;
         let savepoint = p.savepoint.take();
         let ms = |ns: u64| ns as f64 / 1e6;
@@ -332,7 +473,7 @@ impl Coordinator {
         let stats = CheckpointStats {
             id,
             trigger_ms: ms(p.barrier.trigger_ns),
-            duration_ms: ms(self.clock.now_ns().saturating_sub(p.barrier.trigger_ns)),
+            duration_ms: ms(now_ns.saturating_sub(p.barrier.trigger_ns)),
             start_delay_ms: ms(max(|s| s.start_delay_ns)),
             alignment_ms: ms(max(|s| s.alignment_ns)),
             sync_ms: ms(max(|s| s.sync_ns)),
@@ -342,13 +483,14 @@ impl Coordinator {
             inflight_bytes: sum(|s| s.inflight_bytes),
         };
         let mut tasks: Vec<TaskFile> = self
+            .s
             .tasks
             .iter()
             .map(|t| {
-                let a = &p.acks[&t.index];
+                let a = &p.acks[&t.0];
                 TaskFile {
-                    task: t.index,
-                    name: t.name.clone(),
+                    task: t.0,
+                    name: t.1.clone(),
                     file: a.file.clone(),
                     bytes: a.digest.bytes,
                     crc32c: a.digest.crc32c,
@@ -361,46 +503,112 @@ impl Coordinator {
         shared.dedup();
         let metadata = CheckpointMetadata {
             format: FORMAT_VERSION,
-            job: self.job.clone(),
-            fingerprint: self.fingerprint.clone(),
+            job: self.s.job.clone(),
+            fingerprint: self.s.fingerprint.clone(),
             checkpoint: id,
             kind: "checkpoint".into(),
-            mode: self.config.mode.to_string(),
-            generation: self.lock.generation(),
+            mode: self.s.config.mode.to_string(),
+            generation: self.s.lock.generation(),
             completed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
             stats: stats.clone(),
             tasks,
             shared,
         };
-        if let Some(e) = self.config.faults.as_ref().and_then(|f| f.metadata_write(id)) {
-            let path = self.storage.checkpoint_dir(id).join(super::storage::METADATA_FILE);
-            return Err(Error::io("cannot write checkpoint metadata", path, e).to_string());
+        if let Some(e) = self.injected_metadata_error(id) {
+            let path = self.s.storage.checkpoint_dir(id).join(super::storage::METADATA_FILE);
+            return Err(Error::io("cannot write checkpoint metadata", path, e));
         }
         self.still_owner()?;
-        self.storage.commit(&metadata).map_err(|e| e.to_string())?;
+        if self.s.crash.as_ref().is_some_and(|c| c.crash_at(CrashPoint::MetadataNotRenamed, id)) {
+            // What a crash between the write and the rename leaves: the temporary file only.
+            let _ = self.s.storage.write_unpublished_metadata(&metadata);
+            self.halted = true;
+            self.out.push(Command::Crash(CrashPoint::MetadataNotRenamed, id));
+            return Err(Error::Cancelled);
+        }
+        self.s.storage.commit(&metadata)?;
         // Read back and verified before anything is committed under it: a checkpoint that
         // would not restore must never be the one sink transactions are committed under (its
         // folder goes with the abort that follows).
-        self.storage.verify(id).map_err(|e| format!("its files did not verify when read back: {e}"))?;
+        self.s
+            .storage
+            .verify(id)
+            .map_err(|e| Error::Checkpoint(format!("its files did not verify when read back: {e}")))?;
         if let Some(req) = savepoint {
             let _ = req
                 .reply
-                .send(self.storage.copy_to_savepoint(id, &req.dir).map(|p| (id, p)).map_err(|e| e.to_string()));
+                .send(self.s.storage.copy_to_savepoint(id, &req.dir).map(|p| (id, p)).map_err(|e| e.to_string()));
         }
         // Older checkpoints go before any sink commits: this one lists every transaction not
         // yet committed (a sink's snapshot carries all its pending ones, aborted checkpoints'
         // included), so after a crash from here on, recovery commits them from it alone. Only
         // an owner deletes anything or lets the sinks commit.
         self.still_owner()?;
-        self.completed.push(id);
-        let deleted = self.storage.retain(&mut self.completed, self.config.retained, in_use);
+        self.s.completed.push(id);
+        let deleted = self.s.storage.retain(&mut self.s.completed, self.s.config.retained, in_use);
         self.deleted_shared.extend(deleted);
-        if self.config.faults.as_ref().is_some_and(|f| f.exit_before_commit(id)) {
-            eprintln!("injected crash: checkpoint {id} is complete, and no sink has committed it");
-            std::process::exit(70);
+        if self.crashes_at(CrashPoint::BeforeCompletionNotice, id) {
+            return Err(Error::Cancelled);
         }
         self.notify(CheckpointNotice::Complete(id));
-        self.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
+        self.s.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
         Ok(())
+    }
+}
+
+/// The coordinator's thread: feeds the core acknowledgements, savepoint requests and the
+/// time, and carries out its commands, until the attempt ends (`shutdown`) or the core halts.
+pub(crate) fn run_thread(
+    mut core: CoordinatorCore,
+    tasks: Vec<TaskEndpoint>,
+    acks: Receiver<TaskAck>,
+    savepoints: Receiver<SavepointRequest>,
+    shutdown: Arc<AtomicBool>,
+    writer: Arc<dyn SnapshotWriter>,
+    fail: Box<dyn Fn(Error) + Send>,
+) {
+    let clock = core.s.clock.clone();
+    let timeout = core.s.config.timeout;
+    let dispatch = |commands: Vec<Command>| {
+        for c in commands {
+            match c {
+                // A task that already finished has dropped its inbox; nothing to tell it.
+                Command::Send(task, msg) => {
+                    let _ = tasks[task].control.send(msg);
+                }
+                Command::Fail(e) => fail(e),
+                Command::Crash(point, id) => {
+                    eprintln!("injected crash at checkpoint {id}: {point:?}");
+                    std::process::exit(70);
+                }
+            }
+        }
+    };
+    loop {
+        if shutdown.load(Ordering::SeqCst) {
+            // A writer that outlives the wait only leaves a folder the next start removes.
+            writer.wait_idle(timeout.min(Duration::from_secs(10)));
+            dispatch(core.on_shutdown());
+            return;
+        }
+        let wait = Duration::from_nanos(core.next_trigger_ns().saturating_sub(clock.now_ns()))
+            .clamp(Duration::from_micros(100), Duration::from_millis(5));
+        let mut events = Vec::new();
+        match acks.recv_timeout(wait) {
+            Ok(a) => events.push(a),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        events.extend(acks.try_iter());
+        for ack in events {
+            dispatch(core.on_ack(ack, clock.now_ns()));
+        }
+        for req in savepoints.try_iter() {
+            core.on_savepoint(req);
+        }
+        dispatch(core.on_tick(clock.now_ns()));
+        if core.is_halted() {
+            return;
+        }
     }
 }

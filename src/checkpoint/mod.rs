@@ -14,6 +14,7 @@ mod config;
 pub(crate) mod coordinator;
 mod incremental;
 mod lock;
+pub(crate) mod recovery;
 mod storage;
 pub(crate) mod task;
 

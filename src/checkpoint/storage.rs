@@ -778,6 +778,14 @@ impl CheckpointStorage {
     pub fn commit(&self, metadata: &CheckpointMetadata) -> Result<()> {
         write_metadata(&self.checkpoint_dir(metadata.checkpoint), metadata)
     }
+
+    /// What a crash between writing `_metadata` and renaming it into place leaves: only the
+    /// temporary file (fault injection).
+    pub(crate) fn write_unpublished_metadata(&self, metadata: &CheckpointMetadata) -> Result<()> {
+        let identity = FileIdentity::new(FileKind::Metadata, &metadata.fingerprint, metadata.checkpoint, None);
+        let dir = self.checkpoint_dir(metadata.checkpoint);
+        write_json_unpublished(&dir, METADATA_FILE, &identity, metadata, "checkpoint metadata").map(|_| ())
+    }
 }
 
 /// Writes `<dir>/_metadata` atomically: temporary file, fsync, rename, fsync of the folder.
@@ -789,11 +797,24 @@ fn write_metadata(d: &Path, metadata: &CheckpointMetadata) -> Result<()> {
 /// Writes `value` as JSON into `<dir>/<name>` atomically: a temporary file with `identity`,
 /// fsync, rename, fsync of the folder. `what` names the file in errors.
 fn publish_json(dir: &Path, name: &str, identity: &FileIdentity, value: &impl Serialize, what: &str) -> Result<()> {
-    let (tmp, target) = (dir.join(format!("{name}.inprogress")), dir.join(name));
-    let json = serde_json::to_vec_pretty(value).map_err(|e| Error::Corrupt(e.to_string()))?;
-    write_file(&tmp, identity, &json).map_err(|e| Error::io(format!("cannot write {what}"), &tmp, e))?;
+    let tmp = write_json_unpublished(dir, name, identity, value, what)?;
+    let target = dir.join(name);
     std::fs::rename(&tmp, &target).map_err(|e| Error::io(format!("cannot publish {what}"), &target, e))?;
     sync_folder(dir)
+}
+
+/// The first half of [`publish_json`]: the temporary file, durable; returns its path.
+fn write_json_unpublished(
+    dir: &Path,
+    name: &str,
+    identity: &FileIdentity,
+    value: &impl Serialize,
+    what: &str,
+) -> Result<PathBuf> {
+    let tmp = dir.join(format!("{name}.inprogress"));
+    let json = serde_json::to_vec_pretty(value).map_err(|e| Error::Corrupt(e.to_string()))?;
+    write_file(&tmp, identity, &json).map_err(|e| Error::io(format!("cannot write {what}"), &tmp, e))?;
+    Ok(tmp)
 }
 
 /// Decodes the JSON payload of the file at `path`, whose header said it is `found`: the

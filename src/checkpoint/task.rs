@@ -54,7 +54,9 @@ pub(crate) struct TaskDone {
 pub(crate) struct TaskAck {
     pub(crate) checkpoint: u64,
     pub(crate) task: usize,
-    pub(crate) result: std::result::Result<TaskDone, String>,
+    /// Why a task declined: retryable (the next checkpoint may succeed) or not (the job
+    /// cannot go on, e.g. it lost its checkpoint directory).
+    pub(crate) result: std::result::Result<TaskDone, Error>,
 }
 
 /// What happened to a barrier at the aligner.
@@ -131,6 +133,11 @@ impl BarrierAligner {
         self.pending.as_ref().map(|p| (p.barrier, p.first_ns))
     }
 
+    /// The channels that delivered the barrier being aligned.
+    pub fn delivered(&self) -> Vec<usize> {
+        self.pending.as_ref().map_or_else(Vec::new, |p| (0..self.channels).filter(|&i| p.seen[i].is_some()).collect())
+    }
+
     /// Gives up aligning (the checkpoint switches to unaligned here): the barrier, when it
     /// first arrived, and the position of each channel's barrier seen so far.
     pub fn take_pending(&mut self) -> Option<(Barrier, u64, Vec<Option<u64>>)> {
@@ -159,32 +166,74 @@ pub(crate) struct PendingSnapshot {
     pub(crate) started_ns: u64,
 }
 
-/// The snapshot writes of one attempt still running in the background. When the attempt ends,
-/// the coordinator waits for them before it removes the folders of checkpoints that can no
-/// longer complete: a writer still running could otherwise create a file in a folder being
-/// removed (which then stays), or keep the space of a removed file held open.
-#[derive(Debug, Default)]
-pub(crate) struct WritesInFlight(AtomicUsize);
+/// One task's part of a checkpoint, written in the background; returns the task's
+/// acknowledgement (or decline) for the coordinator.
+pub(crate) type SnapshotWrite = Box<dyn FnOnce() -> TaskAck + Send>;
 
-/// One write in flight; counted out when dropped (also if the write panics).
-struct WriteInFlight(Arc<WritesInFlight>);
+/// Where the asynchronous part of snapshots runs: rayon's pool in production
+/// ([`PoolWriter`]), a queue the simulator runs on its own thread under simulation. Both bound
+/// the writes queued or running, so a storage slower than the checkpoint interval declines
+/// checkpoints instead of queueing snapshots (and their memory) without end.
+pub(crate) trait SnapshotWriter: Send + Sync {
+    /// Queues `write`; gives it back when the limit of writes is reached.
+    fn submit(&self, write: SnapshotWrite) -> std::result::Result<(), SnapshotWrite>;
+    /// The most writes queued or running at once.
+    fn limit_writes(&self) -> usize;
+    /// Waits until no write runs, for at most `limit` (wall time). Returns whether none does.
+    fn wait_idle(&self, limit: Duration) -> bool;
+}
 
-impl Drop for WriteInFlight {
-    fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::SeqCst);
+/// The default bound on snapshot writes queued or running in one attempt: enough for every
+/// task of a large job to have two checkpoints in flight.
+pub(crate) const DEFAULT_QUEUE_LIMIT_WRITES: usize = 1024;
+
+/// Snapshot writes on rayon's pool; acknowledgements go to the coordinator's channel. When the
+/// attempt ends, the coordinator waits for them before it removes the folders of checkpoints
+/// that can no longer complete: a writer still running could otherwise create a file in a
+/// folder being removed (which then stays), or keep the space of a removed file held open.
+pub(crate) struct PoolWriter {
+    in_flight: Arc<AtomicUsize>,
+    limit_writes: usize,
+    acks: Sender<TaskAck>,
+}
+
+impl PoolWriter {
+    pub(crate) fn new(acks: Sender<TaskAck>, limit_writes: usize) -> Self {
+        PoolWriter { in_flight: Arc::default(), limit_writes, acks }
     }
 }
 
-impl WritesInFlight {
-    fn begin(self: &Arc<Self>) -> WriteInFlight {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        WriteInFlight(self.clone())
+/// One write in flight; counted out when dropped (also if the write panics).
+struct WriteInFlight(Arc<AtomicUsize>);
+
+impl Drop for WriteInFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl SnapshotWriter for PoolWriter {
+    fn submit(&self, write: SnapshotWrite) -> std::result::Result<(), SnapshotWrite> {
+        if self.in_flight.fetch_add(1, Ordering::SeqCst) >= self.limit_writes {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(write);
+        }
+        let (in_flight, acks) = (WriteInFlight(self.in_flight.clone()), self.acks.clone());
+        rayon::spawn(move || {
+            let _in_flight = in_flight;
+            // The coordinator may be gone (the attempt ended); nothing to tell then.
+            let _ = acks.send(write());
+        });
+        Ok(())
     }
 
-    /// Waits until no write is running, for at most `limit`. Returns whether none is.
-    pub(crate) fn wait_idle(&self, limit: Duration) -> bool {
+    fn limit_writes(&self) -> usize {
+        self.limit_writes
+    }
+
+    fn wait_idle(&self, limit: Duration) -> bool {
         let until = Instant::now() + limit;
-        while self.0.load(Ordering::SeqCst) > 0 {
+        while self.in_flight.load(Ordering::SeqCst) > 0 {
             if Instant::now() >= until {
                 return false;
             }
@@ -244,7 +293,7 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) control: Receiver<TaskControl>,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
-    pub(crate) writes: Arc<WritesInFlight>,
+    pub(crate) writer: Arc<dyn SnapshotWriter>,
     /// Incremental checkpoints: where this task's pages were stored.
     pub(crate) pages: Option<Arc<PageIndex>>,
     pub(crate) faults: Option<Arc<FaultInjector>>,
@@ -286,38 +335,47 @@ impl TaskCheckpointing {
     }
 
     /// Tells the coordinator this task cannot take checkpoint `id`.
-    pub(crate) fn decline(&self, id: u64, reason: &str) {
-        let _ = self.acks.send(TaskAck { checkpoint: id, task: self.task, result: Err(reason.to_string()) });
+    pub(crate) fn decline(&self, id: u64, reason: Error) {
+        let _ = self.acks.send(TaskAck { checkpoint: id, task: self.task, result: Err(reason) });
     }
 
     /// Hands a captured snapshot to the background writer, which acknowledges it (or declines
     /// it) to the coordinator when done. `stats` has the synchronous figures filled in.
     pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
-        let (task, storage, acks, faults, clock, pages) =
-            (self.task, self.storage.clone(), self.acks.clone(), self.faults.clone(), self.clock, self.pages.clone());
-        let in_flight = self.writes.begin();
-        rayon::spawn(move || {
-            let _in_flight = in_flight;
-            let id = snapshot.barrier.id;
+        let (task, storage, faults, clock, pages) =
+            (self.task, self.storage.clone(), self.faults.clone(), self.clock.clone(), self.pages.clone());
+        let id = snapshot.barrier.id;
+        let write: SnapshotWrite = Box::new(move || {
             let start = clock.now_ns();
             let result = (|| {
                 if faults.as_ref().is_some_and(|f| f.fail_async(id)) {
-                    return Err(format!("injected failure in the asynchronous part of checkpoint {id}"));
+                    return Err(Error::Checkpoint(format!(
+                        "injected failure in the asynchronous part of checkpoint {id}"
+                    )));
                 }
                 if let Some(e) = faults.as_ref().and_then(|f| f.storage_write(id)) {
                     let path = storage.checkpoint_dir(id).join(format!("task-{task}.state"));
-                    return Err(Error::io("cannot write task state", path, e).to_string());
+                    return Err(Error::io("cannot write task state", path, e));
                 }
-                let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot).map_err(|e| e.to_string())?;
+                let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot)?;
                 // In-flight data is counted apart (it is written among the parts).
                 stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);
                 stats.written_bytes += w.written_bytes.saturating_sub(stats.inflight_bytes);
                 stats.async_ns = clock.now_ns() - start;
                 Ok(TaskDone { file: w.file, digest: w.file_digest, stats, shared: w.shared })
             })();
-            // The coordinator may be gone (the attempt ended); nothing to tell then.
-            let _ = acks.send(TaskAck { checkpoint: id, task, result });
+            TaskAck { checkpoint: id, task, result }
         });
+        if self.writer.submit(write).is_err() {
+            self.decline(
+                id,
+                Error::Checkpoint(format!(
+                    "{} snapshot writes are already queued or running (the limit): the checkpoint storage is slower \
+                     than the checkpoint interval",
+                    self.writer.limit_writes()
+                )),
+            );
+        }
     }
 }
 

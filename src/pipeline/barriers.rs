@@ -219,6 +219,14 @@ fn on_notice(
 ) -> Result<()> {
     if apply_notice(cp, notice, &mut |n| head.notify(n))? {
         inputs.unblock_all();
+        // An abandoned capture must not release an alignment still in progress: its channels
+        // that delivered their barrier stay blocked (else data after the barrier would reach
+        // the snapshot, and be replayed again after a restore).
+        if cp.blocks() {
+            for ch in cp.aligner.delivered() {
+                inputs.block(ch);
+            }
+        }
     }
     if cp.pending_unaligned.is_none() && inputs.capturing() {
         inputs.abort_capture();
@@ -336,7 +344,7 @@ fn switch_to_unaligned(
         return Ok(());
     };
     if let Some(p) = cp.pending_unaligned.take() {
-        cp.decline(p.snapshot.barrier.id, "superseded by a newer checkpoint before its in-flight data was complete");
+        cp.decline(p.snapshot.barrier.id, superseded());
     }
     inputs.abort_capture();
     snapshot_unaligned(cp, id, Barrier { unaligned: true, ..barrier }, Some(first_ns), head)?;
@@ -363,7 +371,7 @@ fn begin_unaligned(cp: &mut TaskCheckpointing, barrier: &Barrier) -> Option<bool
             return None;
         }
         if pending < barrier.id {
-            cp.decline(pending, "superseded by a newer checkpoint before its in-flight data was complete");
+            cp.decline(pending, superseded());
             cp.pending_unaligned = None;
             cp.unaligned_done = pending;
             return Some(true);
@@ -414,4 +422,10 @@ fn finish_unaligned(cp: &mut TaskCheckpointing, inputs: &mut impl Inputs, id: &T
     cp.unaligned_done = p.snapshot.barrier.id;
     cp.write_async(p.snapshot, p.stats);
     Ok(())
+}
+
+/// Why an unaligned checkpoint still capturing was given up for a newer one (retryable: the
+/// newer one goes on).
+fn superseded() -> crate::error::Error {
+    crate::error::Error::Checkpoint("superseded by a newer checkpoint before its in-flight data was complete".into())
 }

@@ -41,7 +41,7 @@ pub(crate) struct CheckpointWiring {
     pub(crate) incremental: bool,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
-    pub(crate) writes: Arc<crate::checkpoint::task::WritesInFlight>,
+    pub(crate) writer: Arc<dyn crate::checkpoint::task::SnapshotWriter>,
     pub(crate) commits: Arc<crate::checkpoint::task::CommitsApplied>,
 }
 
@@ -119,7 +119,7 @@ impl Builder<'_> {
             subtask,
             parallelism: n.parallelism,
             max_parallelism: self.graph.max_parallelism,
-            clock: self.env.clock,
+            clock: self.env.clock.clone(),
             metrics: self.env.metrics.clone(),
             parker: self.env.parkers[self.worker(subtask)].clone(),
             restored: self.env.restored.clone(),
@@ -215,11 +215,11 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     control: rx,
                     acks: w.acks.clone(),
                     storage: w.storage.clone(),
-                    writes: w.writes.clone(),
+                    writer: w.writer.clone(),
                     commits: w.commits.clone(),
                     pages: w.incremental.then(Default::default),
                     faults: env.faults.clone(),
-                    clock: env.clock,
+                    clock: env.clock.clone(),
                     aligner: BarrierAligner::new(0),
                     alignment_timeout_ns: w.alignment_timeout_ns,
                 }

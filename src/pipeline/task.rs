@@ -68,15 +68,63 @@ fn guard<R>(ctx: &TaskContext, f: impl FnOnce() -> Result<R>) -> Result<R> {
     }
 }
 
-/// An operator whose panics are reported with its name and subtask.
+/// An operator whose panics are reported with its name and subtask. In builds with debug
+/// assertions (the test profile, the simulator's runs in `cargo test`) it also checks what
+/// reaches the operator, per input: barrier ids strictly increase, watermarks never go back,
+/// and nothing arrives after the end of the stream.
 pub(crate) struct Guarded<C> {
     ctx: TaskContext,
     inner: C,
+    #[cfg(debug_assertions)]
+    seen: [StreamInvariants; 2],
+}
+
+/// What one input of an operator has delivered so far (debug builds).
+#[cfg(debug_assertions)]
+#[derive(Default)]
+struct StreamInvariants {
+    barrier: u64,
+    watermark: Option<Timestamp>,
+    ended: bool,
+}
+
+#[cfg(debug_assertions)]
+impl StreamInvariants {
+    fn records(&self, ctx: &TaskContext) {
+        assert!(!self.ended, "{}: records after the end of the stream", task_name(ctx));
+    }
+    fn barrier(&mut self, ctx: &TaskContext, id: u64) {
+        assert!(!self.ended, "{}: barrier {id} after the end of the stream", task_name(ctx));
+        assert!(id > self.barrier, "{}: barrier {id} after barrier {}", task_name(ctx), self.barrier);
+        self.barrier = id;
+    }
+    fn watermark(&mut self, ctx: &TaskContext, w: Timestamp) {
+        assert!(!self.ended, "{}: a watermark after the end of the stream", task_name(ctx));
+        assert!(self.watermark.is_none_or(|last| w >= last), "{}: the watermark went back", task_name(ctx));
+        self.watermark = Some(w);
+    }
+    fn end(&mut self, ctx: &TaskContext) {
+        assert!(!self.ended, "{}: the stream ended twice", task_name(ctx));
+        self.ended = true;
+    }
+}
+
+/// Runs an invariant check in debug builds; nothing otherwise.
+macro_rules! check_stream {
+    ($self:ident, $input:expr, $check:ident $(, $arg:expr)*) => {
+        #[cfg(debug_assertions)]
+        $self.seen[$input].$check(&$self.ctx $(, $arg)*);
+    };
 }
 
 impl<C> Guarded<C> {
     pub(crate) fn new(ctx: TaskContext, inner: C) -> Self {
-        Guarded { ctx, inner }
+        Guarded {
+            ctx,
+            inner,
+            #[cfg(debug_assertions)]
+            seen: Default::default(),
+        }
     }
 
     /// Counts records for injected failures (tests); a no-op unless faults are configured.
@@ -107,11 +155,13 @@ macro_rules! snapshot_then_forward {
 impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        check_stream!(self, 0, records);
         self.count_for_faults(records.len())?;
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.batch(records))
     }
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        check_stream!(self, 0, barrier, barrier.id);
         snapshot_then_forward!(self, barrier, snapshot)
     }
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
@@ -127,10 +177,12 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
         guard(&self.ctx, || inner.restore_rescaled(parts, scope)).map_err(|e| naming_operator(&self.ctx, e))
     }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        check_stream!(self, 0, watermark, watermark);
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.watermark(watermark))
     }
     fn end(&mut self) -> Result<()> {
+        check_stream!(self, 0, end);
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.end())
     }
@@ -142,6 +194,7 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
 
 impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        check_stream!(self, 0, barrier, barrier.id);
         snapshot_then_forward!(self, barrier, snapshot)
     }
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
@@ -160,28 +213,34 @@ impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
         guard(&self.ctx, || inner.restore_rescaled(parts, scope)).map_err(|e| naming_operator(&self.ctx, e))
     }
     fn batch1(&mut self, records: &mut Vec<A>) -> Result<()> {
+        check_stream!(self, 0, records);
         self.count_for_faults(records.len())?;
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.batch1(records))
     }
     fn batch2(&mut self, records: &mut Vec<B>) -> Result<()> {
+        check_stream!(self, 1, records);
         self.count_for_faults(records.len())?;
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.batch2(records))
     }
     fn watermark1(&mut self, watermark: Timestamp) -> Result<()> {
+        check_stream!(self, 0, watermark, watermark);
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.watermark1(watermark))
     }
     fn watermark2(&mut self, watermark: Timestamp) -> Result<()> {
+        check_stream!(self, 1, watermark, watermark);
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.watermark2(watermark))
     }
     fn end1(&mut self) -> Result<()> {
+        check_stream!(self, 0, end);
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.end1())
     }
     fn end2(&mut self) -> Result<()> {
+        check_stream!(self, 1, end);
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.end2())
     }

@@ -16,17 +16,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::coordinator::Coordinator;
-use crate::checkpoint::coordinator::SavepointRequest;
-use crate::checkpoint::task::CommitsApplied;
-use crate::checkpoint::{
-    load_dir, read_finished, write_finished, CheckpointStats, CheckpointStorage, DirectoryLock, FinishedJob,
+use crate::checkpoint::coordinator::{
+    run_thread, CoordinatorCore, CoordinatorSetup, CrashSchedule, EndOfJob, SavepointRequest,
 };
+use crate::checkpoint::recovery::{recover_directory, restore_from_savepoint, JobIdentity};
+use crate::checkpoint::task::{CommitsApplied, PoolWriter, SnapshotWriter, DEFAULT_QUEUE_LIMIT_WRITES};
+use crate::checkpoint::{write_finished, CheckpointStats, CheckpointStorage, DirectoryLock, FinishedJob};
 use crate::context::{AttemptScope, Clock, Recovery};
 use crate::error::{Error, Result};
 use crate::metrics::{JobMetrics, JobReport};
 use crate::pipeline::{build_plan, CheckpointWiring, Job, JobControl, PlanEnv, PlanLimits};
-use crate::snapshot::RestoredState;
 use crate::wake::Parker;
 use worker::{RunState, Worker};
 
@@ -116,11 +115,16 @@ pub use crate::checkpoint::FINISHED_MARKER;
 
 /// What outlives attempts: checkpoint ids and failure reasons.
 #[derive(Default)]
-struct AttemptShared {
-    next_checkpoint: Arc<std::sync::atomic::AtomicU64>,
-    checkpoint_failures: Arc<Mutex<Vec<String>>>,
+pub(crate) struct AttemptShared {
+    pub(crate) next_checkpoint: Arc<std::sync::atomic::AtomicU64>,
+    /// Stop and cancel flags.
+    pub(crate) control: Arc<JobControl>,
+    pub(crate) metrics: Arc<JobMetrics>,
+    /// Statistics of the checkpoints completed.
+    pub(crate) stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    pub(crate) checkpoint_failures: Arc<Mutex<Vec<String>>>,
     /// The checkpoint directory's lock, held for the job's life.
-    lock: Option<Arc<DirectoryLock>>,
+    pub(crate) lock: Option<Arc<DirectoryLock>>,
 }
 
 /// One attempt of a job: its workers and, with checkpointing, its coordinator. A failover
@@ -369,15 +373,7 @@ impl JobHandle {
                     self.notes.push(format!("restart {} after: {e}", self.restarts + 1));
                     std::thread::sleep(delay);
                     self.restarts += 1;
-                    match start_attempt(
-                        &self.job,
-                        &self.config,
-                        &self.control,
-                        &self.metrics,
-                        &self.stats,
-                        &self.shared,
-                        &mut self.notes,
-                    ) {
+                    match start_attempt(&self.job, &self.config, &self.shared, &mut self.notes) {
                         Ok(next) => {
                             self.attempt = Some(next);
                             return None;
@@ -443,245 +439,170 @@ impl Drop for JobHandle {
     }
 }
 
-/// The state of the savepoint (or checkpoint) the job was told to start from, checked against
-/// the job: every operator with state must exist (unless non-restored state is allowed) with
-/// the same parallelism.
-fn restore_from_savepoint(graph: &crate::pipeline::Graph, notes: &mut Vec<String>) -> Result<Option<RestoredState>> {
-    let Some((path, allow_non_restored)) = &graph.restore else { return Ok(None) };
-    if !path.is_dir() {
-        return Err(Error::config(format!(
-            "{} is not a savepoint or checkpoint folder (savepoint-<n> or chk-<n>): {}",
-            path.display(),
-            if path.exists() { "not a folder" } else { "it does not exist" }
-        )));
+/// What the job looks like to recovery.
+fn identity<'a>(graph: &'a crate::pipeline::Graph, fingerprint: &'a str) -> JobIdentity<'a> {
+    JobIdentity {
+        name: &graph.name,
+        fingerprint,
+        parallelism: graph.nodes.iter().map(|n| (&*n.name, n.parallelism)).collect(),
+        restore: graph.restore.as_ref().map(|(p, allow)| (p.as_path(), *allow)),
     }
-    if !path.join(crate::checkpoint::METADATA_FILE).exists() {
-        return Err(Error::config(format!(
-            "{} is not a savepoint or checkpoint folder: it has no _metadata (a savepoint-<n> or a completed chk-<n> \
-             folder has)",
-            path.display()
-        )));
-    }
-    let loaded = load_dir(path)?;
-    let mut state = loaded.state;
-    let parallelism: std::collections::HashMap<&str, usize> =
-        graph.nodes.iter().map(|n| (&*n.name, n.parallelism)).collect();
-    let mut missing = std::collections::BTreeSet::new();
-    let mut subtasks: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (op, subtask) in state.operators() {
-        let base = op.split('#').next().unwrap_or(op);
-        let n = subtasks.entry(base).or_default();
-        *n = (*n).max(subtask + 1);
-    }
-    for (base, saved) in subtasks {
-        match parallelism.get(base) {
-            None => {
-                missing.insert(base.to_string());
-            }
-            Some(&p) if p != saved && state.operators().any(|(op, _)| op.starts_with(base) && op.contains('#')) => {
-                return Err(Error::config(format!(
-                    "{} holds in-flight data of operator '{base}' (an unaligned checkpoint) at parallelism {saved}; it can be restored only at that parallelism, not {p}",
-                    path.display()
-                )));
-            }
-            Some(_) => {}
-        }
-    }
-    if !missing.is_empty() {
-        let names = missing.iter().map(|m| format!("'{m}'")).collect::<Vec<_>>().join(", ");
-        if !allow_non_restored {
-            return Err(Error::config(format!(
-                "{} has state for operators this job lacks: {names} (name the operators as before, or allow non-restored state to drop it)",
-                path.display()
-            )));
-        }
-        state.retain(|op| !missing.contains(op.split('#').next().unwrap_or(op)));
-        notes.push(format!("dropped state of operators this job lacks: {names}"));
-    }
-    notes.push(format!("restored from {} {} ({})", loaded.metadata.kind, loaded.metadata.checkpoint, path.display()));
-    Ok(Some(state))
 }
 
-/// Starts one attempt: restores the latest checkpoint (if checkpointing), builds the tasks,
-/// spawns the workers and the coordinator.
-fn start_attempt(
+/// How an attempt runs its snapshot writes and reads the time: on threads and the wall clock,
+/// or on the simulator's thread and clock.
+pub(crate) struct AttemptEnv {
+    pub(crate) clock: Clock,
+    pub(crate) parkers: Vec<Arc<Parker>>,
+    /// Makes the attempt's snapshot writer, given where acknowledgements go.
+    pub(crate) writer:
+        Box<dyn Fn(std::sync::mpsc::Sender<crate::checkpoint::task::TaskAck>) -> Arc<dyn SnapshotWriter>>,
+    /// Where the coordinator may be made to crash (fault injection).
+    pub(crate) crash: Option<Arc<dyn CrashSchedule>>,
+}
+
+/// The checkpoint side of a prepared attempt.
+pub(crate) struct PreparedCoordinator {
+    pub(crate) core: CoordinatorCore,
+    pub(crate) endpoints: Vec<crate::checkpoint::coordinator::TaskEndpoint>,
+    pub(crate) acks: std::sync::mpsc::Receiver<crate::checkpoint::task::TaskAck>,
+    pub(crate) writer: Arc<dyn SnapshotWriter>,
+    pub(crate) commits: Arc<CommitsApplied>,
+}
+
+/// One attempt, built and not yet running: its tasks (with the worker each belongs to), the
+/// scope they share, and the coordinator that drives their checkpoints.
+pub(crate) struct PreparedAttempt {
+    pub(crate) tasks: Vec<(usize, Box<dyn crate::pipeline::Task>)>,
+    pub(crate) scope: Arc<AttemptScope>,
+    pub(crate) coordinator: Option<PreparedCoordinator>,
+}
+
+/// What the runtime and the simulator share of starting an attempt: recovers the checkpoint
+/// directory (or the savepoint to start from), builds the tasks and the coordinator.
+pub(crate) fn prepare_attempt(
     job: &Job,
     config: &RunConfig,
-    control: &Arc<JobControl>,
-    metrics: &Arc<JobMetrics>,
-    stats: &Arc<Mutex<Vec<CheckpointStats>>>,
+    env: &AttemptEnv,
     shared: &Arc<AttemptShared>,
     notes: &mut Vec<String>,
-) -> Result<Attempt> {
+) -> Result<PreparedAttempt> {
+    let (control, metrics, stats) = (&shared.control, &shared.metrics, &shared.stats);
     let graph = job.graph.borrow();
-    let workers = config.effective_workers();
-    let parkers: Vec<Arc<Parker>> = (0..workers).map(|_| Arc::new(Parker::default())).collect();
-    let clock = Clock::start();
-    let state = Arc::new(RunState::new(workers, parkers.clone()));
+    let workers = env.parkers.len();
     let fingerprint = graph.fingerprint();
     if let Some(f) = graph.checkpointing.as_ref().and_then(|c| c.faults.as_ref()) {
         f.new_attempt();
     }
-    let mut restored = None;
+    let restored;
     let mut recovery = Recovery::default();
-    let mut commits = None;
     let mut wiring = None;
     let mut coordinator = None;
+    let (acks_tx, acks_rx) = std::sync::mpsc::channel();
     if let Some(cfg) = &graph.checkpointing {
         let lock = shared.lock.clone().expect("a checkpointed job holds its directory's lock");
-        if let Some(finished) = read_finished(&cfg.dir)? {
-            let marker = cfg.dir.join(FINISHED_MARKER);
-            return Err(Error::config(if finished.fingerprint == fingerprint {
-                format!(
-                    "the job that used checkpoint directory {} already completed ({} exists); remove the directory to run it again",
-                    cfg.dir.display(),
-                    marker.display()
-                )
-            } else {
-                format!(
-                    "checkpoint directory {} belongs to another job, which completed ('{}', graph fingerprint {}; this job is '{}', {}); choose another directory",
-                    cfg.dir.display(),
-                    finished.job,
-                    finished.fingerprint,
-                    graph.name,
-                    fingerprint
-                )
-            }));
-        }
-        let storage = Arc::new(CheckpointStorage::for_job(&cfg.dir, &fingerprint));
-        // No checkpoint is being written now: shared pages of checkpoints that never completed
-        // (a crash, an earlier attempt) can go.
-        storage.remove_unreferenced_shared();
-        // Falling back past checkpoints another weir wrote would silently start over.
-        if let Some((id, version)) = storage
-            .list()
-            .into_iter()
-            .filter_map(|id| storage.format_version(id).map(|v| (id, v)))
-            .find(|&(_, v)| v != crate::checkpoint::FORMAT_VERSION)
-        {
-            return Err(Error::config(format!(
-                "checkpoint directory {} holds checkpoint {id} in format version {version}, and this weir reads \
-                 version {}: resume with the weir that wrote it, or remove the directory to start afresh",
-                cfg.dir.display(),
-                crate::checkpoint::FORMAT_VERSION
-            )));
-        }
-        let found = storage.latest_valid()?;
-        for (id, why) in &found.skipped {
-            notes.push(format!("checkpoint {id} is damaged and was skipped: {why}"));
-        }
-        recovery = Recovery {
-            restored: found.checkpoint.as_ref().map(|c| c.metadata.checkpoint),
-            skipped: found.skipped.iter().map(|(id, _)| *id).collect(),
-            allow_retracting_output: cfg.allow_retracting_output,
-        };
-        let mut completed = Vec::new();
-        if let Some(c) = found.checkpoint {
-            if c.metadata.fingerprint != fingerprint {
-                return Err(Error::config(format!(
-                    "checkpoint directory {} holds checkpoints of another job ('{}', graph fingerprint {}; this job is '{}', {})",
-                    cfg.dir.display(),
-                    c.metadata.job,
-                    c.metadata.fingerprint,
-                    graph.name,
-                    fingerprint
-                )));
-            }
-            notes.push(format!("restored from checkpoint {}", c.metadata.checkpoint));
-            // Every complete checkpoint up to the restored one takes part in retention.
-            completed = storage
-                .list()
-                .into_iter()
-                .filter(|&id| id <= c.metadata.checkpoint && storage.is_complete(id))
-                .collect();
-            restored = Some(Arc::new(c.state));
-        }
-        // Ids continue past every folder on disk, complete or not, so none is reused (nor the
-        // id of a savepoint restored below).
-        let mut first_id = storage.list().last().copied().unwrap_or(0) + 1;
-        // Folders of checkpoints that never completed (a crash or a failover mid-way) are not
-        // checkpoints, and their files can go; this start's ids still continue past them. (A
-        // later start may reuse such an id: harmless, as sinks drop what a checkpoint after the
-        // restored one left, and shared pages nothing refers to went above.)
-        for id in storage.list() {
-            if !storage.is_complete(id) {
-                storage.discard(id);
-            }
-        }
-        if restored.is_none() {
-            if let Some(r) = restore_from_savepoint(&graph, notes)? {
-                first_id = first_id.max(r.checkpoint + 1);
-                recovery.restored = Some(r.checkpoint);
-                restored = Some(Arc::new(r));
-            }
-        }
-        let (acks_tx, acks_rx) = std::sync::mpsc::channel();
-        let writes = Arc::new(crate::checkpoint::task::WritesInFlight::default());
-        commits = Some(Arc::new(CommitsApplied::default()));
+        let found = recover_directory(cfg, &identity(&graph, &fingerprint), notes)?;
+        recovery = found.recovery;
+        restored = found.restored;
+        let writer = (env.writer)(acks_tx.clone());
+        let commits = Arc::new(CommitsApplied::default());
         wiring = Some(CheckpointWiring {
             mode: cfg.mode,
             unaligned: cfg.unaligned,
             alignment_timeout_ns: cfg.alignment_timeout.map(|t| t.as_nanos() as u64),
             incremental: cfg.incremental,
             acks: acks_tx,
-            storage: storage.clone(),
-            writes: writes.clone(),
-            commits: commits.clone().expect("made above"),
+            storage: found.storage.clone(),
+            writer: writer.clone(),
+            commits: commits.clone(),
         });
-        coordinator = Some((cfg.clone(), storage, acks_rx, first_id, completed, writes, lock));
-    }
-    if graph.checkpointing.is_none() {
-        restored = restore_from_savepoint(&graph, notes)?.map(Arc::new);
+        coordinator = Some((cfg.clone(), found.storage, found.first_id, found.completed, writer, commits, lock));
+    } else {
+        restored = restore_from_savepoint(&identity(&graph, &fingerprint), notes)?.map(Arc::new);
     }
     let scope = Arc::new(AttemptScope::new(recovery));
-    let env = PlanEnv {
-        clock,
+    let plan_env = PlanEnv {
+        clock: env.clock.clone(),
         metrics: metrics.clone(),
         control: control.clone(),
-        parkers: parkers.clone(),
+        parkers: env.parkers.clone(),
         restored,
         faults: graph.checkpointing.as_ref().and_then(|c| c.faults.clone()),
         attempt: scope.clone(),
         checkpointing: wiring,
     };
     let limits = PlanLimits { workers, ring_capacity: config.ring_capacity, batch_size: config.batch_size };
-    let plan = build_plan(&graph, limits, &env)?;
-    let task_count = plan.tasks.len();
-    let mut savepoints = None;
-    let coordinator = match coordinator {
-        Some((cfg, storage, acks, first_id, completed, writes, lock)) => {
-            let shutdown = Arc::new(AtomicBool::new(false));
-            let (savepoint_tx, savepoint_rx) = std::sync::mpsc::channel();
-            savepoints = Some(savepoint_tx);
-            let fail_state = state.clone();
-            let c = Coordinator {
-                config: cfg,
-                storage,
-                tasks: plan.endpoints,
-                acks,
-                clock,
-                first_id,
-                completed,
-                job: graph.name.clone(),
-                fingerprint,
-                stats: stats.clone(),
-                failures: shared.checkpoint_failures.clone(),
-                next_id: shared.next_checkpoint.clone(),
-                shutdown: shutdown.clone(),
-                writes,
+    let plan = build_plan(&graph, limits, &plan_env)?;
+    let coordinator = coordinator.map(|(cfg, storage, first_id, completed, writer, commits, lock)| {
+        let crash = env.crash.clone().or_else(|| cfg.faults.clone().map(|f| f as Arc<dyn CrashSchedule>));
+        let core = CoordinatorCore::new(CoordinatorSetup {
+            config: cfg,
+            storage,
+            tasks: plan.endpoints.iter().map(|e| (e.index, e.name.clone(), e.is_source)).collect(),
+            clock: env.clock.clone(),
+            first_id,
+            completed,
+            job: graph.name.clone(),
+            fingerprint,
+            stats: stats.clone(),
+            failures: shared.checkpoint_failures.clone(),
+            next_id: shared.next_checkpoint.clone(),
+            end: EndOfJob {
                 finished_tasks: scope.finished_tasks.clone(),
                 sources_at_end: scope.sources_at_end.clone(),
                 input_ended: scope.input_ended.clone(),
-                fail: Box::new(move |e| fail_state.fail(e)),
-                savepoints: savepoint_rx,
-                deleted_shared: Default::default(),
-                aborted: Default::default(),
-                lock,
-                fenced: false,
-            };
+            },
+            lock,
+            crash,
+        });
+        PreparedCoordinator { core, endpoints: plan.endpoints, acks: acks_rx, writer, commits }
+    });
+    Ok(PreparedAttempt { tasks: plan.tasks, scope, coordinator })
+}
+
+/// Starts one attempt on threads: prepares it, then spawns the workers and the coordinator.
+fn start_attempt(
+    job: &Job,
+    config: &RunConfig,
+    shared: &Arc<AttemptShared>,
+    notes: &mut Vec<String>,
+) -> Result<Attempt> {
+    let control = &shared.control;
+    let workers = config.effective_workers();
+    let parkers: Vec<Arc<Parker>> = (0..workers).map(|_| Arc::new(Parker::default())).collect();
+    let env = AttemptEnv {
+        clock: Clock::start(),
+        parkers: parkers.clone(),
+        writer: Box::new(|acks| Arc::new(PoolWriter::new(acks, DEFAULT_QUEUE_LIMIT_WRITES))),
+        crash: None,
+    };
+    let state = Arc::new(RunState::new(workers, parkers.clone()));
+    let prepared = prepare_attempt(job, config, &env, shared, notes)?;
+    let name = job.graph.borrow().name.clone();
+    let task_count = prepared.tasks.len();
+    let scope = prepared.scope;
+    let (mut savepoints, mut commits) = (None, None);
+    let coordinator = match prepared.coordinator {
+        Some(c) => {
+            let shutdown = Arc::new(AtomicBool::new(false));
+            let (savepoint_tx, savepoint_rx) = std::sync::mpsc::channel();
+            savepoints = Some(savepoint_tx);
+            commits = Some(c.commits);
+            let fail_state = state.clone();
+            let stop = shutdown.clone();
             let t = std::thread::Builder::new()
-                .name(format!("weir-{}-coordinator", graph.name))
-                .spawn(move || c.run())
+                .name(format!("weir-{name}-coordinator"))
+                .spawn(move || {
+                    run_thread(
+                        c.core,
+                        c.endpoints,
+                        c.acks,
+                        savepoint_rx,
+                        stop,
+                        c.writer,
+                        Box::new(move |e| fail_state.fail(e)),
+                    )
+                })
                 .map_err(|e| Error::Io {
                     context: "cannot start the checkpoint coordinator".into(),
                     path: None,
@@ -692,7 +613,7 @@ fn start_attempt(
         None => None,
     };
     let mut per_worker: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
-    for (w, t) in plan.tasks {
+    for (w, t) in prepared.tasks {
         per_worker[w].push(t);
     }
     let cores: &[core_affinity::CoreId] = if config.pin_workers { core_ids() } else { &[] };
@@ -707,7 +628,7 @@ fn start_attempt(
             core: if cores.is_empty() { None } else { Some(cores[i % cores.len()]) },
         };
         let t = std::thread::Builder::new()
-            .name(format!("weir-{}-{i}", graph.name))
+            .name(format!("weir-{name}-{i}"))
             .spawn(move || worker.run())
             .map_err(|e| Error::Io { context: "cannot start a worker thread".into(), path: None, source: e })?;
         threads.push(t);
@@ -735,8 +656,14 @@ impl Job {
             }
             None => None,
         };
-        let shared = Arc::new(AttemptShared { lock, ..AttemptShared::default() });
-        let attempt = start_attempt(&self, &config, &control, &metrics, &stats, &shared, &mut notes)?;
+        let shared = Arc::new(AttemptShared {
+            lock,
+            control: control.clone(),
+            metrics: metrics.clone(),
+            stats: stats.clone(),
+            ..AttemptShared::default()
+        });
+        let attempt = start_attempt(&self, &config, &shared, &mut notes)?;
         Ok(JobHandle {
             job: self,
             config,

@@ -1,0 +1,193 @@
+//! Recovery at the start of an attempt: what a checkpoint directory (or a savepoint) says the
+//! attempt restores, checked against the job. Refuses a directory another job finished in,
+//! one of another job or format, and a savepoint whose state does not fit; removes what
+//! never completed; falls back past damaged checkpoints (naming them), never past a read
+//! error.
+//!
+//! May touch: `context`, `error`, `snapshot` (and storage, beside it).
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::config::CheckpointConfig;
+use super::storage::{load_dir, read_finished, CheckpointStorage, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE};
+use crate::context::Recovery;
+use crate::error::{Error, Result};
+use crate::snapshot::RestoredState;
+
+/// The job as recovery checks it.
+pub(crate) struct JobIdentity<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) fingerprint: &'a str,
+    /// Each operator's name and parallelism.
+    pub(crate) parallelism: HashMap<&'a str, usize>,
+    /// The savepoint (or checkpoint folder) the job was told to start from, and whether state
+    /// of operators the job lacks may be dropped.
+    pub(crate) restore: Option<(&'a Path, bool)>,
+}
+
+/// What an attempt of a checkpointed job starts from.
+pub(crate) struct Recovered {
+    pub(crate) storage: Arc<CheckpointStorage>,
+    pub(crate) restored: Option<Arc<RestoredState>>,
+    pub(crate) recovery: Recovery,
+    /// The first checkpoint id this attempt may use.
+    pub(crate) first_id: u64,
+    /// Complete checkpoints up to the restored one (they take part in retention).
+    pub(crate) completed: Vec<u64>,
+}
+
+/// The operator name under which a part is stored, without its in-flight suffix.
+fn base_operator(part: &str) -> &str {
+    part.split('#').next().unwrap_or(part)
+}
+
+/// Recovers checkpoint directory `cfg.dir` for `job`; messages go to `notes`.
+pub(crate) fn recover_directory(
+    cfg: &CheckpointConfig,
+    job: &JobIdentity<'_>,
+    notes: &mut Vec<String>,
+) -> Result<Recovered> {
+    let fingerprint = job.fingerprint;
+    if let Some(finished) = read_finished(&cfg.dir)? {
+        let marker = cfg.dir.join(FINISHED_MARKER);
+        return Err(Error::config(if finished.fingerprint == fingerprint {
+            format!(
+                "the job that used checkpoint directory {} already completed ({} exists); remove the directory to run it again",
+                cfg.dir.display(),
+                marker.display()
+            )
+        } else {
+            format!(
+                "checkpoint directory {} belongs to another job, which completed ('{}', graph fingerprint {}; this job is '{}', {}); choose another directory",
+                cfg.dir.display(),
+                finished.job,
+                finished.fingerprint,
+                job.name,
+                fingerprint
+            )
+        }));
+    }
+    let storage = Arc::new(CheckpointStorage::for_job(&cfg.dir, fingerprint));
+    // No checkpoint is being written now: shared pages of checkpoints that never completed
+    // (a crash, an earlier attempt) can go.
+    storage.remove_unreferenced_shared();
+    // Falling back past checkpoints another weir wrote would silently start over.
+    if let Some((id, version)) = storage
+        .list()
+        .into_iter()
+        .filter_map(|id| storage.format_version(id).map(|v| (id, v)))
+        .find(|&(_, v)| v != FORMAT_VERSION)
+    {
+        return Err(Error::config(format!(
+            "checkpoint directory {} holds checkpoint {id} in format version {version}, and this weir reads \
+             version {FORMAT_VERSION}: resume with the weir that wrote it, or remove the directory to start afresh",
+            cfg.dir.display(),
+        )));
+    }
+    let found = storage.latest_valid()?;
+    for (id, why) in &found.skipped {
+        notes.push(format!("checkpoint {id} is damaged and was skipped: {why}"));
+    }
+    let mut recovery = Recovery {
+        restored: found.checkpoint.as_ref().map(|c| c.metadata.checkpoint),
+        skipped: found.skipped.iter().map(|(id, _)| *id).collect(),
+        allow_retracting_output: cfg.allow_retracting_output,
+    };
+    let mut completed = Vec::new();
+    let mut restored = None;
+    if let Some(c) = found.checkpoint {
+        if c.metadata.fingerprint != fingerprint {
+            return Err(Error::config(format!(
+                "checkpoint directory {} holds checkpoints of another job ('{}', graph fingerprint {}; this job is '{}', {})",
+                cfg.dir.display(),
+                c.metadata.job,
+                c.metadata.fingerprint,
+                job.name,
+                fingerprint
+            )));
+        }
+        notes.push(format!("restored from checkpoint {}", c.metadata.checkpoint));
+        // Every complete checkpoint up to the restored one takes part in retention.
+        completed =
+            storage.list().into_iter().filter(|&id| id <= c.metadata.checkpoint && storage.is_complete(id)).collect();
+        restored = Some(Arc::new(c.state));
+    }
+    // Ids continue past every folder on disk, complete or not, so none is reused (nor the id
+    // of a savepoint restored below).
+    let mut first_id = storage.list().last().copied().unwrap_or(0) + 1;
+    // Folders of checkpoints that never completed (a crash or a failover mid-way) are not
+    // checkpoints, and their files can go; this start's ids still continue past them. (A
+    // later start may reuse such an id: harmless, as sinks drop what a checkpoint after the
+    // restored one left, and shared pages nothing refers to went above.)
+    for id in storage.list() {
+        if !storage.is_complete(id) {
+            storage.discard(id);
+        }
+    }
+    if restored.is_none() {
+        if let Some(r) = restore_from_savepoint(job, notes)? {
+            first_id = first_id.max(r.checkpoint + 1);
+            recovery.restored = Some(r.checkpoint);
+            restored = Some(Arc::new(r));
+        }
+    }
+    Ok(Recovered { storage, restored, recovery, first_id, completed })
+}
+
+/// The state of the savepoint (or checkpoint) the job was told to start from, checked against
+/// the job: every operator with state must exist (unless non-restored state is allowed) with
+/// the same parallelism.
+pub(crate) fn restore_from_savepoint(job: &JobIdentity<'_>, notes: &mut Vec<String>) -> Result<Option<RestoredState>> {
+    let Some((path, allow_non_restored)) = job.restore else { return Ok(None) };
+    if !path.is_dir() {
+        return Err(Error::config(format!(
+            "{} is not a savepoint or checkpoint folder (savepoint-<n> or chk-<n>): {}",
+            path.display(),
+            if path.exists() { "not a folder" } else { "it does not exist" }
+        )));
+    }
+    if !path.join(METADATA_FILE).exists() {
+        return Err(Error::config(format!(
+            "{} is not a savepoint or checkpoint folder: it has no _metadata (a savepoint-<n> or a completed chk-<n> \
+             folder has)",
+            path.display()
+        )));
+    }
+    let loaded = load_dir(path)?;
+    let mut state = loaded.state;
+    let mut missing = BTreeSet::new();
+    let mut subtasks: HashMap<&str, usize> = HashMap::new();
+    for (op, subtask) in state.operators() {
+        let n = subtasks.entry(base_operator(op)).or_default();
+        *n = (*n).max(subtask + 1);
+    }
+    for (base, saved) in subtasks {
+        match job.parallelism.get(base) {
+            None => {
+                missing.insert(base.to_string());
+            }
+            Some(&p) if p != saved && state.operators().any(|(op, _)| op.starts_with(base) && op.contains('#')) => {
+                return Err(Error::config(format!(
+                    "{} holds in-flight data of operator '{base}' (an unaligned checkpoint) at parallelism {saved}; it can be restored only at that parallelism, not {p}",
+                    path.display()
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if !missing.is_empty() {
+        let names = missing.iter().map(|m| format!("'{m}'")).collect::<Vec<_>>().join(", ");
+        if !allow_non_restored {
+            return Err(Error::config(format!(
+                "{} has state for operators this job lacks: {names} (name the operators as before, or allow non-restored state to drop it)",
+                path.display()
+            )));
+        }
+        state.retain(|op| !missing.contains(base_operator(op)));
+        notes.push(format!("dropped state of operators this job lacks: {names}"));
+    }
+    notes.push(format!("restored from {} {} ({})", loaded.metadata.kind, loaded.metadata.checkpoint, path.display()));
+    Ok(Some(state))
+}
