@@ -77,13 +77,15 @@ pub(crate) struct Guarded<C> {
     inner: C,
     #[cfg(debug_assertions)]
     seen: [StreamInvariants; 2],
+    /// The last barrier the operator took (one sequence for both inputs of a two-input one).
+    #[cfg(debug_assertions)]
+    barrier: u64,
 }
 
 /// What one input of an operator has delivered so far (debug builds).
 #[cfg(debug_assertions)]
 #[derive(Default)]
 struct StreamInvariants {
-    barrier: u64,
     watermark: Option<Timestamp>,
     ended: bool,
 }
@@ -93,11 +95,6 @@ impl StreamInvariants {
     fn records(&self, ctx: &TaskContext) {
         assert!(!self.ended, "{}: records after the end of the stream", task_name(ctx));
     }
-    fn barrier(&mut self, ctx: &TaskContext, id: u64) {
-        assert!(!self.ended, "{}: barrier {id} after the end of the stream", task_name(ctx));
-        assert!(id > self.barrier, "{}: barrier {id} after barrier {}", task_name(ctx), self.barrier);
-        self.barrier = id;
-    }
     fn watermark(&mut self, ctx: &TaskContext, w: Timestamp) {
         assert!(!self.ended, "{}: a watermark after the end of the stream", task_name(ctx));
         assert!(self.watermark.is_none_or(|last| w >= last), "{}: the watermark went back", task_name(ctx));
@@ -106,6 +103,17 @@ impl StreamInvariants {
     fn end(&mut self, ctx: &TaskContext) {
         assert!(!self.ended, "{}: the stream ended twice", task_name(ctx));
         self.ended = true;
+    }
+}
+
+#[cfg(debug_assertions)]
+impl<C> Guarded<C> {
+    /// A barrier reached the operator: after every earlier one, and while an input is live.
+    fn check_barrier(&mut self, id: u64, inputs: usize) {
+        let name = task_name(&self.ctx);
+        assert!(!self.seen[..inputs].iter().all(|s| s.ended), "{name}: barrier {id} after the end of the stream");
+        assert!(id > self.barrier, "{name}: barrier {id} after barrier {}", self.barrier);
+        self.barrier = id;
     }
 }
 
@@ -124,6 +132,8 @@ impl<C> Guarded<C> {
             inner,
             #[cfg(debug_assertions)]
             seen: Default::default(),
+            #[cfg(debug_assertions)]
+            barrier: 0,
         }
     }
 
@@ -161,7 +171,8 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
         guard(&self.ctx, || inner.batch(records))
     }
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        check_stream!(self, 0, barrier, barrier.id);
+        #[cfg(debug_assertions)]
+        self.check_barrier(barrier.id, 1);
         snapshot_then_forward!(self, barrier, snapshot)
     }
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
@@ -194,7 +205,8 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
 
 impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        check_stream!(self, 0, barrier, barrier.id);
+        #[cfg(debug_assertions)]
+        self.check_barrier(barrier.id, 2);
         snapshot_then_forward!(self, barrier, snapshot)
     }
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {

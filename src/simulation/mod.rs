@@ -462,7 +462,10 @@ impl Schedule {
             faults: Vec::new(),
             ring_capacity,
             batch_size,
-            interval_ns: rng.between(20, 400) * 1_000,
+            // Checkpoints every few hundred steps: more often, and the barriers of one
+            // checkpoint would not have left the sources before the next is due (a checkpoint
+            // storm, in which sources only ever forward barriers).
+            interval_ns: rng.between(150, 2000) * 1_000,
             max_concurrent: rng.between(1, 2) as usize,
             alignment_timeout_ns: rng.between(0, 50) * 1_000,
             tick_per_mille: rng.between(20, 200),
@@ -615,16 +618,15 @@ where
                 stats: &mut stats,
                 max_steps: options.max_steps,
                 lock_file: dir.join(crate::checkpoint::LOCK_FILE),
+                lock: &lock,
             };
             let end = run_attempt(prepared, &mut world, fail_soon);
             stats.checkpoints += checkpoint_stats.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
             checkpoint_stats.lock().unwrap_or_else(|e| e.into_inner()).clear();
             match end {
                 AttemptEnd::Finished => {
-                    if let Err(e) = lock.check() {
-                        break 'processes Err(e.to_string());
-                    }
-                    // `run_attempt` ran the success work; the directory is marked finished.
+                    // `run_attempt` checked the lock and ran the success work; the directory
+                    // is marked finished.
                     let graph = job.graph.borrow();
                     let finished = FinishedJob {
                         job: graph.name.clone(),
@@ -721,11 +723,12 @@ struct World<'a> {
     stats: &'a mut RunStats,
     max_steps: u64,
     lock_file: PathBuf,
+    lock: &'a DirectoryLock,
 }
 
 /// Runs one attempt on this thread until it ends.
 fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>, fail_soon: bool) -> AttemptEnd {
-    let World { schedule, time, writes, stats, max_steps, lock_file } = world;
+    let World { schedule, time, writes, stats, max_steps, lock_file, lock } = world;
     let (time, writes, max_steps) = (*time, *writes, *max_steps);
     let mut tasks: Vec<Box<dyn Task>> = prepared.tasks.into_iter().map(|(_, t)| t).collect();
     let scope = prepared.scope;
@@ -805,7 +808,11 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
             }
         }
         if tasks.is_empty() {
-            // Every task finished: the job's success work (the sinks' final commits).
+            // Every task finished: the job's success work (the sinks' final commits), only
+            // while this process owns the directory, as in the runtime.
+            if let Err(e) = lock.check() {
+                return settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng);
+            }
             return match scope.succeed() {
                 Ok(()) => settle(AttemptEnd::Finished, writes, &mut coordinator, &mut schedule.rng),
                 Err(e) => settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng),
