@@ -141,13 +141,18 @@ impl<T: Copy> InputGate<T> {
     }
 
     /// Starts capturing in-flight data for an unaligned checkpoint (the task just snapshotted).
+    ///
+    /// In-flight data of a restored checkpoint not yet replayed comes before everything in the
+    /// rings, and is in flight for this checkpoint too: it starts the capture. (A two-input
+    /// task snapshots on one gate's barrier while its other gate may still be replaying.)
     pub(crate) fn start_capture(&mut self) {
         let n = self.channels.len();
-        self.capture = Some(Capture {
-            limit: vec![None; n],
-            upto: self.channels.iter().map(|c| c.read).collect(),
-            data: vec![Vec::new(); n],
-        });
+        let mut data = vec![Vec::new(); n];
+        for &(channel, entry) in &self.replay {
+            data[channel].push(entry);
+        }
+        self.capture =
+            Some(Capture { limit: vec![None; n], upto: self.channels.iter().map(|c| c.read).collect(), data });
     }
 
     /// Channel `channel`'s barrier says its in-flight data ends before `seq`: copies what of

@@ -347,18 +347,27 @@ impl CoordinatorCore {
             self.end_input();
             return;
         }
-        let config = &self.s.config;
         // Once every source is at the end of its input, the final checkpoint is taken at once
         // (not after the interval).
         let final_due = self.sources > 0
             && self.s.end.sources_at_end.load(Ordering::SeqCst) >= self.sources
             && self.final_id.is_none()
-            && self.pending.len() < config.max_concurrent;
-        // A savepoint is triggered at once (aligned, whatever the mode), beside any checkpoint
-        // in flight.
-        let savepoint = self.savepoints.pop_front();
+            && self.pending.len() < self.s.config.max_concurrent;
+        // A savepoint is triggered at once (aligned, whatever the mode) and alone: checkpoints
+        // in flight are aborted for it (an unaligned one would overtake its barriers, and a
+        // task must snapshot in checkpoint order), and none starts until it is done.
+        let savepoint_pending = self.pending.values().any(|p| p.savepoint.is_some());
+        let savepoint = if savepoint_pending { None } else { self.savepoints.pop_front() };
+        if savepoint.is_some() {
+            for id in std::mem::take(&mut self.pending).into_keys() {
+                self.abort(id);
+                self.record_failure(id, "aborted for a savepoint");
+            }
+        }
+        let config = &self.s.config;
         let paused = self.last_completion_ns.is_some_and(|t| now < t.saturating_add(ns(config.min_pause)));
-        let due = now >= self.next_trigger_ns && self.pending.len() < config.max_concurrent && !paused;
+        let due =
+            now >= self.next_trigger_ns && self.pending.len() < config.max_concurrent && !paused && !savepoint_pending;
         if savepoint.is_none() && !due && !final_due {
             return;
         }

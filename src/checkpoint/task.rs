@@ -133,6 +133,12 @@ impl BarrierAligner {
         self.pending.as_ref().map(|p| (p.barrier, p.first_ns))
     }
 
+    /// The newest checkpoint snapshotted or abandoned here: its barriers and older ones are
+    /// stale.
+    pub fn done(&self) -> u64 {
+        self.done
+    }
+
     /// The channels that delivered the barrier being aligned.
     pub fn delivered(&self) -> Vec<usize> {
         self.pending.as_ref().map_or_else(Vec::new, |p| (0..self.channels).filter(|&i| p.seen[i].is_some()).collect())
@@ -259,6 +265,11 @@ impl CommitsApplied {
         let n = newest.entry(task).or_default();
         *n = (*n).max(id);
         self.changed.notify_all();
+    }
+
+    /// Whether `tasks` tasks applied checkpoint `id`'s completion.
+    pub(crate) fn all_applied(&self, id: u64, tasks: usize) -> bool {
+        self.newest.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|&&n| n >= id).count() >= tasks
     }
 
     /// Waits until `tasks` tasks applied checkpoint `id`'s completion, for at most `limit` or

@@ -280,6 +280,14 @@ pub(crate) fn on_priority(
         match begin_unaligned(cp, &barrier) {
             None => return Ok(()),
             Some(true) => {
+                // An older checkpoint still aligning here is overtaken: a task's snapshots go
+                // in checkpoint order (its barriers downstream too), so the older one is given
+                // up here, and its late barriers are stale from now on (the coordinator aborts
+                // it once this one completes, as it does every checkpoint a newer subsumes).
+                if cp.aligner.take_pending().is_some() {
+                    inputs.unblock_all();
+                }
+                cp.aligner.abort(barrier.id);
                 inputs.abort_capture();
                 snapshot_unaligned(cp, id, barrier, None, head)?;
                 inputs.start_capture();
@@ -362,7 +370,8 @@ fn switch_to_unaligned(
 /// (`Some(true)`), joins the one in progress (`Some(false)`), or is stale (`None`). A newer
 /// one supersedes an older one still capturing, which is declined.
 fn begin_unaligned(cp: &mut TaskCheckpointing, barrier: &Barrier) -> Option<bool> {
-    if barrier.id <= cp.unaligned_done {
+    // A newer checkpoint was snapshotted here already (aligned or not).
+    if barrier.id <= cp.unaligned_done || barrier.id <= cp.aligner.done() {
         return None;
     }
     if let Some(p) = &cp.pending_unaligned {
@@ -427,5 +436,5 @@ fn finish_unaligned(cp: &mut TaskCheckpointing, inputs: &mut impl Inputs, id: &T
 /// Why an unaligned checkpoint still capturing was given up for a newer one (retryable: the
 /// newer one goes on).
 fn superseded() -> crate::error::Error {
-    crate::error::Error::Checkpoint("superseded by a newer checkpoint before its in-flight data was complete".into())
+    crate::error::Error::Checkpoint("superseded by a newer checkpoint before it was complete at this task".into())
 }

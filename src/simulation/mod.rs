@@ -388,6 +388,9 @@ enum Fault {
     Fence(u64),
     /// A task fails within a few steps after the `n`-th restart's restore.
     FailsAfterRestore(u32),
+    /// At step `n`, a stop with a savepoint: once the savepoint's sink transactions are all
+    /// committed the job stops, and a new job in a new checkpoint directory starts from it.
+    StopWithSavepoint(u64),
 }
 
 impl fmt::Display for Fault {
@@ -410,6 +413,7 @@ impl fmt::Display for Fault {
             Fault::WriteFails(n) => write!(f, "snapshot write failure at step {n}"),
             Fault::Fence(n) => write!(f, "directory lock taken away at step {n}"),
             Fault::FailsAfterRestore(n) => write!(f, "task failure right after restore {n}"),
+            Fault::StopWithSavepoint(n) => write!(f, "stop with a savepoint at step {n}, then a start from it"),
         }
     }
 }
@@ -478,7 +482,7 @@ impl Schedule {
         for _ in 0..s.rng.between(1, 3) {
             let at = s.rng.below(steps);
             let id = s.rng.between(1, checkpoints + 2);
-            let fault = match s.rng.below(9) {
+            let fault = match s.rng.below(10) {
                 0 | 1 => Fault::TaskFails(at),
                 2 => Fault::Crash(at),
                 3 => Fault::CrashAt(CrashPoint::MetadataNotRenamed, id),
@@ -486,6 +490,7 @@ impl Schedule {
                 5 => Fault::DamageAt { checkpoint: id, misplace: s.rng.chance(1, 2) },
                 6 => Fault::WriteFails(at),
                 7 => Fault::Fence(at),
+                8 => Fault::StopWithSavepoint(at),
                 _ => Fault::FailsAfterRestore(s.rng.between(1, 2) as u32),
             };
             s.faults.push(fault);
@@ -527,6 +532,8 @@ enum AttemptEnd {
     Failed(Error),
     /// The process died.
     Crashed,
+    /// Stopped with the savepoint in this folder, its transactions committed.
+    Stopped(PathBuf),
 }
 
 /// The message of the task failures the simulator injects.
@@ -562,6 +569,9 @@ where
         ))
     })?;
     let job = job.with_checkpointing(schedule.config(dir, options));
+    // A start from a savepoint continues in a directory of its own.
+    let mut dir = dir.to_path_buf();
+    let mut directories = vec![dir.clone()];
     if let Some(cfg) = &job.graph.borrow().checkpointing {
         cfg.validate()?;
     }
@@ -584,7 +594,7 @@ where
     let mut restarts = 0u32;
     let result = 'processes: loop {
         // A process: it takes the directory's lock, then runs attempts until one ends the job.
-        let storage = CheckpointStorage::for_job(dir, &job.fingerprint());
+        let storage = CheckpointStorage::for_job(&dir, &job.fingerprint());
         let lock = match DirectoryLock::acquire(&storage, &job.name()) {
             Ok((lock, _)) => Arc::new(lock),
             Err(e) => break Err(e.to_string()),
@@ -595,7 +605,7 @@ where
             let writes = Arc::new(QueuedWrites {
                 queue: Mutex::new(Vec::new()),
                 limit_writes: 64,
-                storage: CheckpointStorage::new(dir),
+                storage: CheckpointStorage::new(&dir),
             });
             let writer = writes.clone();
             let env = AttemptEnv {
@@ -618,6 +628,7 @@ where
                 stats: &mut stats,
                 max_steps: options.max_steps,
                 lock_file: dir.join(crate::checkpoint::LOCK_FILE),
+                savepoints: dir.with_extension("savepoints"),
                 lock: &lock,
             };
             let end = run_attempt(prepared, &mut world, fail_soon);
@@ -633,7 +644,7 @@ where
                         fingerprint: graph.fingerprint(),
                         description: graph.description.clone(),
                     };
-                    if let Err(e) = crate::checkpoint::write_finished(dir, &finished) {
+                    if let Err(e) = crate::checkpoint::write_finished(&dir, &finished) {
                         break 'processes Err(e.to_string());
                     }
                     break 'processes Ok(());
@@ -652,6 +663,21 @@ where
                     if restarts > MAX_RESTARTS {
                         break 'processes Err(format!("more than {MAX_RESTARTS} restarts"));
                     }
+                    drop(shared);
+                    drop(lock);
+                    continue 'processes;
+                }
+                AttemptEnd::Stopped(savepoint) => {
+                    // The user starts the job again from the savepoint, in a new directory.
+                    restarts += 1;
+                    dir = dir.with_extension(format!("from-savepoint-{restarts}"));
+                    directories.push(dir.clone());
+                    let mut graph = job.graph.borrow_mut();
+                    graph.restore = Some((savepoint, false));
+                    if let Some(c) = graph.checkpointing.as_mut() {
+                        c.dir = dir.clone();
+                    }
+                    drop(graph);
                     drop(shared);
                     drop(lock);
                     continue 'processes;
@@ -683,7 +709,10 @@ where
         records.sort();
         records
     });
-    let _ = std::fs::remove_dir_all(dir);
+    for d in directories {
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(d.with_extension("savepoints"));
+    }
     Ok(Run { output, stats })
 }
 
@@ -723,12 +752,17 @@ struct World<'a> {
     stats: &'a mut RunStats,
     max_steps: u64,
     lock_file: PathBuf,
+    /// Where stop-with-savepoint writes its savepoint.
+    savepoints: PathBuf,
     lock: &'a DirectoryLock,
 }
 
 /// Runs one attempt on this thread until it ends.
 fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>, fail_soon: bool) -> AttemptEnd {
-    let World { schedule, time, writes, stats, max_steps, lock_file, lock } = world;
+    let World { schedule, time, writes, stats, max_steps, lock_file, savepoints, lock } = world;
+    // A stop with a savepoint in progress: its reply, then (id, folder) once it is taken.
+    let mut stopping: Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), String>>> = None;
+    let mut taken: Option<(u64, PathBuf)> = None;
     let (time, writes, max_steps) = (*time, *writes, *max_steps);
     let mut tasks: Vec<Box<dyn Task>> = prepared.tasks.into_iter().map(|(_, t)| t).collect();
     let scope = prepared.scope;
@@ -765,6 +799,32 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
         }
         if schedule.take(|f| matches!(f, Fault::WriteFails(n) if *n <= step)).is_some() {
             failed_write_due = true;
+        }
+        if let Some(c) = coordinator.as_mut() {
+            if stopping.is_none() && schedule.take(|f| matches!(f, Fault::StopWithSavepoint(n) if *n <= step)).is_some()
+            {
+                let (reply, answer) = std::sync::mpsc::channel();
+                c.core
+                    .on_savepoint(crate::checkpoint::coordinator::SavepointRequest { dir: savepoints.clone(), reply });
+                stopping = Some(answer);
+            }
+            match stopping.as_ref().map(|a| a.try_recv()) {
+                Some(Ok(Ok(t))) => {
+                    taken = Some(t);
+                    stopping = None;
+                }
+                // The job is finishing (its input ended): it finishes instead, as
+                // `JobHandle::stop_with_savepoint` does.
+                Some(Ok(Err(_))) => stopping = None,
+                _ => {}
+            }
+            if let Some((id, path)) = &taken {
+                if c.commits.all_applied(*id, c.endpoints.len()) {
+                    // Every sink committed the savepoint's transactions: stop without draining.
+                    let end = AttemptEnd::Stopped(path.clone());
+                    return settle(end, writes, &mut coordinator, &mut schedule.rng);
+                }
+            }
         }
         let roll = schedule.rng.below(1000);
         if roll < schedule.tick_per_mille {
