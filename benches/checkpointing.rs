@@ -7,8 +7,9 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use weir::barrier::BarrierAligner;
 use weir::channel::{pair, GatePoll};
-use weir::checkpoint::{write_task_snapshot, BarrierAligner, CheckpointStorage, PageIndex};
+use weir::checkpoint::{write_task_snapshot, CheckpointStorage, PageIndex};
 use weir::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 use weir::state::{KeyedValueState, PagedMap, Snapshot};
 

@@ -134,6 +134,8 @@ pub struct AttemptScope {
     pub(crate) sources_at_end: Arc<std::sync::atomic::AtomicUsize>,
     /// Set when the final checkpoint completed and the sources were told to end their streams.
     pub(crate) input_ended: Arc<AtomicBool>,
+    /// Set when the final checkpoint was triggered (the job is finishing).
+    pub(crate) final_started: Arc<AtomicBool>,
     /// What this attempt restores from.
     pub(crate) recovery: Recovery,
     /// Messages from tasks for the job's notes.

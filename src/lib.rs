@@ -19,20 +19,52 @@
 //! record. A full ring is backpressure: the producing task stops taking input and its worker
 //! serves its other tasks. An idle worker spins, yields, then parks until woken.
 //!
+//! ## How a barrier flows
+//!
+//! The checkpoint coordinator ([`checkpoint`]; a state machine behind a thread of its own)
+//! triggers checkpoint *n* at every source subtask through its control inbox. The source
+//! records its offset, snapshots its chain and puts barrier *n* into each output ring behind
+//! everything it emitted — or, for an unaligned checkpoint, into each ring's priority slot,
+//! overtaking the data still in the ring. At a task with inputs, [`barrier`] takes over:
+//!
+//! - **aligned, exactly-once**: each channel that delivers barrier *n* is blocked; once every
+//!   live channel has, the task snapshots its chain (each operator forks its state), forwards
+//!   the barrier and unblocks. At-least-once only counts the barriers, blocking nothing.
+//! - **unaligned**: the first priority barrier snapshots at once and forwards the barrier
+//!   unaligned; the data each producer wrote before its barrier and this task reads after the
+//!   snapshot (and what a restored gate has yet to replay) is captured as in-flight data.
+//! - **aligned with a timeout**: an alignment that waits too long switches to unaligned there.
+//!
+//! A task's snapshots, and so its barriers downstream, go in checkpoint order. The snapshot's
+//! writing runs in the background ([`checkpoint`]'s `SnapshotWriter`: rayon's pool, bounded),
+//! then the task acknowledges to the coordinator — or declines, with an [`Error`] that says
+//! whether a later checkpoint may succeed. When every task has acknowledged, the coordinator
+//! writes `_metadata` atomically, reads the checkpoint back, retires old ones and tells every
+//! task it completed: two-phase-commit sinks commit then. A checkpoint that expires or is
+//! declined is aborted, and the tasks drop their part of it.
+//!
+//! After a failure, recovery ([`checkpoint`]) finds the newest checkpoint that verifies; every
+//! task restores its operators' state and replays its in-flight data, and the sources resume
+//! from their offsets. [`simulation`] runs all of this on one thread from a seed, with a clock
+//! it moves and failures it injects, against the failure-free run.
+//!
 //! ## Modules, lowest layer first (a module uses only modules above it in this list)
 //!
-//! - [`error`], [`persist`], [`record`], [`snapshot`], [`metrics`], `wake`, [`context`],
-//!   [`collector`]: shared vocabulary.
+//! - [`error`], [`prng`], [`persist`], [`record`], [`snapshot`], `faults` (with the `testing`
+//!   feature), [`metrics`], `wake`, [`context`], [`collector`]: shared vocabulary.
 //! - [`channel`]: rings, the entry format, partitioning, input gates.
 //! - [`state`]: keyed state and the fork-then-write snapshot interface.
 //! - [`source`], [`operator`], [`sink`]: where records enter, change, and leave. They never
 //!   use each other.
-//! - [`checkpoint`]: beside the data path — configuration, the coordinator (its own thread),
-//!   the task side of barrier alignment and snapshot writing, storage. Control messages
-//!   (trigger, acknowledge, complete, abort) travel on their own channels, never on rings.
-//! - [`pipeline`]: the builder API, the logical graph, the physical plan and the tasks (which
-//!   drive barriers through their inputs).
+//! - [`checkpoint`]: beside the data path — configuration, the coordinator (a state machine
+//!   run by its own thread), the control plane to the tasks, recovery, storage. Control
+//!   messages (trigger, acknowledge, complete, abort) travel on their own channels, never on
+//!   rings.
+//! - [`barrier`]: the task side of the barrier protocol (alignment, unaligned capture,
+//!   completion and abort notices, in-flight data).
+//! - [`pipeline`]: the builder API, the logical graph, the physical plan and the tasks.
 //! - [`runtime`]: worker threads, pinning, backoff, the [`JobHandle`].
+//! - [`simulation`]: the same tasks and coordinator on one thread, from a seed.
 //! - [`jobs`]: the jobs the `weir` command runs (the default job, word count).
 //! - `fuzzing` (hidden): every reader of checkpoint bytes from one byte string, for the fuzz
 //!   targets in `fuzz/` and the proptest run of them.
@@ -60,6 +92,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+pub mod barrier;
 pub mod bench;
 pub mod channel;
 pub mod checkpoint;

@@ -189,5 +189,65 @@ impl RestoredState {
 
 /// Failure points for tests (with the `testing` feature; without it, one that never fires).
 pub use crate::faults::FaultInjector;
+/// The name under which one part of a task's snapshot is stored: an operator's state, or
+/// the in-flight data of one input of a task (unaligned checkpoints). Operator names never
+/// hold `#` (the plan refuses them), so a stored name parses back to what it was.
+///
+/// ```
+/// use weir::snapshot::PartName;
+/// let part = PartName::Inflight { operator: "join".into(), input: 1 };
+/// assert_eq!(PartName::parse(&part.to_string()), part);
+/// assert_eq!(PartName::parse("count"), PartName::State("count".into()));
+/// assert_eq!(part.operator(), "join");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartName {
+    /// The state of the operator so named.
+    State(String),
+    /// The in-flight data of input `input` (0, or 1 for a two-input operator's right input)
+    /// of the task whose head is `operator`.
+    Inflight {
+        /// The operator at the head of the task.
+        operator: String,
+        /// Which input.
+        input: usize,
+    },
+}
+
+/// What separates an operator's name from the kind of part in a stored name.
+pub(crate) const PART_SEPARATOR: char = '#';
+
+impl PartName {
+    /// The name as stored.
+    pub fn parse(name: &str) -> PartName {
+        let inflight = name.split_once(PART_SEPARATOR).and_then(|(op, kind)| {
+            let input = kind.strip_prefix("inflight")?.parse().ok()?;
+            Some(PartName::Inflight { operator: op.to_string(), input })
+        });
+        inflight.unwrap_or_else(|| PartName::State(name.to_string()))
+    }
+
+    /// The operator the part belongs to.
+    pub fn operator(&self) -> &str {
+        match self {
+            PartName::State(op) | PartName::Inflight { operator: op, .. } => op,
+        }
+    }
+
+    /// Whether the part is in-flight data.
+    pub fn is_inflight(&self) -> bool {
+        matches!(self, PartName::Inflight { .. })
+    }
+}
+
+impl std::fmt::Display for PartName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PartName::State(op) => f.write_str(op),
+            PartName::Inflight { operator, input } => write!(f, "{operator}{PART_SEPARATOR}inflight{input}"),
+        }
+    }
+}
+
 #[cfg(feature = "testing")]
 pub use crate::faults::{Fault, StorageFault};

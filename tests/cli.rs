@@ -442,3 +442,27 @@ fn every_flag_refuses_a_wrong_value() {
         assert_refused(&args, needle);
     }
 }
+
+#[test]
+fn simulate_runs_seeds_and_refuses_bad_input() {
+    let o = weir(&["simulate", "--job", "keyed", "--mode", "unaligned", "--parallelism", "2", "--seeds", "0..40"]);
+    let t = text_of(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("40 seeds, 0 differ from the golden run"), "{t}");
+    // One seed, as a failing seed's rerun command gives it.
+    let o = weir(&["simulate", "--job", "wordcount", "--incremental", "--seeds", "7"]);
+    assert!(o.status.success() && text_of(&o).contains("1 seeds, 0 differ"), "{}", text_of(&o));
+    for (args, needle) in [
+        (vec!["--job", "join", "--seeds", "5..5"], "empty"),
+        (vec!["--job", "join", "--seeds", "9..3"], "empty"),
+        (vec!["--job", "join", "--seeds", "a..b"], "not a seed"),
+        (vec!["--job", "sql", "--seeds", "0..2"], "wordcount, window, join, keyed"),
+        (vec!["--job", "join", "--mode", "exactly", "--seeds", "0..2"], "aligned, unaligned, aligned-timeout"),
+        (vec!["--job", "join", "--parallelism", "0", "--seeds", "0..2"], "parallelism"),
+        (vec!["--job", "join"], "--seeds"),
+    ] {
+        let mut full = vec!["simulate"];
+        full.extend(args);
+        assert_refused(&full, needle);
+    }
+}

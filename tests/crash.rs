@@ -1,5 +1,6 @@
 //! End-to-end exactly-once through process crashes: `weir wordcount` with checkpoints is
-//! killed with SIGKILL at seeded moments after a checkpoint (so often during the next one),
+//! killed with SIGKILL the moment a seeded checkpoint of the run completes (so while it
+//! commits, or as the next one starts), with no sleep to spread the kills,
 //! rerun with the same command until it completes, and its committed output is checked against
 //! a sequential count: with exactly-once, every word's counts 1, 2, …, n appear exactly once;
 //! with at-least-once, none is missing. A crash between pre-commit and commit leaves no
@@ -11,16 +12,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use weir::checkpoint::CheckpointStorage;
+use weir::prng::mix;
 
 mod common;
 use common::committed_counts;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// Two files of words from a skewed vocabulary of 5,000 words.
 fn write_corpus(dir: &Path) -> HashMap<String, u64> {
@@ -77,27 +72,35 @@ fn newest_complete(chk: &Path) -> Option<u64> {
     complete_checkpoints(chk).last().copied()
 }
 
-/// Runs to completion, killing each of the first `kills` runs a seeded moment after its first
-/// completed checkpoint. Returns how many runs resumed from a checkpoint.
+/// Runs to completion, killing each of the first `kills` runs as its first, second or third
+/// checkpoint (seeded) completes. Returns how many runs resumed from a checkpoint.
 fn run_with_kills(input: &Path, out: &Path, chk: &Path, extra: &[&str], seed: u64, kills: u64) -> usize {
     let mut resumed = 0;
     for run in 0.. {
         assert!(run < kills + 20, "the job did not complete after {run} runs");
         let mut child = wordcount(input, out, chk, extra).spawn().unwrap();
         if run < kills {
-            // After this run's first completed checkpoint, so that every killed run made
-            // progress and the next one resumes, however fast the machine; then a seeded
-            // 0–24 ms, a whole checkpoint cycle (15 ms interval), so kills often land inside
-            // a checkpoint.
-            let before = newest_complete(chk);
+            // On events, not after a time: once this run completed 1 to 3 checkpoints, so
+            // that every killed run made progress and the next one resumes, however fast or
+            // slow the machine; the kill lands while that checkpoint commits or the next one
+            // starts. (The bound only keeps a hung job from hanging the test.)
+            let completions = 1 + mix(seed * 1000 + run) % 3;
+            let mut last = newest_complete(chk);
+            let mut seen = 0;
             let waiting = Instant::now();
-            while newest_complete(chk) == before
+            while seen < completions
                 && child.try_wait().unwrap().is_none()
-                && waiting.elapsed() < Duration::from_secs(60)
+                && waiting.elapsed() < Duration::from_secs(120)
             {
-                std::thread::sleep(Duration::from_millis(1));
+                let now = newest_complete(chk);
+                if now != last {
+                    seen += 1;
+                    last = now;
+                } else {
+                    // Polling the folder, not spreading the kill: it lands at the completion.
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
-            std::thread::sleep(Duration::from_millis(mix(seed * 1000 + run) % 25));
             child.kill().unwrap(); // SIGKILL
         }
         let o = child.wait_with_output().unwrap();

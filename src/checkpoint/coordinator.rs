@@ -43,6 +43,10 @@ pub(crate) struct SavepointRequest {
     pub(crate) dir: std::path::PathBuf,
     /// The savepoint's checkpoint id and folder, or why it failed.
     pub(crate) reply: Sender<Result<(u64, std::path::PathBuf), String>>,
+    /// A stop with a savepoint: once it is complete no other checkpoint may complete (its
+    /// commits would be output after the savepoint, which a job started from it produces
+    /// again), so none is triggered any more.
+    pub(crate) stop: bool,
 }
 
 /// Where a process may be made to die on the coordinator's path (fault injection: the
@@ -91,6 +95,8 @@ pub(crate) struct EndOfJob {
     pub(crate) sources_at_end: Arc<AtomicUsize>,
     /// Set once the sources were told to end their streams.
     pub(crate) input_ended: Arc<AtomicBool>,
+    /// Set once the final checkpoint was triggered: no savepoint can be taken any more.
+    pub(crate) final_started: Arc<AtomicBool>,
 }
 
 /// Everything the coordinator needs to start an attempt.
@@ -146,6 +152,8 @@ pub(crate) struct CoordinatorCore {
     fenced: bool,
     /// Set once the coordinator failed the job or crashed: it does nothing more.
     halted: bool,
+    /// Set once a stop-with-savepoint completed: the job is stopping, and no checkpoint starts.
+    stopped: bool,
     out: Vec<Command>,
 }
 
@@ -172,6 +180,7 @@ impl CoordinatorCore {
             aborted: BTreeMap::new(),
             fenced: false,
             halted: false,
+            stopped: false,
             out: Vec::new(),
         }
     }
@@ -328,6 +337,12 @@ impl CoordinatorCore {
             }
             return;
         }
+        if self.stopped {
+            for req in self.savepoints.drain(..) {
+                let _ = req.reply.send(Err("the job is stopping with a savepoint".into()));
+            }
+            return;
+        }
         if self.s.end.input_ended.load(Ordering::SeqCst) {
             // The sources are ending their streams: no checkpoint can complete now.
             for req in self.savepoints.drain(..) {
@@ -349,14 +364,22 @@ impl CoordinatorCore {
         }
         // Once every source is at the end of its input, the final checkpoint is taken at once
         // (not after the interval).
+        // A savepoint is triggered at once (aligned, whatever the mode) and alone: checkpoints
+        // in flight are aborted for it (an unaligned one would overtake its barriers, and a
+        // task must snapshot in checkpoint order), and none starts until it is done — not
+        // even the final one, whose commits would come after a stop-with-savepoint's. Once
+        // the final checkpoint started, the job is finishing and takes no savepoint.
+        let savepoint_pending = self.pending.values().any(|p| p.savepoint.is_some());
+        if self.final_id.is_some() {
+            for req in self.savepoints.drain(..) {
+                let _ = req.reply.send(Err("the job is finishing: its final checkpoint is in progress".into()));
+            }
+        }
         let final_due = self.sources > 0
             && self.s.end.sources_at_end.load(Ordering::SeqCst) >= self.sources
             && self.final_id.is_none()
-            && self.pending.len() < self.s.config.max_concurrent;
-        // A savepoint is triggered at once (aligned, whatever the mode) and alone: checkpoints
-        // in flight are aborted for it (an unaligned one would overtake its barriers, and a
-        // task must snapshot in checkpoint order), and none starts until it is done.
-        let savepoint_pending = self.pending.values().any(|p| p.savepoint.is_some());
+            && self.pending.len() < self.s.config.max_concurrent
+            && !savepoint_pending;
         let savepoint = if savepoint_pending { None } else { self.savepoints.pop_front() };
         if savepoint.is_some() {
             for id in std::mem::take(&mut self.pending).into_keys() {
@@ -373,6 +396,7 @@ impl CoordinatorCore {
         }
         if final_due {
             self.final_id = Some(self.next_id);
+            self.s.end.final_started.store(true, Ordering::SeqCst);
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -544,6 +568,7 @@ impl CoordinatorCore {
             .verify(id)
             .map_err(|e| Error::Checkpoint(format!("its files did not verify when read back: {e}")))?;
         if let Some(req) = savepoint {
+            self.stopped |= req.stop;
             let _ = req
                 .reply
                 .send(self.s.storage.copy_to_savepoint(id, &req.dir).map(|p| (id, p)).map_err(|e| e.to_string()));

@@ -1,5 +1,5 @@
-//! Checkpoints: configuration, the coordinator, the task side of barrier alignment and
-//! snapshot writing, and storage. Beside the data path: control messages (trigger,
+//! Checkpoints: configuration, the coordinator, the control plane to the tasks, recovery of
+//! a checkpoint directory, and storage (the task side of barriers is [`crate::barrier`]). Beside the data path: control messages (trigger,
 //! acknowledge, complete, abort) travel on their own channels, never on the data rings.
 //!
 //! The model is Flink's (Carbone et al. 2015): the coordinator triggers checkpoint *n* at the
@@ -8,7 +8,7 @@
 //! delivered it; at-least-once only counts), forwards it, and writes the snapshot in the
 //! background; the checkpoint exists once its `_metadata` is durable.
 //!
-//! May touch: `context`, `error`, `persist`, `snapshot`.
+//! May touch: `context`, `error`, `faults`, `metrics`, `persist`, `snapshot`.
 
 mod config;
 pub(crate) mod coordinator;
@@ -27,7 +27,6 @@ pub use storage::{
     FinishedJob, LoadedCheckpoint, RecoveryPoint, SharedFile, StoredChunk, TaskFile, TaskFileContent, FINISHED_MARKER,
     FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
 };
-pub use task::{Alignment, BarrierAligner};
 
 /// A table of checkpoint statistics, one row per checkpoint (for the command line).
 pub fn stats_table(stats: &[CheckpointStats]) -> String {

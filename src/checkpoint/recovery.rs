@@ -14,7 +14,7 @@ use super::config::CheckpointConfig;
 use super::storage::{load_dir, read_finished, CheckpointStorage, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE};
 use crate::context::Recovery;
 use crate::error::{Error, Result};
-use crate::snapshot::RestoredState;
+use crate::snapshot::{PartName, RestoredState};
 
 /// The job as recovery checks it.
 pub(crate) struct JobIdentity<'a> {
@@ -36,11 +36,6 @@ pub(crate) struct Recovered {
     pub(crate) first_id: u64,
     /// Complete checkpoints up to the restored one (they take part in retention).
     pub(crate) completed: Vec<u64>,
-}
-
-/// The operator name under which a part is stored, without its in-flight suffix.
-fn base_operator(part: &str) -> &str {
-    part.split('#').next().unwrap_or(part)
 }
 
 /// Recovers checkpoint directory `cfg.dir` for `job`; messages go to `notes`.
@@ -158,9 +153,10 @@ pub(crate) fn restore_from_savepoint(job: &JobIdentity<'_>, notes: &mut Vec<Stri
     let loaded = load_dir(path)?;
     let mut state = loaded.state;
     let mut missing = BTreeSet::new();
+    let parts: Vec<(PartName, usize)> = state.operators().map(|(op, s)| (PartName::parse(op), *s)).collect();
     let mut subtasks: HashMap<&str, usize> = HashMap::new();
-    for (op, subtask) in state.operators() {
-        let n = subtasks.entry(base_operator(op)).or_default();
+    for (part, subtask) in &parts {
+        let n = subtasks.entry(part.operator()).or_default();
         *n = (*n).max(subtask + 1);
     }
     for (base, saved) in subtasks {
@@ -168,7 +164,7 @@ pub(crate) fn restore_from_savepoint(job: &JobIdentity<'_>, notes: &mut Vec<Stri
             None => {
                 missing.insert(base.to_string());
             }
-            Some(&p) if p != saved && state.operators().any(|(op, _)| op.starts_with(base) && op.contains('#')) => {
+            Some(&p) if p != saved && parts.iter().any(|(part, _)| part.operator() == base && part.is_inflight()) => {
                 return Err(Error::config(format!(
                     "{} holds in-flight data of operator '{base}' (an unaligned checkpoint) at parallelism {saved}; it can be restored only at that parallelism, not {p}",
                     path.display()
@@ -185,7 +181,7 @@ pub(crate) fn restore_from_savepoint(job: &JobIdentity<'_>, notes: &mut Vec<Stri
                 path.display()
             )));
         }
-        state.retain(|op| !missing.contains(base_operator(op)));
+        state.retain(|op| !missing.contains(PartName::parse(op).operator()));
         notes.push(format!("dropped state of operators this job lacks: {names}"));
     }
     notes.push(format!("restored from {} {} ({})", loaded.metadata.kind, loaded.metadata.checkpoint, path.display()));

@@ -1,18 +1,18 @@
-//! The task side of checkpointing: the control inbox (triggers and notices from the
-//! coordinator), the [`BarrierAligner`], and the asynchronous part of a snapshot (written on
-//! rayon's pool, then acknowledged to the coordinator).
+//! The control plane between the coordinator and the tasks: the messages each way
+//! ([`TaskControl`], [`TaskAck`]), where snapshot writes run ([`SnapshotWriter`]: rayon's pool,
+//! or the simulator's queue), and which completions the tasks applied ([`CommitsApplied`]).
+//! What a task does with a barrier is in [`crate::barrier`].
+//!
+//! May touch: `error`, `snapshot` (and storage, beside it).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::CheckpointMode;
-use super::incremental::{write_task_snapshot, PageIndex};
-use super::storage::{CheckpointStorage, FileDigest, SharedFile};
-use crate::context::Clock;
-use crate::error::{Error, Result};
-use crate::snapshot::{Barrier, CheckpointNotice, FaultInjector, TaskSnapshot};
+use super::storage::{FileDigest, SharedFile};
+use crate::error::Error;
+use crate::snapshot::{Barrier, CheckpointNotice};
 
 /// From the coordinator to one task.
 #[derive(Clone, Copy, Debug)]
@@ -57,119 +57,6 @@ pub(crate) struct TaskAck {
     /// Why a task declined: retryable (the next checkpoint may succeed) or not (the job
     /// cannot go on, e.g. it lost its checkpoint directory).
     pub(crate) result: std::result::Result<TaskDone, Error>,
-}
-
-/// What happened to a barrier at the aligner.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Alignment {
-    /// From a checkpoint already done or abandoned here: ignore it (and unblock its channel).
-    Stale,
-    /// Waiting for other channels.
-    Waiting,
-    /// A newer checkpoint's barrier abandoned the one being aligned: unblock every channel
-    /// but this one.
-    Superseded,
-}
-
-struct Pending {
-    barrier: Barrier,
-    first_ns: u64,
-    /// Per channel: where its copy of the barrier was (its read position), once seen.
-    seen: Vec<Option<u64>>,
-}
-
-/// Tracks which input channels of a task delivered the barrier of the checkpoint in progress.
-/// Channels that ended count as delivered (their producer finished and sends no barrier).
-pub struct BarrierAligner {
-    channels: usize,
-    pending: Option<Pending>,
-    /// The newest checkpoint snapshotted or abandoned here.
-    done: u64,
-}
-
-impl BarrierAligner {
-    /// An aligner over `channels` input channels.
-    pub fn new(channels: usize) -> Self {
-        BarrierAligner { channels, pending: None, done: 0 }
-    }
-
-    /// Channel `channel` delivered `barrier` at `now_ns`, at read position `position`.
-    pub fn on_barrier(&mut self, channel: usize, barrier: Barrier, now_ns: u64, position: u64) -> Alignment {
-        assert!(channel < self.channels, "channel {channel} out of range");
-        if barrier.id <= self.done {
-            return Alignment::Stale;
-        }
-        let mut result = Alignment::Waiting;
-        match &self.pending {
-            Some(p) if p.barrier.id == barrier.id => {}
-            Some(p) if p.barrier.id > barrier.id => return Alignment::Stale,
-            Some(p) => {
-                self.done = p.barrier.id;
-                self.pending = None;
-                result = Alignment::Superseded;
-            }
-            None => {}
-        }
-        let p =
-            self.pending.get_or_insert_with(|| Pending { barrier, first_ns: now_ns, seen: vec![None; self.channels] });
-        p.seen[channel] = Some(position);
-        result
-    }
-
-    /// If every channel delivered the pending barrier or ended: the barrier, and when its
-    /// first copy arrived. The aligner is then ready for the next checkpoint.
-    pub fn complete(&mut self, ended: impl Fn(usize) -> bool) -> Option<(Barrier, u64)> {
-        let p = self.pending.as_ref()?;
-        if (0..self.channels).all(|i| p.seen[i].is_some() || ended(i)) {
-            let p = self.pending.take().expect("checked");
-            self.done = p.barrier.id;
-            return Some((p.barrier, p.first_ns));
-        }
-        None
-    }
-
-    /// The checkpoint being aligned, and when its first barrier arrived.
-    pub fn pending(&self) -> Option<(Barrier, u64)> {
-        self.pending.as_ref().map(|p| (p.barrier, p.first_ns))
-    }
-
-    /// The newest checkpoint snapshotted or abandoned here: its barriers and older ones are
-    /// stale.
-    pub fn done(&self) -> u64 {
-        self.done
-    }
-
-    /// The channels that delivered the barrier being aligned.
-    pub fn delivered(&self) -> Vec<usize> {
-        self.pending.as_ref().map_or_else(Vec::new, |p| (0..self.channels).filter(|&i| p.seen[i].is_some()).collect())
-    }
-
-    /// Gives up aligning (the checkpoint switches to unaligned here): the barrier, when it
-    /// first arrived, and the position of each channel's barrier seen so far.
-    pub fn take_pending(&mut self) -> Option<(Barrier, u64, Vec<Option<u64>>)> {
-        let p = self.pending.take()?;
-        self.done = p.barrier.id;
-        Some((p.barrier, p.first_ns, p.seen))
-    }
-
-    /// The coordinator aborted `id`: returns whether it was being aligned here.
-    pub fn abort(&mut self, id: u64) -> bool {
-        if self.pending.as_ref().is_some_and(|p| p.barrier.id == id) {
-            self.pending = None;
-            self.done = self.done.max(id);
-            return true;
-        }
-        self.done = self.done.max(id);
-        false
-    }
-}
-
-/// An unaligned checkpoint whose synchronous part is done at this task while its in-flight
-/// data is still being captured.
-pub(crate) struct PendingSnapshot {
-    pub(crate) snapshot: TaskSnapshot,
-    pub(crate) stats: TaskStats,
-    pub(crate) started_ns: u64,
 }
 
 /// One task's part of a checkpoint, written in the background; returns the task's
@@ -260,7 +147,7 @@ pub(crate) struct CommitsApplied {
 }
 
 impl CommitsApplied {
-    fn applied(&self, task: usize, id: u64) {
+    pub(crate) fn applied(&self, task: usize, id: u64) {
         let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
         let n = newest.entry(task).or_default();
         *n = (*n).max(id);
@@ -288,179 +175,6 @@ impl CommitsApplied {
             // Bounded, so workers that end (and never apply it) are seen too.
             let wait = left.min(Duration::from_millis(10));
             newest = self.changed.wait_timeout(newest, wait).unwrap_or_else(|e| e.into_inner()).0;
-        }
-    }
-}
-
-/// Everything a task needs to take part in checkpoints.
-pub(crate) struct TaskCheckpointing {
-    pub(crate) task: usize,
-    pub(crate) mode: CheckpointMode,
-    /// Unaligned checkpoints: barriers arrive in priority slots.
-    pub(crate) unaligned: bool,
-    pub(crate) pending_unaligned: Option<PendingSnapshot>,
-    /// The newest unaligned checkpoint snapshotted (or abandoned) here.
-    pub(crate) unaligned_done: u64,
-    pub(crate) control: Receiver<TaskControl>,
-    pub(crate) acks: Sender<TaskAck>,
-    pub(crate) storage: Arc<CheckpointStorage>,
-    pub(crate) writer: Arc<dyn SnapshotWriter>,
-    /// Incremental checkpoints: where this task's pages were stored.
-    pub(crate) pages: Option<Arc<PageIndex>>,
-    pub(crate) faults: Option<Arc<FaultInjector>>,
-    pub(crate) clock: Clock,
-    pub(crate) aligner: BarrierAligner,
-    /// With unaligned on: switch a checkpoint to unaligned here after aligning this long.
-    pub(crate) alignment_timeout_ns: Option<u64>,
-    /// Where this task counts the completion notices it applied.
-    pub(crate) commits: Arc<CommitsApplied>,
-}
-
-impl TaskCheckpointing {
-    /// This task's chain heard (and its sinks committed) checkpoint `id`'s completion.
-    pub(crate) fn completion_applied(&self, id: u64) {
-        self.commits.applied(self.task, id);
-    }
-
-    /// The next message from the coordinator, if any (never blocks).
-    #[inline]
-    pub(crate) fn next_control(&self) -> Option<TaskControl> {
-        self.control.try_recv().ok()
-    }
-
-    /// Whether input gates block a channel that delivered a barrier.
-    pub(crate) fn blocks(&self) -> bool {
-        self.mode == CheckpointMode::ExactlyOnce
-    }
-
-    /// The synchronous part's failure point (tests).
-    pub(crate) fn check_sync_fault(&self, barrier: &Barrier, task_name: &str) -> Result<()> {
-        if self.faults.as_ref().is_some_and(|f| f.fail_sync(barrier.id)) {
-            return Err(Error::OperatorPanicked {
-                operator: task_name.to_string(),
-                subtask: 0,
-                message: format!("injected failure in the synchronous part of checkpoint {}", barrier.id),
-            });
-        }
-        Ok(())
-    }
-
-    /// Tells the coordinator this task cannot take checkpoint `id`.
-    pub(crate) fn decline(&self, id: u64, reason: Error) {
-        let _ = self.acks.send(TaskAck { checkpoint: id, task: self.task, result: Err(reason) });
-    }
-
-    /// Hands a captured snapshot to the background writer, which acknowledges it (or declines
-    /// it) to the coordinator when done. `stats` has the synchronous figures filled in.
-    pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
-        let (task, storage, faults, clock, pages) =
-            (self.task, self.storage.clone(), self.faults.clone(), self.clock.clone(), self.pages.clone());
-        let id = snapshot.barrier.id;
-        let write: SnapshotWrite = Box::new(move || {
-            let start = clock.now_ns();
-            let result = (|| {
-                if faults.as_ref().is_some_and(|f| f.fail_async(id)) {
-                    return Err(Error::Checkpoint(format!(
-                        "injected failure in the asynchronous part of checkpoint {id}"
-                    )));
-                }
-                if let Some(e) = faults.as_ref().and_then(|f| f.storage_write(id)) {
-                    let path = storage.checkpoint_dir(id).join(format!("task-{task}.state"));
-                    return Err(Error::io("cannot write task state", path, e));
-                }
-                let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot)?;
-                // In-flight data is counted apart (it is written among the parts).
-                stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);
-                stats.written_bytes += w.written_bytes.saturating_sub(stats.inflight_bytes);
-                stats.async_ns = clock.now_ns() - start;
-                Ok(TaskDone { file: w.file, digest: w.file_digest, stats, shared: w.shared })
-            })();
-            TaskAck { checkpoint: id, task, result }
-        });
-        if self.writer.submit(write).is_err() {
-            self.decline(
-                id,
-                Error::Checkpoint(format!(
-                    "{} snapshot writes are already queued or running (the limit): the checkpoint storage is slower \
-                     than the checkpoint interval",
-                    self.writer.limit_writes()
-                )),
-            );
-        }
-    }
-}
-
-#[cfg(test)]
-impl BarrierAligner {
-    fn on_barrier_at(&mut self, channel: usize, barrier: Barrier, now_ns: u64) -> Alignment {
-        self.on_barrier(channel, barrier, now_ns, 0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn b(id: u64) -> Barrier {
-        Barrier { id, trigger_ns: 0, unaligned: false }
-    }
-
-    #[test]
-    fn aligns_over_all_live_channels() {
-        let mut a = BarrierAligner::new(3);
-        assert_eq!(a.on_barrier_at(0, b(1), 10), Alignment::Waiting);
-        assert!(a.complete(|_| false).is_none());
-        assert_eq!(a.on_barrier_at(2, b(1), 20), Alignment::Waiting);
-        assert!(a.complete(|_| false).is_none());
-        // Channel 1 ended: it counts as aligned.
-        assert_eq!(a.complete(|i| i == 1), Some((b(1), 10)));
-        assert_eq!(a.on_barrier_at(1, b(1), 30), Alignment::Stale, "a late copy of a done barrier");
-    }
-
-    #[test]
-    fn newer_barriers_supersede_and_aborts_reset() {
-        let mut a = BarrierAligner::new(2);
-        a.on_barrier_at(0, b(1), 0);
-        assert_eq!(a.on_barrier_at(1, b(2), 5), Alignment::Superseded);
-        assert_eq!(a.on_barrier_at(0, b(1), 6), Alignment::Stale);
-        assert_eq!(a.on_barrier_at(0, b(2), 7), Alignment::Waiting);
-        assert_eq!(a.complete(|_| false), Some((b(2), 5)));
-        a.on_barrier_at(0, b(3), 8);
-        assert!(a.abort(3));
-        assert!(a.complete(|_| false).is_none());
-        assert_eq!(a.on_barrier_at(1, b(3), 9), Alignment::Stale);
-    }
-
-    /// Model test: random barrier orders over several channels against a simple model (the
-    /// set of channels that delivered each id).
-    #[test]
-    fn random_schedules_match_a_model() {
-        let mut seed = 7u64;
-        let mut next = move || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            seed >> 33
-        };
-        for _ in 0..2000 {
-            let channels = 1 + (next() % 4) as usize;
-            let mut a = BarrierAligner::new(channels);
-            // Each channel delivers barriers 1, 2, 3 in order; interleave channels randomly.
-            let mut progress = vec![0u64; channels];
-            let mut completed = Vec::new();
-            while progress.iter().any(|&p| p < 3) {
-                let ch = (next() % channels as u64) as usize;
-                if progress[ch] == 3 {
-                    continue;
-                }
-                progress[ch] += 1;
-                a.on_barrier_at(ch, b(progress[ch]), 0);
-                if let Some((bar, _)) = a.complete(|_| false) {
-                    // Model: complete only when every channel has delivered this id.
-                    assert!(progress.iter().all(|&p| p >= bar.id), "completed {} early: {progress:?}", bar.id);
-                    completed.push(bar.id);
-                }
-            }
-            assert!(completed.windows(2).all(|w| w[0] < w[1]), "{completed:?}");
-            assert_eq!(completed.last(), Some(&3), "the last barrier always completes");
         }
     }
 }

@@ -13,7 +13,8 @@ use super::graph::{
     channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, Edge, Graph, MakeChannels,
     Node, NodeKind,
 };
-use super::task::{decode_inflight, inflight_part, Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
+use super::task::{Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
+use crate::barrier::inflight::{decode_inflight, inflight_part};
 use crate::channel::{InputGate, Partitioning};
 use crate::collector::Collector;
 use crate::context::{RestoreView, TaskContext};

@@ -6,8 +6,8 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::task::{JobControl, Task};
+use crate::barrier::TaskCheckpointing;
 use crate::channel::{channel, ChannelReader, ChannelWriter, KeyRouter, OutChannel, Partitioner, Partitioning};
-use crate::checkpoint::task::TaskCheckpointing;
 use crate::collector::{Collector, FanOut, Nowhere};
 use crate::context::TaskContext;
 use crate::error::Result;

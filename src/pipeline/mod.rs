@@ -6,7 +6,6 @@
 //! `sink`, `source`, `state`, `wake`.
 
 mod api;
-mod barriers;
 pub(crate) mod graph;
 mod plan;
 mod task;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use super::graph::{AnyBox, ChannelSpec, Graph, NodeKind};
 use super::task::{JobControl, Task};
+use crate::barrier::{BarrierAligner, TaskCheckpointing};
 use crate::channel::Partitioning;
 use crate::checkpoint::coordinator::TaskEndpoint;
-use crate::checkpoint::task::{BarrierAligner, TaskAck, TaskCheckpointing};
+use crate::checkpoint::task::TaskAck;
 use crate::checkpoint::{CheckpointMode, CheckpointStorage};
 use crate::context::{AttemptScope, Clock, TaskContext};
 use crate::error::{Error, Result};
@@ -68,6 +69,13 @@ fn validate(graph: &Graph) -> Result<()> {
     }
     let mut names = std::collections::HashSet::new();
     for n in &graph.nodes {
+        if n.name.contains(crate::snapshot::PART_SEPARATOR) {
+            return Err(Error::config(format!(
+                "operator name '{}' holds '{}', which names the parts of a checkpoint; choose another name",
+                n.name,
+                crate::snapshot::PART_SEPARATOR
+            )));
+        }
         if !names.insert(n.name.clone()) {
             return Err(Error::config(format!("two operators are named '{}'; names must be unique", n.name)));
         }

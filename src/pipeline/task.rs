@@ -8,16 +8,16 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::barriers::{self, GatePair, TaskIdent};
-use crate::channel::Entry;
+use crate::barrier::BarrierAligner;
+use crate::barrier::{self as barriers, apply_notice, GatePair, TaskCheckpointing, TaskIdent};
 use crate::channel::{GatePoll, InputGate};
-use crate::checkpoint::task::{BarrierAligner, TaskCheckpointing, TaskControl, TaskStats};
+use crate::checkpoint::task::{TaskControl, TaskStats};
 use crate::collector::Collector;
 use crate::context::TaskContext;
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::operator::{Left, Right, TwoInputOperator};
-use crate::persist::{to_bytes, Persist};
+use crate::persist::Persist;
 use crate::record::Timestamp;
 use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, RawBytes, TaskSnapshot};
 use crate::source::{Source, SourcePoll};
@@ -295,32 +295,6 @@ enum Phase {
     Done,
 }
 
-/// Handles the coordinator's notices for a task whose chain head is `notify`; returns whether
-/// an alignment or capture in progress was abandoned.
-pub(crate) fn apply_notice(
-    cp: &mut TaskCheckpointing,
-    notice: CheckpointNotice,
-    notify: &mut dyn FnMut(CheckpointNotice) -> Result<()>,
-) -> Result<bool> {
-    let mut unblock = false;
-    if let Some(pages) = &cp.pages {
-        pages.on_notice(notice);
-    }
-    if let CheckpointNotice::Aborted(id) = notice {
-        unblock = cp.aligner.abort(id);
-        if cp.pending_unaligned.as_ref().is_some_and(|p| p.snapshot.barrier.id == id) {
-            cp.pending_unaligned = None;
-            unblock = true;
-        }
-        cp.unaligned_done = cp.unaligned_done.max(id);
-    }
-    notify(notice)?;
-    if let CheckpointNotice::Complete(id) = notice {
-        cp.completion_applied(id);
-    }
-    Ok(unblock)
-}
-
 /// A source subtask and its chain.
 pub(crate) struct SourceTask<T> {
     name: String,
@@ -446,23 +420,6 @@ impl<T: Send> Task for SourceTask<T> {
             }
         }
     }
-}
-
-/// The name under which a task stores the in-flight data of its input `input`.
-pub(crate) fn inflight_part(operator: &str, input: usize) -> String {
-    format!("{operator}#inflight{input}")
-}
-
-/// Encodes one gate's captured in-flight data.
-pub(crate) fn encode_inflight<T: Persist>(data: Vec<(usize, Vec<Entry<T>>)>) -> Vec<u8> {
-    let data: Vec<(u64, Vec<Entry<T>>)> = data.into_iter().map(|(c, e)| (c as u64, e)).collect();
-    to_bytes(&data)
-}
-
-/// Decodes in-flight data written by [`encode_inflight`].
-pub(crate) fn decode_inflight<T: Persist>(bytes: &[u8]) -> Result<Vec<(usize, Vec<Entry<T>>)>> {
-    let data: Vec<(u64, Vec<Entry<T>>)> = crate::persist::from_bytes(bytes)?;
-    Ok(data.into_iter().map(|(c, e)| (c as usize, e)).collect())
 }
 
 fn ident(ctx: &TaskContext) -> TaskIdent {

@@ -230,19 +230,21 @@ impl JobHandle {
     /// `<dir>/savepoint-<id>/`, and returns that folder. The job goes on. Needs checkpointing
     /// (the savepoint is written through the checkpoint coordinator).
     pub fn trigger_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<std::path::PathBuf> {
-        self.take_savepoint(dir).map(|(_, path)| path)
+        self.take_savepoint(dir, false).map(|(_, path)| path)
     }
 
-    /// Whether the current attempt is finishing: its final checkpoint completed and its
-    /// sources are ending their streams (or, without checkpointing, a task has finished); no
-    /// checkpoint or savepoint can complete any more.
+    /// Whether the current attempt is finishing: its final checkpoint started (every source
+    /// is at the end of its input) or completed and the sources are ending their streams (or,
+    /// without checkpointing, a task has finished); no savepoint can be taken any more.
     pub fn is_finishing(&self) -> bool {
         self.attempt.as_ref().is_some_and(|a| {
-            a.scope.input_ended.load(Ordering::SeqCst) || a.scope.finished_tasks.load(Ordering::SeqCst) > 0
+            a.scope.input_ended.load(Ordering::SeqCst)
+                || a.scope.final_started.load(Ordering::SeqCst)
+                || a.scope.finished_tasks.load(Ordering::SeqCst) > 0
         })
     }
 
-    fn take_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<(u64, std::path::PathBuf)> {
+    fn take_savepoint(&self, dir: impl Into<std::path::PathBuf>, stop: bool) -> Result<(u64, std::path::PathBuf)> {
         let timeout = match &self.job.graph.borrow().checkpointing {
             Some(c) => c.timeout,
             None => {
@@ -254,7 +256,7 @@ impl JobHandle {
         let sender = self.attempt.as_ref().and_then(|a| a.savepoints.clone()).ok_or(Error::Cancelled)?;
         let (reply, answer) = std::sync::mpsc::channel();
         sender
-            .send(SavepointRequest { dir, reply })
+            .send(SavepointRequest { dir, reply, stop })
             .map_err(|_| Error::Checkpoint("the job ended before the savepoint was taken".into()))?;
         match answer.recv_timeout(timeout) {
             Ok(Ok(taken)) => Ok(taken),
@@ -272,7 +274,7 @@ impl JobHandle {
     /// ([`JobHandle::is_finishing`]), it is stopped gracefully and finishes instead. Says which
     /// it did.
     pub fn stop_with_savepoint(self, dir: impl Into<std::path::PathBuf>) -> Result<Stopped> {
-        let (id, path) = match self.take_savepoint(dir) {
+        let (id, path) = match self.take_savepoint(dir, true) {
             Ok(taken) => taken,
             Err(_) if self.is_finishing() => {
                 self.stop();
@@ -551,6 +553,7 @@ pub(crate) fn prepare_attempt(
                 finished_tasks: scope.finished_tasks.clone(),
                 sources_at_end: scope.sources_at_end.clone(),
                 input_ended: scope.input_ended.clone(),
+                final_started: scope.final_started.clone(),
             },
             lock,
             crash,

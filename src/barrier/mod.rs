@@ -1,5 +1,12 @@
-//! How a task with inputs takes part in a checkpoint, written once for one- and two-input
-//! tasks over [`Inputs`] (the task's channels, numbered across its gates):
+//! The task side of the barrier protocol, in one place: what a task does when a barrier
+//! reaches one of its inputs (in-band, or overtaking through a priority slot), on every poll
+//! (alignment timeouts, captures completed), and when the coordinator's control messages
+//! arrive (completion and abort notices). Events come in through `before_poll`,
+//! `on_inband`, `on_priority` and `on_poll`; the actions go out through two narrow
+//! interfaces — `Inputs` (block and unblock a channel, capture its in-flight data) and
+//! `ChainHead` (snapshot the chain and forward the barrier) — and as acknowledgements or
+//! declines to the coordinator (`TaskCheckpointing`).
+//!
 //!
 //! - aligned (exactly-once blocks each channel that delivered the barrier; at-least-once only
 //!   counts), snapshotting when every live channel delivered it;
@@ -12,16 +19,165 @@
 //!
 //! (Carbone et al. 2015 for aligned barriers; Flink's FLIP-76 for unaligned checkpoints.)
 
+//!
+//! Submodules: [`aligner`] (which channels delivered the barrier being aligned) and
+//! `inflight` (how captured in-flight data is named and encoded).
+//!
+//! May touch: `channel`, `checkpoint`, `collector`, `context`, `error`, `faults`, `operator`,
+//! `persist`, `snapshot`.
+
+pub mod aligner;
+pub(crate) mod inflight;
+
+pub use aligner::{Alignment, BarrierAligner};
+
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
-use super::task::{apply_notice, encode_inflight, inflight_part};
 use crate::channel::InputGate;
-use crate::checkpoint::task::{Alignment, PendingSnapshot, TaskCheckpointing, TaskControl, TaskStats};
+use crate::checkpoint::task::{
+    CommitsApplied, SnapshotWrite, SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats,
+};
+use crate::checkpoint::{write_task_snapshot, CheckpointMode, CheckpointStorage, PageIndex};
 use crate::collector::Collector;
-use crate::error::Result;
+use crate::context::Clock;
+use crate::error::{Error, Result};
 use crate::operator::TwoInputOperator;
 use crate::persist::Persist;
-use crate::snapshot::{Barrier, CheckpointNotice, RawBytes, TaskSnapshot};
+use crate::snapshot::{Barrier, CheckpointNotice, FaultInjector, RawBytes, TaskSnapshot};
+use inflight::{encode_inflight, inflight_part};
+
+/// An unaligned checkpoint whose synchronous part is done at this task while its in-flight
+/// data is still being captured.
+pub(crate) struct PendingSnapshot {
+    pub(crate) snapshot: TaskSnapshot,
+    pub(crate) stats: TaskStats,
+    pub(crate) started_ns: u64,
+}
+
+/// Everything a task needs to take part in checkpoints.
+pub(crate) struct TaskCheckpointing {
+    pub(crate) task: usize,
+    pub(crate) mode: CheckpointMode,
+    /// Unaligned checkpoints: barriers arrive in priority slots.
+    pub(crate) unaligned: bool,
+    pub(crate) pending_unaligned: Option<PendingSnapshot>,
+    /// The newest unaligned checkpoint snapshotted (or abandoned) here.
+    pub(crate) unaligned_done: u64,
+    pub(crate) control: Receiver<TaskControl>,
+    pub(crate) acks: Sender<TaskAck>,
+    pub(crate) storage: Arc<CheckpointStorage>,
+    pub(crate) writer: Arc<dyn SnapshotWriter>,
+    /// Incremental checkpoints: where this task's pages were stored.
+    pub(crate) pages: Option<Arc<PageIndex>>,
+    pub(crate) faults: Option<Arc<FaultInjector>>,
+    pub(crate) clock: Clock,
+    pub(crate) aligner: BarrierAligner,
+    /// With unaligned on: switch a checkpoint to unaligned here after aligning this long.
+    pub(crate) alignment_timeout_ns: Option<u64>,
+    /// Where this task counts the completion notices it applied.
+    pub(crate) commits: Arc<CommitsApplied>,
+}
+
+impl TaskCheckpointing {
+    /// This task's chain heard (and its sinks committed) checkpoint `id`'s completion.
+    pub(crate) fn completion_applied(&self, id: u64) {
+        self.commits.applied(self.task, id);
+    }
+
+    /// The next message from the coordinator, if any (never blocks).
+    #[inline]
+    pub(crate) fn next_control(&self) -> Option<TaskControl> {
+        self.control.try_recv().ok()
+    }
+
+    /// Whether input gates block a channel that delivered a barrier.
+    pub(crate) fn blocks(&self) -> bool {
+        self.mode == CheckpointMode::ExactlyOnce
+    }
+
+    /// The synchronous part's failure point (tests).
+    pub(crate) fn check_sync_fault(&self, barrier: &Barrier, task_name: &str) -> Result<()> {
+        if self.faults.as_ref().is_some_and(|f| f.fail_sync(barrier.id)) {
+            return Err(Error::OperatorPanicked {
+                operator: task_name.to_string(),
+                subtask: 0,
+                message: format!("injected failure in the synchronous part of checkpoint {}", barrier.id),
+            });
+        }
+        Ok(())
+    }
+
+    /// Tells the coordinator this task cannot take checkpoint `id`.
+    pub(crate) fn decline(&self, id: u64, reason: Error) {
+        let _ = self.acks.send(TaskAck { checkpoint: id, task: self.task, result: Err(reason) });
+    }
+
+    /// Hands a captured snapshot to the background writer, which acknowledges it (or declines
+    /// it) to the coordinator when done. `stats` has the synchronous figures filled in.
+    pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
+        let (task, storage, faults, clock, pages) =
+            (self.task, self.storage.clone(), self.faults.clone(), self.clock.clone(), self.pages.clone());
+        let id = snapshot.barrier.id;
+        let write: SnapshotWrite = Box::new(move || {
+            let start = clock.now_ns();
+            let result = (|| {
+                if faults.as_ref().is_some_and(|f| f.fail_async(id)) {
+                    return Err(Error::Checkpoint(format!(
+                        "injected failure in the asynchronous part of checkpoint {id}"
+                    )));
+                }
+                if let Some(e) = faults.as_ref().and_then(|f| f.storage_write(id)) {
+                    let path = storage.checkpoint_dir(id).join(format!("task-{task}.state"));
+                    return Err(Error::io("cannot write task state", path, e));
+                }
+                let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot)?;
+                // In-flight data is counted apart (it is written among the parts).
+                stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);
+                stats.written_bytes += w.written_bytes.saturating_sub(stats.inflight_bytes);
+                stats.async_ns = clock.now_ns() - start;
+                Ok(TaskDone { file: w.file, digest: w.file_digest, stats, shared: w.shared })
+            })();
+            TaskAck { checkpoint: id, task, result }
+        });
+        if self.writer.submit(write).is_err() {
+            self.decline(
+                id,
+                Error::Checkpoint(format!(
+                    "{} snapshot writes are already queued or running (the limit): the checkpoint storage is slower \
+                     than the checkpoint interval",
+                    self.writer.limit_writes()
+                )),
+            );
+        }
+    }
+}
+
+/// Handles the coordinator's notices for a task whose chain head is `notify`; returns whether
+/// an alignment or capture in progress was abandoned.
+pub(crate) fn apply_notice(
+    cp: &mut TaskCheckpointing,
+    notice: CheckpointNotice,
+    notify: &mut dyn FnMut(CheckpointNotice) -> Result<()>,
+) -> Result<bool> {
+    let mut unblock = false;
+    if let Some(pages) = &cp.pages {
+        pages.on_notice(notice);
+    }
+    if let CheckpointNotice::Aborted(id) = notice {
+        unblock = cp.aligner.abort(id);
+        if cp.pending_unaligned.as_ref().is_some_and(|p| p.snapshot.barrier.id == id) {
+            cp.pending_unaligned = None;
+            unblock = true;
+        }
+        cp.unaligned_done = cp.unaligned_done.max(id);
+    }
+    notify(notice)?;
+    if let CheckpointNotice::Complete(id) = notice {
+        cp.completion_applied(id);
+    }
+    Ok(unblock)
+}
 
 /// The head of a task's chain as checkpoints see it: it takes the barrier (every operator
 /// captures its state and forwards it) and hears the coordinator's notices.
@@ -370,8 +526,7 @@ fn switch_to_unaligned(
 /// (`Some(true)`), joins the one in progress (`Some(false)`), or is stale (`None`). A newer
 /// one supersedes an older one still capturing, which is declined.
 fn begin_unaligned(cp: &mut TaskCheckpointing, barrier: &Barrier) -> Option<bool> {
-    // A newer checkpoint was snapshotted here already (aligned or not).
-    if barrier.id <= cp.unaligned_done || barrier.id <= cp.aligner.done() {
+    if barrier.id <= cp.unaligned_done {
         return None;
     }
     if let Some(p) = &cp.pending_unaligned {
@@ -386,6 +541,10 @@ fn begin_unaligned(cp: &mut TaskCheckpointing, barrier: &Barrier) -> Option<bool
             return Some(true);
         }
         return Some(false);
+    }
+    // No capture in progress: this checkpoint or a newer one was snapshotted here aligned.
+    if barrier.id <= cp.aligner.done() {
+        return None;
     }
     Some(true)
 }
