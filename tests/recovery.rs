@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
