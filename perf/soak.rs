@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir::checkpoint::{CheckpointConfig, RestartStrategy};
+use weir::prng::mix;
 use weir::snapshot::{Fault, FaultInjector};
 use weir::source::Generator;
 use weir::{Job, RunConfig, Window};
@@ -33,12 +34,6 @@ const WINDOW_MS: u64 = 1_000;
 const WINDOW_RATE: f64 = 100_000.0;
 /// An injected failure of its window operator every this many records (about every 4 s).
 const WINDOW_FAIL_EVERY: u64 = 400_000;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z ^ (z >> 31)
-}
 
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

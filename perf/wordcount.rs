@@ -23,18 +23,12 @@ use std::time::{Duration, Instant};
 
 use weir::checkpoint::{CheckpointConfig, CheckpointMode};
 use weir::metrics::group_digits;
+use weir::prng::mix;
 use weir::source::TextSource;
 use weir::RunConfig;
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str) -> Option<T> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|s| s.parse().ok())
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Eight files of English-like text: a skewed vocabulary of 100,000 words (a few very

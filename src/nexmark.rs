@@ -10,13 +10,14 @@
 //! replayed and split over subtasks. Text fields other than a person's name (needed by q8) are
 //! left out: the queries here do not read them.
 //!
-//! May touch: `operator::window`, `persist`, `pipeline`, `record`, `source`.
+//! May touch: `operator::window`, `persist`, `pipeline`, `prng`, `record`, `source`.
 
 use std::collections::HashMap;
 
 use crate::operator::window::{Window, WindowBounds};
 use crate::persist::{take, Persist};
 use crate::pipeline::Job;
+use crate::prng::mix;
 use crate::record::Word;
 use crate::source::Generator;
 
@@ -137,13 +138,6 @@ impl Event {
             Event::Bid(b) => b.date_time,
         }
     }
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Random numbers for event `n`: the `k`-th draw.

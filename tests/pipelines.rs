@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use weir::jobs::wordcount;
+use weir::prng::mix;
 use weir::source::{Generator, TextSource};
 use weir::{Error, Job, RunConfig, Window, WindowBounds};
 
@@ -12,14 +13,6 @@ const PARALLELISMS: [usize; 3] = [1, 2, 4];
 
 fn config() -> RunConfig {
     RunConfig::default().workers(2)
-}
-
-/// A deterministic pseudo-random number (splitmix64).
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 fn write_corpus(dir: &Path) {

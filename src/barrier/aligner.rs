@@ -156,11 +156,8 @@ mod tests {
     /// set of channels that delivered each id).
     #[test]
     fn random_schedules_match_a_model() {
-        let mut seed = 7u64;
-        let mut next = move || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            seed >> 33
-        };
+        let mut rng = crate::prng::Prng::new(7);
+        let mut next = move || rng.next_u64() >> 33;
         for _ in 0..2000 {
             let channels = 1 + (next() % 4) as usize;
             let mut a = BarrierAligner::new(channels);

@@ -243,15 +243,10 @@ pub fn write_task_snapshot(
 mod tests {
     use super::*;
     use crate::checkpoint::storage::test_metadata;
+    use crate::prng::mix;
     use crate::snapshot::Barrier;
     use crate::state::{KeyedValueState, Snapshot};
     use std::collections::HashSet;
-
-    fn mix(mut z: u64) -> u64 {
-        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z ^ (z >> 31)
-    }
 
     /// Writes one checkpoint of `state` (one task, one part) and commits it.
     fn checkpoint(
