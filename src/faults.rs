@@ -58,6 +58,13 @@ pub enum Fault {
         /// The checkpoint id.
         checkpoint: u64,
     },
+    /// End the whole process (exit status 70) once the first task has applied checkpoint
+    /// `checkpoint`'s completion (its sinks committed, if it has any) and before the others
+    /// have.
+    ExitAfterFirstCommit {
+        /// The checkpoint id.
+        checkpoint: u64,
+    },
     /// End the whole process (exit status 70) after checkpoint `checkpoint`'s `_metadata` was
     /// written to its temporary file and before it was renamed into place.
     ExitBeforeMetadataRename {
@@ -142,6 +149,11 @@ impl FaultInjector {
     /// Whether the process should end after checkpoint `id`'s metadata (the coordinator asks).
     pub fn exit_before_commit(&self, id: u64) -> bool {
         self.fire_if(|f| *f == Fault::ExitBeforeCommit { checkpoint: id })
+    }
+
+    /// Whether the process should end now that a task applied checkpoint `id`'s completion.
+    pub fn exit_after_first_commit(&self, id: u64) -> bool {
+        self.fire_if(|f| *f == Fault::ExitAfterFirstCommit { checkpoint: id })
     }
 
     /// Whether the process should end between writing checkpoint `id`'s metadata and renaming

@@ -203,6 +203,15 @@ struct CheckpointArgs {
     #[cfg(feature = "testing")]
     #[arg(long, hide = true)]
     exit_before_commit: Option<u64>,
+    /// Tests only: end the process once the first task committed checkpoint N, before the
+    /// others heard it completed.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true)]
+    exit_after_first_commit: Option<u64>,
+    /// Tests only: end the process with checkpoint N's `_metadata` written and not renamed.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true)]
+    exit_before_metadata_rename: Option<u64>,
     /// Tests only (the soak run): fail the counting operator every N words it receives, and
     /// restart without limit.
     #[cfg(feature = "testing")]
@@ -217,6 +226,12 @@ impl CheckpointArgs {
         let mut faults = Vec::new();
         if let Some(n) = self.exit_before_commit {
             faults.push(weir::faults::Fault::ExitBeforeCommit { checkpoint: n });
+        }
+        if let Some(n) = self.exit_after_first_commit {
+            faults.push(weir::faults::Fault::ExitAfterFirstCommit { checkpoint: n });
+        }
+        if let Some(n) = self.exit_before_metadata_rename {
+            faults.push(weir::faults::Fault::ExitBeforeMetadataRename { checkpoint: n });
         }
         if let Some(every) = self.fail_every_words {
             faults.extend(

@@ -175,6 +175,10 @@ pub(crate) fn apply_notice(
     notify(notice)?;
     if let CheckpointNotice::Complete(id) = notice {
         cp.completion_applied(id);
+        if cp.faults.as_ref().is_some_and(|f| f.exit_after_first_commit(id)) {
+            eprintln!("injected crash: task {} committed checkpoint {id}, and not every task heard it", cp.task);
+            std::process::exit(70);
+        }
     }
     Ok(unblock)
 }

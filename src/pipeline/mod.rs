@@ -13,7 +13,7 @@ mod task;
 pub use api::{Job, KeyedStream, LineStream, Stream, WindowedStream, DEFAULT_EXTERNAL_RING};
 pub(crate) use graph::Graph;
 pub(crate) use plan::{build as build_plan, CheckpointWiring, PlanEnv, PlanLimits};
-pub(crate) use task::{JobControl, Task, TaskPoll};
+pub(crate) use task::{poll_catching_panics, JobControl, Task, TaskPoll};
 
 /// The text of a panic payload.
 pub(crate) fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {

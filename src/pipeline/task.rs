@@ -36,6 +36,14 @@ pub(crate) trait Task: Send {
     fn poll(&mut self) -> Result<TaskPoll>;
 }
 
+/// Polls `task`, turning a panic outside its operators' guards (a bug in weir) into an
+/// error naming the task, as every operator's own panic already is.
+pub(crate) fn poll_catching_panics(task: &mut dyn Task) -> Result<TaskPoll> {
+    catch_unwind(AssertUnwindSafe(|| task.poll())).unwrap_or_else(|p| {
+        Err(Error::OperatorPanicked { operator: task.name().to_string(), subtask: 0, message: panic_message(p) })
+    })
+}
+
 /// Job-wide control flags, shared by the handle, the workers and the source tasks.
 #[derive(Default, Debug)]
 pub(crate) struct JobControl {

@@ -1,12 +1,11 @@
 //! One worker thread: polls its tasks until all finish, the job fails, or it is cancelled.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::pipeline::{JobControl, Task, TaskPoll};
+use crate::pipeline::{poll_catching_panics, JobControl, Task, TaskPoll};
 use crate::wake::Parker;
 
 /// Idle rounds spent spinning, then yielding, before a worker parks.
@@ -90,15 +89,7 @@ impl Worker {
             let mut progress = false;
             let mut i = 0;
             while i < self.tasks.len() {
-                let task = &mut self.tasks[i];
-                let polled = catch_unwind(AssertUnwindSafe(|| task.poll())).unwrap_or_else(|p| {
-                    Err(Error::OperatorPanicked {
-                        operator: task.name().to_string(),
-                        subtask: 0,
-                        message: crate::pipeline::panic_text(p),
-                    })
-                });
-                match polled {
+                match poll_catching_panics(&mut *self.tasks[i]) {
                     Ok(TaskPoll::Progress) => progress = true,
                     Ok(TaskPoll::Idle) => {}
                     Ok(TaskPoll::Finished) => {

@@ -23,14 +23,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::checkpoint::coordinator::{Command, CrashPoint, CrashSchedule};
-use crate::checkpoint::task::{SnapshotWrite, SnapshotWriter};
+use crate::checkpoint::task::{SnapshotWrite, SnapshotWriter, TaskControl};
 use crate::checkpoint::{CheckpointConfig, CheckpointMode, CheckpointStorage, DirectoryLock, FinishedJob};
 use crate::context::Clock;
 use crate::error::{Error, Result};
-use crate::pipeline::{Job, Task, TaskPoll};
+use crate::pipeline::{poll_catching_panics, Job, Task, TaskPoll};
 use crate::prng::Prng;
 use crate::runtime::{prepare_attempt, AttemptEnv, AttemptShared, RunConfig};
 use crate::sink::CommittedOutput;
+use crate::snapshot::CheckpointNotice;
 use crate::wake::Parker;
 
 /// The checkpointing of a simulated job.
@@ -388,6 +389,8 @@ enum Fault {
     Fence(u64),
     /// A task fails within a few steps after the `n`-th restart's restore.
     FailsAfterRestore(u32),
+    /// The process dies once some tasks, not all, applied checkpoint `id`'s completion.
+    CrashMidCompletion(u64),
     /// At step `n`, a stop with a savepoint: once the savepoint's sink transactions are all
     /// committed the job stops, and a new job in a new checkpoint directory starts from it.
     StopWithSavepoint(u64),
@@ -414,6 +417,9 @@ impl fmt::Display for Fault {
             Fault::Fence(n) => write!(f, "directory lock taken away at step {n}"),
             Fault::FailsAfterRestore(n) => write!(f, "task failure right after restore {n}"),
             Fault::StopWithSavepoint(n) => write!(f, "stop with a savepoint at step {n}, then a start from it"),
+            Fault::CrashMidCompletion(id) => {
+                write!(f, "crash once some tasks, not all, applied checkpoint {id}'s completion")
+            }
         }
     }
 }
@@ -487,7 +493,7 @@ impl Schedule {
         for _ in 0..s.rng.between(1, 3) {
             let at = s.rng.below(steps);
             let id = s.rng.between(1, checkpoints + 2);
-            let fault = match s.rng.below(10) {
+            let fault = match s.rng.below(11) {
                 0 | 1 => Fault::TaskFails(at),
                 2 => Fault::Crash(at),
                 3 => Fault::CrashAt(CrashPoint::MetadataNotRenamed, id),
@@ -496,6 +502,7 @@ impl Schedule {
                 6 => Fault::WriteFails(at),
                 7 => Fault::Fence(at),
                 8 => Fault::StopWithSavepoint(at),
+                9 => Fault::CrashMidCompletion(id),
                 _ => Fault::FailsAfterRestore(s.rng.between(1, 2) as u32),
             };
             s.faults.push(fault);
@@ -538,6 +545,8 @@ enum AttemptEnd {
     Crashed,
     /// Stopped with the savepoint in this folder, its transactions committed.
     Stopped(PathBuf),
+    /// The run did not end within this many steps.
+    Stuck(u64),
 }
 
 /// The message of the task failures the simulator injects.
@@ -671,6 +680,11 @@ where
                     drop(lock);
                     continue 'processes;
                 }
+                AttemptEnd::Stuck(steps) => {
+                    break 'processes Err(format!(
+                        "the run did not finish in {steps} steps (a livelock, or a checkpoint that can never complete)"
+                    ));
+                }
                 AttemptEnd::Stopped(savepoint) => {
                     // The user starts the job again from the savepoint, in a new directory.
                     restarts += 1;
@@ -774,25 +788,37 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
     // A failure right after the restore: within the attempt's first few steps.
     let fail_at_step = fail_soon.then(|| stats.steps + schedule.rng.below(4));
     let mut failed_write_due = false;
-    let deliver =
-        |commands: Vec<Command>, endpoints: &[crate::checkpoint::coordinator::TaskEndpoint]| -> Option<AttemptEnd> {
-            let mut end = None;
-            for c in commands {
-                match c {
-                    Command::Send(task, msg) => {
-                        let _ = endpoints[task].control.send(msg);
+    // Carries out the coordinator's commands; a completion notice armed for a crash schedules
+    // the crash a few steps on, when some tasks have applied it (their sinks committed) and
+    // others not yet.
+    let deliver = |commands: Vec<Command>,
+                   endpoints: &[crate::checkpoint::coordinator::TaskEndpoint],
+                   schedule: &mut Schedule,
+                   step: u64|
+     -> Option<AttemptEnd> {
+        let mut end = None;
+        for c in commands {
+            match c {
+                Command::Send(task, msg) => {
+                    if let TaskControl::Notice(CheckpointNotice::Complete(id)) = msg {
+                        if schedule.take(|f| *f == Fault::CrashMidCompletion(id)).is_some() {
+                            let soon = step + schedule.rng.between(1, 2 * endpoints.len() as u64);
+                            schedule.faults.push(Fault::Crash(soon));
+                        }
                     }
-                    Command::Fail(e) => end = end.or(Some(AttemptEnd::Failed(e))),
-                    Command::Crash(..) => return Some(AttemptEnd::Crashed),
+                    let _ = endpoints[task].control.send(msg);
                 }
+                Command::Fail(e) => end = end.or(Some(AttemptEnd::Failed(e))),
+                Command::Crash(..) => return Some(AttemptEnd::Crashed),
             }
-            end
-        };
+        }
+        end
+    };
     loop {
         stats.steps += 1;
         let step = stats.steps;
         if step > max_steps {
-            return AttemptEnd::Failed(Error::config(format!("the run did not finish in {max_steps} steps")));
+            return AttemptEnd::Stuck(max_steps);
         }
         if schedule.take(|f| matches!(f, Fault::Crash(n) if *n <= step)).is_some() {
             crash_writes(writes, &mut schedule.rng);
@@ -840,7 +866,7 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
             if let Some(c) = coordinator.as_mut() {
                 let now = time.load(Ordering::Relaxed);
                 let commands = c.core.on_tick(now);
-                if let Some(end) = deliver(commands, &c.endpoints) {
+                if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
                     return settle(end, writes, &mut coordinator, &mut schedule.rng);
                 }
             }
@@ -858,7 +884,7 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
                 }
                 if let Some(c) = coordinator.as_mut() {
                     let commands = c.core.on_ack(ack, time.load(Ordering::Relaxed));
-                    if let Some(end) = deliver(commands, &c.endpoints) {
+                    if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
                         return settle(end, writes, &mut coordinator, &mut schedule.rng);
                     }
                 }
@@ -869,7 +895,7 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
         if let Some(c) = coordinator.as_mut() {
             while let Ok(ack) = c.acks.try_recv() {
                 let commands = c.core.on_ack(ack, time.load(Ordering::Relaxed));
-                if let Some(end) = deliver(commands, &c.endpoints) {
+                if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
                     return settle(end, writes, &mut coordinator, &mut schedule.rng);
                 }
             }
@@ -893,15 +919,7 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
                 Error::OperatorPanicked { operator: tasks[i].name().to_string(), subtask: 0, message: INJECTED.into() };
             return settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng);
         }
-        let task = &mut tasks[i];
-        let polled = catch_unwind(AssertUnwindSafe(|| task.poll())).unwrap_or_else(|p| {
-            Err(Error::OperatorPanicked {
-                operator: task.name().to_string(),
-                subtask: 0,
-                message: crate::pipeline::panic_text(p),
-            })
-        });
-        match polled {
+        match poll_catching_panics(&mut *tasks[i]) {
             Ok(TaskPoll::Finished) => {
                 scope.finished_tasks.fetch_add(1, Ordering::SeqCst);
                 tasks.swap_remove(i);
