@@ -58,12 +58,16 @@ fn a_directory_of_another_job_is_refused() {
 fn checkpoints_in_another_format_version_are_refused_not_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let complete = leave_checkpoints(dir.path());
-    // As an older weir would have written it: the same files, version 1 in the header.
+    // As an older weir would have written it: the same files, version 1 in a header whose
+    // checksum holds (a header that checks out only as this version's is damage instead:
+    // `a_damaged_version_field_is_damage_not_another_version`).
     let newest = *complete.last().unwrap();
     let metadata = CheckpointStorage::new(dir.path()).checkpoint_dir(newest).join(METADATA_FILE);
     let mut bytes = std::fs::read(&metadata).unwrap();
     assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), FORMAT_VERSION);
     bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes[..44]);
+    bytes[44..48].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&metadata, bytes).unwrap();
 
     let err = job(dir.path(), false, false).execute(RunConfig::default().workers(2)).unwrap_err().to_string();
@@ -78,6 +82,27 @@ fn checkpoints_in_another_format_version_are_refused_not_skipped() {
         std::process::Command::new(env!("CARGO_BIN_EXE_weir")).arg("checkpoints").arg(dir.path()).output().unwrap();
     let text = String::from_utf8_lossy(&listing.stdout).into_owned() + &String::from_utf8_lossy(&listing.stderr);
     assert!(!listing.status.success() && text.contains("format version 1"), "{text}");
+}
+
+/// Found by the simulator (`weir simulate --job keyed --mode unaligned --seeds 536`): one bit
+/// flipped in the version field of the newest `_metadata` made the directory look like
+/// another weir's, and recovery refused to start instead of falling back past the damage.
+#[test]
+fn a_damaged_version_field_is_damage_not_another_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let complete = leave_checkpoints(dir.path());
+    let newest = *complete.last().unwrap();
+    let metadata = CheckpointStorage::new(dir.path()).checkpoint_dir(newest).join(METADATA_FILE);
+    let mut bytes = std::fs::read(&metadata).unwrap();
+    bytes[4] ^= 0x20;
+    std::fs::write(&metadata, bytes).unwrap();
+    let mut handle = job(dir.path(), false, false).start(RunConfig::default().workers(2)).unwrap();
+    handle.wait().unwrap();
+    let notes = handle.notes().join("\n");
+    assert!(notes.contains(&format!("checkpoint {newest} is damaged and was skipped")), "{notes}");
+    if let [.., previous, _] = complete[..] {
+        assert!(notes.contains(&format!("restored from checkpoint {previous}")), "{notes}");
+    }
 }
 
 #[test]

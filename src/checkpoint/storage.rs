@@ -991,10 +991,27 @@ impl CheckpointStorage {
     /// The format version `_metadata` of checkpoint `id` declares, if it has a weir header
     /// (read from the header alone: a checkpoint of another version is not damage but a
     /// different program's, and must not be skipped as if it were).
+    ///
+    /// A header of this version whose version field alone was damaged (its checksum holds
+    /// once the field reads this version) is this version's, and damaged: recovery must fall
+    /// back past it, not refuse the directory as another weir's.
     pub fn format_version(&self, id: u64) -> Option<u32> {
-        let mut header = [0u8; 8];
-        File::open(self.checkpoint_dir(id).join(METADATA_FILE)).and_then(|mut f| f.read_exact(&mut header)).ok()?;
-        (header[..4] == MAGIC).then(|| u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")))
+        let mut header = [0u8; HEADER_BYTES];
+        let mut f = File::open(self.checkpoint_dir(id).join(METADATA_FILE)).ok()?;
+        let read = f.read(&mut header).ok()?;
+        if read < 8 || header[..4] != MAGIC {
+            return None;
+        }
+        let version = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        if version != FORMAT_VERSION && read == HEADER_BYTES {
+            let mut current = header;
+            current[4..8].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+            let crc = u32::from_le_bytes(header[44..48].try_into().expect("4 bytes"));
+            if crc32c::crc32c(&current[..44]) == crc {
+                return Some(FORMAT_VERSION);
+            }
+        }
+        Some(version)
     }
 
     /// The newest checkpoint that verifies, and the newer complete ones skipped as damaged.
