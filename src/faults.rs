@@ -71,6 +71,19 @@ pub enum Fault {
         /// The checkpoint id.
         checkpoint: u64,
     },
+    /// End the whole process (exit status 70) in the middle of a task's write of checkpoint
+    /// `checkpoint`: its task file is left half written, and no acknowledgement is sent.
+    ExitMidTaskWrite {
+        /// The checkpoint id.
+        checkpoint: u64,
+    },
+    /// Fail the first task polled in the attempt after restart `restart` (counted from 1):
+    /// a failure right after the restore (from a checkpoint, or from the start when none had
+    /// completed), before the attempt got anywhere.
+    RightAfterRestore {
+        /// Which restart.
+        restart: u64,
+    },
 }
 
 /// What an injected storage failure looks like to the code that writes.
@@ -108,6 +121,8 @@ pub struct FaultInjector {
     /// A record fault already fired in this attempt: the next may fire only after a restart
     /// (two subtasks failing at once would otherwise spend two faults on one failover).
     record_fault_this_attempt: AtomicBool,
+    /// Attempts started, the first included.
+    attempts: AtomicU64,
 }
 
 impl FaultInjector {
@@ -124,6 +139,18 @@ impl FaultInjector {
     /// A new attempt of the job starts (called by the runtime).
     pub fn new_attempt(&self) {
         self.record_fault_this_attempt.store(false, Ordering::SeqCst);
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether the task being polled should fail now, right after this attempt's restore.
+    pub fn fail_after_restore(&self) -> bool {
+        let restart = self.attempts.load(Ordering::SeqCst).saturating_sub(1);
+        restart > 0 && self.fire_if(|f| *f == Fault::RightAfterRestore { restart })
+    }
+
+    /// Whether the process should die in the middle of writing a task file of checkpoint `id`.
+    pub fn exit_mid_task_write(&self, id: u64) -> bool {
+        self.fire_if(|f| *f == Fault::ExitMidTaskWrite { checkpoint: id })
     }
 
     /// How many faults have fired.

@@ -39,4 +39,10 @@ impl FaultInjector {
     pub(crate) fn exit_after_first_commit(&self, _checkpoint: u64) -> bool {
         false
     }
+    pub(crate) fn fail_after_restore(&self) -> bool {
+        false
+    }
+    pub(crate) fn exit_mid_task_write(&self, _checkpoint: u64) -> bool {
+        false
+    }
 }

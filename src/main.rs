@@ -212,6 +212,10 @@ struct CheckpointArgs {
     #[cfg(feature = "testing")]
     #[arg(long, hide = true)]
     exit_before_metadata_rename: Option<u64>,
+    /// Tests only: end the process in the middle of a task's write of checkpoint N.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true)]
+    exit_mid_task_write: Option<u64>,
     /// Tests only (the soak run): fail the counting operator every N words it receives, and
     /// restart without limit.
     #[cfg(feature = "testing")]
@@ -232,6 +236,9 @@ impl CheckpointArgs {
         }
         if let Some(n) = self.exit_before_metadata_rename {
             faults.push(weir::faults::Fault::ExitBeforeMetadataRename { checkpoint: n });
+        }
+        if let Some(n) = self.exit_mid_task_write {
+            faults.push(weir::faults::Fault::ExitMidTaskWrite { checkpoint: n });
         }
         if let Some(every) = self.fail_every_words {
             faults.extend(

@@ -200,14 +200,19 @@ fn a_crash_between_pre_commit_and_commit_leaves_no_duplicate_and_no_gap() {
 
 /// The crash points of the checkpoint path, on the final checkpoint of a bounded job (with an
 /// hour's interval it is the first, so where it lands does not depend on the machine's speed):
-/// `_metadata` written and not renamed (the checkpoint does not exist; the rerun starts over),
+/// a task file half written, or `_metadata` written and not renamed (either way the checkpoint
+/// does not exist, and the rerun starts over),
 /// and the process dying once the first task applied the completion (its sinks committed, if
 /// it has any) while the others had not heard (the rerun restores it and commits the rest). Either way every count appears exactly once.
 #[test]
 fn crashes_mid_metadata_and_mid_commit_leave_every_count_exactly_once() {
     let input = tempfile::tempdir().unwrap();
     let expected = write_corpus(input.path());
-    for (flag, resumes) in [("--exit-before-metadata-rename", false), ("--exit-after-first-commit", true)] {
+    for (flag, resumes) in [
+        ("--exit-mid-task-write", false),
+        ("--exit-before-metadata-rename", false),
+        ("--exit-after-first-commit", true),
+    ] {
         let (out, chk_root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let chk = chk_root.path().join("chk");
         let args = ["--parallelism", "2", "--interval-ms", "3600000"];
@@ -223,7 +228,14 @@ fn crashes_mid_metadata_and_mid_commit_leave_every_count_exactly_once() {
             // The first task to hear may be a source (nothing to commit) or a sink subtask.
             assert!(committed < 2, "{flag}: both sink subtasks committed before the crash");
         } else {
-            assert!(chk.join("chk-1/_metadata.inprogress").exists() && !chk.join("chk-1/_metadata").exists());
+            assert!(!chk.join("chk-1/_metadata").exists(), "{flag}: checkpoint 1 never completed");
+            let left = |suffix: &str| {
+                std::fs::read_dir(chk.join("chk-1"))
+                    .unwrap()
+                    .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(suffix))
+            };
+            let what = if flag == "--exit-mid-task-write" { ".state" } else { "_metadata.inprogress" };
+            assert!(left(what), "{flag}: the crash leaves a {what} file behind");
         }
         let rerun = common::wordcount(input.path(), out.path(), &chk, &args).output().unwrap();
         let text = String::from_utf8_lossy(&rerun.stderr).into_owned();

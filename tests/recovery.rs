@@ -125,6 +125,8 @@ fn schedule(seed: u64, operator: &str, records: u64) -> Vec<Fault> {
         Fault::SyncSnapshot { checkpoint: 1 + mix(seed + 2) % 3 },
         Fault::AsyncSnapshot { checkpoint: 2 + mix(seed + 3) % 3 },
         Fault::Decline { checkpoint: 1 + mix(seed + 4) % 4 },
+        // The first task polled after the first restore fails before it got anywhere.
+        Fault::RightAfterRestore { restart: 1 },
     ]
 }
 

@@ -132,6 +132,15 @@ impl TaskCheckpointing {
                     return Err(Error::io("cannot write task state", path, e));
                 }
                 let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot)?;
+                if faults.as_ref().is_some_and(|f| f.exit_mid_task_write(id)) {
+                    // What the process dying mid-write leaves: half the file, no acknowledgement.
+                    let path = storage.checkpoint_dir(id).join(&w.file);
+                    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
+                        let _ = f.set_len(w.file_digest.bytes / 2);
+                    }
+                    eprintln!("injected crash: task {task}'s file of checkpoint {id} is half written");
+                    std::process::exit(70);
+                }
                 // In-flight data is counted apart (it is written among the parts).
                 stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);
                 stats.written_bytes += w.written_bytes.saturating_sub(stats.inflight_bytes);

@@ -372,6 +372,13 @@ impl<T: Send> Task for SourceTask<T> {
         if self.phase == Phase::Done {
             return Ok(TaskPoll::Finished);
         }
+        if self.ctx.faults.as_ref().is_some_and(|f| f.fail_after_restore()) {
+            return Err(Error::OperatorPanicked {
+                operator: self.ctx.operator.to_string(),
+                subtask: self.ctx.subtask,
+                message: "injected failure right after the restore".into(),
+            });
+        }
         while let Some(msg) = self.checkpointing.as_ref().and_then(|c| c.next_control()) {
             match msg {
                 TaskControl::Trigger(b) if matches!(self.phase, Phase::Running | Phase::AtEnd) => self.checkpoint(b)?,
