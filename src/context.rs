@@ -4,7 +4,7 @@
 //! ([`TaskContext::now_ns`]): the wall clock in production, a clock the simulator
 //! ([`crate::simulation`]) advances by hand under simulation, so a seed decides every timeout.
 //!
-//! May touch: `metrics`, `snapshot`, `wake`.
+//! May touch: `metrics`, `record`, `snapshot`, `wake`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,8 @@
 //! `fuzz/` and the proptest run in `tests/readers_fuzz.rs` call these, so both exercise the
 //! same readers. Not part of the API (hidden from the docs).
 //!
-//! May touch: `checkpoint`, `persist`, `source` (the word encoding), `nexmark` (its events).
+//! May touch: `checkpoint`, `error`, `nexmark` (its events), `persist`, `source` (the word
+//! encoding).
 
 use std::path::Path;
 

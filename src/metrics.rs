@@ -6,7 +6,7 @@
 //! Histograms are per subtask and merged once, when the subtask ends, so the record path never
 //! takes a lock.
 //!
-//! May touch: nothing else in the crate.
+//! May touch: `checkpoint` (the statistics of completed checkpoints, in the job report).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -10,7 +10,8 @@
 //! replayed and split over subtasks. Text fields other than a person's name (needed by q8) are
 //! left out: the queries here do not read them.
 //!
-//! May touch: `operator::window`, `persist`, `pipeline`, `prng`, `record`, `source`.
+//! May touch: `error`, `operator::window`, `persist`, `pipeline`, `prng`, `record`, `runtime`,
+//! `source`.
 
 use std::collections::HashMap;
 

@@ -7,7 +7,7 @@
 //! Asynchronous Snapshots for Distributed Dataflows", 2015), a variant of Chandy and Lamport's
 //! distributed snapshots (1985).
 //!
-//! May touch: `error`, `persist`.
+//! May touch: `error`, `faults`, `persist`.
 
 use std::collections::HashMap;
 use std::io::{self, Write};

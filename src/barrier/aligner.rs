@@ -2,7 +2,7 @@
 //! checkpoint being aligned (Carbone et al. 2015), with a model test against the plain
 //! definition.
 //!
-//! May touch: `snapshot`.
+//! May touch: `prng`, `snapshot`.
 
 use crate::snapshot::Barrier;
 

@@ -14,7 +14,7 @@
 //! Each side keeps its own `u64` sequence counter (entries written / read), since rtrb exposes
 //! none; unaligned checkpoints will name ring positions with them.
 //!
-//! May touch: `collector`, `record`, `error`.
+//! May touch: `collector`, `error`, `persist`, `record`, `snapshot`, `wake`.
 
 mod gate;
 mod partition;

@@ -7,7 +7,7 @@
 //! aborted never becomes a reference, so every reference points into a file that a completed
 //! (and so retained, until a newer one completes) checkpoint names.
 //!
-//! May touch: `checkpoint::storage`, `snapshot`.
+//! May touch: `checkpoint::storage`, `error`, `prng`, `snapshot`, `state`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;

@@ -9,7 +9,7 @@
 //! - `join`: keyed two-input window join.
 //! - `latency`: the event-creation-to-here latency probe.
 //!
-//! May touch: `collector`, `context`, `error`, `metrics`, `record`, `state`.
+//! May touch: `collector`, `context`, `error`, `metrics`, `record`, `snapshot`, `state`.
 
 /// Forwards watermark, end and drain to `next` (shared by every one-output operator).
 macro_rules! forward_control {

@@ -3,7 +3,7 @@
 //! list state. Small (a few thousand records), so a seed takes milliseconds; each commits its
 //! output as `(u64, u64, u64)` rows.
 //!
-//! May touch: `operator`, `pipeline`, `prng`, `record`, `sink`, `source`, `state`.
+//! May touch: `error`, `operator`, `pipeline`, `prng`, `record`, `sink`, `source`, `state`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,8 @@
 //!
 //! [`check`] runs a user's own job so; `weir simulate` runs weir's ([`jobs`]).
 //!
-//! May touch: `checkpoint`, `context`, `error`, `pipeline`, `prng`, `runtime`, `sink`.
+//! May touch: `checkpoint`, `context`, `error`, `pipeline`, `prng`, `runtime`, `sink`, `snapshot`,
+//! `wake`.
 
 pub mod jobs;
 

@@ -8,7 +8,7 @@
 //! not appends). The table is keyed state, checkpointed and redistributed by key group when the
 //! job is restored at another parallelism.
 //!
-//! May touch: `context`, `error`, `record`, `snapshot`, `state`.
+//! May touch: `context`, `error`, `persist`, `record`, `snapshot`, `state`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

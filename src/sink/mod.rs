@@ -11,7 +11,7 @@
 //! - `pull`: the embedding API, a lock-free ring from the job to a host thread.
 //!
 //! May touch: `channel` (the pull sink's ring), `collector`, `context`, `error`, `metrics`,
-//! `record`, `wake`.
+//! `persist`, `record`, `snapshot`, `wake`.
 
 mod latest;
 mod pull;

@@ -25,7 +25,7 @@
 //! folder is committed output, and each record is in exactly one of them.
 //! Old subtasks' files are handled by subtask `old % parallelism` (rescaling).
 //!
-//! May touch: `context`, `error`, `persist`, `snapshot`.
+//! May touch: `context`, `error`, `persist`, `record`, `snapshot`.
 
 use std::fs::File;
 use std::io;
