@@ -84,9 +84,9 @@ fn checkpoints_in_another_format_version_are_refused_not_skipped() {
     assert!(!listing.status.success() && text.contains("format version 1"), "{text}");
 }
 
-/// Found by the simulator (`weir simulate --job keyed --mode unaligned --seeds 536`): one bit
-/// flipped in the version field of the newest `_metadata` made the directory look like
-/// another weir's, and recovery refused to start instead of falling back past the damage.
+/// Found by the simulator (a damaged-file fault of the keyed job, unaligned): one bit flipped
+/// in the version field of the newest `_metadata` made the directory look like another
+/// weir's, and recovery refused to start instead of falling back past the damage.
 #[test]
 fn a_damaged_version_field_is_damage_not_another_version() {
     let dir = tempfile::tempdir().unwrap();
