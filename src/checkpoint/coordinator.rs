@@ -646,3 +646,110 @@ pub(crate) fn run_thread(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::incremental::write_task_snapshot;
+    use crate::snapshot::TaskSnapshot;
+
+    /// A coordinator over one source (task 0) and one other task (task 1), on a clock it
+    /// does not read (every event carries its time).
+    fn core(dir: &std::path::Path) -> CoordinatorCore {
+        let storage = Arc::new(CheckpointStorage::for_job(dir, "f"));
+        let (lock, _) = DirectoryLock::acquire(&storage, "test").unwrap();
+        let config = CheckpointConfig::new(dir).interval(Duration::from_millis(10));
+        CoordinatorCore::new(CoordinatorSetup {
+            config,
+            storage,
+            tasks: vec![(0, "source".into(), true), (1, "sink".into(), false)],
+            clock: Clock::manual(Arc::new(std::sync::atomic::AtomicU64::new(0))),
+            first_id: 1,
+            completed: Vec::new(),
+            job: "test".into(),
+            fingerprint: "f".into(),
+            stats: Arc::default(),
+            failures: Arc::default(),
+            next_id: Arc::default(),
+            end: EndOfJob::default(),
+            lock: Arc::new(lock),
+            crash: None,
+        })
+    }
+
+    /// What the tasks would acknowledge for `barrier`: their (empty) snapshots, written.
+    fn ack(core: &CoordinatorCore, task: usize, barrier: Barrier) -> TaskAck {
+        let w = write_task_snapshot(&core.s.storage, None, task, &TaskSnapshot::new(barrier)).unwrap();
+        let done = TaskDone { file: w.file, digest: w.file_digest, stats: TaskStats::default(), shared: w.shared };
+        TaskAck { checkpoint: barrier.id, task, result: Ok(done) }
+    }
+
+    fn triggered(commands: &[Command]) -> Vec<Barrier> {
+        commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::Send(0, TaskControl::Trigger(b)) => Some(*b),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn completed(commands: &[Command]) -> Vec<u64> {
+        commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::Send(1, TaskControl::Notice(CheckpointNotice::Complete(id))) => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Found by the simulator: a stop-with-savepoint let later checkpoints (the final one
+    /// too) commit output after the savepoint. It runs alone, and nothing starts after it.
+    #[test]
+    fn a_stop_with_savepoint_runs_alone_and_nothing_starts_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = core(&dir.path().join("chk"));
+        let ms = 1_000_000;
+        let first = triggered(&c.on_tick(10 * ms));
+        assert_eq!(first.iter().map(|b| b.id).collect::<Vec<_>>(), vec![1]);
+        let (reply, answer) = std::sync::mpsc::channel();
+        c.on_savepoint(SavepointRequest { dir: dir.path().join("sp"), reply, stop: true });
+        let commands = c.on_tick(11 * ms);
+        // Checkpoint 1 is aborted for the savepoint, which is triggered aligned.
+        assert!(commands
+            .iter()
+            .any(|c| matches!(c, Command::Send(1, TaskControl::Notice(CheckpointNotice::Aborted(1))))));
+        let savepoint = triggered(&commands);
+        assert_eq!(savepoint.len(), 1);
+        assert!(!savepoint[0].unaligned);
+        // Every source is at its end while the savepoint is in flight: no final checkpoint yet.
+        c.s.end.sources_at_end.store(1, Ordering::SeqCst);
+        assert!(triggered(&c.on_tick(30 * ms)).is_empty(), "nothing starts beside a savepoint");
+        let a = ack(&c, 0, savepoint[0]);
+        assert!(c.on_ack(a, 31 * ms).is_empty());
+        let b = ack(&c, 1, savepoint[0]);
+        assert_eq!(completed(&c.on_ack(b, 32 * ms)), vec![savepoint[0].id]);
+        assert!(answer.try_recv().unwrap().is_ok(), "the savepoint was written");
+        // Stopping: neither a checkpoint nor the final one starts any more.
+        for t in 40..60 {
+            assert!(triggered(&c.on_tick(t * ms)).is_empty(), "a checkpoint after a stop-with-savepoint");
+        }
+    }
+
+    /// A savepoint is refused once the final checkpoint started: the job is finishing.
+    #[test]
+    fn a_savepoint_is_refused_once_the_final_checkpoint_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = core(&dir.path().join("chk"));
+        c.s.end.sources_at_end.store(1, Ordering::SeqCst);
+        let last = triggered(&c.on_tick(1));
+        assert_eq!(last.len(), 1, "the final checkpoint starts at once");
+        assert!(c.s.end.final_started.load(Ordering::SeqCst));
+        let (reply, answer) = std::sync::mpsc::channel();
+        c.on_savepoint(SavepointRequest { dir: dir.path().join("sp"), reply, stop: true });
+        assert!(triggered(&c.on_tick(2)).is_empty());
+        let refusal = answer.try_recv().unwrap().unwrap_err();
+        assert!(refusal.contains("finishing"), "{refusal}");
+    }
+}
