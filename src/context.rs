@@ -6,7 +6,7 @@
 //!
 //! May touch: `metrics`, `record`, `snapshot`, `wake`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -123,19 +123,28 @@ impl Recovery {
     }
 }
 
+/// How far one attempt of a job has got towards its end, shared by its tasks, its workers,
+/// its checkpoint coordinator and the job's handle.
+#[derive(Clone, Default)]
+pub(crate) struct EndOfJob {
+    /// Tasks that finished: once any has, no new checkpoint can complete.
+    pub(crate) finished_tasks: Arc<AtomicUsize>,
+    /// Source subtasks at the end of their input, waiting for the final checkpoint before
+    /// they end their streams (with checkpointing): once all are, the next checkpoint is the
+    /// final one.
+    pub(crate) sources_at_end: Arc<AtomicUsize>,
+    /// Set when the final checkpoint completed and the sources were told to end their streams.
+    pub(crate) input_ended: Arc<AtomicBool>,
+    /// Set when the final checkpoint was triggered: no savepoint can be taken any more.
+    pub(crate) final_started: Arc<AtomicBool>,
+}
+
 /// What belongs to one attempt of a job (a failover starts a new one).
 #[derive(Default)]
 pub struct AttemptScope {
     on_success: std::sync::Mutex<Vec<SuccessHook>>,
-    /// Tasks of this attempt that finished (no checkpoint can complete after the first).
-    pub(crate) finished_tasks: Arc<std::sync::atomic::AtomicUsize>,
-    /// Source subtasks of this attempt at the end of their input, waiting for the final
-    /// checkpoint before they end their streams (with checkpointing).
-    pub(crate) sources_at_end: Arc<std::sync::atomic::AtomicUsize>,
-    /// Set when the final checkpoint completed and the sources were told to end their streams.
-    pub(crate) input_ended: Arc<AtomicBool>,
-    /// Set when the final checkpoint was triggered (the job is finishing).
-    pub(crate) final_started: Arc<AtomicBool>,
+    /// How far the attempt has got towards the job's end.
+    pub(crate) end: EndOfJob,
     /// What this attempt restores from.
     pub(crate) recovery: Recovery,
     /// Messages from tasks for the job's notes.

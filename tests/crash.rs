@@ -1,6 +1,6 @@
 //! End-to-end exactly-once through process crashes: `weir wordcount` with checkpoints is
-//! killed with SIGKILL the moment a seeded checkpoint of the run completes (so while it
-//! commits, or as the next one starts), with no sleep to spread the kills,
+//! killed with SIGKILL the moment the run's first checkpoint completes (so while it commits,
+//! or as the next one starts), with no sleep to spread the kills,
 //! rerun with the same command until it completes, and its committed output is checked against
 //! a sequential count: with exactly-once, every word's counts 1, 2, …, n appear exactly once;
 //! with at-least-once, none is missing. A crash between pre-commit and commit leaves no
@@ -72,34 +72,27 @@ fn newest_complete(chk: &Path) -> Option<u64> {
     complete_checkpoints(chk).last().copied()
 }
 
-/// Runs to completion, killing each of the first `kills` runs as its first, second or third
-/// checkpoint (seeded) completes. Returns how many runs resumed from a checkpoint.
-fn run_with_kills(input: &Path, out: &Path, chk: &Path, extra: &[&str], seed: u64, kills: u64) -> usize {
+/// Runs to completion, killing each of the first `kills` runs as its first checkpoint
+/// completes. Returns how many runs resumed from a checkpoint.
+fn run_with_kills(input: &Path, out: &Path, chk: &Path, extra: &[&str], kills: u64) -> usize {
     let mut resumed = 0;
     for run in 0.. {
         assert!(run < kills + 20, "the job did not complete after {run} runs");
         let mut child = wordcount(input, out, chk, extra).spawn().unwrap();
         if run < kills {
-            // On events, not after a time: once this run completed 1 to 3 checkpoints, so
-            // that every killed run made progress and the next one resumes, however fast or
-            // slow the machine; the kill lands while that checkpoint commits or the next one
+            // On an event, not after a time: once this run completed a checkpoint, so that
+            // every killed run made progress and the next one resumes, however fast or slow
+            // the machine (waiting for more completions let a fast run reach its end before
+            // enough kills); the kill lands while that checkpoint commits or the next one
             // starts. (The bound only keeps a hung job from hanging the test.)
-            let completions = 1 + mix(seed * 1000 + run) % 3;
-            let mut last = newest_complete(chk);
-            let mut seen = 0;
+            let before = newest_complete(chk);
             let waiting = Instant::now();
-            while seen < completions
+            while newest_complete(chk) == before
                 && child.try_wait().unwrap().is_none()
                 && waiting.elapsed() < Duration::from_secs(120)
             {
-                let now = newest_complete(chk);
-                if now != last {
-                    seen += 1;
-                    last = now;
-                } else {
-                    // Polling the folder, not spreading the kill: it lands at the completion.
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                // Polling the folder, not spreading the kill: it lands at the completion.
+                std::thread::sleep(Duration::from_millis(1));
             }
             child.kill().unwrap(); // SIGKILL
         }
@@ -139,10 +132,10 @@ fn sigkill_at_random_moments_then_rerun_gives_every_count_exactly_once() {
         ("aligned incremental", &["--mode", "exactly-once", "--incremental", "--retain", "2"]),
         ("at-least-once", &["--mode", "at-least-once"]),
     ];
-    for (i, (what, extra)) in modes.iter().enumerate() {
+    for (what, extra) in modes.iter() {
         let (out, chk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let chk = chk.path().join("chk");
-        let r = run_with_kills(input.path(), out.path(), &chk, extra, i as u64 + 1, 6);
+        let r = run_with_kills(input.path(), out.path(), &chk, extra, 6);
         let committed = std::fs::read_dir(out.path()).unwrap().count();
         eprintln!("{what}: {r} of 7 runs resumed from a checkpoint; {committed} committed files");
         // Fewer than 6 when the job reached its end before a kill.

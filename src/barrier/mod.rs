@@ -134,10 +134,7 @@ impl TaskCheckpointing {
                 let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot)?;
                 if faults.as_ref().is_some_and(|f| f.exit_mid_task_write(id)) {
                     // What the process dying mid-write leaves: half the file, no acknowledgement.
-                    let path = storage.checkpoint_dir(id).join(&w.file);
-                    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
-                        let _ = f.set_len(w.file_digest.bytes / 2);
-                    }
+                    storage.cut_in_half(id, &w.file, w.file_digest.bytes);
                     eprintln!("injected crash: task {task}'s file of checkpoint {id} is half written");
                     std::process::exit(70);
                 }

@@ -438,33 +438,7 @@ fn advance<T>(
 mod tests {
     use super::*;
     use crate::channel::channel;
-    use crate::snapshot::{CheckpointNotice, TaskSnapshot};
-
-    /// Takes everything and keeps the records.
-    #[derive(Default)]
-    struct Records(Vec<u64>);
-
-    impl Collector<u64> for Records {
-        fn batch(&mut self, records: &mut Vec<u64>) -> Result<()> {
-            self.0.append(records);
-            Ok(())
-        }
-        fn watermark(&mut self, _: Timestamp) -> Result<()> {
-            Ok(())
-        }
-        fn end(&mut self) -> Result<()> {
-            Ok(())
-        }
-        fn drain(&mut self) -> Result<bool> {
-            Ok(true)
-        }
-        fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {
-            Ok(())
-        }
-        fn notify(&mut self, _: CheckpointNotice) -> Result<()> {
-            Ok(())
-        }
-    }
+    use crate::collector::Nowhere;
 
     fn barrier(id: u64) -> Barrier {
         Barrier { id, trigger_ns: 0, unaligned: false }
@@ -488,7 +462,7 @@ mod tests {
         let mut gate =
             one_channel_gate(&[Entry::Barrier(barrier(1)), Entry::Barrier(barrier(2)), Entry::Barrier(barrier(3))]);
         gate.start_capture();
-        let mut head = Records::default();
+        let mut head = Nowhere;
         for id in 1..=3 {
             assert_eq!(gate.poll(&mut head, 16).unwrap(), GatePoll::Barrier { channel: 0, barrier: barrier(id) });
         }

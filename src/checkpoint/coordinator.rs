@@ -17,7 +17,7 @@
 //! its one thread.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -26,7 +26,7 @@ use super::config::CheckpointConfig;
 use super::lock::DirectoryLock;
 use super::storage::{CheckpointMetadata, CheckpointStats, CheckpointStorage, SharedFile, TaskFile, FORMAT_VERSION};
 use super::task::{SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats};
-use crate::context::Clock;
+use crate::context::{Clock, EndOfJob};
 use crate::error::Error;
 use crate::snapshot::{Barrier, CheckpointNotice};
 
@@ -85,20 +85,6 @@ pub(crate) enum Command {
     Crash(CrashPoint, u64),
 }
 
-/// Shared with the attempt's tasks: how far the job has got towards its end.
-#[derive(Clone, Default)]
-pub(crate) struct EndOfJob {
-    /// Tasks that finished: once any has, no new checkpoint can complete.
-    pub(crate) finished_tasks: Arc<AtomicUsize>,
-    /// Source subtasks at the end of their input: once all are, the next checkpoint is the
-    /// final one, and its completion tells them to end their streams.
-    pub(crate) sources_at_end: Arc<AtomicUsize>,
-    /// Set once the sources were told to end their streams.
-    pub(crate) input_ended: Arc<AtomicBool>,
-    /// Set once the final checkpoint was triggered: no savepoint can be taken any more.
-    pub(crate) final_started: Arc<AtomicBool>,
-}
-
 /// Everything the coordinator needs to start an attempt.
 pub(crate) struct CoordinatorSetup {
     pub(crate) config: CheckpointConfig,
@@ -148,8 +134,6 @@ pub(crate) struct CoordinatorCore {
     /// Checkpoints aborted in this attempt, and when: other tasks may still be writing their
     /// parts into the folder, so it is removed again as their late acknowledgements come in.
     aborted: BTreeMap<u64, u64>,
-    /// Set when the lock check failed: the job is failing, and nothing more may complete.
-    fenced: bool,
     /// Set once the coordinator failed the job or crashed: it does nothing more.
     halted: bool,
     /// Set once a stop-with-savepoint completed: the job is stopping, and no checkpoint starts.
@@ -178,7 +162,6 @@ impl CoordinatorCore {
             savepoints: VecDeque::new(),
             deleted_shared: HashSet::new(),
             aborted: BTreeMap::new(),
-            fenced: false,
             halted: false,
             stopped: false,
             out: Vec::new(),
@@ -286,7 +269,7 @@ impl CoordinatorCore {
                     // Another process owns the directory now (touch nothing in it: its files
                     // may be the new owner's), or the process crashed: just stop.
                     Err(_) if self.halted => {}
-                    Err(reason) => self.failed(ack.checkpoint, &reason.to_string(), now_ns),
+                    Err(reason) => self.failed(ack.checkpoint, &reason.to_string()),
                 }
             }
             Err(e) if !e.is_retryable() => {
@@ -299,7 +282,7 @@ impl CoordinatorCore {
             }
             Err(e) => {
                 self.pending.remove(&ack.checkpoint);
-                self.failed(ack.checkpoint, &format!("task {} declined: {e}", ack.task), now_ns);
+                self.failed(ack.checkpoint, &format!("task {} declined: {e}", ack.task));
             }
         }
     }
@@ -322,7 +305,7 @@ impl CoordinatorCore {
         for id in expired {
             self.pending.remove(&id);
             let reason = format!("expired after {:?}", self.s.config.timeout);
-            self.failed(id, &reason, now);
+            self.failed(id, &reason);
             if self.halted {
                 return;
             }
@@ -403,10 +386,10 @@ impl CoordinatorCore {
         self.s.next_id.store(self.next_id, Ordering::SeqCst);
         self.next_trigger_ns = now.saturating_add(ns(config.interval));
         if let Err(e) = self.s.storage.prepare(id) {
-            return self.failed(id, &e.to_string(), now);
+            return self.failed(id, &e.to_string());
         }
         if self.injected_decline(id) {
-            return self.failed(id, "declined by the coordinator (injected)", now);
+            return self.failed(id, "declined by the coordinator (injected)");
         }
         let barrier = Barrier {
             id,
@@ -449,7 +432,7 @@ impl CoordinatorCore {
     }
 
     /// Aborts `id` and counts a failure; fails the job after too many in a row.
-    fn failed(&mut self, id: u64, reason: &str, _now_ns: u64) {
+    fn failed(&mut self, id: u64, reason: &str) {
         self.abort(id);
         self.record_failure(id, reason);
         self.consecutive_failures += 1;
@@ -470,16 +453,12 @@ impl CoordinatorCore {
         }
     }
 
-    /// Fails the job if this process no longer owns the checkpoint directory.
+    /// Fails the job (the core halts, touching nothing more in the directory) if this
+    /// process no longer owns the checkpoint directory.
     fn still_owner(&mut self) -> Result<(), Error> {
         self.s.lock.check().map_err(|e| {
-            let reason = Error::Fenced(match &e {
-                Error::Fenced(m) => m.clone(),
-                other => other.to_string(),
-            });
-            self.fenced = true;
             self.halt(e);
-            reason
+            Error::Cancelled
         })
     }
 
@@ -552,11 +531,9 @@ impl CoordinatorCore {
             return Err(Error::io("cannot write checkpoint metadata", path, e));
         }
         self.still_owner()?;
-        if self.s.crash.as_ref().is_some_and(|c| c.crash_at(CrashPoint::MetadataNotRenamed, id)) {
+        if self.crashes_at(CrashPoint::MetadataNotRenamed, id) {
             // What a crash between the write and the rename leaves: the temporary file only.
             let _ = self.s.storage.write_unpublished_metadata(&metadata);
-            self.halted = true;
-            self.out.push(Command::Crash(CrashPoint::MetadataNotRenamed, id));
             return Err(Error::Cancelled);
         }
         self.s.storage.commit(&metadata)?;

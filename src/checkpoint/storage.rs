@@ -779,6 +779,15 @@ impl CheckpointStorage {
         write_metadata(&self.checkpoint_dir(metadata.checkpoint), metadata)
     }
 
+    /// What the process dying in the middle of writing file `file` (of `bytes` bytes) of
+    /// checkpoint `id` leaves: its first half (fault injection).
+    pub(crate) fn cut_in_half(&self, id: u64, file: &str, bytes: u64) {
+        let path = self.checkpoint_dir(id).join(file);
+        if let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) {
+            let _ = f.set_len(bytes / 2);
+        }
+    }
+
     /// What a crash between writing `_metadata` and renaming it into place leaves: only the
     /// temporary file (fault injection).
     pub(crate) fn write_unpublished_metadata(&self, metadata: &CheckpointMetadata) -> Result<()> {

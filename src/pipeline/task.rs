@@ -425,7 +425,7 @@ impl<T: Send> Task for SourceTask<T> {
                 // written) before the final checkpoint, which then commits it.
                 self.out.watermark(Timestamp::MAX)?;
                 self.phase = Phase::AtEnd;
-                self.ctx.attempt.sources_at_end.fetch_add(1, Ordering::SeqCst);
+                self.ctx.attempt.end.sources_at_end.fetch_add(1, Ordering::SeqCst);
                 Ok(TaskPoll::Progress)
             }
             SourcePoll::Finished => {

@@ -16,9 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::coordinator::{
-    run_thread, CoordinatorCore, CoordinatorSetup, CrashSchedule, EndOfJob, SavepointRequest,
-};
+use crate::checkpoint::coordinator::{run_thread, CoordinatorCore, CoordinatorSetup, CrashSchedule, SavepointRequest};
 use crate::checkpoint::recovery::{recover_directory, restore_from_savepoint, JobIdentity};
 use crate::checkpoint::task::{CommitsApplied, PoolWriter, SnapshotWriter, DEFAULT_QUEUE_LIMIT_WRITES};
 use crate::checkpoint::{write_finished, CheckpointStats, CheckpointStorage, DirectoryLock, FinishedJob};
@@ -172,9 +170,6 @@ impl Stopped {
 pub struct JobHandle {
     job: Job,
     config: RunConfig,
-    control: Arc<JobControl>,
-    metrics: Arc<JobMetrics>,
-    stats: Arc<Mutex<Vec<CheckpointStats>>>,
     shared: Arc<AttemptShared>,
     attempt: Option<Attempt>,
     restarts: u32,
@@ -187,13 +182,13 @@ impl JobHandle {
     /// Ends the sources' streams: the job processes what is in flight, fires its windows, and
     /// finishes normally.
     pub fn stop(&self) {
-        self.control.stop.store(true, Ordering::SeqCst);
+        self.shared.control.stop.store(true, Ordering::SeqCst);
         self.wake_all();
     }
 
     /// Stops every worker at once; [`JobHandle::join`] then returns [`Error::Cancelled`].
     pub fn cancel(&self) {
-        self.control.cancel.store(true, Ordering::SeqCst);
+        self.shared.control.cancel.store(true, Ordering::SeqCst);
         self.wake_all();
     }
 
@@ -213,7 +208,7 @@ impl JobHandle {
 
     /// Live metrics.
     pub fn metrics(&self) -> &Arc<JobMetrics> {
-        &self.metrics
+        &self.shared.metrics
     }
 
     /// Time since the job started.
@@ -238,9 +233,10 @@ impl JobHandle {
     /// without checkpointing, a task has finished); no savepoint can be taken any more.
     pub fn is_finishing(&self) -> bool {
         self.attempt.as_ref().is_some_and(|a| {
-            a.scope.input_ended.load(Ordering::SeqCst)
-                || a.scope.final_started.load(Ordering::SeqCst)
-                || a.scope.finished_tasks.load(Ordering::SeqCst) > 0
+            let end = &a.scope.end;
+            end.input_ended.load(Ordering::SeqCst)
+                || end.final_started.load(Ordering::SeqCst)
+                || end.finished_tasks.load(Ordering::SeqCst) > 0
         })
     }
 
@@ -305,7 +301,7 @@ impl JobHandle {
 
     /// Statistics of the checkpoints completed so far.
     pub fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
-        self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Messages about recovery (restarts, restored checkpoints, damaged ones skipped), oldest
@@ -367,7 +363,7 @@ impl JobHandle {
             let _ = t.join();
         }
         if let Some(e) = a.state.take_error() {
-            let cancelled = self.control.cancel.load(Ordering::SeqCst);
+            let cancelled = self.shared.control.cancel.load(Ordering::SeqCst);
             let strategy = self.job.graph.borrow().checkpointing.as_ref().map(|c| c.restart);
             let delay = strategy.and_then(|s| s.delay(self.restarts));
             match delay {
@@ -411,12 +407,12 @@ impl JobHandle {
         }
         drop(graph);
         Some(Ok(JobReport {
-            source_records: self.metrics.source_records(),
-            sink_records: self.metrics.sink_records(),
-            late_records: self.metrics.late_records(),
+            source_records: self.shared.metrics.source_records(),
+            sink_records: self.shared.metrics.sink_records(),
+            late_records: self.shared.metrics.late_records(),
             elapsed: a.state.ended_at().map_or_else(|| self.started.elapsed(), |t| t - self.started),
             workers: self.workers,
-            latency_ns: self.metrics.latency(),
+            latency_ns: self.shared.metrics.latency(),
             checkpoints: self.checkpoint_stats(),
             restarts: self.restarts,
         }))
@@ -426,7 +422,7 @@ impl JobHandle {
 impl Drop for JobHandle {
     fn drop(&mut self) {
         if let Some(mut a) = self.attempt.take() {
-            self.control.cancel.store(true, Ordering::SeqCst);
+            self.shared.control.cancel.store(true, Ordering::SeqCst);
             for p in &a.parkers {
                 p.unpark_now();
             }
@@ -549,12 +545,7 @@ pub(crate) fn prepare_attempt(
             stats: stats.clone(),
             failures: shared.checkpoint_failures.clone(),
             next_id: shared.next_checkpoint.clone(),
-            end: EndOfJob {
-                finished_tasks: scope.finished_tasks.clone(),
-                sources_at_end: scope.sources_at_end.clone(),
-                input_ended: scope.input_ended.clone(),
-                final_started: scope.final_started.clone(),
-            },
+            end: scope.end.clone(),
             lock,
             crash,
         });
@@ -646,9 +637,6 @@ impl Job {
         if let Some(cfg) = &self.graph.borrow().checkpointing {
             cfg.validate()?;
         }
-        let control = Arc::new(JobControl::default());
-        let metrics = Arc::new(JobMetrics::default());
-        let stats = Arc::new(Mutex::new(Vec::new()));
         let mut notes = Vec::new();
         let lock = match &self.graph.borrow().checkpointing {
             Some(cfg) => {
@@ -659,20 +647,11 @@ impl Job {
             }
             None => None,
         };
-        let shared = Arc::new(AttemptShared {
-            lock,
-            control: control.clone(),
-            metrics: metrics.clone(),
-            stats: stats.clone(),
-            ..AttemptShared::default()
-        });
+        let shared = Arc::new(AttemptShared { lock, ..AttemptShared::default() });
         let attempt = start_attempt(&self, &config, &shared, &mut notes)?;
         Ok(JobHandle {
             job: self,
             config,
-            control,
-            metrics,
-            stats,
             shared,
             attempt: Some(attempt),
             restarts: 0,

@@ -93,7 +93,7 @@ impl Worker {
                     Ok(TaskPoll::Progress) => progress = true,
                     Ok(TaskPoll::Idle) => {}
                     Ok(TaskPoll::Finished) => {
-                        self.scope.finished_tasks.fetch_add(1, Ordering::SeqCst);
+                        self.scope.end.finished_tasks.fetch_add(1, Ordering::SeqCst);
                         self.tasks.swap_remove(i);
                         progress = true;
                         continue;

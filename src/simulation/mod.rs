@@ -641,8 +641,7 @@ where
                 writes: &writes,
                 stats: &mut stats,
                 max_steps: options.max_steps,
-                lock_file: dir.join(crate::checkpoint::LOCK_FILE),
-                savepoints: dir.with_extension("savepoints"),
+                dir: &dir,
                 lock: &lock,
             };
             let end = run_attempt(prepared, &mut world, fail_soon);
@@ -677,8 +676,6 @@ where
                     if restarts > MAX_RESTARTS {
                         break 'processes Err(format!("more than {MAX_RESTARTS} restarts"));
                     }
-                    drop(shared);
-                    drop(lock);
                     continue 'processes;
                 }
                 AttemptEnd::Stuck(steps) => {
@@ -696,9 +693,6 @@ where
                     if let Some(c) = graph.checkpointing.as_mut() {
                         c.dir = dir.clone();
                     }
-                    drop(graph);
-                    drop(shared);
-                    drop(lock);
                     continue 'processes;
                 }
                 AttemptEnd::Failed(Error::Fenced(_)) => {
@@ -706,8 +700,6 @@ where
                     // process in the simulation).
                     stats.crashes += 1;
                     restarts += 1;
-                    drop(shared);
-                    drop(lock);
                     continue 'processes;
                 }
                 // A panic the schedule did not inject is a bug (or a broken invariant) that a
@@ -770,15 +762,14 @@ struct World<'a> {
     writes: &'a QueuedWrites,
     stats: &'a mut RunStats,
     max_steps: u64,
-    lock_file: PathBuf,
-    /// Where stop-with-savepoint writes its savepoint.
-    savepoints: PathBuf,
+    /// The checkpoint directory (its lock file; stop-with-savepoint writes beside it).
+    dir: &'a Path,
     lock: &'a DirectoryLock,
 }
 
 /// Runs one attempt on this thread until it ends.
 fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>, fail_soon: bool) -> AttemptEnd {
-    let World { schedule, time, writes, stats, max_steps, lock_file, savepoints, lock } = world;
+    let World { schedule, time, writes, stats, max_steps, dir, lock } = world;
     // A stop with a savepoint in progress: its reply, then (id, folder) once it is taken.
     let mut stopping: Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), String>>> = None;
     let mut taken: Option<(u64, PathBuf)> = None;
@@ -826,7 +817,7 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
             return AttemptEnd::Crashed;
         }
         if coordinator.is_some() && schedule.take(|f| matches!(f, Fault::Fence(n) if *n <= step)).is_some() {
-            let _ = std::fs::remove_file(&*lock_file);
+            let _ = std::fs::remove_file(dir.join(crate::checkpoint::LOCK_FILE));
         }
         if schedule.take(|f| matches!(f, Fault::WriteFails(n) if *n <= step)).is_some() {
             failed_write_due = true;
@@ -836,7 +827,7 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
             {
                 let (reply, answer) = std::sync::mpsc::channel();
                 c.core.on_savepoint(crate::checkpoint::coordinator::SavepointRequest {
-                    dir: savepoints.clone(),
+                    dir: dir.with_extension("savepoints"),
                     reply,
                     stop: true,
                 });
@@ -922,7 +913,7 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
         }
         match poll_catching_panics(&mut *tasks[i]) {
             Ok(TaskPoll::Finished) => {
-                scope.finished_tasks.fetch_add(1, Ordering::SeqCst);
+                scope.end.finished_tasks.fetch_add(1, Ordering::SeqCst);
                 tasks.swap_remove(i);
             }
             Ok(_) => {}
@@ -938,10 +929,7 @@ fn crash_writes(writes: &QueuedWrites, rng: &mut Prng) {
         if rng.chance(1, 2) {
             let ack = write();
             if let Ok(done) = ack.result {
-                let path = writes.storage.checkpoint_dir(ack.checkpoint).join(&done.file);
-                if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
-                    let _ = f.set_len(done.digest.bytes / 2);
-                }
+                writes.storage.cut_in_half(ack.checkpoint, &done.file, done.digest.bytes);
             }
         }
     }
