@@ -7,13 +7,12 @@ use std::time::Instant;
 
 use weir::{Job, RunConfig};
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, weir::Persist)]
 struct Tick {
     symbol: u32,
     price: f64,
     sent_ns: u64,
 }
-weir::persist_struct!(Tick { symbol, price, sent_ns });
 
 fn main() -> weir::Result<()> {
     let clock = Instant::now();
@@ -29,12 +28,12 @@ fn main() -> weir::Result<()> {
         let tick =
             Tick { symbol: (i % 4) as u32, price: 100.0 + (i % 97) as f64, sent_ns: clock.elapsed().as_nanos() as u64 };
         let mut t = tick;
-        while let Err(back) = ticks.send(t) {
-            t = back;
+        while let Err(back) = ticks.try_send(t) {
+            t = back.into_event();
         }
         // Wait for this tick's result: one result per tick.
         loop {
-            if let Some(high) = highs.try_recv() {
+            if let Ok(high) = highs.try_recv() {
                 round_trips_ns.push(clock.elapsed().as_nanos() as u64 - tick.sent_ns);
                 let _ = high;
                 break;

@@ -6,20 +6,18 @@
 use weir::source::Generator;
 use weir::{Job, RunConfig, Window};
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, weir::Persist)]
 struct Order {
     id: u64,
     ts_ms: u64,
 }
-weir::persist_struct!(Order { id, ts_ms });
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, weir::Persist)]
 struct Payment {
     order: u64,
     amount_cents: u64,
     ts_ms: u64,
 }
-weir::persist_struct!(Payment { order, amount_cents, ts_ms });
 
 fn main() -> weir::Result<()> {
     let job = Job::new("orders-payments").with_parallelism(2);

@@ -6,13 +6,12 @@
 use weir::source::Generator;
 use weir::{Job, RunConfig, Window};
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, weir::Persist)]
 struct Click {
     user: u32,
     /// Event time in milliseconds.
     ts_ms: u64,
 }
-weir::persist_struct!(Click { user, ts_ms });
 
 fn main() -> weir::Result<()> {
     let job = Job::new("clicks").with_parallelism(2);

@@ -121,7 +121,7 @@ pub struct BenchConfig {
 }
 
 /// A benchmark event: a key, a value, and when it was created (job clock, ns).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
 pub struct BenchEvent {
     /// The key, in `0 .. keys`.
     pub key: u64,
@@ -130,8 +130,6 @@ pub struct BenchEvent {
     /// Creation time on the job clock, in nanoseconds (the event time too).
     pub created_ns: u64,
 }
-
-crate::persist_struct!(BenchEvent { key, value, created_ns });
 
 /// A sink that spends `cost_ns` per record (spinning: a stand-in for a slow external system).
 struct SlowSink {

@@ -47,6 +47,8 @@ impl Clock {
 /// The identity and environment of one subtask.
 #[derive(Clone)]
 pub struct TaskContext {
+    /// The job's name.
+    pub job: Arc<str>,
     /// The operator's name (unique within a job).
     pub operator: Arc<str>,
     /// This subtask's index, `0 .. parallelism`.
@@ -149,12 +151,15 @@ pub struct AttemptScope {
     pub(crate) recovery: Recovery,
     /// Messages from tasks for the job's notes.
     pub(crate) notes: std::sync::Mutex<Vec<String>>,
+    /// Whether the job takes checkpoints.
+    pub(crate) checkpointed: bool,
 }
 
 impl AttemptScope {
-    /// The scope of an attempt that restores from `recovery`.
-    pub(crate) fn new(recovery: Recovery) -> Self {
-        AttemptScope { recovery, ..AttemptScope::default() }
+    /// The scope of an attempt that restores from `recovery`, in a job that takes checkpoints
+    /// or not.
+    pub(crate) fn new(recovery: Recovery, checkpointed: bool) -> Self {
+        AttemptScope { recovery, checkpointed, ..AttemptScope::default() }
     }
 
     /// Runs the registered work: called once every task of the attempt has finished. Every
@@ -219,6 +224,11 @@ impl TaskContext {
         &self.metrics
     }
 
+    /// Whether the job takes checkpoints (a source that buffers for replay needs to know).
+    pub fn checkpointed(&self) -> bool {
+        self.attempt.checkpointed
+    }
+
     /// What this attempt of the job restores from.
     pub fn recovery(&self) -> &Recovery {
         &self.attempt.recovery
@@ -233,6 +243,7 @@ impl TaskContext {
     #[cfg(test)]
     pub(crate) fn for_test(operator: &str, subtask: usize, parallelism: usize) -> TaskContext {
         TaskContext {
+            job: "test".into(),
             operator: operator.into(),
             subtask,
             parallelism,

@@ -42,6 +42,19 @@ pub enum Error {
     Checkpoint(String),
     /// The job was cancelled before it finished.
     Cancelled,
+    /// A checkpoint's or savepoint's state for an operator does not decode as the operator's
+    /// types now (a record, key or accumulator type changed in a way that is not allowed: see
+    /// `weir::persist`). Not retryable: nothing is restored.
+    IncompatibleState {
+        /// The job's name.
+        job: String,
+        /// The operator whose state it is.
+        operator: String,
+        /// The checkpoint restored from (`None`: a savepoint given to start from).
+        checkpoint: Option<u64>,
+        /// What did not decode.
+        detail: String,
+    },
     /// This process no longer owns its checkpoint directory (another process took it over):
     /// it must not complete checkpoints or commit output. Not retryable.
     Fenced(String),
@@ -79,6 +92,15 @@ impl fmt::Display for Error {
             Error::Checkpoint(m) => write!(f, "checkpoint failed: {m}"),
             Error::Cancelled => write!(f, "the job was cancelled"),
             Error::Fenced(m) => write!(f, "lost ownership of the checkpoint directory: {m}"),
+            Error::IncompatibleState { job, operator, checkpoint, detail } => {
+                let from = checkpoint.map_or_else(|| "the savepoint".to_string(), |c| format!("checkpoint {c}"));
+                write!(
+                    f,
+                    "cannot restore job '{job}' from {from}: the state of operator '{operator}' does not decode as \
+                     its types now: {detail} (a type may only gain trailing #[persist(default)] fields and new enum \
+                     variants at the end; see weir::persist)"
+                )
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::record::Word;
 use crate::source::{Generator, TextSource};
 
 /// An event of the default job: a key and the time it was created (also its event time).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
 pub struct Event {
     /// The key, in `0 .. keys`.
     pub key: u64,
@@ -19,10 +19,8 @@ pub struct Event {
     pub created_ns: u64,
 }
 
-crate::persist_struct!(Event { key, created_ns });
-
 /// One window result of the default job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
 pub struct WindowCount {
     /// The key.
     pub key: u64,
@@ -31,8 +29,6 @@ pub struct WindowCount {
     /// Events of this key in the window.
     pub count: u64,
 }
-
-crate::persist_struct!(WindowCount { key, window, count });
 
 impl WindowCount {
     /// When the result could first be known: the window's last instant. Event time is

@@ -92,6 +92,9 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+// The derive's generated code names `::weir`, which this makes work inside weir too.
+extern crate self as weir;
+
 pub mod barrier;
 pub mod bench;
 pub mod channel;
@@ -132,3 +135,5 @@ pub use persist::Persist;
 pub use pipeline::{Job, KeyedStream, LineStream, Stream, WindowedStream};
 pub use record::{for_each_word, for_each_word_in_bytes, Key, Record, Timestamp, Word};
 pub use runtime::{JobHandle, RunConfig, Stopped};
+/// `#[derive(weir::Persist)]`: see [`persist`] for the encoding and how a type may evolve.
+pub use weir_derive::Persist;

@@ -46,7 +46,7 @@ const FIRST_NAMES: [&str; 8] = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky"
 const LAST_NAMES: [&str; 8] = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones"];
 
 /// A new user.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
 pub struct Person {
     /// Person id.
     pub id: u64,
@@ -57,7 +57,7 @@ pub struct Person {
 }
 
 /// A new auction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
 pub struct Auction {
     /// Auction id.
     pub id: u64,
@@ -76,7 +76,7 @@ pub struct Auction {
 }
 
 /// A bid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
 pub struct Bid {
     /// Auction id.
     pub auction: u64,
@@ -87,10 +87,6 @@ pub struct Bid {
     /// Event time, ms.
     pub date_time: u64,
 }
-
-crate::persist_struct!(Person { id, name, date_time });
-crate::persist_struct!(Auction { id, seller, category, initial_bid, reserve, date_time, expires });
-crate::persist_struct!(Bid { auction, bidder, price, date_time });
 
 /// One Nexmark event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

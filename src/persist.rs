@@ -4,14 +4,58 @@
 //! source offsets, sink transactions, in-flight records) writes them out. The encoding is
 //! little-endian and fixed-width for numbers, so a value's bytes do not depend on the
 //! machine's padding. Implemented for numbers, `bool`, `char`, `()`, tuples, arrays, `Option`,
-//! `Vec`, [`crate::Word`] and [`crate::WindowBounds`]; user structs get it from
-//! [`crate::persist_struct!`].
+//! `Vec`, `String`, `Box`, [`crate::Word`] and [`crate::WindowBounds`]; your own types get it
+//! from `#[derive(weir::Persist)]`.
+//!
+//! ```
+//! #[derive(Clone, Debug, PartialEq, weir::Persist)]
+//! struct Bid { auction: u64, bidder: String, price: u64 }
+//!
+//! use weir::persist::{from_bytes, to_bytes};
+//! let bid = Bid { auction: 1, bidder: "ann".into(), price: 2 };
+//! assert_eq!(from_bytes::<Bid>(&to_bytes(&bid)).unwrap(), bid);
+//! ```
+//!
+//! # State that evolves
+//!
+//! A derived struct (and each variant of a derived enum) is written as a length-prefixed frame
+//! of its fields in declaration order; an enum writes its variant's index first. Between a
+//! checkpoint or savepoint and the job that restores it, a type **may**:
+//! - gain fields at the end marked `#[persist(default)]` (they restore as `Default::default()`
+//!   from data written before them; Flink's POJO and Avro rule);
+//! - gain enum variants at the end;
+//! - rename fields, variants and the type itself (names are not stored).
+//!
+//! It **may not** remove, reorder or retype fields, insert fields before the end, reorder
+//! variants, or change a tuple, array or built-in type. Such a restore is refused with an error
+//! naming the job, the operator and the field that did not decode; nothing is restored halfway
+//! and no output is produced from wrong state.
+//!
+//! ```
+//! use weir::persist::{from_bytes, to_bytes};
+//! #[derive(weir::Persist)]
+//! struct Before { count: u64 }
+//! #[derive(Debug, PartialEq, weir::Persist)]
+//! struct After { count: u64, #[persist(default)] sum: u64 }
+//! assert_eq!(from_bytes::<After>(&to_bytes(&Before { count: 3 })).unwrap(), After { count: 3, sum: 0 });
+//!
+//! #[derive(Debug, weir::Persist)]
+//! struct Changed { count: u64, sum: u64 } // `sum` not marked: refused, and the error says why
+//! let err = from_bytes::<Changed>(&to_bytes(&Before { count: 3 })).unwrap_err().to_string();
+//! assert!(err.contains("field `sum` of Changed"), "{err}");
+//! ```
 //!
 //! May touch: `error`.
 
 use crate::error::{Error, Result};
 
 /// A value that can be written to and read back from a checkpoint.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be written to a checkpoint: it does not implement `weir::Persist`",
+    label = "records, keys and state must be `Persist`",
+    note = "add `#[derive(weir::Persist)]` to the type's definition (and `Clone`, which records need too)",
+    note = "numbers, bool, char, String, Vec, Box, Option, tuples and arrays of Persist types are Persist already"
+)]
 pub trait Persist: Sized {
     /// Appends the value's bytes.
     fn persist(&self, out: &mut Vec<u8>);
@@ -189,30 +233,155 @@ persist_tuple!(A, B, C, D, E, F);
 persist_tuple!(A, B, C, D, E, F, G);
 persist_tuple!(A, B, C, D, E, F, G, H);
 
-/// Implements [`Persist`] for a struct by persisting its fields in order.
-///
-/// ```
-/// #[derive(Clone, Copy, Debug, PartialEq)]
-/// struct Bid { auction: u64, price: u64 }
-/// weir::persist_struct!(Bid { auction, price });
-///
-/// use weir::persist::Persist;
-/// let mut bytes = Vec::new();
-/// Bid { auction: 1, price: 2 }.persist(&mut bytes);
-/// assert_eq!(Bid::restore(&mut bytes.as_slice()).unwrap(), Bid { auction: 1, price: 2 });
-/// ```
-#[macro_export]
-macro_rules! persist_struct {
-    ($t:ident { $($field:ident),* $(,)? }) => {
-        impl $crate::persist::Persist for $t {
-            fn persist(&self, out: &mut Vec<u8>) {
-                $($crate::persist::Persist::persist(&self.$field, out);)*
-            }
-            fn restore(input: &mut &[u8]) -> $crate::Result<Self> {
-                Ok($t { $($field: $crate::persist::Persist::restore(input)?),* })
-            }
+impl<T: Persist> Persist for Box<T> {
+    fn persist(&self, out: &mut Vec<u8>) {
+        (**self).persist(out)
+    }
+    fn restore(input: &mut &[u8]) -> Result<Self> {
+        T::restore(input).map(Box::new)
+    }
+}
+
+/// As a `Vec<T>`.
+impl<T: Persist> Persist for Box<[T]> {
+    fn persist(&self, out: &mut Vec<u8>) {
+        (self.len() as u64).persist(out);
+        for v in self.iter() {
+            v.persist(out);
         }
-    };
+    }
+    fn restore(input: &mut &[u8]) -> Result<Self> {
+        Vec::<T>::restore(input).map(Vec::into_boxed_slice)
+    }
+}
+
+/// As a `String`.
+impl Persist for Box<str> {
+    fn persist(&self, out: &mut Vec<u8>) {
+        (self.len() as u64).persist(out);
+        out.extend_from_slice(self.as_bytes());
+    }
+    fn restore(input: &mut &[u8]) -> Result<Self> {
+        String::restore(input).map(String::into_boxed_str)
+    }
+}
+
+impl<T> Persist for std::marker::PhantomData<T> {
+    fn persist(&self, _: &mut Vec<u8>) {}
+    fn restore(_: &mut &[u8]) -> Result<Self> {
+        Ok(std::marker::PhantomData)
+    }
+}
+
+// What `#[derive(Persist)]` (the `weir-derive` crate) generates calls these; they are public
+// for it, not for hand-written code.
+
+/// Appends `v` as LEB128 (seven bits a byte, low first).
+#[doc(hidden)]
+#[inline]
+pub fn write_varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a LEB128 number; `what` names the value in errors.
+#[doc(hidden)]
+#[inline]
+pub fn read_varint(input: &mut &[u8], what: &str) -> Result<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let Some((&b, rest)) = input.split_first() else {
+            return Err(Error::Corrupt(format!("{what}: truncated data: a length or variant index is cut short")));
+        };
+        *input = rest;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(Error::Corrupt(format!("{what}: a length or variant index is longer than 64 bits")))
+}
+
+/// Starts a frame: reserves its length byte; returns where it is.
+#[doc(hidden)]
+#[inline]
+pub fn begin_frame(out: &mut Vec<u8>) -> usize {
+    out.push(0);
+    out.len() - 1
+}
+
+/// Ends the frame begun at `at`: writes its length (moving the fields along in the rare case
+/// the length needs more than one byte).
+#[doc(hidden)]
+#[inline]
+pub fn end_frame(out: &mut Vec<u8>, at: usize) {
+    let len = out.len() - at - 1;
+    if len < 0x80 {
+        out[at] = len as u8;
+    } else {
+        let mut prefix = Vec::with_capacity(10);
+        write_varint(len as u64, &mut prefix);
+        out.splice(at..at + 1, prefix);
+    }
+}
+
+/// Takes one frame's bytes off the front of `input`.
+#[doc(hidden)]
+#[inline]
+pub fn take_frame<'a>(input: &mut &'a [u8], what: &str) -> Result<&'a [u8]> {
+    let len = read_varint(input, what)?;
+    let len = usize::try_from(len).map_err(|_| Error::Corrupt(format!("{what}: frame too long")))?;
+    take(input, len).map_err(|e| Error::Corrupt(format!("{what}: {}", bare(&e))))
+}
+
+/// Reads field `field` of `what` from its frame.
+#[doc(hidden)]
+#[inline]
+pub fn field<T: Persist>(frame: &mut &[u8], what: &str, field: &str) -> Result<T> {
+    T::restore(frame).map_err(|e| {
+        Error::Corrupt(format!(
+            "field `{field}` of {what} ({}): {}",
+            std::any::type_name::<T>(),
+            if frame.is_empty() && matches!(e, Error::Corrupt(ref m) if m.starts_with("truncated")) {
+                "missing from the saved data (a field added since? mark it #[persist(default)] if a default will do)"
+                    .to_string()
+            } else {
+                bare(&e)
+            }
+        ))
+    })
+}
+
+/// Checks that a frame was read to its end.
+#[doc(hidden)]
+#[inline]
+pub fn end_of_frame(frame: &[u8], what: &str) -> Result<()> {
+    if frame.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Corrupt(format!(
+        "{what}: {} bytes left after its last field (the data was written by a version of the type with more fields, or by another type)",
+        frame.len()
+    )))
+}
+
+/// The error for an enum variant index that `what` does not have.
+#[doc(hidden)]
+pub fn unknown_variant(what: &str, index: u64) -> Error {
+    Error::Corrupt(format!(
+        "{what} has no variant number {index} (the data was written by a version with more variants, or by another type)"
+    ))
+}
+
+/// A decoding error's message without the "damaged data: " every `Corrupt` starts with.
+fn bare(e: &Error) -> String {
+    match e {
+        Error::Corrupt(m) => m.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// Encodes a value into a fresh vector.

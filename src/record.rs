@@ -1,8 +1,8 @@
 //! What flows through weir: records, timestamps, keys and the compact [`Word`] encoding.
 //!
-//! A record that crosses a ring is [`Record`]: plain data (`Copy`), moved as bytes with no
-//! serialisation. Values that are not plain bytes get a compact plain-data encoding; [`Word`] is
-//! the one weir ships for text, exact for words of any length (see its doc).
+//! A record that crosses a ring is [`Record`]: any owned, [`Persist`] type, moved with no
+//! serialisation. [`Word`] is a fast plain-data encoding for short words of text (see its doc);
+//! `String` works as well.
 //!
 //! May touch: `persist`, `error`.
 
@@ -16,18 +16,40 @@ use crate::persist::{take, Persist};
 /// milliseconds and say so). Watermarks are timestamps too.
 pub type Timestamp = u64;
 
-/// A record that can cross a ring between subtasks: plain data, copied as bytes, and
-/// [`Persist`] so checkpoints can store it (in sink transactions and in-flight data).
+/// A record that can cross a ring between subtasks: any owned type (numbers, `String`,
+/// `Vec<u8>`, enums with data, nested structs) that is [`Persist`], so checkpoints can store it
+/// (in sink transactions and in-flight data).
 ///
-/// Blanket-implemented for every `Copy + Send + 'static + Persist` type; give a struct
-/// [`Persist`] with [`crate::persist_struct!`]. Records that only live inside a chained task (a
-/// text line, say) need none of this.
-pub trait Record: Copy + Send + Sync + 'static + Persist {}
-impl<T: Copy + Send + Sync + 'static + Persist> Record for T {}
+/// Records cross rings by move: nothing is serialised or cloned on the ring path, and a `Copy`
+/// type moves as its bytes, as fast as before. `Clone` is used only where a record must be
+/// duplicated: a [`crate::Stream::broadcast`] edge and a stream read by more than one
+/// operator. Blanket-implemented; give your own types [`Persist`] with
+/// `#[derive(weir::Persist)]`.
+///
+/// ```
+/// #[derive(Clone, Debug, PartialEq, weir::Persist)]
+/// enum Event { Click { user: String }, Bytes(Vec<u8>), Tick }
+///
+/// let job = weir::Job::new("events");
+/// let out = job
+///     .generator(weir::source::Generator::new(|i, _| match i % 3 {
+///         0 => Event::Click { user: format!("u{i}") },
+///         1 => Event::Bytes(vec![i as u8; 3]),
+///         _ => Event::Tick,
+///     }).count(6))
+///     .filter(|e| *e != Event::Tick)
+///     .rebalance()
+///     .collect();
+/// job.execute(weir::RunConfig::default()).unwrap();
+/// assert_eq!(out.lock().unwrap().len(), 4);
+/// ```
+pub trait Record: Clone + Send + Sync + 'static + Persist {}
+impl<T: Clone + Send + Sync + 'static + Persist> Record for T {}
 
-/// A key for `key_by`: compared, hashed, copied into state and persisted with it.
-pub trait Key: Hash + Eq + Copy + Send + Sync + 'static + Persist {}
-impl<T: Hash + Eq + Copy + Send + Sync + 'static + Persist> Key for T {}
+/// A key for `key_by`: compared, hashed, cloned into state and persisted with it (a `String`
+/// key works; a `Copy` key costs a copy).
+pub trait Key: Hash + Eq + Clone + Send + Sync + 'static + Persist {}
+impl<T: Hash + Eq + Clone + Send + Sync + 'static + Persist> Key for T {}
 
 /// A fast, deterministic hasher for keys (the FxHash multiply-rotate family, as in
 /// rustc-hash 2). Deterministic across processes, which key groups and snapshots need; not

@@ -8,7 +8,7 @@
 //! never lost; parking also has a bounded timeout, so even a bug here could only add latency,
 //! never hang a job.
 
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::thread::Thread;
 use std::time::Duration;
@@ -64,5 +64,129 @@ impl Parker {
     /// Clears the sleeping flag.
     pub(crate) fn wake_up(&self) {
         self.sleeping.store(false, Ordering::Relaxed);
+    }
+}
+
+/// How the job wakes host threads (and async tasks) that wait on an embedding endpoint (a push
+/// source's sender waiting for room, a pull sink's receiver waiting for results), and how it
+/// tells them the job has ended.
+///
+/// The same Dekker handshake as [`Parker`], for any number of host threads that come and go: a
+/// waiter counts itself in `waiting` and checks its condition again under the mutex before it
+/// sleeps on the condvar; the job publishes, issues a SeqCst fence and takes the mutex only if
+/// somebody waits. So the job pays one fence and one load per notification when no host waits.
+#[derive(Default)]
+pub(crate) struct HostSignal {
+    lock: std::sync::Mutex<()>,
+    cond: std::sync::Condvar,
+    waiting: AtomicUsize,
+    /// The job's end: `Some(None)` when it finished (or was stopped), `Some(Some(error))` when
+    /// it failed; set once.
+    outcome: OnceLock<Option<String>>,
+    waker: std::sync::Mutex<Option<std::task::Waker>>,
+    has_waker: AtomicBool,
+}
+
+impl HostSignal {
+    /// The job published something a host may wait for.
+    #[inline]
+    pub(crate) fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.cond.notify_all();
+        }
+        if self.has_waker.load(Ordering::Relaxed) {
+            let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+            self.has_waker.store(false, Ordering::Relaxed);
+            if let Some(w) = waker {
+                w.wake();
+            }
+        }
+    }
+
+    /// The job has ended (for good: no failover follows); `error` is why it failed.
+    pub(crate) fn job_ended(&self, error: Option<String>) {
+        let _ = self.outcome.set(error);
+        self.notify();
+    }
+
+    /// How the job ended, once it has.
+    pub(crate) fn outcome(&self) -> Option<&Option<String>> {
+        self.outcome.get()
+    }
+
+    /// Calls `check` until it gives a value, sleeping between calls until notified, until the
+    /// job has ended (then `check` runs once more), or until `deadline` (then `None`).
+    pub(crate) fn wait_until<R>(
+        &self,
+        deadline: std::time::Instant,
+        mut check: impl FnMut() -> Option<R>,
+    ) -> Option<R> {
+        if let Some(r) = check() {
+            return Some(r);
+        }
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let found = loop {
+            if let Some(r) = check() {
+                break Some(r);
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline || self.outcome.get().is_some() {
+                break None;
+            }
+            guard = self.cond.wait_timeout(guard, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        };
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        found
+    }
+
+    /// Registers the waker of an async task to wake on the next notification. The caller
+    /// checks its condition again afterwards (a notification may have come just before).
+    pub(crate) fn register(&self, waker: &std::task::Waker) {
+        let mut slot = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some(w) if w.will_wake(waker) => {}
+            _ => *slot = Some(waker.clone()),
+        }
+        self.has_waker.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    /// Every interleaving of one publish+notify with one wait finds the value: the waiter
+    /// either sees it on a check or is woken (a generous deadline only bounds a failure).
+    #[test]
+    fn a_wait_never_misses_a_notification() {
+        for _ in 0..200 {
+            let signal = Arc::new(HostSignal::default());
+            let value = Arc::new(AtomicU64::new(0));
+            let (s, v) = (signal.clone(), value.clone());
+            let t = std::thread::spawn(move || {
+                v.store(7, Ordering::SeqCst);
+                s.notify();
+            });
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let got = signal.wait_until(deadline, || Some(value.load(Ordering::SeqCst)).filter(|&x| x == 7));
+            assert_eq!(got, Some(7));
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn the_end_stops_a_wait_and_says_why() {
+        let signal = HostSignal::default();
+        signal.job_ended(Some("boom".into()));
+        let got: Option<()> = signal.wait_until(Instant::now() + Duration::from_secs(60), || None);
+        assert_eq!(got, None);
+        assert_eq!(signal.outcome(), Some(&Some("boom".to_string())));
     }
 }

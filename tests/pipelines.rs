@@ -300,21 +300,29 @@ fn push_source_and_pull_sink_embed_a_job() {
     let mut received = Vec::new();
     for i in 0..10_000u64 {
         let mut e = i;
-        while let Err(back) = tx.send(e) {
-            e = back;
-            while let Some(r) = rx.try_recv() {
+        while let Err(back) = tx.try_send(e) {
+            assert!(matches!(back, weir::source::SendError::Full(_)), "{back}");
+            e = back.into_event();
+            while let Ok(r) = rx.try_recv() {
                 received.push(r);
             }
         }
     }
     tx.close();
-    while !rx.is_finished() {
-        if let Some(r) = rx.try_recv() {
-            received.push(r);
+    // The sink's stream ends: the receiver knows it has everything before the job is joined.
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(r) => received.push(r),
+            Err(weir::sink::RecvError::Ended { error: None }) => break,
+            Err(e) => panic!("{e}"),
         }
     }
     handle.join().unwrap();
-    assert_eq!(received, (0..10_000u64).map(|x| x * 10).collect::<Vec<_>>());
+    assert_eq!(
+        received.iter().map(|d| d.record).collect::<Vec<_>>(),
+        (0..10_000u64).map(|x| x * 10).collect::<Vec<_>>()
+    );
+    assert!(received.iter().enumerate().all(|(i, d)| d.seq == i as u64), "numbered in order");
 }
 
 #[test]

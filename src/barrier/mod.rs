@@ -255,7 +255,7 @@ pub(crate) trait Inputs {
     fn take_capture(&mut self) -> Vec<(usize, Vec<u8>)>;
 }
 
-impl<T: Copy + Persist> Inputs for InputGate<T> {
+impl<T: Persist> Inputs for InputGate<T> {
     fn is_ended(&self, ch: usize) -> bool {
         InputGate::is_ended(self, ch)
     }
@@ -300,7 +300,7 @@ pub(crate) struct GatePair<A, B> {
     pub(crate) right: InputGate<B>,
 }
 
-impl<A: Copy + Persist, B: Copy + Persist> GatePair<A, B> {
+impl<A: Persist, B: Persist> GatePair<A, B> {
     fn side(&self, ch: usize) -> Result<usize, usize> {
         let n = self.left.channels();
         if ch < n {
@@ -326,7 +326,7 @@ macro_rules! by_side {
     };
 }
 
-impl<A: Copy + Persist, B: Copy + Persist> Inputs for GatePair<A, B> {
+impl<A: Persist, B: Persist> Inputs for GatePair<A, B> {
     fn is_ended(&self, ch: usize) -> bool {
         match self.side(ch) {
             Ok(c) => self.left.is_ended(c),

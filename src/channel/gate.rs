@@ -9,6 +9,7 @@ use rtrb::Consumer;
 use super::{Entry, Parker, PriorityBarrier};
 use crate::collector::Collector;
 use crate::error::Result;
+use crate::persist::Persist;
 use crate::record::Timestamp;
 use crate::snapshot::Barrier;
 
@@ -40,15 +41,42 @@ impl<T> ChannelReader<T> {
 
 /// The in-flight data of one unaligned checkpoint at one gate: per channel, the entries the
 /// producer wrote before its barrier (`limit`, once known) that this task reads after its
-/// snapshot. Entries already in the ring are peek-copied when the limit becomes known; the
-/// rest (not yet in the ring, or before the limit is known) are logged as they are consumed.
-struct Capture<T> {
+/// snapshot. Entries already in the ring are encoded in place (peeked, not consumed) when the
+/// limit becomes known; the rest (not yet in the ring, or before the limit is known) are
+/// encoded as they are consumed. Encoding from a reference is what lets records that own heap
+/// memory be captured without a clone.
+struct Capture {
     /// Per channel: the producer's sequence number at its barrier, once it arrived.
     limit: Vec<Option<u64>>,
     /// Per channel: entries before this position are captured (or were consumed before the
     /// snapshot).
     upto: Vec<u64>,
-    data: Vec<Vec<Entry<T>>>,
+    data: Vec<Captured>,
+}
+
+/// One channel's captured in-flight entries: how many, and their [`Persist`] encodings one
+/// after another (what `Vec<Entry<T>>` encodes to, less the length prefix).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Captured {
+    pub(crate) entries: u64,
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl Captured {
+    #[inline]
+    fn push<T: Persist>(&mut self, entry: &Entry<T>) {
+        entry.persist(&mut self.bytes);
+        self.entries += 1;
+    }
+
+    /// The entries back (for tests; a restore decodes the whole part at once).
+    #[cfg(test)]
+    pub(crate) fn decode<T: Persist>(&self) -> Result<Vec<Entry<T>>> {
+        let mut input = self.bytes.as_slice();
+        let entries = (0..self.entries).map(|_| Entry::restore(&mut input)).collect::<Result<Vec<_>>>()?;
+        assert!(input.is_empty(), "the count covers every byte");
+        Ok(entries)
+    }
 }
 
 /// What one poll of an input achieved.
@@ -100,12 +128,12 @@ pub(crate) struct InputGate<T> {
     buf: Vec<T>,
     /// Check priority slots (unaligned checkpoints).
     unaligned: bool,
-    capture: Option<Capture<T>>,
+    capture: Option<Capture>,
     /// In-flight data restored from a checkpoint, replayed before the rings.
     replay: std::collections::VecDeque<(usize, Entry<T>)>,
 }
 
-impl<T: Copy> InputGate<T> {
+impl<T: Persist> InputGate<T> {
     pub(crate) fn new(channels: Vec<ChannelReader<T>>) -> Self {
         assert!(!channels.is_empty(), "an input has at least one channel");
         let n = channels.len();
@@ -147,9 +175,9 @@ impl<T: Copy> InputGate<T> {
     /// task snapshots on one gate's barrier while its other gate may still be replaying.)
     pub(crate) fn start_capture(&mut self) {
         let n = self.channels.len();
-        let mut data = vec![Vec::new(); n];
-        for &(channel, entry) in &self.replay {
-            data[channel].push(entry);
+        let mut data = vec![Captured::default(); n];
+        for (channel, entry) in &self.replay {
+            data[*channel].push(entry);
         }
         self.capture =
             Some(Capture { limit: vec![None; n], upto: self.channels.iter().map(|c| c.read).collect(), data });
@@ -195,11 +223,11 @@ impl<T: Copy> InputGate<T> {
     }
 
     /// Takes the captured in-flight data: (channel, entries) for channels that had any.
-    pub(crate) fn take_capture(&mut self) -> Vec<(usize, Vec<Entry<T>>)> {
+    pub(crate) fn take_capture(&mut self) -> Vec<(usize, Captured)> {
         let Some(c) = self.capture.take() else {
             return Vec::new();
         };
-        c.data.into_iter().enumerate().filter(|(_, d)| !d.is_empty()).collect()
+        c.data.into_iter().enumerate().filter(|(_, d)| d.entries > 0).collect()
     }
 
     /// Drops a capture in progress (its checkpoint was abandoned).
@@ -324,9 +352,10 @@ impl<T: Copy> InputGate<T> {
             }
             let mut barrier = None;
             let mut taken = 0;
-            let (a, b) = chunk.as_slices();
             let start = ch.read;
-            for entry in a.iter().chain(b) {
+            // Entries move out of the ring; those not iterated (after a barrier) stay in it.
+            let mut entries = chunk.into_iter();
+            for entry in entries.by_ref() {
                 if let Some(cap) = self.capture.as_mut() {
                     // In-flight data of an unaligned checkpoint, logged as it is consumed.
                     let pos = start + taken as u64;
@@ -335,13 +364,13 @@ impl<T: Copy> InputGate<T> {
                         // capture's position moves over it (else a limit found later would
                         // lie ahead of the capture and behind the read position).
                         if !matches!(entry, Entry::Barrier(_)) {
-                            cap.data[i].push(*entry);
+                            cap.data[i].push(&entry);
                         }
                         cap.upto[i] = pos + 1;
                     }
                 }
                 taken += 1;
-                match *entry {
+                match entry {
                     Entry::Record(r) => self.buf.push(r),
                     Entry::Watermark(w) => {
                         if !self.buf.is_empty() {
@@ -368,7 +397,8 @@ impl<T: Copy> InputGate<T> {
                     }
                 }
             }
-            chunk.commit(taken);
+            debug_assert_eq!(entries.iterated(), taken);
+            drop(entries);
             ch.read += taken as u64;
             ch.producer.notify();
             consumed += taken;
@@ -397,9 +427,9 @@ impl<T: Copy> InputGate<T> {
     }
 }
 
-/// Copies channel `i`'s ring entries in `[upto, limit)` into the capture without consuming
+/// Encodes channel `i`'s ring entries in `[upto, limit)` into the capture without consuming
 /// them (a read chunk dropped without commit is a peek).
-fn peek_into<T: Copy>(ch: &mut ChannelReader<T>, cap: &mut Capture<T>, i: usize) {
+fn peek_into<T: Persist>(ch: &mut ChannelReader<T>, cap: &mut Capture, i: usize) {
     let Some(limit) = cap.limit[i] else { return };
     let avail = ch.consumer.slots();
     if avail == 0 || cap.upto[i] >= limit {
@@ -412,7 +442,7 @@ fn peek_into<T: Copy>(ch: &mut ChannelReader<T>, cap: &mut Capture<T>, i: usize)
     let first = cap.upto[i].saturating_sub(ch.read) as usize;
     let last = limit.saturating_sub(ch.read).min(avail as u64) as usize;
     for e in a.iter().chain(b).take(last).skip(first) {
-        cap.data[i].push(*e);
+        cap.data[i].push(e);
     }
     if last > first {
         cap.upto[i] = ch.read + last as u64;
@@ -447,8 +477,8 @@ mod tests {
     fn one_channel_gate(entries: &[Entry<u64>]) -> InputGate<u64> {
         let parker = Arc::new(Parker::default());
         let (mut out, reader) = channel::<u64>(8, parker.clone(), parker);
-        for &e in entries {
-            out.write_entry(e);
+        for e in entries {
+            out.write_entry(e.clone());
         }
         assert!(out.flush());
         InputGate::new(vec![reader])
@@ -485,8 +515,13 @@ mod tests {
         assert!(gate.capture_complete());
         let captured = gate.take_capture();
         assert_eq!(captured.len(), 1);
-        let records: Vec<u64> =
-            captured[0].1.iter().filter_map(|e| if let Entry::Record(r) = e { Some(*r) } else { None }).collect();
+        let records: Vec<u64> = captured[0]
+            .1
+            .decode::<u64>()
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| if let Entry::Record(r) = e { Some(r) } else { None })
+            .collect();
         assert_eq!(records, vec![1, 2]);
     }
 }

@@ -22,7 +22,7 @@ mod writer;
 
 pub(crate) use crate::wake::Parker;
 pub use gate::GatePoll;
-pub(crate) use gate::{ChannelReader, InputGate};
+pub(crate) use gate::{Captured, ChannelReader, InputGate};
 pub use partition::Partitioning;
 pub(crate) use partition::{KeyRouter, Partitioner};
 pub(crate) use writer::{ChannelWriter, OutChannel};
@@ -87,7 +87,7 @@ pub(crate) struct PriorityBarrier {
 const PRIORITY_SLOTS: usize = 8;
 
 /// Creates the two ends of one channel with room for `capacity` entries.
-pub(crate) fn channel<T: Copy>(
+pub(crate) fn channel<T>(
     capacity: usize,
     consumer_parker: std::sync::Arc<Parker>,
     producer_parker: std::sync::Arc<Parker>,

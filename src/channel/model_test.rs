@@ -376,7 +376,7 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
                 .gate
                 .take_capture()
                 .into_iter()
-                .flat_map(|(_, es)| es)
+                .flat_map(|(_, es)| es.decode::<u64>().unwrap())
                 .map(|e| match e {
                     Entry::Record(v) => v,
                     other => panic!("unexpected in-flight entry {other:?}"),

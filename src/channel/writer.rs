@@ -1,6 +1,7 @@
 //! The producer side: [`OutChannel`] (one ring) and [`ChannelWriter`] (all rings of one edge
 //! from one upstream subtask, with the partitioner).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use rtrb::Producer;
@@ -12,11 +13,13 @@ use crate::record::{Record, Timestamp};
 use crate::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 
 /// The producer end of one ring, with its overflow stage.
+///
+/// Records move into the ring (an owned `String` crosses without a copy of its text); a
+/// `Copy` record moves as its bytes.
 pub(crate) struct OutChannel<T> {
     producer: Producer<Entry<T>>,
-    /// Entries that did not fit; `staged[staged_from..]` is still to be written, in order.
-    staged: Vec<Entry<T>>,
-    staged_from: usize,
+    /// Entries that did not fit, still to be written, in order.
+    staged: VecDeque<Entry<T>>,
     consumer: Arc<Parker>,
     /// Entries published so far.
     written: u64,
@@ -25,12 +28,11 @@ pub(crate) struct OutChannel<T> {
     priority_staged: Vec<PriorityBarrier>,
 }
 
-impl<T: Copy> OutChannel<T> {
+impl<T> OutChannel<T> {
     pub(crate) fn new(producer: Producer<Entry<T>>, consumer: Arc<Parker>) -> Self {
         OutChannel {
             producer,
-            staged: Vec::new(),
-            staged_from: 0,
+            staged: VecDeque::new(),
             consumer,
             written: 0,
             priority: None,
@@ -46,7 +48,7 @@ impl<T: Copy> OutChannel<T> {
     /// The write sequence number: entries written so far, staged ones included (they were
     /// produced before anything written after them).
     pub(crate) fn seq(&self) -> u64 {
-        self.written + (self.staged.len() - self.staged_from) as u64
+        self.written + self.staged.len() as u64
     }
 
     /// Publishes an unaligned barrier in the priority slot, ahead of everything in the ring.
@@ -72,7 +74,7 @@ impl<T: Copy> OutChannel<T> {
 
     #[inline]
     fn has_staged(&self) -> bool {
-        self.staged_from < self.staged.len()
+        !self.staged.is_empty()
     }
 
     /// Free slots, refreshing the cached view only when it is too small.
@@ -85,36 +87,37 @@ impl<T: Copy> OutChannel<T> {
         }
     }
 
-    /// Publishes as many records as fit and stages the rest.
+    /// Publishes as many records as fit and stages the rest, taking them all out of
+    /// `records` (by move).
     #[inline]
-    pub(crate) fn write_records(&mut self, records: &[T]) {
+    pub(crate) fn write_records(&mut self, records: &mut Vec<T>) {
         if records.is_empty() {
             return;
         }
-        let mut n = 0;
+        let mut rest = records.drain(..);
         if !self.has_staged() {
-            n = self.room_for(records.len());
+            let n = self.room_for(rest.len());
             if n > 0 {
                 let chunk = self.producer.write_chunk_uninit(n).expect("n free slots were checked");
-                let filled = chunk.fill_from_iter(records[..n].iter().map(|&r| Entry::Record(r)));
+                let filled = chunk.fill_from_iter(rest.by_ref().take(n).map(Entry::Record));
                 debug_assert_eq!(filled, n);
                 self.written += n as u64;
                 self.consumer.notify();
             }
         }
-        self.staged.extend(records[n..].iter().map(|&r| Entry::Record(r)));
+        self.staged.extend(rest.map(Entry::Record));
     }
 
     /// Publishes one control entry (after anything staged).
     pub(crate) fn write_entry(&mut self, entry: Entry<T>) {
-        self.staged.push(entry);
+        self.staged.push_back(entry);
         self.flush();
     }
 
     /// Stages a record without publishing (the key-by path publishes per batch).
     #[inline]
     pub(crate) fn stage(&mut self, record: T) {
-        self.staged.push(Entry::Record(record));
+        self.staged.push_back(Entry::Record(record));
     }
 
     /// Publishes staged entries that fit. Returns `true` when none are left.
@@ -125,19 +128,15 @@ impl<T: Copy> OutChannel<T> {
         if !self.has_staged() {
             return true;
         }
-        let (pushed, _) = self.producer.push_partial_slice(&self.staged[self.staged_from..]);
-        if !pushed.is_empty() {
-            self.written += pushed.len() as u64;
-            self.staged_from += pushed.len();
+        let n = self.room_for(self.staged.len());
+        if n > 0 {
+            let chunk = self.producer.write_chunk_uninit(n).expect("n free slots were checked");
+            let filled = chunk.fill_from_iter(self.staged.drain(..n));
+            debug_assert_eq!(filled, n);
+            self.written += n as u64;
             self.consumer.notify();
         }
-        if self.staged_from == self.staged.len() {
-            self.staged.clear();
-            self.staged_from = 0;
-            true
-        } else {
-            false
-        }
+        self.staged.is_empty()
     }
 
     /// Entries published so far.
@@ -187,18 +186,23 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
                 self.outs[i].write_records(records);
             }
             Partitioner::Broadcast => {
-                for o in &mut self.outs {
-                    o.write_records(records);
+                // The one place a record is duplicated on the ring path: every ring but the
+                // last gets a clone, the last gets the records themselves.
+                let (last, others) = self.outs.split_last_mut().expect("an edge has a ring");
+                for o in others {
+                    o.write_records(&mut records.clone());
                 }
+                last.write_records(records);
             }
             Partitioner::KeyBy { hash, router } => {
-                for r in records.iter() {
-                    self.outs[router.subtask(hash(r))].stage(*r);
+                for r in records.drain(..) {
+                    let to = router.subtask(hash(&r));
+                    self.outs[to].stage(r);
                 }
                 self.flush_all();
             }
         }
-        records.clear();
+        debug_assert!(records.is_empty(), "a writer takes every record");
         Ok(())
     }
 

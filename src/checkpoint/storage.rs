@@ -600,7 +600,16 @@ impl TaskFileContent {
     }
 }
 
-crate::persist_struct!(TaskFileContent { shared, parts });
+/// The fields one after the other, unframed: the task file format, which has its own version.
+impl Persist for TaskFileContent {
+    fn persist(&self, out: &mut Vec<u8>) {
+        self.shared.persist(out);
+        self.parts.persist(out);
+    }
+    fn restore(input: &mut &[u8]) -> Result<Self> {
+        Ok(TaskFileContent { shared: Persist::restore(input)?, parts: Persist::restore(input)? })
+    }
+}
 
 /// Reads shared files on demand, each once, for the task files of one checkpoint, checking
 /// each against what the referring checkpoint's `_metadata` recorded for it.

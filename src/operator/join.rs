@@ -31,7 +31,7 @@ pub(crate) struct WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
     next: Box<dyn Collector<O>>,
 }
 
-impl<L: Copy, R: Copy, K: Key, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
+impl<L: Clone, R: Clone, K: Key, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         window: Window,
@@ -62,8 +62,8 @@ impl<L: Copy, R: Copy, K: Key, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, 
 
 impl<L, R, K, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
 where
-    L: Copy,
-    R: Copy,
+    L: Clone,
+    R: Clone,
     K: Key,
     O: Send,
     J: FnMut(&K, &L, &R) -> O,
@@ -96,7 +96,7 @@ where
 
 /// Adds one side's records to their windows; returns how many were late (every window of theirs
 /// already fired).
-fn insert_all<T: Copy, K: Key, V: Default + Clone>(
+fn insert_all<T: Clone, K: Key, V: Default + Clone>(
     windows: &mut OpenWindows<K, V>,
     watermark: Option<Timestamp>,
     records: &mut Vec<T>,
@@ -107,7 +107,7 @@ fn insert_all<T: Copy, K: Key, V: Default + Clone>(
     let mut late = 0;
     for r in records.drain(..) {
         let (ts, k) = (timestamp(&r), key(&r));
-        if !windows.assign(ts, watermark, |map| side(map.get_or_insert_with(k, Default::default), r)) {
+        if !windows.assign(ts, watermark, (k, r), |map, (k, r)| side(map.get_or_insert_with(k, Default::default), r)) {
             late += 1;
         }
     }
@@ -116,8 +116,8 @@ fn insert_all<T: Copy, K: Key, V: Default + Clone>(
 
 impl<L, R, K, O, KL, KR, TL, TR, J> TwoInputOperator<L, R> for WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
 where
-    L: Copy + Send + Sync + Persist + 'static,
-    R: Copy + Send + Sync + Persist + 'static,
+    L: Clone + Send + Sync + Persist + 'static,
+    R: Clone + Send + Sync + Persist + 'static,
     K: Key,
     O: Send,
     KL: Fn(&L) -> K + Send,
@@ -186,8 +186,8 @@ where
 
 impl<L, R, K, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
 where
-    L: Copy,
-    R: Copy,
+    L: Clone,
+    R: Clone,
     K: Key,
     O: Send,
     J: FnMut(&K, &L, &R) -> O,

@@ -53,7 +53,7 @@ impl<T, K: Key, A: Clone, O, KF, I, F, R> KeyedAggregate<T, K, A, O, KF, I, F, R
     }
 }
 
-impl<T: Copy, K, A, O, KF, I, F, R> Collector<T> for KeyedAggregate<T, K, A, O, KF, I, F, R>
+impl<T, K, A, O, KF, I, F, R> Collector<T> for KeyedAggregate<T, K, A, O, KF, I, F, R>
 where
     K: Key,
     A: Persist + Clone + Send + Sync + 'static,
@@ -74,19 +74,22 @@ where
             *h = hash_key(&(self.key)(r));
             self.state.prefetch_hashed(*h);
         }
-        for i in 0..records.len() {
+        let mut rest = records.drain(..);
+        let mut i = 0;
+        while let Some(r) = rest.next() {
             let hash = hashes[i % AHEAD];
-            if let Some(ahead) = records.get(i + AHEAD) {
+            // `rest` starts at record i + 1, so record i + AHEAD is AHEAD - 1 into it.
+            if let Some(ahead) = rest.as_slice().get(AHEAD - 1) {
                 hashes[i % AHEAD] = hash_key(&(self.key)(ahead));
                 self.state.prefetch_hashed(hashes[i % AHEAD]);
             }
-            let r = records[i];
             let k = (self.key)(&r);
-            let acc = self.state.get_or_insert_with_hashed(hash, k, &self.init);
+            let (k, acc) = self.state.entry_hashed(hash, k, &self.init);
             (self.fold)(acc, r);
-            self.out.push((self.result)(&k, acc));
+            self.out.push((self.result)(k, acc));
+            i += 1;
         }
-        records.clear();
+        drop(rest);
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);

@@ -127,7 +127,16 @@ pub struct WindowBounds {
     pub end: Timestamp,
 }
 
-crate::persist_struct!(WindowBounds { start, end });
+/// Two timestamps, unframed: a built-in type whose encoding never changes.
+impl Persist for WindowBounds {
+    fn persist(&self, out: &mut Vec<u8>) {
+        (self.start, self.end).persist(out)
+    }
+    fn restore(input: &mut &[u8]) -> Result<Self> {
+        let (start, end) = <(Timestamp, Timestamp)>::restore(input)?;
+        Ok(WindowBounds { start, end })
+    }
+}
 
 /// Open windows, oldest first, each with its per-key values in copy-on-write pages; shared by
 /// the window aggregate and the window join. A snapshot forks every open window's pages.
@@ -157,25 +166,31 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
     }
 
     /// Calls `f` with the map of every still-open window containing `ts` (opening it if
-    /// needed). Returns `false` when the record is late: all its windows already fired at
-    /// `watermark`.
+    /// needed) and `item`: moved into the last such window, cloned for the others (a sliding
+    /// window's record is in several; a tumbling window's is moved once). Returns `false`
+    /// when the record is late: all its windows already fired at `watermark`.
     #[inline]
-    pub(crate) fn assign(
+    pub(crate) fn assign<X: Clone>(
         &mut self,
         ts: Timestamp,
         watermark: Option<Timestamp>,
-        mut f: impl FnMut(&mut PagedMap<K, V>),
+        item: X,
+        mut f: impl FnMut(&mut PagedMap<K, V>, X),
     ) -> bool {
         let window = self.window;
-        let mut accepted = false;
+        let open = |start: Timestamp| watermark.is_none_or(|wm| window.max_timestamp(start) > wm);
+        let mut windows = 0usize;
+        window.for_each_start(ts, |start| windows += usize::from(open(start)));
+        let mut item = Some(item);
         window.for_each_start(ts, |start| {
-            if watermark.is_some_and(|wm| window.max_timestamp(start) <= wm) {
+            if !open(start) {
                 return;
             }
-            accepted = true;
-            f(self.window_mut(start));
+            windows -= 1;
+            let this = if windows == 0 { item.take() } else { item.clone() };
+            f(self.window_mut(start), this.expect("moved into the last window only"));
         });
-        accepted
+        item.is_none()
     }
 
     /// Removes every window that the watermark `wm` closes, oldest first, handing each to `f`.
@@ -258,7 +273,7 @@ impl<T, K: Key, A: Clone, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF
 
 impl<T, K, A, O, KF, TF, I, F, R> crate::collector::Collector<T> for WindowAggregate<T, K, A, O, KF, TF, I, F, R>
 where
-    T: Copy,
+    T: Clone,
     K: Key,
     A: Persist + Clone + Send + Sync + 'static,
     O: Send,
@@ -274,7 +289,7 @@ where
         let (windows, init, fold) = (&mut self.windows, &self.init, &mut self.fold);
         for r in records.drain(..) {
             let (ts, k) = ((self.timestamp)(&r), (self.key)(&r));
-            if !windows.assign(ts, self.watermark, |map| fold(map.get_or_insert_with(k, init), r)) {
+            if !windows.assign(ts, self.watermark, (k, r), |map, (k, r)| fold(map.get_or_insert_with(k, init), r)) {
                 late += 1;
             }
         }

@@ -3,15 +3,13 @@
 //! Every call records a node in the job graph together with type-erased constructors made here,
 //! where the record types are known; nothing runs until the job is started.
 
-use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use super::graph::{
     channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, Edge, Graph, MakeChannels,
-    Node, NodeKind,
+    Node, NodeKind, SharedGraph,
 };
 use super::task::{Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
 use crate::barrier::inflight::{decode_inflight, inflight_part};
@@ -29,10 +27,10 @@ use crate::operator::{Emitter, TwoInputOperator};
 use crate::persist::Persist;
 use crate::record::{hash_key, Key, Record, Timestamp};
 use crate::sink::{
-    pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, LatestPerKeySink, Sink,
-    SinkOperator, TransactionalCollectSink, TwoPhaseFileSink,
+    pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, Guarantee, LatestPerKeySink,
+    Sink, SinkOperator, TransactionalCollectSink, TwoPhaseFileSink,
 };
-use crate::source::{EventSender, Generator, PushSource, Source, TextBlocks, TextSource};
+use crate::source::{EventSender, Generator, Source, TextBlocks, TextSource};
 
 /// The default capacity of push-source and pull-sink rings, in entries.
 pub const DEFAULT_EXTERNAL_RING: usize = 64 * 1024;
@@ -52,12 +50,12 @@ pub const DEFAULT_EXTERNAL_RING: usize = 64 * 1024;
 /// ```
 #[derive(Clone)]
 pub struct Job {
-    pub(crate) graph: Rc<RefCell<Graph>>,
+    pub(crate) graph: Arc<SharedGraph>,
 }
 
 /// A stream of records of type `T`.
 pub struct Stream<T> {
-    graph: Rc<RefCell<Graph>>,
+    graph: Arc<SharedGraph>,
     node: usize,
     _t: PhantomData<fn() -> T>,
 }
@@ -95,7 +93,7 @@ impl Job {
     /// An empty job; operators get parallelism 1 unless told otherwise.
     pub fn new(name: impl Into<String>) -> Job {
         Job {
-            graph: Rc::new(RefCell::new(Graph {
+            graph: Arc::new(SharedGraph::new(Graph {
                 name: name.into(),
                 nodes: Vec::new(),
                 edges: Vec::new(),
@@ -104,6 +102,7 @@ impl Job {
                 checkpointing: None,
                 restore: None,
                 description: String::new(),
+                host_signals: Vec::new(),
             })),
         }
     }
@@ -199,7 +198,7 @@ impl Job {
     where
         T: Record,
         S: Source<T> + 'static,
-        MS: Fn(&TaskContext) -> Result<S> + 'static,
+        MS: Fn(&TaskContext) -> Result<S> + Send + 'static,
     {
         Job::source_of(self, make)
     }
@@ -208,7 +207,7 @@ impl Job {
     where
         T: Clone + Send + 'static,
         S: Source<T> + 'static,
-        MS: Fn(&TaskContext) -> Result<S> + 'static,
+        MS: Fn(&TaskContext) -> Result<S> + Send + 'static,
     {
         let p = self.graph.borrow().default_parallelism;
         let kind = NodeKind::Source(Box::new(move |ctx, out, batch, control, checkpointing| {
@@ -225,11 +224,11 @@ impl Job {
                     ctx.operator
                 )));
             }
-            match ctx.restore_view() {
-                RestoreView::Nothing => {}
-                RestoreView::Own(offset) => source.seek(offset)?,
-                RestoreView::Rescaled { parts, .. } => source.seek_rescaled(&parts, ctx.subtask, ctx.parallelism)?,
-            }
+            restore_operator(ctx, |view| match view {
+                RestoreView::Own(offset) => source.seek(offset),
+                RestoreView::Rescaled { parts, .. } => source.seek_rescaled(&parts, ctx.subtask, ctx.parallelism),
+                RestoreView::Nothing => Ok(()),
+            })?;
             let out = downcast_collector::<T>(out);
             Ok(Box::new(SourceTask::new(ctx.clone(), Box::new(source), out, batch, control, checkpointing))
                 as Box<dyn Task>)
@@ -251,17 +250,23 @@ impl Job {
         LineStream { job: self.clone(), source }
     }
 
-    /// A source fed by the host program through the returned [`EventSender`] (parallelism 1).
+    /// A source fed by the host program through the returned [`EventSender`] (parallelism 1);
+    /// `capacity` is the ring's, in events. With checkpoints on, it replays after failovers
+    /// from a buffer of up to [`crate::source::DEFAULT_REPLAY_EVENTS`] events (see
+    /// [`Job::push_source_with`]).
     pub fn push_source<T: Record>(&self, capacity: usize) -> (EventSender<T>, Stream<T>) {
-        let (tx, rx) = crate::source::push_channel::<T>(capacity);
-        let slot: Arc<Mutex<Option<PushSource<T>>>> = Arc::new(Mutex::new(Some(rx)));
+        self.push_source_with(capacity, crate::source::DEFAULT_REPLAY_EVENTS)
+    }
+
+    /// [`Job::push_source`] with a replay buffer of `replay_events`: with checkpoints on, the
+    /// source keeps every event since the last completed checkpoint (up to this many; then it
+    /// stops reading the ring, and the host is backpressured until a checkpoint completes) and
+    /// replays them after a failover, so the job survives task failures exactly-once.
+    pub fn push_source_with<T: Record>(&self, capacity: usize, replay_events: usize) -> (EventSender<T>, Stream<T>) {
+        let (tx, factory) = crate::source::push_channel::<T>(capacity);
+        self.graph.borrow_mut().host_signals.push(factory.signal());
         let stream = self
-            .source(move |_ctx| {
-                slot.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take()
-                    .ok_or_else(|| crate::Error::config("a push source can be started only once"))
-            })
+            .source(move |ctx| factory.make(ctx, ctx.checkpointed(), replay_events))
             .named("push-source")
             .set_parallelism(1);
         (tx, stream)
@@ -298,12 +303,33 @@ impl<T> Stream<T> {
 /// Restores the operator's state when the job restarts from a checkpoint.
 fn guarded<T: 'static>(ctx: &TaskContext, op: Box<dyn Collector<T>>) -> Result<AnyBox> {
     let mut op = Guarded::new(ctx.clone(), op);
-    match ctx.restore_view() {
-        RestoreView::Nothing => {}
-        RestoreView::Own(bytes) => op.restore_state(bytes)?,
-        RestoreView::Rescaled { parts, scope } => op.restore_rescaled(&parts, &scope)?,
-    }
+    restore_operator(ctx, |view| match view {
+        RestoreView::Own(bytes) => op.restore_state(bytes),
+        RestoreView::Rescaled { parts, scope } => op.restore_rescaled(&parts, &scope),
+        RestoreView::Nothing => Ok(()),
+    })?;
     Ok(Box::new(Box::new(op) as Box<dyn Collector<T>>))
+}
+
+/// Restores an operator from what this subtask restores (see [`TaskContext::restore_view`]).
+/// State that does not decode as the operator's types now is refused with an error naming the
+/// job, the operator and what did not decode (the files' checksums passed, so the types
+/// changed).
+fn restore_operator(ctx: &TaskContext, restore: impl FnOnce(RestoreView<'_>) -> Result<()>) -> Result<()> {
+    let view = ctx.restore_view();
+    if matches!(view, RestoreView::Nothing) {
+        return Ok(());
+    }
+    let result = restore(view);
+    result.map_err(|e| match e {
+        crate::Error::Corrupt(detail) => crate::Error::IncompatibleState {
+            job: ctx.job.to_string(),
+            operator: ctx.operator.to_string(),
+            checkpoint: ctx.recovery().restored,
+            detail,
+        },
+        other => other,
+    })
 }
 
 /// A chained one-input operator over a stream of `T` that may not be plain data.
@@ -311,7 +337,7 @@ fn chained_op<T, U, M>(s: &Stream<T>, base: &str, make: M) -> Stream<U>
 where
     T: Clone + Send + 'static,
     U: Clone + Send + 'static,
-    M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + 'static,
+    M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + Send + 'static,
 {
     let job = s.job();
     let p = s.parallelism();
@@ -394,7 +420,7 @@ impl<T: Record> Stream<T> {
     ) -> Stream<U>
     where
         U: Record,
-        M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + 'static,
+        M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + Send + 'static,
     {
         let job = self.job();
         let kind = NodeKind::OneInput {
@@ -408,12 +434,16 @@ impl<T: Record> Stream<T> {
 
     fn forward<U: Record, M>(&self, base: &str, make: M) -> Stream<U>
     where
-        M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + 'static,
+        M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + Send + 'static,
     {
         self.one_input(base, Partitioning::Forward, channels_of::<T, fn(&T) -> u64>(None), false, make)
     }
 
-    fn sink_node<S: Sink<T> + 'static, MS: Fn(&TaskContext) -> Result<S> + 'static>(&self, base: &str, make: MS) {
+    fn sink_node<S: Sink<T> + 'static, MS: Fn(&TaskContext) -> Result<S> + Send + 'static>(
+        &self,
+        base: &str,
+        make: MS,
+    ) {
         self.forward::<(), _>(base, move |ctx, _nowhere| {
             Ok(Box::new(SinkOperator::new(make(ctx)?, ctx.metrics.sink_counter())))
         });
@@ -475,7 +505,7 @@ impl<T: Record> Stream<T> {
 
     /// Merges this stream with `other` (same type); the watermark is the minimum of both.
     pub fn union(self, other: Stream<T>) -> Stream<T> {
-        assert!(Rc::ptr_eq(&self.graph, &other.graph), "union of streams from different jobs");
+        assert!(Arc::ptr_eq(&self.graph, &other.graph), "union of streams from different jobs");
         let job = self.job();
         let kind = NodeKind::OneInput {
             make: Box::new(|ctx, down| guarded::<T>(ctx, Box::new(PassThrough::new(downcast_collector::<T>(down))))),
@@ -517,7 +547,7 @@ impl<T: Record> Stream<T> {
         TR: Fn(&R) -> Timestamp + Clone + Send + 'static,
         J: Fn(&K, &T, &R) -> O + Clone + Send + 'static,
     {
-        assert!(Rc::ptr_eq(&self.graph, &other.graph), "join of streams from different jobs");
+        assert!(Arc::ptr_eq(&self.graph, &other.graph), "join of streams from different jobs");
         let job = self.job();
         let (kl, kr) = (key_left.clone(), key_right.clone());
         let kind = NodeKind::TwoInput {
@@ -534,11 +564,11 @@ impl<T: Record> Stream<T> {
                     downcast_collector::<O>(down),
                 );
                 let mut op = Guarded::new(ctx.clone(), op);
-                match ctx.restore_view() {
-                    RestoreView::Nothing => {}
-                    RestoreView::Own(bytes) => op.restore_state(bytes)?,
-                    RestoreView::Rescaled { parts, scope } => op.restore_rescaled(&parts, &scope)?,
-                }
+                restore_operator(ctx, |view| match view {
+                    RestoreView::Own(bytes) => op.restore_state(bytes),
+                    RestoreView::Rescaled { parts, scope } => op.restore_rescaled(&parts, &scope),
+                    RestoreView::Nothing => Ok(()),
+                })?;
                 Ok(Box::new(Box::new(op) as Box<dyn TwoInputOperator<T, R>>) as AnyBox)
             }),
             make_task: Box::new(|ctx, readers, head, budget, checkpointing| {
@@ -576,7 +606,7 @@ impl<T: Record> Stream<T> {
     }
 
     /// Sends the stream to a sink made once per subtask.
-    pub fn sink<S: Sink<T> + 'static, MS: Fn(&TaskContext) -> Result<S> + 'static>(self, make: MS) {
+    pub fn sink<S: Sink<T> + 'static, MS: Fn(&TaskContext) -> Result<S> + Send + 'static>(self, make: MS) {
         self.sink_node("sink", make)
     }
 
@@ -624,18 +654,21 @@ impl<T: Record> Stream<T> {
         self.sink_node("file-sink", move |ctx| TwoPhaseFileSink::create(&dir, ctx, format.clone()))
     }
 
-    /// Sends every record to the host through the returned [`EventReceiver`] (the sink gets
-    /// parallelism 1; a full ring backpressures the job).
+    /// Sends every record to the host through the returned [`EventReceiver`] at once
+    /// ([`Guarantee::AtLeastOnce`]; see [`Stream::pull_sink_with`]). The sink gets parallelism
+    /// 1; a host that does not keep up backpressures the job once `capacity` results wait.
     pub fn pull_sink(self, capacity: usize) -> EventReceiver<T> {
-        let (sink, rx) = pull_channel::<T>(capacity);
-        let slot = Arc::new(Mutex::new(Some(sink)));
+        self.pull_sink_with(capacity, Guarantee::AtLeastOnce)
+    }
+
+    /// Sends every record to the host with the given guarantee: exactly-once (released when
+    /// the checkpoint after them completes) or at-least-once (at once, numbered so a host can
+    /// drop replays). Either survives failovers: the receiver stays attached.
+    pub fn pull_sink_with(self, capacity: usize, guarantee: Guarantee) -> EventReceiver<T> {
+        let (factory, rx) = pull_channel::<T>(capacity, guarantee);
+        self.graph.borrow_mut().host_signals.push(factory.signal());
         let single = if self.parallelism() == 1 { self } else { self.rebalance().set_parallelism(1) };
-        single.sink_node("pull-sink", move |_| {
-            slot.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take()
-                .ok_or_else(|| crate::Error::config("a pull sink can be started only once"))
-        });
+        single.sink_node("pull-sink", move |ctx| Ok(factory.make(ctx)));
         rx
     }
 }
@@ -722,8 +755,13 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     pub fn reduce<F: Fn(&T, &T) -> T + Clone + Send + 'static>(self, f: F) -> Stream<T> {
         self.aggregate(
             || None::<T>,
-            move |acc: &mut Option<T>, r: T| *acc = Some(acc.as_ref().map_or(r, |a| f(a, &r))),
-            |_, acc: &Option<T>| acc.expect("the accumulator was just set"),
+            move |acc: &mut Option<T>, r: T| {
+                *acc = Some(match acc.take() {
+                    None => r,
+                    Some(a) => f(&a, &r),
+                })
+            },
+            |_, acc: &Option<T>| acc.clone().expect("the accumulator was just set"),
         )
         .named("reduce")
     }
@@ -776,6 +814,6 @@ where
     where
         K: Record,
     {
-        self.aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &K, w, c: &u64| (*k, w, *c))
+        self.aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &K, w, c: &u64| (k.clone(), w, *c))
     }
 }

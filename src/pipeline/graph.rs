@@ -19,17 +19,20 @@ use crate::wake::Parker;
 pub(crate) type AnyBox = Box<dyn Any + Send>;
 
 /// Makes one subtask's chain element from its downstream collector.
-pub(crate) type MakeOperator = Box<dyn Fn(&TaskContext, AnyBox) -> Result<AnyBox>>;
+pub(crate) type MakeOperator = Box<dyn Fn(&TaskContext, AnyBox) -> Result<AnyBox> + Send>;
 /// Makes a source task from its downstream collector, the batch size and the job's controls.
-pub(crate) type MakeSource =
-    Box<dyn Fn(&TaskContext, AnyBox, usize, Arc<JobControl>, Option<TaskCheckpointing>) -> Result<Box<dyn Task>>>;
+pub(crate) type MakeSource = Box<
+    dyn Fn(&TaskContext, AnyBox, usize, Arc<JobControl>, Option<TaskCheckpointing>) -> Result<Box<dyn Task>> + Send,
+>;
 /// Makes a task from the readers of each input (input index, readers) and the chain head.
-pub(crate) type MakeTask =
-    Box<dyn Fn(&TaskContext, Vec<(usize, AnyBox)>, AnyBox, usize, Option<TaskCheckpointing>) -> Result<Box<dyn Task>>>;
+pub(crate) type MakeTask = Box<
+    dyn Fn(&TaskContext, Vec<(usize, AnyBox)>, AnyBox, usize, Option<TaskCheckpointing>) -> Result<Box<dyn Task>>
+        + Send,
+>;
 /// Combines the collectors of a node's outgoing edges into one.
-pub(crate) type MakeFanOut = Box<dyn Fn(Vec<AnyBox>) -> AnyBox>;
+pub(crate) type MakeFanOut = Box<dyn Fn(Vec<AnyBox>) -> AnyBox + Send>;
 /// Makes an edge's rings: writers per upstream subtask, readers per downstream subtask.
-pub(crate) type MakeChannels = Box<dyn Fn(&ChannelSpec) -> (Vec<AnyBox>, Vec<AnyBox>)>;
+pub(crate) type MakeChannels = Box<dyn Fn(&ChannelSpec) -> (Vec<AnyBox>, Vec<AnyBox>) + Send>;
 
 pub(crate) enum NodeKind {
     Source(MakeSource),
@@ -81,6 +84,27 @@ pub(crate) struct Graph {
     pub(crate) restore: Option<(std::path::PathBuf, bool)>,
     /// What the job reads and writes, for its completion marker.
     pub(crate) description: String,
+    /// The embedding endpoints' signals (push sources, pull sinks): told when the job ends.
+    pub(crate) host_signals: Vec<Arc<crate::wake::HostSignal>>,
+}
+
+/// The graph a [`crate::Job`] builds, shared by the job's streams. A mutex (not a `RefCell`) so
+/// a job under construction, and the handle of a running one, can move between threads; the
+/// builder takes it for one call at a time, so it is never contended.
+pub(crate) struct SharedGraph(std::sync::Mutex<Graph>);
+
+impl SharedGraph {
+    pub(crate) fn new(graph: Graph) -> Self {
+        SharedGraph(std::sync::Mutex::new(graph))
+    }
+    /// The graph, for reading. Never hold it across another call that takes it.
+    pub(crate) fn borrow(&self) -> std::sync::MutexGuard<'_, Graph> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// The graph, for changing it.
+    pub(crate) fn borrow_mut(&self) -> std::sync::MutexGuard<'_, Graph> {
+        self.borrow()
+    }
 }
 
 impl Graph {

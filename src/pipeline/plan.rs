@@ -123,6 +123,7 @@ impl Builder<'_> {
     fn ctx(&self, node: usize, subtask: usize) -> TaskContext {
         let n = &self.graph.nodes[node];
         TaskContext {
+            job: self.graph.name.as_str().into(),
             operator: n.name.clone(),
             subtask,
             parallelism: n.parallelism,

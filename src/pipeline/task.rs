@@ -315,6 +315,8 @@ pub(crate) struct SourceTask<T> {
     control: Arc<JobControl>,
     checkpointing: Option<TaskCheckpointing>,
     phase: Phase,
+    /// The offsets recorded by checkpoints not yet completed or aborted, oldest first.
+    offsets: Vec<(u64, Vec<u8>)>,
 }
 
 impl<T> SourceTask<T> {
@@ -338,6 +340,7 @@ impl<T> SourceTask<T> {
             control,
             checkpointing,
             phase: Phase::Running,
+            offsets: Vec::new(),
         }
     }
 
@@ -349,6 +352,7 @@ impl<T> SourceTask<T> {
         let start = self.ctx.now_ns();
         let mut snapshot = TaskSnapshot::new(barrier);
         if let Some(offset) = self.source.offset() {
+            self.offsets.push((barrier.id, offset.clone()));
             snapshot.add(self.ctx.operator.clone(), self.ctx.subtask, Box::new(RawBytes(offset)));
         }
         self.out.barrier(barrier, &mut snapshot)?;
@@ -360,6 +364,21 @@ impl<T> SourceTask<T> {
         };
         cp.write_async(snapshot, stats);
         Ok(())
+    }
+}
+
+impl<T> SourceTask<T> {
+    /// Tells the source which of its offsets a completed checkpoint covers.
+    fn source_learns(&mut self, notice: CheckpointNotice) {
+        match notice {
+            CheckpointNotice::Complete(id) => {
+                let covered = self.offsets.partition_point(|(c, _)| *c <= id);
+                if let Some((_, offset)) = self.offsets.drain(..covered).last() {
+                    self.source.checkpoint_complete(&offset);
+                }
+            }
+            CheckpointNotice::Aborted(id) => self.offsets.retain(|(c, _)| *c != id),
+        }
     }
 }
 
@@ -389,6 +408,7 @@ impl<T: Send> Task for SourceTask<T> {
                 }
                 TaskControl::EndOfInput => {}
                 TaskControl::Notice(n) => {
+                    self.source_learns(n);
                     let out = &mut self.out;
                     let cp = self.checkpointing.as_mut().expect("message came from it");
                     apply_notice(cp, n, &mut |n| out.notify(n))?;
@@ -462,7 +482,7 @@ pub(crate) struct OneInputTask<T> {
     phase: Phase,
 }
 
-impl<T: Copy> OneInputTask<T> {
+impl<T: Persist> OneInputTask<T> {
     pub(crate) fn new(
         ctx: &TaskContext,
         mut gate: InputGate<T>,
@@ -477,7 +497,7 @@ impl<T: Copy> OneInputTask<T> {
     }
 }
 
-impl<T: Copy + Send + Persist> Task for OneInputTask<T> {
+impl<T: Send + Persist> Task for OneInputTask<T> {
     fn name(&self) -> &str {
         &self.id.name
     }
@@ -536,7 +556,7 @@ pub(crate) struct TwoInputTask<A, B> {
     phase: Phase,
 }
 
-impl<A: Copy, B: Copy> TwoInputTask<A, B> {
+impl<A: Persist, B: Persist> TwoInputTask<A, B> {
     pub(crate) fn new(
         ctx: &TaskContext,
         mut left: InputGate<A>,
@@ -566,14 +586,14 @@ trait GateMode {
     fn mode(&mut self, blocks: bool, unaligned: bool);
 }
 
-impl<T: Copy> GateMode for InputGate<T> {
+impl<T: Persist> GateMode for InputGate<T> {
     fn mode(&mut self, blocks: bool, unaligned: bool) {
         self.set_blocking(blocks);
         self.set_unaligned(unaligned);
     }
 }
 
-impl<A: Copy + Send + Persist, B: Copy + Send + Persist> Task for TwoInputTask<A, B> {
+impl<A: Send + Persist, B: Send + Persist> Task for TwoInputTask<A, B> {
     fn name(&self) -> &str {
         &self.id.name
     }

@@ -321,7 +321,7 @@ impl JobHandle {
         if !self.is_finished() {
             return None;
         }
-        self.finish_attempt()
+        self.settle()
     }
 
     /// Waits for the job to end, restarting it after failures as configured.
@@ -344,9 +344,23 @@ impl JobHandle {
                     }
                 }
             }
-            if let Some(result) = self.finish_attempt() {
+            if let Some(result) = self.settle() {
                 return result;
             }
+        }
+    }
+
+    /// [`JobHandle::finish_attempt`], telling the embedding endpoints (push sources, pull
+    /// sinks) when the job has ended for good, and how.
+    fn settle(&mut self) -> Option<Result<JobReport>> {
+        let result = self.finish_attempt()?;
+        self.tell_hosts(result.as_ref().err().map(|e| e.to_string()));
+        Some(result)
+    }
+
+    fn tell_hosts(&self, error: Option<String>) {
+        for s in &self.job.graph.borrow().host_signals {
+            s.job_ended(error.clone());
         }
     }
 
@@ -421,6 +435,10 @@ impl JobHandle {
 
 impl Drop for JobHandle {
     fn drop(&mut self) {
+        // A handle dropped before the job ended cancels it (a finished job told its hosts).
+        if self.attempt.is_some() {
+            self.tell_hosts(Some(Error::Cancelled.to_string()));
+        }
         if let Some(mut a) = self.attempt.take() {
             self.shared.control.cancel.store(true, Ordering::SeqCst);
             for p in &a.parkers {
@@ -518,7 +536,7 @@ pub(crate) fn prepare_attempt(
     } else {
         restored = restore_from_savepoint(&identity(&graph, &fingerprint), notes)?.map(Arc::new);
     }
-    let scope = Arc::new(AttemptScope::new(recovery));
+    let scope = Arc::new(AttemptScope::new(recovery, graph.checkpointing.is_some()));
     let plan_env = PlanEnv {
         clock: env.clock.clone(),
         metrics: metrics.clone(),
@@ -634,13 +652,17 @@ impl Job {
     /// Starts the job on its worker threads.
     pub fn start(self, config: RunConfig) -> Result<JobHandle> {
         config.validate()?;
-        if let Some(cfg) = &self.graph.borrow().checkpointing {
+        let (checkpointing, fingerprint) = {
+            let graph = self.graph.borrow();
+            (graph.checkpointing.clone(), graph.fingerprint())
+        };
+        if let Some(cfg) = &checkpointing {
             cfg.validate()?;
         }
         let mut notes = Vec::new();
-        let lock = match &self.graph.borrow().checkpointing {
+        let lock = match &checkpointing {
             Some(cfg) => {
-                let storage = CheckpointStorage::for_job(&cfg.dir, &self.graph.borrow().fingerprint());
+                let storage = CheckpointStorage::for_job(&cfg.dir, &fingerprint);
                 let (lock, note) = DirectoryLock::acquire(&storage, &self.name())?;
                 notes.extend(note);
                 Some(Arc::new(lock))

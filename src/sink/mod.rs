@@ -20,7 +20,7 @@ mod two_phase;
 
 pub use latest::LatestPerKeySink;
 pub(crate) use pull::pull_channel;
-pub use pull::EventReceiver;
+pub use pull::{Delivered, EventReceiver, Guarantee, Recv, RecvError};
 pub use transactional::CommittedOutput;
 pub(crate) use transactional::TransactionalCollectSink;
 pub use two_phase::{committed_name, TwoPhaseFileSink};

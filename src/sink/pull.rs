@@ -1,67 +1,426 @@
-//! The embedding sink: the job pushes results through a lock-free SPSC ring to a host thread.
-//! A full ring backpressures the job (the host must keep reading).
+//! The embedding sink: the job hands results to a host thread (or async task) through a queue
+//! that outlives each attempt, so a job survives failovers with its host attached.
+//!
+//! Every result carries a sequence number, counted by the sink and kept in its checkpoints: a
+//! replay after a failover numbers the replayed results as the first time (for a job that
+//! processes deterministically), so a host can drop what it saw already.
+//! - [`Guarantee::AtLeastOnce`]: results go to the host at once (lowest latency); after a
+//!   failover the results since the restored checkpoint come again, with the same numbers.
+//! - [`Guarantee::ExactlyOnce`]: results are held per checkpoint and released when the
+//!   checkpoint after them completes (two-phase commit); a host of one process sees each
+//!   result once. After a process restart, results the restored checkpoint pre-committed are
+//!   released again, with their numbers, for a host that keeps its high-water mark.
+//!
+//! The queue is bounded by its capacity: when the host does not keep up, the sink stops
+//! taking input (backpressure); results released by a completed checkpoint always enter it.
 
-use std::sync::Arc;
-
-use rtrb::Consumer;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use super::Sink;
-use crate::channel::{Entry, OutChannel};
+use crate::context::TaskContext;
 use crate::error::Result;
-use crate::wake::Parker;
+use crate::persist::{from_bytes, Persist};
+use crate::snapshot::{CheckpointNotice, ForkedState, PersistedFork};
+use crate::wake::{HostSignal, Parker};
 
-/// The host's end of a pull sink.
-pub struct EventReceiver<T> {
-    consumer: Consumer<Entry<T>>,
-    ended: bool,
+/// When a pull sink hands results to the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guarantee {
+    /// When the checkpoint after them completes (or the job finishes): each result once.
+    ExactlyOnce,
+    /// At once; after a failover, replayed results come again with the same numbers.
+    AtLeastOnce,
 }
 
-impl<T: Copy> EventReceiver<T> {
+/// One result handed to the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivered<T> {
+    /// The result's number: 0, 1, 2, … in the order the sink received them.
+    pub seq: u64,
+    /// The result.
+    pub record: T,
+}
+
+/// Why no result was received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecvError {
+    /// No result is ready now ([`EventReceiver::try_recv`]).
+    Empty,
+    /// No result came within the timeout ([`EventReceiver::recv_timeout`]).
+    Timeout,
+    /// The job has ended and every result it released was received. `error` is why it
+    /// failed (`None`: it finished, was stopped or cancelled).
+    Ended {
+        /// The job's error, if it failed.
+        error: Option<String>,
+    },
+}
+
+impl std::fmt::Display for RecvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecvError::Empty => f.write_str("no result is ready"),
+            RecvError::Timeout => f.write_str("timed out waiting for a result"),
+            RecvError::Ended { error: None } => f.write_str("the job has ended"),
+            RecvError::Ended { error: Some(e) } => write!(f, "the job failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RecvError {}
+
+struct PullShared<T> {
+    queue: Mutex<VecDeque<Delivered<T>>>,
+    /// `queue.len()`, read without the lock by the sink's backpressure check.
+    queued: AtomicUsize,
+    capacity: usize,
+    signal: Arc<HostSignal>,
+    /// The highest transaction released to the host in this process (a restored checkpoint's
+    /// pre-committed transactions may have been released before the failover).
+    released: Mutex<Option<u64>>,
+    /// The worker running the sink now, woken when the host makes room.
+    worker: Mutex<Option<Arc<Parker>>>,
+    /// The sink's input ended and every result was released: the host needs nothing from the
+    /// job's end to know it has everything (exactly-once results after the last checkpoint
+    /// wait for the job to finish, see [`TaskContext::on_job_success`]).
+    stream_ended: std::sync::atomic::AtomicBool,
+}
+
+fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<T> PullShared<T> {
+    fn push(&self, items: impl IntoIterator<Item = Delivered<T>>) {
+        let mut q = lock(&self.queue);
+        q.extend(items);
+        self.queued.store(q.len(), Ordering::Release);
+        drop(q);
+        self.signal.notify();
+    }
+
+    fn has_room(&self) -> bool {
+        self.queued.load(Ordering::Acquire) < self.capacity
+    }
+
+    /// Releases transaction `txn` unless it was released before in this process.
+    fn release(&self, txn: u64, records: Vec<(u64, T)>) {
+        let mut released = lock(&self.released);
+        if released.is_some_and(|r| r >= txn) {
+            return;
+        }
+        *released = Some(txn);
+        self.push(records.into_iter().map(|(seq, record)| Delivered { seq, record }));
+    }
+}
+
+/// The host's end of a pull sink.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::{Job, RunConfig, sink::RecvError};
+/// let job = Job::new("doubler");
+/// let (mut tx, events) = job.push_source::<u64>(64);
+/// let mut rx = events.map(|x| x * 2).pull_sink(64);
+/// let handle = job.start(RunConfig::default()).unwrap();
+/// tx.send_timeout(21, Duration::from_secs(60)).unwrap();
+/// assert_eq!(rx.recv_timeout(Duration::from_secs(60)).unwrap().record, 42);
+/// tx.close();
+/// handle.join().unwrap();
+/// assert!(matches!(rx.recv_timeout(Duration::from_secs(60)), Err(RecvError::Ended { error: None })));
+/// ```
+pub struct EventReceiver<T> {
+    shared: Arc<PullShared<T>>,
+    /// Results taken from the queue in one lock, handed out one by one.
+    local: VecDeque<Delivered<T>>,
+}
+
+impl<T> EventReceiver<T> {
     /// The next result, if one is ready. Never blocks.
     #[inline]
-    pub fn try_recv(&mut self) -> Option<T> {
-        loop {
-            match self.consumer.pop() {
-                Ok(Entry::Record(r)) => return Some(r),
-                Ok(Entry::End) => {
-                    self.ended = true;
-                    return None;
-                }
-                Ok(Entry::Watermark(_) | Entry::Barrier(_)) => continue,
-                Err(_) => return None,
+    pub fn try_recv(&mut self) -> std::result::Result<Delivered<T>, RecvError> {
+        if let Some(d) = self.local.pop_front() {
+            return Ok(d);
+        }
+        if self.shared.queued.load(Ordering::Acquire) > 0 {
+            let was_full;
+            {
+                let mut q = lock(&self.shared.queue);
+                was_full = q.len() >= self.shared.capacity;
+                std::mem::swap(&mut self.local, &mut q);
+                self.shared.queued.store(0, Ordering::Release);
             }
+            if was_full {
+                if let Some(p) = lock(&self.shared.worker).as_ref() {
+                    p.notify();
+                }
+            }
+            if let Some(d) = self.local.pop_front() {
+                return Ok(d);
+            }
+        }
+        let outcome = self.shared.signal.outcome().cloned();
+        let ended = self.shared.stream_ended.load(Ordering::Acquire);
+        match outcome {
+            _ if self.shared.queued.load(Ordering::Acquire) > 0 => self.try_recv(),
+            Some(error) => Err(RecvError::Ended { error }),
+            None if ended => Err(RecvError::Ended { error: None }),
+            None => Err(RecvError::Empty),
         }
     }
 
-    /// Whether the job's stream ended (everything before the end was received), or the job is
-    /// gone.
+    /// The next result, waiting up to `timeout` for one.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> std::result::Result<Delivered<T>, RecvError> {
+        match self.try_recv() {
+            Err(RecvError::Empty) => {}
+            other => return other,
+        }
+        let signal = self.shared.signal.clone();
+        let shared = self.shared.clone();
+        signal.wait_until(Instant::now() + timeout, || {
+            (shared.queued.load(Ordering::Acquire) > 0 || shared.stream_ended.load(Ordering::Acquire)).then_some(())
+        });
+        match self.try_recv() {
+            Err(RecvError::Empty) => Err(RecvError::Timeout),
+            other => other,
+        }
+    }
+
+    /// The next result, as a future: for async hosts. It needs no runtime (the job wakes the
+    /// task's waker), so it works with tokio, async-std or a hand-rolled executor.
+    pub fn recv(&mut self) -> Recv<'_, T> {
+        Recv { receiver: self }
+    }
+
+    /// Whether the job has ended and every result was received.
     pub fn is_finished(&self) -> bool {
-        self.ended || (self.consumer.is_abandoned() && self.consumer.is_empty())
+        self.local.is_empty()
+            && self.shared.queued.load(Ordering::Acquire) == 0
+            && (self.shared.signal.outcome().is_some() || self.shared.stream_ended.load(Ordering::Acquire))
     }
 }
 
-/// The job's end of a pull sink.
+/// The future of [`EventReceiver::recv`].
+pub struct Recv<'a, T> {
+    receiver: &'a mut EventReceiver<T>,
+}
+
+impl<T> Future for Recv<'_, T> {
+    type Output = std::result::Result<Delivered<T>, RecvError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.receiver.try_recv() {
+            Err(RecvError::Empty) => {}
+            other => return Poll::Ready(other),
+        }
+        self.receiver.shared.signal.register(cx.waker());
+        // A result may have come between the check and the registration.
+        match self.receiver.try_recv() {
+            Err(RecvError::Empty) => Poll::Pending,
+            other => Poll::Ready(other),
+        }
+    }
+}
+
+/// Makes the pull sink of each attempt.
+pub(crate) struct PullSinkFactory<T> {
+    shared: Arc<PullShared<T>>,
+    guarantee: Guarantee,
+}
+
+pub(crate) fn pull_channel<T>(capacity: usize, guarantee: Guarantee) -> (PullSinkFactory<T>, EventReceiver<T>) {
+    let shared = Arc::new(PullShared {
+        queue: Mutex::new(VecDeque::new()),
+        queued: AtomicUsize::new(0),
+        capacity: capacity.max(1),
+        signal: Arc::new(HostSignal::default()),
+        released: Mutex::new(None),
+        worker: Mutex::new(None),
+        stream_ended: std::sync::atomic::AtomicBool::new(false),
+    });
+    (PullSinkFactory { shared: shared.clone(), guarantee }, EventReceiver { shared, local: VecDeque::new() })
+}
+
+impl<T> PullSinkFactory<T> {
+    /// The signal the runtime uses to tell the host the job ended.
+    pub(crate) fn signal(&self) -> Arc<HostSignal> {
+        self.shared.signal.clone()
+    }
+
+    pub(crate) fn make(&self, ctx: &TaskContext) -> PullSink<T> {
+        *lock(&self.shared.worker) = Some(ctx.parker.clone());
+        self.shared.stream_ended.store(false, Ordering::Release);
+        PullSink {
+            shared: self.shared.clone(),
+            ctx: ctx.clone(),
+            guarantee: self.guarantee,
+            next_seq: 0,
+            held: Vec::new(),
+            current: Vec::new(),
+            pending: Vec::new(),
+            finished: false,
+        }
+    }
+}
+
+/// The final transaction's id: after every checkpoint.
+const FINAL_TXN: u64 = u64::MAX;
+
+/// One attempt's pull sink.
 pub(crate) struct PullSink<T> {
-    out: OutChannel<T>,
+    shared: Arc<PullShared<T>>,
+    ctx: TaskContext,
+    guarantee: Guarantee,
+    /// The number of the next result.
+    next_seq: u64,
+    /// At least once: results waiting for room in the queue.
+    held: Vec<Delivered<T>>,
+    /// Exactly once: results since the last barrier, and pre-committed transactions
+    /// (checkpoint id, results), oldest first.
+    current: Vec<(u64, T)>,
+    pending: Vec<(u64, Vec<(u64, T)>)>,
+    /// The input ended.
+    finished: bool,
 }
 
-pub(crate) fn pull_channel<T: Copy>(capacity: usize) -> (PullSink<T>, EventReceiver<T>) {
-    let (p, c) = rtrb::RingBuffer::new(capacity.max(1));
-    // The host polls; nobody parks on this ring, so the parker is never asleep.
-    (PullSink { out: OutChannel::new(p, Arc::new(Parker::default())) }, EventReceiver { consumer: c, ended: false })
+impl<T> PullSink<T> {
+    /// Tells the host the stream is complete once the input ended and nothing is left to
+    /// release.
+    fn end_if_released(&self) {
+        if self.finished && self.held.is_empty() && self.current.is_empty() && self.pending.is_empty() {
+            self.shared.stream_ended.store(true, Ordering::Release);
+            self.shared.signal.notify();
+        }
+    }
 }
 
-impl<T: Copy + Send> Sink<T> for PullSink<T> {
+/// What a pull sink's checkpoint holds: the next sequence number and the pre-committed
+/// transactions.
+type PullState<T> = (u64, Vec<(u64, Vec<(u64, T)>)>);
+
+impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
     fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
-        self.out.write_records(records);
-        records.clear();
+        let first = self.next_seq;
+        self.next_seq += records.len() as u64;
+        let numbered = (first..).zip(records.drain(..));
+        match self.guarantee {
+            Guarantee::ExactlyOnce => self.current.extend(numbered),
+            Guarantee::AtLeastOnce => {
+                self.held.extend(numbered.map(|(seq, record)| Delivered { seq, record }));
+                self.drain()?;
+            }
+        }
         Ok(())
     }
-    fn finish(&mut self) -> Result<()> {
-        self.out.write_entry(Entry::End);
-        Ok(())
-    }
+
     fn drain(&mut self) -> Result<bool> {
-        Ok(self.out.flush())
+        if !self.shared.has_room() {
+            return Ok(false);
+        }
+        if !self.held.is_empty() {
+            self.shared.push(self.held.drain(..));
+        }
+        self.end_if_released();
+        Ok(true)
+    }
+
+    fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Box<dyn ForkedState>>> {
+        if self.guarantee == Guarantee::ExactlyOnce {
+            self.pending.push((checkpoint, std::mem::take(&mut self.current)));
+        }
+        let state: PullState<T> = (self.next_seq, self.pending.clone());
+        Ok(Some(Box::new(PersistedFork(state))))
+    }
+
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        // An aborted checkpoint's transaction stays pending: it is released with the next
+        // completed one.
+        if let CheckpointNotice::Complete(id) = notice {
+            let split = self.pending.partition_point(|(txn, _)| *txn <= id);
+            for (txn, records) in self.pending.drain(..split) {
+                self.shared.release(txn, records);
+            }
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        let (next_seq, pending): PullState<T> = from_bytes(bytes)?;
+        self.next_seq = next_seq;
+        // What the restored (complete) checkpoint pre-committed is committed now.
+        for (txn, records) in pending {
+            self.shared.release(txn, records);
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.finished = true;
+        if self.guarantee == Guarantee::AtLeastOnce || (self.current.is_empty() && self.pending.is_empty()) {
+            self.end_if_released();
+            return Ok(());
+        }
+        let mut rest = std::mem::take(&mut self.pending);
+        rest.push((FINAL_TXN, std::mem::take(&mut self.current)));
+        let shared = self.shared.clone();
+        self.ctx.on_job_success(move || {
+            for (txn, records) in rest {
+                shared.release(txn, records);
+            }
+            Ok(())
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_once_releases_on_completion_and_once_per_transaction() {
+        let (factory, mut rx) = pull_channel::<String>(16, Guarantee::ExactlyOnce);
+        let ctx = TaskContext::for_test("pull", 0, 1);
+        let mut sink = factory.make(&ctx);
+        sink.write(&mut vec!["a".into(), "b".into()]).unwrap();
+        let snapshot = sink.pre_commit(1).unwrap().unwrap();
+        sink.write(&mut vec!["c".into()]).unwrap();
+        assert_eq!(rx.try_recv(), Err(RecvError::Empty), "nothing before the checkpoint completes");
+        sink.notify(CheckpointNotice::Complete(1)).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), Delivered { seq: 0, record: "a".to_string() });
+        assert_eq!(rx.try_recv().unwrap().seq, 1);
+        assert_eq!(rx.try_recv(), Err(RecvError::Empty), "'c' waits for the next checkpoint");
+        // A failover restores checkpoint 1: its transaction was released already.
+        let mut bytes = Vec::new();
+        snapshot.write_to(&mut bytes).unwrap();
+        let mut again = factory.make(&ctx);
+        again.restore(&bytes).unwrap();
+        assert_eq!(rx.try_recv(), Err(RecvError::Empty), "released once");
+        again.write(&mut vec!["c".into()]).unwrap();
+        again.pre_commit(2).unwrap();
+        again.notify(CheckpointNotice::Complete(2)).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), Delivered { seq: 2, record: "c".to_string() }, "numbered as the first time");
+    }
+
+    #[test]
+    fn at_least_once_backpressures_when_the_host_lags() {
+        let (factory, mut rx) = pull_channel::<u64>(2, Guarantee::AtLeastOnce);
+        let ctx = TaskContext::for_test("pull", 0, 1);
+        let mut sink = factory.make(&ctx);
+        sink.write(&mut vec![1, 2]).unwrap();
+        assert!(!sink.drain().unwrap(), "the queue is full");
+        sink.write(&mut vec![3]).unwrap();
+        assert_eq!(rx.try_recv().unwrap().record, 1);
+        assert_eq!(rx.try_recv().unwrap().record, 2);
+        assert!(sink.drain().unwrap());
+        assert_eq!(rx.try_recv().unwrap(), Delivered { seq: 2, record: 3 });
+        factory.signal().job_ended(Some("boom".into()));
+        assert_eq!(rx.try_recv(), Err(RecvError::Ended { error: Some("boom".into()) }));
     }
 }

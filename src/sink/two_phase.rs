@@ -435,7 +435,7 @@ mod tests {
 
         // Restoring checkpoint 2 with nothing skipped: transaction 3 is written again alike.
         let mut ctx = ctx.clone();
-        ctx.attempt = Arc::new(AttemptScope::new(Recovery { restored: Some(2), ..Recovery::default() }));
+        ctx.attempt = Arc::new(AttemptScope::new(Recovery { restored: Some(2), ..Recovery::default() }, false));
         let mut r = TwoPhaseFileSink::create(dir.path(), &ctx, format).unwrap();
         r.restore(&bytes).unwrap();
         assert_eq!(listing(dir.path()), vec!["notes.txt".to_string(), committed_name(0, 1), committed_name(0, 2)]);
@@ -503,7 +503,7 @@ mod tests {
         assert_eq!(committed, vec![committed_name(0, 1), committed_name(0, 2)]);
         let restoring = |recovery: Recovery| {
             let mut ctx = TaskContext::for_test("sink", 0, 1);
-            ctx.attempt = Arc::new(AttemptScope::new(recovery));
+            ctx.attempt = Arc::new(AttemptScope::new(recovery, false));
             (TwoPhaseFileSink::create(dir.path(), &ctx, format).unwrap(), ctx)
         };
         // Checkpoint 2 damaged, 1 restored: part 2 would be lost.

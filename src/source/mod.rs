@@ -12,8 +12,8 @@ mod push;
 mod text;
 
 pub use generator::Generator;
-pub use push::EventSender;
-pub(crate) use push::{push_channel, PushSource};
+pub(crate) use push::push_channel;
+pub use push::{EventSender, SendError, DEFAULT_REPLAY_EVENTS};
 pub(crate) use text::TextBlocks;
 pub use text::TextSource;
 
@@ -55,6 +55,11 @@ pub trait Source<T>: Send {
     fn replayable(&self) -> bool {
         self.offset().is_some()
     }
+
+    /// The checkpoint that recorded `offset` (what [`Source::offset`] returned at its barrier)
+    /// completed: nothing before `offset` will be replayed again, so a source that buffers
+    /// events for replay may drop them.
+    fn checkpoint_complete(&mut self, _offset: &[u8]) {}
 
     /// Moves to a position returned by [`Source::offset`].
     fn seek(&mut self, _offset: &[u8]) -> Result<()> {

@@ -1,70 +1,215 @@
 //! The embedding source: a host thread pushes events through a lock-free SPSC ring straight into
 //! a source subtask, and wakes its worker if it sleeps.
+//!
+//! Events are numbered in the order they are sent, from the job's *resume point* (0 on a fresh
+//! start; after a restart from a checkpoint, the number of the first event that checkpoint did
+//! not cover). With checkpoints on, the source keeps every event since the last completed
+//! checkpoint in a bounded replay buffer that outlives the attempt: after a failover the new
+//! attempt replays from it, so the job survives task failures exactly-once. When the buffer is
+//! full the source stops reading the ring, so the host is backpressured; no event is dropped.
+//! After a process restart the buffer is gone, and the host resends from
+//! [`EventSender::resume_from`] (a host with its own log gets exactly-once across crashes too).
 
-use std::sync::{Arc, OnceLock};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rtrb::{Consumer, Producer};
 
 use super::{Source, SourcePoll};
 use crate::channel::Entry;
 use crate::context::TaskContext;
-use crate::error::Result;
-use crate::wake::Parker;
+use crate::error::{Error, Result};
+use crate::wake::{HostSignal, Parker};
+
+/// Why an event was not sent; the event comes back in it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SendError<T> {
+    /// The ring is full: the job is behind (or its replay buffer waits for a checkpoint to
+    /// complete). Try again, or use [`EventSender::send_timeout`].
+    Full(T),
+    /// [`EventSender::send_timeout`] waited its whole timeout for room.
+    Timeout(T),
+    /// The job has ended and reads no more events. `error` is why it failed (`None`: it
+    /// finished, was stopped or cancelled).
+    Ended {
+        /// The event that was not sent.
+        event: T,
+        /// The job's error, if it failed.
+        error: Option<String>,
+    },
+}
+
+impl<T> SendError<T> {
+    /// The event that was not sent.
+    pub fn into_event(self) -> T {
+        match self {
+            SendError::Full(e) | SendError::Timeout(e) | SendError::Ended { event: e, .. } => e,
+        }
+    }
+}
+
+impl<T> std::fmt::Display for SendError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Full(_) => f.write_str("the push source's ring is full (the job is behind)"),
+            SendError::Timeout(_) => f.write_str("timed out waiting for room in the push source's ring"),
+            SendError::Ended { error: None, .. } => f.write_str("the job has ended"),
+            SendError::Ended { error: Some(e), .. } => write!(f, "the job failed: {e}"),
+        }
+    }
+}
+
+impl<T: std::fmt::Debug> std::error::Error for SendError<T> {}
+
+/// The default bound of a push source's replay buffer, in events.
+pub const DEFAULT_REPLAY_EVENTS: usize = 1 << 20;
+
+/// What survives an attempt: the job's end of the ring and the replay buffer.
+struct PushLog<T> {
+    consumer: Consumer<Entry<T>>,
+    /// Events from `base` on that a failover may have to replay (all events read from the ring
+    /// since the last completed checkpoint; empty without checkpoints).
+    replay: VecDeque<T>,
+    /// The number of `replay[0]`; `base + replay.len()` is the number of the next event in the
+    /// ring.
+    base: u64,
+    /// The number the end of the stream came at, once it did.
+    end_at: Option<u64>,
+    /// No attempt has run in this process yet (a restored offset then sets `base`).
+    fresh: bool,
+}
+
+/// Between the host's [`EventSender`] and every attempt's source.
+struct PushShared<T> {
+    log: Mutex<Option<PushLog<T>>>,
+    /// The number of the next event the job expects, once it started: the resume point.
+    resume: Mutex<Option<u64>>,
+    /// Host waits (room in the ring, the resume point) and the job's end.
+    signal: Arc<HostSignal>,
+    /// The worker that runs the source now, and a counter of changes to it (the sender
+    /// re-reads the parker only when the counter moved).
+    worker: Mutex<Option<Arc<Parker>>>,
+    worker_epoch: AtomicU64,
+}
 
 /// The host's end of a push source: send events into a running (or not yet started) job.
+///
+/// `Send`: it may move to another thread (a tokio blocking task, say), but there is one sender.
 pub struct EventSender<T> {
     producer: Producer<Entry<T>>,
-    worker: Arc<OnceLock<Arc<Parker>>>,
+    shared: Arc<PushShared<T>>,
+    worker: Option<Arc<Parker>>,
+    worker_epoch: u64,
+    sent: u64,
     closed: bool,
 }
 
-impl<T: Copy> EventSender<T> {
-    /// Sends one event. When the ring is full (the job is behind) the event is handed back.
+impl<T> EventSender<T> {
+    /// Sends one event without blocking. The error says why not: the ring is full, or the job
+    /// has ended (with its error); the event comes back in it.
     #[inline]
-    pub fn send(&mut self, event: T) -> std::result::Result<(), T> {
+    pub fn try_send(&mut self, event: T) -> std::result::Result<(), SendError<T>> {
+        if let Some(error) = self.shared.signal.outcome() {
+            return Err(SendError::Ended { event, error: error.clone() });
+        }
         match self.producer.push(Entry::Record(event)) {
             Ok(()) => {
+                self.sent += 1;
                 self.notify();
                 Ok(())
             }
-            Err(_) => Err(event),
+            Err(rtrb::PushError::Full(Entry::Record(event))) => Err(SendError::Full(event)),
+            Err(rtrb::PushError::Full(_)) => unreachable!("a record was pushed"),
         }
     }
 
-    /// Sends as many events from the front of `events` as fit; returns how many.
-    pub fn send_slice(&mut self, events: &[T]) -> usize {
+    /// Sends one event, waiting up to `timeout` for room in the ring.
+    pub fn send_timeout(&mut self, event: T, timeout: Duration) -> std::result::Result<(), SendError<T>> {
+        let deadline = Instant::now() + timeout;
+        let signal = self.shared.signal.clone();
+        let mut event = event;
+        loop {
+            event = match self.try_send(event) {
+                Err(SendError::Full(e)) if Instant::now() < deadline => e,
+                Err(SendError::Full(e)) => return Err(SendError::Timeout(e)),
+                other => return other,
+            };
+            let producer = &self.producer;
+            signal.wait_until(deadline, || (!producer.is_full()).then_some(()));
+        }
+    }
+
+    /// Sends as many events from the front of `events` as fit without blocking (cloning them);
+    /// returns how many. Nothing is sent once the job has ended.
+    pub fn send_slice(&mut self, events: &[T]) -> usize
+    where
+        T: Clone,
+    {
+        if self.shared.signal.outcome().is_some() {
+            return 0;
+        }
         let n = events.len().min(self.producer.slots());
         if n > 0 {
             let chunk = self.producer.write_chunk_uninit(n).expect("n free slots were checked");
-            chunk.fill_from_iter(events[..n].iter().map(|&e| Entry::Record(e)));
+            chunk.fill_from_iter(events[..n].iter().cloned().map(Entry::Record));
+            self.sent += n as u64;
             self.notify();
         }
         n
     }
 
-    /// Ends the stream: the job finishes once it has processed everything sent.
-    pub fn close(mut self) {
-        self.end_stream();
+    /// The number the job gives the first event this sender sends: 0 on a fresh start; after
+    /// a restart from a checkpoint, the first event that checkpoint does not cover. A host that
+    /// logs its events resends its log from here. Waits up to `timeout` for the job's source to
+    /// start (it knows the number only once it restored).
+    pub fn resume_from(&self, timeout: Duration) -> std::result::Result<u64, SendError<()>> {
+        let shared = &self.shared;
+        let found = shared.signal.wait_until(Instant::now() + timeout, || *lock(&shared.resume));
+        match (found, shared.signal.outcome()) {
+            (Some(seq), _) => Ok(seq),
+            (None, Some(error)) => Err(SendError::Ended { event: (), error: error.clone() }),
+            (None, None) => Err(SendError::Timeout(())),
+        }
     }
 
-    fn end_stream(&mut self) {
+    /// The number of the next event this sender sends, once the job told its resume point.
+    pub fn next_seq(&self) -> Option<u64> {
+        lock(&self.shared.resume).map(|r| r + self.sent)
+    }
+
+    /// Ends the stream: the job finishes once it has processed everything sent.
+    pub fn close(mut self) {
+        self.end_stream(Duration::from_secs(u64::MAX / 4));
+    }
+
+    /// Pushes the end marker, waiting up to `timeout` for a free slot (the job gone, nobody
+    /// needs it).
+    fn end_stream(&mut self, timeout: Duration) {
         if self.closed {
             return;
         }
         self.closed = true;
-        // Waits for one free slot, unless the job is gone (then nobody needs the end marker).
+        let deadline = Instant::now() + timeout;
+        let signal = self.shared.signal.clone();
         while self.producer.push(Entry::End).is_err() {
-            if self.producer.is_abandoned() {
+            let producer = &self.producer;
+            if signal.wait_until(deadline, || (!producer.is_full()).then_some(())).is_none() {
                 return;
             }
-            std::thread::yield_now();
         }
         self.notify();
     }
 
     #[inline]
-    fn notify(&self) {
-        if let Some(p) = self.worker.get() {
+    fn notify(&mut self) {
+        let epoch = self.shared.worker_epoch.load(Ordering::Acquire);
+        if epoch != self.worker_epoch {
+            self.worker = lock(&self.shared.worker).clone();
+            self.worker_epoch = epoch;
+        }
+        if let Some(p) = &self.worker {
             p.notify();
         }
     }
@@ -72,63 +217,183 @@ impl<T: Copy> EventSender<T> {
 
 impl<T> Drop for EventSender<T> {
     fn drop(&mut self) {
-        if !self.closed {
-            self.closed = true;
-            // Dropping the sender ends the stream, as dropping a channel sender does.
-            let mut tries = 0u32;
-            while self.producer.push(Entry::End).is_err() && !self.producer.is_abandoned() && tries < 1_000_000 {
-                std::thread::yield_now();
-                tries += 1;
-            }
-            if let Some(p) = self.worker.get() {
-                p.notify();
-            }
+        // Dropping the sender ends the stream, as dropping a channel sender does (waiting a
+        // while for room: a job that stopped reading needs no end marker).
+        self.end_stream(Duration::from_secs(10));
+    }
+}
+
+fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One attempt's push source: takes the log for its life and gives it back when dropped (so
+/// the next attempt replays from it).
+pub(crate) struct PushSource<T> {
+    shared: Arc<PushShared<T>>,
+    log: Option<PushLog<T>>,
+    /// The number of the next event to emit.
+    next: u64,
+    /// Keep events for replay (checkpoints are on).
+    replaying: bool,
+    replay_capacity: usize,
+    started: bool,
+}
+
+/// The two ends of a push source: the host's sender and what makes each attempt's source.
+pub(crate) fn push_channel<T>(capacity: usize) -> (EventSender<T>, PushSourceFactory<T>) {
+    let (producer, consumer) = rtrb::RingBuffer::new(capacity.max(1));
+    let shared = Arc::new(PushShared {
+        log: Mutex::new(Some(PushLog { consumer, replay: VecDeque::new(), base: 0, end_at: None, fresh: true })),
+        resume: Mutex::new(None),
+        signal: Arc::new(HostSignal::default()),
+        worker: Mutex::new(None),
+        worker_epoch: AtomicU64::new(0),
+    });
+    let sender =
+        EventSender { producer, shared: shared.clone(), worker: None, worker_epoch: 0, sent: 0, closed: false };
+    (sender, PushSourceFactory { shared })
+}
+
+/// Makes the push source of each attempt.
+pub(crate) struct PushSourceFactory<T> {
+    shared: Arc<PushShared<T>>,
+}
+
+impl<T> PushSourceFactory<T> {
+    /// The signal the runtime uses to tell the host the job ended.
+    pub(crate) fn signal(&self) -> Arc<HostSignal> {
+        self.shared.signal.clone()
+    }
+
+    /// The source of one attempt; `replay_capacity` bounds the replay buffer when
+    /// `checkpointed`.
+    pub(crate) fn make(&self, ctx: &TaskContext, checkpointed: bool, replay_capacity: usize) -> Result<PushSource<T>> {
+        if checkpointed && replay_capacity == 0 {
+            return Err(Error::config(format!(
+                "push source '{}': a replay buffer of 0 events cannot keep events until a checkpoint completes; \
+                 give it room for at least one batch",
+                ctx.operator
+            )));
+        }
+        let log = lock(&self.shared.log).take().ok_or_else(|| {
+            Error::config(format!("push source '{}' is already running in another attempt", ctx.operator))
+        })?;
+        *lock(&self.shared.worker) = Some(ctx.parker.clone());
+        self.shared.worker_epoch.fetch_add(1, Ordering::Release);
+        // A fresh attempt (no checkpoint restored) replays everything still buffered: no
+        // completed checkpoint covers it.
+        let next = log.base;
+        Ok(PushSource {
+            shared: self.shared.clone(),
+            log: Some(log),
+            next,
+            replaying: checkpointed,
+            replay_capacity,
+            started: false,
+        })
+    }
+}
+
+impl<T> Drop for PushSource<T> {
+    fn drop(&mut self) {
+        if let Some(log) = self.log.take() {
+            *lock(&self.shared.log) = Some(log);
         }
     }
 }
 
-/// The job's end of a push source.
-pub(crate) struct PushSource<T> {
-    consumer: Consumer<Entry<T>>,
-    worker: Arc<OnceLock<Arc<Parker>>>,
-}
-
-pub(crate) fn push_channel<T: Copy>(capacity: usize) -> (EventSender<T>, PushSource<T>) {
-    let (producer, consumer) = rtrb::RingBuffer::new(capacity.max(1));
-    let worker = Arc::new(OnceLock::new());
-    (EventSender { producer, worker: worker.clone(), closed: false }, PushSource { consumer, worker })
-}
-
-impl<T: Copy + Send> Source<T> for PushSource<T> {
-    fn poll(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
-        if self.worker.get().is_none() {
-            let _ = self.worker.set(ctx.parker.clone());
+impl<T: Clone + Send> Source<T> for PushSource<T> {
+    fn poll(&mut self, _ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
+        let log = self.log.as_mut().expect("held for the source's life");
+        let before = out.len();
+        if !self.started {
+            self.started = true;
+            log.fresh = false;
+            *lock(&self.shared.resume) = Some(self.next);
+            self.shared.signal.notify();
         }
-        let n = self.consumer.slots().min(max);
+        // Replay first: events a failed attempt emitted after the restored checkpoint.
+        let buffered = log.base + log.replay.len() as u64;
+        while out.len() - before < max && self.next < buffered {
+            out.push(log.replay[(self.next - log.base) as usize].clone());
+            self.next += 1;
+        }
+        if log.end_at == Some(self.next) {
+            return Ok(if out.len() == before { SourcePoll::Finished } else { SourcePoll::Emitted });
+        }
+        if out.len() - before == max {
+            return Ok(SourcePoll::Emitted);
+        }
+        let room = if self.replaying { self.replay_capacity - log.replay.len() } else { usize::MAX };
+        let n = log.consumer.slots().min(max - (out.len() - before)).min(room);
         if n == 0 {
-            return Ok(if self.consumer.is_abandoned() && self.consumer.is_empty() {
+            return Ok(if out.len() > before {
+                SourcePoll::Emitted
+            } else if log.consumer.is_abandoned() && log.consumer.is_empty() {
                 SourcePoll::Finished
             } else {
+                // An empty ring, or a full replay buffer waiting for a checkpoint to complete.
                 SourcePoll::Idle
             });
         }
-        let chunk = self.consumer.read_chunk(n).expect("n slots were checked");
+        let chunk = log.consumer.read_chunk(n).expect("n slots were checked");
         let mut ended = false;
-        let mut taken = 0;
-        let (a, b) = chunk.as_slices();
-        for e in a.iter().chain(b) {
-            taken += 1;
-            match *e {
-                Entry::Record(r) => out.push(r),
+        for e in chunk {
+            match e {
+                Entry::Record(r) => {
+                    if self.replaying {
+                        log.replay.push_back(r.clone());
+                    } else {
+                        log.base += 1;
+                    }
+                    out.push(r);
+                    self.next += 1;
+                }
                 Entry::End => {
+                    log.end_at = Some(self.next);
                     ended = true;
                     break;
                 }
                 Entry::Watermark(_) | Entry::Barrier(_) => {}
             }
         }
-        chunk.commit(taken);
-        Ok(if ended { SourcePoll::Finished } else { SourcePoll::Emitted })
+        self.shared.signal.notify();
+        Ok(if ended && out.len() == before { SourcePoll::Finished } else { SourcePoll::Emitted })
+    }
+
+    fn offset(&self) -> Option<Vec<u8>> {
+        Some(self.next.to_le_bytes().to_vec())
+    }
+
+    fn seek(&mut self, offset: &[u8]) -> Result<()> {
+        let at = u64::from_le_bytes(
+            offset.try_into().map_err(|_| Error::Corrupt("a push source's offset is not 8 bytes".into()))?,
+        );
+        let log = self.log.as_mut().expect("held for the source's life");
+        if log.fresh {
+            // A new process: the events before `at` are covered by the checkpoint, and the
+            // host resends from `at` (see `EventSender::resume_from`).
+            log.base = at;
+        } else if at < log.base || at > log.base + log.replay.len() as u64 {
+            return Err(Error::Corrupt(format!(
+                "the push source is to replay from event {at}, but its buffer holds events {} to {}",
+                log.base,
+                log.base + log.replay.len() as u64
+            )));
+        }
+        self.next = at;
+        Ok(())
+    }
+
+    fn checkpoint_complete(&mut self, offset: &[u8]) {
+        let Ok(bytes) = <[u8; 8]>::try_from(offset) else { return };
+        let covered = u64::from_le_bytes(bytes);
+        let log = self.log.as_mut().expect("held for the source's life");
+        while log.base < covered && !log.replay.is_empty() {
+            log.replay.pop_front();
+            log.base += 1;
+        }
     }
 }
 
@@ -136,17 +401,61 @@ impl<T: Copy + Send> Source<T> for PushSource<T> {
 mod tests {
     use super::*;
 
+    fn source(factory: &PushSourceFactory<u32>, ctx: &TaskContext, checkpointed: bool) -> PushSource<u32> {
+        factory.make(ctx, checkpointed, 4).unwrap()
+    }
+
     #[test]
     fn events_arrive_in_order_then_end() {
-        let (mut tx, mut src) = push_channel::<u32>(4);
+        let (mut tx, factory) = push_channel::<u32>(4);
         let ctx = TaskContext::for_test("push", 0, 1);
+        let mut src = source(&factory, &ctx, false);
         assert_eq!(tx.send_slice(&[1, 2, 3, 4, 5]), 4);
-        assert_eq!(tx.send(9), Err(9), "full ring hands the event back");
+        assert_eq!(tx.try_send(9), Err(SendError::Full(9)), "a full ring hands the event back");
         let mut out = Vec::new();
         assert_eq!(src.poll(&ctx, &mut out, 10).unwrap(), SourcePoll::Emitted);
-        tx.send(5).unwrap();
+        assert_eq!(tx.resume_from(Duration::ZERO), Ok(0));
+        tx.try_send(5).unwrap();
+        assert_eq!(tx.next_seq(), Some(5));
         tx.close();
+        assert_eq!(src.poll(&ctx, &mut out, 10).unwrap(), SourcePoll::Emitted);
         assert_eq!(src.poll(&ctx, &mut out, 10).unwrap(), SourcePoll::Finished);
         assert_eq!(out, vec![1, 2, 3, 4, 5]);
+    }
+
+    /// A failover replays what the restored checkpoint does not cover, from memory; a full
+    /// replay buffer stops reading the ring (backpressure) until a checkpoint completes.
+    #[test]
+    fn a_new_attempt_replays_from_the_restored_offset() {
+        let (mut tx, factory) = push_channel::<u32>(8);
+        let ctx = TaskContext::for_test("push", 0, 1);
+        let mut src = source(&factory, &ctx, true);
+        assert_eq!(tx.send_slice(&[10, 11, 12, 13, 14, 15]), 6);
+        let mut out = Vec::new();
+        src.poll(&ctx, &mut out, 2).unwrap();
+        let checkpoint = src.offset().unwrap(); // after events 0 and 1
+        src.poll(&ctx, &mut out, 10).unwrap();
+        assert_eq!(out, vec![10, 11, 12, 13], "the replay buffer holds 4 events");
+        assert_eq!(src.poll(&ctx, &mut Vec::new(), 10).unwrap(), SourcePoll::Idle, "full: backpressure");
+        src.checkpoint_complete(&checkpoint);
+        drop(src); // the attempt fails
+        let mut again = source(&factory, &ctx, true);
+        again.seek(&checkpoint).unwrap();
+        let mut replayed = Vec::new();
+        again.poll(&ctx, &mut replayed, 10).unwrap();
+        again.poll(&ctx, &mut replayed, 10).unwrap();
+        assert_eq!(replayed, vec![12, 13, 14, 15], "replayed from event 2, then the ring");
+        assert!(again.seek(&0u64.to_le_bytes()).is_err(), "events before the completed checkpoint are gone");
+    }
+
+    #[test]
+    fn the_sender_learns_the_jobs_error() {
+        let (mut tx, factory) = push_channel::<u32>(1);
+        factory.signal().job_ended(Some("operator 'x' panicked".into()));
+        match tx.try_send(3) {
+            Err(SendError::Ended { event: 3, error: Some(e) }) => assert!(e.contains("panicked")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(tx.resume_from(Duration::from_secs(60)), Err(SendError::Ended { .. })));
     }
 }

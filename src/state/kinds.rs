@@ -23,7 +23,7 @@ pub trait KeyedState: Snapshot + Send + 'static {
 /// Reads `Vec<(K, V)>` snapshots into a fresh map, keeping the entries `keep` accepts.
 fn read_entries<K, V>(parts: &[&[u8]], keep: impl Fn(&K) -> bool) -> Result<PagedMap<K, V>>
 where
-    K: Persist + std::hash::Hash + Eq + Copy,
+    K: Persist + std::hash::Hash + Eq + Clone,
     V: Persist + Clone,
 {
     let mut map = PagedMap::new();
@@ -217,7 +217,7 @@ impl<K: Key, UK: Key, UV: Clone> MapState<K, UK, UV> {
     /// Sets `key`'s entry `user_key` to `value`.
     pub fn put(&mut self, key: K, user_key: UK, value: UV) {
         let mut value = Some(value);
-        let v = self.entries.get_or_insert_with((key, user_key), || value.take().expect("once"));
+        let v = self.entries.get_or_insert_with((key.clone(), user_key.clone()), || value.take().expect("once"));
         match value {
             Some(value) => *v = value,
             None => self.user_keys.get_or_insert_with(key, Vec::new).push(user_key),
@@ -225,7 +225,7 @@ impl<K: Key, UK: Key, UV: Clone> MapState<K, UK, UV> {
     }
     /// `key`'s entry `user_key`.
     pub fn get(&self, key: &K, user_key: &UK) -> Option<&UV> {
-        self.entries.get(&(*key, *user_key))
+        self.entries.get(&(key.clone(), user_key.clone()))
     }
     /// Whether `key` has an entry `user_key`.
     pub fn contains(&self, key: &K, user_key: &UK) -> bool {
@@ -233,8 +233,8 @@ impl<K: Key, UK: Key, UV: Clone> MapState<K, UK, UV> {
     }
     /// Removes `key`'s entry `user_key`.
     pub fn remove(&mut self, key: &K, user_key: &UK) -> Option<UV> {
-        let v = self.entries.remove(&(*key, *user_key))?;
-        let keys = self.user_keys.get_or_insert_with(*key, Vec::new);
+        let v = self.entries.remove(&(key.clone(), user_key.clone()))?;
+        let keys = self.user_keys.get_or_insert_with(key.clone(), Vec::new);
         if let Some(i) = keys.iter().position(|u| u == user_key) {
             keys.swap_remove(i);
         }
@@ -263,7 +263,7 @@ impl<K: Key, UK: Key, UV: Clone> MapState<K, UK, UV> {
     fn index_user_keys(&mut self) {
         let mut user_keys: PagedMap<K, Vec<UK>> = PagedMap::new();
         for ((k, u), _) in self.entries.iter() {
-            user_keys.get_or_insert_with(*k, Vec::new).push(*u);
+            user_keys.get_or_insert_with(k.clone(), Vec::new).push(u.clone());
         }
         self.user_keys = user_keys;
     }

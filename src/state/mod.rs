@@ -78,6 +78,11 @@ impl<K: Key, V: Clone> KeyedValueState<K, V> {
     pub fn get_or_insert_with_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> &mut V {
         self.map.get_or_insert_with_hashed(hash, key, init)
     }
+    /// [`Self::get_or_insert_with_hashed`], also handing back the key as stored.
+    #[inline]
+    pub fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
+        self.map.entry_hashed(hash, key, init)
+    }
     /// Sets the value of `key`.
     #[inline]
     pub fn put(&mut self, key: K, value: V) {

@@ -97,13 +97,13 @@ pub struct PagedFork<K, V> {
     len: usize,
 }
 
-impl<K: Hash + Eq + Copy, V: Clone> Default for PagedMap<K, V> {
+impl<K: Hash + Eq + Clone, V: Clone> Default for PagedMap<K, V> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
+impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// An empty map (one page).
     pub fn new() -> Self {
         PagedMap {
@@ -228,6 +228,13 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
     /// [`Self::get_or_insert_with`] with `key`'s hash ([`hash_key`]) already computed.
     #[inline]
     pub fn get_or_insert_with_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> &mut V {
+        self.entry_hashed(hash, key, init).1
+    }
+
+    /// [`Self::get_or_insert_with_hashed`], also handing back the key as stored (so a caller
+    /// that moved its key in can still read it).
+    #[inline]
+    pub fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
         let i = match self.find_hashed(hash, &key) {
             Ok(i) => i,
             Err(_) if (self.len + 1) * 8 > (self.mask + 1) * 7 => {
@@ -243,7 +250,8 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
                 i
             }
         };
-        &mut self.slot_mut(i).as_mut().expect("present").1
+        let (k, v) = self.slot_mut(i).as_mut().expect("present");
+        (&*k, v)
     }
 
     /// Sets the value of `key`.
@@ -283,9 +291,21 @@ impl<K: Hash + Eq + Copy, V: Clone> PagedMap<K, V> {
         self.versions = (0..self.pages.len()).map(|_| new_version()).collect();
         self.mask = slots - 1;
         for page in old {
-            for (k, v) in page.slots.iter().flatten() {
-                let i = self.find(k).expect_err("keys are unique");
-                *self.slot_mut(i) = Some((*k, v.clone()));
+            // A page no snapshot holds gives its entries up by move; a shared one is copied
+            // (the snapshot keeps the originals).
+            match Arc::try_unwrap(page) {
+                Ok(mut page) => {
+                    for (k, v) in page.slots.iter_mut().filter_map(Option::take) {
+                        let i = self.find(&k).expect_err("keys are unique");
+                        *self.slot_mut(i) = Some((k, v));
+                    }
+                }
+                Err(shared) => {
+                    for (k, v) in shared.slots.iter().flatten() {
+                        let i = self.find(k).expect_err("keys are unique");
+                        *self.slot_mut(i) = Some((k.clone(), v.clone()));
+                    }
+                }
             }
         }
     }
