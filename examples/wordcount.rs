@@ -12,13 +12,13 @@ fn main() -> weir::Result<()> {
     let counts = job
         .text(TextSource::open(&path)?)
         .words()
-        .key_by(|w: &Word| *w)
-        .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |w: &Word, c: &u64| (*w, *c))
+        .key_by(|w: &Word| w.clone())
+        .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |w: &Word, c: &u64| (w.clone(), *c))
         .collect();
     job.execute(RunConfig::default())?;
     // The running counts' maximum per word is its total.
     let mut totals = std::collections::HashMap::new();
-    for &(w, c) in counts.lock().expect("collector").iter() {
+    for (w, c) in std::mem::take(&mut *counts.lock().expect("collector")) {
         let t = totals.entry(w).or_insert(0);
         *t = c.max(*t);
     }

@@ -93,8 +93,8 @@ pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize, transac
     let counts = job
         .text(input)
         .words()
-        .key_by(|w: &Word| *w)
-        .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &Word, c: &u64| (*w, *c))
+        .key_by(|w: &Word| w.clone())
+        .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &Word, c: &u64| (w.clone(), *c))
         .named("count");
     if transactional {
         counts.write_files_transactional(output, format_count);
@@ -105,7 +105,8 @@ pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize, transac
 }
 
 /// `word<TAB>count<LF>`.
-fn format_count(&(w, c): &(Word, u64), out: &mut Vec<u8>) {
+fn format_count((w, c): &(Word, u64), out: &mut Vec<u8>) {
+    let c = *c;
     w.write_to(out);
     out.push(b'\t');
     push_decimal(out, c);

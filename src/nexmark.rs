@@ -19,7 +19,6 @@ use crate::operator::window::{Window, WindowBounds};
 use crate::persist::{take, Persist};
 use crate::pipeline::Job;
 use crate::prng::mix;
-use crate::record::Word;
 use crate::source::Generator;
 
 /// Event time between two events, in microseconds (10,000 events/s).
@@ -46,12 +45,12 @@ const FIRST_NAMES: [&str; 8] = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky"
 const LAST_NAMES: [&str; 8] = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones"];
 
 /// A new user.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
 pub struct Person {
     /// Person id.
     pub id: u64,
     /// Full name.
-    pub name: Word,
+    pub name: String,
     /// Event time, ms.
     pub date_time: u64,
 }
@@ -89,7 +88,7 @@ pub struct Bid {
 }
 
 /// One Nexmark event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A new user.
     Person(Person),
@@ -177,7 +176,7 @@ pub fn event(n: u64) -> Event {
     if offset < PERSON_PROPORTION {
         let r = draw(n, 0);
         let name = format!("{} {}", FIRST_NAMES[(r % 8) as usize], LAST_NAMES[((r >> 8) % 8) as usize]);
-        Event::Person(Person { id: FIRST_PERSON_ID + n / TOTAL_PROPORTION, name: Word::new(&name), date_time })
+        Event::Person(Person { id: FIRST_PERSON_ID + n / TOTAL_PROPORTION, name, date_time })
     } else if offset < PERSON_PROPORTION + AUCTION_PROPORTION {
         let id = FIRST_AUCTION_ID + n / TOTAL_PROPORTION * AUCTION_PROPORTION + (offset - PERSON_PROPORTION);
         let seller = FIRST_PERSON_ID + pick(people_before(n), ACTIVE_PEOPLE, HOT_SELLER_RATIO, draw(n, 1));

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::sync::{OnceLock, RwLock};
 
 use crate::persist::{take, Persist};
 
@@ -156,13 +155,13 @@ impl KeyScope {
 /// Bytes a [`Word`] stores inline.
 pub const WORD_INLINE_BYTES: usize = 28;
 
-/// A word of text as a 32-byte plain-data record.
+/// A word of text in 32 bytes: short words inline, long words owning their text.
 ///
-/// Words of up to [`WORD_INLINE_BYTES`] bytes are stored inline. A longer word stores its
-/// length, a 12-byte prefix and a 128-bit hash of the whole text, and its text is interned
-/// process-wide so [`Word::as_str`] can give it back; two different long words compare equal
-/// only if both their 128-bit hashes and prefixes collide, so counts stay exact for all
-/// practical purposes. Equality and hashing work on the 32 bytes alone.
+/// Words of up to [`WORD_INLINE_BYTES`] bytes (nearly all words of real text) are stored
+/// inline: no allocation, and a clone is a 32-byte copy. A longer word owns its text in an
+/// `Arc<str>`, freed when the last record or state entry holding it goes, so a job over
+/// ever-new long words keeps flat memory (an earlier version interned them process-wide and
+/// never freed them). Equality and hashing compare the text.
 ///
 /// ```
 /// use weir::Word;
@@ -172,87 +171,62 @@ pub const WORD_INLINE_BYTES: usize = 28;
 /// assert_eq!(Word::new(&long).as_str(), long);
 /// assert_eq!(Word::new(&long), Word::new(&long));
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C)]
-pub struct Word {
-    bytes: [u8; WORD_INLINE_BYTES],
-    len: u32,
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Word(WordRepr);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum WordRepr {
+    Inline { bytes: [u8; WORD_INLINE_BYTES], len: u8 },
+    Long(std::sync::Arc<str>),
 }
 
-type LongWords = RwLock<HashMap<[u8; 16], Box<str>>>;
-
-fn long_words() -> &'static LongWords {
-    static LONG: OnceLock<LongWords> = OnceLock::new();
-    LONG.get_or_init(|| RwLock::new(HashMap::new()))
-}
-
-fn hash128(s: &str) -> [u8; 16] {
-    // Two SipHash-1-3 runs with fixed (zero) keys and different prefixes: deterministic across
-    // processes, and 128 bits make a collision between two real words negligible.
-    #[allow(deprecated)]
-    let mut a = std::hash::SipHasher::new();
-    #[allow(deprecated)]
-    let mut b = std::hash::SipHasher::new_with_keys(0x5745_4952, 0x776f_7264);
-    s.hash(&mut a);
-    s.hash(&mut b);
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&a.finish().to_le_bytes());
-    out[8..].copy_from_slice(&b.finish().to_le_bytes());
-    out
-}
+const _: () = assert!(WORD_INLINE_BYTES < u8::MAX as usize);
 
 impl Word {
     /// Encodes `text` (any length).
     pub fn new(text: &str) -> Word {
-        let mut bytes = [0u8; WORD_INLINE_BYTES];
-        let len = u32::try_from(text.len()).unwrap_or(u32::MAX);
         if text.len() <= WORD_INLINE_BYTES {
+            let mut bytes = [0u8; WORD_INLINE_BYTES];
             bytes[..text.len()].copy_from_slice(text.as_bytes());
-            return Word { bytes, len };
+            return Word(WordRepr::Inline { bytes, len: text.len() as u8 });
         }
-        Self::new_long(text, bytes, len)
+        Self::new_long(text)
+    }
+
+    /// An inline word from its zero-padded bytes (the splitter's fast path).
+    #[inline(always)]
+    fn inline(bytes: [u8; WORD_INLINE_BYTES], len: usize) -> Word {
+        debug_assert!(len <= WORD_INLINE_BYTES && bytes[len..].iter().all(|&b| b == 0));
+        Word(WordRepr::Inline { bytes, len: len as u8 })
     }
 
     #[cold]
     #[inline(never)]
-    fn new_long(text: &str, mut bytes: [u8; WORD_INLINE_BYTES], len: u32) -> Word {
-        let h = hash128(text);
-        bytes[..12].copy_from_slice(&text.as_bytes()[..12]);
-        bytes[12..].copy_from_slice(&h);
-        let table = long_words();
-        let known = table.read().map(|t| t.contains_key(&h)).unwrap_or(false);
-        if !known {
-            if let Ok(mut t) = table.write() {
-                t.entry(h).or_insert_with(|| text.into());
-            }
-        }
-        Word { bytes, len }
+    fn new_long(text: &str) -> Word {
+        Word(WordRepr::Long(text.into()))
     }
 
     /// The word's length in bytes.
     pub fn len(&self) -> usize {
-        self.len as usize
+        match &self.0 {
+            WordRepr::Inline { len, .. } => *len as usize,
+            WordRepr::Long(s) => s.len(),
+        }
     }
 
     /// Whether the word is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
-    /// Calls `f` with the word's text. Inline words need no lookup; long words read the
-    /// process-wide table (a word made in this process is always there).
+    /// Calls `f` with the word's text.
     pub fn with_str<R>(&self, f: impl FnOnce(&str) -> R) -> R {
-        if self.len() <= WORD_INLINE_BYTES {
-            // The bytes came from a `&str` cut at char boundaries.
-            let s = std::str::from_utf8(&self.bytes[..self.len()]).unwrap_or("\u{FFFD}");
-            return f(s);
-        }
-        let mut h = [0u8; 16];
-        h.copy_from_slice(&self.bytes[12..]);
-        let table = long_words().read();
-        match table.as_ref().ok().and_then(|t| t.get(&h)) {
-            Some(s) => f(s),
-            None => f("\u{FFFD}"),
+        match &self.0 {
+            WordRepr::Inline { bytes, len } => {
+                // The bytes came from a `&str` cut at char boundaries.
+                f(std::str::from_utf8(&bytes[..*len as usize]).unwrap_or("\u{FFFD}"))
+            }
+            WordRepr::Long(s) => f(s),
         }
     }
 
@@ -260,12 +234,13 @@ impl Word {
     /// buffer, then cut back (a copy of known size needs no `memmove` call).
     #[inline]
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        if self.len() <= WORD_INLINE_BYTES {
-            let start = out.len();
-            out.extend_from_slice(&self.bytes);
-            out.truncate(start + self.len());
-        } else {
-            self.with_str(|s| out.extend_from_slice(s.as_bytes()));
+        match &self.0 {
+            WordRepr::Inline { bytes, len } => {
+                let start = out.len();
+                out.extend_from_slice(bytes);
+                out.truncate(start + *len as usize);
+            }
+            WordRepr::Long(s) => out.extend_from_slice(s.as_bytes()),
         }
     }
 
@@ -275,12 +250,11 @@ impl Word {
     }
 }
 
-/// A word persists as its length and full text, so long words survive a process restart (their
-/// interned text does not).
+/// A word persists as its length and full text.
 impl Persist for Word {
     fn persist(&self, out: &mut Vec<u8>) {
-        self.len.persist(out);
-        self.with_str(|s| out.extend_from_slice(s.as_bytes()));
+        (self.len() as u32).persist(out);
+        self.write_to(out);
     }
     fn restore(input: &mut &[u8]) -> crate::Result<Self> {
         let len = u32::restore(input)? as usize;
@@ -384,7 +358,7 @@ fn ascii_word(bytes: &[u8], start: usize, f: &mut impl FnMut(Word)) -> Option<us
             }
             let mut inline = [0u8; WORD_INLINE_BYTES];
             inline.copy_from_slice(&buf[..WORD_INLINE_BYTES]);
-            f(Word { bytes: inline, len: len as u32 });
+            f(Word::inline(inline, len));
             return Some(i);
         }
     }
@@ -458,7 +432,7 @@ pub fn for_each_word_in_bytes(bytes: &[u8], mut f: impl FnMut(Word)) {
             for (d, s) in buf.iter_mut().zip(word) {
                 *d = s.to_ascii_lowercase();
             }
-            f(Word { bytes: buf, len: word.len() as u32 });
+            f(Word::inline(buf, word.len()));
         } else {
             // Only whole valid characters were taken into the word.
             let text = std::str::from_utf8(word).expect("a word is made of valid characters");
@@ -533,6 +507,20 @@ mod tests {
         assert_ne!(Word::new(&a), Word::new(&b));
         assert_eq!(Word::new(&a), Word::new(&a.clone()));
         assert_eq!(Word::new(&a).len(), 40);
+        assert_eq!(std::mem::size_of::<Word>(), 32, "a word is 32 bytes");
+    }
+
+    /// Long words own their text: the last clone dropped frees it (nothing is interned).
+    #[test]
+    fn a_long_word_frees_its_text_with_its_last_clone() {
+        let w = Word::new(&"z".repeat(64));
+        let WordRepr::Long(text) = &w.0 else { panic!("a long word") };
+        let weak = std::sync::Arc::downgrade(text);
+        let copy = w.clone();
+        drop(w);
+        assert!(weak.upgrade().is_some(), "a clone still holds it");
+        drop(copy);
+        assert!(weak.upgrade().is_none(), "freed with the last clone");
     }
 
     #[test]

@@ -357,3 +357,32 @@ fn invalid_graphs_and_settings_are_clear_errors() {
     let err = job.execute(config()).unwrap_err().to_string();
     assert!(err.contains("slide"), "{err}");
 }
+
+/// A job, its handle and the host's endpoints move to other threads (a tokio blocking task,
+/// say); the handle's read-only methods work through `&self` from any thread.
+#[test]
+fn jobs_handles_and_endpoints_are_send_and_the_handle_is_sync() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<Job>();
+    send::<weir::JobHandle>();
+    sync::<weir::JobHandle>();
+    send::<weir::source::EventSender<String>>();
+    send::<weir::sink::EventReceiver<String>>();
+
+    let job = Job::new("moved");
+    let (mut tx, events) = job.push_source::<String>(64);
+    let mut rx = events.map(|s: String| s.len() as u64).pull_sink(64);
+    // Built on one thread, started and joined on another.
+    let handle = std::thread::spawn(move || job.start(config()).unwrap()).join().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _ = (handle.metrics().source_records(), handle.checkpoint_stats(), handle.notes());
+        });
+    });
+    tx.send_timeout("four".to_string(), std::time::Duration::from_secs(120)).unwrap();
+    assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(120)).unwrap().record, 4);
+    drop(tx);
+    let report = std::thread::spawn(move || handle.join()).join().unwrap().unwrap();
+    assert_eq!(report.source_records, 1);
+}

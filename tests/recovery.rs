@@ -37,8 +37,8 @@ fn build(w: Workload, job: &Job, corpus: &Path) -> (CommittedOutput<Row>, &'stat
             let out = job
                 .text(TextSource::open(corpus).unwrap())
                 .words()
-                .key_by(|w: &Word| *w)
-                .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |w: &Word, c: &u64| (*w, *c))
+                .key_by(|w: &Word| w.clone())
+                .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |w: &Word, c: &u64| (w.clone(), *c))
                 .named("count")
                 .map(|(w, c)| (weir::record::hash_key(&w), c, 0))
                 .collect_exactly_once();

@@ -224,10 +224,10 @@ fn file_wordcount(input: &Path, out: &Path, checkpoints: &Path, p: usize) -> Job
             }
             w
         })
-        .key_by(|w: &weir::Word| *w)
-        .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |w: &weir::Word, c: &u64| (*w, *c))
+        .key_by(|w: &weir::Word| w.clone())
+        .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |w: &weir::Word, c: &u64| (w.clone(), *c))
         .named("count")
-        .write_files_transactional(out, |&(w, c): &(weir::Word, u64), o: &mut Vec<u8>| {
+        .write_files_transactional(out, |(w, c): &(weir::Word, u64), o: &mut Vec<u8>| {
             w.with_str(|s| o.extend_from_slice(format!("{s}\t{c}\n").as_bytes()))
         });
     job

@@ -478,7 +478,7 @@ mod tests {
         let parker = Arc::new(Parker::default());
         let (mut out, reader) = channel::<u64>(8, parker.clone(), parker);
         for e in entries {
-            out.write_entry(e.clone());
+            out.write_entry(*e);
         }
         assert!(out.flush());
         InputGate::new(vec![reader])

@@ -60,6 +60,23 @@ pub struct Stream<T> {
     _t: PhantomData<fn() -> T>,
 }
 
+/// A stream read by more than one operator: each gets every record (all but one a clone).
+///
+/// ```
+/// use weir::{Job, RunConfig, source::Generator};
+/// let job = Job::new("twice");
+/// let numbers = job.generator(Generator::new(|i, _| i).count(10));
+/// let evens = numbers.clone().filter(|x| x % 2 == 0).collect();
+/// let all = numbers.collect();
+/// job.execute(RunConfig::default()).unwrap();
+/// assert_eq!((evens.lock().unwrap().len(), all.lock().unwrap().len()), (5, 10));
+/// ```
+impl<T> Clone for Stream<T> {
+    fn clone(&self) -> Self {
+        Stream { graph: self.graph.clone(), node: self.node, _t: PhantomData }
+    }
+}
+
 /// A stream partitioned by key: the input of keyed operators.
 pub struct KeyedStream<T, KF> {
     stream: Stream<T>,

@@ -373,7 +373,7 @@ impl<T> SourceTask<T> {
         match notice {
             CheckpointNotice::Complete(id) => {
                 let covered = self.offsets.partition_point(|(c, _)| *c <= id);
-                if let Some((_, offset)) = self.offsets.drain(..covered).last() {
+                if let Some((_, offset)) = self.offsets.drain(..covered).next_back() {
                     self.source.checkpoint_complete(&offset);
                 }
             }

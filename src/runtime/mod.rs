@@ -305,9 +305,13 @@ impl JobHandle {
     }
 
     /// Messages about recovery (restarts, restored checkpoints, damaged ones skipped), oldest
-    /// first.
-    pub fn notes(&self) -> &[String] {
-        &self.notes
+    /// first, including those of the attempt running now.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = self.notes.clone();
+        if let Some(a) = &self.attempt {
+            notes.extend(a.scope.notes.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned());
+        }
+        notes
     }
 
     /// Why checkpoints failed (declined, expired, failed to write), oldest first.

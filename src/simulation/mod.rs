@@ -511,9 +511,15 @@ impl Schedule {
         s
     }
 
-    fn config(&self, dir: &Path, options: &SimOptions) -> CheckpointConfig {
+    /// The checkpoint configuration for a job of `subtasks` subtasks in all. A barrier's
+    /// round trip takes steps in proportion to the subtasks polled on the way, so the interval
+    /// grows with them (one unit per 24 subtasks): a large job at parallelism 4 would
+    /// otherwise trigger each checkpoint before the last one's barriers got through, and spend
+    /// its steps forwarding barriers (a storm that never reaches the step limit's end).
+    fn config(&self, dir: &Path, options: &SimOptions, subtasks: usize) -> CheckpointConfig {
+        let scale = subtasks.div_ceil(24).max(1) as u64;
         let mut c = CheckpointConfig::new(dir)
-            .interval(Duration::from_nanos(self.interval_ns))
+            .interval(Duration::from_nanos(self.interval_ns * scale))
             .incremental(options.incremental)
             .max_concurrent(self.max_concurrent)
             .timeout(Duration::from_nanos(self.timeout_ns))
@@ -582,7 +588,8 @@ where
             crate::pipeline::panic_text(p)
         ))
     })?;
-    let job = job.with_checkpointing(schedule.config(dir, options));
+    let subtasks = job.graph.borrow().nodes.iter().map(|n| n.parallelism).sum();
+    let job = job.with_checkpointing(schedule.config(dir, options, subtasks));
     // A start from a savepoint continues in a directory of its own.
     let mut dir = dir.to_path_buf();
     let mut directories = vec![dir.clone()];

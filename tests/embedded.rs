@@ -1,0 +1,236 @@
+//! The host as a source and a sink: a job fed by `push_source` and read through `pull_sink`,
+//! with owned records, survives failovers. With failures injected it hands the host exactly the
+//! failure-free output in exactly-once mode, and everything at least once (with the same
+//! sequence numbers, so the host can drop replays) in the other; after the process "crashes"
+//! (the job fails for good) a new job on the same directory tells the host where to resend
+//! from, and the two runs together give the failure-free output. Bad input: a host sending
+//! after the job failed gets the job's error; a replay buffer of nothing is refused.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
+use weir::faults::{Fault, FaultInjector};
+use weir::sink::{Delivered, Guarantee, RecvError};
+use weir::source::SendError;
+use weir::{Job, RunConfig};
+
+const EVENTS: u64 = 4_000;
+const WAIT: Duration = Duration::from_secs(120);
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, weir::Persist)]
+enum Request {
+    Visit { user: String, page: Vec<u8> },
+    Leave(String),
+}
+
+fn request(i: u64) -> Request {
+    let user = format!("user-{}", i % 13);
+    if i % 5 == 4 {
+        Request::Leave(user)
+    } else {
+        Request::Visit { user, page: vec![i as u8; (i % 7) as usize] }
+    }
+}
+
+/// A running (visits, bytes) per user, emitted as (user, visits, bytes).
+#[derive(Clone, Debug, Default, weir::Persist)]
+struct Tally {
+    visits: u64,
+    bytes: u64,
+}
+
+type Reply = (String, u64, u64);
+
+/// push source → keyed running tally over owned strings (operator "tally") → pull sink. One
+/// subtask per operator, so the sink's input comes in one order and its numbers are stable.
+fn build(
+    dir: &Path,
+    mode: CheckpointMode,
+    guarantee: Guarantee,
+    faults: Option<Arc<FaultInjector>>,
+    restart: bool,
+) -> (Job, weir::source::EventSender<Request>, weir::sink::EventReceiver<Reply>) {
+    let mut cfg = CheckpointConfig::new(dir).interval(Duration::from_millis(5)).mode(mode);
+    if let Some(f) = faults {
+        cfg = cfg.faults(f);
+    }
+    if !restart {
+        cfg = cfg.restart(RestartStrategy::None);
+    }
+    let job = Job::new("embedded-host").with_checkpointing(cfg);
+    let (tx, requests) = job.push_source::<Request>(256);
+    let rx = requests
+        .key_by(|r: &Request| match r {
+            Request::Visit { user, .. } | Request::Leave(user) => user.clone(),
+        })
+        .aggregate(
+            Tally::default,
+            |t: &mut Tally, r: Request| {
+                if let Request::Visit { page, .. } = r {
+                    t.visits += 1;
+                    t.bytes += page.len() as u64;
+                }
+            },
+            |user: &String, t: &Tally| (user.clone(), t.visits, t.bytes),
+        )
+        .named("tally")
+        .pull_sink_with(128, guarantee);
+    (job, tx, rx)
+}
+
+/// Sends `events` (blocking on a full ring) while receiving, until the sink's stream ends or
+/// the job fails; returns what was received and the job's result.
+fn drive(
+    job: Job,
+    mut tx: weir::source::EventSender<Request>,
+    mut rx: weir::sink::EventReceiver<Reply>,
+    resume_at: Option<u64>,
+) -> (Vec<Delivered<Reply>>, weir::Result<weir::JobReport>) {
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    let joiner = std::thread::spawn(move || handle.join());
+    let from = tx.resume_from(WAIT).unwrap_or(EVENTS);
+    if let Some(expected) = resume_at {
+        assert_eq!(from, expected);
+    }
+    let sender = std::thread::spawn(move || {
+        for i in from..EVENTS {
+            match tx.send_timeout(request(i), WAIT) {
+                Ok(()) => {}
+                Err(SendError::Ended { .. }) => return,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        tx.close();
+    });
+    let mut got = Vec::new();
+    loop {
+        match rx.recv_timeout(WAIT) {
+            Ok(d) => got.push(d),
+            Err(RecvError::Ended { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    sender.join().unwrap();
+    (got, joiner.join().unwrap())
+}
+
+fn failure_free() -> Vec<Delivered<Reply>> {
+    let dir = tempfile::tempdir().unwrap();
+    let (job, tx, rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::AtLeastOnce, None, true);
+    let (got, result) = drive(job, tx, rx, Some(0));
+    result.unwrap();
+    assert_eq!(got.len() as u64, EVENTS);
+    got
+}
+
+fn faults() -> Arc<FaultInjector> {
+    FaultInjector::new(vec![
+        Fault::AtRecord { operator: "tally".into(), nth: EVENTS / 3 },
+        Fault::AtRecord { operator: "tally".into(), nth: 2 * EVENTS / 3 },
+    ])
+}
+
+#[test]
+fn exactly_once_the_host_gets_the_failure_free_output_through_failovers() {
+    let golden = failure_free();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, tx, rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, Some(faults()), true);
+    let (got, result) = drive(job, tx, rx, Some(0));
+    let report = result.unwrap();
+    assert_eq!(report.restarts, 2, "both injected failures failed over");
+    assert_eq!(got, golden, "each result once, with its number, after two failovers");
+}
+
+#[test]
+fn at_least_once_the_host_gets_everything_and_drops_replays_by_number() {
+    let golden = failure_free();
+    let dir = tempfile::tempdir().unwrap();
+    let (job, tx, rx) = build(dir.path(), CheckpointMode::AtLeastOnce, Guarantee::AtLeastOnce, Some(faults()), true);
+    let (got, result) = drive(job, tx, rx, Some(0));
+    assert_eq!(result.unwrap().restarts, 2);
+    assert!(got.len() >= golden.len());
+    let mut by_seq = BTreeMap::new();
+    for d in got {
+        if let Some(earlier) = by_seq.insert(d.seq, d.record.clone()) {
+            assert_eq!(earlier, d.record, "a replay carries its result's number");
+        }
+    }
+    let deduplicated: Vec<Delivered<Reply>> =
+        by_seq.into_iter().map(|(seq, record)| Delivered { seq, record }).collect();
+    assert_eq!(deduplicated, golden);
+}
+
+/// The first job fails for good halfway (no restarts: as if the process died); a new job on
+/// the same directory restores its latest checkpoint and tells the host to resend from the
+/// first event that checkpoint did not cover. Deduplicated by number, the two runs' output is
+/// the failure-free one; and the host that kept sending to the failed job got its error.
+#[test]
+fn after_a_crash_the_restored_job_says_where_the_host_resends_from() {
+    let golden = failure_free();
+    let dir = tempfile::tempdir().unwrap();
+    let crash = FaultInjector::new(vec![Fault::AtRecord { operator: "tally".into(), nth: EVENTS / 2 }]);
+    let (job, tx, rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, Some(crash), false);
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    let joiner = std::thread::spawn(move || handle.join());
+    let mut tx = tx;
+    let mut rx = rx;
+    let mut first = Vec::new();
+    let mut ended = None;
+    for i in 0..EVENTS {
+        match tx.send_timeout(request(i), WAIT) {
+            Ok(()) => {}
+            Err(SendError::Ended { event, error }) => {
+                assert_eq!(event, request(i), "the event comes back");
+                ended = error;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        while let Ok(d) = rx.try_recv() {
+            first.push(d);
+        }
+    }
+    let err = joiner.join().unwrap().unwrap_err().to_string();
+    let error = ended.expect("the job failed before every event was sent");
+    assert!(error.contains("tally") && error == err, "the host gets the job's error: {error}");
+    loop {
+        match rx.try_recv() {
+            Ok(d) => first.push(d),
+            Err(RecvError::Ended { error: Some(e) }) => {
+                assert_eq!(e, err);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    drop(tx);
+
+    let (job, tx, rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, None, true);
+    let (second, result) = drive(job, tx, rx, None);
+    result.unwrap();
+    let mut by_seq = BTreeMap::new();
+    for d in first.into_iter().chain(second) {
+        if let Some(earlier) = by_seq.insert(d.seq, d.record.clone()) {
+            assert_eq!(earlier, d.record, "a re-released result carries its number");
+        }
+    }
+    let all: Vec<Delivered<Reply>> = by_seq.into_iter().map(|(seq, record)| Delivered { seq, record }).collect();
+    assert_eq!(all, golden);
+}
+
+#[test]
+fn a_replay_buffer_of_nothing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::new("no-replay").with_checkpointing(CheckpointConfig::new(dir.path()));
+    let (_tx, events) = job.push_source_with::<u64>(16, 0);
+    events.discard();
+    let err = match job.start(RunConfig::default()) {
+        Err(e) => e,
+        Ok(handle) => handle.join().unwrap_err(),
+    }
+    .to_string();
+    assert!(err.contains("replay buffer of 0 events"), "{err}");
+}
