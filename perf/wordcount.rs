@@ -6,9 +6,10 @@
 //! 2. weir's word count (the job `weir wordcount` runs) at parallelism 2 without checkpoints,
 //!    writing every running count to files;
 //! 3. the same with exactly-once checkpoints every second, writing through the
-//!    two-phase-commit file sink (what `weir wordcount --checkpoint-dir` does).
+//!    two-phase-commit file sink (what `weir wordcount --checkpoint-dir` does);
+//! 4. run 2 on owned `String` words instead of `weir::Word` (`weir::jobs::wordcount_strings`).
 //!
-//! The corpus is read once before timing; the two weir runs alternate twice, the baseline runs
+//! The corpus is read once before timing; the weir runs alternate twice, the baseline runs
 //! twice after them, and the faster run of each counts.
 //!
 //! `cargo bench --bench wordcount -- [--gib G] [--interval-ms N] [--skip-baseline]`
@@ -104,9 +105,22 @@ fn baseline(files: &[PathBuf]) -> (Duration, u64, usize) {
     (start.elapsed(), words, counts.len())
 }
 
-fn weir_wordcount(input: &Path, out: &Path, checkpoints: Option<(&Path, u64)>) -> (Duration, u64, usize) {
+/// Which word type the weir run counts.
+#[derive(Clone, Copy, PartialEq)]
+enum Words {
+    /// `weir::Word`: 32 bytes, inline up to 28 bytes.
+    Word,
+    /// Owned `String`s (no checkpoints).
+    Strings,
+}
+
+fn weir_wordcount(input: &Path, out: &Path, checkpoints: Option<(&Path, u64)>, words: Words) -> (Duration, u64, usize) {
     let _ = std::fs::remove_dir_all(out);
-    let mut job = weir::jobs::wordcount(TextSource::open(input).expect("corpus"), out.into(), 2, checkpoints.is_some());
+    let source = TextSource::open(input).expect("corpus");
+    let mut job = match words {
+        Words::Word => weir::jobs::wordcount(source, out.into(), 2, checkpoints.is_some()),
+        Words::Strings => weir::jobs::wordcount_strings(source, out.into(), 2),
+    };
     if let Some((dir, ms)) = checkpoints {
         let _ = std::fs::remove_dir_all(dir);
         job = job.with_checkpointing(
@@ -135,17 +149,26 @@ fn main() {
     for f in &files {
         std::io::copy(&mut std::fs::File::open(f).expect("corpus"), &mut std::io::sink()).expect("warm-up read");
     }
-    let mut best: [Option<(Duration, u64, usize)>; 2] = [None, None];
+    let mut best: [Option<(Duration, u64, usize)>; 3] = [None, None, None];
+    let runs = [(None, Words::Word), (Some((root.join("chk"), interval)), Words::Word), (None, Words::Strings)];
     for _ in 0..2 {
-        for (i, checkpoints) in [None, Some((root.join("chk"), interval))].into_iter().enumerate() {
-            let r = weir_wordcount(&input, &root.join("out"), checkpoints.as_ref().map(|(d, ms)| (d.as_path(), *ms)));
+        for (i, (checkpoints, kind)) in runs.iter().enumerate() {
+            let r = weir_wordcount(
+                &input,
+                &root.join("out"),
+                checkpoints.as_ref().map(|(d, ms)| (d.as_path(), *ms)),
+                *kind,
+            );
             if best[i].is_none_or(|b| r.0 < b.0) {
                 best[i] = Some(r);
             }
         }
     }
-    let [Some((none, words, _)), Some((with, words_c, completed))] = best else { unreachable!("both ran") };
+    let [Some((none, words, _)), Some((with, words_c, completed)), Some((strings, words_s, _))] = best else {
+        unreachable!("all ran")
+    };
     assert_eq!(words, words_c, "both runs count every word");
+    assert_eq!(words, words_s, "the String run counts every word");
     let row = |name: &str, d: Duration, words: u64, base: Duration| {
         println!(
             "| {name} | {:.2} s | {:.0} | {} | {:.2} |",
@@ -157,6 +180,7 @@ fn main() {
     };
     row("weir, p=2, no checkpoints", none, words, none);
     row(&format!("weir, p=2, exactly-once every {interval} ms ({completed} completed)"), with, words, none);
+    row("weir, p=2, owned String words, no checkpoints", strings, words_s, none);
     if !args.iter().any(|a| a == "--skip-baseline") {
         // Best of two as well, so neither side gets more chances than the other.
         let (plain, plain_words, distinct) = (0..2).map(|_| baseline(&files)).min_by_key(|r| r.0).expect("two runs");

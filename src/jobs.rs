@@ -104,6 +104,27 @@ pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize, transac
     job
 }
 
+/// [`wordcount`] on owned `String` words instead of [`Word`]s (no checkpoints): the same
+/// words and output, each word its own heap allocation as it crosses the ring and enters the
+/// keyed state. For comparing the two paths (`cargo bench --bench wordcount`).
+pub fn wordcount_strings(input: TextSource, output: PathBuf, parallelism: usize) -> Job {
+    let job = Job::new("wordcount-strings").with_parallelism(parallelism);
+    job.text(input)
+        .flat_map(|line: &str, out: &mut crate::Emitter<'_, String>| {
+            crate::record::for_each_word(line, |w| out.emit(w.as_str()))
+        })
+        .key_by(|w: &String| w.clone())
+        .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &String, c: &u64| (w.clone(), *c))
+        .named("count")
+        .write_files(output, |(w, c): &(String, u64), out: &mut Vec<u8>| {
+            out.extend_from_slice(w.as_bytes());
+            out.push(b'\t');
+            push_decimal(out, *c);
+            out.push(b'\n');
+        });
+    job
+}
+
 /// `word<TAB>count<LF>`.
 fn format_count((w, c): &(Word, u64), out: &mut Vec<u8>) {
     let c = *c;

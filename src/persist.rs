@@ -45,6 +45,32 @@
 //! assert!(err.contains("field `sum` of Changed"), "{err}");
 //! ```
 //!
+//! The derive refuses, at compile time, a `#[persist(default)]` field before one without it
+//! (older data could not say which is missing), an unknown attribute, and unions:
+//!
+//! ```compile_fail
+//! #[derive(weir::Persist)]
+//! struct Misordered { #[persist(default)] added: u64, count: u64 }
+//! ```
+//!
+//! ```compile_fail
+//! #[derive(weir::Persist)]
+//! struct Unknown { #[persist(skip)] count: u64 }
+//! ```
+//!
+//! ```compile_fail
+//! #[derive(weir::Persist)]
+//! union Bits { int: u32, float: f32 }
+//! ```
+//!
+//! A field whose type is not `Persist` is refused with the trait's message:
+//!
+//! ```compile_fail,E0277
+//! struct Opaque;
+//! #[derive(weir::Persist)]
+//! struct Holder { inner: Opaque }
+//! ```
+//!
 //! May touch: `error`.
 
 use crate::error::{Error, Result};

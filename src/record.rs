@@ -42,11 +42,32 @@ pub type Timestamp = u64;
 /// job.execute(weir::RunConfig::default()).unwrap();
 /// assert_eq!(out.lock().unwrap().len(), 4);
 /// ```
+///
+/// A type without `Persist` is refused at compile time, with a message that says to derive it
+/// ("`Reading` cannot be a weir record … add `#[derive(Clone, weir::Persist)]`"):
+///
+/// ```compile_fail,E0277
+/// #[derive(Clone)]
+/// struct Reading { sensor: String, value: f64 }
+/// let job = weir::Job::new("readings");
+/// job.generator(weir::source::Generator::new(|i, _| Reading { sensor: i.to_string(), value: 0.0 })).discard();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a weir record: records must be `Clone + Send + Sync + 'static` and `weir::Persist`",
+    label = "not a record",
+    note = "add `#[derive(Clone, weir::Persist)]` to the type's definition (checkpoints store records with `Persist`)",
+    note = "numbers, bool, char, String, Vec, Box, Option, tuples and arrays of records are records already"
+)]
 pub trait Record: Clone + Send + Sync + 'static + Persist {}
 impl<T: Clone + Send + Sync + 'static + Persist> Record for T {}
 
 /// A key for `key_by`: compared, hashed, cloned into state and persisted with it (a `String`
 /// key works; a `Copy` key costs a copy).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a weir key: keys must be `Hash + Eq + Clone + Send + Sync + 'static` and `weir::Persist`",
+    label = "not a key",
+    note = "add `#[derive(Clone, PartialEq, Eq, Hash, weir::Persist)]` to the type's definition"
+)]
 pub trait Key: Hash + Eq + Clone + Send + Sync + 'static + Persist {}
 impl<T: Hash + Eq + Clone + Send + Sync + 'static + Persist> Key for T {}
 

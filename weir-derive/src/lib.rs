@@ -46,7 +46,7 @@ fn fields_of(fields: &Fields) -> syn::Result<Vec<Field>> {
                     defaulted = true;
                     Ok(())
                 } else {
-                    Err(meta.error("unknown persist attribute; the one there is is `#[persist(default)]`"))
+                    Err(meta.error("unknown persist attribute: the only one is `#[persist(default)]`"))
                 }
             })?;
         }
