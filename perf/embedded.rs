@@ -27,7 +27,11 @@ use weir::{Job, RunConfig};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn job(checkpoints: Option<&std::path::Path>) -> (Job, EventSender<(String, u64)>, EventReceiver<(String, u64)>) {
+type Event = (String, u64);
+/// One round: latency p50/p99 without and with checkpoints (ns), throughput without and with.
+type Round = (u64, u64, u64, u64, f64, f64);
+
+fn job(checkpoints: Option<&std::path::Path>) -> (Job, EventSender<Event>, EventReceiver<Event>) {
     let mut job = Job::new("embedded-bench");
     if let Some(dir) = checkpoints {
         job = job.with_checkpointing(CheckpointConfig::new(dir).interval(Duration::from_millis(100)));
@@ -130,7 +134,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(200_000);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut rows = Vec::new();
+    let mut rows: Vec<Round> = Vec::new();
     for round in 0..2 {
         let chk = dir.path().join(format!("chk-{round}"));
         let (p50, p99) = latency(None, requests / 10);
@@ -139,7 +143,7 @@ fn main() {
         let checkpointed = throughput(Some(&chk.join("throughput")), requests);
         rows.push((p50, p99, c50, c99, plain, checkpointed));
     }
-    let best = |f: fn(&(u64, u64, u64, u64, f64, f64)) -> f64, max: bool| {
+    let best = |f: fn(&Round) -> f64, max: bool| {
         rows.iter().map(f).fold(if max { f64::MIN } else { f64::MAX }, |a, b| if max { a.max(b) } else { a.min(b) })
     };
     let (p50, p99) = (best(|r| r.0 as f64, false), best(|r| r.1 as f64, false));

@@ -11,8 +11,9 @@
 //! [`Collector`] calls, with no ring between them. Every other edge between two subtasks is one
 //! lock-free SPSC ring (`rtrb`) carrying tagged [`channel::Entry`]s: records, watermarks, end of
 //! stream. `key_by` hashes a key to one of `max_parallelism` key groups and the key group to a
-//! subtask, as Flink does. Records that cross rings are plain data ([`Record`]: `Copy`), moved as
-//! bytes; text uses the compact [`Word`] encoding.
+//! subtask, as Flink does. Records that cross rings are any owned [`Record`] type (a `String`, an enum with
+//! data), moved into the ring and out of it with no serialisation; text may use the compact
+//! [`Word`].
 //!
 //! Each subtask belongs to one worker thread, one per core, pinned. A worker polls its tasks and
 //! processes whole batches run-to-completion: no locks, no allocation and no system calls per

@@ -1,6 +1,6 @@
 //! [`Persist`]: how records, keys and state become bytes in checkpoints, and back.
 //!
-//! Records cross rings as plain `Copy` values with no serialisation; only a checkpoint (state,
+//! Records cross rings by move with no serialisation; only a checkpoint (state,
 //! source offsets, sink transactions, in-flight records) writes them out. The encoding is
 //! little-endian and fixed-width for numbers, so a value's bytes do not depend on the
 //! machine's padding. Implemented for numbers, `bool`, `char`, `()`, tuples, arrays, `Option`,

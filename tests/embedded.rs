@@ -126,6 +126,18 @@ fn failure_free() -> Vec<Delivered<Reply>> {
     got
 }
 
+/// What a host keeps when it drops results it has seen by their numbers; a result seen twice
+/// must carry the same number both times.
+fn deduplicated(got: impl IntoIterator<Item = Delivered<Reply>>) -> Vec<Delivered<Reply>> {
+    let mut by_seq = BTreeMap::new();
+    for d in got {
+        if let Some(earlier) = by_seq.insert(d.seq, d.record.clone()) {
+            assert_eq!(earlier, d.record, "a replayed result carries its number");
+        }
+    }
+    by_seq.into_iter().map(|(seq, record)| Delivered { seq, record }).collect()
+}
+
 fn faults() -> Arc<FaultInjector> {
     FaultInjector::new(vec![
         Fault::AtRecord { operator: "tally".into(), nth: EVENTS / 3 },
@@ -152,15 +164,7 @@ fn at_least_once_the_host_gets_everything_and_drops_replays_by_number() {
     let (got, result) = drive(job, tx, rx, Some(0));
     assert_eq!(result.unwrap().restarts, 2);
     assert!(got.len() >= golden.len());
-    let mut by_seq = BTreeMap::new();
-    for d in got {
-        if let Some(earlier) = by_seq.insert(d.seq, d.record.clone()) {
-            assert_eq!(earlier, d.record, "a replay carries its result's number");
-        }
-    }
-    let deduplicated: Vec<Delivered<Reply>> =
-        by_seq.into_iter().map(|(seq, record)| Delivered { seq, record }).collect();
-    assert_eq!(deduplicated, golden);
+    assert_eq!(deduplicated(got), golden);
 }
 
 /// The first job fails for good halfway (no restarts: as if the process died); a new job on
@@ -211,14 +215,7 @@ fn after_a_crash_the_restored_job_says_where_the_host_resends_from() {
     let (job, tx, rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, None, true);
     let (second, result) = drive(job, tx, rx, None);
     result.unwrap();
-    let mut by_seq = BTreeMap::new();
-    for d in first.into_iter().chain(second) {
-        if let Some(earlier) = by_seq.insert(d.seq, d.record.clone()) {
-            assert_eq!(earlier, d.record, "a re-released result carries its number");
-        }
-    }
-    let all: Vec<Delivered<Reply>> = by_seq.into_iter().map(|(seq, record)| Delivered { seq, record }).collect();
-    assert_eq!(all, golden);
+    assert_eq!(deduplicated(first.into_iter().chain(second)), golden);
 }
 
 #[test]
@@ -233,4 +230,34 @@ fn a_replay_buffer_of_nothing_is_refused() {
     }
     .to_string();
     assert!(err.contains("replay buffer of 0 events"), "{err}");
+}
+
+/// `EventReceiver::recv` is a future that needs no particular runtime: awaited on tokio here,
+/// with the job's handle joined on a blocking thread.
+#[test]
+fn results_are_awaited_from_an_async_task() {
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    runtime.block_on(async {
+        let job = Job::new("async-host");
+        let (mut tx, events) = job.push_source::<String>(64);
+        let mut rx = events.map(|s: String| s.to_uppercase()).pull_sink(64);
+        let handle = job.start(RunConfig::default().workers(2)).unwrap();
+        let joined = std::thread::spawn(move || handle.join());
+        let sender = std::thread::spawn(move || {
+            for word in ["river", "weir", "dam"] {
+                tx.send_timeout(word.to_string(), WAIT).unwrap();
+            }
+        });
+        let mut got = Vec::new();
+        loop {
+            match rx.recv().await {
+                Ok(d) => got.push((d.seq, d.record)),
+                Err(RecvError::Ended { error: None }) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        sender.join().unwrap();
+        joined.join().unwrap().unwrap();
+        assert_eq!(got, vec![(0, "RIVER".to_string()), (1, "WEIR".into()), (2, "DAM".into())]);
+    });
 }

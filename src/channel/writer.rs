@@ -1,7 +1,6 @@
 //! The producer side: [`OutChannel`] (one ring) and [`ChannelWriter`] (all rings of one edge
 //! from one upstream subtask, with the partitioner).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use rtrb::Producer;
@@ -19,7 +18,7 @@ use crate::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 pub(crate) struct OutChannel<T> {
     producer: Producer<Entry<T>>,
     /// Entries that did not fit, still to be written, in order.
-    staged: VecDeque<Entry<T>>,
+    staged: Vec<Entry<T>>,
     consumer: Arc<Parker>,
     /// Entries published so far.
     written: u64,
@@ -30,14 +29,7 @@ pub(crate) struct OutChannel<T> {
 
 impl<T> OutChannel<T> {
     pub(crate) fn new(producer: Producer<Entry<T>>, consumer: Arc<Parker>) -> Self {
-        OutChannel {
-            producer,
-            staged: VecDeque::new(),
-            consumer,
-            written: 0,
-            priority: None,
-            priority_staged: Vec::new(),
-        }
+        OutChannel { producer, staged: Vec::new(), consumer, written: 0, priority: None, priority_staged: Vec::new() }
     }
 
     pub(crate) fn with_priority(mut self, slot: Producer<PriorityBarrier>) -> Self {
@@ -110,14 +102,14 @@ impl<T> OutChannel<T> {
 
     /// Publishes one control entry (after anything staged).
     pub(crate) fn write_entry(&mut self, entry: Entry<T>) {
-        self.staged.push_back(entry);
+        self.staged.push(entry);
         self.flush();
     }
 
     /// Stages a record without publishing (the key-by path publishes per batch).
     #[inline]
     pub(crate) fn stage(&mut self, record: T) {
-        self.staged.push_back(Entry::Record(record));
+        self.staged.push(Entry::Record(record));
     }
 
     /// Publishes staged entries that fit. Returns `true` when none are left.
@@ -130,9 +122,7 @@ impl<T> OutChannel<T> {
         }
         let n = self.room_for(self.staged.len());
         if n > 0 {
-            let chunk = self.producer.write_chunk_uninit(n).expect("n free slots were checked");
-            let filled = chunk.fill_from_iter(self.staged.drain(..n));
-            debug_assert_eq!(filled, n);
+            move_front_into(&mut self.producer, &mut self.staged, n);
             self.written += n as u64;
             self.consumer.notify();
         }
@@ -142,6 +132,32 @@ impl<T> OutChannel<T> {
     /// Entries published so far.
     pub(crate) fn written(&self) -> u64 {
         self.written
+    }
+}
+
+/// Moves the first `n` entries of `staged` into `n` free slots of the ring as one copy of
+/// their bytes (a move: the stage forgets them), and shifts the rest to the front. The key-by
+/// path stages every record, so this is its hot path; an element-wise move costs it ~10%.
+#[inline]
+fn move_front_into<T>(producer: &mut Producer<Entry<T>>, staged: &mut Vec<Entry<T>>, n: usize) {
+    assert!(n <= staged.len(), "moving more entries than are staged");
+    let mut chunk = producer.write_chunk_uninit(n).expect("n free slots were checked");
+    let (first, second) = chunk.as_mut_slices();
+    debug_assert_eq!(first.len() + second.len(), n);
+    let rest = staged.len() - n;
+    // SAFETY: `staged` holds at least `n` initialised entries (asserted) and the chunk's two
+    // slices are `n` uninitialised slots in all, distinct memory from the vector's. Copying the
+    // bytes moves the entries into the slots; `set_len(rest)` after the shift makes the vector
+    // forget them, so each entry is owned exactly once (by the ring, once committed). The
+    // remaining `rest` entries are shifted down with `ptr::copy` (regions may overlap). Nothing
+    // between the copies and `set_len` can panic.
+    unsafe {
+        let src = staged.as_mut_ptr();
+        std::ptr::copy_nonoverlapping(src, first.as_mut_ptr().cast::<Entry<T>>(), first.len());
+        std::ptr::copy_nonoverlapping(src.add(first.len()), second.as_mut_ptr().cast::<Entry<T>>(), second.len());
+        std::ptr::copy(src.add(n), src, rest);
+        staged.set_len(rest);
+        chunk.commit_all();
     }
 }
 
@@ -195,10 +211,11 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
                 last.write_records(records);
             }
             Partitioner::KeyBy { hash, router } => {
-                for r in records.drain(..) {
+                let outs = &mut self.outs;
+                crate::collector::move_each(records, |r, _| {
                     let to = router.subtask(hash(&r));
-                    self.outs[to].stage(r);
-                }
+                    outs[to].stage(r);
+                });
                 self.flush_all();
             }
         }

@@ -74,22 +74,22 @@ where
             *h = hash_key(&(self.key)(r));
             self.state.prefetch_hashed(*h);
         }
-        let mut rest = records.drain(..);
         let mut i = 0;
-        while let Some(r) = rest.next() {
+        let (key, state, init, fold, result, out) =
+            (&self.key, &mut self.state, &self.init, &mut self.fold, &mut self.result, &mut self.out);
+        crate::collector::move_each(records, |r, rest| {
             let hash = hashes[i % AHEAD];
             // `rest` starts at record i + 1, so record i + AHEAD is AHEAD - 1 into it.
-            if let Some(ahead) = rest.as_slice().get(AHEAD - 1) {
-                hashes[i % AHEAD] = hash_key(&(self.key)(ahead));
-                self.state.prefetch_hashed(hashes[i % AHEAD]);
+            if let Some(ahead) = rest.get(AHEAD - 1) {
+                hashes[i % AHEAD] = hash_key(&key(ahead));
+                state.prefetch_hashed(hashes[i % AHEAD]);
             }
-            let k = (self.key)(&r);
-            let (k, acc) = self.state.entry_hashed(hash, k, &self.init);
-            (self.fold)(acc, r);
-            self.out.push((self.result)(k, acc));
+            let k = key(&r);
+            let (k, acc) = state.entry_hashed(hash, k, init);
+            fold(acc, r);
+            out.push(result(k, acc));
             i += 1;
-        }
-        drop(rest);
+        });
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);

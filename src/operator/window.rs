@@ -179,18 +179,32 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
     ) -> bool {
         let window = self.window;
         let open = |start: Timestamp| watermark.is_none_or(|wm| window.max_timestamp(start) > wm);
-        let mut windows = 0usize;
-        window.for_each_start(ts, |start| windows += usize::from(open(start)));
-        let mut item = Some(item);
-        window.for_each_start(ts, |start| {
+        if window.slide == window.size {
+            // Tumbling: the one window, and no clone.
+            let start = ts - ts % window.size;
             if !open(start) {
-                return;
+                return false;
             }
-            windows -= 1;
-            let this = if windows == 0 { item.take() } else { item.clone() };
-            f(self.window_mut(start), this.expect("moved into the last window only"));
+            f(self.window_mut(start), item);
+            return true;
+        }
+        // One pass: each open window gets a clone once the next open one is found; the last
+        // gets the item itself.
+        let mut pending = None;
+        window.for_each_start(ts, |start| {
+            if open(start) {
+                if let Some(previous) = pending.replace(start) {
+                    f(self.window_mut(previous), item.clone());
+                }
+            }
         });
-        item.is_none()
+        match pending {
+            Some(last) => {
+                f(self.window_mut(last), item);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Removes every window that the watermark `wm` closes, oldest first, handing each to `f`.
@@ -287,12 +301,13 @@ where
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
         let mut late = 0;
         let (windows, init, fold) = (&mut self.windows, &self.init, &mut self.fold);
-        for r in records.drain(..) {
-            let (ts, k) = ((self.timestamp)(&r), (self.key)(&r));
-            if !windows.assign(ts, self.watermark, (k, r), |map, (k, r)| fold(map.get_or_insert_with(k, init), r)) {
+        let (timestamp, key, watermark) = (&self.timestamp, &self.key, self.watermark);
+        crate::collector::move_each(records, |r, _| {
+            let (ts, k) = (timestamp(&r), key(&r));
+            if !windows.assign(ts, watermark, (k, r), |map, (k, r)| fold(map.get_or_insert_with(k, init), r)) {
                 late += 1;
             }
-        }
+        });
         if late > 0 {
             self.late.add(late);
         }

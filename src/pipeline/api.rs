@@ -91,8 +91,8 @@ pub struct WindowedStream<T, KF, TF> {
 }
 
 /// Lines of text from a [`TextSource`]; turn them into records with [`LineStream::flat_map`].
-/// Lines are not plain data, so they never cross a ring: the flat_map runs chained to the
-/// source.
+/// Lines are not records (a `String` line is not checkpointed), so they never cross a ring:
+/// the flat_map runs chained to the source.
 pub struct LineStream {
     job: Job,
     source: TextSource,
@@ -349,7 +349,7 @@ fn restore_operator(ctx: &TaskContext, restore: impl FnOnce(RestoreView<'_>) -> 
     })
 }
 
-/// A chained one-input operator over a stream of `T` that may not be plain data.
+/// A chained one-input operator over a stream of `T` that may not be a [`Record`].
 fn chained_op<T, U, M>(s: &Stream<T>, base: &str, make: M) -> Stream<U>
 where
     T: Clone + Send + 'static,
@@ -773,10 +773,11 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         self.aggregate(
             || None::<T>,
             move |acc: &mut Option<T>, r: T| {
-                *acc = Some(match acc.take() {
+                let combined = match acc.as_ref() {
                     None => r,
-                    Some(a) => f(&a, &r),
-                })
+                    Some(a) => f(a, &r),
+                };
+                *acc = Some(combined);
             },
             |_, acc: &Option<T>| acc.clone().expect("the accumulator was just set"),
         )

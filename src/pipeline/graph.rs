@@ -57,7 +57,7 @@ pub(crate) struct Edge {
     /// Which input of `to` this edge feeds (0, or 1 for the right side of a two-input node).
     pub(crate) input: usize,
     pub(crate) partitioning: Partitioning,
-    /// `None` for edges whose records are not plain data: they can only be chained.
+    /// `None` for edges whose values are not [`Record`]s (text lines): they can only be chained.
     pub(crate) make_channels: Option<MakeChannels>,
 }
 

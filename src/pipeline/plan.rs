@@ -185,7 +185,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
         };
         let Some(make_channels) = &edge.make_channels else {
             return Err(Error::config(format!(
-                "operator '{}' must keep the parallelism of its input '{}': its records are not plain data and cannot cross a ring",
+                "operator '{}' must keep the parallelism of its input '{}': its input is not records (text lines) and cannot cross a ring",
                 to.name, from.name
             )));
         };

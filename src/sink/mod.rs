@@ -8,7 +8,8 @@
 //! - [`FileSink`]: one file per subtask, each record formatted by a function.
 //! - [`TwoPhaseFileSink`]: files committed per checkpoint (two-phase commit), exactly once.
 //! - [`LatestPerKeySink`]: the latest record per key, rewritten idempotently.
-//! - `pull`: the embedding API, a lock-free ring from the job to a host thread.
+//! - `pull`: the embedding API, results handed to a host thread or async task through a queue
+//!   that outlives failovers, exactly-once or at-least-once.
 //!
 //! May touch: `channel` (the pull sink's ring), `collector`, `context`, `error`, `metrics`,
 //! `persist`, `record`, `snapshot`, `wake`.

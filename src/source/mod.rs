@@ -3,7 +3,8 @@
 //!
 //! - `generator`: deterministic, seekable by index, optional rate limit.
 //! - `text`: lines of a file or of a folder of files, split by byte ranges over the subtasks.
-//! - `push`: the embedding API, a lock-free ring from a host thread into the job.
+//! - `push`: the embedding API, a lock-free ring from a host thread into the job, replayed after
+//!   failovers from a bounded buffer.
 //!
 //! May touch: `channel` (the push source's ring entries), `context`, `error`, `record`, `wake`.
 

@@ -446,6 +446,33 @@ mod tests {
         assert!(during - after >= copied * page / 2, "dropping the fork frees the originals");
     }
 
+    /// Values that own heap memory: a page copied on its first write after a fork clones its
+    /// values (the fork keeps the originals), growing moves unshared values, and dropping the
+    /// map and its forks drops every value (counted through `Arc`s).
+    #[test]
+    fn values_that_own_memory_are_cloned_on_copy_and_dropped_with_the_last_page() {
+        let witness = Arc::new(());
+        let mut m: PagedMap<String, (Arc<()>, Vec<String>)> = PagedMap::new();
+        for k in 0..1_000u64 {
+            m.insert(format!("key-{k}"), (witness.clone(), vec![format!("v{k}")]));
+        }
+        let fork = m.fork();
+        for k in 0..1_000u64 {
+            m.get_or_insert_with(format!("key-{k}"), || unreachable!("present")).1.push("more".into());
+        }
+        for k in 1_000..3_000u64 {
+            m.insert(format!("key-{k}"), (witness.clone(), Vec::new())); // grows past the fork
+        }
+        assert_eq!(m.get(&"key-7".to_string()).map(|v| v.1.clone()), Some(vec!["v7".to_string(), "more".into()]));
+        let at_fork: Vec<&Vec<String>> = fork.iter().map(|(_, v)| &v.1).collect();
+        assert!(at_fork.iter().all(|v| v.len() == 1), "the fork kept the values as they were");
+        assert!(Arc::strong_count(&witness) > 3_000, "the fork's copies are alive while it is");
+        drop(fork);
+        assert_eq!(Arc::strong_count(&witness), 3_001, "the fork's values went with it");
+        drop(m);
+        assert_eq!(Arc::strong_count(&witness), 1, "every value was dropped");
+    }
+
     #[test]
     fn a_fork_shares_pages_and_writes_copy_only_what_they_touch() {
         let mut m: PagedMap<u64, u64> = PagedMap::new();
