@@ -38,6 +38,9 @@ static FAILED: AtomicBool = AtomicBool::new(false);
 
 #[tokio::main]
 async fn main() -> weir::Result<()> {
+    // The injected failure is a panic in a user function: weir catches it and fails over; say
+    // so in one line instead of the default hook's backtrace.
+    std::panic::set_hook(Box::new(|info| eprintln!("(injected) {info}")));
     let clock = Instant::now();
     let dir = std::env::temp_dir().join(format!("weir-async-service-{}", std::process::id()));
     let job = Job::new("async-service").with_checkpointing(

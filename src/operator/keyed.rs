@@ -66,25 +66,29 @@ where
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
         // Large keyed states miss the cache on most lookups: start loading the slot of the
-        // record a few places ahead while this one is updated.
-        // Each key is hashed once: its hash waits in `hashes` from its prefetch to its lookup.
+        // record a few places ahead while this one is updated. Each key is extracted and
+        // hashed once: it waits in `ahead` from its prefetch to its lookup (for a key that owns
+        // memory, a `String` or a long `Word`, extracting it twice was a clone and a drop).
         const AHEAD: usize = 8;
-        let mut hashes = [0u64; AHEAD];
-        for (h, r) in hashes.iter_mut().zip(records.iter()) {
-            *h = hash_key(&(self.key)(r));
-            self.state.prefetch_hashed(*h);
-        }
-        let mut i = 0;
         let (key, state, init, fold, result, out) =
             (&self.key, &mut self.state, &self.init, &mut self.fold, &mut self.result, &mut self.out);
+        let mut ahead: [Option<(u64, K)>; AHEAD] = std::array::from_fn(|_| None);
+        for (slot, r) in ahead.iter_mut().zip(records.iter()) {
+            let k = key(r);
+            let hash = hash_key(&k);
+            state.prefetch_hashed(hash);
+            *slot = Some((hash, k));
+        }
+        let mut i = 0;
         crate::collector::move_each(records, |r, rest| {
-            let hash = hashes[i % AHEAD];
+            let (hash, k) = ahead[i % AHEAD].take().expect("every record's key was extracted ahead");
             // `rest` starts at record i + 1, so record i + AHEAD is AHEAD - 1 into it.
-            if let Some(ahead) = rest.get(AHEAD - 1) {
-                hashes[i % AHEAD] = hash_key(&key(ahead));
-                state.prefetch_hashed(hashes[i % AHEAD]);
+            if let Some(next) = rest.get(AHEAD - 1) {
+                let k = key(next);
+                let hash = hash_key(&k);
+                state.prefetch_hashed(hash);
+                ahead[i % AHEAD] = Some((hash, k));
             }
-            let k = key(&r);
             let (k, acc) = state.entry_hashed(hash, k, init);
             fold(acc, r);
             out.push(result(k, acc));
