@@ -67,6 +67,12 @@ impl Parker {
     }
 }
 
+/// Locks `m`, taking over a lock a panicking thread poisoned (what it guards here stays
+/// consistent across a panic: queues and slots, written whole under the lock).
+pub(crate) fn lock<X>(m: &std::sync::Mutex<X>) -> std::sync::MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// How the job wakes host threads (and async tasks) that wait on an embedding endpoint (a push
 /// source's sender waiting for room, a pull sink's receiver waiting for results), and how it
 /// tells them the job has ended.
@@ -93,11 +99,11 @@ impl HostSignal {
     pub(crate) fn notify(&self) {
         fence(Ordering::SeqCst);
         if self.waiting.load(Ordering::Relaxed) > 0 {
-            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _guard = lock(&self.lock);
             self.cond.notify_all();
         }
         if self.has_waker.load(Ordering::Relaxed) {
-            let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let waker = lock(&self.waker).take();
             self.has_waker.store(false, Ordering::Relaxed);
             if let Some(w) = waker {
                 w.wake();
@@ -126,7 +132,7 @@ impl HostSignal {
         if let Some(r) = check() {
             return Some(r);
         }
-        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = lock(&self.lock);
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let found = loop {
             if let Some(r) = check() {
@@ -145,7 +151,7 @@ impl HostSignal {
     /// Registers the waker of an async task to wake on the next notification. The caller
     /// checks its condition again afterwards (a notification may have come just before).
     pub(crate) fn register(&self, waker: &std::task::Waker) {
-        let mut slot = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = lock(&self.waker);
         match slot.as_ref() {
             Some(w) if w.will_wake(waker) => {}
             _ => *slot = Some(waker.clone()),

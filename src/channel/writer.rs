@@ -165,6 +165,8 @@ fn move_front_into<T>(producer: &mut Producer<Entry<T>>, staged: &mut Vec<Entry<
 pub(crate) struct ChannelWriter<T, H> {
     outs: Vec<OutChannel<T>>,
     partitioner: Partitioner<H>,
+    /// A broadcast's copy of each batch for the rings but the last (kept for its allocation).
+    copy: Vec<T>,
 }
 
 impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
@@ -173,7 +175,7 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
         if matches!(partitioner, Partitioner::Forward) {
             assert_eq!(outs.len(), 1, "a forward writer has exactly one ring");
         }
-        ChannelWriter { outs, partitioner }
+        ChannelWriter { outs, partitioner, copy: Vec::new() }
     }
 
     /// Entries published so far over all rings.
@@ -206,7 +208,8 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
                 // last gets a clone, the last gets the records themselves.
                 let (last, others) = self.outs.split_last_mut().expect("an edge has a ring");
                 for o in others {
-                    o.write_records(&mut records.clone());
+                    self.copy.extend_from_slice(records);
+                    o.write_records(&mut self.copy);
                 }
                 last.write_records(records);
             }

@@ -38,6 +38,18 @@ use crate::persist::from_bytes;
 use crate::record::Timestamp;
 use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
 
+/// The id of a sink's final transaction: after every checkpoint (committed when the job
+/// succeeds).
+pub(crate) const FINAL_TXN: u64 = u64::MAX;
+
+/// The pre-committed transactions `(id, data)` (oldest first) that checkpoint `id`'s completion
+/// commits: every one up to it (an aborted checkpoint's transaction is still valid and goes
+/// with the next completed one), taken out of `pending`.
+pub(crate) fn committed_by<X>(pending: &mut Vec<(u64, X)>, id: u64) -> std::vec::Drain<'_, (u64, X)> {
+    let split = pending.partition_point(|(txn, _)| *txn <= id);
+    pending.drain(..split)
+}
+
 /// One subtask of a sink.
 pub trait Sink<T>: Send {
     /// Takes every record out of `records`.

@@ -27,7 +27,7 @@ use crate::context::TaskContext;
 use crate::error::Result;
 use crate::persist::{from_bytes, Persist};
 use crate::snapshot::{CheckpointNotice, ForkedState, PersistedFork};
-use crate::wake::{HostSignal, Parker};
+use crate::wake::{lock, HostSignal, Parker};
 
 /// When a pull sink hands results to the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,10 +90,6 @@ struct PullShared<T> {
     /// job's end to know it has everything (exactly-once results after the last checkpoint
     /// wait for the job to finish, see [`TaskContext::on_job_success`]).
     stream_ended: std::sync::atomic::AtomicBool,
-}
-
-fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl<T> PullShared<T> {
@@ -269,9 +265,6 @@ impl<T> PullSinkFactory<T> {
     }
 }
 
-/// The final transaction's id: after every checkpoint.
-const FINAL_TXN: u64 = u64::MAX;
-
 /// One attempt's pull sink.
 pub(crate) struct PullSink<T> {
     shared: Arc<PullShared<T>>,
@@ -342,8 +335,7 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
         // An aborted checkpoint's transaction stays pending: it is released with the next
         // completed one.
         if let CheckpointNotice::Complete(id) = notice {
-            let split = self.pending.partition_point(|(txn, _)| *txn <= id);
-            for (txn, records) in self.pending.drain(..split) {
+            for (txn, records) in super::committed_by(&mut self.pending, id) {
                 self.shared.release(txn, records);
             }
         }
@@ -367,7 +359,7 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
             return Ok(());
         }
         let mut rest = std::mem::take(&mut self.pending);
-        rest.push((FINAL_TXN, std::mem::take(&mut self.current)));
+        rest.push((super::FINAL_TXN, std::mem::take(&mut self.current)));
         let shared = self.shared.clone();
         self.ctx.on_job_success(move || {
             for (txn, records) in rest {

@@ -50,9 +50,6 @@ impl<T: Clone> CommittedOutput<T> {
     }
 }
 
-/// The final transaction's id: after every checkpoint.
-const FINAL_TXN: u64 = u64::MAX;
-
 /// One subtask of the transactional collecting sink.
 pub(crate) struct TransactionalCollectSink<T> {
     out: CommittedOutput<T>,
@@ -83,8 +80,7 @@ impl<T: Record> Sink<T> for TransactionalCollectSink<T> {
         // An aborted checkpoint's transaction stays pending and is committed with the next
         // completed one (its records are still valid; only the checkpoint failed).
         if let CheckpointNotice::Complete(id) = notice {
-            let split = self.pending.partition_point(|(txn, _)| *txn <= id);
-            for (txn, records) in self.pending.drain(..split) {
+            for (txn, records) in super::committed_by(&mut self.pending, id) {
                 self.out.publish(self.ctx.subtask, txn, records);
             }
         }
@@ -114,7 +110,7 @@ impl<T: Record> Sink<T> for TransactionalCollectSink<T> {
 
     fn finish(&mut self) -> Result<()> {
         let mut rest = std::mem::take(&mut self.pending);
-        rest.push((FINAL_TXN, std::mem::take(&mut self.current)));
+        rest.push((super::FINAL_TXN, std::mem::take(&mut self.current)));
         let (out, subtask) = (self.out.clone(), self.ctx.subtask);
         self.ctx.on_job_success(move || {
             for (txn, records) in rest {

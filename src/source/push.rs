@@ -21,7 +21,7 @@ use super::{Source, SourcePoll};
 use crate::channel::Entry;
 use crate::context::TaskContext;
 use crate::error::{Error, Result};
-use crate::wake::{HostSignal, Parker};
+use crate::wake::{lock, HostSignal, Parker};
 
 /// Why an event was not sent; the event comes back in it.
 #[derive(Debug, PartialEq, Eq)]
@@ -221,10 +221,6 @@ impl<T> Drop for EventSender<T> {
         // while for room: a job that stopped reading needs no end marker).
         self.end_stream(Duration::from_secs(10));
     }
-}
-
-fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One attempt's push source: takes the log for its life and gives it back when dropped (so
