@@ -107,7 +107,7 @@ fn main() {
     // round runs the four modes back to back (starting with a different one each round), and
     // each mode's ratio to the run without checkpoints of the same round is one sample: runs
     // close in time share the machine's mood, which drifts by more than 3% over minutes.
-    let workloads = [Workload::Stateless, Workload::Keyed, Workload::Window, Workload::Join];
+    let workloads = [Workload::Stateless, Workload::Keyed, Workload::Window, Workload::Join, Workload::SparseWindow];
     let mut throughput: Vec<Vec<f64>> = Vec::new();
     let mut ratios: Vec<Vec<Vec<f64>>> = Vec::new();
     let mut busy: Vec<Vec<Vec<f64>>> = Vec::new();

@@ -35,12 +35,22 @@ pub enum Workload {
     Join,
     /// generator → rebalance → a sink spending a fixed time per record: the rings fill up.
     Backpressure,
+    /// Windows that open for every few events (Flink's peer workload W3): key `i % 1000`,
+    /// event time `i` ms, watermarks with no out-of-orderness, 1 s tumbling event-time window
+    /// count, so every (key, window) pair gets exactly one event.
+    SparseWindow,
 }
 
 impl Workload {
     /// Every workload, in the order reports list them.
-    pub const ALL: [Workload; 5] =
-        [Workload::Stateless, Workload::Keyed, Workload::Window, Workload::Join, Workload::Backpressure];
+    pub const ALL: [Workload; 6] = [
+        Workload::Stateless,
+        Workload::Keyed,
+        Workload::Window,
+        Workload::Join,
+        Workload::Backpressure,
+        Workload::SparseWindow,
+    ];
 }
 
 impl std::str::FromStr for Workload {
@@ -58,6 +68,7 @@ impl std::fmt::Display for Workload {
             Workload::Window => "window",
             Workload::Join => "join",
             Workload::Backpressure => "backpressure",
+            Workload::SparseWindow => "sparse-window",
         })
     }
 }
@@ -221,6 +232,32 @@ impl BenchConfig {
                     .rebalance()
                     .measure_latency(created)
                     .sink(move |_| Ok(SlowSink { cost }))
+            }
+            Workload::SparseWindow => {
+                // Event time is the index in ms; a result's latency counts from the creation
+                // of the window's (only) event.
+                let g = Generator::new(|i, now_ns| BenchEvent { key: i % 1000, value: i, created_ns: now_ns });
+                let g = match self.rate {
+                    Some(r) => g.rate(r),
+                    None => g,
+                };
+                // The sources stay within 10 windows of each other in event time (Flink's
+                // watermark alignment), so at most that many windows are open.
+                job.generator(g)
+                    .with_aligned_watermarks(|e: &BenchEvent| e.value, 0, "sources", 10_000)
+                    .key_by(|e: &BenchEvent| e.key)
+                    .window(Window::tumbling(1_000), |e: &BenchEvent| e.value)
+                    .aggregate(
+                        || (0u64, 0u64),
+                        |(count, created): &mut (u64, u64), e: BenchEvent| {
+                            *count += 1;
+                            *created = (*created).max(e.created_ns);
+                        },
+                        |&key, _window, &(count, created_ns)| BenchEvent { key, value: count, created_ns },
+                    )
+                    .named("sparse-window-count")
+                    .measure_latency(created)
+                    .discard()
             }
         }
         let mode = match self.checkpoint {

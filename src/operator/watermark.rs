@@ -2,6 +2,13 @@
 //! `forBoundedOutOfOrderness`): after each batch, the watermark is the largest timestamp seen
 //! minus the bound. At end of input the watermark jumps to `Timestamp::MAX`, firing every
 //! window that is still open.
+//!
+//! [`WatermarkAlignment`] (Flink's watermark alignment, FLIP-182) bounds how far one input runs
+//! ahead of the others in event time: an assigner whose watermark is more than the group's
+//! `max_drift` past the group's least stops taking input (its `drain` says it is held back,
+//! which a task treats as backpressure) until the others catch up. Without it a fast source
+//! opens windows the slow one has not reached, and they stay open, holding state, until the
+//! slow one's watermark closes them.
 
 use crate::collector::Collector;
 use crate::error::Result;
@@ -9,17 +16,94 @@ use crate::persist::from_bytes;
 use crate::record::Timestamp;
 use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A group of watermark assigners (of one operator's subtasks, or of several sources) whose
+/// watermarks may differ by at most `max_drift`.
+pub(crate) struct WatermarkAlignment {
+    max_drift: Timestamp,
+    /// Each member's latest watermark, by (operator, subtask): a new attempt's member replaces
+    /// the old one's slot. A member that has emitted nothing yet holds 0.
+    members: Mutex<Vec<((Arc<str>, usize), Arc<AtomicU64>)>>,
+    /// Bumped on every change of membership, so members re-read the list only then.
+    generation: AtomicU64,
+}
+
+impl WatermarkAlignment {
+    pub(crate) fn new(max_drift: Timestamp) -> Arc<Self> {
+        Arc::new(WatermarkAlignment { max_drift, members: Mutex::new(Vec::new()), generation: AtomicU64::new(0) })
+    }
+
+    pub(crate) fn max_drift(&self) -> Timestamp {
+        self.max_drift
+    }
+
+    /// Joins the group (or takes over this subtask's place after a restart).
+    fn join(self: &Arc<Self>, operator: Arc<str>, subtask: usize) -> AlignedMember {
+        let slot = Arc::new(AtomicU64::new(0));
+        let mut members = crate::wake::lock(&self.members);
+        let id = (operator, subtask);
+        match members.iter_mut().find(|(m, _)| *m == id) {
+            Some((_, s)) => *s = slot.clone(),
+            None => members.push((id, slot.clone())),
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        AlignedMember { group: self.clone(), slot, others: Vec::new(), seen: u64::MAX }
+    }
+}
+
+/// One assigner's place in a [`WatermarkAlignment`].
+struct AlignedMember {
+    group: Arc<WatermarkAlignment>,
+    slot: Arc<AtomicU64>,
+    others: Vec<Arc<AtomicU64>>,
+    seen: u64,
+}
+
+impl AlignedMember {
+    fn publish(&self, watermark: Timestamp) {
+        self.slot.store(watermark, Ordering::Release);
+    }
+
+    /// Whether this member's watermark is more than the drift past the group's least.
+    fn ahead(&mut self) -> bool {
+        let generation = self.group.generation.load(Ordering::Acquire);
+        if generation != self.seen {
+            self.others = crate::wake::lock(&self.group.members).iter().map(|(_, s)| s.clone()).collect();
+            self.seen = generation;
+        }
+        let least = self.others.iter().map(|s| s.load(Ordering::Acquire)).min().unwrap_or(0);
+        self.slot.load(Ordering::Relaxed) > least.saturating_add(self.group.max_drift)
+    }
+}
+
 pub(crate) struct WatermarkAssigner<F, T> {
     timestamp: F,
     out_of_orderness: Timestamp,
     max_seen: Option<Timestamp>,
     emitted: Option<Timestamp>,
+    aligned: Option<AlignedMember>,
     next: Box<dyn Collector<T>>,
 }
 
 impl<F, T> WatermarkAssigner<F, T> {
     pub(crate) fn new(timestamp: F, out_of_orderness: Timestamp, next: Box<dyn Collector<T>>) -> Self {
-        WatermarkAssigner { timestamp, out_of_orderness, max_seen: None, emitted: None, next }
+        WatermarkAssigner { timestamp, out_of_orderness, max_seen: None, emitted: None, aligned: None, next }
+    }
+
+    /// Takes part in `group` as subtask `subtask` of `operator`.
+    pub(crate) fn aligned(mut self, group: &Arc<WatermarkAlignment>, operator: Arc<str>, subtask: usize) -> Self {
+        self.aligned = Some(group.join(operator, subtask));
+        self
+    }
+
+    fn emit(&mut self, watermark: Timestamp) -> Result<()> {
+        self.emitted = Some(watermark);
+        if let Some(a) = &self.aligned {
+            a.publish(watermark);
+        }
+        self.next.watermark(watermark)
     }
 }
 
@@ -33,8 +117,7 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
             self.max_seen = Some(max);
             let wm = max.saturating_sub(self.out_of_orderness);
             if self.emitted.is_none_or(|e| wm > e) {
-                self.emitted = Some(wm);
-                self.next.watermark(wm)?;
+                self.emit(wm)?;
             }
         }
         Ok(())
@@ -44,20 +127,23 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
         // This operator defines event time from here on; upstream watermarks are superseded,
         // but for the end of event time (all input has ended), which holds here too.
         if upstream == Timestamp::MAX && self.emitted != Some(Timestamp::MAX) {
-            self.emitted = Some(Timestamp::MAX);
-            self.next.watermark(Timestamp::MAX)?;
+            self.emit(Timestamp::MAX)?;
         }
         Ok(())
     }
 
     fn end(&mut self) -> Result<()> {
         if self.emitted != Some(Timestamp::MAX) {
-            self.next.watermark(Timestamp::MAX)?;
+            self.emit(Timestamp::MAX)?;
         }
         self.next.end()
     }
 
     fn drain(&mut self) -> Result<bool> {
+        // Ahead of its alignment group: held back, as if downstream were full.
+        if self.aligned.as_mut().is_some_and(AlignedMember::ahead) {
+            return Ok(false);
+        }
         self.next.drain()
     }
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
@@ -71,6 +157,7 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
     }
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         (self.max_seen, self.emitted) = from_bytes(bytes)?;
+        self.publish_restored();
         Ok(())
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], _scope: &crate::record::KeyScope) -> Result<()> {
@@ -79,7 +166,17 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
             parts.iter().map(|(_, b)| from_bytes(b)).collect::<Result<_>>()?;
         self.max_seen = super::window::merged_watermark(decoded.iter().map(|d| d.0));
         self.emitted = super::window::merged_watermark(decoded.iter().map(|d| d.1));
+        self.publish_restored();
         Ok(())
+    }
+}
+
+impl<F, T> WatermarkAssigner<F, T> {
+    /// A restored member starts from its restored watermark, not from 0.
+    fn publish_restored(&self) {
+        if let (Some(a), Some(wm)) = (&self.aligned, self.emitted) {
+            a.publish(wm);
+        }
     }
 }
 
@@ -88,6 +185,28 @@ mod tests {
     use super::*;
     use crate::collector::Recorder;
     use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn an_assigner_ahead_of_its_group_by_more_than_the_drift_is_held_back() {
+        let group = WatermarkAlignment::new(100);
+        let rec = || Box::new(Arc::new(Mutex::new(Recorder::<u64>::default()))) as Box<dyn Collector<u64>>;
+        let op: Arc<str> = "watermarks".into();
+        let mut fast = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op.clone(), 0);
+        let mut slow = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op.clone(), 1);
+        fast.batch(&mut vec![100]).unwrap();
+        assert!(fast.drain().unwrap(), "100 is within the drift of the slow one's 0");
+        fast.batch(&mut vec![150]).unwrap();
+        assert!(!fast.drain().unwrap(), "150 is more than 100 past 0");
+        assert!(slow.drain().unwrap(), "the least is never held back");
+        slow.batch(&mut vec![60]).unwrap();
+        assert!(fast.drain().unwrap(), "the slow one caught up to within the drift");
+        // A restarted subtask takes over its slot: it starts from 0 again, holding the fast one.
+        let mut slow = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op, 1);
+        assert!(!fast.drain().unwrap());
+        // An input that ended holds nobody.
+        slow.end().unwrap();
+        assert!(fast.drain().unwrap());
+    }
 
     #[test]
     fn watermarks_trail_the_maximum_by_the_bound() {

@@ -140,29 +140,60 @@ impl Persist for WindowBounds {
 
 /// Open windows, oldest first, each with its per-key values in copy-on-write pages; shared by
 /// the window aggregate and the window join. A snapshot forks every open window's pages.
+///
+/// Window starts are multiples of the slide, and open windows are usually back to back, so a
+/// start's place is computed from the oldest one's: finding a record's window takes the same
+/// time however many windows are open (a source running ahead in event time opens many, and
+/// the records of a lagging one used to walk past all of them). Gaps (a slide with no record)
+/// fall back to a binary search.
 pub(crate) struct OpenWindows<K, V> {
     pub(crate) window: Window,
-    open: Vec<(Timestamp, PagedMap<K, V>)>,
+    open: std::collections::VecDeque<(Timestamp, PagedMap<K, V>)>,
 }
 
 impl<K: Key, V: Clone> OpenWindows<K, V> {
     pub(crate) fn new(window: Window) -> Self {
-        OpenWindows { window, open: Vec::new() }
+        OpenWindows { window, open: std::collections::VecDeque::new() }
     }
 
     /// The per-key map of the window starting at `start`, opening it if needed.
     #[inline]
     pub(crate) fn window_mut(&mut self, start: Timestamp) -> &mut PagedMap<K, V> {
-        // Records mostly hit the newest windows: search from the back.
-        let mut pos = self.open.len();
-        while pos > 0 && self.open[pos - 1].0 > start {
-            pos -= 1;
+        let pos = match self.open.front() {
+            Some(&(first, _)) if start >= first => {
+                let guess = ((start - first) / self.window.slide) as usize;
+                match self.open.get(guess) {
+                    Some((s, _)) if *s == start => guess,
+                    // Past the newest: open it at the back (the common way a window opens).
+                    None if self.open.back().is_some_and(|(s, _)| *s < start) => {
+                        self.open.push_back((start, PagedMap::new()));
+                        self.open.len() - 1
+                    }
+                    _ => self.search_or_insert(start),
+                }
+            }
+            Some(_) => {
+                self.open.push_front((start, PagedMap::new()));
+                0
+            }
+            None => {
+                self.open.push_back((start, PagedMap::new()));
+                0
+            }
+        };
+        &mut self.open[pos].1
+    }
+
+    /// Where `start` is among the open windows (gaps before it), opening it if needed.
+    #[cold]
+    fn search_or_insert(&mut self, start: Timestamp) -> usize {
+        match self.open.binary_search_by_key(&start, |(s, _)| *s) {
+            Ok(pos) => pos,
+            Err(pos) => {
+                self.open.insert(pos, (start, PagedMap::new()));
+                pos
+            }
         }
-        if pos == 0 || self.open[pos - 1].0 != start {
-            self.open.insert(pos, (start, PagedMap::new()));
-            pos += 1;
-        }
-        &mut self.open[pos - 1].1
     }
 
     /// Calls `f` with the map of every still-open window containing `ts` (opening it if
@@ -210,8 +241,11 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
     /// Removes every window that the watermark `wm` closes, oldest first, handing each to `f`.
     /// (A fired window's pages are dropped; a snapshot that still holds them keeps them.)
     pub(crate) fn fire(&mut self, wm: Timestamp, mut f: impl FnMut(WindowBounds, &PagedMap<K, V>)) {
-        let closed = self.open.iter().take_while(|(s, _)| self.window.max_timestamp(*s) <= wm).count();
-        for (start, map) in self.open.drain(..closed) {
+        while let Some((start, _)) = self.open.front() {
+            if self.window.max_timestamp(*start) > wm {
+                break;
+            }
+            let (start, map) = self.open.pop_front().expect("a front window");
             f(WindowBounds { start, end: start.saturating_add(self.window.size) }, &map);
         }
     }
@@ -233,7 +267,7 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
                 (s, m)
             })
             .collect();
-        self.open.sort_by_key(|(s, _)| *s);
+        self.open.make_contiguous().sort_by_key(|(s, _)| *s);
     }
 
     /// Number of open windows.
@@ -385,6 +419,34 @@ mod tests {
         Window::sliding(9, 3).for_each_start(9, |s| v.push(s));
         assert_eq!(v, vec![9, 6, 3]);
         assert!(Window::sliding(5, 10).validate().is_err());
+    }
+
+    #[test]
+    fn windows_open_in_any_order_with_gaps_and_fire_oldest_first() {
+        let mut w: OpenWindows<u8, u64> = OpenWindows::new(Window::tumbling(10));
+        // Out of order, with gaps, before the oldest, and again at known starts.
+        for (ts, k) in [(55, 1), (5, 1), (95, 2), (35, 1), (56, 2), (0, 3), (99, 1), (45, 4), (12, 5)] {
+            *w.window_mut(ts - ts % 10).get_or_insert_with(k, || 0) += 1;
+        }
+        assert_eq!(w.len(), 6);
+        let mut fired = Vec::new();
+        w.fire(Timestamp::MAX, |b, m| {
+            let mut keys: Vec<(u8, u64)> = m.iter().map(|(k, v)| (*k, *v)).collect();
+            keys.sort();
+            fired.push((b.start, keys));
+        });
+        assert_eq!(
+            fired,
+            vec![
+                (0, vec![(1, 1), (3, 1)]),
+                (10, vec![(5, 1)]),
+                (30, vec![(1, 1)]),
+                (40, vec![(4, 1)]),
+                (50, vec![(1, 1), (2, 1)]),
+                (90, vec![(1, 1), (2, 1)]),
+            ]
+        );
+        assert_eq!(w.len(), 0);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::operator::join::WindowJoin;
 use crate::operator::keyed::{KeyedAggregate, KeyedProcess};
 use crate::operator::latency::LatencyProbe;
 use crate::operator::stateless::{Filter, FlatMap, Map, PassThrough};
-use crate::operator::watermark::WatermarkAssigner;
+use crate::operator::watermark::{WatermarkAlignment, WatermarkAssigner};
 use crate::operator::window::{Window, WindowAggregate, WindowBounds};
 use crate::operator::{Emitter, TwoInputOperator};
 use crate::persist::Persist;
@@ -120,6 +120,7 @@ impl Job {
                 restore: None,
                 description: String::new(),
                 host_signals: Vec::new(),
+                watermark_groups: Vec::new(),
             })),
         }
     }
@@ -490,6 +491,63 @@ impl<T: Record> Stream<T> {
     ) -> Stream<T> {
         self.forward("watermarks", move |_, next| {
             Ok(Box::new(WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next)))
+        })
+    }
+
+    /// [`Stream::with_watermarks`] in a watermark alignment group (Flink's
+    /// `withWatermarkAlignment`): every assigner made with the same `group` name in this job
+    /// (this operator's subtasks, and other streams' assigners) stops taking input while its
+    /// watermark is more than `max_drift` past the least in the group, so a fast input cannot
+    /// open windows far ahead of a slow one (and hold them open, with their state). An input
+    /// that has emitted no watermark yet holds the others at `max_drift`; one that ended holds
+    /// nobody. A `max_drift` of zero is refused when the job starts.
+    ///
+    /// ```
+    /// use weir::{Job, RunConfig, source::Generator};
+    /// let job = Job::new("aligned").with_parallelism(2);
+    /// let out = job
+    ///     .generator(Generator::new(|i, _| i).count(10_000))
+    ///     .with_aligned_watermarks(|t: &u64| *t, 0, "sources", 1_000)
+    ///     .collect();
+    /// job.execute(RunConfig::default().workers(2)).unwrap();
+    /// assert_eq!(out.lock().unwrap().len(), 10_000);
+    /// ```
+    pub fn with_aligned_watermarks<F: Fn(&T) -> Timestamp + Clone + Send + 'static>(
+        self,
+        timestamp: F,
+        out_of_orderness: Timestamp,
+        group: &str,
+        max_drift: Timestamp,
+    ) -> Stream<T> {
+        let alignment = {
+            let mut g = self.graph.borrow_mut();
+            match g.watermark_groups.iter().find(|(name, _)| name == group) {
+                Some((_, a)) => a.clone(),
+                None => {
+                    let a = WatermarkAlignment::new(max_drift);
+                    g.watermark_groups.push((group.to_string(), a.clone()));
+                    a
+                }
+            }
+        };
+        let group = group.to_string();
+        self.forward("watermarks", move |ctx, next| {
+            if max_drift == 0 {
+                return Err(crate::Error::config(format!(
+                    "watermark alignment group '{group}' has a max drift of 0: no input could ever be ahead of \
+                     another, so they would take turns one batch at a time; give a drift of at least a few \
+                     batches' worth of event time"
+                )));
+            }
+            if alignment.max_drift() != max_drift {
+                return Err(crate::Error::config(format!(
+                    "watermark alignment group '{group}' is given a max drift of {max_drift} here and {} elsewhere; \
+                     one group has one drift",
+                    alignment.max_drift()
+                )));
+            }
+            let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next);
+            Ok(Box::new(assigner.aligned(&alignment, ctx.operator.clone(), ctx.subtask)))
         })
     }
 

@@ -86,6 +86,8 @@ pub(crate) struct Graph {
     pub(crate) description: String,
     /// The embedding endpoints' signals (push sources, pull sinks): told when the job ends.
     pub(crate) host_signals: Vec<Arc<crate::wake::HostSignal>>,
+    /// Watermark alignment groups, by name (see [`crate::Stream::with_aligned_watermarks`]).
+    pub(crate) watermark_groups: Vec<(String, Arc<crate::operator::watermark::WatermarkAlignment>)>,
 }
 
 /// The graph a [`crate::Job`] builds, shared by the job's streams. A mutex (not a `RefCell`) so
