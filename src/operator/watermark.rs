@@ -19,13 +19,16 @@ use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, Tas
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// A subtask of an assigner operator: (operator, subtask).
+type MemberId = (Arc<str>, usize);
+
 /// A group of watermark assigners (of one operator's subtasks, or of several sources) whose
 /// watermarks may differ by at most `max_drift`.
 pub(crate) struct WatermarkAlignment {
     max_drift: Timestamp,
     /// Each member's latest watermark, by (operator, subtask): a new attempt's member replaces
     /// the old one's slot. A member that has emitted nothing yet holds 0.
-    members: Mutex<Vec<((Arc<str>, usize), Arc<AtomicU64>)>>,
+    members: Mutex<Vec<(MemberId, Arc<AtomicU64>)>>,
     /// Bumped on every change of membership, so members re-read the list only then.
     generation: AtomicU64,
 }
