@@ -19,6 +19,8 @@ use crate::wake::Parker;
 #[derive(Clone, Debug)]
 pub struct Clock {
     origin: Instant,
+    /// Milliseconds since the Unix epoch at `origin` (processing time's zero).
+    origin_epoch_ms: u64,
     /// Under simulation: the time, set by the simulator (never the wall clock).
     manual: Option<Arc<AtomicU64>>,
 }
@@ -26,12 +28,13 @@ pub struct Clock {
 impl Clock {
     /// A clock starting now.
     pub fn start() -> Clock {
-        Clock { origin: Instant::now(), manual: None }
+        let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Clock { origin: Instant::now(), origin_epoch_ms: epoch.as_millis() as u64, manual: None }
     }
 
     /// A clock that reads `time` (nanoseconds), which only its owner moves: the simulator's.
     pub(crate) fn manual(time: Arc<AtomicU64>) -> Clock {
-        Clock { origin: Instant::now(), manual: Some(time) }
+        Clock { origin: Instant::now(), origin_epoch_ms: 0, manual: Some(time) }
     }
 
     /// Nanoseconds since the clock started.
@@ -41,6 +44,14 @@ impl Clock {
             None => self.origin.elapsed().as_nanos() as u64,
             Some(t) => t.load(Ordering::Relaxed),
         }
+    }
+
+    /// Processing time: milliseconds since the Unix epoch (under simulation, the simulated
+    /// time in milliseconds), never going back. It continues across restarts, so a restored
+    /// processing-time timer that is already due fires at once.
+    #[inline]
+    pub fn processing_time_ms(&self) -> u64 {
+        self.origin_epoch_ms + self.now_ns() / 1_000_000
     }
 }
 
@@ -183,6 +194,12 @@ impl TaskContext {
     #[inline]
     pub fn now_ns(&self) -> u64 {
         self.clock.now_ns()
+    }
+
+    /// Processing time (see [`Clock::processing_time_ms`]).
+    #[inline]
+    pub fn processing_time_ms(&self) -> u64 {
+        self.clock.processing_time_ms()
     }
 
     /// This subtask's state in the checkpoint the job restarts from, if any (at the parallelism

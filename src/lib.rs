@@ -130,6 +130,8 @@ pub use collector::Collector;
 pub use context::TaskContext;
 pub use error::{Error, Result};
 pub use metrics::JobReport;
+pub use operator::process::{KeyedContext, KeyedProcessFunction};
+pub use operator::side::OutputTag;
 pub use operator::window::{Window, WindowBounds};
 pub use operator::Emitter;
 pub use persist::Persist;

@@ -8,6 +8,8 @@
 //! - `window`: keyed event-time tumbling and sliding windows.
 //! - `join`: keyed two-input window join.
 //! - `latency`: the event-creation-to-here latency probe.
+//! - `process`: keyed process functions with a context (state per key, timers, side outputs).
+//! - `side`: side outputs and the tags that name them.
 //!
 //! May touch: `collector`, `context`, `error`, `metrics`, `record`, `snapshot`, `state`.
 
@@ -40,6 +42,8 @@ pub(crate) use forward_control;
 pub(crate) mod join;
 pub(crate) mod keyed;
 pub(crate) mod latency;
+pub mod process;
+pub mod side;
 pub(crate) mod stateless;
 pub(crate) mod watermark;
 pub mod window;

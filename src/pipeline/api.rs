@@ -20,6 +20,8 @@ use crate::error::Result;
 use crate::operator::join::WindowJoin;
 use crate::operator::keyed::{KeyedAggregate, KeyedProcess};
 use crate::operator::latency::LatencyProbe;
+use crate::operator::process::{KeyedProcessFunction, KeyedProcessOperator};
+use crate::operator::side::{OutputTag, Outputs};
 use crate::operator::stateless::{Filter, FlatMap, Map, PassThrough};
 use crate::operator::watermark::{WatermarkAlignment, WatermarkAssigner};
 use crate::operator::window::{Window, WindowAggregate, WindowBounds};
@@ -102,6 +104,8 @@ pub struct LineStream {
 struct Input {
     from: usize,
     input: usize,
+    /// Which output of `from` (0: the main one).
+    port: usize,
     partitioning: Partitioning,
     make_channels: Option<MakeChannels>,
 }
@@ -121,6 +125,8 @@ impl Job {
                 description: String::new(),
                 host_signals: Vec::new(),
                 watermark_groups: Vec::new(),
+                tags: Vec::new(),
+                build_errors: Vec::new(),
             })),
         }
     }
@@ -191,6 +197,8 @@ impl Job {
             outputs: Vec::new(),
             kind,
             fan_out,
+            with_sides: None,
+            side_ports: Vec::new(),
         });
         for i in inputs {
             let e = g.edges.len();
@@ -198,6 +206,7 @@ impl Job {
                 from: i.from,
                 to: id,
                 input: i.input,
+                port: i.port,
                 partitioning: i.partitioning,
                 make_channels: i.make_channels,
             });
@@ -291,6 +300,34 @@ impl Job {
     }
 }
 
+impl Job {
+    /// A side-output tag: names a stream of `X` that operators with side outputs (keyed
+    /// process functions, windows' late records) emit beside their main output. One name has
+    /// one type in a job: a second tag of the same name and another type is refused when the
+    /// job starts.
+    pub fn output_tag<X: Record>(&self, name: &str) -> OutputTag<X> {
+        let mut g = self.graph.borrow_mut();
+        let id = std::any::TypeId::of::<X>();
+        let type_name = std::any::type_name::<X>();
+        let found = g.tags.iter().find(|(n, _, _)| &**n == name).cloned();
+        let name: Arc<str> = match found {
+            Some((n, t, _)) if t == id => n,
+            Some((n, _, other)) => {
+                g.build_errors.push(format!(
+                    "side output '{n}' is declared with two types, {other} and {type_name}; give each its own name"
+                ));
+                n
+            }
+            None => {
+                let n: Arc<str> = name.into();
+                g.tags.push((n.clone(), id, type_name));
+                n
+            }
+        };
+        OutputTag::new(name)
+    }
+}
+
 impl<T> Stream<T> {
     fn job(&self) -> Job {
         Job { graph: self.graph.clone() }
@@ -366,7 +403,7 @@ where
             unreachable!("an edge carrying non-plain records is always chained")
         }),
     };
-    let input = Input { from: s.node, input: 0, partitioning: Partitioning::Forward, make_channels: None };
+    let input = Input { from: s.node, input: 0, port: 0, partitioning: Partitioning::Forward, make_channels: None };
     let id = job.add_node(base, p, false, kind, fan_out_of::<U>(), vec![input]);
     job.stream(id)
 }
@@ -402,6 +439,11 @@ impl LineStream {
         })
         .named("words")
     }
+}
+
+/// Joins a main output of `O` with side outputs into the [`Outputs`] an operator takes.
+fn outputs_of<O: 'static>() -> super::graph::MakeOutputs {
+    Box::new(|main, sides| Box::new(Outputs { main: downcast_collector::<O>(main), sides }) as AnyBox)
 }
 
 fn make_one_input_task<T: Record>() -> super::graph::MakeTask {
@@ -445,7 +487,7 @@ impl<T: Record> Stream<T> {
             make: Box::new(move |ctx, down| guarded(ctx, make(ctx, downcast_collector::<U>(down))?)),
             make_task: make_one_input_task::<T>(),
         };
-        let input = Input { from: self.node, input: 0, partitioning, make_channels: Some(make_channels) };
+        let input = Input { from: self.node, input: 0, port: 0, partitioning, make_channels: Some(make_channels) };
         let id = job.add_node(base, self.parallelism(), keyed, kind, fan_out_of::<U>(), vec![input]);
         job.stream(id)
     }
@@ -465,6 +507,61 @@ impl<T: Record> Stream<T> {
         self.forward::<(), _>(base, move |ctx, _nowhere| {
             Ok(Box::new(SinkOperator::new(make(ctx)?, ctx.metrics.sink_counter())))
         });
+    }
+
+    /// The side output `tag` of the operator that produces this stream (a
+    /// [`KeyedStream::keyed_process`] function's `ctx.output`, a window's late records). An
+    /// operator without side outputs is refused when the job starts.
+    pub fn side_output<X: Record>(&self, tag: &OutputTag<X>) -> Stream<X> {
+        let port = {
+            let mut g = self.graph.borrow_mut();
+            let known = g.tags.iter().find(|(n, _, _)| Arc::ptr_eq(n, &tag.name)).map(|(_, t, _)| *t);
+            let node = &mut g.nodes[self.node];
+            let name = node.name.clone();
+            let mut error = None;
+            if node.with_sides.is_none() {
+                error = Some(format!(
+                    "operator '{name}' has no side outputs, so side output '{}' of it would stay empty; read it from \
+                     the operator that emits it (a keyed process function or a window)",
+                    tag.name
+                ));
+            } else if known != Some(std::any::TypeId::of::<X>()) {
+                error = Some(format!(
+                    "side output '{}' is read as {} but was not declared with that type by this job's output_tag",
+                    tag.name,
+                    std::any::type_name::<X>()
+                ));
+            }
+            let port = match node.side_ports.iter().position(|p| *p.name == *tag.name) {
+                Some(p) if node.side_ports[p].type_id != std::any::TypeId::of::<X>() => {
+                    error = Some(format!("side output '{}' of '{name}' is read as two types", tag.name));
+                    p + 1
+                }
+                Some(p) => p + 1,
+                None => {
+                    node.side_ports.push(super::graph::side_port_of::<X>(tag.name.clone()));
+                    node.side_ports.len()
+                }
+            };
+            if let Some(e) = error {
+                g.build_errors.push(e);
+            }
+            port
+        };
+        let job = self.job();
+        let kind = NodeKind::OneInput {
+            make: Box::new(|ctx, down| guarded::<X>(ctx, Box::new(PassThrough::new(downcast_collector::<X>(down))))),
+            make_task: make_one_input_task::<X>(),
+        };
+        let input = Input {
+            from: self.node,
+            input: 0,
+            port,
+            partitioning: Partitioning::Forward,
+            make_channels: Some(channels_of::<X, fn(&X) -> u64>(None)),
+        };
+        let id = job.add_node("side-output", self.parallelism(), false, kind, fan_out_of::<X>(), vec![input]);
+        job.stream(id)
     }
 
     /// Transforms each record.
@@ -591,6 +688,7 @@ impl<T: Record> Stream<T> {
             .map(|from| Input {
                 from,
                 input: 0,
+                port: 0,
                 partitioning: Partitioning::Forward,
                 make_channels: Some(channels_of::<T, fn(&T) -> u64>(None)),
             })
@@ -666,12 +764,14 @@ impl<T: Record> Stream<T> {
             Input {
                 from: self.node,
                 input: 0,
+                port: 0,
                 partitioning: Partitioning::KeyBy,
                 make_channels: Some(channels_of::<T, _>(Some(move |t: &T| hash_key(&kl(t))))),
             },
             Input {
                 from: other.node,
                 input: 1,
+                port: 0,
                 partitioning: Partitioning::KeyBy,
                 make_channels: Some(channels_of::<R, _>(Some(move |r: &R| hash_key(&kr(r))))),
             },
@@ -810,6 +910,41 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         self.stream.one_input("process", Partitioning::KeyBy, channels, true, move |_, next| {
             Ok(Box::new(KeyedProcess::new(key.clone(), state(), f.clone(), next)))
         })
+    }
+
+    /// A [`KeyedProcessFunction`] over the keyed stream: for each record (and each timer
+    /// that fires) the function sees the current key, its state scoped to that key, the
+    /// watermark and processing time, sets and deletes timers, and emits to the main output
+    /// and to side outputs ([`Stream::side_output`] reads them). State and timers are in every
+    /// checkpoint and savepoint, restored after failures and redistributed by key group when
+    /// the job is rescaled.
+    pub fn keyed_process<P>(self, f: P) -> Stream<P::Out>
+    where
+        P: KeyedProcessFunction<K, T> + Clone,
+        P::Out: Record,
+    {
+        let key = self.key.clone();
+        let channels = self.keyed_channels();
+        let stream = &self.stream;
+        let job = stream.job();
+        let kind = NodeKind::OneInput {
+            make: Box::new(move |ctx, down| {
+                let outputs = *down.downcast::<Outputs<P::Out>>().expect("builder type mismatch: outputs");
+                let op = KeyedProcessOperator::new(ctx, key.clone(), f.clone(), outputs);
+                guarded::<T>(ctx, Box::new(op))
+            }),
+            make_task: make_one_input_task::<T>(),
+        };
+        let input = Input {
+            from: stream.node,
+            input: 0,
+            port: 0,
+            partitioning: Partitioning::KeyBy,
+            make_channels: Some(channels),
+        };
+        let id = job.add_node("process", stream.parallelism(), true, kind, fan_out_of::<P::Out>(), vec![input]);
+        job.graph.borrow_mut().nodes[id].with_sides = Some(outputs_of::<P::Out>());
+        job.stream(id)
     }
 
     /// Keeps the latest record per key in `<dir>/latest-<subtask>`, one line per key

@@ -11,6 +11,7 @@ use crate::channel::{channel, ChannelReader, ChannelWriter, KeyRouter, OutChanne
 use crate::collector::{Collector, FanOut, Nowhere};
 use crate::context::TaskContext;
 use crate::error::Result;
+use crate::operator::side::{SideOut, SideOutputs, SideSink};
 use crate::operator::TwoInputOperator;
 use crate::record::Record;
 use crate::wake::Parker;
@@ -49,6 +50,33 @@ pub(crate) struct Node {
     pub(crate) outputs: Vec<usize>,
     pub(crate) kind: NodeKind,
     pub(crate) fan_out: MakeFanOut,
+    /// For an operator with side outputs: joins its main output with the side outputs read.
+    pub(crate) with_sides: Option<MakeOutputs>,
+    /// The side outputs read, in port order (port `i + 1` is `side_ports[i]`).
+    pub(crate) side_ports: Vec<SidePort>,
+}
+
+/// Joins a node's main output collector with its side outputs' into what its operator takes.
+pub(crate) type MakeOutputs = Box<dyn Fn(AnyBox, SideOutputs) -> AnyBox + Send>;
+
+/// A side output somebody reads.
+pub(crate) struct SidePort {
+    pub(crate) name: Arc<str>,
+    pub(crate) type_id: std::any::TypeId,
+    /// Makes the side output's collector from its edges' collectors.
+    pub(crate) make: Box<dyn Fn(Vec<AnyBox>) -> Box<dyn SideSink> + Send>,
+}
+
+/// The side-port constructor for records of `X`.
+pub(crate) fn side_port_of<X: Clone + Send + 'static>(name: Arc<str>) -> SidePort {
+    SidePort {
+        name,
+        type_id: std::any::TypeId::of::<X>(),
+        make: Box::new(|outs| {
+            let next = downcast_collector::<X>((fan_out_of::<X>())(outs));
+            Box::new(SideOut::new(next)) as Box<dyn SideSink>
+        }),
+    }
 }
 
 pub(crate) struct Edge {
@@ -56,6 +84,8 @@ pub(crate) struct Edge {
     pub(crate) to: usize,
     /// Which input of `to` this edge feeds (0, or 1 for the right side of a two-input node).
     pub(crate) input: usize,
+    /// Which output of `from` it carries: 0 the main one, `i + 1` side port `i`.
+    pub(crate) port: usize,
     pub(crate) partitioning: Partitioning,
     /// `None` for edges whose values are not [`Record`]s (text lines): they can only be chained.
     pub(crate) make_channels: Option<MakeChannels>,
@@ -88,6 +118,10 @@ pub(crate) struct Graph {
     pub(crate) host_signals: Vec<Arc<crate::wake::HostSignal>>,
     /// Watermark alignment groups, by name (see [`crate::Stream::with_aligned_watermarks`]).
     pub(crate) watermark_groups: Vec<(String, Arc<crate::operator::watermark::WatermarkAlignment>)>,
+    /// Side-output tags by name, with their record type's id and name.
+    pub(crate) tags: Vec<(Arc<str>, std::any::TypeId, &'static str)>,
+    /// Mistakes found while the job was built, reported when it starts.
+    pub(crate) build_errors: Vec<String>,
 }
 
 /// The graph a [`crate::Job`] builds, shared by the job's streams. A mutex (not a `RefCell`) so
@@ -120,7 +154,7 @@ impl Graph {
             n.parallelism.hash(&mut h);
         }
         for e in &self.edges {
-            (e.from, e.to, e.input, e.partitioning as u8).hash(&mut h);
+            (e.from, e.to, e.input, e.port, e.partitioning as u8).hash(&mut h);
         }
         format!("{:016x}", h.finish())
     }

@@ -58,6 +58,9 @@ pub(crate) struct PlanEnv {
 }
 
 fn validate(graph: &Graph) -> Result<()> {
+    if let Some(e) = graph.build_errors.first() {
+        return Err(Error::config(e.clone()));
+    }
     if graph.nodes.is_empty() {
         return Err(Error::config(format!("job '{}' has no operators", graph.name)));
     }
@@ -139,16 +142,26 @@ impl Builder<'_> {
 
     /// The collector that receives node `node`'s output in subtask `i`.
     fn output(&mut self, node: usize, i: usize) -> Result<AnyBox> {
-        let mut outs = Vec::new();
-        for &e in &self.graph.nodes[node].outputs {
-            if is_chained(self.graph, e) {
+        let n = &self.graph.nodes[node];
+        let mut outs: Vec<Vec<AnyBox>> = (0..=n.side_ports.len()).map(|_| Vec::new()).collect();
+        for &e in &n.outputs {
+            let out = if is_chained(self.graph, e) {
                 let to = self.graph.edges[e].to;
-                outs.push(self.chained(to, i)?);
+                self.chained(to, i)?
             } else {
-                outs.push(self.writers[e][i].take().expect("each writer is taken once"));
-            }
+                self.writers[e][i].take().expect("each writer is taken once")
+            };
+            outs[self.graph.edges[e].port].push(out);
         }
-        Ok((self.graph.nodes[node].fan_out)(outs))
+        let mut outs = outs.into_iter();
+        let main = (n.fan_out)(outs.next().expect("the main port"));
+        Ok(match &n.with_sides {
+            None => main,
+            Some(join) => {
+                let sides = n.side_ports.iter().zip(outs).map(|(p, o)| (p.name.clone(), (p.make)(o))).collect();
+                join(main, crate::operator::side::SideOutputs::new(sides))
+            }
+        })
     }
 
     /// The chain element of `node` in subtask `i`, with everything downstream of it.

@@ -1,6 +1,7 @@
 //! The jobs `weir simulate` runs (and `cargo test` simulates): word count over a text
-//! corpus, a sliding-window count, a window join of two sources, and a keyed process with
-//! list state. Small (a few thousand records), so a seed takes milliseconds; each commits its
+//! corpus, a sliding-window count, a window join of two sources, a keyed process with list
+//! state, records that own memory through every operator, and a keyed process function with
+//! timers and a side output. Small (a few thousand records), so a seed takes milliseconds; each commits its
 //! output as `(u64, u64, u64)` rows.
 //!
 //! May touch: `error`, `operator`, `pipeline`, `prng`, `record`, `sink`, `source`, `state`.
@@ -37,17 +38,46 @@ pub enum SimJob {
     /// union, a running aggregate and a reduce keyed by `String`, a sliding window, a window
     /// join and a process function with list state.
     Owned,
+    /// A keyed process function with event-time timers: tumbling windows kept in map state,
+    /// each closed by a timer at its end, closed early (its timer deleted) at five records,
+    /// and some records sent to a side output (timers in snapshots, firing exactly once across
+    /// restores).
+    Timers,
 }
 
 impl SimJob {
     /// Every job, in the order `weir simulate` lists them.
-    pub const ALL: [SimJob; 5] = [SimJob::Wordcount, SimJob::Window, SimJob::Join, SimJob::Keyed, SimJob::Owned];
+    pub const ALL: [SimJob; 6] =
+        [SimJob::Wordcount, SimJob::Window, SimJob::Join, SimJob::Keyed, SimJob::Owned, SimJob::Timers];
 
     /// How a seed's output must compare with the golden run's in `mode`. Under at-least-once
     /// a window may count a replayed event twice, so its count may only be higher.
     pub fn expect(self, mode: SimMode) -> Expect<Row> {
-        if mode.exactly_once() || !matches!(self, SimJob::Window | SimJob::Owned) {
+        if mode.exactly_once() || !matches!(self, SimJob::Window | SimJob::Owned | SimJob::Timers) {
             return Expect::of(mode);
+        }
+        if self == SimJob::Timers {
+            // A replayed record counts again, and may close a window early once more: per key
+            // (early or not) and window, the counts may only add up to more.
+            return Expect::Custom(Box::new(|golden: &[Row], got: &[Row]| {
+                let sums = |rows: &[Row]| {
+                    let mut m = std::collections::HashMap::new();
+                    for &(k, start, c) in rows {
+                        let k = if k >> 56 == EARLY_ROWS { k & ((1 << 56) - 1) } else { k };
+                        *m.entry((k, start)).or_insert(0u64) += c;
+                    }
+                    m
+                };
+                let got = sums(got);
+                for ((k, start), c) in sums(golden) {
+                    if got.get(&(k, start)).copied().unwrap_or(0) < c {
+                        return Err(format!(
+                            "key {k:#x} window {start}: {c} records counted in the golden run, fewer now"
+                        ));
+                    }
+                }
+                Ok(())
+            }));
         }
         // Window rows are (key, start, count); the owned job's are tagged in the key's top byte
         // (window rows with WINDOW_ROWS), its other rows must all be there.
@@ -99,6 +129,7 @@ impl fmt::Display for SimJob {
             SimJob::Join => "join",
             SimJob::Keyed => "keyed",
             SimJob::Owned => "owned",
+            SimJob::Timers => "timers",
         })
     }
 }
@@ -171,8 +202,69 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> Simulated<
             .named("pairs")
             .collect_exactly_once(),
         SimJob::Owned => owned(&job, parallelism),
+        SimJob::Timers => {
+            let side = job.output_tag::<Row>("thirteens");
+            let events = job
+                .generator(Generator::new(|i, _| (mix(i) % 7, i + mix(i ^ 99) % 40)).count(EVENTS))
+                .with_watermarks(|e: &(u64, u64)| e.1, 40)
+                .key_by(|e: &(u64, u64)| e.0)
+                .keyed_process(TimerWindows { side: side.clone() })
+                .named("timer-windows");
+            let thirteens = events.side_output(&side);
+            events.union(thirteens).collect_exactly_once()
+        }
     };
     (job, out)
+}
+
+/// The timers job's function: a count per key and 50-unit window in map state, emitted by a
+/// timer at the window's end, or at five records (then the timer is deleted and the window
+/// starts counting again). Records whose time is a multiple of 13 also go to a side output.
+#[derive(Clone)]
+struct TimerWindows {
+    side: crate::operator::side::OutputTag<Row>,
+}
+
+/// Rows of the timers job: early closes carry this in the key's top byte.
+const EARLY_ROWS: u64 = 1;
+/// Side-output rows.
+const SIDE_ROWS: u64 = 2;
+const TIMER_WINDOW: u64 = 50;
+
+impl crate::operator::process::KeyedProcessFunction<u64, (u64, u64)> for TimerWindows {
+    type Out = Row;
+    type State = crate::state::MapState<u64, u64, u64>;
+    fn state(&self) -> Self::State {
+        crate::state::MapState::new()
+    }
+    fn process(&mut self, (key, ts): (u64, u64), ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
+        if ts % 13 == 0 {
+            ctx.output(&self.side, ((SIDE_ROWS << 56) | key, ts, 1));
+        }
+        let start = ts - ts % TIMER_WINDOW;
+        let end = start + TIMER_WINDOW - 1;
+        let mut windows = ctx.state();
+        let count = windows.get(&start).copied().unwrap_or(0) + 1;
+        if count == 5 {
+            windows.remove(&start);
+            ctx.delete_event_time_timer(end);
+            ctx.emit(((EARLY_ROWS << 56) | key, start, count));
+        } else {
+            windows.put(start, count);
+            ctx.register_event_time_timer(end);
+        }
+    }
+    fn on_timer(
+        &mut self,
+        end: u64,
+        _: crate::state::TimeDomain,
+        ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>,
+    ) {
+        let key = *ctx.key();
+        let start = end + 1 - TIMER_WINDOW;
+        let count = ctx.state().remove(&start).expect("a window's timer fires once, while it is open");
+        ctx.emit((key, start, count));
+    }
 }
 
 /// An event of the owned-records job: what a user's records look like.

@@ -14,10 +14,14 @@ use crate::record::Key;
 
 mod kinds;
 mod paged;
+mod scoped;
+mod timers;
 
 pub use crate::snapshot::{ForkedState, PersistedFork, StateChunks};
 pub use kinds::{AggregatingState, KeyedState, ListState, MapState};
 pub use paged::{state_memory_bytes, PagedFork, PagedMap, PAGE_SLOTS};
+pub use scoped::{AggregatingView, ListView, MapView, ReducingState, ReducingView, ScopedState, ValueView};
+pub use timers::{TimeDomain, TimerService};
 
 /// State that can be snapshotted in two steps.
 pub trait Snapshot {

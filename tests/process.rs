@@ -1,0 +1,265 @@
+//! Keyed process functions with a context: timers in event and processing time, state scoped
+//! to the current key, side outputs; checked against a sequential reference at parallelism 1, 2
+//! and 4 with out-of-order input, rescaled through savepoints with timers pending, and the
+//! mistakes refused when the job starts.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use weir::checkpoint::CheckpointConfig;
+use weir::sink::CommittedOutput;
+use weir::source::Generator;
+use weir::state::{KeyedValueState, MapState, ReducingState, TimeDomain};
+use weir::{Error, Job, KeyedContext, KeyedProcessFunction, OutputTag, RunConfig};
+
+const N: u64 = 20_000;
+const KEYS: u64 = 11;
+const WINDOW: u64 = 50;
+/// How far out of order events are (and the watermarks' bound: none is late).
+const DISORDER: u64 = 40;
+const EARLY: u64 = 1 << 60;
+
+/// Event `i`: a key and a time up to `DISORDER` after `i`.
+fn event(i: u64) -> (u64, u64) {
+    let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 7) % KEYS, i + (h >> 29) % DISORDER)
+}
+
+/// A count per key and window in map state, emitted by an event-time timer at the window's end
+/// or early at five records (deleting the timer); times divisible by 13 also go to a side
+/// output.
+#[derive(Clone)]
+struct TimerWindows {
+    thirteens: OutputTag<(u64, u64)>,
+}
+
+impl KeyedProcessFunction<u64, (u64, u64)> for TimerWindows {
+    type Out = (u64, u64, u64);
+    type State = MapState<u64, u64, u64>;
+    fn state(&self) -> Self::State {
+        MapState::new()
+    }
+    fn process(&mut self, (key, ts): (u64, u64), ctx: &mut KeyedContext<'_, u64, Self::State, Self::Out>) {
+        assert_eq!(*ctx.key(), key, "the current key is the record's");
+        assert!(ctx.current_watermark().is_none_or(|w| ts > w), "no event is late");
+        if ts % 13 == 0 {
+            ctx.output(&self.thirteens, (key, ts));
+        }
+        let start = ts - ts % WINDOW;
+        let end = start + WINDOW - 1;
+        let mut windows = ctx.state();
+        let count = windows.get(&start).copied().unwrap_or(0) + 1;
+        if count == 5 {
+            windows.remove(&start);
+            ctx.delete_event_time_timer(end);
+            ctx.emit((key | EARLY, start, 5));
+        } else {
+            windows.put(start, count);
+            ctx.register_event_time_timer(end);
+        }
+    }
+    fn on_timer(&mut self, end: u64, domain: TimeDomain, ctx: &mut KeyedContext<'_, u64, Self::State, Self::Out>) {
+        assert_eq!(domain, TimeDomain::EventTime);
+        assert!(ctx.current_watermark().is_some_and(|w| w >= end), "fired by the watermark");
+        let key = *ctx.key();
+        let start = end + 1 - WINDOW;
+        let count = ctx.state().remove(&start).expect("each window's timer fires once, while it is open");
+        ctx.emit((key, start, count));
+    }
+}
+
+/// What `TimerWindows` must emit, computed one event after another.
+type Rows = Vec<(u64, u64, u64)>;
+
+fn reference() -> (Rows, Vec<(u64, u64)>) {
+    let mut per_window: HashMap<(u64, u64), u64> = HashMap::new();
+    let mut thirteens = Vec::new();
+    for (key, ts) in (0..N).map(event) {
+        *per_window.entry((key, ts - ts % WINDOW)).or_default() += 1;
+        if ts % 13 == 0 {
+            thirteens.push((key, ts));
+        }
+    }
+    let mut rows = Vec::new();
+    for ((key, start), n) in per_window {
+        rows.extend(std::iter::repeat_n((key | EARLY, start, 5), (n / 5) as usize));
+        if n % 5 != 0 {
+            rows.push((key, start, n % 5));
+        }
+    }
+    rows.sort_unstable();
+    thirteens.sort_unstable();
+    (rows, thirteens)
+}
+
+type Outputs = (CommittedOutput<(u64, u64, u64)>, CommittedOutput<(u64, u64)>);
+
+fn timer_job(p: usize, checkpoints: Option<&Path>, rate: Option<f64>) -> (Job, Outputs) {
+    let mut job = Job::new("timer-windows").with_parallelism(p);
+    if let Some(dir) = checkpoints {
+        job = job.with_checkpointing(CheckpointConfig::new(dir).interval(Duration::from_secs(3600)));
+    }
+    let thirteens = job.output_tag::<(u64, u64)>("thirteens");
+    let generator = Generator::new(|i, _| event(i)).count(N);
+    let generator = match rate {
+        Some(r) => generator.rate(r),
+        None => generator,
+    };
+    let windows = job
+        .generator(generator)
+        .named("events")
+        .with_watermarks(|e: &(u64, u64)| e.1, DISORDER)
+        .named("time")
+        .key_by(|e: &(u64, u64)| e.0)
+        .keyed_process(TimerWindows { thirteens: thirteens.clone() })
+        .named("timer-windows");
+    let side = windows.side_output(&thirteens).collect_exactly_once();
+    (job, (windows.collect_exactly_once(), side))
+}
+
+/// The output of jobs run one after another, each restored from the previous one's savepoint:
+/// a restored job commits again (into its own output) the savepoint's transaction, which the
+/// previous job committed when the savepoint completed; those come first in its output.
+fn joined<T: Ord + Clone, const N: usize>(outputs: [CommittedOutput<T>; N]) -> Vec<T> {
+    let mut all = Vec::new();
+    let mut recommitted = 0;
+    for out in outputs {
+        let records = out.records();
+        all.extend_from_slice(&records[recommitted..]);
+        recommitted = records.len() - recommitted;
+    }
+    all.sort_unstable();
+    all
+}
+
+fn sorted<T: Ord + Clone>(out: &CommittedOutput<T>) -> Vec<T> {
+    let mut v = out.records();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn event_time_timers_and_side_outputs_match_the_sequential_reference_at_1_2_and_4() {
+    let (rows, thirteens) = reference();
+    assert!(rows.iter().any(|r| r.0 & EARLY != 0) && rows.iter().any(|r| r.0 & EARLY == 0));
+    for p in [1, 2, 4] {
+        let (job, (main, side)) = timer_job(p, None, None);
+        job.execute(RunConfig::default().workers(2)).unwrap();
+        assert_eq!(sorted(&main), rows, "main output at parallelism {p}");
+        assert_eq!(sorted(&side), thirteens, "side output at parallelism {p}");
+    }
+}
+
+/// Stopped with a savepoint while windows (and their timers) are open, resumed at 4, stopped
+/// again, resumed at 1: every timer fires exactly once, in the subtask that owns its key now.
+#[test]
+fn timers_rescale_through_savepoints_2_to_4_to_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rows, thirteens) = reference();
+    let (a, (main_a, side_a)) = timer_job(2, Some(&dir.path().join("a")), Some(100_000.0));
+    let handle = a.start(RunConfig::default().workers(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    let sp1 = handle.stop_with_savepoint(dir.path().join("sp1")).unwrap().savepoint().expect("a savepoint");
+    let (b, (main_b, side_b)) = timer_job(4, Some(&dir.path().join("b")), Some(100_000.0));
+    let handle = b.restore_from(&sp1, false).start(RunConfig::default().workers(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    let sp2 = handle.stop_with_savepoint(dir.path().join("sp2")).unwrap().savepoint().expect("a savepoint");
+    let (c, (main_c, side_c)) = timer_job(1, Some(&dir.path().join("c")), None);
+    c.restore_from(&sp2, false).execute(RunConfig::default().workers(2)).unwrap();
+    assert_eq!(joined([main_a, main_b, main_c]), rows);
+    assert_eq!(joined([side_a, side_b, side_c]), thirteens);
+}
+
+/// Processing-time timers: each record sets one due at once (it fires within the same call)
+/// and one an hour ahead (never due: dropped at the end of input); reducing and value state
+/// are scoped to the key.
+#[derive(Clone)]
+struct FlushOnProcessingTime;
+
+impl KeyedProcessFunction<u64, u64> for FlushOnProcessingTime {
+    type Out = (u64, u64, u64);
+    type State = (ReducingState<u64, u64>, KeyedValueState<u64, u64>);
+    fn state(&self) -> Self::State {
+        (ReducingState::new(|a, b| a + b), KeyedValueState::new())
+    }
+    fn process(&mut self, x: u64, ctx: &mut KeyedContext<'_, u64, Self::State, Self::Out>) {
+        let now = ctx.current_processing_time();
+        let (mut sum, mut seen) = ctx.state();
+        sum.add(x);
+        *seen.get_or_insert_with(|| 0) += 1;
+        ctx.register_processing_time_timer(now);
+        ctx.register_processing_time_timer(now + 3_600_000);
+    }
+    fn on_timer(&mut self, ts: u64, domain: TimeDomain, ctx: &mut KeyedContext<'_, u64, Self::State, Self::Out>) {
+        assert_eq!(domain, TimeDomain::ProcessingTime);
+        assert!(ts <= ctx.current_processing_time(), "a processing-time timer fires once due");
+        let key = *ctx.key();
+        let (mut sum, mut seen) = ctx.state();
+        if let (Some(s), Some(n)) = (sum.clear(), seen.clear()) {
+            ctx.emit((key, s, n));
+        }
+    }
+}
+
+#[test]
+fn processing_time_timers_fire_when_due_and_state_is_scoped_to_the_key() {
+    for p in [1, 2, 4] {
+        let job = Job::new("flush").with_parallelism(p);
+        let out = job
+            .generator(Generator::new(|i, _| i).count(N))
+            .key_by(|x: &u64| x % KEYS)
+            .keyed_process(FlushOnProcessingTime)
+            .collect();
+        job.execute(RunConfig::default().workers(2)).unwrap();
+        let mut per_key: HashMap<u64, (u64, u64)> = HashMap::new();
+        for (k, s, n) in out.lock().unwrap().iter() {
+            let e = per_key.entry(*k).or_default();
+            e.0 += s;
+            e.1 += n;
+        }
+        for k in 0..KEYS {
+            let expected = (0..N).filter(|x| x % KEYS == k);
+            let expect = (expected.clone().sum::<u64>(), expected.count() as u64);
+            assert_eq!(per_key.get(&k), Some(&expect), "key {k} at parallelism {p}");
+        }
+    }
+}
+
+fn start_error(job: Job) -> String {
+    match job.execute(RunConfig::default()) {
+        Err(e @ Error::InvalidConfig(_)) => e.to_string(),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
+#[test]
+fn mistakes_are_refused_when_the_job_starts() {
+    // One side-output name with two types.
+    let job = Job::new("tags");
+    let a = job.output_tag::<(u64, u64)>("late");
+    let _b = job.output_tag::<u64>("late");
+    let s = job
+        .generator(Generator::new(|i, _| event(i)).count(10))
+        .key_by(|e: &(u64, u64)| e.0)
+        .keyed_process(TimerWindows { thirteens: a.clone() });
+    s.side_output(&a).discard();
+    s.discard();
+    let e = start_error(job);
+    assert!(e.contains("'late'") && e.contains("two types"), "{e}");
+
+    // A side output of an operator that has none.
+    let job = Job::new("no-sides");
+    let tag = job.output_tag::<u64>("extra");
+    let mapped = job.generator(Generator::new(|i, _| i).count(10)).map(|x| x + 1);
+    mapped.side_output(&tag).discard();
+    mapped.discard();
+    let e = start_error(job);
+    assert!(e.contains("has no side outputs") && e.contains("'extra'"), "{e}");
+
+    // A watermark alignment drift of zero.
+    let job = Job::new("drift");
+    job.generator(Generator::new(|i, _| i).count(10)).with_aligned_watermarks(|t: &u64| *t, 0, "g", 0).discard();
+    let e = start_error(job);
+    assert!(e.contains("max drift of 0"), "{e}");
+}
