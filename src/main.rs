@@ -56,7 +56,7 @@ enum Command {
 #[derive(Args, Debug)]
 struct SimulateArgs {
     /// The job: wordcount, window, join, keyed, timers (a process function with event-time
-    /// timers and a side output) or owned (records that own heap memory,
+    /// timers and a side output), sessions (session windows) or owned (records that own heap memory,
     /// through every built-in operator).
     #[arg(long)]
     job: weir::simulation::jobs::SimJob,

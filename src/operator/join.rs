@@ -107,7 +107,9 @@ fn insert_all<T: Clone, K: Key, V: Default + Clone>(
     let mut late = 0;
     for r in records.drain(..) {
         let (ts, k) = (timestamp(&r), key(&r));
-        if !windows.assign(ts, watermark, (k, r), |map, (k, r)| side(map.get_or_insert_with(k, Default::default), r)) {
+        let assigned = windows
+            .assign(ts, watermark, (k, r), |map, (k, r), _, _| side(map.get_or_insert_with(k, Default::default), r));
+        if assigned.is_some() {
             late += 1;
         }
     }
@@ -171,7 +173,7 @@ where
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         let (wm, emitted, windows) = from_bytes(bytes)?;
         (self.wm, self.emitted) = (wm, emitted);
-        self.windows.import(windows);
+        self.windows.import(windows, emitted);
         Ok(())
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
@@ -179,7 +181,7 @@ where
         let decoded: Vec<JoinState<K, L, R>> = parts.iter().map(|(_, b)| from_bytes(b)).collect::<Result<_>>()?;
         self.wm = [0, 1].map(|i| merged_watermark(decoded.iter().map(|d| d.0[i])));
         self.emitted = merged_watermark(decoded.iter().map(|d| d.1));
-        self.windows.import(merged_windows(decoded.into_iter().map(|d| d.2).collect(), scope));
+        self.windows.import(merged_windows(decoded.into_iter().map(|d| d.2).collect(), scope), self.emitted);
         Ok(())
     }
 }

@@ -5,7 +5,8 @@
 //! - `stateless`: map, filter, flat_map, pass-through (union).
 //! - `watermark`: timestamps and watermarks with bounded out-of-orderness.
 //! - `keyed`: running keyed aggregation over [`crate::state::KeyedValueState`].
-//! - `window`: keyed event-time tumbling and sliding windows.
+//! - `window`: keyed tumbling and sliding windows, in event or processing time.
+//! - `session`: keyed event-time session windows.
 //! - `join`: keyed two-input window join.
 //! - `latency`: the event-creation-to-here latency probe.
 //! - `process`: keyed process functions with a context (state per key, timers, side outputs).
@@ -43,6 +44,7 @@ pub(crate) mod join;
 pub(crate) mod keyed;
 pub(crate) mod latency;
 pub mod process;
+pub(crate) mod session;
 pub mod side;
 pub(crate) mod stateless;
 pub(crate) mod watermark;
@@ -56,6 +58,12 @@ use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
 /// Where `flat_map` functions put their output.
 pub struct Emitter<'a, T> {
     out: &'a mut Vec<T>,
+}
+
+impl<'a, T> Emitter<'a, T> {
+    pub(crate) fn new(out: &'a mut Vec<T>) -> Self {
+        Emitter { out }
+    }
 }
 
 impl<T> Emitter<'_, T> {

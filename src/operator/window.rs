@@ -10,10 +10,12 @@ use std::sync::Arc;
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::metrics::Counter;
-use crate::persist::{from_bytes, Persist};
+use crate::persist::Persist;
 use crate::record::{Key, Timestamp};
 use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
 use crate::state::{PagedFork, PagedMap};
+
+use super::side::{OutputTag, Outputs};
 
 /// The windows of an event-time window operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,11 +151,27 @@ impl Persist for WindowBounds {
 pub(crate) struct OpenWindows<K, V> {
     pub(crate) window: Window,
     open: std::collections::VecDeque<(Timestamp, PagedMap<K, V>)>,
+    /// How long after firing a window is kept for late records (Flink's allowed lateness).
+    lateness: Timestamp,
+    /// The oldest `fired` windows have fired and are kept only for late records.
+    fired: usize,
 }
 
 impl<K: Key, V: Clone> OpenWindows<K, V> {
     pub(crate) fn new(window: Window) -> Self {
-        OpenWindows { window, open: std::collections::VecDeque::new() }
+        OpenWindows { window, open: std::collections::VecDeque::new(), lateness: 0, fired: 0 }
+    }
+
+    /// Keeps fired windows for `lateness` more of event time, taking late records.
+    pub(crate) fn with_lateness(mut self, lateness: Timestamp) -> Self {
+        self.lateness = lateness;
+        self
+    }
+
+    /// Whether the window starting at `start` has fired at `watermark`.
+    #[inline]
+    fn has_fired(&self, start: Timestamp, watermark: Option<Timestamp>) -> bool {
+        watermark.is_some_and(|wm| self.window.max_timestamp(start) <= wm)
     }
 
     /// The per-key map of the window starting at `start`, opening it if needed.
@@ -173,7 +191,10 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
                 }
             }
             Some(_) => {
+                // Before every open window (a late record reopening a dropped start cannot
+                // happen: `assign` refuses it), so it has not fired.
                 self.open.push_front((start, PagedMap::new()));
+                self.fired = 0;
                 0
             }
             None => {
@@ -196,57 +217,79 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
         }
     }
 
-    /// Calls `f` with the map of every still-open window containing `ts` (opening it if
-    /// needed) and `item`: moved into the last such window, cloned for the others (a sliding
-    /// window's record is in several; a tumbling window's is moved once). Returns `false`
-    /// when the record is late: all its windows already fired at `watermark`.
+    /// Calls `f` with the map of every window containing `ts` that still takes records
+    /// (opening it if needed), `item` — moved into the last such window, cloned for the others
+    /// (a sliding window's record is in several; a tumbling window's is moved once) — the
+    /// window's bounds and whether it has already fired (a late record within the allowed
+    /// lateness). Gives `item` back when the record is too late: every window of it was
+    /// dropped.
     #[inline]
     pub(crate) fn assign<X: Clone>(
         &mut self,
         ts: Timestamp,
         watermark: Option<Timestamp>,
         item: X,
-        mut f: impl FnMut(&mut PagedMap<K, V>, X),
-    ) -> bool {
-        let window = self.window;
-        let open = |start: Timestamp| watermark.is_none_or(|wm| window.max_timestamp(start) > wm);
+        mut f: impl FnMut(&mut PagedMap<K, V>, X, WindowBounds, bool),
+    ) -> Option<X> {
+        let (window, lateness) = (self.window, self.lateness);
+        let takes =
+            |start: Timestamp| watermark.is_none_or(|wm| window.max_timestamp(start).saturating_add(lateness) > wm);
+        let bounds = |start: Timestamp| WindowBounds { start, end: start.saturating_add(window.size) };
         if window.slide == window.size {
             // Tumbling: the one window, and no clone.
             let start = ts - ts % window.size;
-            if !open(start) {
-                return false;
+            if !takes(start) {
+                return Some(item);
             }
-            f(self.window_mut(start), item);
-            return true;
+            let fired = self.has_fired(start, watermark);
+            f(self.window_mut(start), item, bounds(start), fired);
+            return None;
         }
-        // One pass: each open window gets a clone once the next open one is found; the last
-        // gets the item itself.
+        // One pass: each window gets a clone once the next one is found; the last gets the
+        // item itself.
         let mut pending = None;
         window.for_each_start(ts, |start| {
-            if open(start) {
+            if takes(start) {
                 if let Some(previous) = pending.replace(start) {
-                    f(self.window_mut(previous), item.clone());
+                    let fired = self.has_fired(previous, watermark);
+                    f(self.window_mut(previous), item.clone(), bounds(previous), fired);
                 }
             }
         });
         match pending {
             Some(last) => {
-                f(self.window_mut(last), item);
-                true
+                let fired = self.has_fired(last, watermark);
+                f(self.window_mut(last), item, bounds(last), fired);
+                None
             }
-            None => false,
+            None => Some(item),
         }
     }
 
-    /// Removes every window that the watermark `wm` closes, oldest first, handing each to `f`.
-    /// (A fired window's pages are dropped; a snapshot that still holds them keeps them.)
+    /// Fires every window the watermark `wm` reaches that has not fired, oldest first, handing
+    /// each to `f`; then drops the windows whose allowed lateness `wm` has passed. (A dropped
+    /// window's pages are freed; a snapshot that still holds them keeps them.)
     pub(crate) fn fire(&mut self, wm: Timestamp, mut f: impl FnMut(WindowBounds, &PagedMap<K, V>)) {
-        while let Some((start, _)) = self.open.front() {
+        while let Some((start, map)) = self.open.get(self.fired) {
             if self.window.max_timestamp(*start) > wm {
                 break;
             }
-            let (start, map) = self.open.pop_front().expect("a front window");
-            f(WindowBounds { start, end: start.saturating_add(self.window.size) }, &map);
+            f(WindowBounds { start: *start, end: start.saturating_add(self.window.size) }, map);
+            self.fired += 1;
+        }
+        while let Some((start, _)) = self.open.front() {
+            if self.window.max_timestamp(*start).saturating_add(self.lateness) > wm {
+                break;
+            }
+            self.open.pop_front();
+            self.fired -= 1;
+        }
+    }
+
+    /// Calls `f` with every window that has not fired (early firings).
+    pub(crate) fn for_each_unfired(&self, mut f: impl FnMut(WindowBounds, &PagedMap<K, V>)) {
+        for (start, map) in self.open.iter().skip(self.fired) {
+            f(WindowBounds { start: *start, end: start.saturating_add(self.window.size) }, map);
         }
     }
 
@@ -255,8 +298,8 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
         self.open.iter_mut().map(|(s, m)| (*s, m.fork())).collect()
     }
 
-    /// Replaces the open windows with what a snapshot of them wrote.
-    pub(crate) fn import(&mut self, windows: Vec<(Timestamp, Vec<(K, V)>)>) {
+    /// Replaces the open windows with what a snapshot of them wrote at `watermark`.
+    pub(crate) fn import(&mut self, windows: Vec<(Timestamp, Vec<(K, V)>)>, watermark: Option<Timestamp>) {
         self.open = windows
             .into_iter()
             .map(|(s, entries)| {
@@ -268,12 +311,74 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
             })
             .collect();
         self.open.make_contiguous().sort_by_key(|(s, _)| *s);
+        self.fired = self.open.iter().take_while(|(s, _)| self.has_fired(*s, watermark)).count();
     }
 
     /// Number of open windows.
     #[allow(dead_code)]
     pub(crate) fn len(&self) -> usize {
         self.open.len()
+    }
+}
+
+/// How a window operator fires before a window's end (Flink's early-firing triggers); the
+/// window still fires at its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EarlyFiring {
+    /// After every `n` records of a key in a window: that key's current result.
+    Count(u64),
+    /// Every `interval_ms` of processing time: every key's current result in every open window.
+    ProcessingTime(u64),
+}
+
+/// What a window operator does beyond firing each window once at its end.
+pub(crate) struct WindowSettings<T> {
+    /// Event time a window is kept after it fires, refiring with each late record.
+    pub(crate) lateness: Timestamp,
+    /// Where records too late for any window go (counted and dropped without it).
+    pub(crate) late: Option<OutputTag<T>>,
+    pub(crate) early: Option<EarlyFiring>,
+    /// Windows of processing time (the time a record arrives), fired by the clock.
+    pub(crate) processing_time: bool,
+}
+
+impl<T> Clone for WindowSettings<T> {
+    fn clone(&self) -> Self {
+        WindowSettings {
+            lateness: self.lateness,
+            late: self.late.clone(),
+            early: self.early,
+            processing_time: self.processing_time,
+        }
+    }
+}
+
+impl<T> Default for WindowSettings<T> {
+    fn default() -> Self {
+        WindowSettings { lateness: 0, late: None, early: None, processing_time: false }
+    }
+}
+
+impl<T> WindowSettings<T> {
+    /// Checks the settings make sense together.
+    pub(crate) fn validate(&self) -> crate::Result<()> {
+        if self.processing_time && self.lateness > 0 {
+            return Err(crate::Error::config(
+                "allowed lateness needs event time: a processing-time window has no late records",
+            ));
+        }
+        if self.processing_time && self.late.is_some() {
+            return Err(crate::Error::config(
+                "late data needs event time: a processing-time window has no late records to send to a side output",
+            ));
+        }
+        match self.early {
+            Some(EarlyFiring::Count(0)) => Err(crate::Error::config("an early firing every 0 records never fires")),
+            Some(EarlyFiring::ProcessingTime(0)) => {
+                Err(crate::Error::config("an early firing every 0 ms of processing time would never stop"))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -284,24 +389,30 @@ pub(crate) struct WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
     fold: F,
     result: R,
     windows: OpenWindows<K, A>,
+    /// Records per key and window, for early firings by count.
+    counts: OpenWindows<K, u64>,
+    settings: WindowSettings<T>,
+    clock: crate::context::Clock,
+    /// Processing time of the next early firing by processing time.
+    next_early: u64,
     watermark: Option<Timestamp>,
     late: Arc<Counter>,
     out: Vec<O>,
-    next: Box<dyn Collector<O>>,
-    _input: std::marker::PhantomData<fn(T)>,
+    next: Outputs<O>,
 }
 
 impl<T, K: Key, A: Clone, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        ctx: &crate::context::TaskContext,
         window: Window,
+        settings: WindowSettings<T>,
         key: KF,
         timestamp: TF,
         init: I,
         fold: F,
         result: R,
-        late: Arc<Counter>,
-        next: Box<dyn Collector<O>>,
+        next: Outputs<O>,
     ) -> Self {
         WindowAggregate {
             key,
@@ -309,19 +420,70 @@ impl<T, K: Key, A: Clone, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF
             init,
             fold,
             result,
-            windows: OpenWindows::new(window),
+            windows: OpenWindows::new(window).with_lateness(settings.lateness),
+            counts: OpenWindows::new(window).with_lateness(settings.lateness),
+            settings,
+            clock: ctx.clock.clone(),
+            next_early: 0,
             watermark: None,
-            late,
+            late: ctx.metrics.late_counter(),
             out: Vec::new(),
             next,
-            _input: std::marker::PhantomData,
         }
+    }
+}
+
+impl<T, K, A, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F, R>
+where
+    T: Clone + 'static,
+    K: Key,
+    A: Clone,
+    O: Send,
+    R: FnMut(&K, WindowBounds, &A, &mut Vec<O>),
+{
+    /// Fires what event time `wm` completes (the windows, and their counts' bookkeeping).
+    fn fire(&mut self, wm: Timestamp) {
+        let (out, result) = (&mut self.out, &mut self.result);
+        self.windows.fire(wm, |bounds, map| {
+            for (k, a) in map.iter() {
+                result(k, bounds, a, out);
+            }
+        });
+        if matches!(self.settings.early, Some(EarlyFiring::Count(_))) {
+            self.counts.fire(wm, |_, _| {});
+        }
+    }
+
+    /// Processing time moved on: processing-time windows that ended fire, and early firings
+    /// by processing time that are due.
+    fn on_processing_time(&mut self) -> Result<()> {
+        let now = self.clock.processing_time_ms();
+        if self.settings.processing_time && now > 0 {
+            self.fire(now - 1);
+        }
+        if let Some(EarlyFiring::ProcessingTime(interval)) = self.settings.early {
+            if now >= self.next_early {
+                if self.next_early > 0 {
+                    let (out, result) = (&mut self.out, &mut self.result);
+                    self.windows.for_each_unfired(|bounds, map| {
+                        for (k, a) in map.iter() {
+                            result(k, bounds, a, out);
+                        }
+                    });
+                }
+                self.next_early = now + interval;
+            }
+        }
+        if !self.out.is_empty() {
+            self.next.batch(&mut self.out)?;
+        }
+        Ok(())
     }
 }
 
 impl<T, K, A, O, KF, TF, I, F, R> crate::collector::Collector<T> for WindowAggregate<T, K, A, O, KF, TF, I, F, R>
 where
-    T: Clone,
+    T: Clone + Send + 'static,
     K: Key,
     A: Persist + Clone + Send + Sync + 'static,
     O: Send,
@@ -329,46 +491,83 @@ where
     TF: Fn(&T) -> Timestamp + Send,
     I: Fn() -> A + Send,
     F: FnMut(&mut A, T) + Send,
-    R: FnMut(&K, WindowBounds, &A) -> O + Send,
+    R: FnMut(&K, WindowBounds, &A, &mut Vec<O>) + Send,
 {
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
         let mut late = 0;
-        let (windows, init, fold) = (&mut self.windows, &self.init, &mut self.fold);
+        let (windows, counts, init, fold, result, out) =
+            (&mut self.windows, &mut self.counts, &self.init, &mut self.fold, &mut self.result, &mut self.out);
         let (timestamp, key, watermark) = (&self.timestamp, &self.key, self.watermark);
+        let (sides, late_tag) = (&mut self.next.sides, self.settings.late.as_ref());
+        let every = match self.settings.early {
+            Some(EarlyFiring::Count(n)) => n,
+            _ => 0,
+        };
+        // Processing-time windows: a record's time is its arrival (one reading per batch).
+        let arrival = self.settings.processing_time.then(|| self.clock.processing_time_ms());
         crate::collector::move_each(records, |r, _| {
-            let (ts, k) = (timestamp(&r), key(&r));
-            if !windows.assign(ts, watermark, (k, r), |map, (k, r)| fold(map.get_or_insert_with(k, init), r)) {
+            let ts = arrival.unwrap_or_else(|| timestamp(&r));
+            let k = key(&r);
+            let assigned = windows.assign(ts, watermark, (k, r), |map, (k, r), bounds, fired| {
+                if !fired && every == 0 {
+                    // The common case: no result until the window fires.
+                    fold(map.get_or_insert_with(k, init), r);
+                    return;
+                }
+                let early = every > 0 && !fired && {
+                    let n = counts.window_mut(bounds.start).get_or_insert_with(k.clone(), || 0);
+                    *n += 1;
+                    *n % every == 0
+                };
+                let (k, acc) = map.entry_hashed(crate::record::hash_key(&k), k, init);
+                fold(acc, r);
+                if fired || early {
+                    // A late record refires its window (within the allowed lateness), or a
+                    // count trigger fires early: the key's current result.
+                    result(k, bounds, acc, out);
+                }
+            });
+            if let Some((_, r)) = assigned {
                 late += 1;
+                if let Some(tag) = late_tag {
+                    sides.emit(tag, r);
+                }
             }
         });
         if late > 0 {
             self.late.add(late);
         }
-        Ok(())
+        self.next.batch(&mut self.out)
     }
 
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        self.watermark = Some(watermark);
-        let (out, result) = (&mut self.out, &mut self.result);
-        self.windows.fire(watermark, |bounds, map| {
-            out.extend(map.iter().map(|(k, a)| result(k, bounds, a)));
-        });
-        if !self.out.is_empty() {
-            self.next.batch(&mut self.out)?;
+        if !self.settings.processing_time {
+            self.watermark = Some(watermark);
+            self.fire(watermark);
+            if !self.out.is_empty() {
+                self.next.batch(&mut self.out)?;
+            }
         }
         self.next.watermark(watermark)
     }
 
     fn end(&mut self) -> Result<()> {
-        // The input ended: fire everything still open (the upstream normally sent MAX already).
-        if self.watermark != Some(Timestamp::MAX) {
+        // The input ended: fire everything still open (the upstream normally sent MAX already;
+        // processing-time windows fire at the end too, so bounded input gives all its results).
+        if self.settings.processing_time {
+            self.fire(Timestamp::MAX);
+            self.next.batch(&mut self.out)?;
+        } else if self.watermark != Some(Timestamp::MAX) {
             self.watermark(Timestamp::MAX)?;
         }
         self.next.end()
     }
 
     fn drain(&mut self) -> Result<bool> {
+        if self.settings.processing_time || self.settings.early.is_some() {
+            self.on_processing_time()?;
+        }
         self.next.drain()
     }
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
@@ -378,30 +577,68 @@ where
         self.next.notify(notice)
     }
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
-        // Window contents and the watermark (the pending timers are the open windows' ends).
-        Ok(Some(Box::new(ForkedWindows { head: self.watermark, windows: self.windows.fork() })))
+        // Window contents and the watermark (the pending timers are the open windows' ends);
+        // the counts of a count trigger after them.
+        let windows = Box::new(ForkedWindows { head: self.watermark, windows: self.windows.fork() });
+        Ok(Some(match self.settings.early {
+            Some(EarlyFiring::Count(_)) => {
+                Box::new(Concatenated(windows, Box::new(ForkedWindows { head: (), windows: self.counts.fork() })))
+            }
+            _ => windows,
+        }))
     }
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
-        let (watermark, windows) = from_bytes(bytes)?;
+        let (watermark, windows, counts) = decode_window_state::<K, A>(bytes)?;
         self.watermark = watermark;
-        self.windows.import(windows);
+        self.windows.import(windows, watermark);
+        self.counts.import(counts, watermark);
         Ok(())
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
-        let decoded: Vec<WindowState<K, A>> = parts.iter().map(|(_, b)| from_bytes(b)).collect::<Result<_>>()?;
-        self.watermark = merged_watermark(decoded.iter().map(|(w, _)| *w));
-        self.windows.import(merged_windows(decoded.into_iter().map(|(_, w)| w).collect(), scope));
+        let decoded: Vec<_> = parts.iter().map(|(_, b)| decode_window_state::<K, A>(b)).collect::<Result<_>>()?;
+        self.watermark = merged_watermark(decoded.iter().map(|(w, _, _)| *w));
+        let (mut windows, mut counts) = (Vec::new(), Vec::new());
+        for (_, w, c) in decoded {
+            windows.push(w);
+            counts.push(c);
+        }
+        self.windows.import(merged_windows(windows, scope), self.watermark);
+        self.counts.import(merged_windows(counts, scope), self.watermark);
         Ok(())
     }
 }
 
-/// A window operator's snapshot: its watermark and each open window's entries.
-type WindowState<K, V> = (Option<Timestamp>, WindowEntries<K, V>);
+/// Two forks written one after the other (the reader knows where the first ends).
+struct Concatenated(Box<dyn ForkedState>, Box<dyn ForkedState>);
+
+impl ForkedState for Concatenated {
+    fn write_chunks(&self, out: &mut dyn crate::snapshot::StateChunks) -> std::io::Result<()> {
+        self.0.write_chunks(out)?;
+        self.1.write_chunks(out)
+    }
+}
+
+/// A window operator's state as restored: watermark, windows, counts.
+type WindowState<K, A> = (Option<Timestamp>, WindowEntries<K, A>, WindowEntries<K, u64>);
+
+/// A window operator's snapshot: its watermark, each open window's entries, and — only with
+/// early firings by count — each window's counts. (Snapshots from before count triggers
+/// existed end after the windows, and restore with no counts.)
+fn decode_window_state<K: Key, A: Persist>(bytes: &[u8]) -> Result<WindowState<K, A>> {
+    let mut input = bytes;
+    let watermark = Option::<Timestamp>::restore(&mut input)?;
+    let windows = WindowEntries::<K, A>::restore(&mut input)?;
+    let counts = if input.is_empty() { Vec::new() } else { WindowEntries::<K, u64>::restore(&mut input)? };
+    if !input.is_empty() {
+        return Err(crate::Error::Corrupt(format!("{} bytes after a window operator's state", input.len())));
+    }
+    Ok((watermark, windows, counts))
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collector::Recorder;
+    use crate::collector::{Collector, Recorder};
     use std::sync::Mutex;
 
     #[test]
@@ -449,27 +686,77 @@ mod tests {
         assert_eq!(w.len(), 0);
     }
 
-    #[test]
-    fn counts_per_key_and_window_and_drops_late() {
+    type Recorded<T> = Arc<Mutex<Recorder<T>>>;
+
+    /// A tumbling-10 count per key, with `settings`; returns the operator, its main output and
+    /// its late side output.
+    #[allow(clippy::type_complexity)]
+    fn counter(
+        settings: WindowSettings<(u8, u64)>,
+    ) -> (impl Collector<(u8, u64)>, Recorded<(u8, u64, u64)>, Recorded<(u8, u64)>, Arc<crate::metrics::JobMetrics>)
+    {
         let rec = Arc::new(Mutex::new(Recorder::<(u8, u64, u64)>::default()));
-        let late = Arc::new(Counter::default());
-        let mut op = WindowAggregate::new(
+        let late_rec = Arc::new(Mutex::new(Recorder::<(u8, u64)>::default()));
+        let ctx = crate::context::TaskContext::for_test("window", 0, 1);
+        let name: Arc<str> = "late".into();
+        let side = super::super::side::SideOut::new(Box::new(late_rec.clone()) as Box<dyn Collector<(u8, u64)>>);
+        let sides = super::super::side::SideOutputs::new(vec![(name, Box::new(side) as _)]);
+        let op = WindowAggregate::new(
+            &ctx,
             Window::tumbling(10),
+            settings,
             |r: &(u8, u64)| r.0,
             |r: &(u8, u64)| r.1,
             || 0u64,
             |c: &mut u64, _r| *c += 1,
-            |k: &u8, b: WindowBounds, c: &u64| (*k, b.start, *c),
-            late.clone(),
-            Box::new(rec.clone()),
+            |k: &u8, b: WindowBounds, c: &u64, out: &mut Vec<(u8, u64, u64)>| out.push((*k, b.start, *c)),
+            Outputs { main: Box::new(rec.clone()), sides },
         );
+        (op, rec, late_rec, ctx.metrics.clone())
+    }
+
+    fn records<T: Clone + Ord>(r: &Recorded<T>) -> Vec<T> {
+        let mut v = r.lock().unwrap().records.clone();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn counts_per_key_and_window_and_drops_late() {
+        let (mut op, rec, _, late) = counter(WindowSettings::default());
         op.batch(&mut vec![(1, 1), (1, 12), (2, 3), (1, 9)]).unwrap();
         op.watermark(9).unwrap();
         op.batch(&mut vec![(1, 5), (2, 15)]).unwrap(); // (1,5) is late
         op.end().unwrap();
-        let mut got = rec.lock().unwrap().records.clone();
-        got.sort();
-        assert_eq!(got, vec![(1, 0, 2), (1, 10, 1), (2, 0, 1), (2, 10, 1)]);
-        assert_eq!(late.get(), 1);
+        assert_eq!(records(&rec), vec![(1, 0, 2), (1, 10, 1), (2, 0, 1), (2, 10, 1)]);
+        assert_eq!(late.late_records(), 1);
+    }
+
+    #[test]
+    fn a_late_record_within_the_allowed_lateness_refires_and_later_ones_go_to_the_side_output() {
+        let tag = OutputTag::new("late".into());
+        let settings = WindowSettings { lateness: 5, late: Some(tag), ..WindowSettings::default() };
+        let (mut op, rec, late_rec, late) = counter(settings);
+        op.batch(&mut vec![(1, 1), (1, 2), (2, 3)]).unwrap();
+        op.watermark(9).unwrap(); // [0, 10) fires: (1, 0, 2), (2, 0, 1)
+        op.batch(&mut vec![(1, 4)]).unwrap(); // late, within 5: refires key 1 only
+        op.watermark(13).unwrap();
+        op.batch(&mut vec![(2, 8)]).unwrap(); // still within: 9 + 5 > 13
+        op.watermark(14).unwrap(); // the window is dropped
+        op.batch(&mut vec![(1, 7), (2, 12)]).unwrap(); // (1, 7) too late
+        op.end().unwrap();
+        assert_eq!(records(&rec), vec![(1, 0, 2), (1, 0, 3), (2, 0, 1), (2, 0, 2), (2, 10, 1)]);
+        assert_eq!(records(&late_rec), vec![(1, 7)]);
+        assert_eq!(late.late_records(), 1);
+    }
+
+    #[test]
+    fn a_count_trigger_fires_early_every_n_records_and_the_window_still_fires_at_its_end() {
+        let settings = WindowSettings { early: Some(EarlyFiring::Count(2)), ..WindowSettings::default() };
+        let (mut op, rec, _, _) = counter(settings);
+        op.batch(&mut vec![(1, 1), (1, 2), (1, 3), (2, 4), (1, 5)]).unwrap();
+        assert_eq!(records(&rec), vec![(1, 0, 2), (1, 0, 4)]);
+        op.end().unwrap();
+        assert_eq!(records(&rec), vec![(1, 0, 2), (1, 0, 4), (1, 0, 4), (2, 0, 1)]);
     }
 }

@@ -21,10 +21,11 @@ use crate::operator::join::WindowJoin;
 use crate::operator::keyed::{KeyedAggregate, KeyedProcess};
 use crate::operator::latency::LatencyProbe;
 use crate::operator::process::{KeyedProcessFunction, KeyedProcessOperator};
+use crate::operator::session::{SessionSettings, SessionWindows};
 use crate::operator::side::{OutputTag, Outputs};
 use crate::operator::stateless::{Filter, FlatMap, Map, PassThrough};
 use crate::operator::watermark::{WatermarkAlignment, WatermarkAssigner};
-use crate::operator::window::{Window, WindowAggregate, WindowBounds};
+use crate::operator::window::{EarlyFiring, Window, WindowAggregate, WindowBounds, WindowSettings};
 use crate::operator::{Emitter, TwoInputOperator};
 use crate::persist::Persist;
 use crate::record::{hash_key, Key, Record, Timestamp};
@@ -85,11 +86,19 @@ pub struct KeyedStream<T, KF> {
     key: KF,
 }
 
-/// A keyed stream with event-time windows.
+/// A keyed stream with event-time (or processing-time) windows.
 pub struct WindowedStream<T, KF, TF> {
     keyed: KeyedStream<T, KF>,
     window: Window,
     timestamp: TF,
+    settings: WindowSettings<T>,
+}
+
+/// A keyed stream with event-time session windows ([`KeyedStream::session_window`]).
+pub struct SessionWindowedStream<T, KF, TF> {
+    keyed: KeyedStream<T, KF>,
+    timestamp: TF,
+    settings: SessionSettings<T>,
 }
 
 /// Lines of text from a [`TextSource`]; turn them into records with [`LineStream::flat_map`].
@@ -441,6 +450,106 @@ impl LineStream {
     }
 }
 
+impl<T: Record, K: Key, KF, TF> SessionWindowedStream<T, KF, TF>
+where
+    KF: Fn(&T) -> K + Clone + Send + 'static,
+    TF: Fn(&T) -> Timestamp + Clone + Send + 'static,
+{
+    /// Keeps each session for `lateness` of event time after it fires; a late record merged
+    /// into it fires it again (see [`WindowedStream::allowed_lateness`]).
+    pub fn allowed_lateness(mut self, lateness: Timestamp) -> Self {
+        self.settings.lateness = lateness;
+        self
+    }
+
+    /// Sends records too late for any session to the side output `tag`.
+    pub fn side_output_late_data(mut self, tag: &OutputTag<T>) -> Self {
+        self.settings.late = Some(tag.clone());
+        self
+    }
+
+    /// Aggregates each session: `fold` adds a record, `merge` combines the accumulators of
+    /// two sessions a record joined, `result` makes the record emitted when a session fires.
+    ///
+    /// ```
+    /// use weir::{Job, RunConfig, source::Generator};
+    /// let job = Job::new("visits");
+    /// // Key 0 at times 0, 3, 6 (one session), then 100 (another).
+    /// let out = job
+    ///     .generator(Generator::new(|i, _| [(0u64, 0u64), (0, 3), (0, 6), (0, 100)][i as usize]).count(4))
+    ///     .with_watermarks(|e: &(u64, u64)| e.1, 0)
+    ///     .key_by(|e: &(u64, u64)| e.0)
+    ///     .session_window(10, |e: &(u64, u64)| e.1)
+    ///     .aggregate(|| 0u64, |n: &mut u64, _| *n += 1, |n, m| *n += m, |k: &u64, w, n: &u64| (*k, w.start, w.end, *n))
+    ///     .collect();
+    /// job.execute(RunConfig::default()).unwrap();
+    /// let mut got = out.lock().unwrap().clone();
+    /// got.sort();
+    /// assert_eq!(got, vec![(0, 0, 16, 3), (0, 100, 110, 1)]);
+    /// ```
+    pub fn aggregate<A, O, I, F, M, R>(self, init: I, fold: F, merge: M, result: R) -> Stream<O>
+    where
+        A: Persist + Clone + Send + Sync + 'static,
+        O: Record,
+        I: Fn() -> A + Clone + Send + 'static,
+        F: Fn(&mut A, T) + Clone + Send + 'static,
+        M: Fn(&mut A, A) + Clone + Send + 'static,
+        R: Fn(&K, WindowBounds, &A) -> O + Clone + Send + 'static,
+    {
+        self.session_node(init, fold, merge, move |k: &K, b, a: &A, out: &mut Vec<O>| out.push(result(k, b, a)))
+    }
+
+    /// A function over each session's records when it fires (see [`WindowedStream::process`]).
+    pub fn process<O, P>(self, f: P) -> Stream<O>
+    where
+        O: Record,
+        P: Fn(&K, WindowBounds, &[T], &mut Emitter<'_, O>) + Clone + Send + 'static,
+    {
+        self.session_node(
+            Vec::new,
+            |all: &mut Vec<T>, r| all.push(r),
+            |all: &mut Vec<T>, mut other: Vec<T>| all.append(&mut other),
+            move |k: &K, b, all: &Vec<T>, out: &mut Vec<O>| f(k, b, all, &mut Emitter::new(out)),
+        )
+    }
+
+    /// Counts each key's records per session, emitting `(key, session, count)`.
+    pub fn count(self) -> Stream<(K, WindowBounds, u64)>
+    where
+        K: Record,
+    {
+        self.aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |c, o| *c += o, |k: &K, w, c: &u64| (k.clone(), w, *c))
+    }
+
+    fn session_node<A, O, I, F, M, R>(self, init: I, fold: F, merge: M, result: R) -> Stream<O>
+    where
+        A: Persist + Clone + Send + Sync + 'static,
+        O: Record,
+        I: Fn() -> A + Clone + Send + 'static,
+        F: Fn(&mut A, T) + Clone + Send + 'static,
+        M: Fn(&mut A, A) + Clone + Send + 'static,
+        R: Fn(&K, WindowBounds, &A, &mut Vec<O>) + Clone + Send + 'static,
+    {
+        let SessionWindowedStream { keyed, timestamp, settings } = self;
+        let key = keyed.key.clone();
+        let channels = keyed.keyed_channels();
+        keyed.stream.with_side_outputs("session", Partitioning::KeyBy, channels, true, move |ctx, next| {
+            settings.validate()?;
+            Ok(Box::new(SessionWindows::new(
+                ctx,
+                settings.clone(),
+                key.clone(),
+                timestamp.clone(),
+                init.clone(),
+                fold.clone(),
+                merge.clone(),
+                result.clone(),
+                next,
+            )))
+        })
+    }
+}
+
 /// Joins a main output of `O` with side outputs into the [`Outputs`] an operator takes.
 fn outputs_of<O: 'static>() -> super::graph::MakeOutputs {
     Box::new(|main, sides| Box::new(Outputs { main: downcast_collector::<O>(main), sides }) as AnyBox)
@@ -489,6 +598,33 @@ impl<T: Record> Stream<T> {
         };
         let input = Input { from: self.node, input: 0, port: 0, partitioning, make_channels: Some(make_channels) };
         let id = job.add_node(base, self.parallelism(), keyed, kind, fan_out_of::<U>(), vec![input]);
+        job.stream(id)
+    }
+
+    /// [`Stream::one_input`] for an operator with side outputs: it takes an [`Outputs`].
+    fn with_side_outputs<U, M>(
+        &self,
+        base: &str,
+        partitioning: Partitioning,
+        make_channels: MakeChannels,
+        keyed: bool,
+        make: M,
+    ) -> Stream<U>
+    where
+        U: Record,
+        M: Fn(&TaskContext, Outputs<U>) -> Result<Box<dyn Collector<T>>> + Send + 'static,
+    {
+        let job = self.job();
+        let kind = NodeKind::OneInput {
+            make: Box::new(move |ctx, down| {
+                let outputs = *down.downcast::<Outputs<U>>().expect("builder type mismatch: outputs");
+                guarded(ctx, make(ctx, outputs)?)
+            }),
+            make_task: make_one_input_task::<T>(),
+        };
+        let input = Input { from: self.node, input: 0, port: 0, partitioning, make_channels: Some(make_channels) };
+        let id = job.add_node(base, self.parallelism(), keyed, kind, fan_out_of::<U>(), vec![input]);
+        job.graph.borrow_mut().nodes[id].with_sides = Some(outputs_of::<U>());
         job.stream(id)
     }
 
@@ -925,26 +1061,9 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     {
         let key = self.key.clone();
         let channels = self.keyed_channels();
-        let stream = &self.stream;
-        let job = stream.job();
-        let kind = NodeKind::OneInput {
-            make: Box::new(move |ctx, down| {
-                let outputs = *down.downcast::<Outputs<P::Out>>().expect("builder type mismatch: outputs");
-                let op = KeyedProcessOperator::new(ctx, key.clone(), f.clone(), outputs);
-                guarded::<T>(ctx, Box::new(op))
-            }),
-            make_task: make_one_input_task::<T>(),
-        };
-        let input = Input {
-            from: stream.node,
-            input: 0,
-            port: 0,
-            partitioning: Partitioning::KeyBy,
-            make_channels: Some(channels),
-        };
-        let id = job.add_node("process", stream.parallelism(), true, kind, fan_out_of::<P::Out>(), vec![input]);
-        job.graph.borrow_mut().nodes[id].with_sides = Some(outputs_of::<P::Out>());
-        job.stream(id)
+        self.stream.with_side_outputs("process", Partitioning::KeyBy, channels, true, move |ctx, outputs| {
+            Ok(Box::new(KeyedProcessOperator::new(ctx, key.clone(), f.clone(), outputs)))
+        })
     }
 
     /// Keeps the latest record per key in `<dir>/latest-<subtask>`, one line per key
@@ -983,7 +1102,26 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         window: Window,
         timestamp: TF,
     ) -> WindowedStream<T, KF, TF> {
-        WindowedStream { keyed: self, window, timestamp }
+        WindowedStream { keyed: self, window, timestamp, settings: WindowSettings::default() }
+    }
+
+    /// Processing-time windows: a record falls in the windows of the time it arrives
+    /// ([`crate::TaskContext::processing_time_ms`], milliseconds), and a window fires when
+    /// processing time passes its end (at the end of input, every open window fires).
+    pub fn processing_time_window(self, window: Window) -> WindowedStream<T, KF, fn(&T) -> Timestamp> {
+        let settings = WindowSettings { processing_time: true, ..WindowSettings::default() };
+        WindowedStream { keyed: self, window, timestamp: |_| 0, settings }
+    }
+
+    /// Event-time session windows: a key's records less than `gap` apart (by `timestamp`) are
+    /// one session, from its first record to its last plus `gap`; a record between two
+    /// sessions merges them. A gap of zero is refused when the job starts.
+    pub fn session_window<TF: Fn(&T) -> Timestamp + Clone + Send + 'static>(
+        self,
+        gap: Timestamp,
+        timestamp: TF,
+    ) -> SessionWindowedStream<T, KF, TF> {
+        SessionWindowedStream { keyed: self, timestamp, settings: SessionSettings { gap, lateness: 0, late: None } }
     }
 }
 
@@ -992,6 +1130,27 @@ where
     KF: Fn(&T) -> K + Clone + Send + 'static,
     TF: Fn(&T) -> Timestamp + Clone + Send + 'static,
 {
+    /// Keeps each window for `lateness` of event time after it fires: a late record within it
+    /// is added and the window fires again for its key (Flink's allowed lateness). Records
+    /// later than that are dropped and counted, or sent to [`Self::side_output_late_data`].
+    pub fn allowed_lateness(mut self, lateness: Timestamp) -> Self {
+        self.settings.lateness = lateness;
+        self
+    }
+
+    /// Sends records too late for every window of theirs to the side output `tag` (read it
+    /// with [`Stream::side_output`] on the window's output).
+    pub fn side_output_late_data(mut self, tag: &OutputTag<T>) -> Self {
+        self.settings.late = Some(tag.clone());
+        self
+    }
+
+    /// Fires early as well as at each window's end (see [`EarlyFiring`]).
+    pub fn early_firing(mut self, early: EarlyFiring) -> Self {
+        self.settings.early = Some(early);
+        self
+    }
+
     /// Aggregates each key's records per window; when a window fires, `result` makes one record
     /// per key.
     pub fn aggregate<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
@@ -1002,19 +1161,68 @@ where
         F: Fn(&mut A, T) + Clone + Send + 'static,
         R: Fn(&K, WindowBounds, &A) -> O + Clone + Send + 'static,
     {
-        let WindowedStream { keyed, window, timestamp } = self;
+        self.window_node(init, fold, move |k: &K, b: WindowBounds, a: &A, out: &mut Vec<O>| out.push(result(k, b, a)))
+    }
+
+    /// A function over each key's records of a window when it fires (Flink's
+    /// `ProcessWindowFunction`): `f(key, window, records, out)`, with the records in arrival
+    /// order. The records are kept until the window fires; prefer [`Self::aggregate`] when a
+    /// running accumulator will do.
+    ///
+    /// ```
+    /// use weir::{Job, RunConfig, Window, source::Generator};
+    /// let job = Job::new("medians");
+    /// let out = job
+    ///     .generator(Generator::new(|i, _| (i % 2, i)).count(40))
+    ///     .with_watermarks(|e: &(u64, u64)| e.1, 0)
+    ///     .key_by(|e: &(u64, u64)| e.0)
+    ///     .window(Window::tumbling(10), |e: &(u64, u64)| e.1)
+    ///     .process(|k: &u64, w, records: &[(u64, u64)], out: &mut weir::Emitter<'_, (u64, u64, u64)>| {
+    ///         let mut times: Vec<u64> = records.iter().map(|r| r.1).collect();
+    ///         times.sort();
+    ///         out.emit((*k, w.start, times[times.len() / 2]));
+    ///     })
+    ///     .collect();
+    /// job.execute(RunConfig::default()).unwrap();
+    /// let mut got = out.lock().unwrap().clone();
+    /// got.sort();
+    /// assert_eq!(got[..2], [(0, 0, 4), (0, 10, 14)]);
+    /// ```
+    pub fn process<O, P>(self, f: P) -> Stream<O>
+    where
+        O: Record,
+        P: Fn(&K, WindowBounds, &[T], &mut Emitter<'_, O>) + Clone + Send + 'static,
+    {
+        self.window_node(
+            Vec::new,
+            |all: &mut Vec<T>, r| all.push(r),
+            move |k: &K, b, all: &Vec<T>, out: &mut Vec<O>| f(k, b, all, &mut Emitter::new(out)),
+        )
+    }
+
+    fn window_node<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
+    where
+        A: Persist + Clone + Send + Sync + 'static,
+        O: Record,
+        I: Fn() -> A + Clone + Send + 'static,
+        F: Fn(&mut A, T) + Clone + Send + 'static,
+        R: Fn(&K, WindowBounds, &A, &mut Vec<O>) + Clone + Send + 'static,
+    {
+        let WindowedStream { keyed, window, timestamp, settings } = self;
         let key = keyed.key.clone();
         let channels = keyed.keyed_channels();
-        keyed.stream.one_input("window", Partitioning::KeyBy, channels, true, move |ctx, next| {
+        keyed.stream.with_side_outputs("window", Partitioning::KeyBy, channels, true, move |ctx, next| {
             window.validate()?;
+            settings.validate()?;
             Ok(Box::new(WindowAggregate::new(
+                ctx,
                 window,
+                settings.clone(),
                 key.clone(),
                 timestamp.clone(),
                 init.clone(),
                 fold.clone(),
                 result.clone(),
-                ctx.metrics.late_counter(),
                 next,
             )))
         })

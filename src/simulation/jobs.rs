@@ -1,7 +1,7 @@
 //! The jobs `weir simulate` runs (and `cargo test` simulates): word count over a text
 //! corpus, a sliding-window count, a window join of two sources, a keyed process with list
-//! state, records that own memory through every operator, and a keyed process function with
-//! timers and a side output. Small (a few thousand records), so a seed takes milliseconds; each commits its
+//! state, records that own memory through every operator, a keyed process function with
+//! timers and a side output, and session windows. Small (a few thousand records), so a seed takes milliseconds; each commits its
 //! output as `(u64, u64, u64)` rows.
 //!
 //! May touch: `error`, `operator`, `pipeline`, `prng`, `record`, `sink`, `source`, `state`.
@@ -43,22 +43,33 @@ pub enum SimJob {
     /// and some records sent to a side output (timers in snapshots, firing exactly once across
     /// restores).
     Timers,
+    /// Event-time session windows, merging as records bridge sessions (session state merged
+    /// across checkpoints and restores).
+    Sessions,
 }
 
 impl SimJob {
     /// Every job, in the order `weir simulate` lists them.
-    pub const ALL: [SimJob; 6] =
-        [SimJob::Wordcount, SimJob::Window, SimJob::Join, SimJob::Keyed, SimJob::Owned, SimJob::Timers];
+    pub const ALL: [SimJob; 7] = [
+        SimJob::Wordcount,
+        SimJob::Window,
+        SimJob::Join,
+        SimJob::Keyed,
+        SimJob::Owned,
+        SimJob::Timers,
+        SimJob::Sessions,
+    ];
 
     /// How a seed's output must compare with the golden run's in `mode`. Under at-least-once
     /// a window may count a replayed event twice, so its count may only be higher.
     pub fn expect(self, mode: SimMode) -> Expect<Row> {
-        if mode.exactly_once() || !matches!(self, SimJob::Window | SimJob::Owned | SimJob::Timers) {
+        if mode.exactly_once() || !matches!(self, SimJob::Window | SimJob::Owned | SimJob::Timers | SimJob::Sessions) {
             return Expect::of(mode);
         }
-        if self == SimJob::Timers {
+        if matches!(self, SimJob::Timers | SimJob::Sessions) {
             // A replayed record counts again, and may close a window early once more: per key
-            // (early or not) and window, the counts may only add up to more.
+            // (early or not) and window, the counts may only add up to more. (A session's rows
+            // are (key, start, count): a replay lands in the same session.)
             return Expect::Custom(Box::new(|golden: &[Row], got: &[Row]| {
                 let sums = |rows: &[Row]| {
                     let mut m = std::collections::HashMap::new();
@@ -130,6 +141,7 @@ impl fmt::Display for SimJob {
             SimJob::Keyed => "keyed",
             SimJob::Owned => "owned",
             SimJob::Timers => "timers",
+            SimJob::Sessions => "sessions",
         })
     }
 }
@@ -213,6 +225,17 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> Simulated<
             let thirteens = events.side_output(&side);
             events.union(thirteens).collect_exactly_once()
         }
+        // Each key gets an event about every 21 units, out of order by up to 40 (the
+        // watermarks' bound, so none is late); a gap of 15 splits some and merges others.
+        SimJob::Sessions => job
+            .generator(Generator::new(|i, _| (mix(i) % 7, i * 3 + mix(i ^ 99) % 40)).count(EVENTS))
+            .with_watermarks(|e: &(u64, u64)| e.1, 40)
+            .key_by(|e: &(u64, u64)| e.0)
+            .session_window(15, |e: &(u64, u64)| e.1)
+            .count()
+            .named("sessions")
+            .map(|(k, w, c)| (k, w.start, c))
+            .collect_exactly_once(),
     };
     (job, out)
 }

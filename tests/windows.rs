@@ -1,0 +1,286 @@
+//! The window toolbox against sequential references: session windows (merging), allowed
+//! lateness with late records to a side output, process functions over a window's records with
+//! early firings by count, processing-time windows; sessions rescaled through a savepoint; and
+//! the settings that make no sense refused when the job starts.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use weir::checkpoint::CheckpointConfig;
+use weir::sink::CommittedOutput;
+use weir::source::Generator;
+use weir::{EarlyFiring, Emitter, Error, Job, RunConfig, Window, WindowBounds};
+
+const N: u64 = 12_000;
+const KEYS: u64 = 13;
+const DISORDER: u64 = 40;
+const GAP: u64 = 25;
+
+/// Event `i`: a key and a time about `3 i`, up to `DISORDER` out of order.
+fn event(i: u64) -> (u64, u64) {
+    let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 7) % KEYS, i * 3 + (h >> 29) % DISORDER)
+}
+
+/// Sessions per key computed from the sorted times: (key, start, end, count).
+fn reference_sessions() -> Vec<(u64, u64, u64, u64)> {
+    let mut times: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for (k, ts) in (0..N).map(event) {
+        times.entry(k).or_default().push(ts);
+    }
+    let mut out = Vec::new();
+    for (k, mut ts) in times {
+        ts.sort_unstable();
+        let (mut start, mut last, mut n) = (ts[0], ts[0], 0);
+        for t in ts {
+            if t >= last + GAP {
+                out.push((k, start, last + GAP, n));
+                (start, n) = (t, 0);
+            }
+            last = t;
+            n += 1;
+        }
+        out.push((k, start, last + GAP, n));
+    }
+    out.sort_unstable();
+    out
+}
+
+fn session_job(
+    p: usize,
+    checkpoints: Option<&Path>,
+    rate: Option<f64>,
+) -> (Job, CommittedOutput<(u64, u64, u64, u64)>) {
+    let mut job = Job::new("sessions").with_parallelism(p);
+    if let Some(dir) = checkpoints {
+        job = job.with_checkpointing(CheckpointConfig::new(dir).interval(Duration::from_secs(3600)));
+    }
+    let g = Generator::new(|i, _| event(i)).count(N);
+    let g = match rate {
+        Some(r) => g.rate(r),
+        None => g,
+    };
+    let out = job
+        .generator(g)
+        .named("events")
+        .with_watermarks(|e: &(u64, u64)| e.1, DISORDER)
+        .named("time")
+        .key_by(|e: &(u64, u64)| e.0)
+        .session_window(GAP, |e: &(u64, u64)| e.1)
+        .aggregate(
+            || 0u64,
+            |n: &mut u64, _| *n += 1,
+            |n, m| *n += m,
+            |k: &u64, w: WindowBounds, n: &u64| (*k, w.start, w.end, *n),
+        )
+        .named("sessions")
+        .collect_exactly_once();
+    (job, out)
+}
+
+fn sorted<T: Ord + Clone>(out: &CommittedOutput<T>) -> Vec<T> {
+    let mut v = out.records();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn session_windows_match_the_sequential_reference_at_1_2_and_4() {
+    let expected = reference_sessions();
+    assert!(expected.iter().any(|s| s.3 > 2), "some sessions merge several records");
+    for p in [1, 2, 4] {
+        let (job, out) = session_job(p, None, None);
+        job.execute(RunConfig::default().workers(2)).unwrap();
+        assert_eq!(sorted(&out), expected, "parallelism {p}");
+    }
+}
+
+#[test]
+fn open_sessions_rescale_through_a_savepoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = session_job(2, Some(&dir.path().join("a")), Some(100_000.0));
+    let handle = a.start(RunConfig::default().workers(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    let sp = handle.stop_with_savepoint(dir.path().join("sp")).unwrap().savepoint().expect("a savepoint");
+    let (b, out) = session_job(3, Some(&dir.path().join("b")), None);
+    b.restore_from(&sp, false).execute(RunConfig::default().workers(2)).unwrap();
+    // B commits again what A committed with the savepoint, then everything after it.
+    assert_eq!(sorted(&out), reference_sessions());
+}
+
+/// Times of one source, one record per batch so a watermark (no out-of-orderness) follows
+/// each: which records are late is fixed by the sequence.
+fn late_sequence() -> Vec<(u64, u64)> {
+    (0..3_000u64)
+        .map(|i| {
+            let h = i.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            // Mostly ascending, one in eight up to 30 back.
+            let back = if h % 8 == 0 { (h >> 9) % 30 } else { 0 };
+            ((h >> 20) % 5, (i * 2).saturating_sub(back))
+        })
+        .collect()
+}
+
+/// What a tumbling 10 count with allowed lateness 8 emits for `late_sequence`, and which records
+/// are too late, following the window operator's definition one record at a time.
+fn reference_lateness() -> (Vec<(u64, u64, u64)>, Vec<(u64, u64)>) {
+    const LATENESS: u64 = 8;
+    let (mut counts, mut fired): (HashMap<(u64, u64), u64>, Vec<u64>) = (HashMap::new(), Vec::new());
+    let (mut out, mut late, mut wm): (Vec<_>, Vec<_>, Option<u64>) = (Vec::new(), Vec::new(), None);
+    let mut max_seen = 0;
+    for (k, ts) in late_sequence() {
+        let start = ts - ts % 10;
+        if wm.is_some_and(|w| start + 9 + LATENESS <= w) {
+            late.push((k, ts));
+        } else {
+            let c = counts.entry((k, start)).or_default();
+            *c += 1;
+            if fired.contains(&start) {
+                out.push((k, start, *c));
+            }
+        }
+        max_seen = max_seen.max(ts);
+        if wm.is_none_or(|w| max_seen > w) {
+            wm = Some(max_seen);
+            let mut starts: Vec<u64> = counts.keys().map(|(_, s)| *s).filter(|s| !fired.contains(s)).collect();
+            starts.sort_unstable();
+            starts.dedup();
+            for s in starts.into_iter().filter(|s| s + 9 <= max_seen) {
+                fired.push(s);
+                out.extend(counts.iter().filter(|((_, s2), _)| *s2 == s).map(|((k, s), c)| (*k, *s, *c)));
+            }
+        }
+    }
+    // The end of input fires what is still open.
+    let open: Vec<u64> = counts.keys().map(|(_, s)| *s).filter(|s| !fired.contains(s)).collect();
+    out.extend(counts.iter().filter(|((_, s), _)| open.contains(s)).map(|((k, s), c)| (*k, *s, *c)));
+    out.sort_unstable();
+    late.sort_unstable();
+    (out, late)
+}
+
+#[test]
+fn allowed_lateness_refires_and_records_later_than_it_go_to_the_side_output() {
+    let (expected, expected_late) = reference_lateness();
+    assert!(!expected_late.is_empty(), "the sequence has records later than the lateness");
+    let windows: std::collections::HashSet<(u64, u64)> = expected.iter().map(|r| (r.0, r.1)).collect();
+    assert!(expected.len() > windows.len() + 50, "and many late within it, which refire their window");
+    for p in [1, 2, 4] {
+        let job = Job::new("lateness").with_parallelism(p);
+        let late = job.output_tag::<(u64, u64)>("late");
+        let seq = late_sequence();
+        let counts = job
+            .generator(Generator::new(move |i, _| seq[i as usize]).count(3_000))
+            .set_parallelism(1)
+            .with_watermarks(|e: &(u64, u64)| e.1, 0)
+            .key_by(|e: &(u64, u64)| e.0)
+            .window(Window::tumbling(10), |e: &(u64, u64)| e.1)
+            .allowed_lateness(8)
+            .side_output_late_data(&late)
+            .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, w, c: &u64| (*k, w.start, *c));
+        let too_late = counts.side_output(&late).collect();
+        let counts = counts.collect();
+        job.execute(RunConfig::default().workers(2).batch_size(1)).unwrap();
+        let mut got = counts.lock().unwrap().clone();
+        got.sort_unstable();
+        assert_eq!(got, expected, "parallelism {p}");
+        let mut got_late = too_late.lock().unwrap().clone();
+        got_late.sort_unstable();
+        assert_eq!(got_late, expected_late, "parallelism {p}");
+    }
+}
+
+#[test]
+fn a_process_window_function_sees_every_record_and_a_count_trigger_fires_early() {
+    let job = Job::new("contents").with_parallelism(2);
+    let out = job
+        .generator(Generator::new(|i, _| event(i)).count(N))
+        .with_watermarks(|e: &(u64, u64)| e.1, DISORDER)
+        .key_by(|e: &(u64, u64)| e.0)
+        .window(Window::sliding(100, 50), |e: &(u64, u64)| e.1)
+        .early_firing(EarlyFiring::Count(4))
+        .process(|k: &u64, w, records: &[(u64, u64)], out: &mut Emitter<'_, (u64, u64, u64, u64)>| {
+            assert!(records.iter().all(|r| r.0 == *k && r.1 >= w.start && r.1 < w.end));
+            out.emit((*k, w.start, records.len() as u64, records.iter().map(|r| r.1).sum()));
+        })
+        .collect();
+    job.execute(RunConfig::default().workers(2)).unwrap();
+    // The last result of each window is complete; the early ones come every 4 records.
+    let mut per_window: BTreeMap<(u64, u64), Vec<(u64, u64)>> = BTreeMap::new();
+    for (k, start, n, sum) in out.lock().unwrap().iter() {
+        per_window.entry((*k, *start)).or_default().push((*n, *sum));
+    }
+    let mut expected: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
+    for (k, ts) in (0..N).map(event) {
+        let s = ts - ts % 50;
+        for start in std::iter::once(s).chain(s.checked_sub(50)) {
+            let e = expected.entry((k, start)).or_default();
+            e.0 += 1;
+            e.1 += ts;
+        }
+    }
+    assert_eq!(per_window.len(), expected.len());
+    for (w, results) in &per_window {
+        let (n, sum) = expected[w];
+        assert_eq!(results.iter().max(), Some(&(n, sum)), "window {w:?}: the last result has every record");
+        assert_eq!(results.len() as u64, n / 4 + 1, "window {w:?}: early every 4 records and once at the end");
+    }
+}
+
+#[test]
+fn processing_time_windows_count_every_record_once() {
+    for p in [1, 2] {
+        let job = Job::new("processing-time").with_parallelism(p);
+        let out = job
+            .generator(Generator::new(|i, _| i % KEYS).count(N))
+            .key_by(|k: &u64| *k)
+            .processing_time_window(Window::tumbling(5))
+            .count()
+            .collect();
+        job.execute(RunConfig::default().workers(2)).unwrap();
+        let mut per_key: HashMap<u64, u64> = HashMap::new();
+        for (k, _, c) in out.lock().unwrap().iter() {
+            *per_key.entry(*k).or_default() += c;
+        }
+        for k in 0..KEYS {
+            assert_eq!(per_key[&k], N / KEYS + u64::from(k < N % KEYS), "key {k}");
+        }
+    }
+}
+
+fn start_error(job: Job) -> String {
+    match job.execute(RunConfig::default()) {
+        Err(e @ Error::InvalidConfig(_)) => e.to_string(),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
+#[test]
+fn window_settings_that_make_no_sense_are_refused_when_the_job_starts() {
+    let job = Job::new("gap");
+    job.generator(Generator::new(|i, _| (i, i)).count(10))
+        .key_by(|e: &(u64, u64)| e.0)
+        .session_window(0, |e: &(u64, u64)| e.1)
+        .count()
+        .discard();
+    assert!(start_error(job).contains("session gap of 0"));
+
+    let job = Job::new("lateness");
+    job.generator(Generator::new(|i, _| i).count(10))
+        .key_by(|x: &u64| *x)
+        .processing_time_window(Window::tumbling(10))
+        .allowed_lateness(5)
+        .count()
+        .discard();
+    assert!(start_error(job).contains("allowed lateness needs event time"));
+
+    let job = Job::new("early");
+    job.generator(Generator::new(|i, _| i).count(10))
+        .key_by(|x: &u64| *x)
+        .window(Window::tumbling(10), |x: &u64| *x)
+        .early_firing(EarlyFiring::Count(0))
+        .count()
+        .discard();
+    assert!(start_error(job).contains("every 0 records"));
+}
