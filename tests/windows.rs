@@ -124,7 +124,9 @@ fn late_sequence() -> Vec<(u64, u64)> {
 
 /// What a tumbling 10 count with allowed lateness 8 emits for `late_sequence`, and which records
 /// are too late, following the window operator's definition one record at a time.
-fn reference_lateness() -> (Vec<(u64, u64, u64)>, Vec<(u64, u64)>) {
+type Counts = Vec<(u64, u64, u64)>;
+
+fn reference_lateness() -> (Counts, Vec<(u64, u64)>) {
     const LATENESS: u64 = 8;
     let (mut counts, mut fired): (HashMap<(u64, u64), u64>, Vec<u64>) = (HashMap::new(), Vec::new());
     let (mut out, mut late, mut wm): (Vec<_>, Vec<_>, Option<u64>) = (Vec::new(), Vec::new(), None);
