@@ -130,12 +130,18 @@ pub use collector::Collector;
 pub use context::TaskContext;
 pub use error::{Error, Result};
 pub use metrics::JobReport;
+pub use operator::co_process::{
+    BroadcastContext, BroadcastState, KeyedBroadcastProcessFunction, KeyedCoProcessFunction,
+};
 pub use operator::process::{KeyedContext, KeyedProcessFunction};
 pub use operator::side::OutputTag;
 pub use operator::window::{EarlyFiring, Window, WindowBounds};
 pub use operator::Emitter;
 pub use persist::Persist;
-pub use pipeline::{Job, KeyedStream, LineStream, SessionWindowedStream, Stream, WindowedStream};
+pub use pipeline::{
+    BroadcastConnectedStream, ConnectedStreams, Job, KeyedStream, LineStream, SessionWindowedStream, Stream,
+    WindowedStream,
+};
 pub use record::{for_each_word, for_each_word_in_bytes, Key, Record, Timestamp, Word};
 pub use runtime::{JobHandle, RunConfig, Stopped};
 /// `#[derive(weir::Persist)]`: see [`persist`] for the encoding and how a type may evolve.

@@ -7,6 +7,7 @@
 //! - `keyed`: running keyed aggregation over [`crate::state::KeyedValueState`].
 //! - `window`: keyed tumbling and sliding windows, in event or processing time.
 //! - `session`: keyed event-time session windows.
+//! - `co_process`: two-input keyed functions (connected streams, broadcast state).
 //! - `join`: keyed two-input window join.
 //! - `latency`: the event-creation-to-here latency probe.
 //! - `process`: keyed process functions with a context (state per key, timers, side outputs).
@@ -40,6 +41,7 @@ macro_rules! forward_control {
 }
 pub(crate) use forward_control;
 
+pub mod co_process;
 pub(crate) mod join;
 pub(crate) mod keyed;
 pub(crate) mod latency;
@@ -90,6 +92,45 @@ pub(crate) trait TwoInputOperator<A, B>: Send {
     /// See [`Collector::restore_rescaled`].
     fn restore_rescaled(&mut self, _parts: &[(usize, &[u8])], _scope: &crate::record::KeyScope) -> Result<()> {
         Err(crate::Error::config("this operator's state cannot be restored at another parallelism"))
+    }
+}
+
+impl<A, B, O: TwoInputOperator<A, B> + ?Sized> TwoInputOperator<A, B> for Box<O> {
+    fn batch1(&mut self, records: &mut Vec<A>) -> Result<()> {
+        (**self).batch1(records)
+    }
+    fn batch2(&mut self, records: &mut Vec<B>) -> Result<()> {
+        (**self).batch2(records)
+    }
+    fn watermark1(&mut self, watermark: Timestamp) -> Result<()> {
+        (**self).watermark1(watermark)
+    }
+    fn watermark2(&mut self, watermark: Timestamp) -> Result<()> {
+        (**self).watermark2(watermark)
+    }
+    fn end1(&mut self) -> Result<()> {
+        (**self).end1()
+    }
+    fn end2(&mut self) -> Result<()> {
+        (**self).end2()
+    }
+    fn drain(&mut self) -> Result<bool> {
+        (**self).drain()
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        (**self).barrier(barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        (**self).notify(notice)
+    }
+    fn snapshot_state(&mut self, barrier: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
+        (**self).snapshot_state(barrier)
+    }
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        (**self).restore_state(bytes)
+    }
+    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+        (**self).restore_rescaled(parts, scope)
     }
 }
 

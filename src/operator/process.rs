@@ -194,27 +194,63 @@ impl<T, K: Key, P: KeyedProcessFunction<K, T>, KF> KeyedProcessOperator<T, K, P,
     /// Fires every timer of `domain` at or before `upto` (including those the timers set).
     fn fire(&mut self, domain: TimeDomain, upto: Timestamp) {
         let (state, (timers, watermark)) = &mut self.held;
-        while let Some((ts, key)) = timers.pop_due(domain, upto) {
-            let mut ctx = KeyedContext {
-                key: &key,
-                state,
-                timers,
-                out: &mut self.out,
-                sides: &mut self.outputs.sides,
-                watermark: watermark.0,
-                clock: &self.clock,
-            };
-            self.f.on_timer(ts, domain, &mut ctx);
-        }
+        let mut scope =
+            TimerScope { state, timers, out: &mut self.out, outputs: &mut self.outputs, clock: &self.clock };
+        let f = &mut self.f;
+        scope.fire(domain, upto, watermark.0, |ts, ctx| f.on_timer(ts, domain, ctx));
     }
 
     fn fire_processing_time(&mut self) -> Result<()> {
-        let timers = &self.held.1 .0;
-        if timers.next(TimeDomain::ProcessingTime).is_some_and(|t| t <= self.clock.processing_time_ms()) {
+        if due_processing_time(&self.held.1 .0, &self.clock) {
             self.fire(TimeDomain::ProcessingTime, self.clock.processing_time_ms());
             self.outputs.batch(&mut self.out)?;
         }
         Ok(())
+    }
+}
+
+/// Whether a processing-time timer is due.
+#[inline]
+pub(crate) fn due_processing_time<K: Key>(timers: &TimerService<K>, clock: &Clock) -> bool {
+    timers.next(TimeDomain::ProcessingTime).is_some_and(|t| t <= clock.processing_time_ms())
+}
+
+/// What firing timers needs of a keyed operator (every keyed function operator has these).
+pub(crate) struct TimerScope<'a, K, S, O> {
+    pub(crate) state: &'a mut S,
+    pub(crate) timers: &'a mut TimerService<K>,
+    pub(crate) out: &'a mut Vec<O>,
+    pub(crate) outputs: &'a mut Outputs<O>,
+    pub(crate) clock: &'a Clock,
+}
+
+impl<K: Key, S: ScopedState<K>, O> TimerScope<'_, K, S, O> {
+    /// Fires every timer of `domain` at or before `upto`, earliest first (including those the
+    /// timers themselves set), each with its key as the current key.
+    pub(crate) fn fire(
+        &mut self,
+        domain: TimeDomain,
+        upto: Timestamp,
+        watermark: Option<Timestamp>,
+        mut on_timer: impl FnMut(Timestamp, &mut KeyedContext<'_, K, S, O>),
+    ) {
+        while let Some((ts, key)) = self.timers.pop_due(domain, upto) {
+            let mut ctx = self.context(&key, watermark);
+            on_timer(ts, &mut ctx);
+        }
+    }
+
+    /// The context of `key`.
+    pub(crate) fn context<'k>(&'k mut self, key: &'k K, watermark: Option<Timestamp>) -> KeyedContext<'k, K, S, O> {
+        KeyedContext {
+            key,
+            state: self.state,
+            timers: self.timers,
+            out: self.out,
+            sides: &mut self.outputs.sides,
+            watermark,
+            clock: self.clock,
+        }
     }
 }
 

@@ -17,6 +17,9 @@ use crate::channel::{InputGate, Partitioning};
 use crate::collector::Collector;
 use crate::context::{RestoreView, TaskContext};
 use crate::error::Result;
+use crate::operator::co_process::{
+    BroadcastProcessOperator, CoProcessOperator, KeyedBroadcastProcessFunction, KeyedCoProcessFunction,
+};
 use crate::operator::join::WindowJoin;
 use crate::operator::keyed::{KeyedAggregate, KeyedProcess};
 use crate::operator::latency::LatencyProbe;
@@ -92,6 +95,20 @@ pub struct WindowedStream<T, KF, TF> {
     window: Window,
     timestamp: TF,
     settings: WindowSettings<T>,
+}
+
+/// Two keyed streams with the same key type, connected for a [`KeyedCoProcessFunction`]
+/// ([`KeyedStream::connect`]).
+pub struct ConnectedStreams<A, B, KA, KB> {
+    first: KeyedStream<A, KA>,
+    second: KeyedStream<B, KB>,
+}
+
+/// A keyed stream connected with a broadcast stream, for a
+/// [`KeyedBroadcastProcessFunction`] ([`KeyedStream::connect_broadcast`]).
+pub struct BroadcastConnectedStream<T, B, KF> {
+    keyed: KeyedStream<T, KF>,
+    broadcast: Stream<B>,
 }
 
 /// A keyed stream with event-time session windows ([`KeyedStream::session_window`]).
@@ -550,6 +567,48 @@ where
     }
 }
 
+impl<A: Record, B: Record, K: Key, KA, KB> ConnectedStreams<A, B, KA, KB>
+where
+    KA: Fn(&A) -> K + Clone + Send + 'static,
+    KB: Fn(&B) -> K + Clone + Send + 'static,
+{
+    /// Runs `f` over both streams (see [`KeyedCoProcessFunction`]); its state and timers are
+    /// checkpointed, restored and rescaled by key group like a one-input process function's.
+    pub fn process<P>(self, f: P) -> Stream<P::Out>
+    where
+        P: KeyedCoProcessFunction<K, A, B> + Clone,
+        P::Out: Record,
+    {
+        let ConnectedStreams { first, second } = self;
+        let inputs = [(Partitioning::KeyBy, first.keyed_channels()), (Partitioning::KeyBy, second.keyed_channels())];
+        let (k1, k2) = (first.key.clone(), second.key.clone());
+        first.stream.two_input("co-process", &second.stream, inputs, move |ctx, outputs| {
+            Ok(Box::new(CoProcessOperator::new(ctx, k1.clone(), k2.clone(), f.clone(), outputs)))
+        })
+    }
+}
+
+impl<T: Record, B: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> BroadcastConnectedStream<T, B, KF> {
+    /// Runs `f` over the keyed stream and the broadcast one (see
+    /// [`KeyedBroadcastProcessFunction`]). Every subtask's broadcast state is in its snapshot;
+    /// a rescaled restore gives every new subtask the same one.
+    pub fn process<P>(self, f: P) -> Stream<P::Out>
+    where
+        P: KeyedBroadcastProcessFunction<K, T, B> + Clone,
+        P::Out: Record,
+    {
+        let BroadcastConnectedStream { keyed, broadcast } = self;
+        let inputs = [
+            (Partitioning::KeyBy, keyed.keyed_channels()),
+            (Partitioning::Broadcast, channels_of::<B, fn(&B) -> u64>(None)),
+        ];
+        let key = keyed.key.clone();
+        keyed.stream.two_input("broadcast-process", &broadcast, inputs, move |ctx, outputs| {
+            Ok(Box::new(BroadcastProcessOperator::new(ctx, key.clone(), f.clone(), outputs)))
+        })
+    }
+}
+
 /// Joins a main output of `O` with side outputs into the [`Outputs`] an operator takes.
 fn outputs_of<O: 'static>() -> super::graph::MakeOutputs {
     Box::new(|main, sides| Box::new(Outputs { main: downcast_collector::<O>(main), sides }) as AnyBox)
@@ -856,23 +915,45 @@ impl<T: Record> Stream<T> {
         TR: Fn(&R) -> Timestamp + Clone + Send + 'static,
         J: Fn(&K, &T, &R) -> O + Clone + Send + 'static,
     {
-        assert!(Arc::ptr_eq(&self.graph, &other.graph), "join of streams from different jobs");
-        let job = self.job();
         let (kl, kr) = (key_left.clone(), key_right.clone());
+        let inputs = [
+            (Partitioning::KeyBy, channels_of::<T, _>(Some(move |t: &T| hash_key(&kl(t))))),
+            (Partitioning::KeyBy, channels_of::<R, _>(Some(move |r: &R| hash_key(&kr(r))))),
+        ];
+        self.two_input("window-join", &other, inputs, move |ctx, outputs: Outputs<O>| {
+            window.validate()?;
+            Ok(Box::new(WindowJoin::new(
+                window,
+                key_left.clone(),
+                key_right.clone(),
+                ts_left.clone(),
+                ts_right.clone(),
+                join.clone(),
+                ctx.metrics.late_counter(),
+                outputs.main,
+            )))
+        })
+    }
+
+    /// A keyed two-input operator fed by this stream (input 1) and `other` (input 2).
+    fn two_input<R, O, M>(
+        &self,
+        base: &str,
+        other: &Stream<R>,
+        inputs: [(Partitioning, MakeChannels); 2],
+        make: M,
+    ) -> Stream<O>
+    where
+        R: Record,
+        O: Record,
+        M: Fn(&TaskContext, Outputs<O>) -> Result<Box<dyn TwoInputOperator<T, R>>> + Send + 'static,
+    {
+        assert!(Arc::ptr_eq(&self.graph, &other.graph), "two streams of different jobs cannot be combined");
+        let job = self.job();
         let kind = NodeKind::TwoInput {
             make: Box::new(move |ctx, down| {
-                window.validate()?;
-                let op = WindowJoin::new(
-                    window,
-                    key_left.clone(),
-                    key_right.clone(),
-                    ts_left.clone(),
-                    ts_right.clone(),
-                    join.clone(),
-                    ctx.metrics.late_counter(),
-                    downcast_collector::<O>(down),
-                );
-                let mut op = Guarded::new(ctx.clone(), op);
+                let outputs = *down.downcast::<Outputs<O>>().expect("builder type mismatch: outputs");
+                let mut op = Guarded::new(ctx.clone(), make(ctx, outputs)?);
                 restore_operator(ctx, |view| match view {
                     RestoreView::Own(bytes) => op.restore_state(bytes),
                     RestoreView::Rescaled { parts, scope } => op.restore_rescaled(&parts, &scope),
@@ -896,23 +977,13 @@ impl<T: Record> Stream<T> {
                     as Box<dyn Task>)
             }),
         };
+        let [(p1, c1), (p2, c2)] = inputs;
         let inputs = vec![
-            Input {
-                from: self.node,
-                input: 0,
-                port: 0,
-                partitioning: Partitioning::KeyBy,
-                make_channels: Some(channels_of::<T, _>(Some(move |t: &T| hash_key(&kl(t))))),
-            },
-            Input {
-                from: other.node,
-                input: 1,
-                port: 0,
-                partitioning: Partitioning::KeyBy,
-                make_channels: Some(channels_of::<R, _>(Some(move |r: &R| hash_key(&kr(r))))),
-            },
+            Input { from: self.node, input: 0, port: 0, partitioning: p1, make_channels: Some(c1) },
+            Input { from: other.node, input: 1, port: 0, partitioning: p2, make_channels: Some(c2) },
         ];
-        let id = job.add_node("window-join", self.parallelism(), true, kind, fan_out_of::<O>(), inputs);
+        let id = job.add_node(base, self.parallelism(), true, kind, fan_out_of::<O>(), inputs);
+        job.graph.borrow_mut().nodes[id].with_sides = Some(outputs_of::<O>());
         job.stream(id)
     }
 
@@ -1111,6 +1182,23 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     pub fn processing_time_window(self, window: Window) -> WindowedStream<T, KF, fn(&T) -> Timestamp> {
         let settings = WindowSettings { processing_time: true, ..WindowSettings::default() };
         WindowedStream { keyed: self, window, timestamp: |_| 0, settings }
+    }
+
+    /// Connects this keyed stream with another keyed by the same key type: a
+    /// [`KeyedCoProcessFunction`] then sees both, records of one key in one subtask, with
+    /// shared keyed state and timers (Flink's `connect` + `KeyedCoProcessFunction`).
+    pub fn connect<B: Record, KB: Fn(&B) -> K + Clone + Send + 'static>(
+        self,
+        other: KeyedStream<B, KB>,
+    ) -> ConnectedStreams<T, B, KF, KB> {
+        ConnectedStreams { first: self, second: other }
+    }
+
+    /// Connects this keyed stream with `broadcast`, whose every record reaches every subtask:
+    /// a [`KeyedBroadcastProcessFunction`] keeps the broadcast records' effect in
+    /// [`crate::operator::co_process::BroadcastState`] (rules, say), read by the keyed side.
+    pub fn connect_broadcast<B: Record>(self, broadcast: Stream<B>) -> BroadcastConnectedStream<T, B, KF> {
+        BroadcastConnectedStream { keyed: self, broadcast }
     }
 
     /// Event-time session windows: a key's records less than `gap` apart (by `timestamp`) are

@@ -154,7 +154,11 @@ impl Graph {
             n.parallelism.hash(&mut h);
         }
         for e in &self.edges {
-            (e.from, e.to, e.input, e.port, e.partitioning as u8).hash(&mut h);
+            (e.from, e.to, e.input, e.partitioning as u8).hash(&mut h);
+            // Side-output edges only, so main-output graphs keep their fingerprints.
+            if e.port != 0 {
+                e.port.hash(&mut h);
+            }
         }
         format!("{:016x}", h.finish())
     }

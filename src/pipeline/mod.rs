@@ -10,7 +10,10 @@ pub(crate) mod graph;
 mod plan;
 mod task;
 
-pub use api::{Job, KeyedStream, LineStream, SessionWindowedStream, Stream, WindowedStream, DEFAULT_EXTERNAL_RING};
+pub use api::{
+    BroadcastConnectedStream, ConnectedStreams, Job, KeyedStream, LineStream, SessionWindowedStream, Stream,
+    WindowedStream, DEFAULT_EXTERNAL_RING,
+};
 pub(crate) use graph::Graph;
 pub(crate) use plan::{build as build_plan, CheckpointWiring, PlanEnv, PlanLimits};
 pub(crate) use task::{poll_catching_panics, JobControl, Task, TaskPoll};

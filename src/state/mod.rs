@@ -23,6 +23,13 @@ pub use paged::{state_memory_bytes, PagedFork, PagedMap, PAGE_SLOTS};
 pub use scoped::{AggregatingView, ListView, MapView, ReducingState, ReducingView, ScopedState, ValueView};
 pub use timers::{TimeDomain, TimerService};
 
+/// Forks a [`PagedMap`] for a snapshot written as its entries (`Vec<(K, V)>`).
+pub(crate) fn fork_paged<K: Key + Sync, V: Persist + Clone + Send + Sync + 'static>(
+    map: &mut PagedMap<K, V>,
+) -> Box<dyn ForkedState> {
+    Box::new(kinds::ForkedMap(map.fork()))
+}
+
 /// State that can be snapshotted in two steps.
 pub trait Snapshot {
     /// The synchronous part: capture the current state so later writes do not affect it.
