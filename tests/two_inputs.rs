@@ -25,9 +25,8 @@ fn order(i: u64) -> (u64, u64, u64) {
 }
 
 /// Orders with `i % 3 != 0` are paid, within `DEADLINE` of the order: (id, amount, time).
-fn payment(j: u64) -> Option<(u64, u64, u64)> {
-    let i = j;
-    (i % 3 != 0).then(|| (i, 10 + i % 90, order(i).2 + 10 + (i * 31) % 80))
+fn payment(i: u64) -> Option<(u64, u64, u64)> {
+    (!i.is_multiple_of(3)).then(|| (i, 10 + i % 90, order(i).2 + 10 + (i * 31) % 80))
 }
 
 /// Matches each order with its payment (they may come in either order); an order unpaid when
@@ -141,15 +140,13 @@ impl KeyedBroadcastProcessFunction<u64, (u64, u64), (u64, u64)> for Thresholds {
     }
 }
 
+type Collected = std::sync::Arc<std::sync::Mutex<Vec<(u64, u64, Option<u64>)>>>;
+
 fn threshold(category: u64) -> u64 {
     category * 10 + 5
 }
 
-fn rules_job(
-    p: usize,
-    dir: &std::path::Path,
-    events: u64,
-) -> (Job, std::sync::Arc<std::sync::Mutex<Vec<(u64, u64, Option<u64>)>>>) {
+fn rules_job(p: usize, dir: &std::path::Path, events: u64) -> (Job, Collected) {
     let job = Job::new("thresholds")
         .with_parallelism(p)
         .with_checkpointing(CheckpointConfig::new(dir).interval(Duration::from_secs(3600)));
