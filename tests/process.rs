@@ -263,3 +263,113 @@ fn mistakes_are_refused_when_the_job_starts() {
     let e = start_error(job);
     assert!(e.contains("max drift of 0"), "{e}");
 }
+
+/// A count per key that starts again when the key was quiet for `TTL` of event time: the
+/// count lives in a TTL value state.
+#[derive(Clone)]
+struct CountUntilExpired;
+
+const TTL: u64 = 60;
+const TTL_EVENTS: u64 = 4_000;
+
+/// One source, out of order, with keys that go quiet now and then.
+fn ttl_event(i: u64) -> (u64, u64) {
+    let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let key = if (i / 500) % 2 == 0 { (h >> 7) % 3 } else { 3 + (h >> 7) % 3 };
+    (key, (i * 2).saturating_sub((h >> 40) % 20))
+}
+
+impl KeyedProcessFunction<u64, (u64, u64)> for CountUntilExpired {
+    type Out = (u64, u64, u64);
+    type State = weir::state::TtlValueState<u64, u64>;
+    fn state(&self) -> Self::State {
+        weir::state::TtlValueState::new(weir::state::StateTtlConfig::event_time(TTL))
+    }
+    fn process(&mut self, (key, ts): (u64, u64), ctx: &mut KeyedContext<'_, u64, Self::State, Self::Out>) {
+        let mut s = ctx.state();
+        let n = s.get_or_insert_with(|| 0);
+        *n += 1;
+        let n = *n;
+        ctx.emit((key, ts, n));
+    }
+}
+
+/// The counts, one record at a time: a value written at watermark `w` is gone once the
+/// watermark (the largest time before the record, no out-of-orderness) reaches `w + TTL`.
+fn ttl_reference() -> Vec<(u64, u64, u64)> {
+    let mut state: HashMap<u64, (u64, u64)> = HashMap::new();
+    let (mut wm, mut out) = (0u64, Vec::new());
+    for (key, ts) in (0..TTL_EVENTS).map(ttl_event) {
+        let entry = state.entry(key).or_insert((0, wm));
+        if entry.1 + TTL <= wm {
+            *entry = (0, wm);
+        }
+        entry.0 += 1;
+        entry.1 = wm;
+        out.push((key, ts, entry.0));
+        wm = wm.max(ts);
+    }
+    out.sort_unstable();
+    out
+}
+
+fn ttl_job(p: usize, dir: &Path, rate: Option<f64>) -> (Job, CommittedOutput<(u64, u64, u64)>) {
+    let job = Job::new("ttl")
+        .with_parallelism(p)
+        .with_checkpointing(CheckpointConfig::new(dir).interval(Duration::from_secs(3600)));
+    let g = Generator::new(|i, _| ttl_event(i)).count(TTL_EVENTS);
+    let g = match rate {
+        Some(r) => g.rate(r),
+        None => g,
+    };
+    let out = job
+        .generator(g)
+        .named("events")
+        .set_parallelism(1)
+        .with_watermarks(|e: &(u64, u64)| e.1, 0)
+        .named("time")
+        .key_by(|e: &(u64, u64)| e.0)
+        .keyed_process(CountUntilExpired)
+        .named("counts")
+        .collect_exactly_once();
+    (job, out)
+}
+
+#[test]
+fn state_ttl_in_event_time_expires_quiet_keys_across_a_savepoint_and_a_rescale() {
+    let expected = ttl_reference();
+    assert!(expected.iter().filter(|r| r.2 == 1).count() > 6, "keys expire and start again");
+    let dir = tempfile::tempdir().unwrap();
+    // One record per batch, so the watermark before each record is the one the reference uses.
+    let config = || RunConfig::default().workers(2).batch_size(1);
+    let (job, out) = ttl_job(2, &dir.path().join("g"), None);
+    job.execute(config()).unwrap();
+    assert_eq!(sorted(&out), expected);
+
+    let (a, out_a) = ttl_job(2, &dir.path().join("a"), Some(40_000.0));
+    let handle = a.start(config()).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    let sp = handle.stop_with_savepoint(dir.path().join("sp")).unwrap().savepoint().expect("a savepoint");
+    let (b, out_b) = ttl_job(3, &dir.path().join("b"), None);
+    b.restore_from(&sp, false).execute(config()).unwrap();
+    assert_eq!(joined([out_a, out_b]), expected);
+}
+
+#[test]
+fn a_state_ttl_of_zero_is_refused_when_the_job_starts() {
+    #[derive(Clone)]
+    struct ZeroTtl;
+    impl KeyedProcessFunction<u64, u64> for ZeroTtl {
+        type Out = u64;
+        type State = weir::state::TtlValueState<u64, u64>;
+        fn state(&self) -> Self::State {
+            weir::state::TtlValueState::new(weir::state::StateTtlConfig::new(Duration::ZERO))
+        }
+        fn process(&mut self, x: u64, ctx: &mut KeyedContext<'_, u64, Self::State, u64>) {
+            ctx.emit(x)
+        }
+    }
+    let job = Job::new("zero-ttl");
+    job.generator(Generator::new(|i, _| i).count(10)).key_by(|x: &u64| *x).keyed_process(ZeroTtl).discard();
+    assert!(start_error(job).contains("state TTL of 0"));
+}

@@ -208,9 +208,10 @@ pub(crate) struct CoProcessOperator<A, B, K, P: KeyedCoProcessFunction<K, A, B>,
 }
 
 impl<A, B, K: Key, P: KeyedCoProcessFunction<K, A, B>, KA, KB> CoProcessOperator<A, B, K, P, KA, KB> {
-    pub(crate) fn new(ctx: &TaskContext, key1: KA, key2: KB, f: P, outputs: Outputs<P::Out>) -> Self {
+    pub(crate) fn new(ctx: &TaskContext, key1: KA, key2: KB, f: P, outputs: Outputs<P::Out>) -> Result<Self> {
         let state = f.state();
-        CoProcessOperator {
+        state.check()?;
+        Ok(CoProcessOperator {
             key1,
             key2,
             f,
@@ -221,7 +222,7 @@ impl<A, B, K: Key, P: KeyedCoProcessFunction<K, A, B>, KA, KB> CoProcessOperator
             outputs,
             clock: ctx.clock.clone(),
             _inputs: std::marker::PhantomData,
-        }
+        })
     }
 
     fn watermark(&self) -> Option<Timestamp> {
@@ -232,8 +233,7 @@ impl<A, B, K: Key, P: KeyedCoProcessFunction<K, A, B>, KA, KB> CoProcessOperator
     fn fire(&mut self, domain: TimeDomain, upto: Timestamp) -> Result<()> {
         let watermark = self.watermark();
         let (state, (timers, _)) = &mut self.held;
-        let mut scope =
-            TimerScope { state, timers, out: &mut self.out, outputs: &mut self.outputs, clock: &self.clock };
+        let mut scope = TimerScope::new(state, timers, &mut self.out, &mut self.outputs, &self.clock);
         let f = &mut self.f;
         scope.fire(domain, upto, watermark, |ts, ctx| f.on_timer(ts, domain, ctx));
         self.outputs.batch(&mut self.out)
@@ -271,8 +271,7 @@ where
     fn batch1(&mut self, records: &mut Vec<A>) -> Result<()> {
         let watermark = self.watermark();
         let (state, (timers, _)) = &mut self.held;
-        let mut scope =
-            TimerScope { state, timers, out: &mut self.out, outputs: &mut self.outputs, clock: &self.clock };
+        let mut scope = TimerScope::new(state, timers, &mut self.out, &mut self.outputs, &self.clock);
         let f = &mut self.f;
         each_with_context(records, &self.key1, &mut scope, watermark, |r, ctx| f.process1(r, ctx));
         self.outputs.batch(&mut self.out)?;
@@ -281,8 +280,7 @@ where
     fn batch2(&mut self, records: &mut Vec<B>) -> Result<()> {
         let watermark = self.watermark();
         let (state, (timers, _)) = &mut self.held;
-        let mut scope =
-            TimerScope { state, timers, out: &mut self.out, outputs: &mut self.outputs, clock: &self.clock };
+        let mut scope = TimerScope::new(state, timers, &mut self.out, &mut self.outputs, &self.clock);
         let f = &mut self.f;
         each_with_context(records, &self.key2, &mut scope, watermark, |r, ctx| f.process2(r, ctx));
         self.outputs.batch(&mut self.out)?;
@@ -357,9 +355,10 @@ pub(crate) struct BroadcastProcessOperator<T, B, K, P: KeyedBroadcastProcessFunc
 }
 
 impl<T, B, K: Key, P: KeyedBroadcastProcessFunction<K, T, B>, KF> BroadcastProcessOperator<T, B, K, P, KF> {
-    pub(crate) fn new(ctx: &TaskContext, key: KF, f: P, outputs: Outputs<P::Out>) -> Self {
+    pub(crate) fn new(ctx: &TaskContext, key: KF, f: P, outputs: Outputs<P::Out>) -> Result<Self> {
         let state = f.state();
-        BroadcastProcessOperator {
+        state.check()?;
+        Ok(BroadcastProcessOperator {
             key,
             f,
             held: (state, (TimerService::new(), (EventTime(None), BroadcastState::default()))),
@@ -368,13 +367,12 @@ impl<T, B, K: Key, P: KeyedBroadcastProcessFunction<K, T, B>, KF> BroadcastProce
             outputs,
             clock: ctx.clock.clone(),
             _inputs: std::marker::PhantomData,
-        }
+        })
     }
 
     fn fire(&mut self, domain: TimeDomain, upto: Timestamp) -> Result<()> {
         let (state, (timers, (watermark, broadcast))) = &mut self.held;
-        let mut scope =
-            TimerScope { state, timers, out: &mut self.out, outputs: &mut self.outputs, clock: &self.clock };
+        let mut scope = TimerScope::new(state, timers, &mut self.out, &mut self.outputs, &self.clock);
         let f = &mut self.f;
         let broadcast = &*broadcast;
         scope.fire(domain, upto, watermark.0, |ts, ctx| f.on_timer(ts, domain, broadcast, ctx));
@@ -407,8 +405,7 @@ where
 {
     fn batch1(&mut self, records: &mut Vec<T>) -> Result<()> {
         let (state, (timers, (watermark, broadcast))) = &mut self.held;
-        let mut scope =
-            TimerScope { state, timers, out: &mut self.out, outputs: &mut self.outputs, clock: &self.clock };
+        let mut scope = TimerScope::new(state, timers, &mut self.out, &mut self.outputs, &self.clock);
         let (f, broadcast) = (&mut self.f, &*broadcast);
         each_with_context(records, &self.key, &mut scope, watermark.0, |r, ctx| f.process(r, broadcast, ctx));
         self.outputs.batch(&mut self.out)?;

@@ -178,9 +178,10 @@ pub(crate) struct KeyedProcessOperator<T, K, P: KeyedProcessFunction<K, T>, KF> 
 }
 
 impl<T, K: Key, P: KeyedProcessFunction<K, T>, KF> KeyedProcessOperator<T, K, P, KF> {
-    pub(crate) fn new(ctx: &TaskContext, key: KF, f: P, outputs: Outputs<P::Out>) -> Self {
+    pub(crate) fn new(ctx: &TaskContext, key: KF, f: P, outputs: Outputs<P::Out>) -> Result<Self> {
         let state = f.state();
-        KeyedProcessOperator {
+        state.check()?;
+        Ok(KeyedProcessOperator {
             key,
             f,
             held: (state, (TimerService::new(), EventTime(None))),
@@ -188,14 +189,13 @@ impl<T, K: Key, P: KeyedProcessFunction<K, T>, KF> KeyedProcessOperator<T, K, P,
             outputs,
             clock: ctx.clock.clone(),
             _input: std::marker::PhantomData,
-        }
+        })
     }
 
     /// Fires every timer of `domain` at or before `upto` (including those the timers set).
     fn fire(&mut self, domain: TimeDomain, upto: Timestamp) {
         let (state, (timers, watermark)) = &mut self.held;
-        let mut scope =
-            TimerScope { state, timers, out: &mut self.out, outputs: &mut self.outputs, clock: &self.clock };
+        let mut scope = TimerScope::new(state, timers, &mut self.out, &mut self.outputs, &self.clock);
         let f = &mut self.f;
         scope.fire(domain, upto, watermark.0, |ts, ctx| f.on_timer(ts, domain, ctx));
     }
@@ -217,6 +217,8 @@ pub(crate) fn due_processing_time<K: Key>(timers: &TimerService<K>, clock: &Cloc
 
 /// What firing timers needs of a keyed operator (every keyed function operator has these).
 pub(crate) struct TimerScope<'a, K, S, O> {
+    /// Processing time when the scope was made (what expiring state counts in).
+    pub(crate) now: Timestamp,
     pub(crate) state: &'a mut S,
     pub(crate) timers: &'a mut TimerService<K>,
     pub(crate) out: &'a mut Vec<O>,
@@ -224,7 +226,17 @@ pub(crate) struct TimerScope<'a, K, S, O> {
     pub(crate) clock: &'a Clock,
 }
 
-impl<K: Key, S: ScopedState<K>, O> TimerScope<'_, K, S, O> {
+impl<'a, K: Key, S: ScopedState<K>, O> TimerScope<'a, K, S, O> {
+    pub(crate) fn new(
+        state: &'a mut S,
+        timers: &'a mut TimerService<K>,
+        out: &'a mut Vec<O>,
+        outputs: &'a mut Outputs<O>,
+        clock: &'a Clock,
+    ) -> Self {
+        TimerScope { now: clock.processing_time_ms(), state, timers, out, outputs, clock }
+    }
+
     /// Fires every timer of `domain` at or before `upto`, earliest first (including those the
     /// timers themselves set), each with its key as the current key.
     pub(crate) fn fire(
@@ -242,6 +254,7 @@ impl<K: Key, S: ScopedState<K>, O> TimerScope<'_, K, S, O> {
 
     /// The context of `key`.
     pub(crate) fn context<'k>(&'k mut self, key: &'k K, watermark: Option<Timestamp>) -> KeyedContext<'k, K, S, O> {
+        self.state.advance_time(self.now, watermark);
         KeyedContext {
             key,
             state: self.state,
@@ -264,12 +277,11 @@ where
 {
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
         let (state, (timers, watermark)) = &mut self.held;
-        let (f, key_of, out, sides, clock) =
-            (&mut self.f, &self.key, &mut self.out, &mut self.outputs.sides, &self.clock);
+        let mut scope = TimerScope::new(state, timers, &mut self.out, &mut self.outputs, &self.clock);
+        let (f, key_of, watermark) = (&mut self.f, &self.key, watermark.0);
         crate::collector::move_each(records, |r, _| {
             let key = key_of(&r);
-            let mut ctx = KeyedContext { key: &key, state, timers, out, sides, watermark: watermark.0, clock };
-            f.process(r, &mut ctx);
+            f.process(r, &mut scope.context(&key, watermark));
         });
         self.outputs.batch(&mut self.out)?;
         self.fire_processing_time()

@@ -583,7 +583,7 @@ where
         let inputs = [(Partitioning::KeyBy, first.keyed_channels()), (Partitioning::KeyBy, second.keyed_channels())];
         let (k1, k2) = (first.key.clone(), second.key.clone());
         first.stream.two_input("co-process", &second.stream, inputs, move |ctx, outputs| {
-            Ok(Box::new(CoProcessOperator::new(ctx, k1.clone(), k2.clone(), f.clone(), outputs)))
+            Ok(Box::new(CoProcessOperator::new(ctx, k1.clone(), k2.clone(), f.clone(), outputs)?))
         })
     }
 }
@@ -604,7 +604,7 @@ impl<T: Record, B: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> Bro
         ];
         let key = keyed.key.clone();
         keyed.stream.two_input("broadcast-process", &broadcast, inputs, move |ctx, outputs| {
-            Ok(Box::new(BroadcastProcessOperator::new(ctx, key.clone(), f.clone(), outputs)))
+            Ok(Box::new(BroadcastProcessOperator::new(ctx, key.clone(), f.clone(), outputs)?))
         })
     }
 }
@@ -1133,7 +1133,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         let key = self.key.clone();
         let channels = self.keyed_channels();
         self.stream.with_side_outputs("process", Partitioning::KeyBy, channels, true, move |ctx, outputs| {
-            Ok(Box::new(KeyedProcessOperator::new(ctx, key.clone(), f.clone(), outputs)))
+            Ok(Box::new(KeyedProcessOperator::new(ctx, key.clone(), f.clone(), outputs)?))
         })
     }
 

@@ -18,6 +18,10 @@ pub trait KeyedState: Snapshot + Send + 'static {
     /// Restores from the snapshots of several subtasks, keeping the keys whose key groups
     /// `scope` owns now.
     fn restore_owned(&mut self, parts: &[&[u8]], scope: &KeyScope) -> Result<()>;
+    /// Checks the state's configuration (a TTL of zero, say) when the job starts.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Reads `Vec<(K, V)>` snapshots into a fresh map, keeping the entries `keep` accepts.
@@ -343,6 +347,10 @@ impl<A: Snapshot, B: Snapshot> Snapshot for (A, B) {
 }
 
 impl<A: KeyedState, B: KeyedState> KeyedState for (A, B) {
+    fn check(&self) -> Result<()> {
+        self.0.check()?;
+        self.1.check()
+    }
     fn restore_owned(&mut self, parts: &[&[u8]], scope: &KeyScope) -> Result<()> {
         let split: Vec<(&[u8], &[u8])> = parts.iter().map(|p| split_pair(p)).collect::<Result<_>>()?;
         self.0.restore_owned(&split.iter().map(|s| s.0).collect::<Vec<_>>(), scope)?;

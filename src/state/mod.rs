@@ -16,12 +16,16 @@ mod kinds;
 mod paged;
 mod scoped;
 mod timers;
+mod ttl;
 
 pub use crate::snapshot::{ForkedState, PersistedFork, StateChunks};
 pub use kinds::{AggregatingState, KeyedState, ListState, MapState};
 pub use paged::{state_memory_bytes, PagedFork, PagedMap, PAGE_SLOTS};
 pub use scoped::{AggregatingView, ListView, MapView, ReducingState, ReducingView, ScopedState, ValueView};
 pub use timers::{TimeDomain, TimerService};
+pub use ttl::{
+    StateTtlConfig, TtlListState, TtlListView, TtlTime, TtlUpdate, TtlValueState, TtlValueView, TtlVisibility,
+};
 
 /// Forks a [`PagedMap`] for a snapshot written as its entries (`Vec<(K, V)>`).
 pub(crate) fn fork_paged<K: Key + Sync, V: Persist + Clone + Send + Sync + 'static>(

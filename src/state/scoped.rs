@@ -23,6 +23,10 @@ pub trait ScopedState<K>: KeyedState {
         K: 'a;
     /// The view of `key`'s entries.
     fn scoped<'a>(&'a mut self, key: &'a K) -> Self::View<'a>;
+    /// The time now, for state that expires ([`super::TtlValueState`]): processing time in
+    /// milliseconds and the operator's watermark. Called before every record and timer.
+    fn advance_time(&mut self, _processing_ms: crate::record::Timestamp, _watermark: Option<crate::record::Timestamp>) {
+    }
 }
 
 /// One key's value in a [`KeyedValueState`].
@@ -307,6 +311,10 @@ impl<K, A: ScopedState<K>, B: ScopedState<K>> ScopedState<K> for (A, B) {
         K: 'a;
     fn scoped<'a>(&'a mut self, key: &'a K) -> Self::View<'a> {
         (self.0.scoped(key), self.1.scoped(key))
+    }
+    fn advance_time(&mut self, processing_ms: crate::record::Timestamp, watermark: Option<crate::record::Timestamp>) {
+        self.0.advance_time(processing_ms, watermark);
+        self.1.advance_time(processing_ms, watermark);
     }
 }
 
