@@ -275,7 +275,7 @@ const TTL_EVENTS: u64 = 4_000;
 /// One source, out of order, with keys that go quiet now and then.
 fn ttl_event(i: u64) -> (u64, u64) {
     let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let key = if (i / 500) % 2 == 0 { (h >> 7) % 3 } else { 3 + (h >> 7) % 3 };
+    let key = if (i / 500).is_multiple_of(2) { (h >> 7) % 3 } else { 3 + (h >> 7) % 3 };
     (key, (i * 2).saturating_sub((h >> 40) % 20))
 }
 
