@@ -92,8 +92,12 @@ fn seed_range(s: &str) -> Result<std::ops::Range<u64>, String> {
 
 #[derive(Args, Debug)]
 struct NexmarkArgs {
-    /// q0 (pass-through), q1 (currency conversion), q2 (selection), q5 (hot items),
-    /// q7 (highest bid), q8 (new users).
+    /// q0 (pass-through), q1 (currency conversion), q2 (selection), q3 (local item
+    /// suggestion), q4 (average price per category), q5 (hot items), q6 (average price per
+    /// seller), q7 (highest bid), q8 (new users), q9 (winning bids), q11 (user sessions), q12
+    /// (processing-time windows), q13 (side input join), q14 (calculation), q15-q17 (bid,
+    /// channel and auction statistics), q18 (last bid), q19 (top 10 bids), q20 (expanded bids),
+    /// q21 (channel id), q22 (URL directories).
     #[arg(long)]
     query: weir::nexmark::Query,
     /// Events to generate (persons, auctions and bids, 1:3:46).

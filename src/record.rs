@@ -195,8 +195,14 @@ pub const WORD_INLINE_BYTES: usize = 28;
 pub struct Word(WordRepr);
 
 enum WordRepr {
-    Inline { bytes: [u8; WORD_INLINE_BYTES], len: u8 },
+    Inline {
+        bytes: [u8; WORD_INLINE_BYTES],
+        len: u8,
+    },
     Long(std::sync::Arc<str>),
+    /// A long text that lives as long as the program (a constant, or a table made once): no
+    /// count to keep, so clones and drops cost nothing.
+    Static(&'static str),
 }
 
 const _: () = assert!(WORD_INLINE_BYTES < u8::MAX as usize);
@@ -209,6 +215,7 @@ impl Clone for Word {
         match &self.0 {
             WordRepr::Inline { bytes, len } => Word(WordRepr::Inline { bytes: *bytes, len: *len }),
             WordRepr::Long(s) => Word(WordRepr::Long(s.clone())),
+            WordRepr::Static(s) => Word(WordRepr::Static(s)),
         }
     }
 }
@@ -228,9 +235,9 @@ impl PartialEq for Word {
             (WordRepr::Inline { bytes: a, len: la }, WordRepr::Inline { bytes: b, len: lb }) => {
                 la == lb && inline_words(a) == inline_words(b)
             }
-            (WordRepr::Long(a), WordRepr::Long(b)) => a == b,
+            (WordRepr::Inline { .. }, _) | (_, WordRepr::Inline { .. }) => false,
             // A word is inline exactly when it is short: the two are different words.
-            _ => false,
+            (a, b) => a.long_text() == b.long_text(),
         }
     }
 }
@@ -250,10 +257,23 @@ impl Hash for Word {
                 state.write_u64(c);
                 state.write_u64(tail | (u64::from(*len) << 32));
             }
-            WordRepr::Long(s) => {
+            long => {
+                let s = long.long_text();
                 state.write(s.as_bytes());
                 state.write_usize(s.len());
             }
+        }
+    }
+}
+
+impl WordRepr {
+    /// The text of a long word (empty for an inline one).
+    #[inline]
+    fn long_text(&self) -> &str {
+        match self {
+            WordRepr::Inline { .. } => "",
+            WordRepr::Long(s) => s,
+            WordRepr::Static(s) => s,
         }
     }
 }
@@ -267,6 +287,46 @@ impl Word {
             return Word(WordRepr::Inline { bytes, len: text.len() as u8 });
         }
         Self::new_long(text)
+    }
+
+    /// A word of text that lives as long as the program: no allocation, and clones and drops
+    /// keep no count (a restored copy owns its text as usual).
+    pub fn from_static(text: &'static str) -> Word {
+        if text.len() <= WORD_INLINE_BYTES {
+            return Word::new(text);
+        }
+        Word(WordRepr::Static(text))
+    }
+
+    /// A word of ASCII bytes (at most 28: inline, no allocation; longer ones are checked and
+    /// stored as usual).
+    #[inline]
+    pub fn from_ascii(text: &[u8]) -> Word {
+        // (Bytes that are not ASCII are still memory-safe inline: `with_str` reads invalid
+        // UTF-8 as U+FFFD; they are refused here so a word's text is what was given.)
+        if text.len() <= WORD_INLINE_BYTES && text.iter().all(|b| b.is_ascii()) {
+            let mut bytes = [0u8; WORD_INLINE_BYTES];
+            bytes[..text.len()].copy_from_slice(text);
+            return Word::inline(bytes, text.len());
+        }
+        Self::new(&String::from_utf8_lossy(text))
+    }
+
+    /// The first `len` bytes of `window` (ASCII, `len` at most 28) as an inline word, without a
+    /// copy of variable length: the window is copied whole and the rest masked off.
+    #[inline]
+    pub(crate) fn from_ascii_prefix(window: &[u8; WORD_INLINE_BYTES], len: usize) -> Word {
+        debug_assert!(len <= WORD_INLINE_BYTES && window[..len].is_ascii());
+        let mut bytes = *window;
+        for (lane, chunk) in bytes.chunks_mut(8).enumerate() {
+            let keep = len.saturating_sub(lane * 8).min(8);
+            let mask = if keep == 8 { u64::MAX } else { (1u64 << (8 * keep)) - 1 };
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            let masked = (u64::from_le_bytes(word) & mask).to_le_bytes();
+            chunk.copy_from_slice(&masked[..chunk.len()]);
+        }
+        Word::inline(bytes, len)
     }
 
     /// An inline word from its zero-padded bytes (the splitter's fast path).
@@ -287,6 +347,7 @@ impl Word {
         match &self.0 {
             WordRepr::Inline { len, .. } => *len as usize,
             WordRepr::Long(s) => s.len(),
+            WordRepr::Static(s) => s.len(),
         }
     }
 
@@ -303,6 +364,7 @@ impl Word {
                 f(std::str::from_utf8(&bytes[..*len as usize]).unwrap_or("\u{FFFD}"))
             }
             WordRepr::Long(s) => f(s),
+            WordRepr::Static(s) => f(s),
         }
     }
 
@@ -317,6 +379,7 @@ impl Word {
                 out.truncate(start + *len as usize);
             }
             WordRepr::Long(s) => out.extend_from_slice(s.as_bytes()),
+            WordRepr::Static(s) => out.extend_from_slice(s.as_bytes()),
         }
     }
 
@@ -519,6 +582,25 @@ pub fn for_each_word_in_bytes(bytes: &[u8], mut f: impl FnMut(Word)) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn static_and_ascii_prefix_words_equal_and_hash_as_the_same_text() {
+        let long = "https://www.nexmark.com/abcde/fghij/klmno/item.htm?query=1";
+        let (a, b) = (Word::from_static(long), Word::new(long));
+        assert_eq!(a, b);
+        assert_eq!(hash_key(&a), hash_key(&b));
+        assert_eq!(a.clone().as_str(), long);
+        let mut encoded = Vec::new();
+        a.persist(&mut encoded);
+        assert_eq!(crate::persist::from_bytes::<Word>(&encoded).unwrap(), b, "restores as an owned word");
+        let window: [u8; WORD_INLINE_BYTES] = *b"abcdefghijklmnopqrstuvwxyz01";
+        for len in 0..=WORD_INLINE_BYTES {
+            let w = Word::from_ascii_prefix(&window, len);
+            assert_eq!(w, Word::new(std::str::from_utf8(&window[..len]).unwrap()), "length {len}");
+        }
+        assert_eq!(Word::from_ascii(b"plain"), Word::new("plain"));
+        assert_eq!(Word::from_ascii(&[0xff, b'a']).as_str(), "\u{FFFD}a", "not ASCII: checked as UTF-8");
+    }
+
     use super::*;
 
     fn words(s: &str) -> Vec<String> {
