@@ -64,5 +64,69 @@ fn updates(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, updates);
+/// Timers at a million keys: register one per key, fire them all, delete them all, and the
+/// synchronous part of a snapshot of the timer state (what a checkpoint pauses the task for).
+fn timers(c: &mut Criterion) {
+    use weir::state::{Snapshot, TimeDomain, TimerService};
+    const TIMER_KEYS: u64 = 1_000_000;
+    let at = |k: u64| 1_000 + k.wrapping_mul(0x9E37_79B9) % 100_000;
+    let full = || {
+        let mut t: TimerService<u64> = TimerService::new();
+        for k in 0..TIMER_KEYS {
+            t.register(TimeDomain::EventTime, &k, at(k));
+        }
+        t
+    };
+    let mut g = c.benchmark_group("timers_1m_keys");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(TIMER_KEYS));
+    g.bench_function("register", |b| {
+        b.iter_batched(
+            TimerService::<u64>::new,
+            |mut t| {
+                for k in 0..TIMER_KEYS {
+                    t.register(TimeDomain::EventTime, &k, at(k));
+                }
+                t
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.bench_function("fire_all", |b| {
+        b.iter_batched(
+            full,
+            |mut t| {
+                let mut n = 0;
+                while t.pop_due(TimeDomain::EventTime, u64::MAX).is_some() {
+                    n += 1;
+                }
+                assert_eq!(n, TIMER_KEYS);
+                t
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.bench_function("delete_all", |b| {
+        b.iter_batched(
+            full,
+            |mut t| {
+                for k in 0..TIMER_KEYS {
+                    t.delete(TimeDomain::EventTime, &k, at(k));
+                }
+                assert!(t.is_empty());
+                t
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+    let mut g = c.benchmark_group("timers_1m_keys_snapshot");
+    g.sample_size(20);
+    let mut t = full();
+    assert_eq!(t.len() as u64, TIMER_KEYS, "benches assert before they measure");
+    g.bench_function("synchronous_fork", |b| b.iter(|| t.fork()));
+    g.finish();
+}
+
+criterion_group!(benches, updates, timers);
 criterion_main!(benches);

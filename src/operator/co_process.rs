@@ -251,7 +251,7 @@ impl<A, B, K: Key, P: KeyedCoProcessFunction<K, A, B>, KA, KB> CoProcessOperator
     }
 
     fn processing_time(&mut self) -> Result<()> {
-        if due_processing_time(&self.held.1 .0, &self.clock) {
+        if due_processing_time(&mut self.held.1 .0, &self.clock) {
             self.fire(TimeDomain::ProcessingTime, self.clock.processing_time_ms())?;
         }
         Ok(())
@@ -380,7 +380,7 @@ impl<T, B, K: Key, P: KeyedBroadcastProcessFunction<K, T, B>, KF> BroadcastProce
     }
 
     fn processing_time(&mut self) -> Result<()> {
-        if due_processing_time(&self.held.1 .0, &self.clock) {
+        if due_processing_time(&mut self.held.1 .0, &self.clock) {
             self.fire(TimeDomain::ProcessingTime, self.clock.processing_time_ms())?;
         }
         Ok(())

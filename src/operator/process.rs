@@ -201,7 +201,7 @@ impl<T, K: Key, P: KeyedProcessFunction<K, T>, KF> KeyedProcessOperator<T, K, P,
     }
 
     fn fire_processing_time(&mut self) -> Result<()> {
-        if due_processing_time(&self.held.1 .0, &self.clock) {
+        if due_processing_time(&mut self.held.1 .0, &self.clock) {
             self.fire(TimeDomain::ProcessingTime, self.clock.processing_time_ms());
             self.outputs.batch(&mut self.out)?;
         }
@@ -211,7 +211,7 @@ impl<T, K: Key, P: KeyedProcessFunction<K, T>, KF> KeyedProcessOperator<T, K, P,
 
 /// Whether a processing-time timer is due.
 #[inline]
-pub(crate) fn due_processing_time<K: Key>(timers: &TimerService<K>, clock: &Clock) -> bool {
+pub(crate) fn due_processing_time<K: Key>(timers: &mut TimerService<K>, clock: &Clock) -> bool {
     timers.next(TimeDomain::ProcessingTime).is_some_and(|t| t <= clock.processing_time_ms())
 }
 

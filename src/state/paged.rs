@@ -219,6 +219,13 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         self.find(key).ok().map(|i| &self.slot(i).as_ref().expect("found").1)
     }
 
+    /// The value of `key`, for changing (its page is copied first if a snapshot shares it).
+    #[inline]
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        let i = self.find(key).ok()?;
+        Some(&mut self.slot_mut(i).as_mut().expect("found").1)
+    }
+
     /// The value of `key`, inserting `init()` first if there is none.
     #[inline]
     pub fn get_or_insert_with(&mut self, key: K, init: impl FnOnce() -> V) -> &mut V {

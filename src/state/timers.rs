@@ -1,20 +1,19 @@
 //! Per-key timers in event time and processing time (Flink's `TimerService`), as keyed state:
 //! each key's timers live in copy-on-write pages like any other keyed state, so a snapshot's
 //! synchronous part shares pages (pointer work) and a rescaled restore keeps the keys a
-//! subtask owns. The order in which timers fire is an index beside the pages, not written to
-//! snapshots: a restore rebuilds it from the keys' timers.
+//! subtask owns. The order in which timers fire is an index beside the pages (a heap per
+//! domain), not written to snapshots: a restore rebuilds it from the keys' timers.
 //!
 //! May touch: `error`, `persist`, `record`, `snapshot`, `state::kinds`, `state::paged`.
 
-use std::collections::{BTreeMap, HashSet};
-use std::hash::BuildHasherDefault;
+use std::collections::BinaryHeap;
 
 use super::kinds::{ForkedMap, KeyedState};
 use super::paged::PagedMap;
 use super::Snapshot;
 use crate::error::Result;
 use crate::persist::from_bytes;
-use crate::record::{hash_key, Key, KeyHasher, KeyScope, Timestamp};
+use crate::record::{hash_key, Key, KeyScope, Timestamp};
 use crate::snapshot::ForkedState;
 
 /// Which clock a timer is set on.
@@ -27,15 +26,77 @@ pub enum TimeDomain {
     ProcessingTime,
 }
 
+/// The times of one key's timers in one domain: most keys have one, kept inline.
+#[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
+enum Times {
+    None,
+    One(Timestamp),
+    Many(Vec<Timestamp>),
+}
+
+impl Times {
+    fn contains(&self, ts: Timestamp) -> bool {
+        match self {
+            Times::None => false,
+            Times::One(t) => *t == ts,
+            Times::Many(v) => v.contains(&ts),
+        }
+    }
+    fn insert(&mut self, ts: Timestamp) {
+        *self = match std::mem::replace(self, Times::None) {
+            Times::None => Times::One(ts),
+            Times::One(t) => Times::Many(vec![t, ts]),
+            Times::Many(mut v) => {
+                v.push(ts);
+                Times::Many(v)
+            }
+        };
+    }
+    /// Removes `ts`; whether it was there.
+    fn remove(&mut self, ts: Timestamp) -> bool {
+        match self {
+            Times::One(t) if *t == ts => *self = Times::None,
+            Times::Many(v) => match v.iter().position(|t| *t == ts) {
+                Some(i) => {
+                    v.swap_remove(i);
+                    if let [only] = v[..] {
+                        *self = Times::One(only);
+                    }
+                }
+                None => return false,
+            },
+            _ => return false,
+        }
+        true
+    }
+    fn is_empty(&self) -> bool {
+        matches!(self, Times::None)
+    }
+    fn iter(&self) -> impl Iterator<Item = Timestamp> + '_ {
+        let (one, many) = match self {
+            Times::None => (None, &[][..]),
+            Times::One(t) => (Some(*t), &[][..]),
+            Times::Many(v) => (None, &v[..]),
+        };
+        one.into_iter().chain(many.iter().copied())
+    }
+}
+
 /// One key's timers: what snapshots hold.
-#[derive(Clone, Debug, Default, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
 struct KeyTimers {
-    event: Vec<Timestamp>,
-    processing: Vec<Timestamp>,
+    event: Times,
+    processing: Times,
+}
+
+impl Default for KeyTimers {
+    fn default() -> Self {
+        KeyTimers { event: Times::None, processing: Times::None }
+    }
 }
 
 impl KeyTimers {
-    fn of(&mut self, domain: TimeDomain) -> &mut Vec<Timestamp> {
+    fn of(&mut self, domain: TimeDomain) -> &mut Times {
         match domain {
             TimeDomain::EventTime => &mut self.event,
             TimeDomain::ProcessingTime => &mut self.processing,
@@ -46,48 +107,44 @@ impl KeyTimers {
     }
 }
 
-type KeySet<K> = HashSet<K, BuildHasherDefault<KeyHasher>>;
+/// A timer in the firing order: by time only (timers due at the same time fire in any order).
+struct Due<K> {
+    ts: Timestamp,
+    key: K,
+}
 
-/// The keys with a timer at each time, earliest first.
+impl<K> PartialEq for Due<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.ts == other.ts
+    }
+}
+impl<K> Eq for Due<K> {}
+impl<K> PartialOrd for Due<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<K> Ord for Due<K> {
+    /// Reversed: the heap's top is the earliest.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.ts.cmp(&self.ts)
+    }
+}
+
+/// The firing order of one domain's timers: a heap, earliest on top. A deleted timer stays in
+/// the heap until it comes up and is found gone from its key's timers (no search on delete);
+/// the heap is rebuilt from the keys' timers when such dead entries outnumber the live ones.
 struct TimerIndex<K> {
-    due: BTreeMap<Timestamp, KeySet<K>>,
+    heap: BinaryHeap<Due<K>>,
+    live: usize,
 }
 
 impl<K: Key> TimerIndex<K> {
     fn new() -> Self {
-        TimerIndex { due: BTreeMap::new() }
-    }
-    fn insert(&mut self, ts: Timestamp, key: K) {
-        self.due.entry(ts).or_default().insert(key);
-    }
-    fn remove(&mut self, ts: Timestamp, key: &K) {
-        if let Some(keys) = self.due.get_mut(&ts) {
-            keys.remove(key);
-            if keys.is_empty() {
-                self.due.remove(&ts);
-            }
-        }
-    }
-    /// Takes one timer at or before `upto`, earliest first.
-    fn pop_due(&mut self, upto: Timestamp) -> Option<(Timestamp, K)> {
-        let mut first = self.due.first_entry()?;
-        let ts = *first.key();
-        if ts > upto {
-            return None;
-        }
-        let keys = first.get_mut();
-        let key = keys.iter().next().expect("no empty sets are kept").clone();
-        keys.remove(&key);
-        if keys.is_empty() {
-            first.remove();
-        }
-        Some((ts, key))
-    }
-    fn next(&self) -> Option<Timestamp> {
-        self.due.keys().next().copied()
+        TimerIndex { heap: BinaryHeap::new(), live: 0 }
     }
     fn len(&self) -> usize {
-        self.due.values().map(HashSet::len).sum()
+        self.live
     }
 }
 
@@ -133,11 +190,13 @@ impl<K: Key> TimerService<K> {
     /// Sets a timer for `key` at `ts`; `false` if it was already set.
     pub fn register(&mut self, domain: TimeDomain, key: &K, ts: Timestamp) -> bool {
         let timers = self.by_key.get_or_insert_with(key.clone(), KeyTimers::default).of(domain);
-        if timers.contains(&ts) {
+        if timers.contains(ts) {
             return false;
         }
-        timers.push(ts);
-        self.index(domain).insert(ts, key.clone());
+        timers.insert(ts);
+        let index = self.index(domain);
+        index.heap.push(Due { ts, key: key.clone() });
+        index.live += 1;
         true
     }
 
@@ -146,41 +205,68 @@ impl<K: Key> TimerService<K> {
         if !self.forget(domain, key, ts) {
             return false;
         }
-        self.index(domain).remove(ts, key);
+        let index = self.index(domain);
+        index.live -= 1;
+        if index.heap.len() > 2 * index.live + 1024 {
+            self.rebuild_index(domain);
+        }
         true
     }
 
-    /// Removes `ts` from `key`'s timers (not from the index).
+    /// Removes `ts` from `key`'s timers (not from the index); whether it was there.
     fn forget(&mut self, domain: TimeDomain, key: &K, ts: Timestamp) -> bool {
-        if !self.by_key.get(key).is_some_and(|t| match domain {
-            TimeDomain::EventTime => t.event.contains(&ts),
-            TimeDomain::ProcessingTime => t.processing.contains(&ts),
-        }) {
+        let Some(timers) = self.by_key.get_mut(key) else { return false };
+        if !timers.of(domain).remove(ts) {
             return false;
         }
-        let timers = self.by_key.get_or_insert_with(key.clone(), KeyTimers::default);
-        let list = timers.of(domain);
-        list.swap_remove(list.iter().position(|t| *t == ts).expect("checked above"));
         if timers.is_empty() {
             self.by_key.remove(key);
         }
         true
     }
 
+    /// Drops dead entries (deleted timers) from the top of `domain`'s heap.
+    fn skip_deleted(&mut self, domain: TimeDomain) {
+        loop {
+            let top = match domain {
+                TimeDomain::EventTime => self.event.heap.peek(),
+                TimeDomain::ProcessingTime => self.processing.heap.peek(),
+            };
+            let Some(Due { ts, key }) = top else { return };
+            let alive = self.by_key.get(key).is_some_and(|t| match domain {
+                TimeDomain::EventTime => t.event.contains(*ts),
+                TimeDomain::ProcessingTime => t.processing.contains(*ts),
+            });
+            if alive {
+                return;
+            }
+            self.index(domain).heap.pop();
+        }
+    }
+
     /// Takes the earliest timer at or before `upto`, if any: it is removed, and the caller
     /// fires it.
     pub fn pop_due(&mut self, domain: TimeDomain, upto: Timestamp) -> Option<(Timestamp, K)> {
-        let (ts, key) = self.index(domain).pop_due(upto)?;
-        let forgotten = self.forget(domain, &key, ts);
-        debug_assert!(forgotten, "an indexed timer is in its key's timers");
-        Some((ts, key))
+        loop {
+            let index = self.index(domain);
+            if index.heap.peek()?.ts > upto {
+                return None;
+            }
+            let Due { ts, key } = index.heap.pop().expect("peeked");
+            // A deleted timer is gone from its key's timers: skip it.
+            if self.forget(domain, &key, ts) {
+                self.index(domain).live -= 1;
+                return Some((ts, key));
+            }
+        }
     }
 
     /// The earliest timer's time in `domain`.
-    pub fn next(&self, domain: TimeDomain) -> Option<Timestamp> {
+    pub fn next(&mut self, domain: TimeDomain) -> Option<Timestamp> {
+        self.skip_deleted(domain);
         match domain {
-            TimeDomain::EventTime => self.event.next(),
-            TimeDomain::ProcessingTime => self.processing.next(),
+            TimeDomain::EventTime => self.event.heap.peek().map(|d| d.ts),
+            TimeDomain::ProcessingTime => self.processing.heap.peek().map(|d| d.ts),
         }
     }
 
@@ -194,13 +280,18 @@ impl<K: Key> TimerService<K> {
         self.by_key.is_empty()
     }
 
-    fn rebuild_index(&mut self) {
-        let (mut event, mut processing) = (TimerIndex::new(), TimerIndex::new());
+    /// Rebuilds `domain`'s heap from the keys' timers.
+    fn rebuild_index(&mut self, domain: TimeDomain) {
+        let mut heap = Vec::new();
         for (k, t) in self.by_key.iter() {
-            t.event.iter().for_each(|&ts| event.insert(ts, k.clone()));
-            t.processing.iter().for_each(|&ts| processing.insert(ts, k.clone()));
+            let times = match domain {
+                TimeDomain::EventTime => &t.event,
+                TimeDomain::ProcessingTime => &t.processing,
+            };
+            heap.extend(times.iter().map(|ts| Due { ts, key: k.clone() }));
         }
-        (self.event, self.processing) = (event, processing);
+        let live = heap.len();
+        *self.index(domain) = TimerIndex { heap: BinaryHeap::from(heap), live };
     }
 }
 
@@ -223,7 +314,8 @@ impl<K: Key> KeyedState for TimerService<K> {
             }
         }
         self.by_key = by_key;
-        self.rebuild_index();
+        self.rebuild_index(TimeDomain::EventTime);
+        self.rebuild_index(TimeDomain::ProcessingTime);
         Ok(())
     }
 }
