@@ -16,7 +16,7 @@ use crate::context::{Clock, TaskContext};
 use crate::error::Result;
 use crate::persist::{from_bytes, Persist};
 use crate::record::{Key, KeyScope, Timestamp};
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
+use crate::snapshot::{Barrier, ForkedState};
 use crate::state::{KeyedState, PagedMap, ScopedState, Snapshot, TimeDomain, TimerService};
 
 /// A function over two keyed streams with the same key type, sharing keyed state and timers.
@@ -308,12 +308,7 @@ where
         self.processing_time()?;
         self.outputs.drain()
     }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.outputs.barrier(barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        self.outputs.notify(notice)
-    }
+    super::forward_barriers!(outputs);
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
         Ok(Some(self.held.fork()))
     }
@@ -447,12 +442,7 @@ where
         self.processing_time()?;
         self.outputs.drain()
     }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.outputs.barrier(barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        self.outputs.notify(notice)
-    }
+    super::forward_barriers!(outputs);
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
         Ok(Some(self.held.fork()))
     }

@@ -7,25 +7,7 @@ use crate::collector::Collector;
 use crate::error::Result;
 use crate::persist::Persist;
 use crate::record::{hash_key, Key, Timestamp};
-use crate::snapshot::{Barrier, ForkedState};
-use crate::state::{KeyedState, KeyedValueState, Snapshot};
-
-/// Snapshot, restore and rescaled restore of an operator whose state is the one
-/// [`KeyedState`] field `$state`.
-macro_rules! keyed_state_checkpointing {
-    ($state:ident) => {
-        fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
-            Ok(Some(self.$state.fork()))
-        }
-        fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
-            self.$state.restore(bytes)
-        }
-        fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
-            let parts: Vec<&[u8]> = parts.iter().map(|(_, b)| *b).collect();
-            KeyedState::restore_owned(&mut self.$state, &parts, scope)
-        }
-    };
-}
+use crate::state::{KeyedState, KeyedValueState};
 
 pub(crate) struct KeyedAggregate<T, K, A, O, KF, I, F, R> {
     key: KF,
@@ -97,7 +79,7 @@ where
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);
-    keyed_state_checkpointing!(state);
+    super::keyed_state_checkpointing!(state);
 }
 
 /// A user function with keyed state: `f(key, record, state, out)` for every record.
@@ -133,7 +115,7 @@ where
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);
-    keyed_state_checkpointing!(state);
+    super::keyed_state_checkpointing!(state);
 }
 
 #[cfg(test)]

@@ -42,6 +42,46 @@ macro_rules! forward_control {
 pub(crate) use forward_control;
 
 pub mod co_process;
+/// Snapshot, restore and rescaled restore of an operator whose state is the one
+/// [`KeyedState`] field `$state`.
+macro_rules! keyed_state_checkpointing {
+    ($state:ident) => {
+        fn snapshot_state(
+            &mut self,
+            _: &$crate::snapshot::Barrier,
+        ) -> Result<Option<Box<dyn $crate::snapshot::ForkedState>>> {
+            Ok(Some($crate::state::Snapshot::fork(&mut self.$state)))
+        }
+        fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+            $crate::state::Snapshot::restore(&mut self.$state, bytes)
+        }
+        fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
+            let parts: Vec<&[u8]> = parts.iter().map(|(_, b)| *b).collect();
+            $crate::state::KeyedState::restore_owned(&mut self.$state, &parts, scope)
+        }
+    };
+}
+
+pub(crate) use keyed_state_checkpointing;
+
+/// Forwards barriers and checkpoint notices to `next` (operators whose control otherwise
+/// differs).
+macro_rules! forward_barriers {
+    ($next:ident) => {
+        fn barrier(
+            &mut self,
+            barrier: $crate::snapshot::Barrier,
+            snapshot: &mut $crate::snapshot::TaskSnapshot,
+        ) -> Result<()> {
+            self.$next.barrier(barrier, snapshot)
+        }
+        fn notify(&mut self, notice: $crate::snapshot::CheckpointNotice) -> Result<()> {
+            self.$next.notify(notice)
+        }
+    };
+}
+pub(crate) use forward_barriers;
+
 pub(crate) mod join;
 pub(crate) mod keyed;
 pub(crate) mod latency;

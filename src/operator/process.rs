@@ -15,7 +15,7 @@ use crate::context::{Clock, TaskContext};
 use crate::error::Result;
 use crate::persist::from_bytes;
 use crate::record::{Key, KeyScope, Timestamp};
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
+use crate::snapshot::{ForkedState, PersistedFork};
 use crate::state::{KeyedState, ScopedState, Snapshot, TimeDomain, TimerService};
 
 /// A function over a keyed stream with state and timers, called for every record and every
@@ -306,20 +306,6 @@ where
         self.fire_processing_time()?;
         self.outputs.drain()
     }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.outputs.barrier(barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        self.outputs.notify(notice)
-    }
-    fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
-        Ok(Some(self.held.fork()))
-    }
-    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
-        self.held.restore(bytes)
-    }
-    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &KeyScope) -> Result<()> {
-        let parts: Vec<&[u8]> = parts.iter().map(|(_, b)| *b).collect();
-        self.held.restore_owned(&parts, scope)
-    }
+    super::forward_barriers!(outputs);
+    super::keyed_state_checkpointing!(held);
 }

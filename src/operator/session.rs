@@ -15,9 +15,8 @@ use crate::collector::Collector;
 use crate::error::Result;
 use crate::metrics::Counter;
 use crate::persist::Persist;
-use crate::record::{Key, KeyScope, Timestamp};
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
-use crate::state::{KeyedState, KeyedValueState, Snapshot, TimeDomain, TimerService};
+use crate::record::{Key, Timestamp};
+use crate::state::{KeyedValueState, TimeDomain, TimerService};
 
 /// One session of one key.
 #[derive(Clone, Debug, PartialEq, crate::Persist)]
@@ -235,22 +234,8 @@ where
     fn drain(&mut self) -> Result<bool> {
         self.next.drain()
     }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.next.barrier(barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        self.next.notify(notice)
-    }
-    fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
-        Ok(Some(self.held.fork()))
-    }
-    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
-        self.held.restore(bytes)
-    }
-    fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &KeyScope) -> Result<()> {
-        let parts: Vec<&[u8]> = parts.iter().map(|(_, b)| *b).collect();
-        self.held.restore_owned(&parts, scope)
-    }
+    super::forward_barriers!(next);
+    super::keyed_state_checkpointing!(held);
 }
 
 #[cfg(test)]
