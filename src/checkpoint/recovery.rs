@@ -159,12 +159,21 @@ pub(crate) fn restore_from_savepoint(job: &JobIdentity<'_>, notes: &mut Vec<Stri
         let n = subtasks.entry(part.operator()).or_default();
         *n = (*n).max(subtask + 1);
     }
+    // A savepoint of this very graph (same fingerprint: same operators and parallelism) restores
+    // as it is. Otherwise an operator's saved parallelism is read from its parts, which
+    // undercounts where the last subtasks saved nothing (a stateless operator whose last
+    // subtasks had no in-flight data): so only a graph that changed is checked.
+    let same_graph = loaded.metadata.fingerprint == job.fingerprint;
     for (base, saved) in subtasks {
         match job.parallelism.get(base) {
             None => {
                 missing.insert(base.to_string());
             }
-            Some(&p) if p != saved && parts.iter().any(|(part, _)| part.operator() == base && part.is_inflight()) => {
+            Some(&p)
+                if !same_graph
+                    && p != saved
+                    && parts.iter().any(|(part, _)| part.operator() == base && part.is_inflight()) =>
+            {
                 return Err(Error::config(format!(
                     "{} holds in-flight data of operator '{base}' (an unaligned checkpoint) at parallelism {saved}; it can be restored only at that parallelism, not {p}",
                     path.display()
