@@ -122,7 +122,8 @@ struct NexmarkArgs {
 #[derive(Args, Debug)]
 struct BenchArgs {
     /// stateless | keyed | window | join | backpressure (a sink spending --sink-cost-ns per
-    /// record, so the rings fill up).
+    /// record, so the rings fill up) | sparse-window (Flink's W3: a 1 s window count where every
+    /// (key, window) gets one event).
     #[arg(long, default_value = "keyed")]
     workload: weir::bench::Workload,
     /// none | aligned | unaligned | at-least-once.
