@@ -4,8 +4,8 @@
 //! pages, rebuilt on restore), and are hidden from reads unless the configuration lets a
 //! not-yet-removed one through.
 //!
-//! [`TtlValueState`] and [`TtlListState`] (a list expires as a whole, from its last write)
-//! are the keyed kinds with a TTL; a process function's operator tells them the time before
+//! [`TtlValueState`], [`TtlListState`] (a list expires as a whole, from its last write) and
+//! [`TtlMapState`] (each entry on its own) are the keyed kinds with a TTL; a process function's operator tells them the time before
 //! every call ([`super::ScopedState::advance_time`]).
 //!
 //! May touch: `error`, `persist`, `record`, `snapshot`, `state::kinds`, `state::paged`,
@@ -242,12 +242,13 @@ impl<K: Key, V: Persist + Clone + Send + Sync + 'static> TtlMap<K, V> {
     fn fork(&mut self) -> Box<dyn ForkedState> {
         Box::new(LiveEntries { fork: self.map.fork(), now: self.now, ttl: self.config.ttl })
     }
-    fn restore_parts(&mut self, parts: &[&[u8]], scope: Option<&KeyScope>) -> Result<()> {
+    /// Restores the entries of `parts` that `keep` accepts.
+    fn restore_parts(&mut self, parts: &[&[u8]], keep: impl Fn(&K) -> bool) -> Result<()> {
         let mut all = Vec::new();
         for bytes in parts {
             all.extend(from_bytes::<Vec<(K, Stamped<V>)>>(bytes)?);
         }
-        self.rebuild(all, |k| scope.is_none_or(|s| s.owns(hash_key(k))));
+        self.rebuild(all, keep);
         Ok(())
     }
     fn advance(&mut self, processing_ms: Timestamp, watermark: Option<Timestamp>) {
@@ -306,12 +307,12 @@ macro_rules! ttl_state {
                 self.inner.fork()
             }
             fn restore(&mut self, bytes: &[u8]) -> Result<()> {
-                self.inner.restore_parts(&[bytes], None)
+                self.inner.restore_parts(&[bytes], |_| true)
             }
         }
         impl<$k: Key, $v: Persist + Clone + Send + Sync + 'static> KeyedState for $state<$k, $v> {
             fn restore_owned(&mut self, parts: &[&[u8]], scope: &KeyScope) -> Result<()> {
-                self.inner.restore_parts(parts, Some(scope))
+                self.inner.restore_parts(parts, |k| scope.owns(hash_key(k)))
             }
             fn check(&self) -> Result<()> {
                 self.inner.config.validate()
@@ -321,6 +322,126 @@ macro_rules! ttl_state {
 }
 ttl_state!(TtlValueState<K, V>);
 ttl_state!(TtlListState<K, T>);
+
+/// A map per key whose entries expire one by one (Flink's `MapState` with a TTL): entries by
+/// (key, user key), and per key the list of its user keys (not snapshotted: rebuilt on
+/// restore; a user key whose entry expired stays listed until the key's entries are read).
+pub struct TtlMapState<K, UK, UV> {
+    inner: TtlMap<(K, UK), UV>,
+    user_keys: PagedMap<K, Vec<UK>>,
+}
+
+impl<K: Key, UK: Key, UV: Clone> TtlMapState<K, UK, UV> {
+    /// Empty state whose entries expire as `config` says.
+    pub fn new(config: StateTtlConfig) -> Self {
+        TtlMapState { inner: TtlMap::new(config), user_keys: PagedMap::new() }
+    }
+    /// Entries held (expired ones not yet removed included).
+    pub fn len(&self) -> usize {
+        self.inner.map.len()
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.inner.map.is_empty()
+    }
+    fn index_user_keys(&mut self) {
+        let mut user_keys: PagedMap<K, Vec<UK>> = PagedMap::new();
+        for ((k, u), _) in self.inner.map.iter() {
+            user_keys.get_or_insert_with(k.clone(), Vec::new).push(u.clone());
+        }
+        self.user_keys = user_keys;
+    }
+}
+
+impl<K: Key, UK: Key, UV: Persist + Clone + Send + Sync + 'static> Snapshot for TtlMapState<K, UK, UV> {
+    fn fork(&mut self) -> Box<dyn ForkedState> {
+        self.inner.fork()
+    }
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        self.inner.restore_parts(&[bytes], |_| true)?;
+        self.index_user_keys();
+        Ok(())
+    }
+}
+
+impl<K: Key, UK: Key, UV: Persist + Clone + Send + Sync + 'static> KeyedState for TtlMapState<K, UK, UV> {
+    fn restore_owned(&mut self, parts: &[&[u8]], scope: &KeyScope) -> Result<()> {
+        self.inner.restore_parts(parts, |(k, _)| scope.owns(hash_key(k)))?;
+        self.index_user_keys();
+        Ok(())
+    }
+    fn check(&self) -> Result<()> {
+        self.inner.config.validate()
+    }
+}
+
+/// One key's map in a [`TtlMapState`].
+pub struct TtlMapView<'a, K, UK, UV> {
+    state: &'a mut TtlMapState<K, UK, UV>,
+    key: &'a K,
+}
+
+impl<K: Key, UK: Key, UV: Clone> TtlMapView<'_, K, UK, UV> {
+    /// Sets entry `user_key` (its life starts again).
+    pub fn put(&mut self, user_key: UK, value: UV) {
+        let fresh = self.state.inner.map.get(&(self.key.clone(), user_key.clone())).is_none();
+        self.state.inner.put(&(self.key.clone(), user_key.clone()), value);
+        if fresh {
+            let listed = self.state.user_keys.get_or_insert_with(self.key.clone(), Vec::new);
+            if !listed.contains(&user_key) {
+                listed.push(user_key);
+            }
+        }
+    }
+    /// Entry `user_key`, unless it expired.
+    pub fn get(&mut self, user_key: &UK) -> Option<&UV> {
+        self.state.inner.get(&(self.key.clone(), user_key.clone()))
+    }
+    /// Removes entry `user_key`, returning it unless it had expired.
+    pub fn remove(&mut self, user_key: &UK) -> Option<UV> {
+        let v = self.state.inner.remove(&(self.key.clone(), user_key.clone()));
+        if let Some(listed) = self.state.user_keys.get_mut(self.key) {
+            listed.retain(|u| u != user_key);
+            if listed.is_empty() {
+                self.state.user_keys.remove(self.key);
+            }
+        }
+        v
+    }
+    /// The entries that have not expired, in no particular order (copies: reading one may
+    /// restart its life, or remove it).
+    pub fn entries(&mut self) -> Vec<(UK, UV)> {
+        let listed: Vec<UK> = self.state.user_keys.get(self.key).cloned().unwrap_or_default();
+        let mut live = Vec::with_capacity(listed.len());
+        for u in listed {
+            match self.state.inner.get(&(self.key.clone(), u.clone())).cloned() {
+                Some(v) => live.push((u, v)),
+                None => {
+                    // Expired (or removed by the cleanup): drop it from the list too.
+                    if let Some(l) = self.state.user_keys.get_mut(self.key) {
+                        l.retain(|x| *x != u);
+                    }
+                }
+            }
+        }
+        live
+    }
+}
+
+impl<K: Key, UK: Key, UV: Persist + Clone + Send + Sync + 'static> ScopedState<K> for TtlMapState<K, UK, UV> {
+    type View<'a>
+        = TtlMapView<'a, K, UK, UV>
+    where
+        K: 'a,
+        UK: 'a,
+        UV: 'a;
+    fn scoped<'a>(&'a mut self, key: &'a K) -> TtlMapView<'a, K, UK, UV> {
+        TtlMapView { state: self, key }
+    }
+    fn advance_time(&mut self, processing_ms: Timestamp, watermark: Option<Timestamp>) {
+        self.inner.advance(processing_ms, watermark)
+    }
+}
 
 /// One key's value in a [`TtlValueState`].
 pub struct TtlValueView<'a, K, V> {
@@ -444,5 +565,34 @@ mod tests {
         r.advance_time(0, Some(50));
         assert_eq!(r.scoped(&1).get(), &[7], "expired but not cleaned up: still readable");
         assert!(StateTtlConfig::event_time(0).validate().is_err());
+    }
+
+    #[test]
+    fn map_entries_expire_one_by_one_and_split_by_key_group() {
+        let mut m: TtlMapState<u64, u32, u64> = TtlMapState::new(StateTtlConfig::event_time(10));
+        m.advance_time(0, Some(0));
+        for k in 0..200u64 {
+            m.scoped(&k).put(1, k);
+        }
+        m.advance_time(0, Some(6));
+        for k in 0..200u64 {
+            m.scoped(&k).put(2, k * 2);
+        }
+        m.advance_time(0, Some(12)); // user key 1 (written at 0) expired, 2 (at 6) lives
+        assert_eq!(m.scoped(&7).entries(), vec![(2, 14)]);
+        assert_eq!(m.scoped(&8).get(&1), None);
+        let bytes = snapshot(&mut m);
+        let scopes = [0, 1].map(|subtask| KeyScope { subtask, parallelism: 2, max_parallelism: 128 });
+        let mut total = 0;
+        for scope in &scopes {
+            let mut part: TtlMapState<u64, u32, u64> = TtlMapState::new(StateTtlConfig::event_time(10));
+            part.restore_owned(&[&bytes], scope).unwrap();
+            part.advance_time(0, Some(12));
+            for k in (0..200u64).filter(|k| scope.owns(hash_key(k))) {
+                assert_eq!(part.scoped(&k).entries(), vec![(2, k * 2)], "key {k}");
+            }
+            total += part.len();
+        }
+        assert_eq!(total, 200, "only live entries were written, each restored once");
     }
 }
