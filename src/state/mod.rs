@@ -24,7 +24,8 @@ pub use paged::{state_memory_bytes, PagedFork, PagedMap, PAGE_SLOTS};
 pub use scoped::{AggregatingView, ListView, MapView, ReducingState, ReducingView, ScopedState, ValueView};
 pub use timers::{TimeDomain, TimerService};
 pub use ttl::{
-    StateTtlConfig, TtlListState, TtlListView, TtlTime, TtlUpdate, TtlValueState, TtlValueView, TtlVisibility,
+    StateTtlConfig, TtlListState, TtlListView, TtlMapState, TtlMapView, TtlTime, TtlUpdate, TtlValueState,
+    TtlValueView, TtlVisibility,
 };
 
 /// Forks a [`PagedMap`] for a snapshot written as its entries (`Vec<(K, V)>`).
