@@ -177,6 +177,10 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
     /// The per-key map of the window starting at `start`, opening it if needed.
     #[inline]
     pub(crate) fn window_mut(&mut self, start: Timestamp) -> &mut PagedMap<K, V> {
+        // Most records fall in the newest window: no arithmetic for them.
+        if self.open.back().is_some_and(|(s, _)| *s == start) {
+            return &mut self.open.back_mut().expect("a back window").1;
+        }
         let pos = match self.open.front() {
             Some(&(first, _)) if start >= first => {
                 let guess = ((start - first) / self.window.slide) as usize;
@@ -506,12 +510,31 @@ where
         };
         // Processing-time windows: a record's time is its arrival (one reading per batch).
         let arrival = self.settings.processing_time.then(|| self.clock.processing_time_ms());
+        if every == 0 && self.settings.lateness == 0 {
+            // The common case, kept to a closure small enough that the state lookup inlines
+            // into it: no result before a window fires, and no window takes a record after.
+            crate::collector::move_each(records, |r, _| {
+                let ts = arrival.unwrap_or_else(|| timestamp(&r));
+                let k = key(&r);
+                let assigned =
+                    windows.assign(ts, watermark, (k, r), |map, (k, r), _, _| fold(map.get_or_insert_with(k, init), r));
+                if let Some((_, r)) = assigned {
+                    late += 1;
+                    if let Some(tag) = late_tag {
+                        sides.emit(tag, r);
+                    }
+                }
+            });
+            if late > 0 {
+                self.late.add(late);
+            }
+            return self.next.batch(&mut self.out);
+        }
         crate::collector::move_each(records, |r, _| {
             let ts = arrival.unwrap_or_else(|| timestamp(&r));
             let k = key(&r);
             let assigned = windows.assign(ts, watermark, (k, r), |map, (k, r), bounds, fired| {
                 if !fired && every == 0 {
-                    // The common case: no result until the window fires.
                     fold(map.get_or_insert_with(k, init), r);
                     return;
                 }
