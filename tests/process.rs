@@ -13,6 +13,9 @@ use weir::source::Generator;
 use weir::state::{KeyedValueState, MapState, ReducingState, TimeDomain};
 use weir::{Error, Job, KeyedContext, KeyedProcessFunction, OutputTag, RunConfig};
 
+mod support;
+use support::{at_rate, savepoint_after, sorted};
+
 const N: u64 = 20_000;
 const KEYS: u64 = 11;
 const WINDOW: u64 = 50;
@@ -101,11 +104,7 @@ fn timer_job(p: usize, checkpoints: Option<&Path>, rate: Option<f64>) -> (Job, O
         job = job.with_checkpointing(CheckpointConfig::new(dir).interval(Duration::from_secs(3600)));
     }
     let thirteens = job.output_tag::<(u64, u64)>("thirteens");
-    let generator = Generator::new(|i, _| event(i)).count(N);
-    let generator = match rate {
-        Some(r) => generator.rate(r),
-        None => generator,
-    };
+    let generator = at_rate(Generator::new(|i, _| event(i)).count(N), rate);
     let windows = job
         .generator(generator)
         .named("events")
@@ -133,12 +132,6 @@ fn joined<T: Ord + Clone, const N: usize>(outputs: [CommittedOutput<T>; N]) -> V
     all
 }
 
-fn sorted<T: Ord + Clone>(out: &CommittedOutput<T>) -> Vec<T> {
-    let mut v = out.records();
-    v.sort_unstable();
-    v
-}
-
 #[test]
 fn event_time_timers_and_side_outputs_match_the_sequential_reference_at_1_2_and_4() {
     let (rows, thirteens) = reference();
@@ -159,12 +152,10 @@ fn timers_rescale_through_savepoints_2_to_4_to_1() {
     let (rows, thirteens) = reference();
     let (a, (main_a, side_a)) = timer_job(2, Some(&dir.path().join("a")), Some(100_000.0));
     let handle = a.start(RunConfig::default().workers(2)).unwrap();
-    std::thread::sleep(Duration::from_millis(40));
-    let sp1 = handle.stop_with_savepoint(dir.path().join("sp1")).unwrap().savepoint().expect("a savepoint");
+    let sp1 = savepoint_after(handle, N / 5, &dir.path().join("sp1"));
     let (b, (main_b, side_b)) = timer_job(4, Some(&dir.path().join("b")), Some(100_000.0));
     let handle = b.restore_from(&sp1, false).start(RunConfig::default().workers(2)).unwrap();
-    std::thread::sleep(Duration::from_millis(40));
-    let sp2 = handle.stop_with_savepoint(dir.path().join("sp2")).unwrap().savepoint().expect("a savepoint");
+    let sp2 = savepoint_after(handle, N / 5, &dir.path().join("sp2"));
     let (c, (main_c, side_c)) = timer_job(1, Some(&dir.path().join("c")), None);
     c.restore_from(&sp2, false).execute(RunConfig::default().workers(2)).unwrap();
     assert_eq!(joined([main_a, main_b, main_c]), rows);
@@ -317,11 +308,7 @@ fn ttl_job(p: usize, dir: &Path, rate: Option<f64>) -> (Job, CommittedOutput<(u6
     let job = Job::new("ttl")
         .with_parallelism(p)
         .with_checkpointing(CheckpointConfig::new(dir).interval(Duration::from_secs(3600)));
-    let g = Generator::new(|i, _| ttl_event(i)).count(TTL_EVENTS);
-    let g = match rate {
-        Some(r) => g.rate(r),
-        None => g,
-    };
+    let g = at_rate(Generator::new(|i, _| ttl_event(i)).count(TTL_EVENTS), rate);
     let out = job
         .generator(g)
         .named("events")
@@ -348,8 +335,7 @@ fn state_ttl_in_event_time_expires_quiet_keys_across_a_savepoint_and_a_rescale()
 
     let (a, out_a) = ttl_job(2, &dir.path().join("a"), Some(40_000.0));
     let handle = a.start(config()).unwrap();
-    std::thread::sleep(Duration::from_millis(40));
-    let sp = handle.stop_with_savepoint(dir.path().join("sp")).unwrap().savepoint().expect("a savepoint");
+    let sp = savepoint_after(handle, TTL_EVENTS / 4, &dir.path().join("sp"));
     let (b, out_b) = ttl_job(3, &dir.path().join("b"), None);
     b.restore_from(&sp, false).execute(config()).unwrap();
     assert_eq!(joined([out_a, out_b]), expected);

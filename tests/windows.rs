@@ -12,6 +12,9 @@ use weir::sink::CommittedOutput;
 use weir::source::Generator;
 use weir::{EarlyFiring, Emitter, Error, Job, RunConfig, Window, WindowBounds};
 
+mod support;
+use support::{at_rate, savepoint_after, sorted};
+
 const N: u64 = 12_000;
 const KEYS: u64 = 13;
 const DISORDER: u64 = 40;
@@ -56,11 +59,7 @@ fn session_job(
     if let Some(dir) = checkpoints {
         job = job.with_checkpointing(CheckpointConfig::new(dir).interval(Duration::from_secs(3600)));
     }
-    let g = Generator::new(|i, _| event(i)).count(N);
-    let g = match rate {
-        Some(r) => g.rate(r),
-        None => g,
-    };
+    let g = at_rate(Generator::new(|i, _| event(i)).count(N), rate);
     let out = job
         .generator(g)
         .named("events")
@@ -79,12 +78,6 @@ fn session_job(
     (job, out)
 }
 
-fn sorted<T: Ord + Clone>(out: &CommittedOutput<T>) -> Vec<T> {
-    let mut v = out.records();
-    v.sort_unstable();
-    v
-}
-
 #[test]
 fn session_windows_match_the_sequential_reference_at_1_2_and_4() {
     let expected = reference_sessions();
@@ -101,8 +94,7 @@ fn open_sessions_rescale_through_a_savepoint() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _) = session_job(2, Some(&dir.path().join("a")), Some(100_000.0));
     let handle = a.start(RunConfig::default().workers(2)).unwrap();
-    std::thread::sleep(Duration::from_millis(40));
-    let sp = handle.stop_with_savepoint(dir.path().join("sp")).unwrap().savepoint().expect("a savepoint");
+    let sp = savepoint_after(handle, N / 4, &dir.path().join("sp"));
     let (b, out) = session_job(3, Some(&dir.path().join("b")), None);
     b.restore_from(&sp, false).execute(RunConfig::default().workers(2)).unwrap();
     // B commits again what A committed with the savepoint, then everything after it.

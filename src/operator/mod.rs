@@ -27,16 +27,7 @@ macro_rules! forward_control {
         fn drain(&mut self) -> Result<bool> {
             self.$next.drain()
         }
-        fn barrier(
-            &mut self,
-            barrier: $crate::snapshot::Barrier,
-            snapshot: &mut $crate::snapshot::TaskSnapshot,
-        ) -> Result<()> {
-            self.$next.barrier(barrier, snapshot)
-        }
-        fn notify(&mut self, notice: $crate::snapshot::CheckpointNotice) -> Result<()> {
-            self.$next.notify(notice)
-        }
+        $crate::operator::forward_barriers!($next);
     };
 }
 pub(crate) use forward_control;

@@ -124,7 +124,9 @@ where
         let (sessions, (timers, watermark)) = &mut self.held;
         let watermark = watermark.0;
         let (mut start, mut end) = (ts, ts.saturating_add(gap));
-        let list = sessions.get(&k).map_or(&[][..], Vec::as_slice);
+        // One lookup per record (a record too late for any session of a new key takes its
+        // empty entry out again).
+        let list = sessions.get_or_insert_with(k.clone(), Vec::new);
         // The sessions this record overlaps are next to each other (sessions never overlap).
         // Records exactly `gap` apart are two sessions: then a session that fired can never
         // take a record that is not late, and results do not depend on arrival order.
@@ -135,9 +137,11 @@ where
             end = end.max(s.end);
         }
         if watermark.is_some_and(|wm| (end - 1).saturating_add(lateness) <= wm) {
+            if list.is_empty() {
+                sessions.remove(&k);
+            }
             return Some(r);
         }
-        let list = sessions.get_or_insert_with(k.clone(), Vec::new);
         let mut merged = list.drain(first..last);
         let mut acc = match merged.next() {
             Some(s) => s.acc,

@@ -151,8 +151,8 @@ pub(crate) struct Outputs<O> {
 }
 
 impl<O> Outputs<O> {
-    /// Only a main output (an operator whose side outputs nobody reads).
-    #[allow(dead_code)]
+    /// Only a main output (operator unit tests).
+    #[cfg(test)]
     pub(crate) fn main(main: Box<dyn Collector<O>>) -> Self {
         Outputs { main, sides: SideOutputs::default() }
     }

@@ -174,9 +174,11 @@ impl<K: Key, V: Clone> TtlMap<K, V> {
             return None;
         }
         if self.config.update == TtlUpdate::OnReadAndWrite && !expired {
-            let now = self.now;
-            self.map.get_or_insert_with(key.clone(), || unreachable!("present")).at = now;
             self.stamp(key);
+            let now = self.now;
+            let s = self.map.get_mut(key)?;
+            s.at = now;
+            return Some(&s.value);
         }
         self.map.get(key).map(|s| &s.value)
     }
