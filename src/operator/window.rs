@@ -157,6 +157,9 @@ pub(crate) struct OpenWindows<K, V> {
     fired: usize,
 }
 
+/// How many of the newest windows `window_mut` walks before it computes a record's place.
+const NEAR_WINDOWS: usize = 8;
+
 impl<K: Key, V: Clone> OpenWindows<K, V> {
     pub(crate) fn new(window: Window) -> Self {
         OpenWindows { window, open: std::collections::VecDeque::new(), lateness: 0, fired: 0 }
@@ -180,6 +183,12 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
         // Most records fall in the newest window: no arithmetic for them.
         if self.open.back().is_some_and(|(s, _)| *s == start) {
             return &mut self.open.back_mut().expect("a back window").1;
+        }
+        // A sliding window's record falls in the few newest: a short walk back finds them
+        // without a division (a fifth of q5's window step was the one below).
+        let len = self.open.len();
+        if let Some(back) = (2..=len.min(NEAR_WINDOWS)).find(|&back| self.open[len - back].0 == start) {
+            return &mut self.open[len - back].1;
         }
         let pos = match self.open.front() {
             Some(&(first, _)) if start >= first => {
