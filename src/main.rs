@@ -112,6 +112,10 @@ struct NexmarkArgs {
     /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     interval_ms: Option<u64>,
+    /// Incremental checkpoints: write only the state pages changed since the last one (for
+    /// the queries whose state grows, q16-q20; needs --checkpoint).
+    #[arg(long)]
+    incremental: bool,
     /// Compare the results with a sequential implementation (at most 2,000,000 events).
     #[arg(long)]
     check: bool,
@@ -705,7 +709,10 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     use weir::bench::CheckpointChoice;
     use weir::nexmark::{build, final_rows, reference};
     const MAX_CHECKED: u64 = 2_000_000;
-    refuse_checkpoint_flags_without_checkpoints(args.checkpoint, &[("--interval-ms", args.interval_ms.is_some())])?;
+    refuse_checkpoint_flags_without_checkpoints(
+        args.checkpoint,
+        &[("--interval-ms", args.interval_ms.is_some()), ("--incremental", args.incremental)],
+    )?;
     if args.check && args.events > MAX_CHECKED {
         return Err(Error::config(format!(
             "--check computes the answer sequentially in memory: use at most {} events, not {}",
@@ -725,7 +732,8 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
             } else {
                 CheckpointMode::ExactlyOnce
             })
-            .unaligned(args.checkpoint == CheckpointChoice::Unaligned);
+            .unaligned(args.checkpoint == CheckpointChoice::Unaligned)
+            .incremental(args.incremental);
         job = job.with_checkpointing(c);
     }
     let rows = build(&job, args.query, Some(args.events), args.rate);
@@ -736,12 +744,13 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         None
     };
     println!(
-        "weir nexmark {}: {} events, {} workers, parallelism {}, checkpoints {}",
+        "weir nexmark {}: {} events, {} workers, parallelism {}, checkpoints {}{}",
         args.query,
         group_digits(args.events),
         workers,
         parallelism,
-        args.checkpoint
+        args.checkpoint,
+        if args.incremental { " (incremental)" } else { "" }
     );
     let report = supervise(job.start(config)?, None, !args.runtime.no_progress, None);
     let _ = std::fs::remove_dir_all(&checkpoint_dir);

@@ -339,6 +339,13 @@ fn nexmark_queries_check_against_the_sequential_implementation() {
         assert!(t.contains("the same as the sequential implementation"), "{q}: {t}");
         assert!(t.contains("per core"), "{q}: {t}");
     }
+    // A growing-state query with incremental checkpoints: the same rows.
+    let args = ["--checkpoint", "aligned", "--incremental", "--interval-ms", "20"];
+    let o =
+        weir(&[&["nexmark", "--query", "q18", "--events", "300000", "--check", "--no-progress"][..], &args].concat());
+    let t = text_of(&o);
+    assert!(o.status.success() && t.contains("the same as the sequential implementation"), "{t}");
+    assert!(t.contains("(incremental)"), "{t}");
     assert_refused(&["nexmark", "--query", "q10"], "q22");
     assert_refused(&["nexmark", "--query", "q1", "--events", "5000000", "--check"], "at most");
 }
@@ -416,6 +423,7 @@ fn every_flag_refuses_a_wrong_value() {
         (vec!["nexmark", "--query", "q1", "--checkpoint", "exactly"], "unaligned"),
         (vec!["nexmark", "--query", "q1", "--interval-ms", "0"], "--interval-ms"),
         (vec!["nexmark", "--query", "q1", "--interval-ms", "10"], "--interval-ms needs --checkpoint"),
+        (vec!["nexmark", "--query", "q1", "--incremental"], "--incremental needs --checkpoint"),
         (vec!["nexmark", "--query", "q1", "--check", "--events", "2000001"], "at most"),
         (vec!["nexmark", "--query", "q1", "--check=no"], "--check"),
     ];

@@ -335,11 +335,10 @@ impl<W: Write> DigestedOutput<W> {
         let crc = crc32c::crc32c(block);
         self.put(&(block.len() as u32).to_le_bytes())?;
         self.put(&crc.to_le_bytes())?;
-        // The block's own checksum extends the file's: its bytes are read once, not twice.
-        self.out.write_all(block)?;
-        self.digest.bytes += block.len() as u64;
-        self.digest.crc32c = crc32c::crc32c_combine(self.digest.crc32c, crc, block.len());
-        Ok(())
+        // The file's checksum reads the block again: hardware CRC over a block costs less
+        // than combining the block's checksum into the file's (a 32×32 matrix power, 4% of
+        // a checkpointing q18 run).
+        self.put(block)
     }
 }
 
@@ -526,7 +525,7 @@ fn decode_digested(bytes: &[u8], kind: FileKind) -> std::result::Result<(FileIde
         if crc32c::crc32c(block) != crc {
             return Err(format!("checksum mismatch in block at byte {}", pos - 8));
         }
-        file_crc = crc32c::crc32c_combine(file_crc, crc, len);
+        file_crc = crc32c::crc32c_append(file_crc, block);
         payload.extend_from_slice(block);
         pos += len;
     }
