@@ -17,7 +17,7 @@ use weir::state::{KeyedValueState, PagedMap, Snapshot};
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn barrier(id: u64, unaligned: bool) -> Barrier {
-    Barrier { id, trigger_ns: 0, unaligned }
+    Barrier { id, trigger_ns: 0, unaligned, savepoint: false }
 }
 
 fn alignment(c: &mut Criterion) {

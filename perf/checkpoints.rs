@@ -162,7 +162,7 @@ fn main() {
 type Wide = [u64; 6];
 
 fn snapshot_of(id: u64, state: &mut KeyedValueState<u64, Wide>) -> (TaskSnapshot, Duration) {
-    let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false });
+    let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false });
     let t = Instant::now();
     let fork = state.fork();
     let took = t.elapsed();

@@ -39,17 +39,23 @@ pub enum Workload {
     /// event time `i` ms, watermarks with no out-of-orderness, 1 s tumbling event-time window
     /// count, so every (key, window) pair gets exactly one event.
     SparseWindow,
+    /// A backlog that lags on one subtask: generator → key_by (half the events on one hot
+    /// key) → a keyed running sum spending a fixed time per record → rebalance → sink. The
+    /// hot key's subtask falls behind, its rings stay full, and the sink aligns two inputs of
+    /// which one lags.
+    Backlog,
 }
 
 impl Workload {
     /// Every workload, in the order reports list them.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::Stateless,
         Workload::Keyed,
         Workload::Window,
         Workload::Join,
         Workload::Backpressure,
         Workload::SparseWindow,
+        Workload::Backlog,
     ];
 }
 
@@ -69,6 +75,7 @@ impl std::fmt::Display for Workload {
             Workload::Join => "join",
             Workload::Backpressure => "backpressure",
             Workload::SparseWindow => "sparse-window",
+            Workload::Backlog => "backlog",
         })
     }
 }
@@ -84,12 +91,42 @@ pub enum CheckpointChoice {
     Unaligned,
     /// At-least-once (barriers counted, not aligned).
     AtLeastOnce,
+    /// Exactly-once, aligned barriers that turn unaligned once the checkpoint has run for the
+    /// aligned-checkpoint timeout (counted from its trigger).
+    AlignedTimeout,
 }
 
 impl CheckpointChoice {
     /// Every choice, in the order reports list them.
-    pub const ALL: [CheckpointChoice; 4] =
+    pub const ALL: [CheckpointChoice; 5] = [
+        CheckpointChoice::None,
+        CheckpointChoice::Aligned,
+        CheckpointChoice::Unaligned,
+        CheckpointChoice::AtLeastOnce,
+        CheckpointChoice::AlignedTimeout,
+    ];
+
+    /// The choices of the matrix's headline (throughput without backpressure).
+    pub const HEADLINE: [CheckpointChoice; 4] =
         [CheckpointChoice::None, CheckpointChoice::Aligned, CheckpointChoice::Unaligned, CheckpointChoice::AtLeastOnce];
+
+    /// The checkpoint configuration of this choice (`None` for no checkpoints), writing to
+    /// `dir` every `interval`; `alignment_timeout` is used by `AlignedTimeout` only.
+    pub fn config(
+        self,
+        dir: &std::path::Path,
+        interval: Duration,
+        alignment_timeout: Duration,
+    ) -> Option<CheckpointConfig> {
+        let c = CheckpointConfig::new(dir).interval(interval);
+        Some(match self {
+            CheckpointChoice::None => return None,
+            CheckpointChoice::Aligned => c,
+            CheckpointChoice::Unaligned => c.unaligned(true),
+            CheckpointChoice::AtLeastOnce => c.mode(CheckpointMode::AtLeastOnce),
+            CheckpointChoice::AlignedTimeout => c.unaligned(true).alignment_timeout(alignment_timeout),
+        })
+    }
 }
 
 impl std::str::FromStr for CheckpointChoice {
@@ -106,6 +143,7 @@ impl std::fmt::Display for CheckpointChoice {
             CheckpointChoice::Aligned => "aligned",
             CheckpointChoice::Unaligned => "unaligned",
             CheckpointChoice::AtLeastOnce => "at-least-once",
+            CheckpointChoice::AlignedTimeout => "aligned-timeout",
         })
     }
 }
@@ -127,8 +165,11 @@ pub struct BenchConfig {
     pub rate: Option<f64>,
     /// Distinct keys (the size of keyed state).
     pub keys: u64,
-    /// Backpressure workload: nanoseconds the sink spends per record.
+    /// Nanoseconds the slow stage spends per record: the sink's in `backpressure`, the keyed
+    /// stage's in `backlog`.
     pub sink_cost_ns: u64,
+    /// `aligned-timeout`: how long a checkpoint aligns before its barriers turn unaligned.
+    pub alignment_timeout: Duration,
 }
 
 /// A benchmark event: a key, a value, and when it was created (job clock, ns).
@@ -150,12 +191,17 @@ struct SlowSink {
 impl<T> Sink<T> for SlowSink {
     fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
         for _ in records.drain(..) {
-            let start = std::time::Instant::now();
-            while start.elapsed() < self.cost {
-                std::hint::spin_loop();
-            }
+            spin(self.cost);
         }
         Ok(())
+    }
+}
+
+/// Spends `cost` on this core (a stand-in for work or a slow external system).
+fn spin(cost: Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < cost {
+        std::hint::spin_loop();
     }
 }
 
@@ -259,16 +305,34 @@ impl BenchConfig {
                     .measure_latency(created)
                     .discard()
             }
+            Workload::Backlog => {
+                let cost = Duration::from_nanos(self.sink_cost_ns);
+                let keys = self.keys.max(1);
+                // Every other event has key 0: its subtask gets three quarters of the work.
+                let g = Generator::new(move |i, now_ns| BenchEvent {
+                    key: if i % 2 == 0 { 0 } else { key_of(i, keys) },
+                    value: i,
+                    created_ns: now_ns,
+                });
+                let g = match self.rate {
+                    Some(r) => g.rate(r),
+                    None => g,
+                };
+                job.generator(g)
+                    .key_by(|e: &BenchEvent| e.key)
+                    .reduce(move |a, b| {
+                        spin(cost);
+                        BenchEvent { key: a.key, value: a.value.wrapping_add(b.value), created_ns: b.created_ns }
+                    })
+                    .named("slow-sum")
+                    .rebalance()
+                    .measure_latency(created)
+                    .discard()
+            }
         }
-        let mode = match self.checkpoint {
-            CheckpointChoice::None => return Ok(job),
-            CheckpointChoice::AtLeastOnce => CheckpointMode::AtLeastOnce,
-            _ => CheckpointMode::ExactlyOnce,
+        let Some(config) = self.checkpoint.config(&self.checkpoint_dir, self.interval, self.alignment_timeout) else {
+            return Ok(job);
         };
-        let config = CheckpointConfig::new(&self.checkpoint_dir)
-            .interval(self.interval)
-            .mode(mode)
-            .unaligned(self.checkpoint == CheckpointChoice::Unaligned);
         config.validate()?;
         Ok(job.with_checkpointing(config))
     }
@@ -368,7 +432,7 @@ mod tests {
     fn every_workload_runs_and_reports() {
         let dir = tempfile::tempdir().unwrap();
         for (i, workload) in Workload::ALL.into_iter().enumerate() {
-            let checkpoint = CheckpointChoice::ALL[i % 4];
+            let checkpoint = CheckpointChoice::ALL[i % CheckpointChoice::ALL.len()];
             let config = BenchConfig {
                 workload,
                 checkpoint,
@@ -378,6 +442,7 @@ mod tests {
                 rate: Some(200_000.0),
                 keys: 100,
                 sink_cost_ns: 1_000,
+                alignment_timeout: Duration::from_millis(2),
             };
             let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
             std::thread::sleep(Duration::from_millis(150));

@@ -130,12 +130,17 @@ struct BenchArgs {
     /// (key, window) gets one event).
     #[arg(long, default_value = "keyed")]
     workload: weir::bench::Workload,
-    /// none | aligned | unaligned | at-least-once.
+    /// none | aligned | unaligned | at-least-once | aligned-timeout (aligned, turning
+    /// unaligned after --alignment-timeout-ms).
     #[arg(long, default_value = "none")]
     checkpoint: weir::bench::CheckpointChoice,
     /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     interval_ms: Option<u64>,
+    /// With --checkpoint aligned-timeout: milliseconds from a checkpoint's trigger after which
+    /// its barriers turn unaligned (default 10).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    alignment_timeout_ms: Option<u64>,
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = duration_s)]
     duration_s: f64,
@@ -145,7 +150,8 @@ struct BenchArgs {
     /// Distinct keys (the size of keyed state).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
-    /// Backpressure workload: nanoseconds the sink spends per record.
+    /// Nanoseconds the slow stage spends per record: the sink's (backpressure) or the keyed
+    /// stage's (backlog).
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     sink_cost_ns: u64,
     /// Write the results as JSON to this file.
@@ -654,6 +660,12 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         args.checkpoint,
         &[("--interval-ms", args.interval_ms.is_some()), ("--checkpoint-dir", args.checkpoint_dir.is_some())],
     )?;
+    if args.alignment_timeout_ms.is_some() && args.checkpoint != CheckpointChoice::AlignedTimeout {
+        return Err(Error::config(format!(
+            "--alignment-timeout-ms needs --checkpoint aligned-timeout (not {})",
+            args.checkpoint
+        )));
+    }
     let interval_ms = args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS);
     let (config, parallelism) = args.runtime.config();
     let temporary = args.checkpoint_dir.is_none() && args.checkpoint != CheckpointChoice::None;
@@ -671,6 +683,7 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         rate: args.rate,
         keys: args.keys,
         sink_cost_ns: args.sink_cost_ns,
+        alignment_timeout: Duration::from_millis(args.alignment_timeout_ms.unwrap_or(10)),
     };
     println!(
         "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
@@ -706,7 +719,6 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
 }
 
 fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
-    use weir::bench::CheckpointChoice;
     use weir::nexmark::{build, final_rows, reference};
     const MAX_CHECKED: u64 = 2_000_000;
     refuse_checkpoint_flags_without_checkpoints(
@@ -724,17 +736,9 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     let workers = config.effective_workers();
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
     let checkpoint_dir = scratch_checkpoint_dir("nexmark");
-    if args.checkpoint != CheckpointChoice::None {
-        let c = CheckpointConfig::new(&checkpoint_dir)
-            .interval(Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS)))
-            .mode(if args.checkpoint == CheckpointChoice::AtLeastOnce {
-                CheckpointMode::AtLeastOnce
-            } else {
-                CheckpointMode::ExactlyOnce
-            })
-            .unaligned(args.checkpoint == CheckpointChoice::Unaligned)
-            .incremental(args.incremental);
-        job = job.with_checkpointing(c);
+    let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS));
+    if let Some(c) = args.checkpoint.config(&checkpoint_dir, interval, Duration::from_millis(10)) {
+        job = job.with_checkpointing(c.incremental(args.incremental));
     }
     let rows = build(&job, args.query, Some(args.events), args.rate);
     let collected = if args.check {

@@ -25,6 +25,9 @@ pub struct Barrier {
     /// Unaligned: the barrier overtakes in-flight data through each channel's priority slot,
     /// and that data is stored with the checkpoint.
     pub unaligned: bool,
+    /// A savepoint's barrier: always aligned, never switched to unaligned by the aligned-
+    /// checkpoint timeout (a savepoint holds no in-flight data).
+    pub savepoint: bool,
 }
 
 /// A notice from the coordinator after a checkpoint's fate is decided.

@@ -123,7 +123,7 @@ mod tests {
     use super::*;
 
     fn b(id: u64) -> Barrier {
-        Barrier { id, trigger_ns: 0, unaligned: false }
+        Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false }
     }
 
     #[test]

@@ -467,14 +467,19 @@ pub(crate) fn on_priority(
 
 /// Called on every poll: the alignment timeout, alignments completed by ended channels, and
 /// captures completed by data that reached the rings.
+///
+/// The timeout counts from the checkpoint's trigger, as Flink's does (its start delay
+/// included): a checkpoint whose barriers crawl behind a backlog has used its time before
+/// the first one arrives. (Barriers still queued in a ring are republished in its priority
+/// slot by their producer once the same time is up; see `channel::writer`.)
 pub(crate) fn on_poll(
     cp: &mut TaskCheckpointing,
     inputs: &mut impl Inputs,
     id: &TaskIdent,
     head: &mut dyn ChainHead,
 ) -> Result<()> {
-    if let (Some(timeout), Some((_, first_ns))) = (cp.alignment_timeout_ns, cp.aligner.pending()) {
-        if cp.clock.now_ns().saturating_sub(first_ns) >= timeout {
+    if let (Some(timeout), Some((barrier, _))) = (cp.alignment_timeout_ns, cp.aligner.pending()) {
+        if !barrier.savepoint && cp.clock.now_ns().saturating_sub(barrier.trigger_ns) >= timeout {
             switch_to_unaligned(cp, inputs, id, head)?;
         }
     }

@@ -131,6 +131,38 @@ pub(crate) struct InputGate<T> {
     capture: Option<Capture>,
     /// In-flight data restored from a checkpoint, replayed before the rings.
     replay: std::collections::VecDeque<(usize, Entry<T>)>,
+    /// With unaligned checkpoints: how records are handed on in slices short enough that a
+    /// priority barrier waits for one slice, not for a chunk, of the task's work.
+    slicing: Option<RecordSlicing>,
+}
+
+/// How long a task works on records between two looks at its priority slots, and what it
+/// has learnt about its cost per record. Measured on the job clock, so under simulation
+/// (where the clock stands still while a task runs) slices are whole chunks, as before.
+struct RecordSlicing {
+    clock: crate::context::Clock,
+    /// Records per slice, from the cost measured so far.
+    slice: usize,
+    /// The cost of a record, nanoseconds, averaged over recent slices (×16 fixed point).
+    cost_x16: u64,
+}
+
+/// The work between two looks at the priority slots: what a barrier may wait for at most,
+/// whatever a record costs (a few microseconds, Flink's priority-event latency).
+const SLICE_NS: u64 = 20_000;
+
+/// The work after which a poll gives its worker back even with records left in the chunk:
+/// the other tasks of the worker (a source that must forward or republish a barrier, say)
+/// wait for one poll, which must not be a chunk of slow records.
+const POLL_NS: u64 = 200_000;
+
+impl RecordSlicing {
+    /// Learns from a slice of `records` that took `ns`, and sizes the next one.
+    fn learn(&mut self, records: usize, ns: u64) {
+        let per = (ns * 16) / records.max(1) as u64;
+        self.cost_x16 = if self.cost_x16 == 0 { per } else { (self.cost_x16 * 3 + per) / 4 };
+        self.slice = ((SLICE_NS * 16) / self.cost_x16.max(1)).clamp(1, usize::MAX as u64) as usize;
+    }
 }
 
 impl<T: Persist> InputGate<T> {
@@ -151,7 +183,14 @@ impl<T: Persist> InputGate<T> {
             unaligned: false,
             capture: None,
             replay: std::collections::VecDeque::new(),
+            slicing: None,
         }
+    }
+
+    /// Hands records on in slices of about [`SLICE_NS`] of work (timed on `clock`), looking
+    /// at the priority slots between slices (unaligned checkpoints).
+    pub(crate) fn set_slicing(&mut self, clock: crate::context::Clock) {
+        self.slicing = Some(RecordSlicing { clock, slice: usize::MAX, cost_x16: 0 });
     }
 
     /// Whether priority slots are checked (unaligned checkpoints).
@@ -189,6 +228,11 @@ impl<T: Persist> InputGate<T> {
         let Some(cap) = self.capture.as_mut() else {
             return;
         };
+        if cap.limit[channel] == Some(seq) {
+            // The same barrier twice (in-band, then its republished copy, or the other way):
+            // the channel may have been read past it since.
+            return;
+        }
         // A priority barrier's `seq` is never behind the read position; an in-band barrier's
         // position is one behind it (the barrier entry itself was consumed).
         debug_assert!(seq + 1 >= self.channels[channel].read, "a barrier behind data already consumed");
@@ -351,8 +395,12 @@ impl<T: Persist> InputGate<T> {
                 }
             }
             let mut barrier = None;
+            let mut overtaken = None;
             let mut taken = 0;
             let start = ch.read;
+            let mut slice_start = self.slicing.as_ref().map(|s| s.clock.now_ns());
+            let poll_start = slice_start;
+            let mut out_of_time = false;
             // Entries move out of the ring; those not iterated (after a barrier) stay in it.
             let mut entries = chunk.into_iter();
             for entry in entries.by_ref() {
@@ -371,7 +419,29 @@ impl<T: Persist> InputGate<T> {
                 }
                 taken += 1;
                 match entry {
-                    Entry::Record(r) => self.buf.push(r),
+                    Entry::Record(r) => {
+                        self.buf.push(r);
+                        if let (Some(s), Some(t0)) = (self.slicing.as_mut(), slice_start) {
+                            if self.buf.len() >= s.slice {
+                                // A slice's worth: hand it on, then look at the priority slot.
+                                // A barrier there overtakes the rest of the chunk, which
+                                // stays in the ring (in flight for its checkpoint).
+                                let n = self.buf.len();
+                                head.batch(&mut self.buf)?;
+                                let now = s.clock.now_ns();
+                                s.learn(n, now.saturating_sub(t0));
+                                slice_start = Some(now);
+                                if let Some(pb) = ch.priority.as_mut().and_then(|p| p.pop().ok()) {
+                                    overtaken = Some(pb);
+                                    break;
+                                }
+                                if poll_start.is_some_and(|p| now.saturating_sub(p) >= POLL_NS) {
+                                    out_of_time = true;
+                                    break;
+                                }
+                            }
+                        }
+                    }
                     Entry::Watermark(w) => {
                         if !self.buf.is_empty() {
                             head.batch(&mut self.buf)?;
@@ -403,7 +473,19 @@ impl<T: Persist> InputGate<T> {
             ch.producer.notify();
             consumed += taken;
             if !self.buf.is_empty() {
+                let n = self.buf.len();
                 head.batch(&mut self.buf)?;
+                if let (Some(s), Some(t0)) = (self.slicing.as_mut(), slice_start) {
+                    s.learn(n, s.clock.now_ns().saturating_sub(t0));
+                }
+            }
+            if let Some(pb) = overtaken {
+                self.next = (i + 1) % n;
+                return Ok(GatePoll::PriorityBarrier { channel: i, barrier: pb.barrier, seq: pb.seq });
+            }
+            if out_of_time {
+                self.next = (i + 1) % n;
+                return Ok(GatePoll::Progress);
             }
             if let Some(barrier) = barrier {
                 if self.block_on_barrier {
@@ -467,11 +549,11 @@ fn advance<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channel::channel;
+    use crate::channel::{channel, BarrierExpiry, OutChannel};
     use crate::collector::Nowhere;
 
     fn barrier(id: u64) -> Barrier {
-        Barrier { id, trigger_ns: 0, unaligned: false }
+        Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false }
     }
 
     fn one_channel_gate(entries: &[Entry<u64>]) -> InputGate<u64> {
@@ -482,6 +564,128 @@ mod tests {
         }
         assert!(out.flush());
         InputGate::new(vec![reader])
+    }
+
+    /// Keeps the records it is handed.
+    struct Collect(Vec<u64>);
+
+    impl Collector<u64> for Collect {
+        fn batch(&mut self, records: &mut Vec<u64>) -> Result<()> {
+            self.0.append(records);
+            Ok(())
+        }
+        fn watermark(&mut self, _: Timestamp) -> Result<()> {
+            Ok(())
+        }
+        fn end(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn drain(&mut self) -> Result<bool> {
+            Ok(true)
+        }
+        fn barrier(&mut self, _: Barrier, _: &mut crate::snapshot::TaskSnapshot) -> Result<()> {
+            Ok(())
+        }
+        fn notify(&mut self, _: crate::snapshot::CheckpointNotice) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A user's aligned checkpoint with a timeout never turned unaligned at a task with one
+    /// input: its barrier sat behind a full ring. Once the checkpoint has run for the timeout
+    /// (from its trigger), the producer republishes the queued barrier in the priority slot
+    /// with its own sequence number, and the reader sees it before the backlog.
+    #[test]
+    fn a_queued_barrier_overtakes_the_backlog_once_its_checkpoint_times_out() {
+        let parker = Arc::new(Parker::default());
+        let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let expiry = BarrierExpiry { clock: crate::context::Clock::manual(time.clone()), timeout_ns: 10 };
+        let (out, reader) = channel::<u64>(4, parker.clone(), parker);
+        let mut out = out.with_expiry(Some(expiry));
+        let mut backlog: Vec<u64> = (0..6).collect();
+        out.write_records(&mut backlog);
+        let b = Barrier { trigger_ns: 5, ..barrier(1) };
+        out.write_entry(Entry::Barrier(b));
+        let mut gate = InputGate::new(vec![reader]);
+        gate.set_unaligned(true);
+        time.store(14, std::sync::atomic::Ordering::Relaxed);
+        assert!(!out.flush(), "the ring is full");
+        let mut head = Collect(Vec::new());
+        // Not yet timed out: the reader works through the ring, no barrier overtakes.
+        assert_eq!(gate.poll(&mut head, 1).unwrap(), GatePoll::Progress);
+        time.store(15, std::sync::atomic::Ordering::Relaxed);
+        out.flush();
+        let polled = gate.poll(&mut head, 16).unwrap();
+        assert_eq!(
+            polled,
+            GatePoll::PriorityBarrier { channel: 0, barrier: Barrier { unaligned: true, ..b }, seq: 6 },
+            "the barrier, at position 6, overtakes the five records still queued"
+        );
+        assert_eq!(head.0, vec![0]);
+        // A barrier the reader has already consumed is not republished.
+        time.store(12, std::sync::atomic::Ordering::Relaxed);
+        let (out, reader) = channel::<u64>(4, Arc::new(Parker::default()), Arc::new(Parker::default()));
+        let mut out =
+            out.with_expiry(Some(BarrierExpiry { clock: crate::context::Clock::manual(time.clone()), timeout_ns: 10 }));
+        out.write_entry(Entry::Barrier(b));
+        let mut gate = InputGate::new(vec![reader]);
+        gate.set_unaligned(true);
+        assert!(matches!(gate.poll(&mut head, 16).unwrap(), GatePoll::Barrier { .. }));
+        time.store(100, std::sync::atomic::Ordering::Relaxed);
+        out.flush();
+        assert_eq!(gate.poll(&mut head, 16).unwrap(), GatePoll::Idle, "nothing overtakes: it was read");
+    }
+
+    /// With slicing, a priority barrier published while the task works through a chunk stops
+    /// the chunk at the next slice: the rest stays in the ring (in flight).
+    #[test]
+    fn a_priority_barrier_interrupts_a_chunk_between_slices() {
+        let parker = Arc::new(Parker::default());
+        let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (mut out, reader) = channel::<u64>(64, parker.clone(), parker);
+        let mut gate = InputGate::new(vec![reader]);
+        gate.set_unaligned(true);
+        gate.set_slicing(crate::context::Clock::manual(time.clone()));
+        // Each record costs 10 µs of (simulated) time: two per 20 µs slice once learnt.
+        struct Slow<'a>(&'a std::sync::atomic::AtomicU64, Vec<u64>, Option<&'a mut OutChannel<u64>>);
+        impl Collector<u64> for Slow<'_> {
+            fn batch(&mut self, records: &mut Vec<u64>) -> Result<()> {
+                self.0.fetch_add(10_000 * records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                self.1.append(records);
+                if self.1.len() >= 6 {
+                    if let Some(out) = self.2.take() {
+                        out.write_priority(Barrier { unaligned: true, ..barrier(1) });
+                    }
+                }
+                Ok(())
+            }
+            fn watermark(&mut self, _: Timestamp) -> Result<()> {
+                Ok(())
+            }
+            fn end(&mut self) -> Result<()> {
+                Ok(())
+            }
+            fn drain(&mut self) -> Result<bool> {
+                Ok(true)
+            }
+            fn barrier(&mut self, _: Barrier, _: &mut crate::snapshot::TaskSnapshot) -> Result<()> {
+                Ok(())
+            }
+            fn notify(&mut self, _: crate::snapshot::CheckpointNotice) -> Result<()> {
+                Ok(())
+            }
+        }
+        let mut first: Vec<u64> = (0..4).collect();
+        out.write_records(&mut first);
+        let mut head = Slow(&time, Vec::new(), None);
+        assert_eq!(gate.poll(&mut head, 64).unwrap(), GatePoll::Progress, "learns the cost");
+        let mut more: Vec<u64> = (4..40).collect();
+        out.write_records(&mut more);
+        head.2 = Some(&mut out);
+        let polled = gate.poll(&mut head, 64).unwrap();
+        assert!(matches!(polled, GatePoll::PriorityBarrier { seq: 40, .. }), "{polled:?}");
+        assert_eq!(head.1, (0..6).collect::<Vec<_>>(), "stopped at the slice after the barrier came");
+        assert_eq!(gate.read_position(0), 6, "the other 34 records stay in the ring");
     }
 
     /// Found by the simulator: barriers of other checkpoints consumed during a capture must

@@ -14,7 +14,7 @@
 //! Each side keeps its own `u64` sequence counter (entries written / read), since rtrb exposes
 //! none; unaligned checkpoints will name ring positions with them.
 //!
-//! May touch: `collector`, `error`, `persist`, `record`, `snapshot`, `wake`.
+//! May touch: `collector`, `context`, `error`, `persist`, `record`, `snapshot`, `wake`.
 
 mod gate;
 mod partition;
@@ -25,7 +25,7 @@ pub use gate::GatePoll;
 pub(crate) use gate::{Captured, ChannelReader, InputGate};
 pub use partition::Partitioning;
 pub(crate) use partition::{KeyRouter, Partitioner};
-pub(crate) use writer::{ChannelWriter, OutChannel};
+pub(crate) use writer::{BarrierExpiry, ChannelWriter, OutChannel};
 
 use crate::record::Timestamp;
 
@@ -66,7 +66,8 @@ impl<T: crate::persist::Persist> crate::persist::Persist for Entry<T> {
             1 => Ok(Entry::Watermark(Timestamp::restore(input)?)),
             2 => {
                 let (id, trigger_ns, unaligned) = <(u64, u64, bool)>::restore(input)?;
-                Ok(Entry::Barrier(crate::snapshot::Barrier { id, trigger_ns, unaligned }))
+                // Replayed barriers are skipped, so whether this was a savepoint's is not kept.
+                Ok(Entry::Barrier(crate::snapshot::Barrier { id, trigger_ns, unaligned, savepoint: false }))
             }
             3 => Ok(Entry::End),
             t => Err(crate::Error::Corrupt(format!("invalid ring entry tag {t}"))),
@@ -174,7 +175,7 @@ impl<T: crate::record::Record> ChannelReceiver<T> {
     /// let (mut tx, mut rx) = pair::<u64>(16);
     /// rx.check_priority_slot(true);
     /// tx.send(&mut vec![1, 2, 3]);
-    /// tx.send_barrier(Barrier { id: 1, trigger_ns: 0, unaligned: true });
+    /// tx.send_barrier(Barrier { id: 1, trigger_ns: 0, unaligned: true, savepoint: false });
     /// let first = rx.poll(|_| panic!("the barrier comes first"), 64);
     /// assert!(matches!(first, GatePoll::PriorityBarrier { .. }), "{first:?}");
     /// ```

@@ -284,7 +284,7 @@ fn key_by_writes_each_consumer_its_records_in_order_through_tiny_rings() {
 #[test]
 fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
     use crate::snapshot::Barrier;
-    let barrier = Barrier { id: 1, trigger_ns: 0, unaligned: true };
+    let barrier = Barrier { id: 1, trigger_ns: 0, unaligned: true, savepoint: false };
     let before: Vec<u64> = vec![1, 2, 3, 4];
     let after: Vec<u64> = vec![5, 6];
 

@@ -1,5 +1,11 @@
 //! The producer side: [`OutChannel`] (one ring) and [`ChannelWriter`] (all rings of one edge
 //! from one upstream subtask, with the partitioner).
+//!
+//! With an aligned-checkpoint timeout, a ring also keeps the in-band barriers it holds that
+//! the consumer has not read: once a barrier's checkpoint has run past the timeout (counted
+//! from its trigger), the producer republishes it in the priority slot with the barrier's own
+//! sequence number, so it overtakes the backlog and what is queued ahead of it becomes the
+//! checkpoint's in-flight data (Flink's timeout-able aligned barriers, FLIP-76 follow-ups).
 
 use std::sync::Arc;
 
@@ -25,11 +31,38 @@ pub(crate) struct OutChannel<T> {
     /// The priority slot for unaligned barriers, and barriers waiting for room in it.
     priority: Option<Producer<PriorityBarrier>>,
     priority_staged: Vec<PriorityBarrier>,
+    /// With an aligned-checkpoint timeout: the clock and the timeout.
+    expiry: Option<BarrierExpiry>,
+    /// In-band barriers written and maybe not yet read, with their sequence numbers.
+    queued: Vec<(Barrier, u64)>,
+}
+
+/// When a producer republishes a queued in-band barrier: the job clock and the aligned-
+/// checkpoint timeout, counted from the barrier's trigger.
+#[derive(Clone)]
+pub(crate) struct BarrierExpiry {
+    pub(crate) clock: crate::context::Clock,
+    pub(crate) timeout_ns: u64,
 }
 
 impl<T> OutChannel<T> {
     pub(crate) fn new(producer: Producer<Entry<T>>, consumer: Arc<Parker>) -> Self {
-        OutChannel { producer, staged: Vec::new(), consumer, written: 0, priority: None, priority_staged: Vec::new() }
+        OutChannel {
+            producer,
+            staged: Vec::new(),
+            consumer,
+            written: 0,
+            priority: None,
+            priority_staged: Vec::new(),
+            expiry: None,
+            queued: Vec::new(),
+        }
+    }
+
+    /// Republish in-band barriers still queued once their checkpoint passed the timeout.
+    pub(crate) fn with_expiry(mut self, expiry: Option<BarrierExpiry>) -> Self {
+        self.expiry = expiry;
+        self
     }
 
     pub(crate) fn with_priority(mut self, slot: Producer<PriorityBarrier>) -> Self {
@@ -102,8 +135,40 @@ impl<T> OutChannel<T> {
 
     /// Publishes one control entry (after anything staged).
     pub(crate) fn write_entry(&mut self, entry: Entry<T>) {
+        if let Entry::Barrier(b) = &entry {
+            if self.expiry.is_some() && !b.unaligned && !b.savepoint {
+                self.queued.push((*b, self.seq()));
+            }
+        }
         self.staged.push(entry);
         self.flush();
+    }
+
+    /// Forgets queued barriers the consumer has read, and republishes in the priority slot
+    /// those whose checkpoint has run past the timeout.
+    #[cold]
+    fn expire_queued(&mut self) {
+        let Some(expiry) = &self.expiry else { return };
+        // What the consumer has read: everything written but what is still in the ring.
+        let in_ring = (self.producer.buffer().capacity() - self.producer.slots()) as u64;
+        let read = self.written - in_ring;
+        let now = expiry.clock.now_ns();
+        let timeout = expiry.timeout_ns;
+        let mut republish = Vec::new();
+        self.queued.retain(|&(barrier, seq)| {
+            if read > seq {
+                return false;
+            }
+            if now.saturating_sub(barrier.trigger_ns) < timeout {
+                return true;
+            }
+            republish.push(PriorityBarrier { barrier: Barrier { unaligned: true, ..barrier }, seq });
+            false
+        });
+        if !republish.is_empty() {
+            self.priority_staged.extend(republish);
+            self.flush_priority();
+        }
     }
 
     /// Stages a record without publishing (the key-by path publishes per batch).
@@ -114,6 +179,9 @@ impl<T> OutChannel<T> {
 
     /// Publishes staged entries that fit. Returns `true` when none are left.
     pub(crate) fn flush(&mut self) -> bool {
+        if !self.queued.is_empty() {
+            self.expire_queued();
+        }
         if !self.priority_staged.is_empty() && !self.flush_priority() {
             return false;
         }

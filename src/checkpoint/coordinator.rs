@@ -397,6 +397,7 @@ impl CoordinatorCore {
             // With an alignment timeout, barriers start aligned and turn unaligned only at a
             // task that waited too long. Savepoints are always aligned.
             unaligned: savepoint.is_none() && config.unaligned && config.alignment_timeout.is_none(),
+            savepoint: savepoint.is_some(),
         };
         for t in self.s.tasks.iter().filter(|t| t.2) {
             self.out.push(Command::Send(t.0, TaskControl::Trigger(barrier)));

@@ -256,7 +256,7 @@ mod tests {
         state: &mut KeyedValueState<u64, u64>,
     ) -> TaskFileWritten {
         storage.prepare(id).unwrap();
-        let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false });
+        let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false });
         snap.add("counts".into(), 0, state.fork());
         let w = write_task_snapshot(storage, index, 0, &snap).unwrap();
         storage.commit(&test_metadata(id, w.file.clone(), w.file_digest, w.shared.clone())).unwrap();
@@ -352,7 +352,7 @@ mod tests {
         state.put(3, 0);
         // Checkpoint 2 never completes: its shared file is an orphan.
         storage.prepare(2).unwrap();
-        let mut snap = TaskSnapshot::new(Barrier { id: 2, trigger_ns: 0, unaligned: false });
+        let mut snap = TaskSnapshot::new(Barrier { id: 2, trigger_ns: 0, unaligned: false, savepoint: false });
         snap.add("counts".into(), 0, state.fork());
         write_task_snapshot(&storage, Some(&index), 0, &snap).unwrap();
         assert_eq!(storage.remove_unreferenced_shared(), vec![CheckpointStorage::shared_name(2, 0)]);

@@ -100,6 +100,8 @@ pub(crate) struct ChannelSpec {
     pub(crate) max_parallelism: usize,
     pub(crate) upstream_parkers: Vec<Arc<Parker>>,
     pub(crate) downstream_parkers: Vec<Arc<Parker>>,
+    /// With an aligned-checkpoint timeout: when producers republish queued barriers.
+    pub(crate) barrier_expiry: Option<crate::channel::BarrierExpiry>,
 }
 
 pub(crate) struct Graph {
@@ -205,7 +207,7 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
                 }
                 let (w, r) =
                     channel::<T>(spec.capacity, spec.downstream_parkers[j].clone(), spec.upstream_parkers[i].clone());
-                out.push(w);
+                out.push(w.with_expiry(spec.barrier_expiry.clone()));
                 input.push(r);
             }
         }

@@ -39,6 +39,8 @@ pub(crate) struct CheckpointWiring {
     pub(crate) mode: CheckpointMode,
     pub(crate) unaligned: bool,
     pub(crate) alignment_timeout_ns: Option<u64>,
+    /// Producers republish in-band barriers still queued once the timeout passed.
+    pub(crate) republish_queued_barriers: bool,
     pub(crate) incremental: bool,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
@@ -195,6 +197,10 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
             max_parallelism: graph.max_parallelism,
             upstream_parkers: (0..from.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
             downstream_parkers: (0..to.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
+            barrier_expiry: env.checkpointing.as_ref().filter(|w| w.republish_queued_barriers).and_then(|w| {
+                w.alignment_timeout_ns
+                    .map(|timeout_ns| crate::channel::BarrierExpiry { clock: env.clock.clone(), timeout_ns })
+            }),
         };
         let Some(make_channels) = &edge.make_channels else {
             return Err(Error::config(format!(

@@ -13,7 +13,7 @@ use crate::barrier::{self as barriers, apply_notice, GatePair, TaskCheckpointing
 use crate::channel::{GatePoll, InputGate};
 use crate::checkpoint::task::{TaskControl, TaskStats};
 use crate::collector::Collector;
-use crate::context::TaskContext;
+use crate::context::{Clock, TaskContext};
 use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::operator::{Left, Right, TwoInputOperator};
@@ -461,14 +461,15 @@ fn ident(ctx: &TaskContext) -> TaskIdent {
     TaskIdent { name: task_name(ctx), operator: ctx.operator.clone(), subtask: ctx.subtask }
 }
 
-/// Sets up a task's checkpointing for `channels` input channels.
-fn prepare(checkpointing: &mut Option<TaskCheckpointing>, channels: usize) -> (bool, bool) {
+/// Sets up a task's checkpointing for `channels` input channels: whether its gates block on
+/// barriers, and with unaligned checkpoints the clock they time their record slices on.
+fn prepare(checkpointing: &mut Option<TaskCheckpointing>, channels: usize) -> (bool, Option<Clock>) {
     match checkpointing.as_mut() {
         Some(cp) => {
             cp.aligner = BarrierAligner::new(channels);
-            (cp.blocks(), cp.unaligned)
+            (cp.blocks(), cp.unaligned.then(|| cp.clock.clone()))
         }
-        None => (false, false),
+        None => (false, None),
     }
 }
 
@@ -491,8 +492,7 @@ impl<T: Persist> OneInputTask<T> {
         mut checkpointing: Option<TaskCheckpointing>,
     ) -> Self {
         let (blocks, unaligned) = prepare(&mut checkpointing, gate.channels());
-        gate.set_blocking(blocks);
-        gate.set_unaligned(unaligned);
+        gate.mode(blocks, unaligned);
         OneInputTask { id: ident(ctx), gate, head, budget, checkpointing, phase: Phase::Running }
     }
 }
@@ -567,7 +567,7 @@ impl<A: Persist, B: Persist> TwoInputTask<A, B> {
     ) -> Self {
         let (blocks, unaligned) = prepare(&mut checkpointing, left.channels() + right.channels());
         for g in [&mut left as &mut dyn GateMode, &mut right] {
-            g.mode(blocks, unaligned);
+            g.mode(blocks, unaligned.clone());
         }
         TwoInputTask {
             id: ident(ctx),
@@ -583,13 +583,16 @@ impl<A: Persist, B: Persist> TwoInputTask<A, B> {
 
 /// Sets a gate's checkpoint mode whatever its record type.
 trait GateMode {
-    fn mode(&mut self, blocks: bool, unaligned: bool);
+    fn mode(&mut self, blocks: bool, unaligned: Option<Clock>);
 }
 
 impl<T: Persist> GateMode for InputGate<T> {
-    fn mode(&mut self, blocks: bool, unaligned: bool) {
+    fn mode(&mut self, blocks: bool, unaligned: Option<Clock>) {
         self.set_blocking(blocks);
-        self.set_unaligned(unaligned);
+        self.set_unaligned(unaligned.is_some());
+        if let Some(clock) = unaligned {
+            self.set_slicing(clock);
+        }
     }
 }
 
