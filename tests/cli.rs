@@ -411,6 +411,11 @@ fn every_flag_refuses_a_wrong_value() {
         (vec!["bench", "--duration-s", "-2"], "positive"),
         (vec!["bench", "--rate", "NaN"], "positive"),
         (vec!["bench", "--keys", "0"], "--keys"),
+        (
+            vec!["bench", "--checkpoint", "aligned", "--alignment-timeout-ms", "5"],
+            "--alignment-timeout-ms needs --checkpoint aligned-timeout",
+        ),
+        (vec!["bench", "--checkpoint", "aligned-timeout", "--alignment-timeout-ms", "0"], "--alignment-timeout-ms"),
         (vec!["bench", "--sink-cost-ns", "0"], "--sink-cost-ns"),
         (vec!["bench", "--sink-cost-ns", "2000000000"], "--sink-cost-ns"),
         (vec!["bench", "--json", "/no/such/dir/r.json"], "/no/such/dir/r.json"),
