@@ -585,12 +585,12 @@ mod tests {
         InputGate::new(vec![reader])
     }
 
-    /// Keeps the records it is handed.
-    struct Collect(Vec<u64>);
+    /// Hands each batch to a closure (the tests' stand-in for an operator chain).
+    struct OnBatch<F>(F);
 
-    impl Collector<u64> for Collect {
+    impl<F: FnMut(&mut Vec<u64>) + Send> Collector<u64> for OnBatch<F> {
         fn batch(&mut self, records: &mut Vec<u64>) -> Result<()> {
-            self.0.append(records);
+            (self.0)(records);
             Ok(())
         }
         fn watermark(&mut self, _: Timestamp) -> Result<()> {
@@ -629,7 +629,8 @@ mod tests {
         gate.set_unaligned(true);
         time.store(14, std::sync::atomic::Ordering::Relaxed);
         assert!(!out.flush(), "the ring is full");
-        let mut head = Collect(Vec::new());
+        let got = std::sync::Mutex::new(Vec::new());
+        let mut head = OnBatch(|r: &mut Vec<u64>| got.lock().unwrap().append(r));
         // Not yet timed out: the reader works through the ring, no barrier overtakes.
         assert_eq!(gate.poll(&mut head, 1).unwrap(), GatePoll::Progress);
         time.store(15, std::sync::atomic::Ordering::Relaxed);
@@ -640,7 +641,7 @@ mod tests {
             GatePoll::PriorityBarrier { channel: 0, barrier: Barrier { unaligned: true, ..b }, seq: 6 },
             "the barrier, at position 6, overtakes the five records still queued"
         );
-        assert_eq!(head.0, vec![0]);
+        assert_eq!(*got.lock().unwrap(), vec![0]);
         // A barrier the reader has already consumed is not republished.
         time.store(12, std::sync::atomic::Ordering::Relaxed);
         let (out, reader) = channel::<u64>(4, Arc::new(Parker::default()), Arc::new(Parker::default()));
@@ -665,45 +666,29 @@ mod tests {
         let mut gate = InputGate::new(vec![reader]);
         gate.set_unaligned(true);
         gate.set_slicing(crate::context::Clock::manual(time.clone()));
-        // Each record costs 10 µs of (simulated) time: two per 20 µs slice once learnt.
-        struct Slow<'a>(&'a std::sync::atomic::AtomicU64, Vec<u64>, Option<&'a mut OutChannel<u64>>);
-        impl Collector<u64> for Slow<'_> {
-            fn batch(&mut self, records: &mut Vec<u64>) -> Result<()> {
-                self.0.fetch_add(10_000 * records.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                self.1.append(records);
-                if self.1.len() >= 6 {
-                    if let Some(out) = self.2.take() {
-                        out.write_priority(Barrier { unaligned: true, ..barrier(1) });
-                    }
+        // Each record costs 10 µs of (simulated) time: two per 20 µs slice once learnt. Once
+        // six records are in, the producer publishes an unaligned barrier.
+        let got = std::sync::Mutex::new(Vec::new());
+        let publish = std::sync::Mutex::new(None::<&mut OutChannel<u64>>);
+        let mut head = OnBatch(|r: &mut Vec<u64>| {
+            time.fetch_add(10_000 * r.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            let mut got = got.lock().unwrap();
+            got.append(r);
+            if got.len() >= 6 {
+                if let Some(out) = publish.lock().unwrap().take() {
+                    out.write_priority(Barrier { unaligned: true, ..barrier(1) });
                 }
-                Ok(())
             }
-            fn watermark(&mut self, _: Timestamp) -> Result<()> {
-                Ok(())
-            }
-            fn end(&mut self) -> Result<()> {
-                Ok(())
-            }
-            fn drain(&mut self) -> Result<bool> {
-                Ok(true)
-            }
-            fn barrier(&mut self, _: Barrier, _: &mut crate::snapshot::TaskSnapshot) -> Result<()> {
-                Ok(())
-            }
-            fn notify(&mut self, _: crate::snapshot::CheckpointNotice) -> Result<()> {
-                Ok(())
-            }
-        }
+        });
         let mut first: Vec<u64> = (0..4).collect();
         out.write_records(&mut first);
-        let mut head = Slow(&time, Vec::new(), None);
         assert_eq!(gate.poll(&mut head, 64).unwrap(), GatePoll::Progress, "learns the cost");
         let mut more: Vec<u64> = (4..40).collect();
         out.write_records(&mut more);
-        head.2 = Some(&mut out);
+        *publish.lock().unwrap() = Some(&mut out);
         let polled = gate.poll(&mut head, 64).unwrap();
         assert!(matches!(polled, GatePoll::PriorityBarrier { seq: 40, .. }), "{polled:?}");
-        assert_eq!(head.1, (0..6).collect::<Vec<_>>(), "stopped at the slice after the barrier came");
+        assert_eq!(*got.lock().unwrap(), (0..6).collect::<Vec<_>>(), "stopped at the slice after the barrier came");
         assert_eq!(gate.read_position(0), 6, "the other 34 records stay in the ring");
     }
 
