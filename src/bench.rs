@@ -96,6 +96,9 @@ pub enum CheckpointChoice {
     AlignedTimeout,
 }
 
+/// The aligned-checkpoint timeout of `aligned-timeout` unless told otherwise.
+pub const DEFAULT_ALIGNMENT_TIMEOUT: Duration = Duration::from_millis(10);
+
 impl CheckpointChoice {
     /// Every choice, in the order reports list them.
     pub const ALL: [CheckpointChoice; 5] = [
@@ -197,6 +200,14 @@ impl<T> Sink<T> for SlowSink {
     }
 }
 
+/// `g`, limited to `rate` events per second in all if given.
+fn paced<F>(g: Generator<F>, rate: Option<f64>) -> Generator<F> {
+    match rate {
+        Some(r) => g.rate(r),
+        None => g,
+    }
+}
+
 /// Spends `cost` on this core (a stand-in for work or a slow external system).
 fn spin(cost: Duration) {
     let start = std::time::Instant::now();
@@ -210,10 +221,7 @@ impl BenchConfig {
         let keys = self.keys.max(1);
         let g =
             Generator::new(move |i, now_ns| BenchEvent { key: key_of(i ^ salt, keys), value: i, created_ns: now_ns });
-        match rate {
-            Some(r) => g.rate(r),
-            None => g,
-        }
+        paced(g, rate)
     }
 
     /// The job: the workload, with checkpoints as chosen.
@@ -283,10 +291,7 @@ impl BenchConfig {
                 // Event time is the index in ms; a result's latency counts from the creation
                 // of the window's (only) event.
                 let g = Generator::new(|i, now_ns| BenchEvent { key: i % 1000, value: i, created_ns: now_ns });
-                let g = match self.rate {
-                    Some(r) => g.rate(r),
-                    None => g,
-                };
+                let g = paced(g, self.rate);
                 // The sources stay within 10 windows of each other in event time (Flink's
                 // watermark alignment), so at most that many windows are open.
                 job.generator(g)
@@ -314,10 +319,7 @@ impl BenchConfig {
                     value: i,
                     created_ns: now_ns,
                 });
-                let g = match self.rate {
-                    Some(r) => g.rate(r),
-                    None => g,
-                };
+                let g = paced(g, self.rate);
                 job.generator(g)
                     .key_by(|e: &BenchEvent| e.key)
                     .reduce(move |a, b| {

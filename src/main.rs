@@ -683,7 +683,9 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         rate: args.rate,
         keys: args.keys,
         sink_cost_ns: args.sink_cost_ns,
-        alignment_timeout: Duration::from_millis(args.alignment_timeout_ms.unwrap_or(10)),
+        alignment_timeout: args
+            .alignment_timeout_ms
+            .map_or(weir::bench::DEFAULT_ALIGNMENT_TIMEOUT, Duration::from_millis),
     };
     println!(
         "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
@@ -737,7 +739,7 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
     let checkpoint_dir = scratch_checkpoint_dir("nexmark");
     let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS));
-    if let Some(c) = args.checkpoint.config(&checkpoint_dir, interval, Duration::from_millis(10)) {
+    if let Some(c) = args.checkpoint.config(&checkpoint_dir, interval, weir::bench::DEFAULT_ALIGNMENT_TIMEOUT) {
         job = job.with_checkpointing(c.incremental(args.incremental));
     }
     let rows = build(&job, args.query, Some(args.events), args.rate);

@@ -8,26 +8,17 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir::checkpoint::{CheckpointConfig, CheckpointStorage, FileKind, RestartStrategy, LOCK_FILE};
 use weir::source::Generator;
 use weir::{Error, Job, RunConfig};
 
 mod common;
-use common::committed_counts;
+use common::{committed_counts, wait_until};
 
 fn text_of(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-/// Waits until `cond` holds (a condition, not a time: the limit only stops a hung test).
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < Duration::from_secs(120), "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn complete_checkpoints(chk: &Path) -> Vec<u64> {

@@ -13,8 +13,8 @@ use weir::source::Generator;
 use weir::state::{KeyedValueState, MapState, ReducingState, TimeDomain};
 use weir::{Error, Job, KeyedContext, KeyedProcessFunction, OutputTag, RunConfig};
 
-mod support;
-use support::{at_rate, savepoint_after, sorted};
+mod common;
+use common::{at_rate, savepoint_after, sorted};
 
 const N: u64 = 20_000;
 const KEYS: u64 = 11;

@@ -418,7 +418,8 @@ impl<T: Persist> InputGate<T> {
             let mut taken = 0;
             let start = ch.read;
             let mut slice_start = self.slicing.as_mut().and_then(|s| s.begin(avail));
-            let poll_start = slice_start;
+            // Read only for a timed chunk (when `slice_start` is some).
+            let poll_start = slice_start.unwrap_or(0);
             let mut out_of_time = false;
             // Entries move out of the ring; those not iterated (after a barrier) stay in it.
             let mut entries = chunk.into_iter();
@@ -440,7 +441,8 @@ impl<T: Persist> InputGate<T> {
                 match entry {
                     Entry::Record(r) => {
                         self.buf.push(r);
-                        if let (Some(s), Some(t0)) = (self.slicing.as_mut(), slice_start) {
+                        if let Some(t0) = slice_start {
+                            let s = self.slicing.as_mut().expect("only a sliced gate times its chunks");
                             if self.buf.len() >= s.slice {
                                 // A slice's worth: hand it on, then look at the priority slot.
                                 // A barrier there overtakes the rest of the chunk, which
@@ -454,7 +456,7 @@ impl<T: Persist> InputGate<T> {
                                     overtaken = Some(pb);
                                     break;
                                 }
-                                if poll_start.is_some_and(|p| now.saturating_sub(p) >= POLL_NS) {
+                                if now.saturating_sub(poll_start) >= POLL_NS {
                                     out_of_time = true;
                                     break;
                                 }

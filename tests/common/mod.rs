@@ -1,8 +1,15 @@
-//! Helpers the integration tests share (each test binary includes this module).
+//! Helpers the integration tests share (each test binary includes this module and uses
+//! some of it).
+#![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use weir::sink::CommittedOutput;
+use weir::source::Generator;
+use weir::JobHandle;
 
 /// `weir wordcount` on 2 workers with checkpoints into `chk`, with `args` (settings, then
 /// anything else), its output captured.
@@ -39,4 +46,35 @@ pub fn committed_counts(out: &Path) -> HashMap<String, Vec<u64>> {
         }
     }
     got
+}
+
+/// Waits until `cond` holds (a condition, not a time: the limit only stops a hung test).
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(120), "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The committed records, sorted.
+pub fn sorted<T: Ord + Clone>(out: &CommittedOutput<T>) -> Vec<T> {
+    let mut v = out.records();
+    v.sort_unstable();
+    v
+}
+
+/// `g`, limited to `rate` events per second if given.
+pub fn at_rate<F>(g: Generator<F>, rate: Option<f64>) -> Generator<F> {
+    match rate {
+        Some(r) => g.rate(r),
+        None => g,
+    }
+}
+
+/// Stops the job with a savepoint in `dir` once its sources have emitted `records` (so the
+/// stop falls mid-run however fast the machine is); returns the savepoint.
+pub fn savepoint_after(handle: JobHandle, records: u64, dir: &Path) -> PathBuf {
+    wait_until(&format!("the sources to emit {records} records"), || handle.metrics().source_records() >= records);
+    handle.stop_with_savepoint(dir).unwrap().savepoint().expect("a savepoint, not the end of the input")
 }
