@@ -44,7 +44,7 @@ use crate::context::Clock;
 use crate::error::{Error, Result};
 use crate::operator::TwoInputOperator;
 use crate::persist::Persist;
-use crate::snapshot::{Barrier, CheckpointNotice, FaultInjector, RawBytes, TaskSnapshot};
+use crate::snapshot::{Barrier, CheckpointNotice, FaultInjector, TaskSnapshot};
 use inflight::{encode_inflight, inflight_part};
 
 /// An unaligned checkpoint whose synchronous part is done at this task while its in-flight
@@ -116,6 +116,7 @@ impl TaskCheckpointing {
     /// Hands a captured snapshot to the background writer, which acknowledges it (or declines
     /// it) to the coordinator when done. `stats` has the synchronous figures filled in.
     pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
+        stats.inflight_bytes = snapshot.inflight_bytes();
         let (task, storage, faults, clock, pages) =
             (self.task, self.storage.clone(), self.faults.clone(), self.clock.clone(), self.pages.clone());
         let id = snapshot.barrier.id;
@@ -598,8 +599,7 @@ fn finish_unaligned(cp: &mut TaskCheckpointing, inputs: &mut impl Inputs, id: &T
     }
     let mut p = cp.pending_unaligned.take().expect("checked");
     for (input, bytes) in inputs.take_capture() {
-        p.stats.inflight_bytes += bytes.len() as u64;
-        p.snapshot.add(inflight_part(&id.operator, input).into(), id.subtask, Box::new(RawBytes(bytes)));
+        p.snapshot.add_inflight(inflight_part(&id.operator, input).into(), id.subtask, bytes);
     }
     p.stats.alignment_ns = cp.clock.now_ns().saturating_sub(p.started_ns);
     cp.unaligned_done = p.snapshot.barrier.id;

@@ -570,7 +570,7 @@ fn advance<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channel::{channel, BarrierExpiry, OutChannel};
+    use crate::channel::{channel, BarrierExpiry, OutChannel, StagedPart};
     use crate::collector::Nowhere;
 
     fn barrier(id: u64) -> Barrier {
@@ -656,6 +656,53 @@ mod tests {
         time.store(100, std::sync::atomic::Ordering::Relaxed);
         out.flush();
         assert_eq!(gate.poll(&mut head, 16).unwrap(), GatePoll::Idle, "nothing overtakes: it was read");
+    }
+
+    /// A user's unaligned checkpoint under backpressure lasted as long as the slow task took to
+    /// make room for what its producer held staged beyond the full ring. Now the producer
+    /// stores its staged entries in its own snapshot and names the ring's write position: the
+    /// consumer's capture is complete with what the ring holds at that instant, the two parts
+    /// are every entry before the barrier in order, and the staged entries still arrive.
+    #[test]
+    fn an_unaligned_capture_takes_the_ring_and_the_producer_keeps_what_it_staged() {
+        use crate::snapshot::{PartName, TaskSnapshot};
+        let parker = Arc::new(Parker::default());
+        let (out, reader) = channel::<u64>(4, parker.clone(), parker);
+        let name = PartName::Staged { operator: "sink".into(), input: 0, channel: 0 }.to_string();
+        let mut out = out.with_staged_part(Some(StagedPart { name: name.clone().into(), subtask: 0 }));
+        let mut backlog: Vec<u64> = (0..10).collect();
+        out.write_records(&mut backlog);
+        out.write_entry(Entry::Watermark(3));
+        let b = Barrier { unaligned: true, ..barrier(1) };
+        let mut snapshot = TaskSnapshot::new(b);
+        out.write_unaligned(b, &mut snapshot);
+        let mut gate = InputGate::new(vec![reader]);
+        gate.set_unaligned(true);
+        let polled = gate.poll(&mut Nowhere, 16).unwrap();
+        assert_eq!(polled, GatePoll::PriorityBarrier { channel: 0, barrier: b, seq: 4 }, "the ring's write position");
+        gate.start_capture();
+        gate.set_capture_limit(0, 4);
+        assert!(gate.capture_complete(), "complete with the ring as it is: nothing read, nothing waited for");
+        let ring = gate.take_capture().remove(0).1.decode::<u64>().unwrap();
+        assert_eq!(snapshot.parts.len(), 1, "the producer's part");
+        assert_eq!(&*snapshot.parts[0].operator, name.as_str());
+        let mut bytes = Vec::new();
+        snapshot.parts[0].state.write_to(&mut bytes).unwrap();
+        assert_eq!(snapshot.inflight_bytes(), bytes.len() as u64);
+        let staged: Vec<Entry<u64>> = crate::persist::from_bytes(&bytes).unwrap();
+        let mut all = ring;
+        all.extend(staged);
+        let mut expected: Vec<Entry<u64>> = (0..10).map(Entry::Record).collect();
+        expected.push(Entry::Watermark(3));
+        assert_eq!(all, expected);
+        // The staged entries are written as usual once there is room.
+        let got = std::sync::Mutex::new(Vec::new());
+        let mut head = OnBatch(|r: &mut Vec<u64>| got.lock().unwrap().append(r));
+        while got.lock().unwrap().len() < 10 {
+            out.flush();
+            gate.poll(&mut head, 16).unwrap();
+        }
+        assert_eq!(*got.lock().unwrap(), (0..10).collect::<Vec<_>>());
     }
 
     /// With slicing, a priority barrier published while the task works through a chunk stops

@@ -25,7 +25,7 @@ pub use gate::GatePoll;
 pub(crate) use gate::{Captured, ChannelReader, InputGate};
 pub use partition::Partitioning;
 pub(crate) use partition::{KeyRouter, Partitioner};
-pub(crate) use writer::{BarrierExpiry, ChannelWriter, OutChannel};
+pub(crate) use writer::{BarrierExpiry, ChannelWriter, OutChannel, StagedPart};
 
 use crate::record::Timestamp;
 
@@ -76,7 +76,9 @@ impl<T: crate::persist::Persist> crate::persist::Persist for Entry<T> {
 }
 
 /// A barrier published in a channel's priority slot, with the producer's write sequence
-/// number at that moment: the channel's entries before `seq` belong to the checkpoint.
+/// number at that moment: the channel's entries before `seq` that the consumer reads after its
+/// snapshot are the checkpoint's in-flight data to capture (a producer in a job stores what
+/// it had staged beyond the ring itself; see `writer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PriorityBarrier {
     pub(crate) barrier: crate::snapshot::Barrier,

@@ -6,6 +6,12 @@
 //! from its trigger), the producer republishes it in the priority slot with the barrier's own
 //! sequence number, so it overtakes the backlog and what is queued ahead of it becomes the
 //! checkpoint's in-flight data (Flink's timeout-able aligned barriers, FLIP-76 follow-ups).
+//!
+//! At an unaligned barrier a producer whose ring is full holds entries staged that belong to
+//! the checkpoint. In a job it stores them in its own snapshot, under the consuming channel's
+//! [`crate::snapshot::PartName::Staged`] name, and publishes the barrier at the ring's write position: the
+//! consumer's capture takes what is in the ring at that instant, and never waits for the
+//! producer to get the rest in (Flink persists a task's output buffers the same way).
 
 use std::sync::Arc;
 
@@ -14,6 +20,7 @@ use rtrb::Producer;
 use super::{Entry, Parker, Partitioner, PriorityBarrier};
 use crate::collector::Collector;
 use crate::error::Result;
+use crate::persist::Persist;
 use crate::record::{Record, Timestamp};
 use crate::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 
@@ -35,6 +42,17 @@ pub(crate) struct OutChannel<T> {
     expiry: Option<BarrierExpiry>,
     /// In-band barriers written and maybe not yet read, with their sequence numbers.
     queued: Vec<(Barrier, u64)>,
+    /// In a job: where the entries staged at an unaligned barrier are stored. Without it
+    /// (a [`super::pair`]), the barrier's position includes them and the consumer waits.
+    staged_part: Option<StagedPart>,
+}
+
+/// Where a ring's producer stores what it holds staged at an unaligned barrier: the part's
+/// name (a [`crate::snapshot::PartName::Staged`]) and the consuming subtask.
+#[derive(Clone, Debug)]
+pub(crate) struct StagedPart {
+    pub(crate) name: Arc<str>,
+    pub(crate) subtask: usize,
 }
 
 /// When a producer republishes a queued in-band barrier: the job clock and the aligned-
@@ -56,7 +74,14 @@ impl<T> OutChannel<T> {
             priority_staged: Vec::new(),
             expiry: None,
             queued: Vec::new(),
+            staged_part: None,
         }
+    }
+
+    /// Stores what is staged at an unaligned barrier under `part` (see the module doc).
+    pub(crate) fn with_staged_part(mut self, part: Option<StagedPart>) -> Self {
+        self.staged_part = part;
+        self
     }
 
     /// Republish in-band barriers still queued once their checkpoint passed the timeout.
@@ -76,9 +101,13 @@ impl<T> OutChannel<T> {
         self.written + self.staged.len() as u64
     }
 
-    /// Publishes an unaligned barrier in the priority slot, ahead of everything in the ring.
-    pub(crate) fn write_priority(&mut self, barrier: crate::snapshot::Barrier) {
-        let pb = PriorityBarrier { barrier, seq: self.seq() };
+    /// Publishes an unaligned barrier in the priority slot, ahead of everything in the ring
+    /// and everything staged (the consumer waits for those to reach the ring).
+    pub(crate) fn write_priority(&mut self, barrier: Barrier) {
+        self.publish_priority(PriorityBarrier { barrier, seq: self.seq() });
+    }
+
+    fn publish_priority(&mut self, pb: PriorityBarrier) {
         self.priority_staged.push(pb);
         self.flush_priority();
     }
@@ -203,6 +232,28 @@ impl<T> OutChannel<T> {
     }
 }
 
+impl<T: Persist> OutChannel<T> {
+    /// Publishes an unaligned barrier of a task whose snapshot is `snapshot`. With a staged
+    /// part, what is staged (records and watermarks; barriers and an end are not data) goes
+    /// into the snapshot and the barrier names the ring's write position, so the consumer's
+    /// capture is complete with what the ring holds now. The staged entries are still written
+    /// as usual: the consumer reads them after its snapshot, and a restore replays them.
+    pub(crate) fn write_unaligned(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) {
+        let Some(part) = &self.staged_part else {
+            return self.write_priority(barrier);
+        };
+        let data = || self.staged.iter().filter(|e| matches!(e, Entry::Record(_) | Entry::Watermark(_)));
+        let count = data().count();
+        if count > 0 {
+            let mut bytes = Vec::new();
+            (count as u64).persist(&mut bytes);
+            data().for_each(|e| e.persist(&mut bytes));
+            snapshot.add_inflight(part.name.clone(), part.subtask, bytes);
+        }
+        self.publish_priority(PriorityBarrier { barrier, seq: self.written });
+    }
+}
+
 /// Moves the first `n` entries of `staged` into `n` free slots of the ring as one copy of
 /// their bytes (a move: the stage forgets them), and shifts the rest to the front. The key-by
 /// path stages every record, so this is its hot path; an element-wise move costs it ~10%.
@@ -312,10 +363,10 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
         Ok(self.flush_all())
     }
 
-    fn barrier(&mut self, barrier: Barrier, _snapshot: &mut TaskSnapshot) -> Result<()> {
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
         for o in &mut self.outs {
             if barrier.unaligned {
-                o.write_priority(barrier);
+                o.write_unaligned(barrier, snapshot);
             } else {
                 o.write_entry(Entry::Barrier(barrier));
             }
