@@ -49,6 +49,7 @@ impl Matrix {
             keys: 10_000,
             sink_cost_ns: 2_000,
             alignment_timeout: weir::bench::DEFAULT_ALIGNMENT_TIMEOUT,
+            max_concurrent: 1,
         };
         let job = config.job().expect("a valid benchmark");
         let report = common::run_for(job, RunConfig::default().workers(2).ring_capacity(ring), self.duration);

@@ -173,6 +173,8 @@ pub struct BenchConfig {
     pub sink_cost_ns: u64,
     /// `aligned-timeout`: how long a checkpoint aligns before its barriers turn unaligned.
     pub alignment_timeout: Duration,
+    /// Checkpoints in flight at once.
+    pub max_concurrent: usize,
 }
 
 /// A benchmark event: a key, a value, and when it was created (job clock, ns).
@@ -335,6 +337,7 @@ impl BenchConfig {
         let Some(config) = self.checkpoint.config(&self.checkpoint_dir, self.interval, self.alignment_timeout) else {
             return Ok(job);
         };
+        let config = config.max_concurrent(self.max_concurrent);
         config.validate()?;
         Ok(job.with_checkpointing(config))
     }
@@ -445,6 +448,7 @@ mod tests {
                 keys: 100,
                 sink_cost_ns: 1_000,
                 alignment_timeout: Duration::from_millis(2),
+                max_concurrent: 1,
             };
             let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
             std::thread::sleep(Duration::from_millis(150));

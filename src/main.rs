@@ -141,6 +141,9 @@ struct BenchArgs {
     /// its barriers turn unaligned (default 10).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     alignment_timeout_ms: Option<u64>,
+    /// Checkpoints in flight at once (default 1; needs --checkpoint).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    max_concurrent: Option<u64>,
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = duration_s)]
     duration_s: f64,
@@ -658,7 +661,11 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     use weir::bench::{BenchConfig, BenchResult, CheckpointChoice};
     refuse_checkpoint_flags_without_checkpoints(
         args.checkpoint,
-        &[("--interval-ms", args.interval_ms.is_some()), ("--checkpoint-dir", args.checkpoint_dir.is_some())],
+        &[
+            ("--interval-ms", args.interval_ms.is_some()),
+            ("--checkpoint-dir", args.checkpoint_dir.is_some()),
+            ("--max-concurrent", args.max_concurrent.is_some()),
+        ],
     )?;
     if args.alignment_timeout_ms.is_some() && args.checkpoint != CheckpointChoice::AlignedTimeout {
         return Err(Error::config(format!(
@@ -686,6 +693,7 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         alignment_timeout: args
             .alignment_timeout_ms
             .map_or(weir::bench::DEFAULT_ALIGNMENT_TIMEOUT, Duration::from_millis),
+        max_concurrent: args.max_concurrent.unwrap_or(1) as usize,
     };
     println!(
         "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",

@@ -12,7 +12,10 @@
 //!   counts), snapshotting when every live channel delivered it;
 //! - unaligned: the first priority barrier snapshots at once, then each channel's in-flight
 //!   data (what its producer wrote before its barrier and this task reads after the snapshot)
-//!   is captured, and the snapshot is written once all of it is;
+//!   is captured, and the snapshot is written once all of it is. A newer checkpoint's barrier
+//!   snapshots too while older captures go on (each capture logs the same entries), so no
+//!   checkpoint is given up because a newer one started; one still aligning here switches to
+//!   unaligned first, so snapshots stay in checkpoint order;
 //! - aligned with timeout: an alignment that waited longer than the bound switches to
 //!   unaligned at this task (channels whose barrier already arrived have nothing in flight;
 //!   the others are captured up to their in-band barrier), and the barrier goes on unaligned.
@@ -28,6 +31,8 @@
 
 pub mod aligner;
 pub(crate) mod inflight;
+#[cfg(test)]
+mod protocol_test;
 
 pub use aligner::{Alignment, BarrierAligner};
 
@@ -61,7 +66,9 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) mode: CheckpointMode,
     /// Unaligned checkpoints: barriers arrive in priority slots.
     pub(crate) unaligned: bool,
-    pub(crate) pending_unaligned: Option<PendingSnapshot>,
+    /// Unaligned checkpoints snapshotted here whose in-flight data is still being captured,
+    /// in checkpoint order.
+    pub(crate) pending_unaligned: Vec<PendingSnapshot>,
     /// The newest unaligned checkpoint snapshotted (or abandoned) here.
     pub(crate) unaligned_done: u64,
     pub(crate) control: Receiver<TaskControl>,
@@ -173,10 +180,9 @@ pub(crate) fn apply_notice(
     }
     if let CheckpointNotice::Aborted(id) = notice {
         unblock = cp.aligner.abort(id);
-        if cp.pending_unaligned.as_ref().is_some_and(|p| p.snapshot.barrier.id == id) {
-            cp.pending_unaligned = None;
-            unblock = true;
-        }
+        let before = cp.pending_unaligned.len();
+        cp.pending_unaligned.retain(|p| p.snapshot.barrier.id != id);
+        unblock |= cp.pending_unaligned.len() < before;
         cp.unaligned_done = cp.unaligned_done.max(id);
     }
     notify(notice)?;
@@ -246,14 +252,13 @@ pub(crate) trait Inputs {
     fn unblock_all(&mut self);
     /// Entries consumed so far from `ch`.
     fn read_position(&self, ch: usize) -> u64;
-    fn start_capture(&mut self);
-    fn abort_capture(&mut self);
-    fn capturing(&self) -> bool;
-    fn set_capture_limit(&mut self, ch: usize, seq: u64);
+    fn start_capture(&mut self, checkpoint: u64);
+    fn abort_capture(&mut self, checkpoint: u64);
+    fn set_capture_limit(&mut self, checkpoint: u64, ch: usize, seq: u64);
     fn refresh_capture(&mut self);
-    fn capture_complete(&self) -> bool;
-    /// The captured in-flight data, encoded, per input (0, or 0 and 1).
-    fn take_capture(&mut self) -> Vec<(usize, Vec<u8>)>;
+    fn capture_complete(&self, checkpoint: u64) -> bool;
+    /// The captured in-flight data of `checkpoint`, encoded, per input (0, or 0 and 1).
+    fn take_capture(&mut self, checkpoint: u64) -> Vec<(usize, Vec<u8>)>;
 }
 
 impl<T: Persist> Inputs for InputGate<T> {
@@ -272,26 +277,23 @@ impl<T: Persist> Inputs for InputGate<T> {
     fn read_position(&self, ch: usize) -> u64 {
         InputGate::read_position(self, ch)
     }
-    fn start_capture(&mut self) {
-        InputGate::start_capture(self)
+    fn start_capture(&mut self, checkpoint: u64) {
+        InputGate::start_capture(self, checkpoint)
     }
-    fn abort_capture(&mut self) {
-        InputGate::abort_capture(self)
+    fn abort_capture(&mut self, checkpoint: u64) {
+        InputGate::abort_capture(self, checkpoint)
     }
-    fn capturing(&self) -> bool {
-        InputGate::capturing(self)
-    }
-    fn set_capture_limit(&mut self, ch: usize, seq: u64) {
-        InputGate::set_capture_limit(self, ch, seq)
+    fn set_capture_limit(&mut self, checkpoint: u64, ch: usize, seq: u64) {
+        InputGate::set_capture_limit(self, checkpoint, ch, seq)
     }
     fn refresh_capture(&mut self) {
         InputGate::refresh_capture(self)
     }
-    fn capture_complete(&self) -> bool {
-        InputGate::capture_complete(self)
+    fn capture_complete(&self, checkpoint: u64) -> bool {
+        InputGate::capture_complete(self, checkpoint)
     }
-    fn take_capture(&mut self) -> Vec<(usize, Vec<u8>)> {
-        vec![(0, encode_inflight(InputGate::take_capture(self)))]
+    fn take_capture(&mut self, checkpoint: u64) -> Vec<(usize, Vec<u8>)> {
+        vec![(0, encode_inflight(InputGate::take_capture(self, checkpoint)))]
     }
 }
 
@@ -350,29 +352,27 @@ impl<A: Persist, B: Persist> Inputs for GatePair<A, B> {
             Err(c) => self.right.read_position(c),
         }
     }
-    fn start_capture(&mut self) {
-        self.left.start_capture();
-        self.right.start_capture();
+    fn start_capture(&mut self, checkpoint: u64) {
+        self.left.start_capture(checkpoint);
+        self.right.start_capture(checkpoint);
     }
-    fn abort_capture(&mut self) {
-        self.left.abort_capture();
-        self.right.abort_capture();
+    fn abort_capture(&mut self, checkpoint: u64) {
+        self.left.abort_capture(checkpoint);
+        self.right.abort_capture(checkpoint);
     }
-    fn capturing(&self) -> bool {
-        self.left.capturing()
-    }
-    fn set_capture_limit(&mut self, ch: usize, seq: u64) {
-        by_side!(self, ch, g => g.set_capture_limit(ch, seq))
+    fn set_capture_limit(&mut self, checkpoint: u64, ch: usize, seq: u64) {
+        by_side!(self, ch, g => g.set_capture_limit(checkpoint, ch, seq))
     }
     fn refresh_capture(&mut self) {
         self.left.refresh_capture();
         self.right.refresh_capture();
     }
-    fn capture_complete(&self) -> bool {
-        self.left.capture_complete() && self.right.capture_complete()
+    fn capture_complete(&self, checkpoint: u64) -> bool {
+        self.left.capture_complete(checkpoint) && self.right.capture_complete(checkpoint)
     }
-    fn take_capture(&mut self) -> Vec<(usize, Vec<u8>)> {
-        vec![(0, encode_inflight(self.left.take_capture())), (1, encode_inflight(self.right.take_capture()))]
+    fn take_capture(&mut self, checkpoint: u64) -> Vec<(usize, Vec<u8>)> {
+        let (left, right) = (self.left.take_capture(checkpoint), self.right.take_capture(checkpoint));
+        vec![(0, encode_inflight(left)), (1, encode_inflight(right))]
     }
 }
 
@@ -384,6 +384,9 @@ fn on_notice(
     notice: CheckpointNotice,
     head: &mut dyn ChainHead,
 ) -> Result<()> {
+    if let CheckpointNotice::Aborted(id) = notice {
+        inputs.abort_capture(id);
+    }
     if apply_notice(cp, notice, &mut |n| head.notify(n))? {
         inputs.unblock_all();
         // An abandoned capture must not release an alignment still in progress: its channels
@@ -394,9 +397,6 @@ fn on_notice(
                 inputs.block(ch);
             }
         }
-    }
-    if cp.pending_unaligned.is_none() && inputs.capturing() {
-        inputs.abort_capture();
     }
     Ok(())
 }
@@ -411,10 +411,9 @@ pub(crate) fn on_inband(
     head: &mut dyn ChainHead,
 ) -> Result<()> {
     let position = inputs.read_position(ch) - 1;
-    if cp.pending_unaligned.as_ref().is_some_and(|p| p.snapshot.barrier.id == barrier.id) {
-        // This checkpoint switched to unaligned here: the barrier ends this channel's
-        // in-flight data.
-        inputs.set_capture_limit(ch, position);
+    if is_capturing(cp, barrier.id) {
+        // This checkpoint is unaligned here: the barrier ends this channel's in-flight data.
+        inputs.set_capture_limit(barrier.id, ch, position);
         inputs.unblock(ch);
         return finish_unaligned(cp, inputs, id);
     }
@@ -445,24 +444,19 @@ pub(crate) fn on_priority(
         switch_to_unaligned(cp, inputs, id, head)?;
     } else {
         match begin_unaligned(cp, &barrier) {
-            None => return Ok(()),
-            Some(true) => {
+            UnalignedBarrier::Stale => return Ok(()),
+            UnalignedBarrier::Starts => {
                 // An older checkpoint still aligning here is overtaken: a task's snapshots go
-                // in checkpoint order (its barriers downstream too), so the older one is given
-                // up here, and its late barriers are stale from now on (the coordinator aborts
-                // it once this one completes, as it does every checkpoint a newer subsumes).
-                if cp.aligner.take_pending().is_some() {
-                    inputs.unblock_all();
-                }
+                // in checkpoint order (its barriers downstream too), so the older one goes
+                // unaligned here first, its channels captured up to their barriers.
+                switch_to_unaligned(cp, inputs, id, head)?;
                 cp.aligner.abort(barrier.id);
-                inputs.abort_capture();
-                snapshot_unaligned(cp, id, barrier, None, head)?;
-                inputs.start_capture();
+                snapshot_unaligned(cp, inputs, id, barrier, None, head)?;
             }
-            Some(false) => {}
+            UnalignedBarrier::Joins => {}
         }
     }
-    inputs.set_capture_limit(ch, seq);
+    inputs.set_capture_limit(barrier.id, ch, seq);
     finish_unaligned(cp, inputs, id)
 }
 
@@ -523,55 +517,59 @@ fn switch_to_unaligned(
     let Some((barrier, first_ns, positions)) = cp.aligner.take_pending() else {
         return Ok(());
     };
-    if let Some(p) = cp.pending_unaligned.take() {
-        cp.decline(p.snapshot.barrier.id, superseded());
+    if barrier.id <= cp.unaligned_done {
+        // Aborted while aligning (a newer abort notice passed it): nothing to snapshot.
+        inputs.unblock_all();
+        return Ok(());
     }
-    inputs.abort_capture();
-    snapshot_unaligned(cp, id, Barrier { unaligned: true, ..barrier }, Some(first_ns), head)?;
-    inputs.start_capture();
+    snapshot_unaligned(cp, inputs, id, Barrier { unaligned: true, ..barrier }, Some(first_ns), head)?;
     for (ch, pos) in positions.into_iter().enumerate() {
         if let Some(pos) = pos {
-            inputs.set_capture_limit(ch, pos);
+            inputs.set_capture_limit(barrier.id, ch, pos);
         }
     }
     inputs.unblock_all();
     Ok(())
 }
 
-/// The first priority barrier of an unaligned checkpoint: whether it starts a snapshot now
-/// (`Some(true)`), joins the one in progress (`Some(false)`), or is stale (`None`). A newer
-/// one supersedes an older one still capturing, which is declined.
-fn begin_unaligned(cp: &mut TaskCheckpointing, barrier: &Barrier) -> Option<bool> {
-    if barrier.id <= cp.unaligned_done {
-        return None;
-    }
-    if let Some(p) = &cp.pending_unaligned {
-        let pending = p.snapshot.barrier.id;
-        if pending > barrier.id {
-            return None;
-        }
-        if pending < barrier.id {
-            cp.decline(pending, superseded());
-            cp.pending_unaligned = None;
-            cp.unaligned_done = pending;
-            return Some(true);
-        }
-        return Some(false);
-    }
-    // No capture in progress: this checkpoint or a newer one was snapshotted here aligned.
-    if barrier.id <= cp.aligner.done() {
-        return None;
-    }
-    Some(true)
+/// What the first priority barrier of a checkpoint at a task means.
+enum UnalignedBarrier {
+    /// A checkpoint newer than any here: it snapshots now.
+    Starts,
+    /// One whose capture is in progress here.
+    Joins,
+    /// One this task snapshotted (aligned, or unaligned and captured) or abandoned, or one
+    /// older than a checkpoint it has seen (its upstream gave it up).
+    Stale,
 }
 
+fn begin_unaligned(cp: &TaskCheckpointing, barrier: &Barrier) -> UnalignedBarrier {
+    if is_capturing(cp, barrier.id) {
+        return UnalignedBarrier::Joins;
+    }
+    let newest = cp.unaligned_done.max(cp.aligner.done()).max(cp.aligner.pending().map_or(0, |(b, _)| b.id));
+    if barrier.id <= newest {
+        return UnalignedBarrier::Stale;
+    }
+    UnalignedBarrier::Starts
+}
+
+/// Whether checkpoint `checkpoint` was snapshotted here unaligned and is still capturing.
+fn is_capturing(cp: &TaskCheckpointing, checkpoint: u64) -> bool {
+    cp.pending_unaligned.iter().any(|p| p.snapshot.barrier.id == checkpoint)
+}
+
+/// Snapshots the chain for an unaligned `barrier` (forwarding it) and starts capturing its
+/// in-flight data.
 fn snapshot_unaligned(
     cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
     id: &TaskIdent,
     barrier: Barrier,
     aligning_since_ns: Option<u64>,
     head: &mut dyn ChainHead,
 ) -> Result<()> {
+    debug_assert!(barrier.id > cp.unaligned_done, "unaligned snapshots go in checkpoint order");
     cp.check_sync_fault(&barrier, &id.name)?;
     let start = cp.clock.now_ns();
     let mut snap = TaskSnapshot::new(barrier);
@@ -583,32 +581,32 @@ fn snapshot_unaligned(
         sync_ns: now - start,
         ..Default::default()
     };
-    cp.pending_unaligned = Some(PendingSnapshot { snapshot: snap, stats, started_ns: first });
+    cp.pending_unaligned.push(PendingSnapshot { snapshot: snap, stats, started_ns: first });
+    cp.unaligned_done = barrier.id;
+    inputs.start_capture(barrier.id);
     Ok(())
 }
 
 /// Once every channel's in-flight data is captured, adds it to the pending snapshot and starts
 /// the write.
 fn finish_unaligned(cp: &mut TaskCheckpointing, inputs: &mut impl Inputs, id: &TaskIdent) -> Result<()> {
-    if cp.pending_unaligned.is_none() {
+    if cp.pending_unaligned.is_empty() {
         return Ok(());
     }
     inputs.refresh_capture();
-    if !inputs.capture_complete() {
-        return Ok(());
+    let mut at = 0;
+    while at < cp.pending_unaligned.len() {
+        let checkpoint = cp.pending_unaligned[at].snapshot.barrier.id;
+        if !inputs.capture_complete(checkpoint) {
+            at += 1;
+            continue;
+        }
+        let mut p = cp.pending_unaligned.remove(at);
+        for (input, bytes) in inputs.take_capture(checkpoint) {
+            p.snapshot.add_inflight(inflight_part(&id.operator, input).into(), id.subtask, bytes);
+        }
+        p.stats.alignment_ns = cp.clock.now_ns().saturating_sub(p.started_ns);
+        cp.write_async(p.snapshot, p.stats);
     }
-    let mut p = cp.pending_unaligned.take().expect("checked");
-    for (input, bytes) in inputs.take_capture() {
-        p.snapshot.add_inflight(inflight_part(&id.operator, input).into(), id.subtask, bytes);
-    }
-    p.stats.alignment_ns = cp.clock.now_ns().saturating_sub(p.started_ns);
-    cp.unaligned_done = p.snapshot.barrier.id;
-    cp.write_async(p.snapshot, p.stats);
     Ok(())
-}
-
-/// Why an unaligned checkpoint still capturing was given up for a newer one (retryable: the
-/// newer one goes on).
-fn superseded() -> crate::error::Error {
-    crate::error::Error::Checkpoint("superseded by a newer checkpoint before it was complete at this task".into())
 }

@@ -45,7 +45,13 @@ impl<T> ChannelReader<T> {
 /// limit becomes known; the rest (not yet in the ring, or before the limit is known) are
 /// encoded as they are consumed. Encoding from a reference is what lets records that own heap
 /// memory be captured without a clone.
+///
+/// A gate may hold several, one per unaligned checkpoint snapshotted here and not yet
+/// captured: each logs the same consumed entries into its own data (Flink takes one unaligned
+/// checkpoint at a time; weir lets checkpoint n+1's barrier pass while n's data is captured).
 struct Capture {
+    /// The checkpoint.
+    checkpoint: u64,
     /// Per channel: the producer's sequence number at its barrier, once it arrived.
     limit: Vec<Option<u64>>,
     /// Per channel: entries before this position are captured (or were consumed before the
@@ -128,7 +134,8 @@ pub(crate) struct InputGate<T> {
     buf: Vec<T>,
     /// Check priority slots (unaligned checkpoints).
     unaligned: bool,
-    capture: Option<Capture>,
+    /// Captures in progress, in checkpoint order.
+    captures: Vec<Capture>,
     /// In-flight data restored from a checkpoint, replayed before the rings.
     replay: std::collections::VecDeque<(usize, Entry<T>)>,
     /// With unaligned checkpoints: how records are handed on in slices short enough that a
@@ -200,7 +207,7 @@ impl<T: Persist> InputGate<T> {
             next: 0,
             buf: Vec::new(),
             unaligned: false,
-            capture: None,
+            captures: Vec::new(),
             replay: std::collections::VecDeque::new(),
             slicing: None,
         }
@@ -231,20 +238,22 @@ impl<T: Persist> InputGate<T> {
     /// In-flight data of a restored checkpoint not yet replayed comes before everything in the
     /// rings, and is in flight for this checkpoint too: it starts the capture. (A two-input
     /// task snapshots on one gate's barrier while its other gate may still be replaying.)
-    pub(crate) fn start_capture(&mut self) {
+    pub(crate) fn start_capture(&mut self, checkpoint: u64) {
+        debug_assert!(self.captures.iter().all(|c| c.checkpoint < checkpoint), "captures start in checkpoint order");
         let n = self.channels.len();
         let mut data = vec![Captured::default(); n];
         for (channel, entry) in &self.replay {
             data[*channel].push(entry);
         }
-        self.capture =
-            Some(Capture { limit: vec![None; n], upto: self.channels.iter().map(|c| c.read).collect(), data });
+        let upto = self.channels.iter().map(|c| c.read).collect();
+        self.captures.push(Capture { checkpoint, limit: vec![None; n], upto, data });
     }
 
-    /// Channel `channel`'s barrier says its in-flight data ends before `seq`: copies what of
-    /// it is in the ring now, without consuming it.
-    pub(crate) fn set_capture_limit(&mut self, channel: usize, seq: u64) {
-        let Some(cap) = self.capture.as_mut() else {
+    /// Channel `channel`'s barrier of `checkpoint` says its in-flight data ends before `seq`:
+    /// copies what of it is in the ring now, without consuming it.
+    pub(crate) fn set_capture_limit(&mut self, checkpoint: u64, channel: usize, seq: u64) {
+        let read = self.channels[channel].read;
+        let Some(cap) = self.captures.iter_mut().find(|c| c.checkpoint == checkpoint) else {
             return;
         };
         if cap.limit[channel] == Some(seq) {
@@ -254,7 +263,7 @@ impl<T: Persist> InputGate<T> {
         }
         // A priority barrier's `seq` is never behind the read position; an in-band barrier's
         // position is one behind it (the barrier entry itself was consumed).
-        debug_assert!(seq + 1 >= self.channels[channel].read, "a barrier behind data already consumed");
+        debug_assert!(seq + 1 >= read, "a barrier behind data already consumed");
         cap.limit[channel] = Some(seq);
         peek_into(&mut self.channels[channel], cap, channel);
     }
@@ -263,12 +272,11 @@ impl<T: Persist> InputGate<T> {
     /// the producers had staged), so a capture completes without waiting for the backlog to
     /// be consumed.
     pub(crate) fn refresh_capture(&mut self) {
-        let Some(cap) = self.capture.as_mut() else {
-            return;
-        };
-        for (i, ch) in self.channels.iter_mut().enumerate() {
-            if cap.limit[i].is_some_and(|l| cap.upto[i] < l) {
-                peek_into(ch, cap, i);
+        for cap in &mut self.captures {
+            for (i, ch) in self.channels.iter_mut().enumerate() {
+                if cap.limit[i].is_some_and(|l| cap.upto[i] < l) {
+                    peek_into(ch, cap, i);
+                }
             }
         }
     }
@@ -278,29 +286,32 @@ impl<T: Persist> InputGate<T> {
         self.channels[channel].read
     }
 
-    /// Whether every channel's in-flight data is captured.
-    pub(crate) fn capture_complete(&self) -> bool {
-        self.capture.as_ref().is_some_and(|c| {
+    /// Whether every channel's in-flight data of `checkpoint` is captured.
+    pub(crate) fn capture_complete(&self, checkpoint: u64) -> bool {
+        self.captures.iter().find(|c| c.checkpoint == checkpoint).is_some_and(|c| {
             (0..self.channels.len()).all(|i| self.ended[i] || c.limit[i].is_some_and(|l| c.upto[i] >= l))
         })
     }
 
-    /// Takes the captured in-flight data: (channel, entries) for channels that had any.
-    pub(crate) fn take_capture(&mut self) -> Vec<(usize, Captured)> {
-        let Some(c) = self.capture.take() else {
+    /// Takes the captured in-flight data of `checkpoint`: (channel, entries) for channels
+    /// that had any.
+    pub(crate) fn take_capture(&mut self, checkpoint: u64) -> Vec<(usize, Captured)> {
+        let Some(at) = self.captures.iter().position(|c| c.checkpoint == checkpoint) else {
             return Vec::new();
         };
+        let c = self.captures.remove(at);
         c.data.into_iter().enumerate().filter(|(_, d)| d.entries > 0).collect()
     }
 
-    /// Drops a capture in progress (its checkpoint was abandoned).
-    pub(crate) fn abort_capture(&mut self) {
-        self.capture = None;
+    /// Drops the capture of `checkpoint`, if one is in progress (it was abandoned).
+    pub(crate) fn abort_capture(&mut self, checkpoint: u64) {
+        self.captures.retain(|c| c.checkpoint != checkpoint);
     }
 
     /// Whether a capture is in progress.
+    #[cfg(test)]
     pub(crate) fn capturing(&self) -> bool {
-        self.capture.is_some()
+        !self.captures.is_empty()
     }
 
     /// Processes replayed entries; returns how many.
@@ -424,9 +435,9 @@ impl<T: Persist> InputGate<T> {
             // Entries move out of the ring; those not iterated (after a barrier) stay in it.
             let mut entries = chunk.into_iter();
             for entry in entries.by_ref() {
-                if let Some(cap) = self.capture.as_mut() {
-                    // In-flight data of an unaligned checkpoint, logged as it is consumed.
-                    let pos = start + taken as u64;
+                // In-flight data of unaligned checkpoints, logged as it is consumed.
+                let pos = start + taken as u64;
+                for cap in &mut self.captures {
                     if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) {
                         // Another checkpoint's barrier is not data, and it is past: the
                         // capture's position moves over it (else a limit found later would
@@ -680,10 +691,10 @@ mod tests {
         gate.set_unaligned(true);
         let polled = gate.poll(&mut Nowhere, 16).unwrap();
         assert_eq!(polled, GatePoll::PriorityBarrier { channel: 0, barrier: b, seq: 4 }, "the ring's write position");
-        gate.start_capture();
-        gate.set_capture_limit(0, 4);
-        assert!(gate.capture_complete(), "complete with the ring as it is: nothing read, nothing waited for");
-        let ring = gate.take_capture().remove(0).1.decode::<u64>().unwrap();
+        gate.start_capture(1);
+        gate.set_capture_limit(1, 0, 4);
+        assert!(gate.capture_complete(1), "complete with the ring as it is: nothing read, nothing waited for");
+        let ring = gate.take_capture(1).remove(0).1.decode::<u64>().unwrap();
         assert_eq!(snapshot.parts.len(), 1, "the producer's part");
         assert_eq!(&*snapshot.parts[0].operator, name.as_str());
         let mut bytes = Vec::new();
@@ -748,16 +759,16 @@ mod tests {
     fn other_checkpoints_barriers_move_the_capture_along() {
         let mut gate =
             one_channel_gate(&[Entry::Barrier(barrier(1)), Entry::Barrier(barrier(2)), Entry::Barrier(barrier(3))]);
-        gate.start_capture();
+        gate.start_capture(3);
         let mut head = Nowhere;
         for id in 1..=3 {
             assert_eq!(gate.poll(&mut head, 16).unwrap(), GatePoll::Barrier { channel: 0, barrier: barrier(id) });
         }
         // Checkpoint 3's in-band barrier, at position 2, ends the channel's in-flight data.
-        gate.set_capture_limit(0, 2);
+        gate.set_capture_limit(3, 0, 2);
         gate.refresh_capture();
-        assert!(gate.capture_complete());
-        assert!(gate.take_capture().is_empty(), "barriers are not in-flight data");
+        assert!(gate.capture_complete(3));
+        assert!(gate.take_capture(3).is_empty(), "barriers are not in-flight data");
     }
 
     /// Found by the simulator: what a restored gate has not replayed yet is in flight for the
@@ -766,11 +777,11 @@ mod tests {
     fn a_capture_starts_with_the_entries_still_to_replay() {
         let mut gate = one_channel_gate(&[Entry::Record(7)]);
         gate.replay(vec![(0, vec![Entry::Record(1), Entry::Record(2)])]);
-        gate.start_capture();
+        gate.start_capture(1);
         // The producer's barrier came before its record 7: nothing of the ring is in flight.
-        gate.set_capture_limit(0, 0);
-        assert!(gate.capture_complete());
-        let captured = gate.take_capture();
+        gate.set_capture_limit(1, 0, 0);
+        assert!(gate.capture_complete(1));
+        let captured = gate.take_capture(1);
         assert_eq!(captured.len(), 1);
         let records: Vec<u64> = captured[0]
             .1

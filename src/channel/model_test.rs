@@ -321,8 +321,8 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
             super::GatePoll::PriorityBarrier { seq, .. } => {
                 let consumed = r.log.0.lock().unwrap().len() as u64;
                 r.snapshot_at = Some((consumed, seq));
-                r.gate.start_capture();
-                r.gate.set_capture_limit(0, seq);
+                r.gate.start_capture(1);
+                r.gate.set_capture_limit(1, 0, seq);
                 return true;
             }
             _ => r.gate.refresh_capture(),
@@ -371,10 +371,10 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
             let (read_at_snapshot, seq) = r.snapshot_at.expect("the barrier was seen");
             assert_eq!(seq, before.len() as u64, "S counts the records written (or staged) before the barrier");
             assert!(read_at_snapshot <= seq, "consumed past the barrier before seeing it: {prefix:?}");
-            assert!(r.gate.capture_complete(), "in-flight data incomplete at the end: {prefix:?}");
+            assert!(r.gate.capture_complete(1), "in-flight data incomplete at the end: {prefix:?}");
             let captured: Vec<u64> = r
                 .gate
-                .take_capture()
+                .take_capture(1)
                 .into_iter()
                 .flat_map(|(_, es)| es.decode::<u64>().unwrap())
                 .map(|e| match e {

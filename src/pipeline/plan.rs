@@ -38,9 +38,9 @@ pub(crate) struct PhysicalPlan {
 pub(crate) struct CheckpointWiring {
     pub(crate) mode: CheckpointMode,
     pub(crate) unaligned: bool,
+    /// With unaligned on: a checkpoint switches to unaligned once it has run this long, and
+    /// producers republish their in-band barriers still queued then.
     pub(crate) alignment_timeout_ns: Option<u64>,
-    /// Producers republish in-band barriers still queued once the timeout passed.
-    pub(crate) republish_queued_barriers: bool,
     pub(crate) incremental: bool,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
@@ -216,7 +216,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
             max_parallelism: graph.max_parallelism,
             upstream_parkers: (0..from.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
             downstream_parkers: (0..to.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
-            barrier_expiry: env.checkpointing.as_ref().filter(|w| w.republish_queued_barriers).and_then(|w| {
+            barrier_expiry: env.checkpointing.as_ref().and_then(|w| {
                 w.alignment_timeout_ns
                     .map(|timeout_ns| crate::channel::BarrierExpiry { clock: env.clock.clone(), timeout_ns })
             }),
@@ -262,7 +262,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     task: tasks.len(),
                     mode: w.mode,
                     unaligned: w.unaligned,
-                    pending_unaligned: None,
+                    pending_unaligned: Vec::new(),
                     unaligned_done: 0,
                     control: rx,
                     acks: w.acks.clone(),

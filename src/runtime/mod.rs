@@ -530,11 +530,6 @@ pub(crate) fn prepare_attempt(
             mode: cfg.mode,
             unaligned: cfg.unaligned,
             alignment_timeout_ns: cfg.alignment_timeout.map(|t| t.as_nanos() as u64),
-            // Republishing queued barriers makes every late checkpoint unaligned everywhere;
-            // with two in flight, the newer one's barriers supersede the older's capture at
-            // tasks where it is not complete, over and over (found by `weir simulate`). Until
-            // concurrent unaligned checkpoints are supported, one at a time only.
-            republish_queued_barriers: cfg.alignment_timeout.is_some() && cfg.max_concurrent == 1,
             incremental: cfg.incremental,
             acks: acks_tx,
             storage: found.storage.clone(),
