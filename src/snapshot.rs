@@ -137,8 +137,7 @@ impl TaskSnapshot {
     pub fn add(&mut self, operator: Arc<str>, subtask: usize, state: Box<dyn ForkedState>) {
         self.parts.push(SnapshotPart { operator, subtask, state });
     }
-    /// Adds encoded in-flight data under `part` (a [`PartName::Inflight`] or
-    /// [`PartName::Staged`] name).
+    /// Adds encoded in-flight data under `part` (a [`PartName::Inflight`] name).
     pub(crate) fn add_inflight(&mut self, part: Arc<str>, subtask: usize, bytes: Vec<u8>) {
         debug_assert!(PartName::parse(&part).is_inflight(), "{part} is not an in-flight part's name");
         self.inflight_bytes += bytes.len() as u64;
@@ -206,9 +205,8 @@ impl RestoredState {
 /// Failure points for tests (with the `testing` feature; without it, one that never fires).
 pub use crate::faults::FaultInjector;
 /// The name under which one part of a task's snapshot is stored: an operator's state, or
-/// the in-flight data of one input of a task (unaligned checkpoints), as its task captured
-/// it from the rings or as one channel's producer held it staged. Operator names never hold
-/// `#` (the plan refuses them), so a stored name parses back to what it was.
+/// the in-flight data of one input of a task (unaligned checkpoints). Operator names never
+/// hold `#` (the plan refuses them), so a stored name parses back to what it was.
 ///
 /// ```
 /// use weir::snapshot::PartName;
@@ -216,9 +214,6 @@ pub use crate::faults::FaultInjector;
 /// assert_eq!(PartName::parse(&part.to_string()), part);
 /// assert_eq!(PartName::parse("count"), PartName::State("count".into()));
 /// assert_eq!(part.operator(), "join");
-/// let staged = PartName::Staged { operator: "join".into(), input: 0, channel: 3 };
-/// assert_eq!(PartName::parse(&staged.to_string()), staged);
-/// assert!(staged.is_inflight());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PartName {
@@ -232,18 +227,6 @@ pub enum PartName {
         /// Which input.
         input: usize,
     },
-    /// In-flight data of channel `channel` of input `input` of the task whose head is
-    /// `operator` that the channel's producer had not yet written into the ring at its
-    /// unaligned barrier (it held them staged, the ring being full): stored by the producer,
-    /// replayed by the consumer after what it captured from that channel's ring.
-    Staged {
-        /// The operator at the head of the consuming task.
-        operator: String,
-        /// Which input of it.
-        input: usize,
-        /// The channel's index in that input's gate.
-        channel: usize,
-    },
 }
 
 /// What separates an operator's name from the kind of part in a stored name.
@@ -253,13 +236,8 @@ impl PartName {
     /// The name as stored.
     pub fn parse(name: &str) -> PartName {
         let inflight = name.split_once(PART_SEPARATOR).and_then(|(op, kind)| {
-            let operator = op.to_string();
-            if let Some(staged) = kind.strip_prefix("staged") {
-                let (input, channel) = staged.split_once('.')?;
-                return Some(PartName::Staged { operator, input: input.parse().ok()?, channel: channel.parse().ok()? });
-            }
             let input = kind.strip_prefix("inflight")?.parse().ok()?;
-            Some(PartName::Inflight { operator, input })
+            Some(PartName::Inflight { operator: op.to_string(), input })
         });
         inflight.unwrap_or_else(|| PartName::State(name.to_string()))
     }
@@ -267,13 +245,13 @@ impl PartName {
     /// The operator the part belongs to.
     pub fn operator(&self) -> &str {
         match self {
-            PartName::State(op) | PartName::Inflight { operator: op, .. } | PartName::Staged { operator: op, .. } => op,
+            PartName::State(op) | PartName::Inflight { operator: op, .. } => op,
         }
     }
 
     /// Whether the part is in-flight data.
     pub fn is_inflight(&self) -> bool {
-        matches!(self, PartName::Inflight { .. } | PartName::Staged { .. })
+        matches!(self, PartName::Inflight { .. })
     }
 }
 
@@ -282,9 +260,6 @@ impl std::fmt::Display for PartName {
         match self {
             PartName::State(op) => f.write_str(op),
             PartName::Inflight { operator, input } => write!(f, "{operator}{PART_SEPARATOR}inflight{input}"),
-            PartName::Staged { operator, input, channel } => {
-                write!(f, "{operator}{PART_SEPARATOR}staged{input}.{channel}")
-            }
         }
     }
 }

@@ -1,15 +1,13 @@
 //! How a task names and encodes the in-flight data it captured for an unaligned checkpoint:
 //! one part per input, named by [`crate::snapshot::PartName::Inflight`] (a typed name, never
-//! split from a string by hand), holding `(channel, entries)` per channel; and how a restored
-//! task finds it again, with what the channels' producers stored of their staged entries
-//! ([`crate::snapshot::PartName::Staged`], one `Vec<Entry<T>>` per channel).
+//! split from a string by hand), holding `(channel, entries)` per channel.
 //!
 //! May touch: `channel`, `error`, `persist`, `snapshot`.
 
 use crate::channel::{Captured, Entry};
 use crate::error::Result;
 use crate::persist::Persist;
-use crate::snapshot::{PartName, RestoredState};
+use crate::snapshot::PartName;
 
 /// The name under which a task stores the in-flight data of its input `input`.
 pub(crate) fn inflight_part(operator: &str, input: usize) -> String {
@@ -34,36 +32,6 @@ pub(crate) fn encode_inflight(data: Vec<(usize, Captured)>) -> Vec<u8> {
 pub(crate) fn decode_inflight<T: Persist>(bytes: &[u8]) -> Result<Vec<(usize, Vec<Entry<T>>)>> {
     let data: Vec<(u64, Vec<Entry<T>>)> = crate::persist::from_bytes(bytes)?;
     Ok(data.into_iter().map(|(c, e)| (c as usize, e)).collect())
-}
-
-/// The in-flight data of input `input` of `operator`'s subtask `subtask` in `restored`, per
-/// channel in replay order: what the task captured from the ring, then what the producer held
-/// staged behind it.
-pub(crate) fn restored_inflight<T: Persist>(
-    restored: &RestoredState,
-    operator: &str,
-    subtask: usize,
-    input: usize,
-) -> Result<Vec<(usize, Vec<Entry<T>>)>> {
-    let mut data = match restored.get(&inflight_part(operator, input), subtask) {
-        Some(bytes) => decode_inflight(bytes)?,
-        None => Vec::new(),
-    };
-    let mut staged = Vec::new();
-    for (name, s) in restored.operators() {
-        if *s != subtask {
-            continue;
-        }
-        if let PartName::Staged { operator: op, input: i, channel } = PartName::parse(name) {
-            if op == operator && i == input {
-                let bytes = restored.get(name, subtask).expect("a listed part is there");
-                staged.push((channel, crate::persist::from_bytes::<Vec<Entry<T>>>(bytes)?));
-            }
-        }
-    }
-    staged.sort_by_key(|(c, _)| *c);
-    data.extend(staged);
-    Ok(data)
 }
 
 #[cfg(test)]

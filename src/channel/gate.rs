@@ -70,7 +70,7 @@ pub(crate) struct Captured {
 
 impl Captured {
     #[inline]
-    fn push<T: Persist>(&mut self, entry: &Entry<T>) {
+    pub(crate) fn push<T: Persist>(&mut self, entry: &Entry<T>) {
         entry.persist(&mut self.bytes);
         self.entries += 1;
     }
@@ -104,7 +104,9 @@ pub enum GatePoll {
         barrier: Barrier,
     },
     /// Channel `channel`'s producer published an unaligned barrier: its entries before `seq`
-    /// belong to the checkpoint. Nothing at or after `seq` was consumed.
+    /// belong to the checkpoint, and so do those it still held staged, which came with the
+    /// barrier (a capture of the checkpoint takes them). Nothing at or after `seq` was
+    /// consumed.
     PriorityBarrier {
         /// The channel's index in this gate.
         channel: usize,
@@ -136,6 +138,10 @@ pub(crate) struct InputGate<T> {
     unaligned: bool,
     /// Captures in progress, in checkpoint order.
     captures: Vec<Capture>,
+    /// Per channel: what the last priority barrier polled carried of its producer's staged
+    /// entries, with its checkpoint and position, until the task sets that limit (or polls
+    /// again: the barrier was stale).
+    carried: Vec<Option<(u64, u64, Captured)>>,
     /// In-flight data restored from a checkpoint, replayed before the rings.
     replay: std::collections::VecDeque<(usize, Entry<T>)>,
     /// With unaligned checkpoints: how records are handed on in slices short enough that a
@@ -208,6 +214,7 @@ impl<T: Persist> InputGate<T> {
             buf: Vec::new(),
             unaligned: false,
             captures: Vec::new(),
+            carried: vec![None; n],
             replay: std::collections::VecDeque::new(),
             slicing: None,
         }
@@ -253,12 +260,13 @@ impl<T: Persist> InputGate<T> {
     /// copies what of it is in the ring now, without consuming it.
     pub(crate) fn set_capture_limit(&mut self, checkpoint: u64, channel: usize, seq: u64) {
         let read = self.channels[channel].read;
+        let carried = self.carried[channel].take_if(|c| (c.0, c.1) == (checkpoint, seq)).map(|(_, _, c)| c);
         let Some(cap) = self.captures.iter_mut().find(|c| c.checkpoint == checkpoint) else {
             return;
         };
-        if cap.limit[channel] == Some(seq) {
+        if cap.limit[channel].is_some() {
             // The same barrier twice (in-band, then its republished copy, or the other way):
-            // the channel may have been read past it since.
+            // the first one set the limit, and the channel may have been read past it since.
             return;
         }
         // A priority barrier's `seq` is never behind the read position; an in-band barrier's
@@ -266,6 +274,12 @@ impl<T: Persist> InputGate<T> {
         debug_assert!(seq + 1 >= read, "a barrier behind data already consumed");
         cap.limit[channel] = Some(seq);
         peek_into(&mut self.channels[channel], cap, channel);
+        if let Some(c) = carried {
+            // What the producer had staged follows what its ring held before the barrier.
+            debug_assert!(cap.upto[channel] >= seq, "entries before a priority barrier are all in the ring");
+            cap.data[channel].entries += c.entries;
+            cap.data[channel].bytes.extend_from_slice(&c.bytes);
+        }
     }
 
     /// Copies in-flight data that reached the rings since the limits became known (entries
@@ -392,6 +406,9 @@ impl<T: Persist> InputGate<T> {
             self.poll_replay(head, budget)?;
             return Ok(GatePoll::Progress);
         }
+        if self.unaligned {
+            self.carried.iter_mut().for_each(|c| *c = None);
+        }
         let n = self.channels.len();
         let mut consumed = 0usize;
         for step in 0..n {
@@ -406,7 +423,7 @@ impl<T: Persist> InputGate<T> {
             if self.unaligned {
                 if let Some(pb) = self.channels[i].take_priority() {
                     self.next = (i + 1) % n;
-                    return Ok(GatePoll::PriorityBarrier { channel: i, barrier: pb.barrier, seq: pb.seq });
+                    return Ok(priority_polled(&mut self.carried, i, pb));
                 }
             }
             let ch = &mut self.channels[i];
@@ -421,7 +438,7 @@ impl<T: Persist> InputGate<T> {
                 if let Some(pb) = ch.priority.as_mut().and_then(|p| p.pop().ok()) {
                     // The chunk is not committed: nothing of it was consumed.
                     self.next = (i + 1) % n;
-                    return Ok(GatePoll::PriorityBarrier { channel: i, barrier: pb.barrier, seq: pb.seq });
+                    return Ok(priority_polled(&mut self.carried, i, pb));
                 }
             }
             let mut barrier = None;
@@ -513,7 +530,7 @@ impl<T: Persist> InputGate<T> {
             }
             if let Some(pb) = overtaken {
                 self.next = (i + 1) % n;
-                return Ok(GatePoll::PriorityBarrier { channel: i, barrier: pb.barrier, seq: pb.seq });
+                return Ok(priority_polled(&mut self.carried, i, pb));
             }
             if out_of_time {
                 self.next = (i + 1) % n;
@@ -539,6 +556,14 @@ impl<T: Persist> InputGate<T> {
         }
         Ok(if consumed > 0 { GatePoll::Progress } else { GatePoll::Idle })
     }
+}
+
+/// What a poll reports of priority barrier `pb` of channel `i`; keeps what it carried.
+fn priority_polled(carried: &mut [Option<(u64, u64, Captured)>], i: usize, pb: PriorityBarrier) -> GatePoll {
+    if pb.staged.entries > 0 {
+        carried[i] = Some((pb.barrier.id, pb.seq, pb.staged));
+    }
+    GatePoll::PriorityBarrier { channel: i, barrier: pb.barrier, seq: pb.seq }
 }
 
 /// Encodes channel `i`'s ring entries in `[upto, limit)` into the capture without consuming
@@ -581,7 +606,7 @@ fn advance<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channel::{channel, BarrierExpiry, OutChannel, StagedPart};
+    use crate::channel::{channel, BarrierExpiry, OutChannel};
     use crate::collector::Nowhere;
 
     fn barrier(id: u64) -> Barrier {
@@ -625,8 +650,8 @@ mod tests {
 
     /// A user's aligned checkpoint with a timeout never turned unaligned at a task with one
     /// input: its barrier sat behind a full ring. Once the checkpoint has run for the timeout
-    /// (from its trigger), the producer republishes the queued barrier in the priority slot
-    /// with its own sequence number, and the reader sees it before the backlog.
+    /// (from its trigger), the producer republishes the queued barrier in the priority slot,
+    /// and the reader sees it before the backlog.
     #[test]
     fn a_queued_barrier_overtakes_the_backlog_once_its_checkpoint_times_out() {
         let parker = Arc::new(Parker::default());
@@ -651,8 +676,8 @@ mod tests {
         let polled = gate.poll(&mut head, 16).unwrap();
         assert_eq!(
             polled,
-            GatePoll::PriorityBarrier { channel: 0, barrier: Barrier { unaligned: true, ..b }, seq: 6 },
-            "the barrier, at position 6, overtakes the five records still queued"
+            GatePoll::PriorityBarrier { channel: 0, barrier: Barrier { unaligned: true, ..b }, seq: 4 },
+            "the barrier overtakes the five records still queued: three in the ring before position 4, two it carries"
         );
         assert_eq!(*got.lock().unwrap(), vec![0]);
         // A barrier the reader has already consumed is not republished.
@@ -670,23 +695,19 @@ mod tests {
     }
 
     /// A user's unaligned checkpoint under backpressure lasted as long as the slow task took to
-    /// make room for what its producer held staged beyond the full ring. Now the producer
-    /// stores its staged entries in its own snapshot and names the ring's write position: the
-    /// consumer's capture is complete with what the ring holds at that instant, the two parts
-    /// are every entry before the barrier in order, and the staged entries still arrive.
+    /// make room for what its producer held staged beyond the full ring. Now the barrier names
+    /// the ring's write position and carries the staged entries: the consumer's capture is
+    /// complete with what the ring holds at that instant, it holds every entry before the
+    /// barrier in order, and the staged entries still arrive as data.
     #[test]
-    fn an_unaligned_capture_takes_the_ring_and_the_producer_keeps_what_it_staged() {
-        use crate::snapshot::{PartName, TaskSnapshot};
+    fn an_unaligned_capture_takes_the_ring_and_what_the_barrier_carried() {
         let parker = Arc::new(Parker::default());
-        let (out, reader) = channel::<u64>(4, parker.clone(), parker);
-        let name = PartName::Staged { operator: "sink".into(), input: 0, channel: 0 }.to_string();
-        let mut out = out.with_staged_part(Some(StagedPart { name: name.clone().into(), subtask: 0 }));
+        let (mut out, reader) = channel::<u64>(4, parker.clone(), parker);
         let mut backlog: Vec<u64> = (0..10).collect();
         out.write_records(&mut backlog);
         out.write_entry(Entry::Watermark(3));
         let b = Barrier { unaligned: true, ..barrier(1) };
-        let mut snapshot = TaskSnapshot::new(b);
-        out.write_unaligned(b, &mut snapshot);
+        out.write_priority(b);
         let mut gate = InputGate::new(vec![reader]);
         gate.set_unaligned(true);
         let polled = gate.poll(&mut Nowhere, 16).unwrap();
@@ -694,18 +715,10 @@ mod tests {
         gate.start_capture(1);
         gate.set_capture_limit(1, 0, 4);
         assert!(gate.capture_complete(1), "complete with the ring as it is: nothing read, nothing waited for");
-        let ring = gate.take_capture(1).remove(0).1.decode::<u64>().unwrap();
-        assert_eq!(snapshot.parts.len(), 1, "the producer's part");
-        assert_eq!(&*snapshot.parts[0].operator, name.as_str());
-        let mut bytes = Vec::new();
-        snapshot.parts[0].state.write_to(&mut bytes).unwrap();
-        assert_eq!(snapshot.inflight_bytes(), bytes.len() as u64);
-        let staged: Vec<Entry<u64>> = crate::persist::from_bytes(&bytes).unwrap();
-        let mut all = ring;
-        all.extend(staged);
+        let captured = gate.take_capture(1).remove(0).1.decode::<u64>().unwrap();
         let mut expected: Vec<Entry<u64>> = (0..10).map(Entry::Record).collect();
         expected.push(Entry::Watermark(3));
-        assert_eq!(all, expected);
+        assert_eq!(captured, expected);
         // The staged entries are written as usual once there is room.
         let got = std::sync::Mutex::new(Vec::new());
         let mut head = OnBatch(|r: &mut Vec<u64>| got.lock().unwrap().append(r));
@@ -714,6 +727,43 @@ mod tests {
             gate.poll(&mut head, 16).unwrap();
         }
         assert_eq!(*got.lock().unwrap(), (0..10).collect::<Vec<_>>());
+    }
+
+    /// A republished barrier still staged behind a full ring carries what was staged before
+    /// it, not what came after, and its in-band copy is taken out of the stage: read later it
+    /// would only be stale, and cost the consumer a poll.
+    #[test]
+    fn a_republished_barrier_carries_what_was_staged_before_it() {
+        let parker = Arc::new(Parker::default());
+        let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let expiry = BarrierExpiry { clock: crate::context::Clock::manual(time.clone()), timeout_ns: 10 };
+        let (out, reader) = channel::<u64>(4, parker.clone(), parker);
+        let mut out = out.with_expiry(Some(expiry));
+        out.write_records(&mut (0..6).collect());
+        out.write_entry(Entry::Barrier(barrier(1)));
+        out.write_records(&mut (6..8).collect());
+        let mut gate = InputGate::new(vec![reader]);
+        gate.set_unaligned(true);
+        time.store(10, std::sync::atomic::Ordering::Relaxed);
+        out.flush();
+        let GatePoll::PriorityBarrier { seq, barrier: b, .. } = gate.poll(&mut Nowhere, 16).unwrap() else {
+            panic!("the republished barrier comes first");
+        };
+        assert_eq!((b.id, seq), (1, 4));
+        gate.start_capture(1);
+        gate.set_capture_limit(1, 0, seq);
+        assert!(gate.capture_complete(1));
+        let captured = gate.take_capture(1).remove(0).1.decode::<u64>().unwrap();
+        assert_eq!(captured, (0..6).map(Entry::Record).collect::<Vec<_>>());
+        let got = std::sync::Mutex::new(Vec::new());
+        let mut head = OnBatch(|r: &mut Vec<u64>| got.lock().unwrap().append(r));
+        while got.lock().unwrap().len() < 8 {
+            out.flush();
+            let polled = gate.poll(&mut head, 16).unwrap();
+            assert!(!matches!(polled, GatePoll::Barrier { .. }), "no in-band copy follows");
+        }
+        assert_eq!(*got.lock().unwrap(), (0..8).collect::<Vec<_>>());
+        assert_eq!(gate.read_position(0), 8, "eight records, no barrier entry");
     }
 
     /// With slicing, a priority barrier published while the task works through a chunk stops

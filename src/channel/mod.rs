@@ -25,7 +25,7 @@ pub use gate::GatePoll;
 pub(crate) use gate::{Captured, ChannelReader, InputGate};
 pub use partition::Partitioning;
 pub(crate) use partition::{KeyRouter, Partitioner};
-pub(crate) use writer::{BarrierExpiry, ChannelWriter, OutChannel, StagedPart};
+pub(crate) use writer::{BarrierExpiry, ChannelWriter, OutChannel};
 
 use crate::record::Timestamp;
 
@@ -77,12 +77,13 @@ impl<T: crate::persist::Persist> crate::persist::Persist for Entry<T> {
 
 /// A barrier published in a channel's priority slot, with the producer's write sequence
 /// number at that moment: the channel's entries before `seq` that the consumer reads after its
-/// snapshot are the checkpoint's in-flight data to capture (a producer in a job stores what
-/// it had staged beyond the ring itself; see `writer`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// snapshot are in flight for the checkpoint, and so are `staged`, the data entries the
+/// producer held staged before the barrier (not yet in the ring, the ring being full).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PriorityBarrier {
     pub(crate) barrier: crate::snapshot::Barrier,
     pub(crate) seq: u64,
+    pub(crate) staged: Captured,
 }
 
 /// Capacity of a priority slot, in barriers (more than any number of concurrent checkpoints
@@ -90,7 +91,7 @@ pub(crate) struct PriorityBarrier {
 const PRIORITY_SLOTS: usize = 8;
 
 /// Creates the two ends of one channel with room for `capacity` entries.
-pub(crate) fn channel<T>(
+pub(crate) fn channel<T: crate::persist::Persist>(
     capacity: usize,
     consumer_parker: std::sync::Arc<Parker>,
     producer_parker: std::sync::Arc<Parker>,

@@ -7,17 +7,17 @@
 //! sequence number, so it overtakes the backlog and what is queued ahead of it becomes the
 //! checkpoint's in-flight data (Flink's timeout-able aligned barriers, FLIP-76 follow-ups).
 //!
-//! At an unaligned barrier a producer whose ring is full holds entries staged that belong to
-//! the checkpoint. In a job it stores them in its own snapshot, under the consuming channel's
-//! [`crate::snapshot::PartName::Staged`] name, and publishes the barrier at the ring's write position: the
-//! consumer's capture takes what is in the ring at that instant, and never waits for the
-//! producer to get the rest in (Flink persists a task's output buffers the same way).
+//! A producer whose ring is full holds entries staged that come before a priority barrier:
+//! they are in flight for its checkpoint too. Their encoding travels with the barrier, which
+//! names the ring's write position, so the consumer's capture takes what the ring holds at
+//! that instant plus what came with the barrier, and never waits for the slow consumer to make
+//! room (Flink persists a task's output buffers for the same reason).
 
 use std::sync::Arc;
 
 use rtrb::Producer;
 
-use super::{Entry, Parker, Partitioner, PriorityBarrier};
+use super::{Captured, Entry, Parker, Partitioner, PriorityBarrier};
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::persist::Persist;
@@ -37,22 +37,11 @@ pub(crate) struct OutChannel<T> {
     written: u64,
     /// The priority slot for unaligned barriers, and barriers waiting for room in it.
     priority: Option<Producer<PriorityBarrier>>,
-    priority_staged: Vec<PriorityBarrier>,
+    priority_staged: std::collections::VecDeque<PriorityBarrier>,
     /// With an aligned-checkpoint timeout: the clock and the timeout.
     expiry: Option<BarrierExpiry>,
     /// In-band barriers written and maybe not yet read, with their sequence numbers.
     queued: Vec<(Barrier, u64)>,
-    /// In a job: where the entries staged at an unaligned barrier are stored. Without it
-    /// (a [`super::pair`]), the barrier's position includes them and the consumer waits.
-    staged_part: Option<StagedPart>,
-}
-
-/// Where a ring's producer stores what it holds staged at an unaligned barrier: the part's
-/// name (a [`crate::snapshot::PartName::Staged`]) and the consuming subtask.
-#[derive(Clone, Debug)]
-pub(crate) struct StagedPart {
-    pub(crate) name: Arc<str>,
-    pub(crate) subtask: usize,
 }
 
 /// When a producer republishes a queued in-band barrier: the job clock and the aligned-
@@ -63,7 +52,7 @@ pub(crate) struct BarrierExpiry {
     pub(crate) timeout_ns: u64,
 }
 
-impl<T> OutChannel<T> {
+impl<T: Persist> OutChannel<T> {
     pub(crate) fn new(producer: Producer<Entry<T>>, consumer: Arc<Parker>) -> Self {
         OutChannel {
             producer,
@@ -71,17 +60,10 @@ impl<T> OutChannel<T> {
             consumer,
             written: 0,
             priority: None,
-            priority_staged: Vec::new(),
+            priority_staged: std::collections::VecDeque::new(),
             expiry: None,
             queued: Vec::new(),
-            staged_part: None,
         }
-    }
-
-    /// Stores what is staged at an unaligned barrier under `part` (see the module doc).
-    pub(crate) fn with_staged_part(mut self, part: Option<StagedPart>) -> Self {
-        self.staged_part = part;
-        self
     }
 
     /// Republish in-band barriers still queued once their checkpoint passed the timeout.
@@ -101,26 +83,35 @@ impl<T> OutChannel<T> {
         self.written + self.staged.len() as u64
     }
 
-    /// Publishes an unaligned barrier in the priority slot, ahead of everything in the ring
-    /// and everything staged (the consumer waits for those to reach the ring).
+    /// Publishes an unaligned barrier in the priority slot, ahead of everything in the ring,
+    /// with what is staged (see the module doc).
     pub(crate) fn write_priority(&mut self, barrier: Barrier) {
-        self.publish_priority(PriorityBarrier { barrier, seq: self.seq() });
+        let pb = self.at_ring_position(barrier, self.staged.len());
+        self.priority_staged.push_back(pb);
+        self.flush_priority();
     }
 
-    fn publish_priority(&mut self, pb: PriorityBarrier) {
-        self.priority_staged.push(pb);
-        self.flush_priority();
+    /// `barrier` at the ring's write position, carrying the data among the first `staged`
+    /// staged entries (records and watermarks: another barrier or an end is not data).
+    fn at_ring_position(&self, barrier: Barrier, staged: usize) -> PriorityBarrier {
+        let mut carried = Captured::default();
+        for e in &self.staged[..staged] {
+            if matches!(e, Entry::Record(_) | Entry::Watermark(_)) {
+                carried.push(e);
+            }
+        }
+        PriorityBarrier { barrier, seq: self.written, staged: carried }
     }
 
     fn flush_priority(&mut self) -> bool {
         let Some(slot) = self.priority.as_mut() else {
             unreachable!("unaligned barriers need a channel with a priority slot");
         };
-        while let Some(&pb) = self.priority_staged.first() {
-            if slot.push(pb).is_err() {
+        while let Some(pb) = self.priority_staged.pop_front() {
+            if let Err(rtrb::PushError::Full(pb)) = slot.push(pb) {
+                self.priority_staged.push_front(pb);
                 return false;
             }
-            self.priority_staged.remove(0);
             self.consumer.notify();
         }
         true
@@ -181,21 +172,42 @@ impl<T> OutChannel<T> {
         // What the consumer has read: everything written but what is still in the ring.
         let in_ring = (self.producer.buffer().capacity() - self.producer.slots()) as u64;
         let read = self.written - in_ring;
-        let now = expiry.clock.now_ns();
-        let timeout = expiry.timeout_ns;
-        let mut republish = Vec::new();
-        self.queued.retain(|&(barrier, seq)| {
+        let (now, timeout) = (expiry.clock.now_ns(), expiry.timeout_ns);
+        let mut republished = false;
+        // Positions of the later queued barriers move back by one for each one taken out of
+        // the stage before them.
+        let mut removed = 0;
+        for (barrier, seq) in std::mem::take(&mut self.queued) {
+            let seq = seq - removed;
             if read > seq {
-                return false;
+                continue;
             }
             if now.saturating_sub(barrier.trigger_ns) < timeout {
-                return true;
+                self.queued.push((barrier, seq));
+                continue;
             }
-            republish.push(PriorityBarrier { barrier: Barrier { unaligned: true, ..barrier }, seq });
-            false
-        });
-        if !republish.is_empty() {
-            self.priority_staged.extend(republish);
+            let barrier = Barrier { unaligned: true, ..barrier };
+            let pb = match seq.checked_sub(self.written) {
+                // Still staged: its in-band copy would only reach the consumer stale (and cost
+                // it a poll each, which piles up when checkpoints come fast), so it goes; the
+                // priority copy carries what is staged before it.
+                Some(before) => {
+                    let before = before as usize;
+                    let copy = self.staged.remove(before);
+                    debug_assert!(
+                        matches!(copy, Entry::Barrier(b) if b.id == barrier.id),
+                        "a queued barrier's position"
+                    );
+                    removed += 1;
+                    self.at_ring_position(barrier, before)
+                }
+                // In the ring: it names its own position.
+                None => PriorityBarrier { barrier, seq, staged: Captured::default() },
+            };
+            self.priority_staged.push_back(pb);
+            republished = true;
+        }
+        if republished {
             self.flush_priority();
         }
     }
@@ -229,28 +241,6 @@ impl<T> OutChannel<T> {
     /// Entries published so far.
     pub(crate) fn written(&self) -> u64 {
         self.written
-    }
-}
-
-impl<T: Persist> OutChannel<T> {
-    /// Publishes an unaligned barrier of a task whose snapshot is `snapshot`. With a staged
-    /// part, what is staged (records and watermarks; barriers and an end are not data) goes
-    /// into the snapshot and the barrier names the ring's write position, so the consumer's
-    /// capture is complete with what the ring holds now. The staged entries are still written
-    /// as usual: the consumer reads them after its snapshot, and a restore replays them.
-    pub(crate) fn write_unaligned(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) {
-        let Some(part) = &self.staged_part else {
-            return self.write_priority(barrier);
-        };
-        let data = || self.staged.iter().filter(|e| matches!(e, Entry::Record(_) | Entry::Watermark(_)));
-        let count = data().count();
-        if count > 0 {
-            let mut bytes = Vec::new();
-            (count as u64).persist(&mut bytes);
-            data().for_each(|e| e.persist(&mut bytes));
-            snapshot.add_inflight(part.name.clone(), part.subtask, bytes);
-        }
-        self.publish_priority(PriorityBarrier { barrier, seq: self.written });
     }
 }
 
@@ -363,10 +353,10 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
         Ok(self.flush_all())
     }
 
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+    fn barrier(&mut self, barrier: Barrier, _snapshot: &mut TaskSnapshot) -> Result<()> {
         for o in &mut self.outs {
             if barrier.unaligned {
-                o.write_unaligned(barrier, snapshot);
+                o.write_priority(barrier);
             } else {
                 o.write_entry(Entry::Barrier(barrier));
             }

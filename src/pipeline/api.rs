@@ -12,7 +12,7 @@ use super::graph::{
     Node, NodeKind, SharedGraph,
 };
 use super::task::{Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
-use crate::barrier::inflight::restored_inflight;
+use crate::barrier::inflight::{decode_inflight, inflight_part};
 use crate::channel::{InputGate, Partitioning};
 use crate::collector::Collector;
 use crate::context::{RestoreView, TaskContext};
@@ -630,7 +630,9 @@ fn replay_inflight<T: Record>(ctx: &TaskContext, input: usize, gate: &mut InputG
     let Some(restored) = &ctx.restored else {
         return Ok(());
     };
-    gate.replay(restored_inflight::<T>(restored, &ctx.operator, ctx.subtask, input)?);
+    if let Some(bytes) = restored.get(&inflight_part(&ctx.operator, input), ctx.subtask) {
+        gate.replay(decode_inflight::<T>(bytes)?);
+    }
     Ok(())
 }
 

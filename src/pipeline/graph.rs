@@ -102,29 +102,6 @@ pub(crate) struct ChannelSpec {
     pub(crate) downstream_parkers: Vec<Arc<Parker>>,
     /// With an aligned-checkpoint timeout: when producers republish queued barriers.
     pub(crate) barrier_expiry: Option<crate::channel::BarrierExpiry>,
-    /// With unaligned checkpoints: the consuming input, which names what producers store of
-    /// their staged entries at an unaligned barrier.
-    pub(crate) consumer: Option<ChannelConsumer>,
-}
-
-/// The input an edge feeds, as its in-flight data is named: the consuming task's head
-/// operator, which of its inputs, and where this edge's channels start in that input's gate.
-pub(crate) struct ChannelConsumer {
-    pub(crate) operator: String,
-    pub(crate) input: usize,
-    pub(crate) first_channel: usize,
-}
-
-impl ChannelConsumer {
-    /// Where the producer of the ring from upstream subtask `from` to downstream subtask `to`
-    /// stores what it holds staged at an unaligned barrier.
-    fn staged_part(&self, partitioning: Partitioning, from: usize, to: usize) -> crate::channel::StagedPart {
-        // Downstream subtask `to`'s gate holds one ring per upstream subtask, in order, or the
-        // one forward ring.
-        let channel = self.first_channel + if partitioning == Partitioning::Forward { 0 } else { from };
-        let name = crate::snapshot::PartName::Staged { operator: self.operator.clone(), input: self.input, channel };
-        crate::channel::StagedPart { name: name.to_string().into(), subtask: to }
-    }
 }
 
 pub(crate) struct Graph {
@@ -230,8 +207,7 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
                 }
                 let (w, r) =
                     channel::<T>(spec.capacity, spec.downstream_parkers[j].clone(), spec.upstream_parkers[i].clone());
-                let staged = spec.consumer.as_ref().map(|c| c.staged_part(spec.partitioning, i, j));
-                out.push(w.with_expiry(spec.barrier_expiry.clone()).with_staged_part(staged));
+                out.push(w.with_expiry(spec.barrier_expiry.clone()));
                 input.push(r);
             }
         }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::graph::{AnyBox, ChannelConsumer, ChannelSpec, Graph, NodeKind};
+use super::graph::{AnyBox, ChannelSpec, Graph, NodeKind};
 use super::task::{JobControl, Task};
 use crate::barrier::{BarrierAligner, TaskCheckpointing};
 use crate::channel::Partitioning;
@@ -177,25 +177,6 @@ impl Builder<'_> {
     }
 }
 
-/// Where edge `e`'s channels start in its consumer's gate: a gate holds the rings of its
-/// input's edges in edge order, one per upstream subtask (one for a forward edge).
-fn first_channel(graph: &Graph, e: usize) -> usize {
-    let edge = &graph.edges[e];
-    graph.nodes[edge.to]
-        .inputs
-        .iter()
-        .take_while(|&&x| x != e)
-        .filter(|&&x| graph.edges[x].input == edge.input && !is_chained(graph, x))
-        .map(|&x| {
-            if effective(graph, x) == Partitioning::Forward {
-                1
-            } else {
-                graph.nodes[graph.edges[x].from].parallelism
-            }
-        })
-        .sum()
-}
-
 /// Builds every task of `graph`.
 pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<PhysicalPlan> {
     validate(graph)?;
@@ -219,11 +200,6 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
             barrier_expiry: env.checkpointing.as_ref().and_then(|w| {
                 w.alignment_timeout_ns
                     .map(|timeout_ns| crate::channel::BarrierExpiry { clock: env.clock.clone(), timeout_ns })
-            }),
-            consumer: env.checkpointing.as_ref().filter(|w| w.unaligned).map(|_| ChannelConsumer {
-                operator: to.name.to_string(),
-                input: edge.input,
-                first_channel: first_channel(graph, e),
             }),
         };
         let Some(make_channels) = &edge.make_channels else {
