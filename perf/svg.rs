@@ -1,5 +1,5 @@
 //! Plots as SVG text, written by the harness itself (no plotting tool needed): grouped bars
-//! and lines, with axes, ticks and a legend.
+//! and lines on a log axis, with axes, ticks and a legend.
 
 const W: f64 = 760.0;
 const H: f64 = 420.0;
@@ -81,6 +81,35 @@ impl Frame {
                 y = y(*t)
             );
         }
+        self.axes();
+        y
+    }
+
+    /// Grid lines and labels at every power of ten from below `min` to above `max` (a log
+    /// axis); returns the y of a value (values at or below 0 sit on the axis).
+    fn log_y_axis(&mut self, min: f64, max: f64) -> impl Fn(f64) -> f64 {
+        let lo = min.max(f64::MIN_POSITIVE).log10().floor();
+        let hi = max.max(min * 10.0).log10().ceil().max(lo + 1.0);
+        let y = move |v: f64| {
+            let l = if v > 0.0 { v.log10().clamp(lo, hi) } else { lo };
+            H - BOTTOM - (l - lo) / (hi - lo) * (H - TOP - BOTTOM)
+        };
+        for e in lo as i32..=hi as i32 {
+            let t = 10f64.powi(e);
+            self.out += &format!(
+                "<line x1=\"{LEFT}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
+                W - RIGHT,
+                LEFT - 6.0,
+                y(t) + 4.0,
+                short(t),
+                y = y(t)
+            );
+        }
+        self.axes();
+        y
+    }
+
+    fn axes(&mut self) {
         self.out += &format!(
             "<line x1=\"{LEFT}\" x2=\"{LEFT}\" y1=\"{TOP}\" y2=\"{}\" stroke=\"#333\"/><line x1=\"{LEFT}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n",
             H - BOTTOM,
@@ -88,7 +117,6 @@ impl Frame {
             H - BOTTOM,
             H - BOTTOM
         );
-        y
     }
 
     fn legend(&mut self, names: &[&str]) {
@@ -147,11 +175,13 @@ pub fn grouped_bars(title: &str, y_label: &str, categories: &[String], series: &
     f.finish()
 }
 
-/// Lines over categorical x positions (labelled by `xs`), one per series, with points.
-pub fn lines(title: &str, x_label: &str, y_label: &str, xs: &[String], series: &[(String, Vec<f64>)]) -> String {
+/// Lines over categorical x positions (labelled by `xs`), one per series, with points, on a
+/// log y axis (the figures it plots span orders of magnitude).
+pub fn log_lines(title: &str, x_label: &str, y_label: &str, xs: &[String], series: &[(String, Vec<f64>)]) -> String {
     let mut f = Frame::new(title, y_label, x_label);
-    let max = series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0, f64::max);
-    let y = f.y_axis(max);
+    let values = || series.iter().flat_map(|(_, v)| v.iter().copied());
+    let max = values().fold(0.0, f64::max);
+    let y = f.log_y_axis(values().filter(|v| *v > 0.0).fold(max, f64::min), max);
     let step = (W - LEFT - RIGHT) / xs.len().max(1) as f64;
     let x = |i: usize| LEFT + step * (i as f64 + 0.5);
     for (i, label) in xs.iter().enumerate() {

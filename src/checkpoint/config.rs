@@ -241,6 +241,11 @@ impl CheckpointConfig {
         if self.unaligned && self.mode == CheckpointMode::AtLeastOnce {
             return Err(Error::config("unaligned checkpoints need exactly-once mode (at-least-once never aligns)"));
         }
+        if self.alignment_timeout.is_some() && self.mode == CheckpointMode::AtLeastOnce {
+            return Err(Error::config(
+                "an aligned-checkpoint timeout needs exactly-once mode (at-least-once never aligns, so nothing times out)",
+            ));
+        }
         if self.alignment_timeout.is_some() && !self.unaligned {
             return Err(Error::config("an alignment timeout needs unaligned checkpoints turned on"));
         }
@@ -280,6 +285,7 @@ mod tests {
             ok.clone().retain(0),
             ok.clone().unaligned(true).mode(CheckpointMode::AtLeastOnce),
             ok.clone().alignment_timeout(Duration::from_millis(5)),
+            ok.clone().mode(CheckpointMode::AtLeastOnce).alignment_timeout(Duration::from_millis(5)),
             CheckpointConfig::new("/proc/weir-cannot-write-here"),
         ];
         for cfg in bad {
