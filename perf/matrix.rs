@@ -227,7 +227,7 @@ fn main() {
     // 3. Aligned against unaligned under a real backlog, as the rings and the lag grow.
     let backlog_rounds = rounds.min(3);
     md += &format!(
-        "## Aligned against unaligned under a backlog\n\nThe `backlog` workload: generator → key_by (half the events on one key) → a keyed running sum spending the given cost per record → rebalance → sink, checkpoints every 500 ms, aligned-timeout with a {} ms timeout. Each figure is the median over every checkpoint of {backlog_rounds} rounds (modes back to back, a different one first each round); the spread is the smallest and largest median of one round.\n\n| stage cost | ring | mode | checkpoints | median duration (spread) | max duration | start delay | alignment | in-flight bytes | throughput |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "## Aligned against unaligned under a backlog\n\nThe `backlog` workload: generator → key_by (half the events on one key) → a keyed running sum spending the given cost per record → rebalance → sink, checkpoints every 500 ms, aligned-timeout with a {} ms timeout. Each figure is the median over every checkpoint of {backlog_rounds} rounds (modes back to back, a different one first each round); the spread is the smallest and largest median of one round.\n\n| stage cost | ring | mode | checkpoints | median duration (spread) | max duration | start delay | alignment | in-flight bytes | throughput (rec/s) |\n|---|---|---|---|---|---|---|---|---|---|\n",
         weir::bench::DEFAULT_ALIGNMENT_TIMEOUT.as_millis()
     );
     let rings = [256usize, 1024, 4096];
@@ -265,7 +265,7 @@ fn main() {
                     of(&|c| c.start_delay_ms),
                     of(&|c| c.alignment_ms),
                     group_digits(bytes as u64),
-                    short_rate(median(runs[i].iter().map(|r| r.throughput_rps).collect())),
+                    group_digits(median(runs[i].iter().map(|r| r.throughput_rps).collect()) as u64),
                 );
                 line[i].push(duration);
                 bytes_line[i].push(bytes);

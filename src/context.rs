@@ -136,8 +136,8 @@ impl Recovery {
     }
 }
 
-/// How far one attempt of a job has got towards its end, shared by its tasks, its workers,
-/// its checkpoint coordinator and the job's handle.
+/// How far one attempt of a job has got through its input and towards its end, shared by
+/// its tasks, its workers, its checkpoint coordinator and the job's handle.
 #[derive(Clone, Default)]
 pub(crate) struct EndOfJob {
     /// Tasks that finished: once any has, no new checkpoint can complete.
@@ -146,6 +146,8 @@ pub(crate) struct EndOfJob {
     /// they end their streams (with checkpointing): once all are, the next checkpoint is the
     /// final one.
     pub(crate) sources_at_end: Arc<AtomicUsize>,
+    /// Source subtasks that report they are catching up on a backlog.
+    pub(crate) sources_in_backlog: Arc<AtomicUsize>,
     /// Set when the final checkpoint completed and the sources were told to end their streams.
     pub(crate) input_ended: Arc<AtomicBool>,
     /// Set when the final checkpoint was triggered: no savepoint can be taken any more.

@@ -184,6 +184,10 @@ struct CheckpointArgs {
     /// Milliseconds between checkpoints.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     interval_ms: Option<u64>,
+    /// Milliseconds between checkpoints while the input is far from its end (more than 256
+    /// MiB left to a subtask): 0 takes none until then.
+    #[arg(long)]
+    interval_during_backlog_ms: Option<u64>,
     /// Checkpoint mode.
     #[arg(long, value_parser = ["exactly-once", "at-least-once"])]
     mode: Option<String>,
@@ -279,6 +283,7 @@ impl CheckpointArgs {
         let Some(dir) = &self.checkpoint_dir else {
             let given = [
                 ("--interval-ms", self.interval_ms.is_some()),
+                ("--interval-during-backlog-ms", self.interval_during_backlog_ms.is_some()),
                 ("--mode", self.mode.is_some()),
                 ("--unaligned", self.unaligned),
                 ("--incremental", self.incremental),
@@ -304,6 +309,9 @@ impl CheckpointArgs {
         }
         if let Some(ms) = self.interval_ms {
             c = c.interval(Duration::from_millis(ms));
+        }
+        if let Some(ms) = self.interval_during_backlog_ms {
+            c = c.interval_during_backlog(Duration::from_millis(ms));
         }
         if let Some(m) = &self.mode {
             c = c.mode(m.parse::<CheckpointMode>().map_err(Error::config)?);

@@ -385,6 +385,10 @@ fn every_flag_refuses_a_wrong_value() {
         ([&wc[..], &["--incremental"]].concat(), "--incremental needs --checkpoint-dir"),
         ([&wc[..], &["--unaligned"]].concat(), "--unaligned needs --checkpoint-dir"),
         ([&wc[..], &["--retain", "2"]].concat(), "--retain needs --checkpoint-dir"),
+        (
+            [&wc[..], &["--interval-during-backlog-ms", "9"]].concat(),
+            "--interval-during-backlog-ms needs --checkpoint-dir",
+        ),
         ([&wc[..], &["--savepoint-dir", "CHK"]].concat(), "--savepoint-dir needs --checkpoint-dir"),
         ([&wc[..], &["--allow-non-restored-state"]].concat(), "needs --restore"),
         ([&wc[..], &["--restore", "/no/such/savepoint-3"]].concat(), "does not exist"),

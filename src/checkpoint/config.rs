@@ -98,6 +98,9 @@ pub struct CheckpointConfig {
     pub dir: PathBuf,
     /// Time between checkpoint triggers.
     pub interval: Duration,
+    /// Time between checkpoint triggers while a source reports it is catching up on a backlog
+    /// ([`crate::source::Source::backlog`]); zero takes none then. `None`: `interval` always.
+    pub interval_during_backlog: Option<Duration>,
     /// Exactly-once (aligned) or at-least-once.
     pub mode: CheckpointMode,
     /// Unaligned checkpoints: barriers overtake in-flight data, which is stored instead.
@@ -139,6 +142,7 @@ impl CheckpointConfig {
         CheckpointConfig {
             dir: dir.into(),
             interval: Duration::from_secs(1),
+            interval_during_backlog: None,
             mode: CheckpointMode::ExactlyOnce,
             unaligned: false,
             alignment_timeout: None,
@@ -156,6 +160,22 @@ impl CheckpointConfig {
     /// Sets the interval.
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
+        self
+    }
+    /// Sets the interval while any source is catching up on a backlog (Flink's
+    /// `execution.checkpointing.interval-during-backlog`): a longer one spends less of the
+    /// catch-up on checkpoints, zero takes none until the backlog is gone. The normal interval
+    /// applies again from the last checkpoint once no source reports one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let c = weir::CheckpointConfig::new("/tmp/chk")
+    ///     .interval(Duration::from_secs(1))
+    ///     .interval_during_backlog(Duration::from_secs(30));
+    /// assert_eq!(c.interval_during_backlog, Some(Duration::from_secs(30)));
+    /// ```
+    pub fn interval_during_backlog(mut self, interval: Duration) -> Self {
+        self.interval_during_backlog = Some(interval);
         self
     }
     /// Sets the mode.

@@ -124,7 +124,9 @@ pub(crate) struct CoordinatorCore {
     pending: BTreeMap<u64, Pending>,
     consecutive_failures: u32,
     last_completion_ns: Option<u64>,
-    next_trigger_ns: u64,
+    /// When the last checkpoint was triggered (the attempt's start before the first): the next
+    /// is due an interval after it, the interval of the moment (see `interval_ns`).
+    last_trigger_ns: u64,
     /// The final checkpoint, once triggered.
     final_id: Option<u64>,
     /// Savepoints asked for and not yet triggered.
@@ -148,7 +150,7 @@ fn ns(d: Duration) -> u64 {
 impl CoordinatorCore {
     pub(crate) fn new(s: CoordinatorSetup) -> Self {
         let next_id = s.first_id.max(s.next_id.load(Ordering::SeqCst));
-        let next_trigger_ns = s.clock.now_ns().saturating_add(ns(s.config.interval));
+        let last_trigger_ns = s.clock.now_ns();
         let sources = s.tasks.iter().filter(|t| t.2).count();
         CoordinatorCore {
             s,
@@ -157,7 +159,7 @@ impl CoordinatorCore {
             pending: BTreeMap::new(),
             consecutive_failures: 0,
             last_completion_ns: None,
-            next_trigger_ns,
+            last_trigger_ns,
             final_id: None,
             savepoints: VecDeque::new(),
             deleted_shared: HashSet::new(),
@@ -173,9 +175,21 @@ impl CoordinatorCore {
         self.halted
     }
 
-    /// When the next checkpoint is due, on the job clock.
+    /// When the next checkpoint is due, on the job clock (never, while a backlog pauses them).
     pub(crate) fn next_trigger_ns(&self) -> u64 {
-        self.next_trigger_ns
+        self.interval_ns().map_or(u64::MAX, |i| self.last_trigger_ns.saturating_add(i))
+    }
+
+    /// The interval now: the one during backlog while a source reports one (`None` when that
+    /// is zero: no checkpoints until the backlog is gone).
+    fn interval_ns(&self) -> Option<u64> {
+        let config = &self.s.config;
+        match config.interval_during_backlog {
+            Some(during) if self.s.end.sources_in_backlog.load(Ordering::SeqCst) > 0 => {
+                (!during.is_zero()).then(|| ns(during))
+            }
+            _ => Some(ns(config.interval)),
+        }
     }
 
     fn take_commands(&mut self) -> Vec<Command> {
@@ -370,10 +384,10 @@ impl CoordinatorCore {
                 self.record_failure(id, "aborted for a savepoint");
             }
         }
+        let next_trigger_ns = self.next_trigger_ns();
         let config = &self.s.config;
         let paused = self.last_completion_ns.is_some_and(|t| now < t.saturating_add(ns(config.min_pause)));
-        let due =
-            now >= self.next_trigger_ns && self.pending.len() < config.max_concurrent && !paused && !savepoint_pending;
+        let due = now >= next_trigger_ns && self.pending.len() < config.max_concurrent && !paused && !savepoint_pending;
         if savepoint.is_none() && !due && !final_due {
             return;
         }
@@ -384,7 +398,7 @@ impl CoordinatorCore {
         let id = self.next_id;
         self.next_id += 1;
         self.s.next_id.store(self.next_id, Ordering::SeqCst);
-        self.next_trigger_ns = now.saturating_add(ns(config.interval));
+        self.last_trigger_ns = now;
         if let Err(e) = self.s.storage.prepare(id) {
             return self.failed(id, &e.to_string());
         }
@@ -634,9 +648,12 @@ mod tests {
     /// A coordinator over one source (task 0) and one other task (task 1), on a clock it
     /// does not read (every event carries its time).
     fn core(dir: &std::path::Path) -> CoordinatorCore {
-        let storage = Arc::new(CheckpointStorage::for_job(dir, "f"));
+        core_with(CheckpointConfig::new(dir).interval(Duration::from_millis(10)))
+    }
+
+    fn core_with(config: CheckpointConfig) -> CoordinatorCore {
+        let storage = Arc::new(CheckpointStorage::for_job(&config.dir, "f"));
         let (lock, _) = DirectoryLock::acquire(&storage, "test").unwrap();
-        let config = CheckpointConfig::new(dir).interval(Duration::from_millis(10));
         CoordinatorCore::new(CoordinatorSetup {
             config,
             storage,
@@ -680,6 +697,39 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// A job catching up on a backlog checkpoints at the interval during backlog (here every
+    /// 100 ms, not 10), and at the normal one again, from its last trigger, once no source
+    /// reports one; zero takes none while the backlog lasts.
+    #[test]
+    fn a_backlog_stretches_the_interval_until_it_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let ms = 1_000_000;
+        let config = CheckpointConfig::new(dir.path().join("chk"))
+            .interval(Duration::from_millis(10))
+            .interval_during_backlog(Duration::from_millis(100));
+        let mut c = core_with(config);
+        c.s.end.sources_in_backlog.store(1, Ordering::SeqCst);
+        assert!(triggered(&c.on_tick(50 * ms)).is_empty(), "10 ms passed long ago, 100 ms not yet");
+        let first = triggered(&c.on_tick(100 * ms));
+        assert_eq!(first.len(), 1, "due at 100 ms");
+        for task in 0..2 {
+            c.on_ack(ack(&c, task, first[0]), 101 * ms);
+        }
+        assert!(triggered(&c.on_tick(150 * ms)).is_empty());
+        c.s.end.sources_in_backlog.store(0, Ordering::SeqCst);
+        assert_eq!(triggered(&c.on_tick(151 * ms)).len(), 1, "10 ms after the last trigger: due at once");
+        let mut none = core_with(
+            CheckpointConfig::new(dir.path().join("chk2"))
+                .interval(Duration::from_millis(10))
+                .interval_during_backlog(Duration::ZERO),
+        );
+        none.s.end.sources_in_backlog.store(1, Ordering::SeqCst);
+        assert!(triggered(&none.on_tick(10_000 * ms)).is_empty(), "no checkpoint during a backlog");
+        assert_eq!(none.next_trigger_ns(), u64::MAX);
+        none.s.end.sources_in_backlog.store(0, Ordering::SeqCst);
+        assert_eq!(triggered(&none.on_tick(10_001 * ms)).len(), 1);
     }
 
     /// Found by the simulator: a stop-with-savepoint let later checkpoints (the final one

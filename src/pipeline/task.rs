@@ -317,6 +317,8 @@ pub(crate) struct SourceTask<T> {
     phase: Phase,
     /// The offsets recorded by checkpoints not yet completed or aborted, oldest first.
     offsets: Vec<(u64, Vec<u8>)>,
+    /// Whether this subtask counts among the attempt's sources in backlog.
+    in_backlog: bool,
 }
 
 impl<T> SourceTask<T> {
@@ -341,6 +343,7 @@ impl<T> SourceTask<T> {
             checkpointing,
             phase: Phase::Running,
             offsets: Vec::new(),
+            in_backlog: false,
         }
     }
 
@@ -436,6 +439,16 @@ impl<T: Send> Task for SourceTask<T> {
         if !self.buf.is_empty() {
             self.emitted.add(self.buf.len() as u64);
             self.out.batch(&mut self.buf)?;
+        }
+        let backlog = status != SourcePoll::Finished && self.source.backlog();
+        if backlog != self.in_backlog {
+            self.in_backlog = backlog;
+            let count = &self.ctx.attempt.end.sources_in_backlog;
+            if backlog {
+                count.fetch_add(1, Ordering::SeqCst);
+            } else {
+                count.fetch_sub(1, Ordering::SeqCst);
+            }
         }
         match status {
             SourcePoll::Emitted => Ok(TaskPoll::Progress),

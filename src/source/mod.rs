@@ -16,7 +16,7 @@ pub use generator::Generator;
 pub(crate) use push::push_channel;
 pub use push::{EventSender, SendError, DEFAULT_REPLAY_EVENTS};
 pub(crate) use text::TextBlocks;
-pub use text::TextSource;
+pub use text::{TextSource, TEXT_BACKLOG_BYTES};
 
 use crate::context::TaskContext;
 use crate::error::Result;
@@ -61,6 +61,15 @@ pub trait Source<T>: Send {
     /// completed: nothing before `offset` will be replayed again, so a source that buffers
     /// events for replay may drop them.
     fn checkpoint_complete(&mut self, _offset: &[u8]) {}
+
+    /// Whether the source is catching up on a backlog (far behind the newest input it could
+    /// read), asked after every poll. While any source is, checkpoints come at
+    /// [`crate::CheckpointConfig::interval_during_backlog`] (Flink's `isProcessingBacklog`).
+    /// The text source reports one while more than [`TEXT_BACKLOG_BYTES`] of its range are
+    /// left; a push source while its host ring is full.
+    fn backlog(&self) -> bool {
+        false
+    }
 
     /// Moves to a position returned by [`Source::offset`].
     fn seek(&mut self, _offset: &[u8]) -> Result<()> {

@@ -234,6 +234,8 @@ pub(crate) struct PushSource<T> {
     replaying: bool,
     replay_capacity: usize,
     started: bool,
+    /// The host ring was full at a poll, and has not been below half full since.
+    backlogged: bool,
 }
 
 /// The two ends of a push source: the host's sender and what makes each attempt's source.
@@ -287,6 +289,7 @@ impl<T> PushSourceFactory<T> {
             replaying: checkpointed,
             replay_capacity,
             started: false,
+            backlogged: false,
         })
     }
 }
@@ -300,6 +303,10 @@ impl<T> Drop for PushSource<T> {
 }
 
 impl<T: Clone + Send> Source<T> for PushSource<T> {
+    fn backlog(&self) -> bool {
+        self.backlogged
+    }
+
     fn poll(&mut self, _ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
         let log = self.log.as_mut().expect("held for the source's life");
         let before = out.len();
@@ -308,6 +315,12 @@ impl<T: Clone + Send> Source<T> for PushSource<T> {
             log.fresh = false;
             *lock(&self.shared.resume) = Some(self.next);
             self.shared.signal.notify();
+        }
+        let (queued, capacity) = (log.consumer.slots(), log.consumer.buffer().capacity());
+        if queued >= capacity {
+            self.backlogged = true;
+        } else if queued <= capacity / 2 {
+            self.backlogged = false;
         }
         // Replay first: events a failed attempt emitted after the restored checkpoint.
         let buffered = log.base + log.replay.len() as u64;
