@@ -142,6 +142,8 @@ pub(crate) struct InputGate<T> {
     /// entries, with its checkpoint and position, until the task sets that limit (or polls
     /// again: the barrier was stale).
     carried: Vec<Option<(u64, u64, Captured)>>,
+    /// Whether any of `carried` may be set (so a poll clears them only then).
+    carrying: bool,
     /// In-flight data restored from a checkpoint, replayed before the rings.
     replay: std::collections::VecDeque<(usize, Entry<T>)>,
     /// With unaligned checkpoints: how records are handed on in slices short enough that a
@@ -215,6 +217,7 @@ impl<T: Persist> InputGate<T> {
             unaligned: false,
             captures: Vec::new(),
             carried: vec![None; n],
+            carrying: false,
             replay: std::collections::VecDeque::new(),
             slicing: None,
         }
@@ -406,8 +409,9 @@ impl<T: Persist> InputGate<T> {
             self.poll_replay(head, budget)?;
             return Ok(GatePoll::Progress);
         }
-        if self.unaligned {
+        if self.carrying {
             self.carried.iter_mut().for_each(|c| *c = None);
+            self.carrying = false;
         }
         let n = self.channels.len();
         let mut consumed = 0usize;
@@ -423,7 +427,7 @@ impl<T: Persist> InputGate<T> {
             if self.unaligned {
                 if let Some(pb) = self.channels[i].take_priority() {
                     self.next = (i + 1) % n;
-                    return Ok(priority_polled(&mut self.carried, i, pb));
+                    return Ok(priority_polled(&mut self.carried, &mut self.carrying, i, pb));
                 }
             }
             let ch = &mut self.channels[i];
@@ -438,7 +442,7 @@ impl<T: Persist> InputGate<T> {
                 if let Some(pb) = ch.priority.as_mut().and_then(|p| p.pop().ok()) {
                     // The chunk is not committed: nothing of it was consumed.
                     self.next = (i + 1) % n;
-                    return Ok(priority_polled(&mut self.carried, i, pb));
+                    return Ok(priority_polled(&mut self.carried, &mut self.carrying, i, pb));
                 }
             }
             let mut barrier = None;
@@ -452,17 +456,19 @@ impl<T: Persist> InputGate<T> {
             // Entries move out of the ring; those not iterated (after a barrier) stay in it.
             let mut entries = chunk.into_iter();
             for entry in entries.by_ref() {
-                // In-flight data of unaligned checkpoints, logged as it is consumed.
-                let pos = start + taken as u64;
-                for cap in &mut self.captures {
-                    if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) {
-                        // Another checkpoint's barrier is not data, and it is past: the
-                        // capture's position moves over it (else a limit found later would
-                        // lie ahead of the capture and behind the read position).
-                        if !matches!(entry, Entry::Barrier(_)) {
-                            cap.data[i].push(&entry);
+                if !self.captures.is_empty() {
+                    // In-flight data of unaligned checkpoints, logged as it is consumed.
+                    let pos = start + taken as u64;
+                    for cap in &mut self.captures {
+                        if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) {
+                            // Another checkpoint's barrier is not data, and it is past: the
+                            // capture's position moves over it (else a limit found later
+                            // would lie ahead of the capture and behind the read position).
+                            if !matches!(entry, Entry::Barrier(_)) {
+                                cap.data[i].push(&entry);
+                            }
+                            cap.upto[i] = pos + 1;
                         }
-                        cap.upto[i] = pos + 1;
                     }
                 }
                 taken += 1;
@@ -530,7 +536,7 @@ impl<T: Persist> InputGate<T> {
             }
             if let Some(pb) = overtaken {
                 self.next = (i + 1) % n;
-                return Ok(priority_polled(&mut self.carried, i, pb));
+                return Ok(priority_polled(&mut self.carried, &mut self.carrying, i, pb));
             }
             if out_of_time {
                 self.next = (i + 1) % n;
@@ -559,9 +565,15 @@ impl<T: Persist> InputGate<T> {
 }
 
 /// What a poll reports of priority barrier `pb` of channel `i`; keeps what it carried.
-fn priority_polled(carried: &mut [Option<(u64, u64, Captured)>], i: usize, pb: PriorityBarrier) -> GatePoll {
+fn priority_polled(
+    carried: &mut [Option<(u64, u64, Captured)>],
+    carrying: &mut bool,
+    i: usize,
+    pb: PriorityBarrier,
+) -> GatePoll {
     if pb.staged.entries > 0 {
         carried[i] = Some((pb.barrier.id, pb.seq, pb.staged));
+        *carrying = true;
     }
     GatePoll::PriorityBarrier { channel: i, barrier: pb.barrier, seq: pb.seq }
 }
