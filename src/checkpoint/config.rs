@@ -169,7 +169,7 @@ impl CheckpointConfig {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let c = weir::CheckpointConfig::new("/tmp/chk")
+    /// let c = weir::checkpoint::CheckpointConfig::new("/tmp/chk")
     ///     .interval(Duration::from_secs(1))
     ///     .interval_during_backlog(Duration::from_secs(30));
     /// assert_eq!(c.interval_during_backlog, Some(Duration::from_secs(30)));

@@ -64,7 +64,7 @@ pub trait Source<T>: Send {
 
     /// Whether the source is catching up on a backlog (far behind the newest input it could
     /// read), asked after every poll. While any source is, checkpoints come at
-    /// [`crate::CheckpointConfig::interval_during_backlog`] (Flink's `isProcessingBacklog`).
+    /// [`crate::checkpoint::CheckpointConfig::interval_during_backlog`] (Flink's `isProcessingBacklog`).
     /// The text source reports one while more than [`TEXT_BACKLOG_BYTES`] of its range are
     /// left; a push source while its host ring is full.
     fn backlog(&self) -> bool {
