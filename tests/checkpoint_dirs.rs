@@ -1,6 +1,9 @@
 //! A checkpoint directory that is not this job's to resume: one holding another job's
 //! checkpoints, or checkpoints in another format version. Each is refused with a message that
 //! says what the directory holds, before anything runs; the checkpoints are left untouched.
+//! And the checkpoint configuration a running job takes, or refuses, through its handle.
+
+mod common;
 
 use std::path::Path;
 use std::time::Duration;
@@ -127,4 +130,35 @@ fn folders_of_checkpoints_that_never_completed_are_removed_at_start_and_their_id
     assert!(!storage.checkpoint_dir(stale).exists(), "the never-completed checkpoint {stale} is still there");
     assert!(report.checkpoints.iter().all(|c| c.id > stale), "an id was reused: {:?}", report.checkpoints);
     assert!(storage.list().iter().all(|&id| storage.is_complete(id)), "{:?}", storage.list());
+}
+
+/// The live configuration a user changes on a running job through its handle: the interval
+/// applies from the next checkpoint (each checkpoint's statistics record the one it ran
+/// under); a change to what the tasks are wired for, or an invalid one, is refused with the
+/// reason, and the job keeps its configuration.
+#[test]
+fn a_running_job_takes_a_new_interval_and_refuses_what_it_cannot_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CheckpointConfig::new(dir.path()).interval(Duration::from_millis(10));
+    let job = Job::new("live").with_parallelism(2).with_checkpointing(config);
+    let events = job.generator(Generator::new(|i, _| (i % 10, i)).rate(50_000.0));
+    events.key_by(|e: &(u64, u64)| e.0).aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s)).discard();
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    let newest_interval = |h: &weir::JobHandle| h.checkpoint_stats().last().map(|s| s.interval_ms);
+    common::wait_until("a checkpoint at 10 ms", || newest_interval(&handle) == Some(10.0));
+    handle.update_checkpoints(|c| c.interval(Duration::from_millis(30))).unwrap();
+    common::wait_until("a checkpoint at 30 ms", || newest_interval(&handle) == Some(30.0));
+    let wired = handle.update_checkpoints(|c| c.unaligned(true)).unwrap_err().to_string();
+    assert!(wired.contains("unaligned cannot change on a running job"), "{wired}");
+    let invalid = handle.update_checkpoints(|c| c.interval(Duration::ZERO)).unwrap_err().to_string();
+    assert!(
+        invalid.contains("interval must be greater than zero") && invalid.contains("keeps its configuration"),
+        "{invalid}"
+    );
+    let seen = handle.checkpoint_stats().len();
+    common::wait_until("another checkpoint", || handle.checkpoint_stats().len() > seen);
+    let after = handle.checkpoint_stats();
+    assert!(after[seen..].iter().all(|s| s.interval_ms == 30.0), "the refused changes changed nothing");
+    handle.stop();
+    handle.join().unwrap();
 }

@@ -244,6 +244,25 @@ impl CheckpointConfig {
         self
     }
 
+    /// Checks that `new` differs from this configuration only in what a running job can
+    /// change ([`crate::JobHandle::update_checkpoints`]), and that it is valid.
+    pub(crate) fn check_live_change(&self, new: &CheckpointConfig) -> Result<()> {
+        let fixed = [
+            ("the checkpoint directory", self.dir != new.dir),
+            ("the checkpoint mode", self.mode != new.mode),
+            ("unaligned", self.unaligned != new.unaligned),
+            ("the aligned-checkpoint timeout", self.alignment_timeout != new.alignment_timeout),
+            ("incremental", self.incremental != new.incremental),
+            ("allow_retracting_output", self.allow_retracting_output != new.allow_retracting_output),
+        ];
+        if let Some((what, _)) = fixed.iter().find(|(_, changed)| *changed) {
+            return Err(Error::config(format!(
+                "{what} cannot change on a running job (the tasks are wired for it when the job starts); the job keeps its configuration"
+            )));
+        }
+        new.validate().map_err(|e| Error::config(format!("{e}; the job keeps its configuration")))
+    }
+
     /// Checks the settings, and that the directory can be created and written.
     pub fn validate(&self) -> Result<()> {
         if self.interval.is_zero() {

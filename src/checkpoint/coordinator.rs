@@ -107,11 +107,17 @@ pub(crate) struct CoordinatorSetup {
     /// The checkpoint directory's lock: checked before every completion and commit notice.
     pub(crate) lock: Arc<DirectoryLock>,
     pub(crate) crash: Option<Arc<dyn CrashSchedule>>,
+    /// A configuration changed on the running job, taken at the next tick: it applies to the
+    /// checkpoints triggered from then on.
+    pub(crate) update: Arc<Mutex<Option<CheckpointConfig>>>,
 }
 
 struct Pending {
     barrier: Barrier,
     started_ns: u64,
+    /// The interval and timeout in force when it was triggered.
+    interval_ns: u64,
+    timeout_ns: u64,
     acks: HashMap<usize, TaskDone>,
     savepoint: Option<SavepointRequest>,
 }
@@ -311,14 +317,21 @@ impl CoordinatorCore {
     }
 
     fn tick(&mut self, now: u64) {
+        if let Some(new) = self.s.update.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            self.s.config = new;
+        }
         let timeout = ns(self.s.config.timeout);
         // Writers of an aborted checkpoint end within its timeout (or fail it).
         self.aborted.retain(|_, at| now.saturating_sub(*at) <= timeout);
-        let expired: Vec<u64> =
-            self.pending.iter().filter(|(_, p)| now.saturating_sub(p.started_ns) > timeout).map(|(k, _)| *k).collect();
-        for id in expired {
+        let expired: Vec<(u64, u64)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now.saturating_sub(p.started_ns) > p.timeout_ns)
+            .map(|(k, p)| (*k, p.timeout_ns))
+            .collect();
+        for (id, timeout_ns) in expired {
             self.pending.remove(&id);
-            let reason = format!("expired after {:?}", self.s.config.timeout);
+            let reason = format!("expired after {:?}", Duration::from_nanos(timeout_ns));
             self.failed(id, &reason);
             if self.halted {
                 return;
@@ -416,7 +429,9 @@ impl CoordinatorCore {
         for t in self.s.tasks.iter().filter(|t| t.2) {
             self.out.push(Command::Send(t.0, TaskControl::Trigger(barrier)));
         }
-        self.pending.insert(id, Pending { barrier, started_ns: now, acks: HashMap::new(), savepoint });
+        let (interval_ns, timeout_ns) = (self.interval_ns().unwrap_or(0), ns(self.s.config.timeout));
+        self.pending
+            .insert(id, Pending { barrier, started_ns: now, interval_ns, timeout_ns, acks: HashMap::new(), savepoint });
     }
 
     fn injected_decline(&self, id: u64) -> bool {
@@ -508,6 +523,8 @@ impl CoordinatorCore {
             state_bytes: sum(|s| s.state_bytes),
             written_bytes: sum(|s| s.written_bytes),
             inflight_bytes: sum(|s| s.inflight_bytes),
+            interval_ms: ms(p.interval_ns),
+            timeout_ms: ms(p.timeout_ns),
         };
         let mut tasks: Vec<TaskFile> = self
             .s
@@ -669,6 +686,7 @@ mod tests {
             end: EndOfJob::default(),
             lock: Arc::new(lock),
             crash: None,
+            update: Arc::default(),
         })
     }
 

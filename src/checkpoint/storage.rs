@@ -198,6 +198,13 @@ pub struct CheckpointStats {
     pub written_bytes: u64,
     /// Bytes of in-flight data written (unaligned checkpoints).
     pub inflight_bytes: u64,
+    /// The configuration it ran under: the interval in force when it was triggered (the
+    /// interval during backlog, if a source reported one), and its timeout.
+    #[serde(default)]
+    pub interval_ms: f64,
+    /// See `interval_ms`.
+    #[serde(default)]
+    pub timeout_ms: f64,
 }
 
 /// One task's file in a checkpoint.

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use crate::checkpoint::coordinator::{run_thread, CoordinatorCore, CoordinatorSetup, CrashSchedule, SavepointRequest};
 use crate::checkpoint::recovery::{recover_directory, restore_from_savepoint, JobIdentity};
 use crate::checkpoint::task::{CommitsApplied, PoolWriter, SnapshotWriter, DEFAULT_QUEUE_LIMIT_WRITES};
-use crate::checkpoint::{write_finished, CheckpointStats, CheckpointStorage, DirectoryLock, FinishedJob};
+use crate::checkpoint::{
+    write_finished, CheckpointConfig, CheckpointStats, CheckpointStorage, DirectoryLock, FinishedJob,
+};
 use crate::context::{AttemptScope, Clock, Recovery};
 use crate::error::{Error, Result};
 use crate::metrics::{JobMetrics, JobReport};
@@ -123,6 +125,9 @@ pub(crate) struct AttemptShared {
     pub(crate) checkpoint_failures: Arc<Mutex<Vec<String>>>,
     /// The checkpoint directory's lock, held for the job's life.
     pub(crate) lock: Option<Arc<DirectoryLock>>,
+    /// A checkpoint configuration changed on the running job, for the coordinator running
+    /// now (later attempts read the job's own, changed too).
+    pub(crate) checkpoint_update: Arc<Mutex<Option<CheckpointConfig>>>,
 }
 
 /// One attempt of a job: its workers and, with checkpointing, its coordinator. A failover
@@ -297,6 +302,33 @@ impl JobHandle {
             Ok(_) | Err(Error::Cancelled) => Ok(Stopped::Savepoint(path)),
             Err(e) => Err(e),
         }
+    }
+
+    /// Changes the checkpoint configuration of the running job: `change` gets the one in force
+    /// and returns the new one, which applies to the checkpoints triggered from the next
+    /// coordinator tick on (and after a restart). What a running job can change: interval,
+    /// interval during backlog, checkpoint timeout, minimum pause, concurrent checkpoints,
+    /// tolerable failures, checkpoints retained and the restart strategy. A change to anything
+    /// else (mode, unaligned, aligned-checkpoint timeout, incremental, directory) or an invalid
+    /// configuration is refused with an error naming it, and the job keeps its configuration.
+    /// Each checkpoint's statistics record the interval and timeout it ran under.
+    ///
+    /// ```no_run
+    /// # fn f(handle: &weir::JobHandle) -> weir::Result<()> {
+    /// use std::time::Duration;
+    /// handle.update_checkpoints(|c| c.interval(Duration::from_secs(5)))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn update_checkpoints(&self, change: impl FnOnce(CheckpointConfig) -> CheckpointConfig) -> Result<()> {
+        let mut graph = self.job.graph.borrow_mut();
+        let Some(current) = graph.checkpointing.clone() else {
+            return Err(Error::config("the job takes no checkpoints: there is no checkpoint configuration to change"));
+        };
+        let new = change(current.clone());
+        current.check_live_change(&new)?;
+        graph.checkpointing = Some(new.clone());
+        *self.shared.checkpoint_update.lock().unwrap_or_else(|e| e.into_inner()) = Some(new);
+        Ok(())
     }
 
     /// Statistics of the checkpoints completed so far.
@@ -570,6 +602,7 @@ pub(crate) fn prepare_attempt(
             end: scope.end.clone(),
             lock,
             crash,
+            update: shared.checkpoint_update.clone(),
         });
         PreparedCoordinator { core, endpoints: plan.endpoints, acks: acks_rx, writer, commits }
     });
