@@ -152,6 +152,34 @@ impl<T: Clone + Send> Collector<T> for FanOut<T> {
     }
 }
 
+/// Hands each batch of records to a closure and ignores everything else: what a lone
+/// channel's reader ([`crate::channel::ChannelReceiver::poll`]) and the gate's tests put at
+/// the end of a gate. The closure takes the records it keeps (what it leaves is cleared).
+pub(crate) struct OnBatch<F>(pub(crate) F);
+
+impl<T, F: FnMut(&mut Vec<T>) + Send> Collector<T> for OnBatch<F> {
+    fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        (self.0)(records);
+        records.clear();
+        Ok(())
+    }
+    fn watermark(&mut self, _: Timestamp) -> Result<()> {
+        Ok(())
+    }
+    fn end(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn drain(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+    fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {
+        Ok(())
+    }
+    fn notify(&mut self, _: CheckpointNotice) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// Drops everything (the output of an operator nobody consumes).
 pub(crate) struct Nowhere;
 

@@ -619,7 +619,7 @@ fn advance<T>(
 mod tests {
     use super::*;
     use crate::channel::{channel, BarrierExpiry, OutChannel};
-    use crate::collector::Nowhere;
+    use crate::collector::{Nowhere, OnBatch};
 
     fn barrier(id: u64) -> Barrier {
         Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false }
@@ -633,31 +633,6 @@ mod tests {
         }
         assert!(out.flush());
         InputGate::new(vec![reader])
-    }
-
-    /// Hands each batch to a closure (the tests' stand-in for an operator chain).
-    struct OnBatch<F>(F);
-
-    impl<F: FnMut(&mut Vec<u64>) + Send> Collector<u64> for OnBatch<F> {
-        fn batch(&mut self, records: &mut Vec<u64>) -> Result<()> {
-            (self.0)(records);
-            Ok(())
-        }
-        fn watermark(&mut self, _: Timestamp) -> Result<()> {
-            Ok(())
-        }
-        fn end(&mut self) -> Result<()> {
-            Ok(())
-        }
-        fn drain(&mut self) -> Result<bool> {
-            Ok(true)
-        }
-        fn barrier(&mut self, _: Barrier, _: &mut crate::snapshot::TaskSnapshot) -> Result<()> {
-            Ok(())
-        }
-        fn notify(&mut self, _: crate::snapshot::CheckpointNotice) -> Result<()> {
-            Ok(())
-        }
     }
 
     /// A user's aligned checkpoint with a timeout never turned unaligned at a task with one

@@ -188,33 +188,8 @@ impl<T: crate::record::Record> ChannelReceiver<T> {
     /// Reads up to `budget` entries, handing each batch of records to `f`.
     #[inline]
     pub fn poll(&mut self, f: impl FnMut(&[T]) + Send, budget: usize) -> GatePoll {
-        struct Into<F>(F);
-        impl<T, F: FnMut(&[T]) + Send> crate::collector::Collector<T> for Into<F> {
-            fn batch(&mut self, records: &mut Vec<T>) -> crate::Result<()> {
-                (self.0)(records);
-                records.clear();
-                Ok(())
-            }
-            fn watermark(&mut self, _: Timestamp) -> crate::Result<()> {
-                Ok(())
-            }
-            fn end(&mut self) -> crate::Result<()> {
-                Ok(())
-            }
-            fn drain(&mut self) -> crate::Result<bool> {
-                Ok(true)
-            }
-            fn barrier(
-                &mut self,
-                _: crate::snapshot::Barrier,
-                _: &mut crate::snapshot::TaskSnapshot,
-            ) -> crate::Result<()> {
-                Ok(())
-            }
-            fn notify(&mut self, _: crate::snapshot::CheckpointNotice) -> crate::Result<()> {
-                Ok(())
-            }
-        }
-        self.gate.poll(&mut Into(f), budget).unwrap_or(GatePoll::Finished)
+        let mut f = f;
+        let mut head = crate::collector::OnBatch(|records: &mut Vec<T>| f(records));
+        self.gate.poll(&mut head, budget).unwrap_or(GatePoll::Finished)
     }
 }

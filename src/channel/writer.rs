@@ -3,9 +3,9 @@
 //!
 //! With an aligned-checkpoint timeout, a ring also keeps the in-band barriers it holds that
 //! the consumer has not read: once a barrier's checkpoint has run past the timeout (counted
-//! from its trigger), the producer republishes it in the priority slot with the barrier's own
-//! sequence number, so it overtakes the backlog and what is queued ahead of it becomes the
-//! checkpoint's in-flight data (Flink's timeout-able aligned barriers, FLIP-76 follow-ups).
+//! from its trigger), the producer republishes it in the priority slot, so it overtakes the
+//! backlog and what is queued ahead of it becomes the checkpoint's in-flight data (Flink's
+//! timeout-able aligned barriers, FLIP-76 follow-ups).
 //!
 //! A producer whose ring is full holds entries staged that come before a priority barrier:
 //! they are in flight for its checkpoint too. Their encoding travels with the barrier, which
@@ -84,23 +84,11 @@ impl<T: Persist> OutChannel<T> {
     }
 
     /// Publishes an unaligned barrier in the priority slot, ahead of everything in the ring,
-    /// with what is staged (see the module doc).
+    /// at the ring's write position and carrying what is staged (see the module doc).
     pub(crate) fn write_priority(&mut self, barrier: Barrier) {
-        let pb = self.at_ring_position(barrier, self.staged.len());
+        let pb = PriorityBarrier { barrier, seq: self.written, staged: carried(&self.staged) };
         self.priority_staged.push_back(pb);
         self.flush_priority();
-    }
-
-    /// `barrier` at the ring's write position, carrying the data among the first `staged`
-    /// staged entries (records and watermarks: another barrier or an end is not data).
-    fn at_ring_position(&self, barrier: Barrier, staged: usize) -> PriorityBarrier {
-        let mut carried = Captured::default();
-        for e in &self.staged[..staged] {
-            if matches!(e, Entry::Record(_) | Entry::Watermark(_)) {
-                carried.push(e);
-            }
-        }
-        PriorityBarrier { barrier, seq: self.written, staged: carried }
     }
 
     fn flush_priority(&mut self) -> bool {
@@ -165,7 +153,8 @@ impl<T: Persist> OutChannel<T> {
     }
 
     /// Forgets queued barriers the consumer has read, and republishes in the priority slot
-    /// those whose checkpoint has run past the timeout.
+    /// those whose checkpoint has run past the timeout. (Runs at every flush while a barrier
+    /// is queued, so it works in place.)
     #[cold]
     fn expire_queued(&mut self) {
         let Some(expiry) = &self.expiry else { return };
@@ -173,41 +162,41 @@ impl<T: Persist> OutChannel<T> {
         let in_ring = (self.producer.buffer().capacity() - self.producer.slots()) as u64;
         let read = self.written - in_ring;
         let (now, timeout) = (expiry.clock.now_ns(), expiry.timeout_ns);
-        let mut republished = false;
+        let OutChannel { staged, written, queued, priority_staged, .. } = self;
+        let before_republishing = priority_staged.len();
         // Positions of the later queued barriers move back by one for each one taken out of
         // the stage before them.
         let mut removed = 0;
-        for (barrier, seq) in std::mem::take(&mut self.queued) {
-            let seq = seq - removed;
-            if read > seq {
-                continue;
+        queued.retain_mut(|(barrier, seq)| {
+            *seq -= removed;
+            if read > *seq {
+                return false;
             }
             if now.saturating_sub(barrier.trigger_ns) < timeout {
-                self.queued.push((barrier, seq));
-                continue;
+                return true;
             }
-            let barrier = Barrier { unaligned: true, ..barrier };
-            let pb = match seq.checked_sub(self.written) {
+            let barrier = Barrier { unaligned: true, ..*barrier };
+            let pb = match seq.checked_sub(*written) {
                 // Still staged: its in-band copy would only reach the consumer stale (and cost
                 // it a poll each, which piles up when checkpoints come fast), so it goes; the
                 // priority copy carries what is staged before it.
                 Some(before) => {
                     let before = before as usize;
-                    let copy = self.staged.remove(before);
+                    let copy = staged.remove(before);
                     debug_assert!(
                         matches!(copy, Entry::Barrier(b) if b.id == barrier.id),
                         "a queued barrier's position"
                     );
                     removed += 1;
-                    self.at_ring_position(barrier, before)
+                    PriorityBarrier { barrier, seq: *written, staged: carried(&staged[..before]) }
                 }
                 // In the ring: it names its own position.
-                None => PriorityBarrier { barrier, seq, staged: Captured::default() },
+                None => PriorityBarrier { barrier, seq: *seq, staged: Captured::default() },
             };
-            self.priority_staged.push_back(pb);
-            republished = true;
-        }
-        if republished {
+            priority_staged.push_back(pb);
+            false
+        });
+        if priority_staged.len() > before_republishing {
             self.flush_priority();
         }
     }
@@ -242,6 +231,16 @@ impl<T: Persist> OutChannel<T> {
     pub(crate) fn written(&self) -> u64 {
         self.written
     }
+}
+
+/// The data among staged entries, encoded to travel with a priority barrier: records and
+/// watermarks (another barrier or an end is not data).
+fn carried<T: Persist>(staged: &[Entry<T>]) -> Captured {
+    let mut carried = Captured::default();
+    for e in staged.iter().filter(|e| matches!(e, Entry::Record(_) | Entry::Watermark(_))) {
+        carried.push(e);
+    }
+    carried
 }
 
 /// Moves the first `n` entries of `staged` into `n` free slots of the ring as one copy of
