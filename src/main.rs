@@ -913,7 +913,12 @@ fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
     std::fs::create_dir_all(&scratch).map_err(|e| Error::io("cannot create a scratch folder", &scratch, e))?;
     let p = args.parallelism as usize;
     let build = args.job.builder(p, &scratch)?;
-    let options = SimOptions { mode: args.mode, incremental: args.incremental, ..SimOptions::default() };
+    let options = SimOptions {
+        mode: args.mode,
+        incremental: args.incremental,
+        rescale: args.job.rescales(),
+        ..SimOptions::default()
+    };
     let started = std::time::Instant::now();
     let report = check(build, args.seeds.clone(), &options, args.job.expect(args.mode));
     let _ = std::fs::remove_dir_all(&scratch);

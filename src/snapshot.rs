@@ -155,12 +155,23 @@ pub struct RestoredState {
     /// The checkpoint it came from.
     pub checkpoint: u64,
     parts: HashMap<(String, usize), Vec<u8>>,
+    /// Saved by another graph (a savepoint or checkpoint restored into a rescaled or changed
+    /// job): in-flight data is re-routed, not replayed where it was.
+    graph_changed: bool,
 }
 
 impl RestoredState {
     /// An empty restore of checkpoint `checkpoint`.
     pub fn new(checkpoint: u64) -> Self {
-        RestoredState { checkpoint, parts: HashMap::new() }
+        RestoredState { checkpoint, parts: HashMap::new(), graph_changed: false }
+    }
+    /// Marks the state as saved by another graph than the one restoring it.
+    pub(crate) fn set_graph_changed(&mut self) {
+        self.graph_changed = true;
+    }
+    /// Whether the state was saved by another graph (see [`RestoredState::set_graph_changed`]).
+    pub fn graph_changed(&self) -> bool {
+        self.graph_changed
     }
     /// Adds one part.
     pub fn insert(&mut self, operator: String, subtask: usize, bytes: Vec<u8>) {

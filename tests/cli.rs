@@ -239,6 +239,25 @@ fn checkpoint_flags_are_checked() {
     }
 }
 
+/// Every committed `word<TAB>count` line of a word count's output folder, counts by word.
+fn committed_counts(out: &std::path::Path) -> std::collections::HashMap<String, Vec<u64>> {
+    let mut counts: std::collections::HashMap<String, Vec<u64>> = std::collections::HashMap::new();
+    for f in std::fs::read_dir(out).unwrap() {
+        let f = f.unwrap().path();
+        if f.file_name().unwrap().to_str().unwrap().starts_with('.') {
+            continue;
+        }
+        for line in std::fs::read_to_string(f).unwrap().lines() {
+            let (w, c) = line.split_once('\t').unwrap();
+            counts.entry(w.to_string()).or_default().push(c.parse().unwrap());
+        }
+    }
+    for c in counts.values_mut() {
+        c.sort_unstable();
+    }
+    counts
+}
+
 #[test]
 fn sigterm_stops_wordcount_with_a_savepoint_and_restore_resumes_exactly() {
     let dir = tempfile::tempdir().unwrap();
@@ -246,9 +265,11 @@ fn sigterm_stops_wordcount_with_a_savepoint_and_restore_resumes_exactly() {
     let text: String = (0..3_000_000).map(|i| format!("weir river {} dam\n", i % 50)).collect();
     std::fs::write(&input, text).unwrap();
     let (out, sp) = (dir.path().join("out"), dir.path().join("sp"));
+    // Unaligned checkpoints at parallelism 2, the restore at 3 (a savepoint is aligned: it
+    // holds no in-flight data, and rescales like any).
     let child = Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["wordcount", "--input", input.to_str().unwrap(), "--output", out.to_str().unwrap()])
-        .args(["--checkpoint-dir", dir.path().join("chk1").to_str().unwrap()])
+        .args(["--checkpoint-dir", dir.path().join("chk1").to_str().unwrap(), "--unaligned", "--parallelism", "2"])
         .args(["--savepoint-dir", sp.to_str().unwrap(), "--no-progress"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -274,21 +295,93 @@ fn sigterm_stops_wordcount_with_a_savepoint_and_restore_resumes_exactly() {
         dir.path().join("chk2").to_str().unwrap(),
         "--restore",
         path.trim(),
+        "--parallelism",
+        "3",
         "--no-progress",
     ]);
     assert!(o.status.success(), "{}", text_of(&o));
-    let mut counts: std::collections::HashMap<String, Vec<u64>> = std::collections::HashMap::new();
-    for f in std::fs::read_dir(&out).unwrap() {
-        for line in std::fs::read_to_string(f.unwrap().path()).unwrap().lines() {
-            let (w, c) = line.split_once('\t').unwrap();
-            counts.entry(w.to_string()).or_default().push(c.parse().unwrap());
-        }
-    }
+    let counts = committed_counts(&out);
     assert_eq!(counts.len(), 53);
-    for (w, mut c) in counts {
-        c.sort_unstable();
+    for (w, c) in counts {
         let n = if w == "weir" || w == "river" || w == "dam" { 3_000_000 } else { 60_000 };
         assert_eq!(c, (1..=n).collect::<Vec<u64>>(), "{w}: every count exactly once across the stop");
+    }
+}
+
+/// The user's case: an unaligned checkpoint holding in-flight data restores at another
+/// parallelism (it was refused: "it can be restored only at that parallelism"), its in-flight
+/// records re-routed by key, and the output is exact. The first run's checkpoints are all
+/// retained; the restore starts from the one with the most in-flight data, in a copy of the
+/// output as it was committed then.
+#[test]
+fn an_unaligned_checkpoint_with_in_flight_data_restores_at_another_parallelism_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    let text: String = (0..150_000u64).map(|i| format!("a{} b{} c{}\n", i % 97, (i * 7) % 13, i % 1009)).collect();
+    std::fs::write(&input, text).unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let o = weir(&[
+        "wordcount",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--checkpoint-dir",
+        chk.to_str().unwrap(),
+        "--unaligned",
+        "--interval-ms",
+        "2",
+        "--retain",
+        "1000",
+        "--parallelism",
+        "2",
+        "--ring-capacity",
+        "64",
+        "--batch-size",
+        "16",
+        "--no-progress",
+    ]);
+    assert!(o.status.success(), "{}", text_of(&o));
+    let expected = committed_counts(&out);
+    let (id, inflight) = std::fs::read_dir(&chk)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.strip_prefix("chk-")?.parse::<u64>().ok())
+        .map(|id| (id, weir::checkpoint::read_metadata(&chk.join(format!("chk-{id}"))).unwrap().stats.inflight_bytes))
+        .max_by_key(|&(id, bytes)| (bytes, id))
+        .expect("checkpoints were retained");
+    // A word count's keyed stage is its slowest: its rings are full at most checkpoints.
+    assert!(inflight > 1_000, "no retained checkpoint holds in-flight records (the most: {inflight} bytes)");
+    for p in ["1", "3"] {
+        // The output as the checkpoint left it: files committed under checkpoints after it
+        // never were.
+        let out_p = dir.path().join(format!("out{p}"));
+        std::fs::create_dir(&out_p).unwrap();
+        for f in std::fs::read_dir(&out).unwrap() {
+            let f = f.unwrap().path();
+            let name = f.file_name().unwrap().to_str().unwrap().to_string();
+            let txn: u64 = name.rsplit('-').next().unwrap().trim_end_matches(".pending").parse().unwrap();
+            if txn <= id {
+                std::fs::copy(&f, out_p.join(&name)).unwrap();
+            }
+        }
+        let o = weir(&[
+            "wordcount",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            out_p.to_str().unwrap(),
+            "--checkpoint-dir",
+            dir.path().join(format!("chk{p}")).to_str().unwrap(),
+            "--restore",
+            chk.join(format!("chk-{id}")).to_str().unwrap(),
+            "--parallelism",
+            p,
+            "--no-progress",
+        ]);
+        let t = text_of(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(t.contains(&format!("restored from checkpoint {id}")), "{t}");
+        assert!(committed_counts(&out_p) == expected, "restored at parallelism {p} from chk-{id}: the counts differ");
     }
 }
 

@@ -21,7 +21,7 @@ fn run(
 ) -> weir::simulation::SimReport {
     let scratch = tempfile::tempdir().unwrap();
     let build = job.builder(p, scratch.path()).unwrap();
-    let options = SimOptions { mode, incremental, ..SimOptions::default() };
+    let options = SimOptions { mode, incremental, rescale: job.rescales(), ..SimOptions::default() };
     let report = check(build, seeds, &options, job.expect(mode)).unwrap();
     let failing: Vec<String> = report
         .failing()

@@ -132,8 +132,9 @@ pub(crate) fn recover_directory(
 }
 
 /// The state of the savepoint (or checkpoint) the job was told to start from, checked against
-/// the job: every operator with state must exist (unless non-restored state is allowed) with
-/// the same parallelism.
+/// the job: every operator with state must exist (unless non-restored state is allowed); its
+/// parallelism may differ (keyed state and in-flight data are redistributed as the tasks
+/// restore).
 pub(crate) fn restore_from_savepoint(job: &JobIdentity<'_>, notes: &mut Vec<String>) -> Result<Option<RestoredState>> {
     let Some((path, allow_non_restored)) = job.restore else { return Ok(None) };
     if !path.is_dir() {
@@ -152,35 +153,15 @@ pub(crate) fn restore_from_savepoint(job: &JobIdentity<'_>, notes: &mut Vec<Stri
     }
     let loaded = load_dir(path)?;
     let mut state = loaded.state;
-    let mut missing = BTreeSet::new();
-    let parts: Vec<(PartName, usize)> = state.operators().map(|(op, s)| (PartName::parse(op), *s)).collect();
-    let mut subtasks: HashMap<&str, usize> = HashMap::new();
-    for (part, subtask) in &parts {
-        let n = subtasks.entry(part.operator()).or_default();
-        *n = (*n).max(subtask + 1);
-    }
-    // A savepoint of this very graph (same fingerprint: same operators and parallelism) restores
-    // as it is. Otherwise an operator's saved parallelism is read from its parts, which
-    // undercounts where the last subtasks saved nothing (a stateless operator whose last
-    // subtasks had no in-flight data): so only a graph that changed is checked.
-    let same_graph = loaded.metadata.fingerprint == job.fingerprint;
-    for (base, saved) in subtasks {
-        match job.parallelism.get(base) {
-            None => {
-                missing.insert(base.to_string());
-            }
-            Some(&p)
-                if !same_graph
-                    && p != saved
-                    && parts.iter().any(|(part, _)| part.operator() == base && part.is_inflight()) =>
-            {
-                return Err(Error::config(format!(
-                    "{} holds in-flight data of operator '{base}' (an unaligned checkpoint) at parallelism {saved}; it can be restored only at that parallelism, not {p}",
-                    path.display()
-                )));
-            }
-            Some(_) => {}
-        }
+    let missing: BTreeSet<String> = state
+        .operators()
+        .map(|(op, _)| PartName::parse(op).operator().to_string())
+        .filter(|base| !job.parallelism.contains_key(base.as_str()))
+        .collect();
+    // A savepoint of another graph (rescaled, or changed) restores with its in-flight data
+    // re-routed by each edge's rule.
+    if loaded.metadata.fingerprint != job.fingerprint {
+        state.set_graph_changed();
     }
     if !missing.is_empty() {
         let names = missing.iter().map(|m| format!("'{m}'")).collect::<Vec<_>>().join(", ");

@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::graph::{
-    channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, Edge, Graph, MakeChannels,
-    Node, NodeKind, SharedGraph,
+    channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, Edge, EdgeInput, Graph,
+    MakeChannels, Node, NodeKind, SharedGraph,
 };
 use super::task::{Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
-use crate::barrier::inflight::{decode_inflight, inflight_part};
+use crate::barrier::inflight::{decode_inflight, inflight_part, rescale_inflight, InflightRoute};
 use crate::channel::{InputGate, Partitioning};
 use crate::collector::Collector;
 use crate::context::{RestoreView, TaskContext};
@@ -616,23 +616,48 @@ fn outputs_of<O: 'static>() -> super::graph::MakeOutputs {
 
 fn make_one_input_task<T: Record>() -> super::graph::MakeTask {
     Box::new(|ctx, readers, head, budget, checkpointing| {
-        let channels = readers.into_iter().flat_map(|(_, r)| downcast_readers::<T>(r)).collect();
+        let (channels, route) = EdgeInput::join(readers.into_iter().map(|(_, r)| downcast_readers::<T>(r)));
         let mut gate = InputGate::new(channels);
-        replay_inflight(ctx, 0, &mut gate)?;
+        replay_inflight(ctx, 0, &mut gate, &route)?;
         Ok(Box::new(OneInputTask::new(ctx, gate, downcast_collector::<T>(head), budget, checkpointing))
             as Box<dyn Task>)
     })
 }
 
 /// Restarting from an unaligned checkpoint: queue the in-flight data of input `input` for
-/// replay before the rings are read.
-fn replay_inflight<T: Record>(ctx: &TaskContext, input: usize, gate: &mut InputGate<T>) -> Result<()> {
+/// replay before the rings are read. From a checkpoint of another graph (a rescale), every old
+/// subtask's in-flight data of the input is re-routed by the edge's `route`.
+fn replay_inflight<T: Record>(
+    ctx: &TaskContext,
+    input: usize,
+    gate: &mut InputGate<T>,
+    route: &InflightRoute<T>,
+) -> Result<()> {
     let Some(restored) = &ctx.restored else {
         return Ok(());
     };
-    if let Some(bytes) = restored.get(&inflight_part(&ctx.operator, input), ctx.subtask) {
-        gate.replay(decode_inflight::<T>(bytes)?);
+    let part = inflight_part(&ctx.operator, input);
+    if !restored.graph_changed() {
+        if let Some(bytes) = restored.get(&part, ctx.subtask) {
+            gate.replay(decode_inflight::<T>(bytes)?);
+        }
+        return Ok(());
     }
+    let old = restored
+        .parts_of(&part)
+        .into_iter()
+        .map(|(subtask, bytes)| Ok((subtask, decode_inflight::<T>(bytes)?)))
+        .collect::<Result<Vec<_>>>()?;
+    if old.is_empty() {
+        return Ok(());
+    }
+    // Broadcast state is restored from the subtask's own part, or on a rescale from old
+    // subtask 0's: the broadcast in-flight data replayed is that subtask's.
+    let broadcast_from = match ctx.restore_view() {
+        RestoreView::Own(_) => ctx.subtask,
+        _ => 0,
+    };
+    gate.replay(rescale_inflight(route, old, ctx.subtask, ctx.parallelism, gate.channels(), broadcast_from));
     Ok(())
 }
 
@@ -965,14 +990,15 @@ impl<T: Record> Stream<T> {
                 let (mut left, mut right) = (Vec::new(), Vec::new());
                 for (input, r) in readers {
                     if input == 0 {
-                        left.extend(downcast_readers::<T>(r));
+                        left.push(downcast_readers::<T>(r));
                     } else {
-                        right.extend(downcast_readers::<R>(r));
+                        right.push(downcast_readers::<R>(r));
                     }
                 }
+                let ((left, left_route), (right, right_route)) = (EdgeInput::join(left), EdgeInput::join(right));
                 let (mut left, mut right) = (InputGate::new(left), InputGate::new(right));
-                replay_inflight(ctx, 0, &mut left)?;
-                replay_inflight(ctx, 1, &mut right)?;
+                replay_inflight(ctx, 0, &mut left, &left_route)?;
+                replay_inflight(ctx, 1, &mut right, &right_route)?;
                 Ok(Box::new(TwoInputTask::new(ctx, left, right, downcast_two::<T, R>(head), budget, checkpointing))
                     as Box<dyn Task>)
             }),

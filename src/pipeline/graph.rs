@@ -6,6 +6,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::task::{JobControl, Task};
+use crate::barrier::inflight::InflightRoute;
 use crate::barrier::TaskCheckpointing;
 use crate::channel::{channel, ChannelReader, ChannelWriter, KeyRouter, OutChannel, Partitioner, Partitioning};
 use crate::collector::{Collector, FanOut, Nowhere};
@@ -189,8 +190,33 @@ pub(crate) fn downcast_two<A: 'static, B: 'static>(b: AnyBox) -> Box<dyn TwoInpu
 }
 
 /// Takes the readers of one edge out of an [`AnyBox`].
-pub(crate) fn downcast_readers<T: 'static>(b: AnyBox) -> Vec<ChannelReader<T>> {
-    *b.downcast::<Vec<ChannelReader<T>>>().expect("builder type mismatch: readers")
+pub(crate) fn downcast_readers<T: 'static>(b: AnyBox) -> EdgeInput<T> {
+    *b.downcast::<EdgeInput<T>>().expect("builder type mismatch: readers")
+}
+
+/// One downstream subtask's end of an edge: its channels, one per upstream subtask it reads,
+/// and the edge's routing (what a restore at another parallelism re-routes in-flight data by).
+pub(crate) struct EdgeInput<T> {
+    pub(crate) readers: Vec<ChannelReader<T>>,
+    pub(crate) route: InflightRoute<T>,
+}
+
+impl<T> EdgeInput<T> {
+    /// The readers of one input fed by `edges` (several for a union, all forward), and its
+    /// routing.
+    pub(crate) fn join(edges: impl IntoIterator<Item = EdgeInput<T>>) -> (Vec<ChannelReader<T>>, InflightRoute<T>) {
+        let mut readers = Vec::new();
+        let mut route = None;
+        for e in edges {
+            readers.extend(e.readers);
+            assert!(
+                route.is_none() || matches!(e.route, InflightRoute::Forward),
+                "only forward edges share an input (a union)"
+            );
+            route = Some(e.route);
+        }
+        (readers, route.unwrap_or(InflightRoute::Forward))
+    }
 }
 
 /// The channel constructor of an edge carrying `T`; `hash` is the key hash for key-by edges.
@@ -228,7 +254,21 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
                 Box::new(Box::new(ChannelWriter::new(o, partitioner)) as Box<dyn Collector<T>>) as AnyBox
             })
             .collect();
-        let readers = ins.into_iter().map(|r| Box::new(r) as AnyBox).collect();
+        let readers = ins
+            .into_iter()
+            .map(|readers| {
+                let route = match spec.partitioning {
+                    Partitioning::Forward => InflightRoute::Forward,
+                    Partitioning::Rebalance => InflightRoute::Rebalance,
+                    Partitioning::Broadcast => InflightRoute::Broadcast,
+                    Partitioning::KeyBy => InflightRoute::KeyBy {
+                        hash: Box::new(hash.clone().expect("a key-by edge has a key hash")),
+                        max_parallelism: spec.max_parallelism,
+                    },
+                };
+                Box::new(EdgeInput { readers, route }) as AnyBox
+            })
+            .collect();
         (writers, readers)
     })
 }

@@ -60,6 +60,14 @@ impl SimJob {
         SimJob::Sessions,
     ];
 
+    /// Whether the job's output is the same at every parallelism (no record is late and no
+    /// result depends on the order keys' records meet), so seeds may rescale it
+    /// ([`super::SimOptions::rescale`]). The keyed, owned and timer jobs' results depend on
+    /// the order in which a key's records arrive, which the source's parallelism decides.
+    pub fn rescales(self) -> bool {
+        matches!(self, SimJob::Wordcount | SimJob::Window | SimJob::Join | SimJob::Sessions)
+    }
+
     /// How a seed's output must compare with the golden run's in `mode`. Under at-least-once
     /// a window may count a replayed event twice, so its count may only be higher.
     pub fn expect(self, mode: SimMode) -> Expect<Row> {

@@ -85,11 +85,16 @@ pub struct SimOptions {
     pub incremental: bool,
     /// Steps after which a run that has not finished counts as stuck.
     pub max_steps: u64,
+    /// Also draw rescales: the process dies and the job starts again from its latest
+    /// checkpoint at another parallelism (1 to 4), in a new directory, so a checkpoint's state
+    /// and in-flight data are redistributed. Only for a job whose output does not depend on its
+    /// parallelism.
+    pub rescale: bool,
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { mode: SimMode::Aligned, incremental: false, max_steps: 3_000_000 }
+        SimOptions { mode: SimMode::Aligned, incremental: false, max_steps: 3_000_000, rescale: false }
     }
 }
 
@@ -395,6 +400,9 @@ enum Fault {
     /// At step `n`, a stop with a savepoint: once the savepoint's sink transactions are all
     /// committed the job stops, and a new job in a new checkpoint directory starts from it.
     StopWithSavepoint(u64),
+    /// At step `at`, the process dies; the job starts again at `parallelism` from the latest
+    /// checkpoint of its directory (from the start if there is none), in a new directory.
+    Rescale { at: u64, parallelism: usize },
 }
 
 impl fmt::Display for Fault {
@@ -418,6 +426,9 @@ impl fmt::Display for Fault {
             Fault::Fence(n) => write!(f, "directory lock taken away at step {n}"),
             Fault::FailsAfterRestore(n) => write!(f, "task failure right after restore {n}"),
             Fault::StopWithSavepoint(n) => write!(f, "stop with a savepoint at step {n}, then a start from it"),
+            Fault::Rescale { at, parallelism } => {
+                write!(f, "crash at step {at}, then a start from the latest checkpoint at parallelism {parallelism}")
+            }
             Fault::CrashMidCompletion(id) => {
                 write!(f, "crash once some tasks, not all, applied checkpoint {id}'s completion")
             }
@@ -469,7 +480,7 @@ impl CrashSchedule for ArmedCrashes {
 impl Schedule {
     /// The failure-free schedule (the golden run) or seed `seed`'s, for a job whose golden
     /// run took `golden_steps` steps and completed `golden_checkpoints` checkpoints.
-    fn new(seed: Option<u64>, golden: Option<&RunStats>) -> Schedule {
+    fn new(seed: Option<u64>, golden: Option<&RunStats>, rescale_from: Option<usize>) -> Schedule {
         let mut rng = Prng::new(seed.map_or(0x5EED, |s| s ^ 0xA5A5_5A5A_0F0F_F0F0));
         let ring_capacity = [1, 2, 3, 8, 64][rng.below(5) as usize];
         let batch_size = [1, 3, 16, 64][rng.below(4) as usize];
@@ -507,6 +518,16 @@ impl Schedule {
                 _ => Fault::FailsAfterRestore(s.rng.between(1, 2) as u32),
             };
             s.faults.push(fault);
+        }
+        // Drawn apart, so that a seed's other faults and choices are the same with or without.
+        // Not with a damaged checkpoint: restoring the one before it would repeat output its
+        // successor committed, which only a recovery in the same directory can see.
+        let mut r = Prng::new(seed.unwrap_or(0) ^ 0x5CA1_AB1E);
+        if let Some(p) = rescale_from {
+            if r.chance(1, 3) && !s.faults.iter().any(|f| matches!(f, Fault::DamageAt { .. })) {
+                let parallelism = [1, 2, 3, 4].into_iter().filter(|&q| q != p).nth(r.below(3) as usize);
+                s.faults.push(Fault::Rescale { at: r.below(steps), parallelism: parallelism.expect("three others") });
+            }
         }
         s
     }
@@ -552,6 +573,8 @@ enum AttemptEnd {
     Crashed,
     /// Stopped with the savepoint in this folder, its transactions committed.
     Stopped(PathBuf),
+    /// The process died, and the job is to start again at this parallelism.
+    Rescaled(usize),
     /// The run did not end within this many steps.
     Stuck(u64),
 }
@@ -580,7 +603,6 @@ where
     T: crate::Record + Ord,
     B: Fn() -> Simulated<T>,
 {
-    let mut schedule = Schedule::new(seed, golden);
     let name = seed.map_or_else(|| "the golden run".to_string(), |s| format!("seed {s}"));
     let (job, out) = catch_unwind(AssertUnwindSafe(build)).map_err(|p| {
         Error::config(format!(
@@ -588,6 +610,14 @@ where
             crate::pipeline::panic_text(p)
         ))
     })?;
+    // Rescales are drawn for a job whose operators share one parallelism (the rescale gives
+    // them all another).
+    let uniform = {
+        let graph = job.graph.borrow();
+        let first = graph.nodes.first().map(|n| n.parallelism);
+        first.filter(|&p| graph.nodes.iter().all(|n| n.parallelism == p))
+    };
+    let mut schedule = Schedule::new(seed, golden, uniform.filter(|_| options.rescale));
     let subtasks = job.graph.borrow().nodes.iter().map(|n| n.parallelism).sum();
     let job = job.with_checkpointing(schedule.config(dir, options, subtasks));
     // A start from a savepoint continues in a directory of its own.
@@ -697,6 +727,27 @@ where
                     directories.push(dir.clone());
                     let mut graph = job.graph.borrow_mut();
                     graph.restore = Some((savepoint, false));
+                    if let Some(c) = graph.checkpointing.as_mut() {
+                        c.dir = dir.clone();
+                    }
+                    continue 'processes;
+                }
+                AttemptEnd::Rescaled(parallelism) => {
+                    // The user starts the job at another parallelism from its latest
+                    // checkpoint (the one before, or the start, if there is none), in a new
+                    // directory.
+                    stats.crashes += 1;
+                    restarts += 1;
+                    let latest = storage.list().into_iter().rev().find(|&id| storage.is_complete(id));
+                    dir = dir.with_extension(format!("rescaled-{restarts}"));
+                    directories.push(dir.clone());
+                    let mut graph = job.graph.borrow_mut();
+                    if let Some(id) = latest {
+                        graph.restore = Some((storage.checkpoint_dir(id), false));
+                    }
+                    for n in &mut graph.nodes {
+                        n.parallelism = parallelism;
+                    }
                     if let Some(c) = graph.checkpointing.as_mut() {
                         c.dir = dir.clone();
                     }
@@ -822,6 +873,12 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
         if schedule.take(|f| matches!(f, Fault::Crash(n) if *n <= step)).is_some() {
             crash_writes(writes, &mut schedule.rng);
             return AttemptEnd::Crashed;
+        }
+        if let Some(Fault::Rescale { parallelism, .. }) =
+            schedule.take(|f| matches!(f, Fault::Rescale { at, .. } if *at <= step))
+        {
+            crash_writes(writes, &mut schedule.rng);
+            return AttemptEnd::Rescaled(parallelism);
         }
         if coordinator.is_some() && schedule.take(|f| matches!(f, Fault::Fence(n) if *n <= step)).is_some() {
             let _ = std::fs::remove_file(dir.join(crate::checkpoint::LOCK_FILE));
