@@ -98,6 +98,16 @@ fn at_least_once_incremental() {
     all_jobs(SimMode::AtLeastOnce, true);
 }
 
+#[test]
+fn adaptive_full() {
+    all_jobs(SimMode::Adaptive, false);
+}
+
+#[test]
+fn adaptive_incremental() {
+    all_jobs(SimMode::Adaptive, true);
+}
+
 /// A seed reruns bit for bit: the same steps, faults and checkpoints, the same outcome.
 #[test]
 fn a_seed_reruns_exactly() {

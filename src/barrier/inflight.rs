@@ -3,7 +3,7 @@
 //! split from a string by hand), holding `(channel, entries)` per channel; and how a restore
 //! at another parallelism re-routes it ([`rescale_inflight`]), each edge by its own rule.
 //!
-//! May touch: `channel`, `error`, `persist`, `snapshot`.
+//! May touch: `channel`, `error`, `persist`, `snapshot`; in tests `prng` and `record`.
 
 use std::collections::BTreeMap;
 

@@ -41,8 +41,9 @@ use std::sync::Arc;
 
 use crate::channel::InputGate;
 use crate::checkpoint::task::{
-    CommitsApplied, SnapshotWrite, SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats,
+    CommitsApplied, LiveSettings, SnapshotWrite, SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats,
 };
+use crate::checkpoint::ChannelAlignment;
 use crate::checkpoint::{write_task_snapshot, CheckpointMode, CheckpointStorage, PageIndex};
 use crate::collector::Collector;
 use crate::context::Clock;
@@ -58,6 +59,18 @@ pub(crate) struct PendingSnapshot {
     pub(crate) snapshot: TaskSnapshot,
     pub(crate) stats: TaskStats,
     pub(crate) started_ns: u64,
+}
+
+/// A checkpoint whose priority barriers reached a task that aligns adaptively: its snapshot
+/// waits while a channel holds more than `budget` bytes ahead of its barrier.
+pub(crate) struct DeferredSnapshot {
+    barrier: Barrier,
+    first_ns: u64,
+    budget: u64,
+    /// Per channel: its barrier's position, once the barrier arrived.
+    seqs: Vec<Option<u64>>,
+    /// Per channel: when it had been read up to its barrier.
+    reached_ns: Vec<Option<u64>>,
 }
 
 /// Everything a task needs to take part in checkpoints.
@@ -80,8 +93,13 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) faults: Option<Arc<FaultInjector>>,
     pub(crate) clock: Clock,
     pub(crate) aligner: BarrierAligner,
-    /// With unaligned on: switch a checkpoint to unaligned here after aligning this long.
-    pub(crate) alignment_timeout_ns: Option<u64>,
+    /// What a running job may change: the aligned-checkpoint timeout (with unaligned on,
+    /// switch a checkpoint to unaligned here after aligning this long) and the in-flight
+    /// budget of adaptive alignment.
+    pub(crate) live: Arc<LiveSettings>,
+    /// Adaptive alignment: the checkpoint whose snapshot waits here until every channel holds
+    /// no more than its share of the in-flight budget ahead of its barrier.
+    pub(crate) deferred: Option<DeferredSnapshot>,
     /// Where this task counts the completion notices it applied.
     pub(crate) commits: Arc<CommitsApplied>,
 }
@@ -259,6 +277,16 @@ pub(crate) trait Inputs {
     fn capture_complete(&self, checkpoint: u64) -> bool;
     /// The captured in-flight data of `checkpoint`, encoded, per input (0, or 0 and 1).
     fn take_capture(&mut self, checkpoint: u64) -> Vec<(usize, Vec<u8>)>;
+    /// Number of channels.
+    fn channel_count(&self) -> usize;
+    /// Adaptive alignment: read `ch` up to its barrier at `seq`, no further.
+    fn defer(&mut self, ch: usize, seq: u64);
+    /// Ends adaptive alignment on every channel.
+    fn release_deferred(&mut self);
+    /// Bytes `ch`'s ring holds ahead of its deferred barrier, about.
+    fn ahead_bytes(&mut self, ch: usize) -> Option<u64>;
+    /// Per channel, the bytes captured so far for `checkpoint`.
+    fn captured_bytes(&self, checkpoint: u64) -> Vec<u64>;
 }
 
 impl<T: Persist> Inputs for InputGate<T> {
@@ -294,6 +322,21 @@ impl<T: Persist> Inputs for InputGate<T> {
     }
     fn take_capture(&mut self, checkpoint: u64) -> Vec<(usize, Vec<u8>)> {
         vec![(0, encode_inflight(InputGate::take_capture(self, checkpoint)))]
+    }
+    fn channel_count(&self) -> usize {
+        self.channels()
+    }
+    fn defer(&mut self, ch: usize, seq: u64) {
+        InputGate::defer(self, ch, seq)
+    }
+    fn release_deferred(&mut self) {
+        InputGate::release_deferred(self)
+    }
+    fn ahead_bytes(&mut self, ch: usize) -> Option<u64> {
+        InputGate::ahead_bytes(self, ch)
+    }
+    fn captured_bytes(&self, checkpoint: u64) -> Vec<u64> {
+        InputGate::captured_bytes(self, checkpoint)
     }
 }
 
@@ -374,6 +417,24 @@ impl<A: Persist, B: Persist> Inputs for GatePair<A, B> {
         let (left, right) = (self.left.take_capture(checkpoint), self.right.take_capture(checkpoint));
         vec![(0, encode_inflight(left)), (1, encode_inflight(right))]
     }
+    fn channel_count(&self) -> usize {
+        self.left.channels() + self.right.channels()
+    }
+    fn defer(&mut self, ch: usize, seq: u64) {
+        by_side!(self, ch, g => g.defer(ch, seq))
+    }
+    fn release_deferred(&mut self) {
+        self.left.release_deferred();
+        self.right.release_deferred();
+    }
+    fn ahead_bytes(&mut self, ch: usize) -> Option<u64> {
+        by_side!(self, ch, g => g.ahead_bytes(ch))
+    }
+    fn captured_bytes(&self, checkpoint: u64) -> Vec<u64> {
+        let mut b = self.left.captured_bytes(checkpoint);
+        b.extend(self.right.captured_bytes(checkpoint));
+        b
+    }
 }
 
 /// Applies a notice from the coordinator: the chain hears it; an abandoned alignment or
@@ -386,6 +447,10 @@ fn on_notice(
 ) -> Result<()> {
     if let CheckpointNotice::Aborted(id) = notice {
         inputs.abort_capture(id);
+        if cp.deferred.as_ref().is_some_and(|d| d.barrier.id <= id) {
+            cp.deferred = None;
+            inputs.release_deferred();
+        }
     }
     if apply_notice(cp, notice, &mut |n| head.notify(n))? {
         inputs.unblock_all();
@@ -440,6 +505,18 @@ pub(crate) fn on_priority(
     seq: u64,
     head: &mut dyn ChainHead,
 ) -> Result<()> {
+    if let Some(d) = cp.deferred.as_mut() {
+        if d.barrier.id == barrier.id {
+            d.seqs[ch] = Some(seq);
+            inputs.defer(ch, seq);
+            return snapshot_within_budget(cp, inputs, id, head);
+        }
+        if barrier.id > d.barrier.id {
+            // A newer checkpoint overtakes: the deferred one snapshots now, in checkpoint
+            // order. (An older one's barrier goes on below: its capture may be in progress.)
+            snapshot_deferred(cp, inputs, id, head)?;
+        }
+    }
     if cp.aligner.pending().is_some_and(|(b, _)| b.id == barrier.id) {
         switch_to_unaligned(cp, inputs, id, head)?;
     } else {
@@ -451,6 +528,20 @@ pub(crate) fn on_priority(
                 // unaligned here first, its channels captured up to their barriers.
                 switch_to_unaligned(cp, inputs, id, head)?;
                 cp.aligner.abort(barrier.id);
+                if let Some(budget) = cp.live.channel_budget() {
+                    let n = inputs.channel_count();
+                    let mut d = DeferredSnapshot {
+                        barrier,
+                        first_ns: cp.clock.now_ns(),
+                        budget,
+                        seqs: vec![None; n],
+                        reached_ns: vec![None; n],
+                    };
+                    d.seqs[ch] = Some(seq);
+                    cp.deferred = Some(d);
+                    inputs.defer(ch, seq);
+                    return snapshot_within_budget(cp, inputs, id, head);
+                }
                 snapshot_unaligned(cp, inputs, id, barrier, None, head)?;
             }
             UnalignedBarrier::Joins => {}
@@ -473,12 +564,79 @@ pub(crate) fn on_poll(
     id: &TaskIdent,
     head: &mut dyn ChainHead,
 ) -> Result<()> {
-    if let (Some(timeout), Some((barrier, _))) = (cp.alignment_timeout_ns, cp.aligner.pending()) {
+    if let (Some(timeout), Some((barrier, _))) = (cp.live.alignment_timeout_ns(), cp.aligner.pending()) {
         if !barrier.savepoint && cp.clock.now_ns().saturating_sub(barrier.trigger_ns) >= timeout {
             switch_to_unaligned(cp, inputs, id, head)?;
         }
     }
     complete_aligned(cp, inputs, id, head)?;
+    snapshot_within_budget(cp, inputs, id, head)?;
+    finish_unaligned(cp, inputs, id)
+}
+
+/// Adaptive alignment: snapshots the deferred checkpoint once every live channel's barrier
+/// arrived and no channel holds more than its share of the budget ahead of it.
+fn snapshot_within_budget(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    head: &mut dyn ChainHead,
+) -> Result<()> {
+    let Some(d) = cp.deferred.as_mut() else { return Ok(()) };
+    let now = cp.clock.now_ns();
+    let mut within = true;
+    for ch in 0..d.seqs.len() {
+        if inputs.is_ended(ch) {
+            continue;
+        }
+        let Some(ahead) = inputs.ahead_bytes(ch) else {
+            // Its barrier has not arrived.
+            within = false;
+            continue;
+        };
+        if ahead == 0 {
+            d.reached_ns[ch].get_or_insert(now);
+        }
+        within &= ahead <= d.budget;
+    }
+    if within {
+        snapshot_deferred(cp, inputs, id, head)?;
+    }
+    Ok(())
+}
+
+/// Snapshots the deferred checkpoint now: each channel's data still ahead of its barrier is
+/// captured (none for the channels read up to it: those are aligned).
+fn snapshot_deferred(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    head: &mut dyn ChainHead,
+) -> Result<()> {
+    let Some(d) = cp.deferred.take() else { return Ok(()) };
+    snapshot_unaligned(cp, inputs, id, d.barrier, Some(d.first_ns), head)?;
+    for (ch, seq) in d.seqs.iter().enumerate() {
+        if let Some(seq) = *seq {
+            inputs.set_capture_limit(d.barrier.id, ch, seq);
+        }
+    }
+    inputs.release_deferred();
+    let now = cp.clock.now_ns();
+    let task = cp.task;
+    let pending = cp.pending_unaligned.last_mut().expect("just snapshotted");
+    pending.stats.channels = d
+        .reached_ns
+        .iter()
+        .enumerate()
+        .map(|(channel, reached)| ChannelAlignment {
+            task,
+            channel,
+            // Settled once its capture is complete (see `finish_unaligned`).
+            aligned: false,
+            bytes: 0,
+            wait_ms: reached.unwrap_or(now).saturating_sub(d.first_ns) as f64 / 1e6,
+        })
+        .collect();
     finish_unaligned(cp, inputs, id)
 }
 
@@ -547,7 +705,11 @@ fn begin_unaligned(cp: &TaskCheckpointing, barrier: &Barrier) -> UnalignedBarrie
     if is_capturing(cp, barrier.id) {
         return UnalignedBarrier::Joins;
     }
-    let newest = cp.unaligned_done.max(cp.aligner.done()).max(cp.aligner.pending().map_or(0, |(b, _)| b.id));
+    let newest = cp
+        .unaligned_done
+        .max(cp.aligner.done())
+        .max(cp.aligner.pending().map_or(0, |(b, _)| b.id))
+        .max(cp.deferred.as_ref().map_or(0, |d| d.barrier.id));
     if barrier.id <= newest {
         return UnalignedBarrier::Stale;
     }
@@ -602,6 +764,12 @@ fn finish_unaligned(cp: &mut TaskCheckpointing, inputs: &mut impl Inputs, id: &T
             continue;
         }
         let mut p = cp.pending_unaligned.remove(at);
+        if !p.stats.channels.is_empty() {
+            for (c, bytes) in p.stats.channels.iter_mut().zip(inputs.captured_bytes(checkpoint)) {
+                c.bytes = bytes;
+                c.aligned = bytes == 0;
+            }
+        }
         for (input, bytes) in inputs.take_capture(checkpoint) {
             p.snapshot.add_inflight(inflight_part(&id.operator, input).into(), id.subtask, bytes);
         }

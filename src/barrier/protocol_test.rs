@@ -1,6 +1,6 @@
 //! The barrier protocol at one task, on real rings and a real snapshot writer: concurrent
 //! unaligned checkpoints (a user saw 127 checkpoints declined as "superseded" in one run of
-//! two at a time).
+//! two at a time), and adaptive alignment under an in-flight budget.
 
 use std::sync::mpsc::{channel as mpsc, Receiver, Sender};
 use std::sync::Arc;
@@ -47,6 +47,19 @@ fn unaligned_task(
     dir: &std::path::Path,
     channels: usize,
 ) -> (TaskCheckpointing, Receiver<TaskAck>, Sender<TaskControl>) {
+    adaptive_task(dir, channels, None)
+}
+
+/// [`unaligned_task`], aligning adaptively under an in-flight budget of `budget` bytes.
+fn adaptive_task(
+    dir: &std::path::Path,
+    channels: usize,
+    budget: Option<u64>,
+) -> (TaskCheckpointing, Receiver<TaskAck>, Sender<TaskControl>) {
+    let mut config = crate::checkpoint::CheckpointConfig::new(dir).unaligned(true);
+    config.inflight_budget = budget;
+    let live = LiveSettings::new(&config);
+    live.set_channels(channels);
     let (acks_tx, acks) = mpsc();
     let (control_tx, control) = mpsc();
     let cp = TaskCheckpointing {
@@ -63,7 +76,8 @@ fn unaligned_task(
         faults: None,
         clock: Clock::manual(Arc::default()),
         aligner: BarrierAligner::new(channels),
-        alignment_timeout_ns: None,
+        live: Arc::new(live),
+        deferred: None,
         commits: Arc::default(),
     };
     (cp, acks, control_tx)
@@ -122,4 +136,57 @@ fn a_newer_unaligned_barrier_passes_an_older_capture_without_declining_it() {
     assert_eq!(done.iter().map(|d| d.0).collect::<Vec<_>>(), vec![1, 2], "{done:?}");
     assert!(done[0].1 > 0, "checkpoint 1 captured channel 1's records read after its snapshot");
     assert!(cp.pending_unaligned.is_empty());
+}
+
+/// The user's case: a task with a long backlog on one channel and a short one on the other.
+/// Unaligned, the checkpoint stores both backlogs (378 bytes here); under a budget of 100
+/// bytes (50 per channel) the snapshot waits while the task works the long backlog down,
+/// the short one is read up to its barrier (aligned), and what is stored stays under budget.
+#[test]
+fn an_in_flight_budget_aligns_what_fits_and_captures_the_rest_under_it() {
+    for budget in [None, Some(100)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut cp, acks, _control) = adaptive_task(dir.path(), 2, budget);
+        std::fs::create_dir_all(cp.storage.checkpoint_dir(1)).unwrap();
+        let parker = Arc::new(Parker::default());
+        let (mut long, r0) = channel::<u64>(64, parker.clone(), parker.clone());
+        let (mut short, r1) = channel::<u64>(64, parker.clone(), parker);
+        let mut gate = InputGate::new(vec![r0, r1]);
+        gate.set_unaligned(true);
+        let ident = TaskIdent { name: "op (1/1)".into(), operator: "op".into(), subtask: 0 };
+        let mut head = Forwarded::default();
+        long.write_records(&mut (0..40).collect());
+        short.write_records(&mut vec![100, 101]);
+        long.write_priority(unaligned(1));
+        short.write_priority(unaligned(1));
+        // A few records per poll, so the budget is met before the backlog is gone.
+        loop {
+            match gate.poll(&mut Nowhere, 4).unwrap() {
+                GatePoll::PriorityBarrier { channel, barrier, seq } => {
+                    on_priority(&mut cp, &mut gate, &ident, channel, barrier, seq, &mut head).unwrap()
+                }
+                GatePoll::Progress => on_poll(&mut cp, &mut gate, &ident, &mut head).unwrap(),
+                GatePoll::Idle => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(head.0, vec![1], "snapshotted once");
+        let done = match acks.try_recv().expect("checkpoint 1 is complete").result {
+            Ok(d) => d,
+            Err(e) => panic!("declined: {e}"),
+        };
+        let inflight = done.stats.inflight_bytes;
+        match budget {
+            None => {
+                assert!(inflight > 300, "unaligned stores both backlogs: {inflight} bytes");
+                assert!(done.stats.channels.is_empty(), "no per-channel choice without a budget");
+            }
+            Some(b) => {
+                assert!(inflight > 0 && inflight <= b, "{inflight} bytes in flight, budget {b}");
+                let [long, short] = &done.stats.channels[..] else { panic!("{:?}", done.stats.channels) };
+                assert!(!long.aligned && long.bytes > 0 && long.bytes <= b / 2, "{long:?}");
+                assert!(short.aligned && short.bytes == 0, "{short:?}");
+            }
+        }
+    }
 }

@@ -144,6 +144,11 @@ pub(crate) struct InputGate<T> {
     carried: Vec<Option<(u64, u64, Captured)>>,
     /// Whether any of `carried` may be set (so a poll clears them only then).
     carrying: bool,
+    /// Scratch space of [`InputGate::ahead_bytes`].
+    sample: Vec<u8>,
+    /// Per channel: adaptive alignment holds the snapshot while this channel is read up to its
+    /// barrier's position, and no further (what it carried is kept meanwhile).
+    stop_at: Vec<Option<u64>>,
     /// In-flight data restored from a checkpoint, replayed before the rings.
     replay: std::collections::VecDeque<(usize, Entry<T>)>,
     /// With unaligned checkpoints: how records are handed on in slices short enough that a
@@ -218,6 +223,8 @@ impl<T: Persist> InputGate<T> {
             captures: Vec::new(),
             carried: vec![None; n],
             carrying: false,
+            sample: Vec::new(),
+            stop_at: vec![None; n],
             replay: std::collections::VecDeque::new(),
             slicing: None,
         }
@@ -301,6 +308,57 @@ impl<T: Persist> InputGate<T> {
     /// Entries consumed so far from channel `channel`.
     pub(crate) fn read_position(&self, channel: usize) -> u64 {
         self.channels[channel].read
+    }
+
+    /// Adaptive alignment: channel `channel`'s barrier is at `seq`; until
+    /// [`InputGate::release_deferred`], the channel is read up to there and no further.
+    pub(crate) fn defer(&mut self, channel: usize, seq: u64) {
+        debug_assert!(seq >= self.channels[channel].read, "a barrier behind data already consumed");
+        self.stop_at[channel] = Some(seq);
+    }
+
+    /// Ends adaptive alignment: every channel is read on (past its barrier: the snapshot is
+    /// taken).
+    pub(crate) fn release_deferred(&mut self) {
+        self.stop_at.iter_mut().for_each(|s| *s = None);
+    }
+
+    /// About how many bytes of in-flight data channel `channel`'s ring holds ahead of its
+    /// deferred barrier: the entries between the read position and the barrier, at the encoded
+    /// size of the first few of them. (What the barrier carried is not counted: those entries
+    /// come after the barrier's position in the ring, so reading cannot shrink them.) `None`
+    /// if it has no deferred barrier.
+    pub(crate) fn ahead_bytes(&mut self, channel: usize) -> Option<u64> {
+        let stop = self.stop_at[channel]?;
+        let ch = &mut self.channels[channel];
+        let entries = stop.saturating_sub(ch.read);
+        let avail = ch.consumer.slots();
+        if entries == 0 || avail == 0 {
+            return Some(0);
+        }
+        // A sample's encoding sizes the rest; the chunk is dropped unread (a peek).
+        const SAMPLE: usize = 16;
+        let chunk = ch.consumer.read_chunk(avail.min(SAMPLE)).expect("avail slots were checked");
+        let (a, b) = chunk.as_slices();
+        let mut buf = std::mem::take(&mut self.sample);
+        buf.clear();
+        let mut n = 0u64;
+        for e in a.iter().chain(b).take(entries.min(SAMPLE as u64) as usize) {
+            e.persist(&mut buf);
+            n += 1;
+        }
+        let bytes = (buf.len() as u64).div_ceil(n.max(1)) * entries;
+        self.sample = buf;
+        Some(bytes)
+    }
+
+    /// Per channel, the bytes captured so far for `checkpoint` (statistics).
+    pub(crate) fn captured_bytes(&self, checkpoint: u64) -> Vec<u64> {
+        let n = self.channels.len();
+        self.captures
+            .iter()
+            .find(|c| c.checkpoint == checkpoint)
+            .map_or(vec![0; n], |c| c.data.iter().map(|d| d.bytes.len() as u64).collect())
     }
 
     /// Whether every channel's in-flight data of `checkpoint` is captured.
@@ -410,8 +468,15 @@ impl<T: Persist> InputGate<T> {
             return Ok(GatePoll::Progress);
         }
         if self.carrying {
-            self.carried.iter_mut().for_each(|c| *c = None);
-            self.carrying = false;
+            // A deferred barrier's carried entries wait for its capture.
+            let mut kept = false;
+            for (c, stop) in self.carried.iter_mut().zip(&self.stop_at) {
+                if stop.is_none() {
+                    *c = None;
+                }
+                kept |= c.is_some();
+            }
+            self.carrying = kept;
         }
         let n = self.channels.len();
         let mut consumed = 0usize;
@@ -420,11 +485,21 @@ impl<T: Persist> InputGate<T> {
             if self.ended[i] || self.blocked[i] {
                 continue;
             }
-            let left = budget.saturating_sub(consumed);
+            let mut left = budget.saturating_sub(consumed);
             if left == 0 {
                 break;
             }
-            if self.unaligned {
+            if let Some(stop) = self.stop_at[i] {
+                let before = stop.saturating_sub(self.channels[i].read) as usize;
+                if before == 0 {
+                    continue;
+                }
+                left = left.min(before);
+            }
+            // A channel with a deferred barrier is read only up to it, where no later barrier
+            // can lie: its priority slot waits (so what that barrier carried stays its own).
+            let priority = self.unaligned && self.stop_at[i].is_none();
+            if priority {
                 if let Some(pb) = self.channels[i].take_priority() {
                     self.next = (i + 1) % n;
                     return Ok(priority_polled(&mut self.carried, &mut self.carrying, i, pb));
@@ -436,7 +511,7 @@ impl<T: Persist> InputGate<T> {
                 continue;
             }
             let chunk = ch.consumer.read_chunk(avail).expect("avail slots were checked");
-            if self.unaligned {
+            if priority {
                 // Checked after the ring's tail was read: a barrier published before any of
                 // these entries is seen here, so nothing after a barrier is consumed before it.
                 if let Some(pb) = ch.priority.as_mut().and_then(|p| p.pop().ok()) {
@@ -643,7 +718,7 @@ mod tests {
     fn a_queued_barrier_overtakes_the_backlog_once_its_checkpoint_times_out() {
         let parker = Arc::new(Parker::default());
         let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let expiry = BarrierExpiry { clock: crate::context::Clock::manual(time.clone()), timeout_ns: 10 };
+        let expiry = BarrierExpiry::after(crate::context::Clock::manual(time.clone()), 10);
         let (out, reader) = channel::<u64>(4, parker.clone(), parker);
         let mut out = out.with_expiry(Some(expiry));
         let mut backlog: Vec<u64> = (0..6).collect();
@@ -670,8 +745,7 @@ mod tests {
         // A barrier the reader has already consumed is not republished.
         time.store(12, std::sync::atomic::Ordering::Relaxed);
         let (out, reader) = channel::<u64>(4, Arc::new(Parker::default()), Arc::new(Parker::default()));
-        let mut out =
-            out.with_expiry(Some(BarrierExpiry { clock: crate::context::Clock::manual(time.clone()), timeout_ns: 10 }));
+        let mut out = out.with_expiry(Some(BarrierExpiry::after(crate::context::Clock::manual(time.clone()), 10)));
         out.write_entry(Entry::Barrier(b));
         let mut gate = InputGate::new(vec![reader]);
         gate.set_unaligned(true);
@@ -723,7 +797,7 @@ mod tests {
     fn a_republished_barrier_carries_what_was_staged_before_it() {
         let parker = Arc::new(Parker::default());
         let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let expiry = BarrierExpiry { clock: crate::context::Clock::manual(time.clone()), timeout_ns: 10 };
+        let expiry = BarrierExpiry::after(crate::context::Clock::manual(time.clone()), 10);
         let (out, reader) = channel::<u64>(4, parker.clone(), parker);
         let mut out = out.with_expiry(Some(expiry));
         out.write_records(&mut (0..6).collect());

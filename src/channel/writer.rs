@@ -49,7 +49,16 @@ pub(crate) struct OutChannel<T> {
 #[derive(Clone)]
 pub(crate) struct BarrierExpiry {
     pub(crate) clock: crate::context::Clock,
-    pub(crate) timeout_ns: u64,
+    /// The aligned-checkpoint timeout, which a running job may change; `u64::MAX`: none.
+    pub(crate) timeout_ns: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl BarrierExpiry {
+    /// An expiry after `timeout_ns` (tests).
+    #[cfg(test)]
+    pub(crate) fn after(clock: crate::context::Clock, timeout_ns: u64) -> Self {
+        BarrierExpiry { clock, timeout_ns: Arc::new(timeout_ns.into()) }
+    }
 }
 
 impl<T: Persist> OutChannel<T> {
@@ -161,7 +170,7 @@ impl<T: Persist> OutChannel<T> {
         // What the consumer has read: everything written but what is still in the ring.
         let in_ring = (self.producer.buffer().capacity() - self.producer.slots()) as u64;
         let read = self.written - in_ring;
-        let (now, timeout) = (expiry.clock.now_ns(), expiry.timeout_ns);
+        let (now, timeout) = (expiry.clock.now_ns(), expiry.timeout_ns.load(std::sync::atomic::Ordering::Relaxed));
         let OutChannel { staged, written, queued, priority_staged, .. } = self;
         let before_republishing = priority_staged.len();
         // Positions of the later queued barriers move back by one for each one taken out of

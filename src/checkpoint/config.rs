@@ -108,6 +108,9 @@ pub struct CheckpointConfig {
     /// With unaligned on: start aligned and switch to unaligned at a task that has waited
     /// this long for alignment.
     pub alignment_timeout: Option<Duration>,
+    /// With unaligned on: adaptive alignment, keeping a checkpoint's in-flight data under this
+    /// many bytes (see [`CheckpointConfig::inflight_budget`]).
+    pub inflight_budget: Option<u64>,
     /// A checkpoint not complete after this long is aborted.
     pub timeout: Duration,
     /// Least time between the end of one checkpoint and the trigger of the next.
@@ -146,6 +149,7 @@ impl CheckpointConfig {
             mode: CheckpointMode::ExactlyOnce,
             unaligned: false,
             alignment_timeout: None,
+            inflight_budget: None,
             timeout: Duration::from_secs(600),
             min_pause: Duration::ZERO,
             max_concurrent: 1,
@@ -196,6 +200,24 @@ impl CheckpointConfig {
     /// Sets the aligned-checkpoint timeout (with unaligned on).
     pub fn alignment_timeout(mut self, timeout: Duration) -> Self {
         self.alignment_timeout = Some(timeout);
+        self
+    }
+    /// Adaptive alignment (with unaligned on): a checkpoint's in-flight data stays under
+    /// `bytes`, shared evenly by the job's input channels. Barriers overtake through the
+    /// priority slots as with unaligned checkpoints; at each task the snapshot waits while a
+    /// channel holds more ahead of its barrier than its share, the task working that channel
+    /// down (aligning it, if it must), and then captures what every channel still holds. A
+    /// channel that drains quickly is aligned, one that lags is captured: the checkpoint takes
+    /// about as long as an unaligned one with far less in-flight data where most of it sat in
+    /// channels that move. Each checkpoint's statistics say, per channel, which it was.
+    ///
+    /// ```
+    /// let c = weir::checkpoint::CheckpointConfig::new("/tmp/chk").unaligned(true).inflight_budget(1 << 20);
+    /// c.validate().unwrap();
+    /// assert!(weir::checkpoint::CheckpointConfig::new("/tmp/chk").inflight_budget(1 << 20).validate().is_err());
+    /// ```
+    pub fn inflight_budget(mut self, bytes: u64) -> Self {
+        self.inflight_budget = Some(bytes);
         self
     }
     /// Sets the checkpoint timeout.
@@ -251,7 +273,6 @@ impl CheckpointConfig {
             ("the checkpoint directory", self.dir != new.dir),
             ("the checkpoint mode", self.mode != new.mode),
             ("unaligned", self.unaligned != new.unaligned),
-            ("the aligned-checkpoint timeout", self.alignment_timeout != new.alignment_timeout),
             ("incremental", self.incremental != new.incremental),
             ("allow_retracting_output", self.allow_retracting_output != new.allow_retracting_output),
         ];
@@ -291,6 +312,23 @@ impl CheckpointConfig {
         if self.alignment_timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::config("the alignment timeout must be greater than zero"));
         }
+        if let Some(budget) = self.inflight_budget {
+            if !self.unaligned {
+                return Err(Error::config(
+                    "an in-flight budget needs unaligned checkpoints turned on (its barriers overtake through the priority slots)",
+                ));
+            }
+            if self.alignment_timeout.is_some() {
+                return Err(Error::config(
+                    "an in-flight budget and an aligned-checkpoint timeout cannot be combined: choose adaptive alignment or aligned-then-unaligned",
+                ));
+            }
+            if budget == 0 {
+                return Err(Error::config(
+                    "the in-flight budget must be greater than zero (for no in-flight data at all, take aligned checkpoints)",
+                ));
+            }
+        }
         if let RestartStrategy::ExponentialBackoff { multiplier, .. } = self.restart {
             if !(multiplier >= 1.0 && multiplier.is_finite()) {
                 return Err(Error::config("the back-off multiplier must be a finite number of at least 1"));
@@ -325,6 +363,9 @@ mod tests {
             ok.clone().unaligned(true).mode(CheckpointMode::AtLeastOnce),
             ok.clone().alignment_timeout(Duration::from_millis(5)),
             ok.clone().mode(CheckpointMode::AtLeastOnce).alignment_timeout(Duration::from_millis(5)),
+            ok.clone().inflight_budget(1000),
+            ok.clone().unaligned(true).inflight_budget(0),
+            ok.clone().unaligned(true).inflight_budget(1000).alignment_timeout(Duration::from_millis(5)),
             CheckpointConfig::new("/proc/weir-cannot-write-here"),
         ];
         for cfg in bad {

@@ -110,14 +110,17 @@ pub(crate) struct CoordinatorSetup {
     /// A configuration changed on the running job, taken at the next tick: it applies to the
     /// checkpoints triggered from then on.
     pub(crate) update: Arc<Mutex<Option<CheckpointConfig>>>,
+    /// The settings the tasks read at each checkpoint, stored when a new configuration is taken.
+    pub(crate) live: Option<Arc<super::task::LiveSettings>>,
 }
 
 struct Pending {
     barrier: Barrier,
     started_ns: u64,
-    /// The interval and timeout in force when it was triggered.
+    /// The interval, timeout and in-flight budget in force when it was triggered.
     interval_ns: u64,
     timeout_ns: u64,
+    inflight_budget: Option<u64>,
     acks: HashMap<usize, TaskDone>,
     savepoint: Option<SavepointRequest>,
 }
@@ -318,6 +321,9 @@ impl CoordinatorCore {
 
     fn tick(&mut self, now: u64) {
         if let Some(new) = self.s.update.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if let Some(live) = &self.s.live {
+                live.apply(&new);
+            }
             self.s.config = new;
         }
         let timeout = ns(self.s.config.timeout);
@@ -430,8 +436,19 @@ impl CoordinatorCore {
             self.out.push(Command::Send(t.0, TaskControl::Trigger(barrier)));
         }
         let (interval_ns, timeout_ns) = (self.interval_ns().unwrap_or(0), ns(self.s.config.timeout));
-        self.pending
-            .insert(id, Pending { barrier, started_ns: now, interval_ns, timeout_ns, acks: HashMap::new(), savepoint });
+        let inflight_budget = self.s.config.inflight_budget.filter(|_| barrier.unaligned);
+        self.pending.insert(
+            id,
+            Pending {
+                barrier,
+                started_ns: now,
+                interval_ns,
+                timeout_ns,
+                inflight_budget,
+                acks: HashMap::new(),
+                savepoint,
+            },
+        );
     }
 
     fn injected_decline(&self, id: u64) -> bool {
@@ -525,6 +542,12 @@ impl CoordinatorCore {
             inflight_bytes: sum(|s| s.inflight_bytes),
             interval_ms: ms(p.interval_ns),
             timeout_ms: ms(p.timeout_ns),
+            inflight_budget: p.inflight_budget,
+            channels: {
+                let mut c: Vec<_> = p.acks.values().flat_map(|a| a.stats.channels.iter().cloned()).collect();
+                c.sort_by_key(|c| (c.task, c.channel));
+                c
+            },
         };
         let mut tasks: Vec<TaskFile> = self
             .s
@@ -687,6 +710,7 @@ mod tests {
             lock: Arc::new(lock),
             crash: None,
             update: Arc::default(),
+            live: None,
         })
     }
 

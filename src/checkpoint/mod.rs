@@ -23,9 +23,9 @@ pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten};
 pub use lock::{DirectoryLock, LOCK_FILE};
 pub use storage::{
     decode_file, encode_file, load_dir, read_expected, read_file, read_finished, read_metadata, write_file,
-    write_finished, CheckpointMetadata, CheckpointStats, CheckpointStorage, FileDigest, FileIdentity, FileKind,
-    FinishedJob, LoadedCheckpoint, RecoveryPoint, SharedFile, StoredChunk, TaskFile, TaskFileContent, FINISHED_MARKER,
-    FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
+    write_finished, ChannelAlignment, CheckpointMetadata, CheckpointStats, CheckpointStorage, FileDigest, FileIdentity,
+    FileKind, FinishedJob, LoadedCheckpoint, RecoveryPoint, SharedFile, StoredChunk, TaskFile, TaskFileContent,
+    FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
 };
 
 /// A table of checkpoint statistics, one row per checkpoint (for the command line).

@@ -172,6 +172,22 @@ impl FileDigest {
 /// The folder, under the checkpoint directory, of files that incremental checkpoints share.
 pub const SHARED_DIR: &str = "shared";
 
+/// One input channel's part in an adaptive checkpoint at its task.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChannelAlignment {
+    /// The task's index in the job's plan.
+    pub task: usize,
+    /// The channel's index among the task's input channels.
+    pub channel: usize,
+    /// Aligned (everything before its barrier was processed before the snapshot) or captured.
+    pub aligned: bool,
+    /// In-flight bytes captured from it.
+    pub bytes: u64,
+    /// From the checkpoint's first barrier at the task until the channel reached its barrier
+    /// (aligned) or the task snapshotted (captured), milliseconds.
+    pub wait_ms: f64,
+}
+
 /// Statistics of one completed checkpoint.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct CheckpointStats {
@@ -205,6 +221,13 @@ pub struct CheckpointStats {
     /// See `interval_ms`.
     #[serde(default)]
     pub timeout_ms: f64,
+    /// Adaptive alignment: the in-flight budget it ran under (bytes), and each task's input
+    /// channels, aligned or captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inflight_budget: Option<u64>,
+    /// See `inflight_budget`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<ChannelAlignment>,
 }
 
 /// One task's file in a checkpoint.

@@ -5,12 +5,12 @@
 //!
 //! May touch: `error`, `snapshot` (and storage, beside it).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::storage::{FileDigest, SharedFile};
+use super::storage::{ChannelAlignment, FileDigest, SharedFile};
 use crate::error::Error;
 use crate::snapshot::{Barrier, CheckpointNotice};
 
@@ -26,8 +26,58 @@ pub(crate) enum TaskControl {
     EndOfInput,
 }
 
+/// The checkpoint settings tasks (and producers) read as each checkpoint reaches them, which a
+/// running job may change ([`crate::JobHandle::update_checkpoints`]): the coordinator stores
+/// them when it takes a new configuration, so they apply from the next checkpoint on.
+#[derive(Debug)]
+pub(crate) struct LiveSettings {
+    /// The aligned-checkpoint timeout; `u64::MAX`: none. Shared with the producers'
+    /// [`crate::channel::BarrierExpiry`].
+    pub(crate) alignment_timeout_ns: Arc<AtomicU64>,
+    /// The in-flight budget of a checkpoint, bytes; `u64::MAX`: none (capture everything).
+    inflight_budget: AtomicU64,
+    /// The job's input channels (the budget's shares).
+    channels: AtomicU64,
+}
+
+impl LiveSettings {
+    /// The settings of `cfg`.
+    pub(crate) fn new(cfg: &super::CheckpointConfig) -> Self {
+        let s = LiveSettings {
+            alignment_timeout_ns: Arc::new(AtomicU64::new(u64::MAX)),
+            inflight_budget: AtomicU64::new(u64::MAX),
+            channels: AtomicU64::new(1),
+        };
+        s.apply(cfg);
+        s
+    }
+
+    /// Takes the settings of a new configuration.
+    pub(crate) fn apply(&self, cfg: &super::CheckpointConfig) {
+        let timeout = cfg.alignment_timeout.map_or(u64::MAX, |t| t.as_nanos().min(u64::MAX as u128 - 1) as u64);
+        self.alignment_timeout_ns.store(timeout, Ordering::Relaxed);
+        self.inflight_budget.store(cfg.inflight_budget.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// The job's input channels, once its plan is built.
+    pub(crate) fn set_channels(&self, channels: usize) {
+        self.channels.store(channels.max(1) as u64, Ordering::Relaxed);
+    }
+
+    /// The aligned-checkpoint timeout, if any.
+    pub(crate) fn alignment_timeout_ns(&self) -> Option<u64> {
+        Some(self.alignment_timeout_ns.load(Ordering::Relaxed)).filter(|&t| t != u64::MAX)
+    }
+
+    /// One channel's share of the in-flight budget (adaptive alignment), if there is one.
+    pub(crate) fn channel_budget(&self) -> Option<u64> {
+        let budget = self.inflight_budget.load(Ordering::Relaxed);
+        (budget != u64::MAX).then(|| (budget / self.channels.load(Ordering::Relaxed)).max(1))
+    }
+}
+
 /// Per-task timings and sizes of one checkpoint.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct TaskStats {
     pub(crate) start_delay_ns: u64,
     pub(crate) alignment_ns: u64,
@@ -36,6 +86,8 @@ pub(crate) struct TaskStats {
     pub(crate) state_bytes: u64,
     pub(crate) written_bytes: u64,
     pub(crate) inflight_bytes: u64,
+    /// Adaptive checkpoints: each input channel's part.
+    pub(crate) channels: Vec<ChannelAlignment>,
 }
 
 /// One task's part of a checkpoint, durable.

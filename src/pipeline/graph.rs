@@ -33,8 +33,15 @@ pub(crate) type MakeTask = Box<
 >;
 /// Combines the collectors of a node's outgoing edges into one.
 pub(crate) type MakeFanOut = Box<dyn Fn(Vec<AnyBox>) -> AnyBox + Send>;
-/// Makes an edge's rings: writers per upstream subtask, readers per downstream subtask.
-pub(crate) type MakeChannels = Box<dyn Fn(&ChannelSpec) -> (Vec<AnyBox>, Vec<AnyBox>) + Send>;
+/// Builds an edge's rings: writers per upstream subtask, readers per downstream subtask.
+pub(crate) type MakeRings = Box<dyn Fn(&ChannelSpec) -> (Vec<AnyBox>, Vec<AnyBox>) + Send>;
+
+/// An edge's ring constructor, made while its record type was known.
+pub(crate) struct MakeChannels {
+    pub(crate) make: MakeRings,
+    /// The in-memory size of one ring entry (what an in-flight budget is checked against).
+    pub(crate) entry_bytes: usize,
+}
 
 pub(crate) enum NodeKind {
     Source(MakeSource),
@@ -221,7 +228,7 @@ impl<T> EdgeInput<T> {
 
 /// The channel constructor of an edge carrying `T`; `hash` is the key hash for key-by edges.
 pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(hash: Option<H>) -> MakeChannels {
-    Box::new(move |spec: &ChannelSpec| {
+    let make = Box::new(move |spec: &ChannelSpec| {
         let (up, down) = (spec.upstream, spec.downstream);
         // outs[i][j]: ring from upstream i to downstream j (only i == j for forward).
         let mut outs: Vec<Vec<OutChannel<T>>> = (0..up).map(|_| Vec::new()).collect();
@@ -270,5 +277,6 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
             })
             .collect();
         (writers, readers)
-    })
+    });
+    MakeChannels { make, entry_bytes: std::mem::size_of::<crate::channel::Entry<T>>() }
 }

@@ -38,9 +38,11 @@ pub(crate) struct PhysicalPlan {
 pub(crate) struct CheckpointWiring {
     pub(crate) mode: CheckpointMode,
     pub(crate) unaligned: bool,
-    /// With unaligned on: a checkpoint switches to unaligned once it has run this long, and
-    /// producers republish their in-band barriers still queued then.
-    pub(crate) alignment_timeout_ns: Option<u64>,
+    /// What the tasks read at each checkpoint and a running job may change: the aligned-
+    /// checkpoint timeout (with unaligned on, a checkpoint switches to unaligned once it has
+    /// run this long, and producers republish their in-band barriers still queued then) and
+    /// the in-flight budget.
+    pub(crate) live: Arc<crate::checkpoint::task::LiveSettings>,
     pub(crate) incremental: bool,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
@@ -182,6 +184,8 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
     validate(graph)?;
     assert!(limits.workers >= 1 && env.parkers.len() == limits.workers);
     let mut b = Builder { graph, limits, env, writers: Vec::new(), readers: Vec::new() };
+    // Per ring edge: its channels and the in-memory size of an entry.
+    let mut ring_entries = Vec::new();
     for (e, edge) in graph.edges.iter().enumerate() {
         let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
         if is_chained(graph, e) {
@@ -197,9 +201,10 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
             max_parallelism: graph.max_parallelism,
             upstream_parkers: (0..from.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
             downstream_parkers: (0..to.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
-            barrier_expiry: env.checkpointing.as_ref().and_then(|w| {
-                w.alignment_timeout_ns
-                    .map(|timeout_ns| crate::channel::BarrierExpiry { clock: env.clock.clone(), timeout_ns })
+            // With unaligned on, an aligned-checkpoint timeout may be set on the running job.
+            barrier_expiry: env.checkpointing.as_ref().filter(|w| w.unaligned).map(|w| crate::channel::BarrierExpiry {
+                clock: env.clock.clone(),
+                timeout_ns: w.live.alignment_timeout_ns.clone(),
             }),
         };
         let Some(make_channels) = &edge.make_channels else {
@@ -208,9 +213,17 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                 to.name, from.name
             )));
         };
-        let (w, r) = make_channels(&spec);
+        let (w, r) = (make_channels.make)(&spec);
+        let channels =
+            if spec.partitioning == Partitioning::Forward { to.parallelism } else { from.parallelism * to.parallelism };
+        ring_entries.push((channels, make_channels.entry_bytes));
         b.writers.push(w.into_iter().map(Some).collect());
         b.readers.push(r.into_iter().map(Some).collect());
+    }
+    if let Some(w) = &env.checkpointing {
+        let channels = ring_entries.iter().map(|(c, _)| c).sum::<usize>();
+        w.live.set_channels(channels);
+        check_inflight_budget(graph, limits.ring_capacity, &ring_entries)?;
     }
     let mut tasks = Vec::new();
     let mut endpoints = Vec::new();
@@ -249,7 +262,8 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     faults: env.faults.clone(),
                     clock: env.clock.clone(),
                     aligner: BarrierAligner::new(0),
-                    alignment_timeout_ns: w.alignment_timeout_ns,
+                    live: w.live.clone(),
+                    deferred: None,
                 }
             });
             let task = match &node.kind {
@@ -275,6 +289,22 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
         }
     }
     Ok(PhysicalPlan { tasks, endpoints })
+}
+
+/// An in-flight budget the job's rings could never fill would never align a channel: it is
+/// refused, as is one for a job without rings (everything chained).
+fn check_inflight_budget(graph: &Graph, capacity: usize, rings: &[(usize, usize)]) -> Result<()> {
+    let Some(budget) = graph.checkpointing.as_ref().and_then(|c| c.inflight_budget) else { return Ok(()) };
+    let entries: usize = rings.iter().map(|(c, _)| c * capacity).sum();
+    let bytes: u64 = rings.iter().map(|(c, b)| (c * capacity * b) as u64).sum();
+    if budget > bytes {
+        return Err(Error::config(format!(
+            "the in-flight budget of {budget} bytes is above what the job's rings hold ({entries} entries of {bytes} bytes \
+             in all, counted in memory): no channel would ever be aligned; choose a smaller budget, or plain unaligned \
+             checkpoints"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -561,7 +561,7 @@ pub(crate) fn prepare_attempt(
         wiring = Some(CheckpointWiring {
             mode: cfg.mode,
             unaligned: cfg.unaligned,
-            alignment_timeout_ns: cfg.alignment_timeout.map(|t| t.as_nanos() as u64),
+            live: Arc::new(crate::checkpoint::task::LiveSettings::new(cfg)),
             incremental: cfg.incremental,
             acks: acks_tx,
             storage: found.storage.clone(),
@@ -585,6 +585,7 @@ pub(crate) fn prepare_attempt(
     };
     let limits = PlanLimits { workers, ring_capacity: config.ring_capacity, batch_size: config.batch_size };
     let plan = build_plan(&graph, limits, &plan_env)?;
+    let live = plan_env.checkpointing.as_ref().map(|w| w.live.clone());
     let coordinator = coordinator.map(|(cfg, storage, first_id, completed, writer, commits, lock)| {
         let crash = env.crash.clone().or_else(|| cfg.faults.clone().map(|f| f as Arc<dyn CrashSchedule>));
         let core = CoordinatorCore::new(CoordinatorSetup {
@@ -603,6 +604,7 @@ pub(crate) fn prepare_attempt(
             lock,
             crash,
             update: shared.checkpoint_update.clone(),
+            live,
         });
         PreparedCoordinator { core, endpoints: plan.endpoints, acks: acks_rx, writer, commits }
     });

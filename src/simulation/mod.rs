@@ -46,11 +46,15 @@ pub enum SimMode {
     AlignedTimeout,
     /// At-least-once (no alignment).
     AtLeastOnce,
+    /// Exactly-once, unaligned barriers with adaptive alignment under an in-flight budget
+    /// drawn from the seed.
+    Adaptive,
 }
 
 impl SimMode {
     /// Every mode, in the order `weir simulate` lists them.
-    pub const ALL: [SimMode; 4] = [SimMode::Aligned, SimMode::Unaligned, SimMode::AlignedTimeout, SimMode::AtLeastOnce];
+    pub const ALL: [SimMode; 5] =
+        [SimMode::Aligned, SimMode::Unaligned, SimMode::AlignedTimeout, SimMode::AtLeastOnce, SimMode::Adaptive];
 
     /// Whether the output must equal the golden run's (else: nothing may be missing).
     pub fn exactly_once(self) -> bool {
@@ -65,6 +69,7 @@ impl fmt::Display for SimMode {
             SimMode::Unaligned => "unaligned",
             SimMode::AlignedTimeout => "aligned-timeout",
             SimMode::AtLeastOnce => "at-least-once",
+            SimMode::Adaptive => "adaptive",
         })
     }
 }
@@ -445,6 +450,9 @@ struct Schedule {
     interval_ns: u64,
     max_concurrent: usize,
     alignment_timeout_ns: u64,
+    /// Adaptive alignment's in-flight budget: up to 16 bytes per ring slot of one channel, so
+    /// never above what the rings hold.
+    inflight_budget: u64,
     /// The checkpoint timeout: in half the seeds short (sim time), so checkpoints whose writes
     /// the schedule holds back expire; in the golden run and the other half too long to reach,
     /// so a checkpoint that can never complete stalls the run and is reported.
@@ -494,6 +502,8 @@ impl Schedule {
             interval_ns: rng.between(400, 3000) * 1_000,
             max_concurrent: rng.between(1, 2) as usize,
             alignment_timeout_ns: rng.between(0, 50) * 1_000,
+            // Drawn apart, so the other modes' schedules are as they were.
+            inflight_budget: Prng::new(seed.unwrap_or(0) ^ 0xADA_9713).between(1, ring_capacity as u64 * 16),
             timeout_ns: if seed.is_some() && rng.chance(1, 2) { 50_000_000 } else { 600_000_000_000 },
             tick_per_mille: rng.between(20, 200),
             write_per_mille: rng.between(20, 300),
@@ -552,6 +562,7 @@ impl Schedule {
                 c.unaligned(true).alignment_timeout(Duration::from_nanos(self.alignment_timeout_ns.max(1)))
             }
             SimMode::AtLeastOnce => c.mode(CheckpointMode::AtLeastOnce),
+            SimMode::Adaptive => c.unaligned(true).inflight_budget(self.inflight_budget),
         };
         c
     }
