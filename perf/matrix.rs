@@ -1,10 +1,12 @@
 //! The benchmark matrix, in one run so its ratios are comparable: every `weir bench` workload
 //! under every checkpoint choice at full speed (throughput; each mode against the run without
 //! checkpoints in the same round, median over rounds), the keyed and window workloads at a
-//! fixed rate with and without checkpoints (latency), and the backlog workload (a skewed key
+//! fixed rate with and without checkpoints (latency), the backlog workload (a skewed key
 //! makes one subtask of a slow keyed stage lag) as the rings grow 16× and the stage's cost
-//! per record 10× (duration, start delay, alignment and in-flight bytes of aligned, unaligned
-//! and aligned-with-timeout checkpoints, with the spread over rounds, on log axes).
+//! per record 10× (duration, start delay, alignment and in-flight bytes of aligned, unaligned,
+//! aligned-with-timeout and adaptive checkpoints, with the spread over rounds, on log axes),
+//! and the mixed workload (adaptive alignment against unaligned where most in-flight bytes
+//! sit in channels that move).
 //!
 //! Writes `perf/results/<date>/matrix.md` (the report, headline first), `matrix.json` (every
 //! run, as `weir bench --json` writes it) and four SVG plots beside them.
@@ -53,6 +55,7 @@ impl Matrix {
             sink_cost_ns: stage_cost_ns,
             alignment_timeout: weir::bench::DEFAULT_ALIGNMENT_TIMEOUT,
             max_concurrent: 1,
+            inflight_budget: weir::bench::DEFAULT_INFLIGHT_BUDGET,
         };
         let job = config.job().expect("a valid benchmark");
         let report = common::run_for(job, RunConfig::default().workers(2).ring_capacity(ring), self.duration);
@@ -113,7 +116,7 @@ fn main() {
     let mut md = String::new();
     md += &format!("# Benchmark matrix, {date}\n\n`cargo bench --bench matrix -- --duration-s {secs} --rounds {rounds}`: 2 workers, parallelism 2, 10,000 keys, checkpoints every second unless said otherwise, {secs} s per run, all in one run.\n\n");
 
-    // `--only backlog` runs section 3 alone.
+    // `--only backlog` runs sections 3 and 4 alone.
     if arg("--only").as_deref() != Some("backlog") {
         // 1. Throughput: every workload under every checkpoint choice, as fast as possible. A
         // round runs the four modes back to back (starting with a different one each round), and
@@ -227,16 +230,23 @@ fn main() {
     // 3. Aligned against unaligned under a real backlog, as the rings and the lag grow.
     let backlog_rounds = rounds.min(3);
     md += &format!(
-        "## Aligned against unaligned under a backlog\n\nThe `backlog` workload: generator → key_by (half the events on one key) → a keyed running sum spending the given cost per record → rebalance → sink, checkpoints every 500 ms, aligned-timeout with a {} ms timeout. Each figure is the median over every checkpoint of {backlog_rounds} rounds (modes back to back, a different one first each round); the spread is the smallest and largest median of one round.\n\n| stage cost | ring | mode | checkpoints | median duration (spread) | max duration | start delay | alignment | in-flight bytes | throughput (rec/s) |\n|---|---|---|---|---|---|---|---|---|---|\n",
-        weir::bench::DEFAULT_ALIGNMENT_TIMEOUT.as_millis()
+        "## Aligned against unaligned under a backlog\n\nThe `backlog` workload: generator → key_by (half the events on one key) → a keyed running sum spending the given cost per record → rebalance → sink, checkpoints every 500 ms, aligned-timeout with a {} ms timeout, adaptive with a {} byte in-flight budget. Each figure is the median over every checkpoint of {backlog_rounds} rounds (modes back to back, a different one first each round); the spread is the smallest and largest median of one round.\n\n| stage cost | ring | mode | checkpoints | median duration (spread) | max duration | start delay | alignment | in-flight bytes | throughput (rec/s) |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        weir::bench::DEFAULT_ALIGNMENT_TIMEOUT.as_millis(),
+        group_digits(weir::bench::DEFAULT_INFLIGHT_BUDGET),
     );
     let rings = [256usize, 1024, 4096];
     let costs = [10_000u64, 100_000];
-    let modes = [CheckpointChoice::Aligned, CheckpointChoice::Unaligned, CheckpointChoice::AlignedTimeout];
+    let modes = [
+        CheckpointChoice::Aligned,
+        CheckpointChoice::Unaligned,
+        CheckpointChoice::AlignedTimeout,
+        CheckpointChoice::Adaptive,
+    ];
     let mut durations: Vec<(String, Vec<f64>)> = Vec::new();
     let mut inflight: Vec<(String, Vec<f64>)> = Vec::new();
-    // Median duration per (cost, mode, ring), for the ratios under the table.
+    // Median duration and in-flight bytes per (cost, mode, ring), for the ratios under the table.
     let mut medians = std::collections::HashMap::new();
+    let mut median_bytes = std::collections::HashMap::new();
     for cost in costs {
         let mut line = vec![Vec::new(); modes.len()];
         let mut bytes_line = vec![Vec::new(); modes.len()];
@@ -270,6 +280,7 @@ fn main() {
                 line[i].push(duration);
                 bytes_line[i].push(bytes);
                 medians.insert((cost, i, ring), duration);
+                median_bytes.insert((cost, i, ring), bytes);
             }
         }
         for (i, mode) in modes.iter().enumerate() {
@@ -281,11 +292,62 @@ fn main() {
     }
     let (big_cost, big_ring, small_ring) = (costs[costs.len() - 1], rings[rings.len() - 1], rings[0]);
     md += &format!(
-        "\nAt the largest backlog ({} per record, ring {big_ring}): unaligned / aligned median duration {:.4} (target at most 0.01); unaligned at ring {big_ring} / ring {small_ring}: {:.2} (target within 2); aligned-timeout / aligned {:.3}.\n\n![checkpoint duration under a backlog](backlog-duration.svg)\n\n![in-flight bytes](inflight.svg)\n",
+        "\nAt the largest backlog ({} per record, ring {big_ring}): unaligned / aligned median duration {:.4} (target at most 0.01); unaligned at ring {big_ring} / ring {small_ring}: {:.2} (target within 2); aligned-timeout / aligned {:.3}; adaptive / unaligned duration {:.2}, in-flight bytes {:.2} (here every in-flight byte sits in the lagging subtask's channels, under the budget: adaptive captures them as unaligned does; see the mixed workload below).\n\n![checkpoint duration under a backlog](backlog-duration.svg)\n\n![in-flight bytes](inflight.svg)\n",
         format_ns(big_cost),
         medians[&(big_cost, 1, big_ring)] / medians[&(big_cost, 0, big_ring)],
         medians[&(big_cost, 1, big_ring)] / medians[&(big_cost, 1, small_ring)],
         medians[&(big_cost, 2, big_ring)] / medians[&(big_cost, 0, big_ring)],
+        medians[&(big_cost, 3, big_ring)] / medians[&(big_cost, 1, big_ring)],
+        median_bytes[&(big_cost, 3, big_ring)] / median_bytes[&(big_cost, 1, big_ring)].max(1.0),
+    );
+
+    // 4. Adaptive alignment where most in-flight bytes sit in channels that move.
+    md += &format!(
+        "\n## Adaptive alignment: a lagging pipeline beside a moving one\n\nThe `mixed` workload: the backlog workload's pipeline (100 µs per record) and, in the same job, generator → rebalance → 1 µs per 1 KiB event → sink, whose rings are full but drain in milliseconds; ring 4096, checkpoints every 500 ms, adaptive with a {} byte budget; median over every checkpoint of {backlog_rounds} rounds.\n\n| mode | checkpoints | median duration (spread) | max duration | in-flight bytes | channels aligned / captured | throughput (rec/s) |\n|---|---|---|---|---|---|---|\n",
+        group_digits(weir::bench::DEFAULT_INFLIGHT_BUDGET),
+    );
+    let mixed_modes = [CheckpointChoice::Unaligned, CheckpointChoice::Adaptive, CheckpointChoice::Aligned];
+    let mut mixed: Vec<Vec<BenchResult>> = vec![Vec::new(); mixed_modes.len()];
+    for round in 0..backlog_rounds {
+        for k in 0..mixed_modes.len() {
+            let i = (round + k) % mixed_modes.len();
+            mixed[i].push(m.run(Workload::Mixed, mixed_modes[i], None, 4096, 500, 100_000));
+        }
+    }
+    let mut mixed_medians = Vec::new();
+    for (i, mode) in mixed_modes.iter().enumerate() {
+        let all = || mixed[i].iter().flat_map(|r| r.checkpoints.iter());
+        let per_round: Vec<f64> =
+            mixed[i].iter().map(|r| median(r.checkpoints.iter().map(|c| c.duration_ms).collect())).collect();
+        let duration = median(all().map(|c| c.duration_ms).collect());
+        let bytes = median(all().map(|c| c.inflight_bytes as f64).collect());
+        let (aligned, captured) =
+            all().flat_map(|c| c.channels.iter()).fold(
+                (0, 0),
+                |(a, b), c| {
+                    if c.aligned {
+                        (a + 1, b)
+                    } else {
+                        (a, b + 1)
+                    }
+                },
+            );
+        md += &format!(
+            "| {mode} | {} | {duration:.1} ms ({:.1}–{:.1}) | {:.1} ms | {} | {} | {} |\n",
+            all().count(),
+            per_round.iter().cloned().fold(f64::INFINITY, f64::min),
+            per_round.iter().cloned().fold(0.0, f64::max),
+            all().map(|c| c.duration_ms).fold(0.0, f64::max),
+            group_digits(bytes as u64),
+            if *mode == CheckpointChoice::Adaptive { format!("{aligned} / {captured}") } else { "–".into() },
+            group_digits(median(mixed[i].iter().map(|r| r.throughput_rps).collect()) as u64),
+        );
+        mixed_medians.push((duration, bytes));
+    }
+    md += &format!(
+        "\nAdaptive / unaligned: median duration {:.2} (target within 2), in-flight bytes {:.3} (target at most 0.1).\n",
+        mixed_medians[1].0 / mixed_medians[0].0,
+        mixed_medians[1].1 / mixed_medians[0].1.max(1.0),
     );
     let ring_labels: Vec<String> = rings.iter().map(|r| r.to_string()).collect();
     std::fs::write(

@@ -44,11 +44,16 @@ pub enum Workload {
     /// hot key's subtask falls behind, its rings stay full, and the sink aligns two inputs of
     /// which one lags.
     Backlog,
+    /// Two pipelines in one job, one lagging and one moving: the backlog workload's, and
+    /// generator → rebalance → a stage spending 1 µs per 1 KiB event → sink, whose rings are
+    /// full but drain in milliseconds. Most in-flight bytes sit in the moving pipeline, where
+    /// adaptive alignment aligns instead of storing them.
+    Mixed,
 }
 
 impl Workload {
     /// Every workload, in the order reports list them.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::Stateless,
         Workload::Keyed,
         Workload::Window,
@@ -56,6 +61,7 @@ impl Workload {
         Workload::Backpressure,
         Workload::SparseWindow,
         Workload::Backlog,
+        Workload::Mixed,
     ];
 }
 
@@ -76,6 +82,7 @@ impl std::fmt::Display for Workload {
             Workload::Backpressure => "backpressure",
             Workload::SparseWindow => "sparse-window",
             Workload::Backlog => "backlog",
+            Workload::Mixed => "mixed",
         })
     }
 }
@@ -94,19 +101,26 @@ pub enum CheckpointChoice {
     /// Exactly-once, aligned barriers that turn unaligned once the checkpoint has run for the
     /// aligned-checkpoint timeout (counted from its trigger).
     AlignedTimeout,
+    /// Exactly-once, unaligned barriers with adaptive alignment: a checkpoint's in-flight data
+    /// under the in-flight budget.
+    Adaptive,
 }
 
 /// The aligned-checkpoint timeout of `aligned-timeout` unless told otherwise.
 pub const DEFAULT_ALIGNMENT_TIMEOUT: Duration = Duration::from_millis(10);
 
+/// The in-flight budget of `adaptive` unless told otherwise: 1 MiB.
+pub const DEFAULT_INFLIGHT_BUDGET: u64 = 1 << 20;
+
 impl CheckpointChoice {
     /// Every choice, in the order reports list them.
-    pub const ALL: [CheckpointChoice; 5] = [
+    pub const ALL: [CheckpointChoice; 6] = [
         CheckpointChoice::None,
         CheckpointChoice::Aligned,
         CheckpointChoice::Unaligned,
         CheckpointChoice::AtLeastOnce,
         CheckpointChoice::AlignedTimeout,
+        CheckpointChoice::Adaptive,
     ];
 
     /// The choices of the matrix's headline (throughput without backpressure).
@@ -114,12 +128,14 @@ impl CheckpointChoice {
         [CheckpointChoice::None, CheckpointChoice::Aligned, CheckpointChoice::Unaligned, CheckpointChoice::AtLeastOnce];
 
     /// The checkpoint configuration of this choice (`None` for no checkpoints), writing to
-    /// `dir` every `interval`; `alignment_timeout` is used by `AlignedTimeout` only.
+    /// `dir` every `interval`; `alignment_timeout` is used by `AlignedTimeout` only,
+    /// `inflight_budget` by `Adaptive` only.
     pub fn config(
         self,
         dir: &std::path::Path,
         interval: Duration,
         alignment_timeout: Duration,
+        inflight_budget: u64,
     ) -> Option<CheckpointConfig> {
         let c = CheckpointConfig::new(dir).interval(interval);
         Some(match self {
@@ -128,6 +144,7 @@ impl CheckpointChoice {
             CheckpointChoice::Unaligned => c.unaligned(true),
             CheckpointChoice::AtLeastOnce => c.mode(CheckpointMode::AtLeastOnce),
             CheckpointChoice::AlignedTimeout => c.unaligned(true).alignment_timeout(alignment_timeout),
+            CheckpointChoice::Adaptive => c.unaligned(true).inflight_budget(inflight_budget),
         })
     }
 }
@@ -147,6 +164,7 @@ impl std::fmt::Display for CheckpointChoice {
             CheckpointChoice::Unaligned => "unaligned",
             CheckpointChoice::AtLeastOnce => "at-least-once",
             CheckpointChoice::AlignedTimeout => "aligned-timeout",
+            CheckpointChoice::Adaptive => "adaptive",
         })
     }
 }
@@ -175,6 +193,8 @@ pub struct BenchConfig {
     pub alignment_timeout: Duration,
     /// Checkpoints in flight at once.
     pub max_concurrent: usize,
+    /// `adaptive`: the in-flight budget of a checkpoint, bytes.
+    pub inflight_budget: u64,
 }
 
 /// A benchmark event: a key, a value, and when it was created (job clock, ns).
@@ -186,6 +206,20 @@ pub struct BenchEvent {
     pub value: u64,
     /// Creation time on the job clock, in nanoseconds (the event time too).
     pub created_ns: u64,
+}
+
+/// The payload of a `mixed` workload's bulky event.
+const BULK_PAYLOAD_BYTES: usize = 1024;
+
+/// The `mixed` workload's bulky event: a value, its creation time, and a payload.
+#[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
+pub struct BulkEvent {
+    /// A value to compute with.
+    pub value: u64,
+    /// Creation time on the job clock, in nanoseconds.
+    pub created_ns: u64,
+    /// [`BULK_PAYLOAD_BYTES`] bytes.
+    pub payload: Vec<u8>,
 }
 
 /// A sink that spends `cost_ns` per record (spinning: a stand-in for a slow external system).
@@ -333,8 +367,47 @@ impl BenchConfig {
                     .measure_latency(created)
                     .discard()
             }
+            Workload::Mixed => {
+                let cost = Duration::from_nanos(self.sink_cost_ns);
+                let keys = self.keys.max(1);
+                let lagging = Generator::new(move |i, now_ns| BenchEvent {
+                    key: if i % 2 == 0 { 0 } else { key_of(i, keys) },
+                    value: i,
+                    created_ns: now_ns,
+                });
+                job.generator(paced(lagging, self.rate))
+                    .named("lagging-events")
+                    .key_by(|e: &BenchEvent| e.key)
+                    .reduce(move |a, b| {
+                        spin(cost);
+                        BenchEvent { key: a.key, value: a.value.wrapping_add(b.value), created_ns: b.created_ns }
+                    })
+                    .named("slow-sum")
+                    .discard();
+                let bulky = Generator::new(|i, now_ns| BulkEvent {
+                    value: i,
+                    created_ns: now_ns,
+                    payload: vec![(i % 251) as u8; BULK_PAYLOAD_BYTES],
+                });
+                job.generator(paced(bulky, self.rate))
+                    .named("bulky-events")
+                    .rebalance()
+                    .map(|e: BulkEvent| {
+                        spin(Duration::from_micros(1));
+                        BenchEvent {
+                            key: e.payload.iter().map(|&b| b as u64).sum::<u64>(),
+                            value: e.value,
+                            created_ns: e.created_ns,
+                        }
+                    })
+                    .named("fast-stage")
+                    .measure_latency(created)
+                    .discard()
+            }
         }
-        let Some(config) = self.checkpoint.config(&self.checkpoint_dir, self.interval, self.alignment_timeout) else {
+        let Some(config) =
+            self.checkpoint.config(&self.checkpoint_dir, self.interval, self.alignment_timeout, self.inflight_budget)
+        else {
             return Ok(job);
         };
         let config = config.max_concurrent(self.max_concurrent);
@@ -449,6 +522,8 @@ mod tests {
                 sink_cost_ns: 1_000,
                 alignment_timeout: Duration::from_millis(2),
                 max_concurrent: 1,
+                // Under what the smallest job's rings hold.
+                inflight_budget: 64 << 10,
             };
             let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
             std::thread::sleep(Duration::from_millis(150));

@@ -131,9 +131,13 @@ struct BenchArgs {
     #[arg(long, default_value = "keyed")]
     workload: weir::bench::Workload,
     /// none | aligned | unaligned | at-least-once | aligned-timeout (aligned, turning
-    /// unaligned after --alignment-timeout-ms).
+    /// unaligned after --alignment-timeout-ms) | adaptive (unaligned barriers, a checkpoint's
+    /// in-flight data kept under --inflight-budget-bytes).
     #[arg(long, default_value = "none")]
     checkpoint: weir::bench::CheckpointChoice,
+    /// With --checkpoint adaptive: the in-flight budget of a checkpoint, in bytes (default 1 MiB).
+    #[arg(long)]
+    inflight_budget_bytes: Option<u64>,
     /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     interval_ms: Option<u64>,
@@ -201,6 +205,10 @@ struct CheckpointArgs {
     /// With --unaligned: start aligned, switch to unaligned after this many milliseconds.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     alignment_timeout_ms: Option<u64>,
+    /// With --unaligned: adaptive alignment, keeping a checkpoint's in-flight data under this
+    /// many bytes (channels that drain are aligned, those that lag captured).
+    #[arg(long)]
+    inflight_budget_bytes: Option<u64>,
     /// Checkpoints in flight at once.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
     max_concurrent: Option<u64>,
@@ -288,6 +296,7 @@ impl CheckpointArgs {
                 ("--unaligned", self.unaligned),
                 ("--incremental", self.incremental),
                 ("--alignment-timeout-ms", self.alignment_timeout_ms.is_some()),
+                ("--inflight-budget-bytes", self.inflight_budget_bytes.is_some()),
                 ("--max-concurrent", self.max_concurrent.is_some()),
                 ("--retain", self.retain.is_some()),
                 ("--savepoint-dir", self.savepoint_dir.is_some()),
@@ -318,6 +327,9 @@ impl CheckpointArgs {
         }
         if let Some(ms) = self.alignment_timeout_ms {
             c = c.alignment_timeout(Duration::from_millis(ms));
+        }
+        if let Some(bytes) = self.inflight_budget_bytes {
+            c = c.inflight_budget(bytes);
         }
         if let Some(n) = self.max_concurrent {
             c = c.max_concurrent(n as usize);
@@ -681,6 +693,12 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
             args.checkpoint
         )));
     }
+    if args.inflight_budget_bytes.is_some() && args.checkpoint != CheckpointChoice::Adaptive {
+        return Err(Error::config(format!(
+            "--inflight-budget-bytes needs --checkpoint adaptive (not {})",
+            args.checkpoint
+        )));
+    }
     let interval_ms = args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS);
     let (config, parallelism) = args.runtime.config();
     let temporary = args.checkpoint_dir.is_none() && args.checkpoint != CheckpointChoice::None;
@@ -702,6 +720,7 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
             .alignment_timeout_ms
             .map_or(weir::bench::DEFAULT_ALIGNMENT_TIMEOUT, Duration::from_millis),
         max_concurrent: args.max_concurrent.unwrap_or(1) as usize,
+        inflight_budget: args.inflight_budget_bytes.unwrap_or(weir::bench::DEFAULT_INFLIGHT_BUDGET),
     };
     println!(
         "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
@@ -755,7 +774,12 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
     let checkpoint_dir = scratch_checkpoint_dir("nexmark");
     let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS));
-    if let Some(c) = args.checkpoint.config(&checkpoint_dir, interval, weir::bench::DEFAULT_ALIGNMENT_TIMEOUT) {
+    if let Some(c) = args.checkpoint.config(
+        &checkpoint_dir,
+        interval,
+        weir::bench::DEFAULT_ALIGNMENT_TIMEOUT,
+        weir::bench::DEFAULT_INFLIGHT_BUDGET,
+    ) {
         job = job.with_checkpointing(c.incremental(args.incremental));
     }
     let rows = build(&job, args.query, Some(args.events), args.rate);

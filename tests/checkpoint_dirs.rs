@@ -8,7 +8,9 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use weir::checkpoint::{CheckpointConfig, CheckpointStorage, RestartStrategy, FORMAT_VERSION, METADATA_FILE};
+use weir::checkpoint::{
+    CheckpointConfig, CheckpointMode, CheckpointStorage, RestartStrategy, FORMAT_VERSION, METADATA_FILE,
+};
 use weir::snapshot::{Fault, FaultInjector};
 use weir::source::Generator;
 use weir::{Job, RunConfig};
@@ -148,17 +150,51 @@ fn a_running_job_takes_a_new_interval_and_refuses_what_it_cannot_change() {
     common::wait_until("a checkpoint at 10 ms", || newest_interval(&handle) == Some(10.0));
     handle.update_checkpoints(|c| c.interval(Duration::from_millis(30))).unwrap();
     common::wait_until("a checkpoint at 30 ms", || newest_interval(&handle) == Some(30.0));
-    let wired = handle.update_checkpoints(|c| c.unaligned(true)).unwrap_err().to_string();
-    assert!(wired.contains("unaligned cannot change on a running job"), "{wired}");
+    let wired = handle.update_checkpoints(|c| c.mode(CheckpointMode::AtLeastOnce)).unwrap_err().to_string();
+    assert!(wired.contains("the checkpoint mode cannot change on a running job"), "{wired}");
     let invalid = handle.update_checkpoints(|c| c.interval(Duration::ZERO)).unwrap_err().to_string();
     assert!(
         invalid.contains("interval must be greater than zero") && invalid.contains("keeps its configuration"),
         "{invalid}"
     );
+    let zero_budget = handle.update_checkpoints(|c| c.unaligned(true).inflight_budget(0)).unwrap_err().to_string();
+    assert!(
+        zero_budget.contains("greater than zero") && zero_budget.contains("keeps its configuration"),
+        "{zero_budget}"
+    );
     let seen = handle.checkpoint_stats().len();
     common::wait_until("another checkpoint", || handle.checkpoint_stats().len() > seen);
     let after = handle.checkpoint_stats();
     assert!(after[seen..].iter().all(|s| s.interval_ms == 30.0), "the refused changes changed nothing");
+    assert!(
+        after.iter().all(|s| s.alignment == "aligned"),
+        "{:?}",
+        after.iter().map(|s| &s.alignment).collect::<Vec<_>>()
+    );
+    // Aligned, then unaligned, then aligned with a timeout, then adaptive, on the running job.
+    let newest = |h: &weir::JobHandle| h.checkpoint_stats().last().map(|s| s.alignment.clone()).unwrap_or_default();
+    handle.update_checkpoints(|c| c.unaligned(true)).unwrap();
+    common::wait_until("an unaligned checkpoint", || newest(&handle) == "unaligned");
+    handle.update_checkpoints(|c| c.alignment_timeout(Duration::from_millis(5))).unwrap();
+    common::wait_until("an aligned-timeout checkpoint", || newest(&handle) == "aligned-timeout");
+    assert!(handle.checkpoint_stats().last().unwrap().alignment_timeout_ms == Some(5.0));
+    let mixed = handle.update_checkpoints(|c| c.inflight_budget(1 << 16)).unwrap_err().to_string();
+    assert!(mixed.contains("cannot be combined"), "{mixed}");
+    let mut adaptive = None;
+    handle
+        .update_checkpoints(|mut c| {
+            c.alignment_timeout = None;
+            c.inflight_budget(1 << 16)
+        })
+        .unwrap();
+    common::wait_until("an adaptive checkpoint", || {
+        adaptive = handle.checkpoint_stats().last().filter(|s| s.alignment == "adaptive").cloned();
+        adaptive.is_some()
+    });
+    let adaptive = adaptive.unwrap();
+    assert_eq!(adaptive.inflight_budget, Some(1 << 16));
+    // The keyed stage's tasks report each of their input channels (2 subtasks, 2 channels each).
+    assert_eq!(adaptive.channels.len(), 4, "{:?}", adaptive.channels);
     handle.stop();
     handle.join().unwrap();
 }

@@ -494,6 +494,14 @@ fn every_flag_refuses_a_wrong_value() {
         ([&wc_chk[..], &["--max-concurrent", "65"]].concat(), "--max-concurrent"),
         ([&wc_chk[..], &["--retain", "1001"]].concat(), "--retain"),
         ([&wc_chk[..], &["--alignment-timeout-ms", "0"]].concat(), "--alignment-timeout-ms"),
+        ([&wc[..], &["--inflight-budget-bytes", "1000"]].concat(), "--inflight-budget-bytes needs --checkpoint-dir"),
+        ([&wc_chk[..], &["--inflight-budget-bytes", "1000"]].concat(), "needs unaligned"),
+        ([&wc_chk[..], &["--unaligned", "--inflight-budget-bytes", "0"]].concat(), "greater than zero"),
+        ([&wc_chk[..], &["--unaligned", "--inflight-budget-bytes", "-4"]].concat(), "-4"),
+        (
+            [&wc_chk[..], &["--unaligned", "--inflight-budget-bytes", "9", "--alignment-timeout-ms", "5"]].concat(),
+            "cannot be combined",
+        ),
         // The checkpoints listing.
         (vec!["checkpoints"], "<DIR>"),
         (vec!["checkpoints", "/no/such/dir"], "/no/such/dir"),
@@ -513,6 +521,19 @@ fn every_flag_refuses_a_wrong_value() {
             "--alignment-timeout-ms needs --checkpoint aligned-timeout",
         ),
         (vec!["bench", "--checkpoint", "aligned-timeout", "--alignment-timeout-ms", "0"], "--alignment-timeout-ms"),
+        (
+            vec!["bench", "--checkpoint", "unaligned", "--inflight-budget-bytes", "5"],
+            "--inflight-budget-bytes needs --checkpoint adaptive",
+        ),
+        (
+            vec!["bench", "--checkpoint", "adaptive", "--inflight-budget-bytes", "0", "--no-progress"],
+            "greater than zero",
+        ),
+        // The keyed workload's rings hold 4 × 4096 entries of 32 bytes.
+        (
+            vec!["bench", "--checkpoint", "adaptive", "--inflight-budget-bytes", "100000000", "--no-progress"],
+            "above what the job's rings hold",
+        ),
         (vec!["bench", "--sink-cost-ns", "0"], "--sink-cost-ns"),
         (vec!["bench", "--sink-cost-ns", "2000000000"], "--sink-cost-ns"),
         (vec!["bench", "--json", "/no/such/dir/r.json"], "/no/such/dir/r.json"),

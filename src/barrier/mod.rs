@@ -77,8 +77,13 @@ pub(crate) struct DeferredSnapshot {
 pub(crate) struct TaskCheckpointing {
     pub(crate) task: usize,
     pub(crate) mode: CheckpointMode,
-    /// Unaligned checkpoints: barriers arrive in priority slots.
+    /// Barriers may arrive in priority slots (every exactly-once job: a running job may turn
+    /// unaligned checkpoints on).
     pub(crate) unaligned: bool,
+    /// Unaligned checkpoints configured at the start: the gates hand records on in slices, so
+    /// a priority barrier waits for a slice of work, not a chunk. (A job that turns them on
+    /// later has its barriers wait for a chunk: slicing costs an aligned job a few percent.)
+    pub(crate) slice_records: bool,
     /// Unaligned checkpoints snapshotted here whose in-flight data is still being captured,
     /// in checkpoint order.
     pub(crate) pending_unaligned: Vec<PendingSnapshot>,
@@ -279,8 +284,8 @@ pub(crate) trait Inputs {
     fn take_capture(&mut self, checkpoint: u64) -> Vec<(usize, Vec<u8>)>;
     /// Number of channels.
     fn channel_count(&self) -> usize;
-    /// Adaptive alignment: read `ch` up to its barrier at `seq`, no further.
-    fn defer(&mut self, ch: usize, seq: u64);
+    /// Adaptive alignment: read `ch` up to its barrier of `checkpoint` at `seq`, no further.
+    fn defer(&mut self, ch: usize, checkpoint: u64, seq: u64);
     /// Ends adaptive alignment on every channel.
     fn release_deferred(&mut self);
     /// Bytes `ch`'s ring holds ahead of its deferred barrier, about.
@@ -326,8 +331,8 @@ impl<T: Persist> Inputs for InputGate<T> {
     fn channel_count(&self) -> usize {
         self.channels()
     }
-    fn defer(&mut self, ch: usize, seq: u64) {
-        InputGate::defer(self, ch, seq)
+    fn defer(&mut self, ch: usize, checkpoint: u64, seq: u64) {
+        InputGate::defer(self, ch, checkpoint, seq)
     }
     fn release_deferred(&mut self) {
         InputGate::release_deferred(self)
@@ -420,8 +425,8 @@ impl<A: Persist, B: Persist> Inputs for GatePair<A, B> {
     fn channel_count(&self) -> usize {
         self.left.channels() + self.right.channels()
     }
-    fn defer(&mut self, ch: usize, seq: u64) {
-        by_side!(self, ch, g => g.defer(ch, seq))
+    fn defer(&mut self, ch: usize, checkpoint: u64, seq: u64) {
+        by_side!(self, ch, g => g.defer(ch, checkpoint, seq))
     }
     fn release_deferred(&mut self) {
         self.left.release_deferred();
@@ -508,7 +513,7 @@ pub(crate) fn on_priority(
     if let Some(d) = cp.deferred.as_mut() {
         if d.barrier.id == barrier.id {
             d.seqs[ch] = Some(seq);
-            inputs.defer(ch, seq);
+            inputs.defer(ch, barrier.id, seq);
             return snapshot_within_budget(cp, inputs, id, head);
         }
         if barrier.id > d.barrier.id {
@@ -539,7 +544,7 @@ pub(crate) fn on_priority(
                     };
                     d.seqs[ch] = Some(seq);
                     cp.deferred = Some(d);
-                    inputs.defer(ch, seq);
+                    inputs.defer(ch, barrier.id, seq);
                     return snapshot_within_budget(cp, inputs, id, head);
                 }
                 snapshot_unaligned(cp, inputs, id, barrier, None, head)?;

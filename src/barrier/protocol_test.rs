@@ -66,6 +66,7 @@ fn adaptive_task(
         task: 0,
         mode: CheckpointMode::ExactlyOnce,
         unaligned: true,
+        slice_records: false,
         pending_unaligned: Vec::new(),
         unaligned_done: 0,
         control,

@@ -271,6 +271,16 @@ impl<T: Persist> InputGate<T> {
     pub(crate) fn set_capture_limit(&mut self, checkpoint: u64, channel: usize, seq: u64) {
         let read = self.channels[channel].read;
         let carried = self.carried[channel].take_if(|c| (c.0, c.1) == (checkpoint, seq)).map(|(_, _, c)| c);
+        // A priority barrier's `seq` is never behind the read position but by entries it
+        // carried (adaptive alignment reads through a deferred barrier's staged entries, which
+        // a later barrier may carry again); an in-band barrier's position is one behind it
+        // (the barrier entry itself was consumed).
+        debug_assert!(
+            seq + 1 + carried.as_ref().map_or(0, |c| c.entries) >= read,
+            "a barrier behind data already consumed"
+        );
+        // The carried entries read already are no longer in flight.
+        let carried = carried.map(|c| skip_entries::<T>(c, read.saturating_sub(seq)));
         let Some(cap) = self.captures.iter_mut().find(|c| c.checkpoint == checkpoint) else {
             return;
         };
@@ -279,9 +289,6 @@ impl<T: Persist> InputGate<T> {
             // the first one set the limit, and the channel may have been read past it since.
             return;
         }
-        // A priority barrier's `seq` is never behind the read position; an in-band barrier's
-        // position is one behind it (the barrier entry itself was consumed).
-        debug_assert!(seq + 1 >= read, "a barrier behind data already consumed");
         cap.limit[channel] = Some(seq);
         peek_into(&mut self.channels[channel], cap, channel);
         if let Some(c) = carried {
@@ -310,11 +317,16 @@ impl<T: Persist> InputGate<T> {
         self.channels[channel].read
     }
 
-    /// Adaptive alignment: channel `channel`'s barrier is at `seq`; until
-    /// [`InputGate::release_deferred`], the channel is read up to there and no further.
-    pub(crate) fn defer(&mut self, channel: usize, seq: u64) {
-        debug_assert!(seq >= self.channels[channel].read, "a barrier behind data already consumed");
-        self.stop_at[channel] = Some(seq);
+    /// Adaptive alignment: channel `channel`'s barrier of `checkpoint` is at `seq`; until
+    /// [`InputGate::release_deferred`], the channel is read up to the barrier and no further:
+    /// up to `seq`, and through the entries its producer still held staged, which the barrier
+    /// carried and which reach the ring next.
+    pub(crate) fn defer(&mut self, channel: usize, checkpoint: u64, seq: u64) {
+        let staged =
+            self.carried[channel].as_ref().filter(|c| (c.0, c.1) == (checkpoint, seq)).map_or(0, |c| c.2.entries);
+        // Behind the read position only by staged entries read through an earlier deferral.
+        debug_assert!(seq + staged >= self.channels[channel].read, "a barrier behind data already consumed");
+        self.stop_at[channel] = Some(seq + staged);
     }
 
     /// Ends adaptive alignment: every channel is read on (past its barrier: the snapshot is
@@ -323,31 +335,36 @@ impl<T: Persist> InputGate<T> {
         self.stop_at.iter_mut().for_each(|s| *s = None);
     }
 
-    /// About how many bytes of in-flight data channel `channel`'s ring holds ahead of its
-    /// deferred barrier: the entries between the read position and the barrier, at the encoded
-    /// size of the first few of them. (What the barrier carried is not counted: those entries
-    /// come after the barrier's position in the ring, so reading cannot shrink them.) `None`
-    /// if it has no deferred barrier.
+    /// About how many bytes of in-flight data channel `channel` holds ahead of its deferred
+    /// barrier: the entries in its ring before the barrier, at the encoded size of the first
+    /// few of them, and the staged entries the barrier carried not yet read. `None` if it has
+    /// no deferred barrier.
     pub(crate) fn ahead_bytes(&mut self, channel: usize) -> Option<u64> {
         let stop = self.stop_at[channel]?;
         let ch = &mut self.channels[channel];
-        let entries = stop.saturating_sub(ch.read);
-        let avail = ch.consumer.slots();
-        if entries == 0 || avail == 0 {
-            return Some(0);
+        let ahead = stop.saturating_sub(ch.read);
+        let avail = ch.consumer.slots() as u64;
+        let in_ring = ahead.min(avail);
+        // The carried entries not yet in the ring: the last of them.
+        let staged = self.carried[channel].as_ref().map_or(0, |c| {
+            let not_in_ring = ahead - in_ring;
+            (c.2.bytes.len() as u64 * not_in_ring).div_ceil(c.2.entries.max(1))
+        });
+        if in_ring == 0 {
+            return Some(staged);
         }
         // A sample's encoding sizes the rest; the chunk is dropped unread (a peek).
-        const SAMPLE: usize = 16;
-        let chunk = ch.consumer.read_chunk(avail.min(SAMPLE)).expect("avail slots were checked");
+        const SAMPLE: u64 = 16;
+        let chunk = ch.consumer.read_chunk(in_ring.min(SAMPLE) as usize).expect("avail slots were checked");
         let (a, b) = chunk.as_slices();
         let mut buf = std::mem::take(&mut self.sample);
         buf.clear();
         let mut n = 0u64;
-        for e in a.iter().chain(b).take(entries.min(SAMPLE as u64) as usize) {
+        for e in a.iter().chain(b) {
             e.persist(&mut buf);
             n += 1;
         }
-        let bytes = (buf.len() as u64).div_ceil(n.max(1)) * entries;
+        let bytes = (buf.len() as u64).div_ceil(n.max(1)) * in_ring + staged;
         self.sample = buf;
         Some(bytes)
     }
@@ -651,6 +668,26 @@ fn priority_polled(
         *carrying = true;
     }
     GatePoll::PriorityBarrier { channel: i, barrier: pb.barrier, seq: pb.seq }
+}
+
+/// `captured` less its first `n` entries.
+fn skip_entries<T: Persist>(mut captured: Captured, n: u64) -> Captured {
+    if n == 0 {
+        return captured;
+    }
+    let mut rest = captured.bytes.as_slice();
+    let mut skipped = 0;
+    while skipped < n.min(captured.entries) {
+        if Entry::<T>::restore(&mut rest).is_err() {
+            debug_assert!(false, "carried entries decode as they were encoded");
+            break;
+        }
+        skipped += 1;
+    }
+    let at = captured.bytes.len() - rest.len();
+    captured.bytes.drain(..at);
+    captured.entries -= skipped;
+    captured
 }
 
 /// Encodes channel `i`'s ring entries in `[upto, limit)` into the capture without consuming

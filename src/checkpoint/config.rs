@@ -272,7 +272,6 @@ impl CheckpointConfig {
         let fixed = [
             ("the checkpoint directory", self.dir != new.dir),
             ("the checkpoint mode", self.mode != new.mode),
-            ("unaligned", self.unaligned != new.unaligned),
             ("incremental", self.incremental != new.incremental),
             ("allow_retracting_output", self.allow_retracting_output != new.allow_retracting_output),
         ];

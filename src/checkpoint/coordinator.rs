@@ -117,9 +117,12 @@ pub(crate) struct CoordinatorSetup {
 struct Pending {
     barrier: Barrier,
     started_ns: u64,
-    /// The interval, timeout and in-flight budget in force when it was triggered.
+    /// The configuration in force when it was triggered: interval, timeout, how its barriers
+    /// go (see `CheckpointStats::alignment`), alignment timeout and in-flight budget.
     interval_ns: u64,
     timeout_ns: u64,
+    alignment: &'static str,
+    alignment_timeout_ns: Option<u64>,
     inflight_budget: Option<u64>,
     acks: HashMap<usize, TaskDone>,
     savepoint: Option<SavepointRequest>,
@@ -436,7 +439,17 @@ impl CoordinatorCore {
             self.out.push(Command::Send(t.0, TaskControl::Trigger(barrier)));
         }
         let (interval_ns, timeout_ns) = (self.interval_ns().unwrap_or(0), ns(self.s.config.timeout));
-        let inflight_budget = self.s.config.inflight_budget.filter(|_| barrier.unaligned);
+        let c = &self.s.config;
+        let inflight_budget = c.inflight_budget.filter(|_| barrier.unaligned);
+        let alignment_timeout_ns = c.alignment_timeout.filter(|_| !barrier.savepoint).map(ns);
+        let alignment = match () {
+            _ if barrier.savepoint => "savepoint",
+            _ if c.mode == crate::checkpoint::CheckpointMode::AtLeastOnce => "at-least-once",
+            _ if inflight_budget.is_some() => "adaptive",
+            _ if barrier.unaligned => "unaligned",
+            _ if alignment_timeout_ns.is_some() => "aligned-timeout",
+            _ => "aligned",
+        };
         self.pending.insert(
             id,
             Pending {
@@ -444,6 +457,8 @@ impl CoordinatorCore {
                 started_ns: now,
                 interval_ns,
                 timeout_ns,
+                alignment,
+                alignment_timeout_ns,
                 inflight_budget,
                 acks: HashMap::new(),
                 savepoint,
@@ -542,6 +557,8 @@ impl CoordinatorCore {
             inflight_bytes: sum(|s| s.inflight_bytes),
             interval_ms: ms(p.interval_ns),
             timeout_ms: ms(p.timeout_ns),
+            alignment: p.alignment.to_string(),
+            alignment_timeout_ms: p.alignment_timeout_ns.map(ms),
             inflight_budget: p.inflight_budget,
             channels: {
                 let mut c: Vec<_> = p.acks.values().flat_map(|a| a.stats.channels.iter().cloned()).collect();

@@ -28,15 +28,31 @@ pub use storage::{
     FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
 };
 
-/// A table of checkpoint statistics, one row per checkpoint (for the command line).
+/// A table of checkpoint statistics, one row per checkpoint (for the command line). With
+/// adaptive alignment, a last column counts the input channels aligned and captured.
 pub fn stats_table(stats: &[CheckpointStats]) -> String {
-    let header =
-        ["id", "duration", "start delay", "alignment", "sync", "async", "state bytes", "written", "in-flight bytes"];
+    let mut header = vec![
+        "id",
+        "duration",
+        "start delay",
+        "alignment",
+        "sync",
+        "async",
+        "state bytes",
+        "written",
+        "in-flight bytes",
+    ];
+    let adaptive = stats.iter().any(|s| !s.channels.is_empty());
+    if adaptive {
+        header.push("channels aligned / captured");
+    }
     let ms = |v: f64| format!("{v:.2} ms");
     let rows: Vec<Vec<String>> = stats
         .iter()
         .map(|s| {
-            vec![
+            let aligned = s.channels.iter().filter(|c| c.aligned).count();
+            let channels = adaptive.then(|| format!("{aligned} / {}", s.channels.len() - aligned));
+            let row = vec![
                 s.id.to_string(),
                 ms(s.duration_ms),
                 ms(s.start_delay_ms),
@@ -46,7 +62,8 @@ pub fn stats_table(stats: &[CheckpointStats]) -> String {
                 crate::metrics::group_digits(s.state_bytes),
                 crate::metrics::group_digits(s.written_bytes),
                 crate::metrics::group_digits(s.inflight_bytes),
-            ]
+            ];
+            row.into_iter().chain(channels).collect()
         })
         .collect();
     table(&header, &rows)

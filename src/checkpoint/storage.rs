@@ -221,6 +221,14 @@ pub struct CheckpointStats {
     /// See `interval_ms`.
     #[serde(default)]
     pub timeout_ms: f64,
+    /// How its barriers went: `aligned`, `unaligned`, `aligned-timeout` (aligned, turning
+    /// unaligned after `alignment_timeout_ms`), `adaptive` (under `inflight_budget`),
+    /// `at-least-once` or `savepoint`.
+    #[serde(default)]
+    pub alignment: String,
+    /// See `alignment`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alignment_timeout_ms: Option<f64>,
     /// Adaptive alignment: the in-flight budget it ran under (bytes), and each task's input
     /// channels, aligned or captured.
     #[serde(default, skip_serializing_if = "Option::is_none")]

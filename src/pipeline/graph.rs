@@ -39,8 +39,9 @@ pub(crate) type MakeRings = Box<dyn Fn(&ChannelSpec) -> (Vec<AnyBox>, Vec<AnyBox
 /// An edge's ring constructor, made while its record type was known.
 pub(crate) struct MakeChannels {
     pub(crate) make: MakeRings,
-    /// The in-memory size of one ring entry (what an in-flight budget is checked against).
-    pub(crate) entry_bytes: usize,
+    /// The size of one ring entry, for records that own no heap memory (what an in-flight
+    /// budget is checked against): their encoding is no larger. `None` for records that do.
+    pub(crate) entry_bytes: Option<usize>,
 }
 
 pub(crate) enum NodeKind {
@@ -278,5 +279,6 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
             .collect();
         (writers, readers)
     });
-    MakeChannels { make, entry_bytes: std::mem::size_of::<crate::channel::Entry<T>>() }
+    let entry_bytes = (!std::mem::needs_drop::<T>()).then(std::mem::size_of::<crate::channel::Entry<T>>);
+    MakeChannels { make, entry_bytes }
 }

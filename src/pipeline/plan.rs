@@ -37,7 +37,10 @@ pub(crate) struct PhysicalPlan {
 /// What the plan needs to make tasks take part in checkpoints.
 pub(crate) struct CheckpointWiring {
     pub(crate) mode: CheckpointMode,
+    /// Gates check their priority slots: barriers may be unaligned.
     pub(crate) unaligned: bool,
+    /// Unaligned checkpoints configured at the start: gates slice their records.
+    pub(crate) slice_records: bool,
     /// What the tasks read at each checkpoint and a running job may change: the aligned-
     /// checkpoint timeout (with unaligned on, a checkpoint switches to unaligned once it has
     /// run this long, and producers republish their in-band barriers still queued then) and
@@ -184,7 +187,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
     validate(graph)?;
     assert!(limits.workers >= 1 && env.parkers.len() == limits.workers);
     let mut b = Builder { graph, limits, env, writers: Vec::new(), readers: Vec::new() };
-    // Per ring edge: its channels and the in-memory size of an entry.
+    // Per ring edge: its channels and the size of an entry, if bounded.
     let mut ring_entries = Vec::new();
     for (e, edge) in graph.edges.iter().enumerate() {
         let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
@@ -251,6 +254,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     task: tasks.len(),
                     mode: w.mode,
                     unaligned: w.unaligned,
+                    slice_records: w.slice_records,
                     pending_unaligned: Vec::new(),
                     unaligned_done: 0,
                     control: rx,
@@ -292,16 +296,20 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
 }
 
 /// An in-flight budget the job's rings could never fill would never align a channel: it is
-/// refused, as is one for a job without rings (everything chained).
-fn check_inflight_budget(graph: &Graph, capacity: usize, rings: &[(usize, usize)]) -> Result<()> {
+/// refused, as is one for a job without rings (everything chained). What the rings hold is
+/// bounded for records that own no heap memory (their encoding is no larger than an entry);
+/// a job with records that do is not checked.
+fn check_inflight_budget(graph: &Graph, capacity: usize, rings: &[(usize, Option<usize>)]) -> Result<()> {
     let Some(budget) = graph.checkpointing.as_ref().and_then(|c| c.inflight_budget) else { return Ok(()) };
+    if rings.iter().any(|(_, b)| b.is_none()) {
+        return Ok(());
+    }
     let entries: usize = rings.iter().map(|(c, _)| c * capacity).sum();
-    let bytes: u64 = rings.iter().map(|(c, b)| (c * capacity * b) as u64).sum();
+    let bytes: u64 = rings.iter().map(|(c, b)| (c * capacity * b.unwrap_or(0)) as u64).sum();
     if budget > bytes {
         return Err(Error::config(format!(
-            "the in-flight budget of {budget} bytes is above what the job's rings hold ({entries} entries of {bytes} bytes \
-             in all, counted in memory): no channel would ever be aligned; choose a smaller budget, or plain unaligned \
-             checkpoints"
+            "the in-flight budget of {budget} bytes is above what the job's rings hold ({entries} entries, at most \
+             {bytes} bytes): no channel would ever be aligned; choose a smaller budget, or plain unaligned checkpoints"
         )));
     }
     Ok(())

@@ -474,15 +474,29 @@ fn ident(ctx: &TaskContext) -> TaskIdent {
     TaskIdent { name: task_name(ctx), operator: ctx.operator.clone(), subtask: ctx.subtask }
 }
 
-/// Sets up a task's checkpointing for `channels` input channels: whether its gates block on
-/// barriers, and with unaligned checkpoints the clock they time their record slices on.
-fn prepare(checkpointing: &mut Option<TaskCheckpointing>, channels: usize) -> (bool, Option<Clock>) {
+/// How a task's gates take part in checkpoints.
+#[derive(Clone)]
+struct GateSetup {
+    /// Block a channel that delivered the barrier being aligned.
+    blocks: bool,
+    /// Check the priority slots (barriers may be unaligned).
+    priority: bool,
+    /// With unaligned checkpoints configured at the start: the clock record slices are timed on.
+    slicing: Option<Clock>,
+}
+
+/// Sets up a task's checkpointing for `channels` input channels.
+fn prepare(checkpointing: &mut Option<TaskCheckpointing>, channels: usize) -> GateSetup {
     match checkpointing.as_mut() {
         Some(cp) => {
             cp.aligner = BarrierAligner::new(channels);
-            (cp.blocks(), cp.unaligned.then(|| cp.clock.clone()))
+            GateSetup {
+                blocks: cp.blocks(),
+                priority: cp.unaligned,
+                slicing: cp.slice_records.then(|| cp.clock.clone()),
+            }
         }
-        None => (false, None),
+        None => GateSetup { blocks: false, priority: false, slicing: None },
     }
 }
 
@@ -504,8 +518,7 @@ impl<T: Persist> OneInputTask<T> {
         budget: usize,
         mut checkpointing: Option<TaskCheckpointing>,
     ) -> Self {
-        let (blocks, unaligned) = prepare(&mut checkpointing, gate.channels());
-        gate.mode(blocks, unaligned);
+        gate.mode(prepare(&mut checkpointing, gate.channels()));
         OneInputTask { id: ident(ctx), gate, head, budget, checkpointing, phase: Phase::Running }
     }
 }
@@ -578,9 +591,9 @@ impl<A: Persist, B: Persist> TwoInputTask<A, B> {
         budget: usize,
         mut checkpointing: Option<TaskCheckpointing>,
     ) -> Self {
-        let (blocks, unaligned) = prepare(&mut checkpointing, left.channels() + right.channels());
+        let setup = prepare(&mut checkpointing, left.channels() + right.channels());
         for g in [&mut left as &mut dyn GateMode, &mut right] {
-            g.mode(blocks, unaligned.clone());
+            g.mode(setup.clone());
         }
         TwoInputTask {
             id: ident(ctx),
@@ -596,14 +609,14 @@ impl<A: Persist, B: Persist> TwoInputTask<A, B> {
 
 /// Sets a gate's checkpoint mode whatever its record type.
 trait GateMode {
-    fn mode(&mut self, blocks: bool, unaligned: Option<Clock>);
+    fn mode(&mut self, setup: GateSetup);
 }
 
 impl<T: Persist> GateMode for InputGate<T> {
-    fn mode(&mut self, blocks: bool, unaligned: Option<Clock>) {
-        self.set_blocking(blocks);
-        self.set_unaligned(unaligned.is_some());
-        if let Some(clock) = unaligned {
+    fn mode(&mut self, setup: GateSetup) {
+        self.set_blocking(setup.blocks);
+        self.set_unaligned(setup.priority);
+        if let Some(clock) = setup.slicing {
             self.set_slicing(clock);
         }
     }

@@ -560,7 +560,10 @@ pub(crate) fn prepare_attempt(
         let commits = Arc::new(CommitsApplied::default());
         wiring = Some(CheckpointWiring {
             mode: cfg.mode,
-            unaligned: cfg.unaligned,
+            // Every exactly-once job's gates check the priority slots, so a running job can
+            // turn unaligned checkpoints on (and off).
+            unaligned: cfg.mode == crate::checkpoint::CheckpointMode::ExactlyOnce,
+            slice_records: cfg.unaligned,
             live: Arc::new(crate::checkpoint::task::LiveSettings::new(cfg)),
             incremental: cfg.incremental,
             acks: acks_tx,
