@@ -260,6 +260,26 @@ impl BenchConfig {
         paced(g, rate)
     }
 
+    /// The backlog workload's pipeline up to its slow stage: every other event on key 0, whose
+    /// subtask gets three quarters of the work, into a keyed running sum spending
+    /// `sink_cost_ns` per record.
+    fn lagging_sum(&self, job: &Job) -> crate::Stream<BenchEvent> {
+        let cost = Duration::from_nanos(self.sink_cost_ns);
+        let keys = self.keys.max(1);
+        let g = Generator::new(move |i, now_ns| BenchEvent {
+            key: if i % 2 == 0 { 0 } else { key_of(i, keys) },
+            value: i,
+            created_ns: now_ns,
+        });
+        job.generator(paced(g, self.rate))
+            .key_by(|e: &BenchEvent| e.key)
+            .reduce(move |a, b| {
+                spin(cost);
+                BenchEvent { key: a.key, value: a.value.wrapping_add(b.value), created_ns: b.created_ns }
+            })
+            .named("slow-sum")
+    }
+
     /// The job: the workload, with checkpoints as chosen.
     pub fn job(&self) -> Result<Job> {
         if self.parallelism == 0 || self.keys == 0 {
@@ -346,44 +366,9 @@ impl BenchConfig {
                     .measure_latency(created)
                     .discard()
             }
-            Workload::Backlog => {
-                let cost = Duration::from_nanos(self.sink_cost_ns);
-                let keys = self.keys.max(1);
-                // Every other event has key 0: its subtask gets three quarters of the work.
-                let g = Generator::new(move |i, now_ns| BenchEvent {
-                    key: if i % 2 == 0 { 0 } else { key_of(i, keys) },
-                    value: i,
-                    created_ns: now_ns,
-                });
-                let g = paced(g, self.rate);
-                job.generator(g)
-                    .key_by(|e: &BenchEvent| e.key)
-                    .reduce(move |a, b| {
-                        spin(cost);
-                        BenchEvent { key: a.key, value: a.value.wrapping_add(b.value), created_ns: b.created_ns }
-                    })
-                    .named("slow-sum")
-                    .rebalance()
-                    .measure_latency(created)
-                    .discard()
-            }
+            Workload::Backlog => self.lagging_sum(&job).rebalance().measure_latency(created).discard(),
             Workload::Mixed => {
-                let cost = Duration::from_nanos(self.sink_cost_ns);
-                let keys = self.keys.max(1);
-                let lagging = Generator::new(move |i, now_ns| BenchEvent {
-                    key: if i % 2 == 0 { 0 } else { key_of(i, keys) },
-                    value: i,
-                    created_ns: now_ns,
-                });
-                job.generator(paced(lagging, self.rate))
-                    .named("lagging-events")
-                    .key_by(|e: &BenchEvent| e.key)
-                    .reduce(move |a, b| {
-                        spin(cost);
-                        BenchEvent { key: a.key, value: a.value.wrapping_add(b.value), created_ns: b.created_ns }
-                    })
-                    .named("slow-sum")
-                    .discard();
+                self.lagging_sum(&job).discard();
                 let bulky = Generator::new(|i, now_ns| BulkEvent {
                     value: i,
                     created_ns: now_ns,
