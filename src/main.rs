@@ -628,45 +628,28 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
         let mut row = vec![name.clone()];
         match status {
             CheckpointStatus::Valid(m) => {
-                let s = &m.stats;
                 row.push("valid".into());
-                row.extend(
-                    [s.duration_ms, s.start_delay_ms, s.alignment_ms, s.sync_ms, s.async_ms]
-                        .map(|v| format!("{v:.2} ms")),
-                );
-                row.push(group_digits(s.state_bytes));
-                row.push(group_digits(s.written_bytes));
-                row.push(group_digits(s.inflight_bytes));
+                row.extend(weir::checkpoint::stats_cells(&m.stats));
             }
             CheckpointStatus::Incomplete => {
                 row.push("incomplete (no _metadata: never completed)".into());
-                row.extend(std::iter::repeat_n(String::new(), 8));
+                row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Damaged(reason) => {
                 damaged += 1;
                 row.push(format!("DAMAGED: {reason}"));
-                row.extend(std::iter::repeat_n(String::new(), 8));
+                row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Finished(f) => {
                 let what = if f.description.is_empty() { String::new() } else { format!(": {}", f.description) };
                 row.push(format!("the job '{}' finished{what}", f.job));
-                row.extend(std::iter::repeat_n(String::new(), 8));
+                row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
             }
         }
         rows.push(row);
     }
-    let header = [
-        "folder",
-        "status",
-        "duration",
-        "start delay",
-        "alignment",
-        "sync",
-        "async",
-        "state bytes",
-        "written",
-        "in-flight bytes",
-    ];
+    let mut header = vec!["folder", "status"];
+    header.extend(weir::checkpoint::STATS_COLUMNS);
     print!("{}", weir::checkpoint::table(&header, &rows));
     if damaged > 0 {
         return Err(Error::Corrupt(format!(

@@ -18,7 +18,14 @@
 //!   unaligned first, so snapshots stay in checkpoint order;
 //! - aligned with timeout: an alignment that waited longer than the bound switches to
 //!   unaligned at this task (channels whose barrier already arrived have nothing in flight;
-//!   the others are captured up to their in-band barrier), and the barrier goes on unaligned.
+//!   the others are captured up to their in-band barrier), and the barrier goes on unaligned;
+//! - adaptive (unaligned barriers under an in-flight budget): the first priority barrier
+//!   defers the snapshot; each channel whose barrier arrived is read up to it and no further,
+//!   and the task snapshots once no channel holds more than its share of the budget ahead of
+//!   its barrier, capturing what is left (a channel read up to its barrier is aligned).
+//!
+//! The aligned-checkpoint timeout and the budget are read from `LiveSettings`, which a
+//! running job may change.
 //!
 //! (Carbone et al. 2015 for aligned barriers; Flink's FLIP-76 for unaligned checkpoints.)
 

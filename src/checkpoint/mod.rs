@@ -28,42 +28,33 @@ pub use storage::{
     FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
 };
 
+/// The columns of one checkpoint's statistics in the command line's tables.
+pub const STATS_COLUMNS: [&str; 8] =
+    ["duration", "start delay", "alignment", "sync", "async", "state bytes", "written", "in-flight bytes"];
+
+/// One checkpoint's statistics as the cells of [`STATS_COLUMNS`].
+pub fn stats_cells(s: &CheckpointStats) -> Vec<String> {
+    let mut cells: Vec<String> =
+        [s.duration_ms, s.start_delay_ms, s.alignment_ms, s.sync_ms, s.async_ms].map(|v| format!("{v:.2} ms")).into();
+    cells.extend([s.state_bytes, s.written_bytes, s.inflight_bytes].map(crate::metrics::group_digits));
+    cells
+}
+
 /// A table of checkpoint statistics, one row per checkpoint (for the command line). With
 /// adaptive alignment, a last column counts the input channels aligned and captured.
 pub fn stats_table(stats: &[CheckpointStats]) -> String {
-    let mut header = vec![
-        "id",
-        "duration",
-        "start delay",
-        "alignment",
-        "sync",
-        "async",
-        "state bytes",
-        "written",
-        "in-flight bytes",
-    ];
+    let mut header = vec!["id"];
+    header.extend(STATS_COLUMNS);
     let adaptive = stats.iter().any(|s| !s.channels.is_empty());
     if adaptive {
         header.push("channels aligned / captured");
     }
-    let ms = |v: f64| format!("{v:.2} ms");
     let rows: Vec<Vec<String>> = stats
         .iter()
         .map(|s| {
             let aligned = s.channels.iter().filter(|c| c.aligned).count();
             let channels = adaptive.then(|| format!("{aligned} / {}", s.channels.len() - aligned));
-            let row = vec![
-                s.id.to_string(),
-                ms(s.duration_ms),
-                ms(s.start_delay_ms),
-                ms(s.alignment_ms),
-                ms(s.sync_ms),
-                ms(s.async_ms),
-                crate::metrics::group_digits(s.state_bytes),
-                crate::metrics::group_digits(s.written_bytes),
-                crate::metrics::group_digits(s.inflight_bytes),
-            ];
-            row.into_iter().chain(channels).collect()
+            std::iter::once(s.id.to_string()).chain(stats_cells(s)).chain(channels).collect()
         })
         .collect();
     table(&header, &rows)
