@@ -332,15 +332,15 @@ impl CoordinatorCore {
         let timeout = ns(self.s.config.timeout);
         // Writers of an aborted checkpoint end within its timeout (or fail it).
         self.aborted.retain(|_, at| now.saturating_sub(*at) <= timeout);
-        let expired: Vec<(u64, u64)> = self
+        let expired: Vec<u64> = self
             .pending
             .iter()
             .filter(|(_, p)| now.saturating_sub(p.started_ns) > p.timeout_ns)
-            .map(|(k, p)| (*k, p.timeout_ns))
+            .map(|(k, _)| *k)
             .collect();
-        for (id, timeout_ns) in expired {
-            self.pending.remove(&id);
-            let reason = format!("expired after {:?}", Duration::from_nanos(timeout_ns));
+        for id in expired {
+            let p = self.pending.remove(&id).expect("listed above");
+            let reason = self.expiry_reason(&p);
             self.failed(id, &reason);
             if self.halted {
                 return;
@@ -487,6 +487,23 @@ impl CoordinatorCore {
     fn halt(&mut self, e: Error) {
         self.halted = true;
         self.out.push(Command::Fail(e));
+    }
+
+    /// Why an expired checkpoint failed: its timeout, and which tasks had not finished their
+    /// part (those that had are named by count: their parts are discarded with the rest).
+    fn expiry_reason(&self, p: &Pending) -> String {
+        let missing: Vec<&str> =
+            self.s.tasks.iter().filter(|t| !p.acks.contains_key(&t.0)).map(|t| t.1.as_str()).collect();
+        const NAMED: usize = 4;
+        let more = missing.len().saturating_sub(NAMED);
+        format!(
+            "expired after {:?}: {} of {} tasks had completed their part; still waiting for {}{}",
+            Duration::from_nanos(p.timeout_ns),
+            p.acks.len(),
+            self.s.tasks.len(),
+            missing.iter().take(NAMED).copied().collect::<Vec<_>>().join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        )
     }
 
     fn record_failure(&self, id: u64, reason: &str) {
@@ -789,6 +806,26 @@ mod tests {
         assert_eq!(none.next_trigger_ns(), u64::MAX);
         none.s.end.sources_in_backlog.store(0, Ordering::SeqCst);
         assert_eq!(triggered(&none.on_tick(10_001 * ms)).len(), 1);
+    }
+
+    /// A checkpoint that expires says which tasks had not completed their part, so a user
+    /// sees where it was stuck (the source had written its part; the sink never did).
+    #[test]
+    fn an_expired_checkpoint_names_the_tasks_it_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let ms = 1_000_000;
+        let config =
+            CheckpointConfig::new(dir.path()).interval(Duration::from_millis(10)).timeout(Duration::from_millis(50));
+        let mut c = core_with(config);
+        let first = triggered(&c.on_tick(10 * ms));
+        c.on_ack(ack(&c, 0, first[0]), 11 * ms);
+        c.on_tick(70 * ms);
+        let failures = c.s.failures.lock().unwrap().clone();
+        assert_eq!(
+            failures,
+            vec!["checkpoint 1 failed: expired after 50ms: 1 of 2 tasks had completed their part; still waiting for sink"
+                .to_string()]
+        );
     }
 
     /// Found by the simulator: a stop-with-savepoint let later checkpoints (the final one
