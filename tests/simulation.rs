@@ -2,7 +2,9 @@
 //! join and a keyed process at parallelism 1, 2 and 4, every checkpoint mode with full and
 //! incremental checkpoints, 1,000 seeds each; every seed's failure schedule (failovers,
 //! crashes mid-write and mid-commit, damaged and misplaced files, failed writes, fencing,
-//! failures right after a restore) compared with the golden run: equal output under
+//! failures right after a restore, and for the jobs whose output does not depend on
+//! parallelism a restart from the latest checkpoint at another one) compared with the golden
+//! run, adaptive alignment among the modes: equal output under
 //! exactly-once, nothing missing under at-least-once. A failing seed reruns bit for bit with
 //! `weir simulate --job J --mode M [--incremental] --parallelism P --seeds S`.
 
