@@ -83,8 +83,9 @@ pub(crate) fn rescale_inflight<T>(
     broadcast_from: usize,
 ) -> ChannelEntries<T> {
     assert!(subtask < parallelism && channels > 0, "subtask {subtask} of {parallelism}, {channels} channels");
-    let router = match route {
-        InflightRoute::KeyBy { max_parallelism, .. } => Some(KeyRouter::new(*max_parallelism, parallelism)),
+    // A key-by edge's records go to the subtask that owns their key group now.
+    let keyed = match route {
+        InflightRoute::KeyBy { hash, max_parallelism } => Some((hash, KeyRouter::new(*max_parallelism, parallelism))),
         _ => None,
     };
     let mut by_channel: BTreeMap<usize, Vec<Entry<T>>> = BTreeMap::new();
@@ -99,13 +100,10 @@ pub(crate) fn rescale_inflight<T>(
             continue;
         }
         for (channel, entries) in per_channel {
-            let records = entries.into_iter().filter(|e| match (e, route, &router) {
-                (Entry::Record(r), InflightRoute::KeyBy { hash, .. }, Some(router)) => {
-                    router.subtask(hash(r)) == subtask
-                }
-                (Entry::Record(_), ..) => true,
+            let records = entries.into_iter().filter(|e| match e {
+                Entry::Record(r) => keyed.as_ref().is_none_or(|(hash, router)| router.subtask(hash(r)) == subtask),
                 // The new upstream on the channel ends it itself.
-                (Entry::Watermark(_) | Entry::Barrier(_) | Entry::End, ..) => false,
+                Entry::Watermark(_) | Entry::Barrier(_) | Entry::End => false,
             });
             by_channel.entry(channel % channels).or_default().extend(records);
         }

@@ -517,11 +517,9 @@ pub(crate) fn on_priority(
     seq: u64,
     head: &mut dyn ChainHead,
 ) -> Result<()> {
-    if let Some(d) = cp.deferred.as_mut() {
+    if let Some(d) = cp.deferred.as_ref() {
         if d.barrier.id == barrier.id {
-            d.seqs[ch] = Some(seq);
-            inputs.defer(ch, barrier.id, seq);
-            return snapshot_within_budget(cp, inputs, id, head);
+            return defer_channel(cp, inputs, id, ch, seq, head);
         }
         if barrier.id > d.barrier.id {
             // A newer checkpoint overtakes: the deferred one snapshots now, in checkpoint
@@ -542,17 +540,14 @@ pub(crate) fn on_priority(
                 cp.aligner.abort(barrier.id);
                 if let Some(budget) = cp.live.channel_budget() {
                     let n = inputs.channel_count();
-                    let mut d = DeferredSnapshot {
+                    cp.deferred = Some(DeferredSnapshot {
                         barrier,
                         first_ns: cp.clock.now_ns(),
                         budget,
                         seqs: vec![None; n],
                         reached_ns: vec![None; n],
-                    };
-                    d.seqs[ch] = Some(seq);
-                    cp.deferred = Some(d);
-                    inputs.defer(ch, barrier.id, seq);
-                    return snapshot_within_budget(cp, inputs, id, head);
+                    });
+                    return defer_channel(cp, inputs, id, ch, seq, head);
                 }
                 snapshot_unaligned(cp, inputs, id, barrier, None, head)?;
             }
@@ -584,6 +579,22 @@ pub(crate) fn on_poll(
     complete_aligned(cp, inputs, id, head)?;
     snapshot_within_budget(cp, inputs, id, head)?;
     finish_unaligned(cp, inputs, id)
+}
+
+/// Adaptive alignment: channel `ch`'s barrier of the deferred checkpoint arrived at `seq`;
+/// the channel is read up to it, and the snapshot taken if every channel now fits its share.
+fn defer_channel(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    ch: usize,
+    seq: u64,
+    head: &mut dyn ChainHead,
+) -> Result<()> {
+    let d = cp.deferred.as_mut().expect("a deferred checkpoint");
+    d.seqs[ch] = Some(seq);
+    inputs.defer(ch, d.barrier.id, seq);
+    snapshot_within_budget(cp, inputs, id, head)
 }
 
 /// Adaptive alignment: snapshots the deferred checkpoint once every live channel's barrier

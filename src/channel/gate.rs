@@ -375,7 +375,7 @@ impl<T: Persist> InputGate<T> {
         self.captures
             .iter()
             .find(|c| c.checkpoint == checkpoint)
-            .map_or(vec![0; n], |c| c.data.iter().map(|d| d.bytes.len() as u64).collect())
+            .map_or_else(|| vec![0; n], |c| c.data.iter().map(|d| d.bytes.len() as u64).collect())
     }
 
     /// Whether every channel's in-flight data of `checkpoint` is captured.

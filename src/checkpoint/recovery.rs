@@ -6,7 +6,7 @@
 //!
 //! May touch: `context`, `error`, `snapshot` (and storage, beside it).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -20,8 +20,8 @@ use crate::snapshot::{PartName, RestoredState};
 pub(crate) struct JobIdentity<'a> {
     pub(crate) name: &'a str,
     pub(crate) fingerprint: &'a str,
-    /// Each operator's name and parallelism.
-    pub(crate) parallelism: HashMap<&'a str, usize>,
+    /// The operators' names.
+    pub(crate) operators: HashSet<&'a str>,
     /// The savepoint (or checkpoint folder) the job was told to start from, and whether state
     /// of operators the job lacks may be dropped.
     pub(crate) restore: Option<(&'a Path, bool)>,
@@ -156,7 +156,7 @@ pub(crate) fn restore_from_savepoint(job: &JobIdentity<'_>, notes: &mut Vec<Stri
     let missing: BTreeSet<String> = state
         .operators()
         .map(|(op, _)| PartName::parse(op).operator().to_string())
-        .filter(|base| !job.parallelism.contains_key(base.as_str()))
+        .filter(|base| !job.operators.contains(base.as_str()))
         .collect();
     // A savepoint of another graph (rescaled, or changed) restores with its in-flight data
     // re-routed by each edge's rule.

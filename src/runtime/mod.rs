@@ -308,10 +308,11 @@ impl JobHandle {
     /// and returns the new one, which applies to the checkpoints triggered from the next
     /// coordinator tick on (and after a restart). What a running job can change: interval,
     /// interval during backlog, checkpoint timeout, minimum pause, concurrent checkpoints,
-    /// tolerable failures, checkpoints retained and the restart strategy. A change to anything
-    /// else (mode, unaligned, aligned-checkpoint timeout, incremental, directory) or an invalid
-    /// configuration is refused with an error naming it, and the job keeps its configuration.
-    /// Each checkpoint's statistics record the interval and timeout it ran under.
+    /// tolerable failures, checkpoints retained, the restart strategy, and how barriers go
+    /// (unaligned, the aligned-checkpoint timeout, the in-flight budget). A change to anything
+    /// else (mode, incremental, directory, allow_retracting_output) or an invalid configuration
+    /// is refused with an error naming it, and the job keeps its configuration. Each
+    /// checkpoint's statistics record the configuration it ran under.
     ///
     /// ```no_run
     /// # fn f(handle: &weir::JobHandle) -> weir::Result<()> {
@@ -496,7 +497,7 @@ fn identity<'a>(graph: &'a crate::pipeline::Graph, fingerprint: &'a str) -> JobI
     JobIdentity {
         name: &graph.name,
         fingerprint,
-        parallelism: graph.nodes.iter().map(|n| (&*n.name, n.parallelism)).collect(),
+        operators: graph.nodes.iter().map(|n| &*n.name).collect(),
         restore: graph.restore.as_ref().map(|(p, allow)| (p.as_path(), *allow)),
     }
 }
