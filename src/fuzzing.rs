@@ -67,6 +67,7 @@ pub fn load_fuzzed_checkpoint(scratch: &Path, task_payload: &[u8], shared_payloa
             file: "task-0.state".into(),
             bytes: task_digest.bytes,
             crc32c: task_digest.crc32c,
+            checkpoint: None,
         }],
         shared: vec![SharedFile::new(crate::checkpoint::CheckpointStorage::shared_name(1, 0), shared_digest)],
     };

@@ -950,13 +950,15 @@ fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
     let elapsed = started.elapsed().as_secs_f64();
     println!("{}", report.summary());
     eprintln!(
-        "{:.0} seeds/s; per seed on average {} steps, {:.1} failovers, {:.1} crashes, {:.1} checkpoints; the golden run: \
-         {} records, {} checkpoints",
+        "{:.0} seeds/s; per seed on average {} steps, {:.1} failovers, {:.1} crashes, {:.1} checkpoints; {} checkpoints \
+         resumed a failed one, reusing {} task parts; the golden run: {} records, {} checkpoints",
         report.seeds.len() as f64 / elapsed.max(1e-9),
         report.seeds.iter().map(|s| s.stats.steps).sum::<u64>() / report.seeds.len() as u64,
         report.seeds.iter().map(|s| s.stats.failovers as f64).sum::<f64>() / report.seeds.len() as f64,
         report.seeds.iter().map(|s| s.stats.crashes as f64).sum::<f64>() / report.seeds.len() as f64,
         report.seeds.iter().map(|s| s.stats.checkpoints as f64).sum::<f64>() / report.seeds.len() as f64,
+        report.seeds.iter().map(|s| s.stats.resumed).sum::<u64>(),
+        report.seeds.iter().map(|s| s.stats.parts_reused).sum::<u64>(),
         report.golden_records,
         report.golden.checkpoints,
     );

@@ -2,7 +2,8 @@
 //! join and a keyed process at parallelism 1, 2 and 4, every checkpoint mode with full and
 //! incremental checkpoints, 1,000 seeds each; every seed's failure schedule (failovers,
 //! crashes mid-write and mid-commit, damaged and misplaced files, failed writes, fencing,
-//! failures right after a restore, and for the jobs whose output does not depend on
+//! failures right after a restore, hung writes whose checkpoints expire and are resumed by
+//! the next with the parts already done, and for the jobs whose output does not depend on
 //! parallelism a restart from the latest checkpoint at another one) compared with the golden
 //! run, adaptive alignment among the modes: equal output under
 //! exactly-once, nothing missing under at-least-once. A failing seed reruns bit for bit with
@@ -46,18 +47,25 @@ fn run(
 fn all_jobs(mode: SimMode, incremental: bool) {
     let combos: Vec<(SimJob, usize)> = SimJob::ALL.iter().flat_map(|&j| [1, 2, 4].map(|p| (j, p))).collect();
     let per = SEEDS_PER_MODE.div_ceil(combos.len() as u64);
-    let (mut seeds, mut faults, mut restarts) = (0, 0, 0);
+    let (mut seeds, mut faults, mut restarts, mut resumed, mut reused) = (0, 0, 0, 0, 0);
     for (i, &(job, p)) in combos.iter().enumerate() {
         let first = i as u64 * per;
         let report = run(job, mode, incremental, p, first..first + per);
         seeds += report.seeds.len();
         faults += report.seeds.iter().map(|s| s.stats.faults.len()).sum::<usize>();
         restarts += report.seeds.iter().map(|s| (s.stats.failovers + s.stats.crashes) as usize).sum::<usize>();
+        resumed += report.seeds.iter().map(|s| s.stats.resumed).sum::<u64>();
+        reused += report.seeds.iter().map(|s| s.stats.parts_reused).sum::<u64>();
     }
     assert!(seeds as u64 >= SEEDS_PER_MODE);
     // The schedules do fail the jobs: a simulator that injected nothing would pass trivially.
     assert!(faults >= seeds && restarts * 4 >= seeds, "{seeds} seeds, {faults} faults, {restarts} restarts");
-    eprintln!("{mode} incremental={incremental}: {seeds} seeds, {faults} faults, {restarts} restarts; all equal the golden run");
+    // Failed checkpoints are resumed, and some of their parts reused (restores read them).
+    assert!(resumed * 20 >= seeds as u64 && reused > 0, "{seeds} seeds, {resumed} resumed, {reused} parts reused");
+    eprintln!(
+        "{mode} incremental={incremental}: {seeds} seeds, {faults} faults, {restarts} restarts, {resumed} checkpoints \
+         resumed ({reused} parts reused); all equal the golden run"
+    );
 }
 
 #[test]

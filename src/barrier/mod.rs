@@ -47,6 +47,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use crate::channel::InputGate;
+use crate::checkpoint::resume::{changes, TaskParts, WrittenPart};
 use crate::checkpoint::task::{
     CommitsApplied, LiveSettings, SnapshotWrite, SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats,
 };
@@ -114,6 +115,8 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) deferred: Option<DeferredSnapshot>,
     /// Where this task counts the completion notices it applied.
     pub(crate) commits: Arc<CommitsApplied>,
+    /// The parts this task wrote, and the part of a failed checkpoint kept for it.
+    pub(crate) parts: Arc<TaskParts>,
 }
 
 impl TaskCheckpointing {
@@ -145,17 +148,28 @@ impl TaskCheckpointing {
         Ok(())
     }
 
+    /// The coordinator kept this task's part of failed checkpoint `id`.
+    pub(crate) fn keep_part(&self, id: u64) {
+        self.parts.keep(id);
+        if let Some(pages) = &self.pages {
+            pages.keep(id);
+        }
+    }
+
     /// Tells the coordinator this task cannot take checkpoint `id`.
     pub(crate) fn decline(&self, id: u64, reason: Error) {
         let _ = self.acks.send(TaskAck { checkpoint: id, task: self.task, result: Err(reason) });
     }
 
     /// Hands a captured snapshot to the background writer, which acknowledges it (or declines
-    /// it) to the coordinator when done. `stats` has the synchronous figures filled in.
+    /// it) to the coordinator when done. `stats` has the synchronous figures filled in. When
+    /// the coordinator kept this task's part of a failed checkpoint and the snapshot holds the
+    /// same, that part is reused instead of written again.
     pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
         stats.inflight_bytes = snapshot.inflight_bytes();
         let (task, storage, faults, clock, pages) =
             (self.task, self.storage.clone(), self.faults.clone(), self.clock.clone(), self.pages.clone());
+        let (parts, kept) = (self.parts.clone(), self.parts.kept());
         let id = snapshot.barrier.id;
         let write: SnapshotWrite = Box::new(move || {
             let start = clock.now_ns();
@@ -169,6 +183,22 @@ impl TaskCheckpointing {
                     let path = storage.checkpoint_dir(id).join(format!("task-{task}.state"));
                     return Err(Error::io("cannot write task state", path, e));
                 }
+                if let Some(k) = kept.filter(|k| k.checkpoint < id) {
+                    match reuse_part(&storage, &k, id, &snapshot) {
+                        Ok(()) => {
+                            if let Some(pages) = &pages {
+                                pages.reused(id);
+                            }
+                            stats.state_bytes += k.state_bytes.saturating_sub(stats.inflight_bytes);
+                            stats.reused_from = Some(k.checkpoint);
+                            stats.async_ns = clock.now_ns() - start;
+                            parts.written(WrittenPart { checkpoint: id, ..(*k).clone() });
+                            let (file, digest, shared) = (k.file.clone(), k.digest, k.shared.clone());
+                            return Ok(TaskDone { file, digest, written_for: Some(k.written_for), stats, shared });
+                        }
+                        Err(why) => stats.not_reused = Some(why),
+                    }
+                }
                 let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot)?;
                 if faults.as_ref().is_some_and(|f| f.exit_mid_task_write(id)) {
                     // What the process dying mid-write leaves: half the file, no acknowledgement.
@@ -180,7 +210,16 @@ impl TaskCheckpointing {
                 stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);
                 stats.written_bytes += w.written_bytes.saturating_sub(stats.inflight_bytes);
                 stats.async_ns = clock.now_ns() - start;
-                Ok(TaskDone { file: w.file, digest: w.file_digest, stats, shared: w.shared })
+                parts.written(WrittenPart {
+                    checkpoint: id,
+                    written_for: id,
+                    file: w.file.clone(),
+                    digest: w.file_digest,
+                    shared: w.shared.clone(),
+                    state_bytes: w.state_bytes,
+                    print: w.print,
+                });
+                Ok(TaskDone { file: w.file, digest: w.file_digest, written_for: None, stats, shared: w.shared })
             })();
             TaskAck { checkpoint: id, task, result }
         });
@@ -197,6 +236,23 @@ impl TaskCheckpointing {
     }
 }
 
+/// Reuses task part `kept` (of a failed checkpoint) as this task's part of checkpoint `id`
+/// if `snapshot` holds the same; else says why not.
+fn reuse_part(
+    storage: &CheckpointStorage,
+    kept: &WrittenPart,
+    id: u64,
+    snapshot: &TaskSnapshot,
+) -> std::result::Result<(), String> {
+    let from = kept.checkpoint;
+    let changed = changes(snapshot, &kept.print)
+        .map_err(|e| format!("its state could not be compared with its part of checkpoint {from}: {e}"))?;
+    if !changed.is_empty() {
+        return Err(format!("changed since checkpoint {from}: {}", changed.join("; ")));
+    }
+    storage.link_task(from, id, &kept.file).map_err(|e| format!("its part of checkpoint {from} is gone: {e}"))
+}
+
 /// Handles the coordinator's notices for a task whose chain head is `notify`; returns whether
 /// an alignment or capture in progress was abandoned.
 pub(crate) fn apply_notice(
@@ -208,6 +264,7 @@ pub(crate) fn apply_notice(
     if let Some(pages) = &cp.pages {
         pages.on_notice(notice);
     }
+    cp.parts.on_notice(notice);
     if let CheckpointNotice::Aborted(id) = notice {
         unblock = cp.aligner.abort(id);
         let before = cp.pending_unaligned.len();
@@ -260,8 +317,10 @@ pub(crate) fn before_poll(
     head: &mut dyn ChainHead,
 ) -> Result<()> {
     while let Some(msg) = cp.next_control() {
-        if let TaskControl::Notice(n) = msg {
-            on_notice(cp, inputs, n, head)?;
+        match msg {
+            TaskControl::Notice(n) => on_notice(cp, inputs, n, head)?,
+            TaskControl::PartKept(id) => cp.keep_part(id),
+            TaskControl::Trigger(_) | TaskControl::EndOfInput => {}
         }
     }
     on_poll(cp, inputs, id, head)

@@ -80,6 +80,7 @@ fn adaptive_task(
         live: Arc::new(live),
         deferred: None,
         commits: Arc::default(),
+        parts: Arc::default(),
     };
     (cp, acks, control_tx)
 }
@@ -188,6 +189,60 @@ fn an_in_flight_budget_aligns_what_fits_and_captures_the_rest_under_it() {
                 assert!(!long.aligned && long.bytes > 0 && long.bytes <= b / 2, "{long:?}");
                 assert!(short.aligned && short.bytes == 0, "{short:?}");
             }
+        }
+    }
+}
+
+/// Resumable partial checkpoints at one task: once the coordinator kept the task's part of
+/// failed checkpoint 1, checkpoint 2 reuses it while the state is the same (the file, linked,
+/// carries checkpoint 1's identity; nothing is written), and checkpoint 3, after a write to
+/// one key, writes again and says what changed. With incremental checkpoints that write
+/// refers to the kept part's pages and writes only the changed page.
+#[test]
+fn a_kept_part_is_reused_while_nothing_changed_and_says_what_did_after() {
+    use crate::checkpoint::{read_expected, FileIdentity, FileKind};
+    use crate::state::{KeyedValueState, Snapshot};
+    for incremental in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut cp, acks, _control) = unaligned_task(dir.path(), 1);
+        if incremental {
+            cp.pages = Some(Arc::default());
+        }
+        let mut state: KeyedValueState<u64, u64> = KeyedValueState::new();
+        for k in 0..20_000 {
+            state.put(k, k);
+        }
+        let write = |cp: &TaskCheckpointing, id: u64, state: &mut KeyedValueState<u64, u64>| {
+            cp.storage.prepare(id).unwrap();
+            let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false });
+            snap.add("counts".into(), 0, state.fork());
+            cp.write_async(snap, TaskStats::default());
+            let ack = acks.try_recv().expect("written inline");
+            assert_eq!(ack.checkpoint, id);
+            ack.result.unwrap_or_else(|e| panic!("checkpoint {id} declined: {e}"))
+        };
+        let first = write(&cp, 1, &mut state);
+        assert!(first.stats.not_reused.is_none() && first.stats.reused_from.is_none());
+        // Checkpoint 1 expired, and the coordinator kept this part.
+        cp.keep_part(1);
+        apply_notice(&mut cp, CheckpointNotice::Aborted(1), &mut |_| Ok(())).unwrap();
+        let second = write(&cp, 2, &mut state);
+        assert_eq!((second.stats.reused_from, second.written_for), (Some(1), Some(1)), "incremental {incremental}");
+        assert_eq!((second.digest, second.stats.written_bytes), (first.digest, 0));
+        assert_eq!(second.stats.state_bytes, first.stats.state_bytes);
+        let identity = FileIdentity::new(FileKind::TaskState, cp.storage.fingerprint(), 1, Some(0));
+        read_expected(&cp.storage.checkpoint_dir(2).join(&second.file), &identity, Some(&second.digest)).unwrap();
+        state.put(7, 0);
+        let third = write(&cp, 3, &mut state);
+        assert!(third.stats.reused_from.is_none() && third.written_for.is_none());
+        let why = third.stats.not_reused.as_deref().unwrap_or_default();
+        assert!(why.starts_with("changed since checkpoint 1: counts subtask 0: 1 of "), "{why}");
+        if incremental {
+            let (written, all) = (third.stats.written_bytes, third.stats.state_bytes);
+            assert!(written * 50 < all, "wrote {written} of {all} bytes: the kept pages are referred to");
+            assert!(third.shared.iter().any(|s| s.file == CheckpointStorage::shared_name(1, 0)));
+        } else {
+            assert_eq!(third.stats.written_bytes, third.stats.state_bytes);
         }
     }
 }

@@ -4,6 +4,12 @@
 //! time out or are declined, tells the tasks, and fails the job after too many consecutive
 //! failures. It retains the configured number of completed checkpoints.
 //!
+//! A checkpoint that fails (it expires, or a task declines it) keeps the parts the tasks had
+//! completed: their files stay, each such task hears so (`TaskControl::PartKept`), and the
+//! next checkpoint's tasks reuse their part when nothing in it changed
+//! ([`super::resume`]), or write it again and say why. The kept files stay until a later
+//! checkpoint completes; what that one refers to stays with it.
+//!
 //! Sources at the end of their input keep answering triggers; once all are, the coordinator
 //! takes the final checkpoint at once and, when it completes, tells them to end their streams
 //! (after FLIP-147: a source that ends first does not stop the job's checkpoints, and a
@@ -24,7 +30,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::config::CheckpointConfig;
 use super::lock::DirectoryLock;
-use super::storage::{CheckpointMetadata, CheckpointStats, CheckpointStorage, SharedFile, TaskFile, FORMAT_VERSION};
+use super::storage::{
+    CheckpointMetadata, CheckpointStats, CheckpointStorage, PartReuse, SharedFile, TaskFile, FORMAT_VERSION,
+};
 use super::task::{SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats};
 use crate::context::{Clock, EndOfJob};
 use crate::error::Error;
@@ -126,6 +134,21 @@ struct Pending {
     inflight_budget: Option<u64>,
     acks: HashMap<usize, TaskDone>,
     savepoint: Option<SavepointRequest>,
+    /// The failed checkpoint whose parts were kept when this one was triggered, and the tasks
+    /// whose parts they are.
+    resumes: Option<(u64, HashSet<usize>)>,
+}
+
+/// The parts the tasks had completed of the newest checkpoint that failed.
+struct KeptParts {
+    id: u64,
+    parts: HashMap<usize, TaskDone>,
+}
+
+impl KeptParts {
+    fn shared(&self) -> impl Iterator<Item = &String> {
+        self.parts.values().flat_map(|a| a.shared.iter().map(|s| &s.file))
+    }
 }
 
 /// The checkpoint coordinator's state machine.
@@ -152,6 +175,11 @@ pub(crate) struct CoordinatorCore {
     halted: bool,
     /// Set once a stop-with-savepoint completed: the job is stopping, and no checkpoint starts.
     stopped: bool,
+    /// The parts of the newest failed checkpoint, which later ones may reuse.
+    kept: Option<KeptParts>,
+    /// Shared files written for checkpoints that never completed, which a completed one that
+    /// resumed them refers to (retention deletes them with the last checkpoint naming them).
+    adopted: HashSet<String>,
     out: Vec<Command>,
 }
 
@@ -178,6 +206,8 @@ impl CoordinatorCore {
             aborted: BTreeMap::new(),
             halted: false,
             stopped: false,
+            kept: None,
+            adopted: HashSet::new(),
             out: Vec::new(),
         }
     }
@@ -223,9 +253,11 @@ impl CoordinatorCore {
         for id in std::mem::take(&mut self.pending).into_keys() {
             self.abort(id);
         }
-        for &id in self.aborted.keys() {
+        self.kept = None;
+        let aborted: Vec<u64> = self.aborted.keys().copied().collect();
+        for id in aborted {
             if self.s.storage.checkpoint_dir(id).exists() {
-                self.s.storage.discard(id);
+                self.drop_files(id);
             }
         }
         self.halted = true;
@@ -243,9 +275,10 @@ impl CoordinatorCore {
 
     fn ack(&mut self, ack: TaskAck, now_ns: u64) {
         let Some(p) = self.pending.get_mut(&ack.checkpoint) else {
-            if self.aborted.contains_key(&ack.checkpoint) {
-                // A writer finished after the abort: what it wrote goes too.
-                self.s.storage.discard(ack.checkpoint);
+            if self.aborted.contains_key(&ack.checkpoint) && !self.is_kept(ack.checkpoint) {
+                // A writer finished after the abort: what it wrote goes too (a kept
+                // checkpoint's files go together, later).
+                self.drop_files(ack.checkpoint);
             }
             return;
         };
@@ -272,11 +305,13 @@ impl CoordinatorCore {
                     return;
                 }
                 let p = self.pending.remove(&ack.checkpoint).expect("present");
-                let in_use: HashSet<String> = self
+                // Kept parts count as in use: a checkpoint older than the kept one may complete.
+                let mut in_use: HashSet<String> = self
                     .pending
                     .values()
                     .flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter().map(|s| s.file.clone())))
                     .collect();
+                in_use.extend(self.kept.iter().flat_map(|k| k.shared().cloned()));
                 match self.complete(p, &in_use, now_ns) {
                     Ok(()) => {
                         self.consecutive_failures = 0;
@@ -307,7 +342,8 @@ impl CoordinatorCore {
                 self.halt(e);
             }
             Err(e) => {
-                self.pending.remove(&ack.checkpoint);
+                let p = self.pending.remove(&ack.checkpoint).expect("present");
+                self.keep_parts(p);
                 self.failed(ack.checkpoint, &format!("task {} declined: {e}", ack.task));
             }
         }
@@ -341,6 +377,7 @@ impl CoordinatorCore {
         for id in expired {
             let p = self.pending.remove(&id).expect("listed above");
             let reason = self.expiry_reason(&p);
+            self.keep_parts(p);
             self.failed(id, &reason);
             if self.halted {
                 return;
@@ -462,6 +499,7 @@ impl CoordinatorCore {
                 inflight_budget,
                 acks: HashMap::new(),
                 savepoint,
+                resumes: self.kept.as_ref().map(|k| (k.id, k.parts.keys().copied().collect())),
             },
         );
     }
@@ -490,14 +528,15 @@ impl CoordinatorCore {
     }
 
     /// Why an expired checkpoint failed: its timeout, and which tasks had not finished their
-    /// part (those that had are named by count: their parts are discarded with the rest).
+    /// part (those that had are named by count: their parts are kept for the next one).
     fn expiry_reason(&self, p: &Pending) -> String {
         let missing: Vec<&str> =
             self.s.tasks.iter().filter(|t| !p.acks.contains_key(&t.0)).map(|t| t.1.as_str()).collect();
         const NAMED: usize = 4;
         let more = missing.len().saturating_sub(NAMED);
         format!(
-            "expired after {:?}: {} of {} tasks had completed their part; still waiting for {}{}",
+            "expired after {:?}: {} of {} tasks had completed their part (kept for the next checkpoint); still \
+             waiting for {}{}",
             Duration::from_nanos(p.timeout_ns),
             p.acks.len(),
             self.s.tasks.len(),
@@ -549,8 +588,63 @@ impl CoordinatorCore {
 
     fn abort(&mut self, id: u64) {
         self.notify(CheckpointNotice::Aborted(id));
-        self.s.storage.discard(id);
+        if !self.is_kept(id) {
+            self.drop_files(id);
+        }
         self.aborted.insert(id, self.s.clock.now_ns());
+    }
+
+    fn is_kept(&self, id: u64) -> bool {
+        self.kept.as_ref().is_some_and(|k| k.id == id)
+    }
+
+    /// Removes what checkpoint `id`, which did not complete, wrote, but the shared files that
+    /// kept parts, checkpoints in progress or completed ones (`adopted`) refer to.
+    fn drop_files(&mut self, id: u64) {
+        let mut spare = self.adopted.clone();
+        spare.extend(self.kept.iter().flat_map(|k| k.shared().cloned()));
+        spare.extend(
+            self.pending.values().flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter())).map(|s| s.file.clone()),
+        );
+        let deleted = self.s.storage.discard_sparing(id, &spare);
+        self.deleted_shared.extend(deleted);
+    }
+
+    /// Checkpoint `p` failed (it is removed from the pending ones; the caller fails it): the
+    /// parts its tasks completed are kept in place of the older kept ones, and those tasks
+    /// hear it before the abort notice. A savepoint's parts are not kept.
+    fn keep_parts(&mut self, p: Pending) {
+        if p.acks.is_empty() || p.savepoint.is_some() {
+            return;
+        }
+        let id = p.barrier.id;
+        for &task in p.acks.keys() {
+            self.out.push(Command::Send(task, TaskControl::PartKept(id)));
+        }
+        if let Some(old) = self.kept.replace(KeptParts { id, parts: p.acks }) {
+            // Parts reused from it were linked into the newer folder; what they refer to stays.
+            self.drop_files(old.id);
+        }
+    }
+
+    /// Each task's part of a checkpoint that resumed failed checkpoint `from`, whose parts of
+    /// the tasks `kept` were kept: reused, or why not.
+    fn part_reuse(&self, acks: &HashMap<usize, TaskDone>, from: u64, kept: &HashSet<usize>) -> Vec<PartReuse> {
+        self.s
+            .tasks
+            .iter()
+            .map(|t| {
+                let stats = &acks[&t.0].stats;
+                let why_not = match () {
+                    _ if stats.reused_from.is_some() => None,
+                    _ if !kept.contains(&t.0) => Some(format!("it had not completed its part of checkpoint {from}")),
+                    _ => Some(stats.not_reused.clone().unwrap_or_else(|| {
+                        format!("it began writing before it heard that its part of checkpoint {from} was kept")
+                    })),
+                };
+                PartReuse { task: t.0, name: t.1.clone(), reused: why_not.is_none(), why_not }
+            })
+            .collect()
     }
 
     /// Completes a checkpoint every task acknowledged; `in_use` are the shared files that
@@ -582,6 +676,8 @@ impl CoordinatorCore {
                 c.sort_by_key(|c| (c.task, c.channel));
                 c
             },
+            resumed_from: p.resumes.as_ref().map(|r| r.0),
+            parts: p.resumes.as_ref().map_or_else(Vec::new, |(from, kept)| self.part_reuse(&p.acks, *from, kept)),
         };
         let mut tasks: Vec<TaskFile> = self
             .s
@@ -595,6 +691,7 @@ impl CoordinatorCore {
                     file: a.file.clone(),
                     bytes: a.digest.bytes,
                     crc32c: a.digest.crc32c,
+                    checkpoint: a.written_for,
                 }
             })
             .collect();
@@ -646,7 +743,19 @@ impl CoordinatorCore {
         self.still_owner()?;
         self.s.completed.push(id);
         let deleted = self.s.storage.retain(&mut self.s.completed, self.s.config.retained, in_use);
+        for f in &deleted {
+            self.adopted.remove(f);
+        }
         self.deleted_shared.extend(deleted);
+        if let Some(k) = self.kept.take_if(|k| k.id < id) {
+            // Resumed: what this checkpoint refers to of the kept parts stays with it; the
+            // rest goes.
+            let kept: HashSet<&String> = k.shared().collect();
+            let adopt: Vec<String> =
+                metadata.shared.iter().filter(|s| kept.contains(&s.file)).map(|s| s.file.clone()).collect();
+            self.adopted.extend(adopt);
+            self.drop_files(k.id);
+        }
         if self.crashes_at(CrashPoint::BeforeCompletionNotice, id) {
             return Err(Error::Cancelled);
         }
@@ -751,7 +860,13 @@ mod tests {
     /// What the tasks would acknowledge for `barrier`: their (empty) snapshots, written.
     fn ack(core: &CoordinatorCore, task: usize, barrier: Barrier) -> TaskAck {
         let w = write_task_snapshot(&core.s.storage, None, task, &TaskSnapshot::new(barrier)).unwrap();
-        let done = TaskDone { file: w.file, digest: w.file_digest, stats: TaskStats::default(), shared: w.shared };
+        let done = TaskDone {
+            file: w.file,
+            digest: w.file_digest,
+            written_for: None,
+            stats: TaskStats::default(),
+            shared: w.shared,
+        };
         TaskAck { checkpoint: barrier.id, task, result: Ok(done) }
     }
 
@@ -823,9 +938,60 @@ mod tests {
         let failures = c.s.failures.lock().unwrap().clone();
         assert_eq!(
             failures,
-            vec!["checkpoint 1 failed: expired after 50ms: 1 of 2 tasks had completed their part; still waiting for sink"
+            vec!["checkpoint 1 failed: expired after 50ms: 1 of 2 tasks had completed their part (kept for the next \
+                  checkpoint); still waiting for sink"
                 .to_string()]
         );
+    }
+
+    /// The user's case: a checkpoint that timed out threw away the part of every task that
+    /// had finished. Now the source's part of expired checkpoint 1 is kept (the source hears
+    /// so before the abort), checkpoint 2 completes with it reused (its file carries
+    /// checkpoint 1's identity, and restores), its statistics say which part was reused and
+    /// why the other was not, and checkpoint 1's folder goes once 2 completed.
+    #[test]
+    fn an_expired_checkpoint_keeps_the_finished_parts_for_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let ms = 1_000_000;
+        let config =
+            CheckpointConfig::new(dir.path()).interval(Duration::from_millis(10)).timeout(Duration::from_millis(50));
+        let mut c = core_with(config);
+        let first = triggered(&c.on_tick(10 * ms))[0];
+        let source_part = ack(&c, 0, first);
+        let source_file = match &source_part.result {
+            Ok(done) => done.file.clone(),
+            Err(e) => panic!("{e}"),
+        };
+        c.on_ack(source_part, 11 * ms);
+        let commands = c.on_tick(70 * ms);
+        let sent: Vec<String> = commands
+            .iter()
+            .filter_map(|c| match c {
+                Command::Send(0, m) => Some(format!("{m:?}")),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent[..2], ["PartKept(1)".to_string(), "Notice(Aborted(1))".to_string()]);
+        assert!(c.s.storage.checkpoint_dir(1).join(&source_file).exists(), "the finished part is kept");
+        let second = triggered(&commands)[0];
+        assert_eq!(second.id, 2);
+        // The source's writer found nothing changed: it links its kept part into checkpoint 2.
+        c.s.storage.link_task(1, 2, &source_file).unwrap();
+        let kept = c.kept.as_ref().unwrap().parts[&0].digest;
+        let stats = TaskStats { reused_from: Some(1), ..Default::default() };
+        let done = TaskDone { file: source_file, digest: kept, written_for: Some(1), stats, shared: Vec::new() };
+        c.on_ack(TaskAck { checkpoint: 2, task: 0, result: Ok(done) }, 81 * ms);
+        let sink = ack(&c, 1, second);
+        assert_eq!(completed(&c.on_ack(sink, 82 * ms)), vec![2]);
+        let metadata = c.s.storage.verify(2).unwrap();
+        assert_eq!(metadata.tasks[0].checkpoint, Some(1));
+        assert_eq!(metadata.tasks[1].checkpoint, None);
+        c.s.storage.load(2).unwrap();
+        let stats = &metadata.stats;
+        assert_eq!(stats.resumed_from, Some(1));
+        assert!(stats.parts[0].reused && stats.parts[0].why_not.is_none(), "{:?}", stats.parts);
+        assert_eq!(stats.parts[1].why_not.as_deref(), Some("it had not completed its part of checkpoint 1"));
+        assert!(!c.s.storage.checkpoint_dir(1).exists(), "the kept folder goes once a later checkpoint completed");
     }
 
     /// Found by the simulator: a stop-with-savepoint let later checkpoints (the final one

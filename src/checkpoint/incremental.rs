@@ -5,14 +5,18 @@
 //!
 //! The index of a task moves forward only on a completion notice: a checkpoint in progress or
 //! aborted never becomes a reference, so every reference points into a file that a completed
-//! (and so retained, until a newer one completes) checkpoint names.
+//! (and so retained, until a newer one completes) checkpoint names — or that a failed
+//! checkpoint whose part the coordinator kept names (`PageIndex::keep`): the coordinator keeps
+//! those files until a later checkpoint completes, and keeps what that one refers to.
 //!
-//! May touch: `checkpoint::storage`, `error`, `prng`, `snapshot`, `state`.
+//! May touch: `checkpoint::storage`, `checkpoint::resume`, `error`, `prng`, `snapshot`,
+//! `state`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex};
 
+use super::resume::TaskPrint;
 use super::storage::{CheckpointStorage, ChecksummedWriter, FileDigest, SharedFile, StoredChunk, TaskFileContent};
 use crate::error::{Error, Result};
 use crate::snapshot::{CheckpointNotice, StateChunks, TaskSnapshot};
@@ -47,6 +51,25 @@ struct PageIndexInner {
     completed: Arc<PageLocations>,
     /// The pages of checkpoints written here and not yet completed, by checkpoint id.
     pending: BTreeMap<u64, Arc<PageLocations>>,
+    /// The pages of this task's part of a failed checkpoint that the coordinator kept: the
+    /// next checkpoints refer to them too, until one completes.
+    kept: Option<(u64, Arc<PageLocations>)>,
+}
+
+/// The pages a checkpoint may refer to: the last completed one's, and a kept part's.
+struct Known {
+    completed: Arc<PageLocations>,
+    kept: Option<Arc<PageLocations>>,
+}
+
+impl Known {
+    fn page(&self, version: u64) -> Option<&PageRef> {
+        self.completed.pages.get(&version).or_else(|| self.kept.as_ref()?.pages.get(&version))
+    }
+
+    fn file(&self, name: &str) -> Option<&FileDigest> {
+        self.completed.files.get(name).or_else(|| self.kept.as_ref()?.files.get(name))
+    }
 }
 
 impl PageIndex {
@@ -54,8 +77,26 @@ impl PageIndex {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn completed(&self) -> Arc<PageLocations> {
-        self.lock().completed.clone()
+    fn known(&self) -> Known {
+        let inner = self.lock();
+        Known { completed: inner.completed.clone(), kept: inner.kept.as_ref().map(|k| k.1.clone()) }
+    }
+
+    /// The coordinator kept this task's part of failed checkpoint `id`: its pages stay
+    /// references until a later checkpoint completes.
+    pub(crate) fn keep(&self, id: u64) {
+        let mut inner = self.lock();
+        if let Some(pages) = inner.pending.get(&id).cloned() {
+            inner.kept = Some((id, pages));
+        }
+    }
+
+    /// Checkpoint `id` reused the kept part: its pages are the kept part's.
+    pub(crate) fn reused(&self, id: u64) {
+        let mut inner = self.lock();
+        if let Some((_, pages)) = inner.kept.clone() {
+            inner.pending.insert(id, pages);
+        }
     }
 
     fn written(&self, id: u64, pages: PageLocations) {
@@ -72,6 +113,9 @@ impl PageIndex {
                     inner.completed = pages;
                 }
                 inner.pending = inner.pending.split_off(&id);
+                if inner.kept.as_ref().is_some_and(|k| k.0 <= id) {
+                    inner.kept = None;
+                }
             }
             CheckpointNotice::Aborted(id) => {
                 inner.pending.remove(&id);
@@ -86,7 +130,7 @@ struct TaskFileBuilder<'a> {
     id: u64,
     task: usize,
     /// References to pages stored earlier; `None` writes everything inline (full checkpoints).
-    known: Option<Arc<PageLocations>>,
+    known: Option<Known>,
     /// This checkpoint's own shared file (pages written now), opened at the first new page.
     own_file: Arc<str>,
     new_pages: Option<ChecksummedWriter>,
@@ -98,6 +142,7 @@ struct TaskFileBuilder<'a> {
     chunks: Vec<StoredChunk>,
     state_bytes: u64,
     written_bytes: u64,
+    print: TaskPrint,
 }
 
 impl TaskFileBuilder<'_> {
@@ -132,6 +177,7 @@ impl TaskFileBuilder<'_> {
 
 impl StateChunks for TaskFileBuilder<'_> {
     fn bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.print.bytes(bytes);
         self.inline().extend_from_slice(bytes);
         self.state_bytes += bytes.len() as u64;
         self.written_bytes += bytes.len() as u64;
@@ -146,9 +192,10 @@ impl StateChunks for TaskFileBuilder<'_> {
             let n = (buf.len() - before) as u64;
             self.state_bytes += n;
             self.written_bytes += n;
+            self.print.page(version, n);
             return Ok(n);
         };
-        let r = match known.pages.get(&version) {
+        let r = match known.page(version) {
             Some(r) => r.clone(),
             None => {
                 if self.new_pages.is_none() {
@@ -164,6 +211,7 @@ impl StateChunks for TaskFileBuilder<'_> {
             }
         };
         self.state_bytes += r.len;
+        self.print.page(version, r.len);
         self.push_ref(&r);
         let len = r.len;
         self.pages.pages.insert(version, r);
@@ -184,6 +232,8 @@ pub struct TaskFileWritten {
     pub written_bytes: u64,
     /// The shared files the task file refers to.
     pub shared: Vec<SharedFile>,
+    /// What it holds, to tell whether a later snapshot holds the same.
+    pub(crate) print: TaskPrint,
 }
 
 /// Writes task `task`'s part of checkpoint `snapshot.barrier.id`: with an `index`
@@ -201,7 +251,7 @@ pub fn write_task_snapshot(
         storage,
         id,
         task,
-        known: index.map(PageIndex::completed),
+        known: index.map(PageIndex::known),
         own_file: CheckpointStorage::shared_name(id, task).into(),
         new_pages: None,
         scratch: Vec::new(),
@@ -211,8 +261,10 @@ pub fn write_task_snapshot(
         chunks: Vec::new(),
         state_bytes: 0,
         written_bytes: 0,
+        print: TaskPrint::default(),
     };
     for p in &snapshot.parts {
+        b.print.start(&p.operator, p.subtask);
         p.state.write_chunks(&mut b).map_err(|e| {
             Error::Checkpoint(format!("cannot write the state of {} subtask {}: {e}", p.operator, p.subtask))
         })?;
@@ -227,7 +279,7 @@ pub fn write_task_snapshot(
     }
     let mut shared = Vec::with_capacity(b.content.shared.len());
     for name in &b.content.shared {
-        let digest = b.pages.files.get(&**name).or_else(|| b.known.as_ref().and_then(|k| k.files.get(&**name)));
+        let digest = b.pages.files.get(&**name).or_else(|| b.known.as_ref().and_then(|k| k.file(name)));
         let digest = *digest.expect("a referred shared file was written here or by the checkpoint referred to");
         b.pages.files.insert(name.as_str().into(), digest);
         shared.push(SharedFile::new(name.clone(), digest));
@@ -236,7 +288,14 @@ pub fn write_task_snapshot(
     if let Some(index) = index {
         index.written(id, b.pages);
     }
-    Ok(TaskFileWritten { file, file_digest, state_bytes: b.state_bytes, written_bytes: b.written_bytes, shared })
+    Ok(TaskFileWritten {
+        file,
+        file_digest,
+        state_bytes: b.state_bytes,
+        written_bytes: b.written_bytes,
+        shared,
+        print: b.print,
+    })
 }
 
 #[cfg(test)]

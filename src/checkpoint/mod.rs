@@ -15,6 +15,7 @@ pub(crate) mod coordinator;
 mod incremental;
 mod lock;
 pub(crate) mod recovery;
+pub(crate) mod resume;
 mod storage;
 pub(crate) mod task;
 
@@ -24,8 +25,8 @@ pub use lock::{DirectoryLock, LOCK_FILE};
 pub use storage::{
     decode_file, encode_file, load_dir, read_expected, read_file, read_finished, read_metadata, write_file,
     write_finished, ChannelAlignment, CheckpointMetadata, CheckpointStats, CheckpointStorage, FileDigest, FileIdentity,
-    FileKind, FinishedJob, LoadedCheckpoint, RecoveryPoint, SharedFile, StoredChunk, TaskFile, TaskFileContent,
-    FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
+    FileKind, FinishedJob, LoadedCheckpoint, PartReuse, RecoveryPoint, SharedFile, StoredChunk, TaskFile,
+    TaskFileContent, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
 };
 
 /// The columns of one checkpoint's statistics in the command line's tables.
@@ -41,7 +42,8 @@ pub fn stats_cells(s: &CheckpointStats) -> Vec<String> {
 }
 
 /// A table of checkpoint statistics, one row per checkpoint (for the command line). With
-/// adaptive alignment, a last column counts the input channels aligned and captured.
+/// adaptive alignment, a column counts the input channels aligned and captured; where a
+/// checkpoint resumed a failed one, a last column counts the task parts it reused.
 pub fn stats_table(stats: &[CheckpointStats]) -> String {
     let mut header = vec!["id"];
     header.extend(STATS_COLUMNS);
@@ -49,12 +51,22 @@ pub fn stats_table(stats: &[CheckpointStats]) -> String {
     if adaptive {
         header.push("channels aligned / captured");
     }
+    let resumed = stats.iter().any(|s| s.resumed_from.is_some());
+    if resumed {
+        header.push("parts reused");
+    }
     let rows: Vec<Vec<String>> = stats
         .iter()
         .map(|s| {
             let aligned = s.channels.iter().filter(|c| c.aligned).count();
             let channels = adaptive.then(|| format!("{aligned} / {}", s.channels.len() - aligned));
-            std::iter::once(s.id.to_string()).chain(stats_cells(s)).chain(channels).collect()
+            let reused = resumed.then(|| match s.resumed_from {
+                Some(from) => {
+                    format!("{} of {} (from {from})", s.parts.iter().filter(|p| p.reused).count(), s.parts.len())
+                }
+                None => "-".to_string(),
+            });
+            std::iter::once(s.id.to_string()).chain(stats_cells(s)).chain(channels).chain(reused).collect()
         })
         .collect();
     table(&header, &rows)

@@ -115,10 +115,11 @@ pub(crate) fn recover_directory(
     // Folders of checkpoints that never completed (a crash or a failover mid-way) are not
     // checkpoints, and their files can go; this start's ids still continue past them. (A
     // later start may reuse such an id: harmless, as sinks drop what a checkpoint after the
-    // restored one left, and shared pages nothing refers to went above.)
+    // restored one left, and shared pages nothing refers to went above.) Only the folders go:
+    // a complete checkpoint that resumed one of them may refer to its shared pages.
     for id in storage.list() {
         if !storage.is_complete(id) {
-            storage.discard(id);
+            storage.remove_folder(id);
         }
     }
     if restored.is_none() {

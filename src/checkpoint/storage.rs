@@ -236,6 +236,28 @@ pub struct CheckpointStats {
     /// See `inflight_budget`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub channels: Vec<ChannelAlignment>,
+    /// A checkpoint that resumed a failed one (it expired, or a task declined it): that
+    /// checkpoint's id, and each task's part, reused or why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<u64>,
+    /// See `resumed_from`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartReuse>,
+}
+
+/// One task's part in a checkpoint that resumed a failed one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PartReuse {
+    /// The task's index in the job's plan.
+    pub task: usize,
+    /// The task's name.
+    pub name: String,
+    /// Its part is the one it completed for the failed checkpoint (nothing it depends on
+    /// changed since), not written again.
+    pub reused: bool,
+    /// Why not, when it was written again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
 }
 
 /// One task's file in a checkpoint.
@@ -251,6 +273,10 @@ pub struct TaskFile {
     pub bytes: u64,
     /// CRC-32C of the whole file.
     pub crc32c: u32,
+    /// A part this checkpoint reused from a failed one: the checkpoint the file was written
+    /// for (its header names that one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<u64>,
 }
 
 impl TaskFile {
@@ -701,7 +727,8 @@ fn parse_shared_name(name: &str) -> Option<(u64, usize)> {
 
 /// The identity task `t`'s file of the checkpoint `metadata` describes must have.
 fn task_identity(metadata: &CheckpointMetadata, t: &TaskFile) -> FileIdentity {
-    FileIdentity::new(FileKind::TaskState, &metadata.fingerprint, metadata.checkpoint, Some(t.task))
+    let written_for = t.checkpoint.unwrap_or(metadata.checkpoint);
+    FileIdentity::new(FileKind::TaskState, &metadata.fingerprint, written_for, Some(t.task))
 }
 
 /// Reads one task file (checked against its identity and digest) and resolves its chunks:
@@ -820,6 +847,16 @@ impl CheckpointStorage {
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))
     }
 
+    /// Puts task file `file` of checkpoint `from` into checkpoint `to`'s folder under the same
+    /// name (a hard link; a copy where links are not supported): a part `to` reuses. The
+    /// folder's entry becomes durable with `to`'s `_metadata` (its folder is synced then).
+    pub fn link_task(&self, from: u64, to: u64, file: &str) -> Result<()> {
+        let (src, dst) = (self.checkpoint_dir(from).join(file), self.checkpoint_dir(to).join(file));
+        std::fs::hard_link(&src, &dst)
+            .or_else(|_| std::fs::copy(&src, &dst).and_then(|_| File::open(&dst)?.sync_all()))
+            .map_err(|e| Error::io(format!("cannot reuse {}", src.display()), &dst, e))
+    }
+
     /// Makes checkpoint `metadata.checkpoint` exist: writes `_metadata` atomically.
     pub fn commit(&self, metadata: &CheckpointMetadata) -> Result<()> {
         write_metadata(&self.checkpoint_dir(metadata.checkpoint), metadata)
@@ -927,18 +964,33 @@ pub fn load_dir(dir: &Path) -> Result<LoadedCheckpoint> {
 }
 
 impl CheckpointStorage {
-    /// Removes what an aborted checkpoint `id` wrote: its folder and its shared files (no
-    /// other checkpoint refers to pages of one that never completed).
+    /// Removes what an aborted checkpoint `id` wrote: its folder and its shared files.
     pub fn discard(&self, id: u64) {
-        let _ = std::fs::remove_dir_all(self.checkpoint_dir(id));
+        self.discard_sparing(id, &HashSet::new());
+    }
+
+    /// Removes what checkpoint `id`, which never completed, wrote: its folder and its shared
+    /// files but those in `spare` (a later checkpoint that resumed it refers to them). Returns
+    /// the shared files deleted.
+    pub fn discard_sparing(&self, id: u64, spare: &HashSet<String>) -> Vec<String> {
+        self.remove_folder(id);
         let prefix = format!("chk-{id}-task-");
+        let mut deleted = Vec::new();
         if let Ok(entries) = std::fs::read_dir(self.dir.join(SHARED_DIR)) {
             for e in entries.filter_map(|e| e.ok()) {
-                if e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) {
-                    let _ = std::fs::remove_file(e.path());
+                let Some(name) = e.file_name().to_str().map(|n| format!("{SHARED_DIR}/{n}")) else { continue };
+                let own = name[SHARED_DIR.len() + 1..].starts_with(&prefix);
+                if own && !spare.contains(&name) && std::fs::remove_file(e.path()).is_ok() {
+                    deleted.push(name);
                 }
             }
         }
+        deleted
+    }
+
+    /// Removes checkpoint `id`'s folder only (its shared files may be referred to by others).
+    pub fn remove_folder(&self, id: u64) {
+        let _ = std::fs::remove_dir_all(self.checkpoint_dir(id));
     }
 
     /// Ids of every `chk-<n>` folder, ascending (complete or not).
@@ -1202,7 +1254,14 @@ pub(crate) fn test_metadata(id: u64, file: String, digest: FileDigest, shared: V
         generation: 1,
         completed_unix_ms: 0,
         stats: CheckpointStats::default(),
-        tasks: vec![TaskFile { task: 0, name: "t".into(), file, bytes: digest.bytes, crc32c: digest.crc32c }],
+        tasks: vec![TaskFile {
+            task: 0,
+            name: "t".into(),
+            file,
+            bytes: digest.bytes,
+            crc32c: digest.crc32c,
+            checkpoint: None,
+        }],
         shared,
     }
 }

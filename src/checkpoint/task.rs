@@ -24,6 +24,9 @@ pub(crate) enum TaskControl {
     /// Sources only: the final checkpoint (the first triggered once every source had reached
     /// the end of its input) completed: end the streams now.
     EndOfInput,
+    /// Checkpoint `id` failed, and the coordinator keeps this task's part of it: the next
+    /// checkpoint may reuse it (sent before the abort notice).
+    PartKept(u64),
 }
 
 /// The checkpoint settings tasks (and producers) read as each checkpoint reaches them, which a
@@ -88,6 +91,10 @@ pub(crate) struct TaskStats {
     pub(crate) inflight_bytes: u64,
     /// Adaptive checkpoints: each input channel's part.
     pub(crate) channels: Vec<ChannelAlignment>,
+    /// The failed checkpoint whose kept part this one reused.
+    pub(crate) reused_from: Option<u64>,
+    /// Why a kept part was not reused (what changed since).
+    pub(crate) not_reused: Option<String>,
 }
 
 /// One task's part of a checkpoint, durable.
@@ -96,6 +103,8 @@ pub(crate) struct TaskDone {
     /// The task file (relative to the checkpoint's folder), its length and checksum.
     pub(crate) file: String,
     pub(crate) digest: FileDigest,
+    /// A reused part: the checkpoint the file was written for (its header names it).
+    pub(crate) written_for: Option<u64>,
     pub(crate) stats: TaskStats,
     /// Shared files (incremental checkpoints) the task file refers to.
     pub(crate) shared: Vec<SharedFile>,

@@ -268,6 +268,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     aligner: BarrierAligner::new(0),
                     live: w.live.clone(),
                     deferred: None,
+                    parts: Default::default(),
                 }
             });
             let task = match &node.kind {

@@ -410,6 +410,7 @@ impl<T: Send> Task for SourceTask<T> {
                     self.phase = Phase::Ending;
                 }
                 TaskControl::EndOfInput => {}
+                TaskControl::PartKept(id) => self.checkpointing.as_ref().expect("message came from it").keep_part(id),
                 TaskControl::Notice(n) => {
                     self.source_learns(n);
                     let out = &mut self.out;

@@ -197,6 +197,10 @@ pub struct RunStats {
     pub crashes: u32,
     /// Checkpoints completed.
     pub checkpoints: u64,
+    /// Of those, checkpoints that resumed a failed one, and the task parts they reused.
+    pub resumed: u64,
+    /// See `resumed`.
+    pub parts_reused: u64,
     /// Faults the schedule injected.
     pub faults: Vec<String>,
 }
@@ -408,12 +412,18 @@ enum Fault {
     /// At step `at`, the process dies; the job starts again at `parallelism` from the latest
     /// checkpoint of its directory (from the start if there is none), in a new directory.
     Rescale { at: u64, parallelism: usize },
+    /// The first snapshot write of checkpoint `id` hangs: the coordinator never hears of it,
+    /// the checkpoint expires (the timeout is a few intervals then), and the next one
+    /// resumes it with the other tasks' kept parts; in half the seeds the process dies as
+    /// one of the next two completes.
+    HangsWrite(u64),
 }
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Fault::TaskFails(n) => write!(f, "task failure at step {n}"),
+            Fault::HangsWrite(id) => write!(f, "a snapshot write of checkpoint {id} hangs, and the checkpoint expires"),
             Fault::Crash(n) => write!(f, "crash at step {n}"),
             Fault::CrashAt(CrashPoint::MetadataNotRenamed, id) => {
                 write!(f, "crash with checkpoint {id}'s _metadata written and not renamed")
@@ -457,6 +467,8 @@ struct Schedule {
     /// the schedule holds back expire; in the golden run and the other half too long to reach,
     /// so a checkpoint that can never complete stalls the run and is reported.
     timeout_ns: u64,
+    /// A write hangs ([`Fault::HangsWrite`]): the timeout is four intervals.
+    short_timeout: bool,
     /// Of 1,000 steps, how many move the clock.
     tick_per_mille: u64,
     /// Of 1,000 steps, how many run a snapshot write.
@@ -505,6 +517,7 @@ impl Schedule {
             // Drawn apart, so the other modes' schedules are as they were.
             inflight_budget: Prng::new(seed.unwrap_or(0) ^ 0xADA_9713).between(1, ring_capacity as u64 * 16),
             timeout_ns: if seed.is_some() && rng.chance(1, 2) { 50_000_000 } else { 600_000_000_000 },
+            short_timeout: false,
             tick_per_mille: rng.between(20, 200),
             write_per_mille: rng.between(20, 300),
             rng,
@@ -539,6 +552,11 @@ impl Schedule {
                 s.faults.push(Fault::Rescale { at: r.below(steps), parallelism: parallelism.expect("three others") });
             }
         }
+        let mut r = Prng::new(seed.unwrap_or(0) ^ 0x4A_96ED);
+        if r.chance(1, 3) {
+            s.short_timeout = true;
+            s.faults.push(Fault::HangsWrite(r.between(1, checkpoints)));
+        }
         s
     }
 
@@ -549,11 +567,12 @@ impl Schedule {
     /// its steps forwarding barriers (a storm that never reaches the step limit's end).
     fn config(&self, dir: &Path, options: &SimOptions, subtasks: usize) -> CheckpointConfig {
         let scale = subtasks.div_ceil(24).max(1) as u64;
+        let timeout_ns = if self.short_timeout { 4 * self.interval_ns * scale } else { self.timeout_ns };
         let mut c = CheckpointConfig::new(dir)
             .interval(Duration::from_nanos(self.interval_ns * scale))
             .incremental(options.incremental)
             .max_concurrent(self.max_concurrent)
-            .timeout(Duration::from_nanos(self.timeout_ns))
+            .timeout(Duration::from_nanos(timeout_ns))
             .tolerable_failures(u32::MAX / 2);
         c = match options.mode {
             SimMode::Aligned => c,
@@ -693,8 +712,11 @@ where
                 lock: &lock,
             };
             let end = run_attempt(prepared, &mut world, fail_soon);
-            stats.checkpoints += checkpoint_stats.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
-            checkpoint_stats.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            for c in checkpoint_stats.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                stats.checkpoints += 1;
+                stats.resumed += c.resumed_from.is_some() as u64;
+                stats.parts_reused += c.parts.iter().filter(|p| p.reused).count() as u64;
+            }
             match end {
                 AttemptEnd::Finished => {
                     // `run_attempt` checked the lock and ran the success work; the directory
@@ -942,6 +964,15 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
         if roll < schedule.tick_per_mille + schedule.write_per_mille {
             if let Some(write) = writes.take(&mut schedule.rng) {
                 let mut ack = write();
+                if schedule.take(|f| *f == Fault::HangsWrite(ack.checkpoint)).is_some() {
+                    // In half the seeds the process then dies as a checkpoint that may have
+                    // resumed this one completes, so a restore reads the parts it reused.
+                    if schedule.rng.chance(1, 2) {
+                        let id = ack.checkpoint;
+                        schedule.faults.extend([Fault::CrashMidCompletion(id + 1), Fault::CrashMidCompletion(id + 2)]);
+                    }
+                    continue;
+                }
                 if std::mem::take(&mut failed_write_due) {
                     ack.result = Err(Error::io(
                         "cannot write task state",
