@@ -212,6 +212,13 @@ struct CheckpointArgs {
     /// Checkpoints in flight at once.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
     max_concurrent: Option<u64>,
+    /// Milliseconds a checkpoint may take before it expires (default 600000); the next one
+    /// reuses the parts its tasks had completed where nothing in them changed.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    checkpoint_timeout_ms: Option<u64>,
+    /// Checkpoints that may fail in a row before the job fails (default 3).
+    #[arg(long)]
+    tolerable_failures: Option<u32>,
     /// Completed checkpoints to keep.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
     retain: Option<u64>,
@@ -298,6 +305,8 @@ impl CheckpointArgs {
                 ("--alignment-timeout-ms", self.alignment_timeout_ms.is_some()),
                 ("--inflight-budget-bytes", self.inflight_budget_bytes.is_some()),
                 ("--max-concurrent", self.max_concurrent.is_some()),
+                ("--checkpoint-timeout-ms", self.checkpoint_timeout_ms.is_some()),
+                ("--tolerable-failures", self.tolerable_failures.is_some()),
                 ("--retain", self.retain.is_some()),
                 ("--savepoint-dir", self.savepoint_dir.is_some()),
                 ("--allow-retracting-output", self.allow_retracting_output),
@@ -333,6 +342,12 @@ impl CheckpointArgs {
         }
         if let Some(n) = self.max_concurrent {
             c = c.max_concurrent(n as usize);
+        }
+        if let Some(ms) = self.checkpoint_timeout_ms {
+            c = c.timeout(Duration::from_millis(ms));
+        }
+        if let Some(n) = self.tolerable_failures {
+            c = c.tolerable_failures(n);
         }
         if let Some(n) = self.retain {
             c = c.retain(n as usize);
