@@ -46,6 +46,10 @@ pub trait ForkedState: Send {
     /// the state's encoding (what [`crate::collector::Collector::restore_state`] reads).
     /// Paged state hands each page as a [`StateChunks::page`], so that an incremental
     /// checkpoint can refer to a page an earlier checkpoint stored instead of writing it again.
+    ///
+    /// It may be called more than once for one snapshot (a checkpoint that resumes a failed
+    /// one compares the snapshot with the part kept before it writes), so whatever else it
+    /// does (a sink's pre-commit) must happen once and hand on the same chunks each time.
     fn write_chunks(&self, out: &mut dyn StateChunks) -> io::Result<()>;
 
     /// Writes the whole encoding to `out`; returns the bytes written.

@@ -244,5 +244,13 @@ fn a_kept_part_is_reused_while_nothing_changed_and_says_what_did_after() {
         } else {
             assert_eq!(third.stats.written_bytes, third.stats.state_bytes);
         }
+        // Checkpoint 4 failed, and the coordinator kept other tasks' parts of it, not this
+        // one's: it no longer keeps the part of 1 (its files go), so checkpoint 5 neither
+        // reuses it nor refers to its pages (a checkpoint referring to them would fail, and
+        // so would every later one).
+        apply_notice(&mut cp, CheckpointNotice::Aborted(4), &mut |_| Ok(())).unwrap();
+        let fifth = write(&cp, 5, &mut state);
+        assert!(fifth.stats.reused_from.is_none() && fifth.stats.not_reused.is_none());
+        assert!(fifth.shared.iter().all(|s| s.file != CheckpointStorage::shared_name(1, 0)), "{:?}", fifth.shared);
     }
 }

@@ -612,16 +612,15 @@ impl CoordinatorCore {
 
     /// Checkpoint `p` failed (it is removed from the pending ones; the caller fails it): the
     /// parts its tasks completed are kept in place of the older kept ones, and those tasks
-    /// hear it before the abort notice. A savepoint's parts are not kept.
+    /// hear it before the abort notice (on which the others drop the parts they kept). A
+    /// savepoint's parts are not kept.
     fn keep_parts(&mut self, p: Pending) {
-        if p.acks.is_empty() || p.savepoint.is_some() {
-            return;
-        }
         let id = p.barrier.id;
-        for &task in p.acks.keys() {
+        let new = (!p.acks.is_empty() && p.savepoint.is_none()).then(|| KeptParts { id, parts: p.acks });
+        for &task in new.iter().flat_map(|k| k.parts.keys()) {
             self.out.push(Command::Send(task, TaskControl::PartKept(id)));
         }
-        if let Some(old) = self.kept.replace(KeptParts { id, parts: p.acks }) {
+        if let Some(old) = std::mem::replace(&mut self.kept, new) {
             // Parts reused from it were linked into the newer folder; what they refer to stays.
             self.drop_files(old.id);
         }

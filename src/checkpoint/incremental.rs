@@ -86,9 +86,7 @@ impl PageIndex {
     /// references until a later checkpoint completes.
     pub(crate) fn keep(&self, id: u64) {
         let mut inner = self.lock();
-        if let Some(pages) = inner.pending.get(&id).cloned() {
-            inner.kept = Some((id, pages));
-        }
+        inner.kept = inner.pending.get(&id).cloned().map(|pages| (id, pages));
     }
 
     /// Checkpoint `id` reused the kept part: its pages are the kept part's.
@@ -119,6 +117,11 @@ impl PageIndex {
             }
             CheckpointNotice::Aborted(id) => {
                 inner.pending.remove(&id);
+                // The coordinator keeps the newest failed checkpoint's parts only (see
+                // `TaskParts::on_notice`).
+                if inner.kept.as_ref().is_some_and(|k| k.0 < id) {
+                    inner.kept = None;
+                }
             }
         }
     }

@@ -205,12 +205,11 @@ impl TaskParts {
         self.lock().written.insert(part.checkpoint, Arc::new(part));
     }
 
-    /// The coordinator kept this task's part of failed checkpoint `id`.
+    /// The coordinator kept this task's part of failed checkpoint `id` (in place of any
+    /// part it kept before).
     pub(crate) fn keep(&self, id: u64) {
         let mut inner = self.lock();
-        if let Some(part) = inner.written.remove(&id) {
-            inner.kept = Some(part);
-        }
+        inner.kept = inner.written.remove(&id);
     }
 
     /// The part the next checkpoint may reuse, if any.
@@ -219,7 +218,9 @@ impl TaskParts {
     }
 
     /// A checkpoint completed (nothing older is needed: the kept part goes too, as the
-    /// coordinator deletes what the completed one does not refer to) or was aborted.
+    /// coordinator deletes what the completed one does not refer to) or was aborted (a kept
+    /// part older than it goes: the coordinator keeps the parts of the newest failed
+    /// checkpoint only, and this task heard `keep` before the abort if one of them is its).
     pub(crate) fn on_notice(&self, notice: CheckpointNotice) {
         let mut inner = self.lock();
         match notice {
@@ -231,6 +232,9 @@ impl TaskParts {
             }
             CheckpointNotice::Aborted(id) => {
                 inner.written.remove(&id);
+                if inner.kept.as_ref().is_some_and(|k| k.checkpoint < id) {
+                    inner.kept = None;
+                }
             }
         }
     }
@@ -333,10 +337,15 @@ mod tests {
         parts.keep(1);
         parts.on_notice(CheckpointNotice::Aborted(1));
         assert_eq!(parts.kept().map(|k| k.checkpoint), Some(1));
-        parts.keep(3);
-        assert_eq!(parts.kept().map(|k| k.checkpoint), Some(1), "nothing written for 3: 1 stays kept");
         parts.on_notice(CheckpointNotice::Complete(2));
         assert!(parts.kept().is_none());
         assert!(parts.lock().written.is_empty());
+        // Checkpoint 4 failed and the coordinator kept other tasks' parts of it, not this
+        // one's (it heard no `keep`): its part of 3 is gone from the coordinator, so from here.
+        parts.written(part(3));
+        parts.keep(3);
+        parts.on_notice(CheckpointNotice::Aborted(3));
+        parts.on_notice(CheckpointNotice::Aborted(4));
+        assert!(parts.kept().is_none(), "a part the coordinator no longer keeps is not reused");
     }
 }
