@@ -721,13 +721,17 @@ impl CoordinatorCore {
             let _ = self.s.storage.write_unpublished_metadata(&metadata);
             return Err(Error::Cancelled);
         }
+        // Shared files of kept parts, written for a checkpoint that never completed, are read
+        // back whole the first time a completed one refers to them.
+        let unverified: HashSet<String> =
+            self.kept.iter().flat_map(|k| k.shared()).filter(|f| !self.adopted.contains(*f)).cloned().collect();
         self.s.storage.commit(&metadata)?;
         // Read back and verified before anything is committed under it: a checkpoint that
         // would not restore must never be the one sink transactions are committed under (its
         // folder goes with the abort that follows).
         self.s
             .storage
-            .verify(id)
+            .verify_including(id, &unverified)
             .map_err(|e| Error::Checkpoint(format!("its files did not verify when read back: {e}")))?;
         if let Some(req) = savepoint {
             self.stopped |= req.stop;

@@ -1039,6 +1039,13 @@ impl CheckpointStorage {
     /// commit, so a checkpoint that would not restore is never the one they are committed
     /// under. Returns the metadata.
     pub fn verify(&self, id: u64) -> Result<CheckpointMetadata> {
+        self.verify_including(id, &HashSet::new())
+    }
+
+    /// [`CheckpointStorage::verify`], reading the shared files in `whole` back whole too:
+    /// files of a failed checkpoint whose kept parts checkpoint `id` reused, which no completed
+    /// checkpoint verified yet.
+    pub fn verify_including(&self, id: u64, whole: &HashSet<String>) -> Result<CheckpointMetadata> {
         let metadata = self.metadata(id)?;
         let dir = self.checkpoint_dir(id);
         for t in &metadata.tasks {
@@ -1048,8 +1055,9 @@ impl CheckpointStorage {
             let path = self.dir.join(&s.file);
             let digest = s.digest();
             match parse_shared_name(&s.file) {
-                Some((written_by, task)) if written_by == id => {
-                    let expected = FileIdentity::new(FileKind::SharedPages, &metadata.fingerprint, id, Some(task));
+                Some((written_by, task)) if written_by == id || whole.contains(&s.file) => {
+                    let expected =
+                        FileIdentity::new(FileKind::SharedPages, &metadata.fingerprint, written_by, Some(task));
                     read_expected(&path, &expected, Some(&digest))?;
                 }
                 Some(_) => {
@@ -1320,6 +1328,31 @@ mod tests {
         assert!(err.contains("whole-file checksum"), "{err}");
         let shorter = FileDigest { bytes: digest.bytes - 1, ..digest };
         assert!(read_expected(&path, &task_file(4, 2), Some(&shorter)).unwrap_err().to_string().contains("bytes"));
+    }
+
+    /// A checkpoint that reused a failed one's part refers to shared pages no completed
+    /// checkpoint verified: read back whole, a flipped bit in them fails verification, which
+    /// the length alone (enough for pages a completed checkpoint verified) does not see.
+    #[test]
+    fn shared_pages_of_a_failed_checkpoint_are_verified_whole_when_first_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = CheckpointStorage::new(dir.path());
+        let mut w = s.create_shared(1, 0).unwrap();
+        w.write(&[7u8; 5000]).unwrap();
+        let shared = SharedFile::new(CheckpointStorage::shared_name(1, 0), w.finish().unwrap());
+        s.prepare(2).unwrap();
+        let parts = TaskFileContent::inline(vec![("op".into(), 0, vec![2; 10])]);
+        let (file, digest) = s.write_task(2, 0, &parts).unwrap();
+        s.commit(&test_metadata(2, file, digest, vec![shared.clone()])).unwrap();
+        let whole: HashSet<String> = [shared.file.clone()].into();
+        s.verify_including(2, &whole).unwrap();
+        let path = dir.path().join(&shared.file);
+        let mut b = std::fs::read(&path).unwrap();
+        b[3000] ^= 1;
+        std::fs::write(&path, b).unwrap();
+        assert!(s.verify(2).is_ok(), "its length is unchanged");
+        let err = s.verify_including(2, &whole).unwrap_err().to_string();
+        assert!(err.contains("chk-1-task-0.pages"), "{err}");
     }
 
     #[test]
