@@ -616,7 +616,7 @@ impl CoordinatorCore {
     /// savepoint's parts are not kept.
     fn keep_parts(&mut self, p: Pending) {
         let id = p.barrier.id;
-        let new = (!p.acks.is_empty() && p.savepoint.is_none()).then(|| KeptParts { id, parts: p.acks });
+        let new = (!p.acks.is_empty() && p.savepoint.is_none()).then_some(KeptParts { id, parts: p.acks });
         for &task in new.iter().flat_map(|k| k.parts.keys()) {
             self.out.push(Command::Send(task, TaskControl::PartKept(id)));
         }
