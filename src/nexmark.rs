@@ -100,7 +100,11 @@ pub struct Auction {
     pub extra: Word,
 }
 
-/// A bid.
+/// A bid. Its text — the channel it came through, the page it was made on, its padding —
+/// is drawn from the event's number when a query reads it ([`Bid::channel`], [`Bid::url`],
+/// [`Bid::extra`]: the standard generator's values, the same on every read), as a query
+/// engine materializes columns late: most queries read only the numbers, so a bid is 40
+/// bytes, not 128, and its text is made only by the queries that read it (q14, q16, q21, q22).
 #[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
 pub struct Bid {
     /// Auction id.
@@ -109,14 +113,10 @@ pub struct Bid {
     pub bidder: u64,
     /// Price, cents.
     pub price: u64,
-    /// The channel the bid came through.
-    pub channel: Word,
-    /// The page it was made on.
-    pub url: Word,
     /// Event time, ms.
     pub date_time: u64,
-    /// Padding text.
-    pub extra: Word,
+    /// The event's number in the stream, which its text is drawn from.
+    pub event: u64,
 }
 
 /// A bid's numbers only: what most queries read (they project bids onto this before the
@@ -138,6 +138,31 @@ impl Bid {
     pub fn numbers(&self) -> BidPrice {
         BidPrice { auction: self.auction, bidder: self.bidder, price: self.price, date_time: self.date_time }
     }
+
+    /// The channel the bid came through: half the bids one of the hot channels, the rest one
+    /// of many.
+    pub fn channel(&self) -> Word {
+        channel(bid_channel(self.event)).0.clone()
+    }
+
+    /// The page it was made on (the channel's URL).
+    pub fn url(&self) -> Word {
+        channel(bid_channel(self.event)).1.clone()
+    }
+
+    /// Padding text, 0 to 20 characters.
+    pub fn extra(&self) -> Word {
+        extra(self.event, 10)
+    }
+}
+
+/// The channel of bid event `n`. (Chosen without a branch: a coin flip per bid mispredicts
+/// half the time.)
+#[inline]
+fn bid_channel(n: u64) -> u64 {
+    let c = draw(n, 9);
+    let hot = u64::from(c.is_multiple_of(2));
+    hot * (CHANNELS + (c >> 8) % HOT_CHANNELS.len() as u64) + (1 - hot) * ((c >> 8) % CHANNELS)
 }
 
 /// One Nexmark event.
@@ -263,12 +288,12 @@ fn extra(n: u64, k: u64) -> Word {
 }
 
 /// Every channel's name and URL, made once per process (as the standard generator caches
-/// them; a bounded table of about 1.3 MB): a bid copies the name (inline) and refers to the
-/// URL, where making them would format and allocate per bid. Channels below [`CHANNELS`] are
+/// them; a bounded table of about 1.3 MB): a bid's name is copied (inline) and its URL
+/// referred to, where making them would format and allocate per bid. Channels below [`CHANNELS`] are
 /// `channel-<c>`, the others the hot ones; a URL has three directories and the channel id as a
 /// query parameter.
 #[inline]
-fn channel(c: u64) -> (Word, Word) {
+fn channel(c: u64) -> &'static (Word, Word) {
     static TABLE: std::sync::OnceLock<Vec<(Word, Word)>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
         (0..CHANNELS + HOT_CHANNELS.len() as u64)
@@ -288,7 +313,7 @@ fn channel(c: u64) -> (Word, Word) {
             })
             .collect()
     });
-    table[c as usize].clone()
+    &table[c as usize]
 }
 
 /// Event number `n`. (Inlined into the generator's loop, so each event is built in its place
@@ -334,20 +359,12 @@ pub fn event(n: u64) -> Event {
             extra: extra(n, 9),
         }))
     } else {
-        // Half the bids come through one of the hot channels, the rest through one of many.
-        // (Chosen without a branch: a coin flip per bid mispredicts half the time.)
-        let c = draw(n, 9);
-        let hot = u64::from(c.is_multiple_of(2));
-        let (channel, url) =
-            channel(hot * (CHANNELS + (c >> 8) % HOT_CHANNELS.len() as u64) + (1 - hot) * ((c >> 8) % CHANNELS));
         Event::Bid(Bid {
             auction: FIRST_AUCTION_ID + pick(auctions_before(n), IN_FLIGHT_AUCTIONS, HOT_AUCTION_RATIO, draw(n, 6)),
             bidder: FIRST_PERSON_ID + pick(people_before(n), ACTIVE_PEOPLE, HOT_BIDDER_RATIO, draw(n, 7)),
             price: price(draw(n, 8)),
-            channel,
-            url,
             date_time,
-            extra: extra(n, 10),
+            event: n,
         })
     }
 }
@@ -759,12 +776,12 @@ fn time_of_day(date_time: u64) -> u64 {
 
 /// q21: the channel id: fixed for the hot channels, else the URL's `channel_id` parameter.
 fn channel_id(b: &Bid) -> u64 {
-    b.channel.with_str(|c| match c.to_ascii_lowercase().as_str() {
+    b.channel().with_str(|c| match c.to_ascii_lowercase().as_str() {
         "apple" => 0,
         "google" => 1,
         "facebook" => 2,
         "baidu" => 3,
-        _ => b.url.with_str(|u| {
+        _ => b.url().with_str(|u| {
             u.split("channel_id=")
                 .nth(1)
                 .and_then(|v| v.split('&').next())
@@ -776,7 +793,7 @@ fn channel_id(b: &Bid) -> u64 {
 
 /// q22: the first three directories of the bid's URL, hashed.
 fn url_dirs(b: &Bid) -> u64 {
-    b.url.with_str(|u| {
+    b.url().with_str(|u| {
         let path = u.split("://").nth(1).unwrap_or(u);
         let mut dirs = path.split('/').skip(1);
         hash_key(&(dirs.next().unwrap_or(""), dirs.next().unwrap_or(""), dirs.next().unwrap_or("")))
@@ -964,7 +981,7 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
         Query::Q14 => bids_map(|b| {
             let euros = b.price * 908 / 1000;
             (1_000_000 < euros && euros < 50_000_000).then(|| {
-                let zeros = b.extra.with_str(|s| s.bytes().filter(|&c| c == b'0').count() as u64);
+                let zeros = b.extra().with_str(|s| s.bytes().filter(|&c| c == b'0').count() as u64);
                 (b.auction, euros, time_of_day(b.date_time) << 32 | zeros)
             })
         }),
@@ -976,7 +993,7 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
         Query::Q16 => source
             .flat_map(|e: Event, out| {
                 if let Event::Bid(b) = e {
-                    out.emit((hash_key(&b.channel), b.numbers()));
+                    out.emit((hash_key(&b.channel()), b.numbers()));
                 }
             })
             .key_by(|(channel, b): &(u64, BidPrice)| (*channel, b.date_time / DAY_MS))
@@ -1187,7 +1204,7 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             .filter_map(|b| {
                 let euros = b.price * 908 / 1000;
                 (1_000_000 < euros && euros < 50_000_000).then(|| {
-                    let zeros = b.extra.with_str(|s| s.bytes().filter(|&c| c == b'0').count() as u64);
+                    let zeros = b.extra().with_str(|s| s.bytes().filter(|&c| c == b'0').count() as u64);
                     (b.auction, euros, time_of_day(b.date_time) << 32 | zeros)
                 })
             })
@@ -1197,7 +1214,7 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             for b in bids() {
                 let key = match q {
                     Query::Q15 => (b.date_time / DAY_MS, 0),
-                    Query::Q16 => (hash_key(&b.channel), b.date_time / DAY_MS),
+                    Query::Q16 => (hash_key(&b.channel()), b.date_time / DAY_MS),
                     _ => (b.auction, b.date_time / DAY_MS),
                 };
                 per.entry(key).or_default().add(&b.numbers());
