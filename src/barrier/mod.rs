@@ -49,7 +49,7 @@ use std::sync::Arc;
 use crate::channel::InputGate;
 use crate::checkpoint::resume::{changes, TaskParts, WrittenPart};
 use crate::checkpoint::task::{
-    CommitsApplied, LiveSettings, SnapshotWrite, SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats,
+    CommitsApplied, LiveSettings, SnapshotWrite, SnapshotWriter, TaskAck, TaskControl, TaskStats,
 };
 use crate::checkpoint::ChannelAlignment;
 use crate::checkpoint::{write_task_snapshot, CheckpointMode, CheckpointStorage, PageIndex};
@@ -192,9 +192,10 @@ impl TaskCheckpointing {
                             stats.state_bytes += k.state_bytes.saturating_sub(stats.inflight_bytes);
                             stats.reused_from = Some(k.checkpoint);
                             stats.async_ns = clock.now_ns() - start;
-                            parts.written(WrittenPart { checkpoint: id, ..(*k).clone() });
-                            let (file, digest, shared) = (k.file.clone(), k.digest, k.shared.clone());
-                            return Ok(TaskDone { file, digest, written_for: Some(k.written_for), stats, shared });
+                            let part = WrittenPart { checkpoint: id, ..(*k).clone() };
+                            let done = part.done(stats);
+                            parts.written(part);
+                            return Ok(done);
                         }
                         Err(why) => stats.not_reused = Some(why),
                     }
@@ -210,16 +211,18 @@ impl TaskCheckpointing {
                 stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);
                 stats.written_bytes += w.written_bytes.saturating_sub(stats.inflight_bytes);
                 stats.async_ns = clock.now_ns() - start;
-                parts.written(WrittenPart {
+                let part = WrittenPart {
                     checkpoint: id,
                     written_for: id,
-                    file: w.file.clone(),
+                    file: w.file,
                     digest: w.file_digest,
-                    shared: w.shared.clone(),
+                    shared: w.shared,
                     state_bytes: w.state_bytes,
                     print: w.print,
-                });
-                Ok(TaskDone { file: w.file, digest: w.file_digest, written_for: None, stats, shared: w.shared })
+                };
+                let done = part.done(stats);
+                parts.written(part);
+                Ok(done)
             })();
             TaskAck { checkpoint: id, task, result }
         });

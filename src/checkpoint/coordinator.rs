@@ -306,12 +306,7 @@ impl CoordinatorCore {
                 }
                 let p = self.pending.remove(&ack.checkpoint).expect("present");
                 // Kept parts count as in use: a checkpoint older than the kept one may complete.
-                let mut in_use: HashSet<String> = self
-                    .pending
-                    .values()
-                    .flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter().map(|s| s.file.clone())))
-                    .collect();
-                in_use.extend(self.kept.iter().flat_map(|k| k.shared().cloned()));
+                let in_use = self.shared_in_use();
                 match self.complete(p, &in_use, now_ns) {
                     Ok(()) => {
                         self.consecutive_failures = 0;
@@ -598,14 +593,17 @@ impl CoordinatorCore {
         self.kept.as_ref().is_some_and(|k| k.id == id)
     }
 
+    /// The shared files that checkpoints in progress and kept parts refer to.
+    fn shared_in_use(&self) -> HashSet<String> {
+        let pending = self.pending.values().flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter()));
+        pending.map(|s| &s.file).chain(self.kept.iter().flat_map(KeptParts::shared)).cloned().collect()
+    }
+
     /// Removes what checkpoint `id`, which did not complete, wrote, but the shared files that
     /// kept parts, checkpoints in progress or completed ones (`adopted`) refer to.
     fn drop_files(&mut self, id: u64) {
-        let mut spare = self.adopted.clone();
-        spare.extend(self.kept.iter().flat_map(|k| k.shared().cloned()));
-        spare.extend(
-            self.pending.values().flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter())).map(|s| s.file.clone()),
-        );
+        let mut spare = self.shared_in_use();
+        spare.extend(self.adopted.iter().cloned());
         let deleted = self.s.storage.discard_sparing(id, &spare);
         self.deleted_shared.extend(deleted);
     }
@@ -926,15 +924,18 @@ mod tests {
         assert_eq!(triggered(&none.on_tick(10_001 * ms)).len(), 1);
     }
 
+    /// A coordinator checkpointing every 10 ms whose checkpoints expire after 50 ms.
+    fn expiring_core(dir: &std::path::Path) -> CoordinatorCore {
+        core_with(CheckpointConfig::new(dir).interval(Duration::from_millis(10)).timeout(Duration::from_millis(50)))
+    }
+
     /// A checkpoint that expires says which tasks had not completed their part, so a user
     /// sees where it was stuck (the source had written its part; the sink never did).
     #[test]
     fn an_expired_checkpoint_names_the_tasks_it_waited_for() {
         let dir = tempfile::tempdir().unwrap();
         let ms = 1_000_000;
-        let config =
-            CheckpointConfig::new(dir.path()).interval(Duration::from_millis(10)).timeout(Duration::from_millis(50));
-        let mut c = core_with(config);
+        let mut c = expiring_core(dir.path());
         let first = triggered(&c.on_tick(10 * ms));
         c.on_ack(ack(&c, 0, first[0]), 11 * ms);
         c.on_tick(70 * ms);
@@ -956,9 +957,7 @@ mod tests {
     fn an_expired_checkpoint_keeps_the_finished_parts_for_the_next_one() {
         let dir = tempfile::tempdir().unwrap();
         let ms = 1_000_000;
-        let config =
-            CheckpointConfig::new(dir.path()).interval(Duration::from_millis(10)).timeout(Duration::from_millis(50));
-        let mut c = core_with(config);
+        let mut c = expiring_core(dir.path());
         let first = triggered(&c.on_tick(10 * ms))[0];
         let source_part = ack(&c, 0, first);
         let source_file = match &source_part.result {

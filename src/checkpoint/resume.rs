@@ -8,13 +8,15 @@
 //! a page (a page's version names its content), and when nothing differs it reuses the kept
 //! file instead of writing the part again; else it writes it and says what changed.
 //!
-//! May touch: `checkpoint::storage`, `prng`, `snapshot` (and `state`, in its tests).
+//! May touch: `checkpoint::storage`, `checkpoint::task`, `prng`, `snapshot` (and `state`, in
+//! its tests).
 
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex};
 
 use super::storage::{FileDigest, SharedFile};
+use super::task::{TaskDone, TaskStats};
 use crate::snapshot::{CheckpointNotice, StateChunks, TaskSnapshot};
 
 /// A digest of a byte sequence that does not depend on how it was cut into calls: its length,
@@ -180,6 +182,19 @@ pub(crate) struct WrittenPart {
     pub(crate) shared: Vec<SharedFile>,
     pub(crate) state_bytes: u64,
     pub(crate) print: TaskPrint,
+}
+
+impl WrittenPart {
+    /// The acknowledgement of this part as task part of checkpoint `self.checkpoint`.
+    pub(crate) fn done(&self, stats: TaskStats) -> TaskDone {
+        TaskDone {
+            file: self.file.clone(),
+            digest: self.digest,
+            written_for: (self.written_for != self.checkpoint).then_some(self.written_for),
+            stats,
+            shared: self.shared.clone(),
+        }
+    }
 }
 
 /// The parts one task wrote whose checkpoint's fate it has not heard yet, and the part of a
