@@ -10,8 +10,9 @@
 //! per event (a first event rate of 10,000/s). Event `n` depends only on `n`, so a run can be
 //! replayed and split over subtasks. The text fields of the standard generator are there
 //! (names, e-mails, credit cards, cities and states; item names and descriptions; channels,
-//! URLs; padding): short ones inline in a [`Word`], channel URLs made once per thread and
-//! shared, as the standard generator caches them.
+//! URLs; padding), drawn from the event's number when a query reads them (methods of
+//! [`Person`], [`Auction`] and [`Bid`]): short ones inline in a [`Word`], channel URLs made
+//! once per process and shared, as the standard generator caches them.
 //!
 //! May touch: `error`, `operator`, `persist`, `pipeline`, `prng`, `record`, `runtime`,
 //! `source`, `state`.
@@ -54,36 +55,65 @@ const HOT_CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
 /// Channels other than the hot ones: `channel-<n>` for `n` below this.
 const CHANNELS: u64 = 10_000;
 
-/// A new user.
+/// A new user. Its text — name, e-mail address, credit card, city, state, padding — is
+/// drawn from the event's number when a query reads it, as a bid's is (see [`Bid`]): the
+/// standard generator's values, the same on every read.
 #[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
 pub struct Person {
     /// Person id.
     pub id: u64,
-    /// Full name.
-    pub name: String,
-    /// E-mail address.
-    pub email_address: String,
-    /// Credit card number, four groups of four digits.
-    pub credit_card: String,
-    /// City.
-    pub city: Word,
-    /// US state.
-    pub state: Word,
     /// Event time, ms.
     pub date_time: u64,
-    /// Padding text.
-    pub extra: Word,
+    /// The event's number in the stream, which its text is drawn from.
+    pub event: u64,
 }
 
-/// A new auction.
+impl Person {
+    /// Full name: a first and a last name.
+    pub fn name(&self) -> String {
+        let r = draw(self.event, 0);
+        format!("{} {}", FIRST_NAMES[(r % 8) as usize], LAST_NAMES[((r >> 8) % 8) as usize])
+    }
+
+    /// E-mail address.
+    pub fn email_address(&self) -> String {
+        format!("{}@{}.com", text(self.event, 1, 7), text(self.event, 2, 5))
+    }
+
+    /// Credit card number, four groups of four digits.
+    pub fn credit_card(&self) -> String {
+        let card = draw(self.event, 3);
+        format!(
+            "{:04} {:04} {:04} {:04}",
+            card % 10_000,
+            (card >> 16) % 10_000,
+            (card >> 32) % 10_000,
+            (card >> 48) % 10_000
+        )
+    }
+
+    /// City.
+    pub fn city(&self) -> Word {
+        Word::from_static(US_CITIES[((draw(self.event, 0) >> 16) % 10) as usize])
+    }
+
+    /// US state.
+    pub fn state(&self) -> Word {
+        Word::from_static(US_STATES[((draw(self.event, 0) >> 24) % 6) as usize])
+    }
+
+    /// Padding text, 0 to 20 characters.
+    pub fn extra(&self) -> Word {
+        extra(self.event, 4)
+    }
+}
+
+/// A new auction. Its text — item name, description, padding — is drawn from the event's
+/// number when a query reads it, as a bid's is (see [`Bid`]).
 #[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
 pub struct Auction {
     /// Auction id.
     pub id: u64,
-    /// Item name.
-    pub item_name: String,
-    /// Description.
-    pub description: String,
     /// Opening price, cents.
     pub initial_bid: u64,
     /// Reserve price, cents.
@@ -96,8 +126,25 @@ pub struct Auction {
     pub seller: u64,
     /// Category id.
     pub category: u64,
-    /// Padding text.
-    pub extra: Word,
+    /// The event's number in the stream, which its text is drawn from.
+    pub event: u64,
+}
+
+impl Auction {
+    /// Item name, 12 letters and digits.
+    pub fn item_name(&self) -> String {
+        text(self.event, 6, 12)
+    }
+
+    /// Description, 40 letters and digits.
+    pub fn description(&self) -> String {
+        text(self.event, 7, 40)
+    }
+
+    /// Padding text, 0 to 20 characters.
+    pub fn extra(&self) -> Word {
+        extra(self.event, 9)
+    }
 }
 
 /// A bid. Its text — the channel it came through, the page it was made on, its padding —
@@ -323,40 +370,20 @@ pub fn event(n: u64) -> Event {
     let date_time = n * INTER_EVENT_US / 1_000;
     let offset = n % TOTAL_PROPORTION;
     if offset < PERSON_PROPORTION {
-        let r = draw(n, 0);
-        let (first, last) = (FIRST_NAMES[(r % 8) as usize], LAST_NAMES[((r >> 8) % 8) as usize]);
-        let card = draw(n, 3);
-        Event::Person(Box::new(Person {
-            id: FIRST_PERSON_ID + n / TOTAL_PROPORTION,
-            name: format!("{first} {last}"),
-            email_address: format!("{}@{}.com", text(n, 1, 7), text(n, 2, 5)),
-            credit_card: format!(
-                "{:04} {:04} {:04} {:04}",
-                card % 10_000,
-                (card >> 16) % 10_000,
-                (card >> 32) % 10_000,
-                (card >> 48) % 10_000
-            ),
-            city: Word::new(US_CITIES[((r >> 16) % 10) as usize]),
-            state: Word::new(US_STATES[((r >> 24) % 6) as usize]),
-            date_time,
-            extra: extra(n, 4),
-        }))
+        Event::Person(Box::new(Person { id: FIRST_PERSON_ID + n / TOTAL_PROPORTION, date_time, event: n }))
     } else if offset < PERSON_PROPORTION + AUCTION_PROPORTION {
         let id = FIRST_AUCTION_ID + n / TOTAL_PROPORTION * AUCTION_PROPORTION + (offset - PERSON_PROPORTION);
         let seller = FIRST_PERSON_ID + pick(people_before(n), ACTIVE_PEOPLE, HOT_SELLER_RATIO, draw(n, 1));
         let initial_bid = price(draw(n, 2));
         Event::Auction(Box::new(Auction {
             id,
-            item_name: text(n, 6, 12),
-            description: text(n, 7, 40),
             initial_bid,
             reserve: initial_bid + price(draw(n, 4)),
             date_time,
             expires: date_time + 1 + draw(n, 5) % 20_000,
             seller,
             category: FIRST_CATEGORY_ID + draw(n, 3) % 5,
-            extra: extra(n, 9),
+            event: n,
         }))
     } else {
         Event::Bid(Bid {
@@ -652,7 +679,7 @@ impl crate::operator::co_process::KeyedCoProcessFunction<u64, Person, Auction> f
         (crate::state::KeyedValueState::new(), crate::state::ListState::new())
     }
     fn process1(&mut self, p: Person, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
-        let who = hash_key(&(p.name.as_str(), p.city.as_str(), p.state.as_str()));
+        let who = hash_key(&(p.name(), p.city(), p.state()));
         let (mut person, mut waiting) = ctx.state();
         person.set(who);
         let pending = waiting.take();
@@ -681,7 +708,7 @@ impl crate::operator::co_process::KeyedCoProcessFunction<u64, Auction, BidPrice>
         (crate::state::KeyedValueState::new(), crate::state::ListState::new())
     }
     fn process1(&mut self, a: Auction, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
-        let item = hash_key(&a.item_name);
+        let item = hash_key(&a.item_name());
         let (mut auction, mut waiting) = ctx.state();
         auction.set(item);
         for b in waiting.take() {
@@ -885,7 +912,7 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
                 .clone()
                 .flat_map(|e: Event, out| {
                     if let Event::Person(p) = e {
-                        if p.state.with_str(|s| matches!(s, "OR" | "ID" | "CA")) {
+                        if p.state().with_str(|s| matches!(s, "OR" | "ID" | "CA")) {
                             out.emit(*p);
                         }
                     }
@@ -1083,8 +1110,8 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             let people: HashMap<u64, u64> = all
                 .iter()
                 .filter_map(|e| match e {
-                    Event::Person(p) if p.state.with_str(|s| matches!(s, "OR" | "ID" | "CA")) => {
-                        Some((p.id, hash_key(&(p.name.as_str(), p.city.as_str(), p.state.as_str()))))
+                    Event::Person(p) if p.state().with_str(|s| matches!(s, "OR" | "ID" | "CA")) => {
+                        Some((p.id, hash_key(&(p.name(), p.city(), p.state()))))
                     }
                     _ => None,
                 })
@@ -1253,7 +1280,7 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             let items: HashMap<u64, u64> = all
                 .iter()
                 .filter_map(|e| match e {
-                    Event::Auction(a) if a.category == 10 => Some((a.id, hash_key(&a.item_name))),
+                    Event::Auction(a) if a.category == 10 => Some((a.id, hash_key(&a.item_name()))),
                     _ => None,
                 })
                 .collect();
