@@ -97,9 +97,13 @@ struct NexmarkArgs {
     /// seller), q7 (highest bid), q8 (new users), q9 (winning bids), q11 (user sessions), q12
     /// (processing-time windows), q13 (side input join), q14 (calculation), q15-q17 (bid,
     /// channel and auction statistics), q18 (last bid), q19 (top 10 bids), q20 (expanded bids),
-    /// q21 (channel id), q22 (URL directories).
+    /// q21 (channel id), q22 (URL directories); q10 (log to a file system) writes every bid
+    /// under --output, partitioned by day and minute (--check reads the files back).
     #[arg(long)]
     query: weir::nexmark::Query,
+    /// Where q10 writes its files (`dt=YYYY-MM-DD/hm=HH:MM/part-<subtask>`; q10 only).
+    #[arg(long)]
+    output: Option<PathBuf>,
     /// Events to generate (persons, auctions and bids, 1:3:46).
     #[arg(long, default_value_t = 10_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     events: u64,
@@ -767,6 +771,16 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
             group_digits(args.events)
         )));
     }
+    let q10 = args.query == weir::nexmark::Query::Q10;
+    match (&args.output, q10) {
+        (None, true) => {
+            return Err(Error::config("q10 writes every bid to files: give the folder with --output DIR"));
+        }
+        (Some(_), false) => {
+            return Err(Error::config(format!("--output is for q10, which writes files; {} does not", args.query)));
+        }
+        _ => {}
+    }
     let (config, parallelism) = args.runtime.config();
     let workers = config.effective_workers();
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
@@ -780,12 +794,20 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     ) {
         job = job.with_checkpointing(c.incremental(args.incremental));
     }
-    let rows = build(&job, args.query, Some(args.events), args.rate);
-    let collected = if args.check {
-        Some(rows.collect())
-    } else {
-        rows.discard();
-        None
+    let collected = match &args.output {
+        Some(dir) => {
+            weir::nexmark::write_q10(&job, Some(args.events), args.rate, dir);
+            None
+        }
+        None => {
+            let rows = build(&job, args.query, Some(args.events), args.rate);
+            if args.check {
+                Some(rows.collect())
+            } else {
+                rows.discard();
+                None
+            }
+        }
     };
     println!(
         "weir nexmark {}: {} events, {} workers, parallelism {}, checkpoints {}{}",
@@ -819,6 +841,23 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
             )));
         }
         println!("check: {} result rows, the same as the sequential implementation", group_digits(got.len() as u64));
+    }
+    if let (Some(dir), true) = (&args.output, args.check) {
+        let (got, expected) = (weir::nexmark::read_q10(dir)?, weir::nexmark::q10_reference(args.events));
+        if got != expected {
+            return Err(Error::Checkpoint(format!(
+                "q10: the files under {} ({} partitions) differ from the sequential implementation's ({} partitions)",
+                dir.display(),
+                got.len(),
+                expected.len()
+            )));
+        }
+        let lines: usize = got.values().map(Vec::len).sum();
+        println!(
+            "check: {} lines in {} partitions, the same as the sequential implementation",
+            group_digits(lines as u64),
+            got.len()
+        );
     }
     Ok(())
 }

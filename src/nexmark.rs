@@ -1,5 +1,5 @@
 //! Nexmark: the online-auction benchmark of Tucker et al. (NEXMark, 2002) as Apache Beam and
-//! the Flink Nexmark suite generate it, with queries q0–q22 (but q10, which writes files) as
+//! the Flink Nexmark suite generate it, with queries q0–q22 as
 //! weir jobs and as plain sequential functions that the tests (and `weir nexmark --check`)
 //! compare them with.
 //!
@@ -363,6 +363,103 @@ fn channel(c: u64) -> &'static (Word, Word) {
     &table[c as usize]
 }
 
+/// The event generator: `events` of them (unbounded if `None`), at `rate` per second in all if
+/// given.
+fn generator(events: Option<u64>, rate: Option<f64>) -> Generator<impl Fn(u64, u64) -> Event + Clone + Send + 'static> {
+    let mut g = Generator::new(|n, _| event(n));
+    if let Some(n) = events {
+        g = g.count(n);
+    }
+    if let Some(r) = rate {
+        g = g.rate(r);
+    }
+    g
+}
+
+/// q10's partition of a bid: `dt=YYYY-MM-DD/hm=HH:MM` of its event time (the epoch being the
+/// stream's start).
+fn q10_partition(b: &Bid, out: &mut String) {
+    use std::fmt::Write;
+    let (minutes, days) = (b.date_time / 60_000, b.date_time / 86_400_000);
+    let (y, m, d) = civil_date(days);
+    write!(out, "dt={y:04}-{m:02}-{d:02}/hm={:02}:{:02}", minutes / 60 % 24, minutes % 60).expect("to a String");
+}
+
+/// q10's line for a bid: auction, bidder, price, event time (ms), padding.
+fn q10_line(b: &Bid, out: &mut Vec<u8>) {
+    use std::io::Write;
+    write!(out, "{},{},{},{},", b.auction, b.bidder, b.price, b.date_time).expect("to a Vec");
+    b.extra().write_to(out);
+    out.push(b'\n');
+}
+
+/// The calendar date of day `days` after 1970-01-01 (proleptic Gregorian; Howard Hinnant's
+/// days-to-civil).
+fn civil_date(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + u64::from(m <= 2), m, d)
+}
+
+/// q10 as the suite runs it: every bid written under `dir`, partitioned by day and minute
+/// (`<dir>/dt=…/hm=…/part-<subtask>`, one line per bid: auction, bidder, price, time, padding),
+/// exactly once with checkpoints ([`crate::pipeline::Stream::write_files_partitioned`]).
+pub fn write_q10(job: &Job, events: Option<u64>, rate: Option<f64>, dir: &std::path::Path) {
+    job.generator(generator(events, rate))
+        .named("nexmark")
+        .flat_map(|e: Event, out| {
+            if let Event::Bid(b) = e {
+                out.emit(b);
+            }
+        })
+        .write_files_partitioned(dir, q10_partition, q10_line);
+}
+
+/// What q10 writes for the first `events` events, as [`read_q10`] reads it back.
+pub fn q10_reference(events: u64) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut files: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    for b in (0..events).map(event).filter_map(|e| match e {
+        Event::Bid(b) => Some(b),
+        _ => None,
+    }) {
+        let (mut partition, mut line) = (String::new(), Vec::new());
+        q10_partition(&b, &mut partition);
+        q10_line(&b, &mut line);
+        line.pop();
+        files.entry(partition).or_default().push(String::from_utf8(line).expect("ASCII"));
+    }
+    files.values_mut().for_each(|lines| lines.sort_unstable());
+    files
+}
+
+/// The lines q10 wrote under `dir`, per partition (every subtask's file together, sorted).
+pub fn read_q10(dir: &std::path::Path) -> crate::error::Result<std::collections::BTreeMap<String, Vec<String>>> {
+    use crate::error::Error;
+    let mut files: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).map_err(|e| Error::io("cannot list output folder", &folder, e))? {
+            let path = entry.map_err(|e| Error::io("cannot list output folder", &folder, e))?.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("part-")) {
+                let text =
+                    std::fs::read_to_string(&path).map_err(|e| Error::io("cannot read output file", &path, e))?;
+                let partition = folder.strip_prefix(dir).expect("under dir").to_string_lossy().into_owned();
+                files.entry(partition).or_default().extend(text.lines().map(str::to_owned));
+            }
+        }
+    }
+    files.values_mut().for_each(|lines| lines.sort_unstable());
+    Ok(files)
+}
+
 /// Event number `n`. (Inlined into the generator's loop, so each event is built in its place
 /// in the batch, not built aside and copied there.)
 #[inline(always)]
@@ -396,7 +493,7 @@ pub fn event(n: u64) -> Event {
     }
 }
 
-/// The queries (numbered as in the Nexmark suite; q10 writes files and is left out).
+/// The queries, numbered as in the Nexmark suite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Query {
     /// Pass-through: every event to the sink.
@@ -422,6 +519,9 @@ pub enum Query {
     Q8,
     /// Winning bids: each auction with its winning bid.
     Q9,
+    /// Log to a file system: every bid, partitioned into folders by day and minute
+    /// (`dt=YYYY-MM-DD/hm=HH:MM`; see [`write_q10`]). As rows: (auction, bidder, price).
+    Q10,
     /// User sessions: bids per bidder session (a gap of 10 s ends one).
     Q11,
     /// Processing-time windows: bids per bidder per 10 s of processing time.
@@ -451,7 +551,7 @@ pub enum Query {
 
 impl Query {
     /// Every query.
-    pub const ALL: [Query; 22] = [
+    pub const ALL: [Query; 23] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
@@ -462,6 +562,7 @@ impl Query {
         Query::Q7,
         Query::Q8,
         Query::Q9,
+        Query::Q10,
         Query::Q11,
         Query::Q12,
         Query::Q13,
@@ -488,6 +589,7 @@ impl Query {
             Query::Q7 => 7,
             Query::Q8 => 8,
             Query::Q9 => 9,
+            Query::Q10 => 10,
             Query::Q11 => 11,
             Query::Q12 => 12,
             Query::Q13 => 13,
@@ -871,22 +973,14 @@ impl BidStats {
 /// auctions, mean price); q5 (window start, auction, bids) for every update of a window's
 /// leader; q6 (seller, closed auctions, mean of the last ten); q7 (window start, price,
 /// bidder) for every new highest bid; q8 (person, auction, window start); q9 (auction, price,
-/// bidder); q11 (bidder, session start, bids); q12 (bidder, bids, window start); q13
+/// bidder); q10 (auction, bidder, price: what it writes, without the files, see [`write_q10`]);
+/// q11 (bidder, session start, bids); q12 (bidder, bids, window start); q13
 /// (auction, price, side value); q14 (auction, euro cents, time of day × 2^32 + zeros);
 /// q15 (day, bids, digest); q16 (channel, day, digest); q17 (auction, day, digest); q18
 /// (bidder, auction, price); q19 (auction, price, bidder); q20 (auction, price, item);
 /// q21 (auction, price, channel id); q22 (auction, price, directories).
 pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Stream<Row> {
-    let generator = || {
-        let mut g = Generator::new(|n, _| event(n));
-        if let Some(n) = events {
-            g = g.count(n);
-        }
-        if let Some(r) = rate {
-            g = g.rate(r);
-        }
-        g
-    };
+    let generator = || generator(events, rate);
     let source = job.generator(generator()).named("nexmark");
     let name = q.to_string();
     let bids_map = |f: fn(&Bid) -> Option<Row>| {
@@ -994,6 +1088,7 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
             )
         }
         Query::Q9 => closed(source).map(|c: Closed| (c.auction, c.price, c.bidder)),
+        Query::Q10 => bids_map(|b| Some((b.auction, b.bidder, b.price))),
         Query::Q11 => bid_prices(source)
             .key_by(|b: &BidPrice| b.bidder)
             .session_window(WINDOW_MS, |b: &BidPrice| b.date_time)
@@ -1198,6 +1293,7 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             rows
         }
         Query::Q9 => reference_closed(&all).into_iter().map(|c| (c.auction, c.price, c.bidder)).collect(),
+        Query::Q10 => bids().map(|b| (b.auction, b.bidder, b.price)).collect(),
         Query::Q11 => {
             let mut times: HashMap<u64, Vec<u64>> = HashMap::new();
             for b in bids() {

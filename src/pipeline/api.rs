@@ -34,7 +34,7 @@ use crate::persist::Persist;
 use crate::record::{hash_key, Key, Record, Timestamp};
 use crate::sink::{
     pull_channel, CollectSink, CommittedOutput, DiscardSink, EventReceiver, FileSink, Guarantee, LatestPerKeySink,
-    Sink, SinkOperator, TransactionalCollectSink, TwoPhaseFileSink,
+    PartitionedFileSink, Sink, SinkOperator, TransactionalCollectSink, TwoPhaseFileSink,
 };
 use crate::source::{EventSender, Generator, Source, TextBlocks, TextSource};
 
@@ -1060,6 +1060,34 @@ impl<T: Record> Stream<T> {
     ) {
         let dir = dir.into();
         self.sink_node("file-sink", move |ctx| TwoPhaseFileSink::create(&dir, ctx, format.clone()))
+    }
+
+    /// Writes each record, formatted by `format`, to `<dir>/<partition>/part-<subtask>`, where
+    /// `partition` writes the record's partition: a relative folder path such as
+    /// `dt=2026-12-02/hm=10:05` (see [`PartitionedFileSink`]; exactly-once as
+    /// [`Stream::write_files`] is). A partition that would leave `dir` is an error.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// use weir::source::Generator;
+    /// let job = weir::Job::new("by-parity");
+    /// job.generator(Generator::new(|i, _| i + 1).count(3)).write_files_partitioned(
+    ///     dir.path(),
+    ///     |n: &u64, p: &mut String| p.push_str(if n % 2 == 0 { "even" } else { "odd" }),
+    ///     |n: &u64, out: &mut Vec<u8>| out.extend_from_slice(format!("{n}\n").as_bytes()),
+    /// );
+    /// job.execute(weir::RunConfig::default().workers(1)).unwrap();
+    /// assert_eq!(std::fs::read_to_string(dir.path().join("odd/part-0")).unwrap(), "1\n3\n");
+    /// ```
+    pub fn write_files_partitioned<P, F>(self, dir: impl Into<PathBuf>, partition: P, format: F)
+    where
+        P: Fn(&T, &mut String) + Clone + Send + 'static,
+        F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static,
+    {
+        let dir = dir.into();
+        self.sink_node("partitioned-file-sink", move |ctx| {
+            PartitionedFileSink::create(&dir, ctx.subtask, partition.clone(), format.clone())
+        })
     }
 
     /// Sends every record to the host through the returned [`EventReceiver`] at once

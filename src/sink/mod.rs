@@ -6,6 +6,8 @@
 //! - [`CollectSink`]: collects into a shared `Vec` (tests).
 //! - `transactional`: collects exactly once, committing per checkpoint ([`CommittedOutput`]).
 //! - [`FileSink`]: one file per subtask, each record formatted by a function.
+//! - [`PartitionedFileSink`]: one file per subtask and partition (a folder chosen per record,
+//!   as `dt=…/hm=…`), exactly once as [`FileSink`] is.
 //! - [`TwoPhaseFileSink`]: files committed per checkpoint (two-phase commit), exactly once.
 //! - [`LatestPerKeySink`]: the latest record per key, rewritten idempotently.
 //! - `pull`: the embedding API, results handed to a host thread or async task through a queue
@@ -15,11 +17,13 @@
 //! `persist`, `record`, `snapshot`, `wake`.
 
 mod latest;
+mod partitioned;
 mod pull;
 mod transactional;
 mod two_phase;
 
 pub use latest::LatestPerKeySink;
+pub use partitioned::PartitionedFileSink;
 pub(crate) use pull::pull_channel;
 pub use pull::{Delivered, EventReceiver, Guarantee, Recv, RecvError};
 pub use transactional::CommittedOutput;
