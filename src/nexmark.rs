@@ -15,7 +15,7 @@
 //! once per process and shared, as the standard generator caches them.
 //!
 //! May touch: `error`, `operator`, `persist`, `pipeline`, `prng`, `record`, `runtime`,
-//! `source`, `state`.
+//! `sink` (to read back what q10 wrote), `source`, `state`.
 
 use std::collections::HashMap;
 
@@ -424,13 +424,11 @@ pub fn write_q10(job: &Job, events: Option<u64>, rate: Option<f64>, dir: &std::p
 /// What q10 writes for the first `events` events, as [`read_q10`] reads it back.
 pub fn q10_reference(events: u64) -> std::collections::BTreeMap<String, Vec<String>> {
     let mut files: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
-    for b in (0..events).map(event).filter_map(|e| match e {
-        Event::Bid(b) => Some(b),
-        _ => None,
-    }) {
+    for e in (0..events).map(event) {
+        let Some(b) = bid_of(&e) else { continue };
         let (mut partition, mut line) = (String::new(), Vec::new());
-        q10_partition(&b, &mut partition);
-        q10_line(&b, &mut line);
+        q10_partition(b, &mut partition);
+        q10_line(b, &mut line);
         line.pop();
         files.entry(partition).or_default().push(String::from_utf8(line).expect("ASCII"));
     }
@@ -440,20 +438,12 @@ pub fn q10_reference(events: u64) -> std::collections::BTreeMap<String, Vec<Stri
 
 /// The lines q10 wrote under `dir`, per partition (every subtask's file together, sorted).
 pub fn read_q10(dir: &std::path::Path) -> crate::error::Result<std::collections::BTreeMap<String, Vec<String>>> {
-    use crate::error::Error;
     let mut files: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
-    let mut folders = vec![dir.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).map_err(|e| Error::io("cannot list output folder", &folder, e))? {
-            let path = entry.map_err(|e| Error::io("cannot list output folder", &folder, e))?.path();
-            if path.is_dir() {
-                folders.push(path);
-            } else if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("part-")) {
-                let text =
-                    std::fs::read_to_string(&path).map_err(|e| Error::io("cannot read output file", &path, e))?;
-                let partition = folder.strip_prefix(dir).expect("under dir").to_string_lossy().into_owned();
-                files.entry(partition).or_default().extend(text.lines().map(str::to_owned));
-            }
+    for (partition, path) in crate::sink::partition_files(dir)? {
+        if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("part-")) {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| crate::error::Error::io("cannot read output file", &path, e))?;
+            files.entry(partition).or_default().extend(text.lines().map(str::to_owned));
         }
     }
     files.values_mut().for_each(|lines| lines.sort_unstable());
@@ -980,8 +970,7 @@ impl BidStats {
 /// (bidder, auction, price); q19 (auction, price, bidder); q20 (auction, price, item);
 /// q21 (auction, price, channel id); q22 (auction, price, directories).
 pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Stream<Row> {
-    let generator = || generator(events, rate);
-    let source = job.generator(generator()).named("nexmark");
+    let source = job.generator(generator(events, rate)).named("nexmark");
     let name = q.to_string();
     let bids_map = |f: fn(&Bid) -> Option<Row>| {
         source.clone().flat_map(move |e: Event, out| {
@@ -1069,7 +1058,7 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
                 })
                 .with_watermarks(|p: &(u64, u64)| p.1, 1);
             let auctions = job
-                .generator(generator())
+                .generator(generator(events, rate))
                 .named("nexmark-auctions")
                 .flat_map(|e: Event, out| {
                     if let Event::Auction(a) = e {

@@ -23,7 +23,7 @@ mod transactional;
 mod two_phase;
 
 pub use latest::LatestPerKeySink;
-pub use partitioned::PartitionedFileSink;
+pub use partitioned::{partition_files, PartitionedFileSink};
 pub(crate) use pull::pull_channel;
 pub use pull::{Delivered, EventReceiver, Guarantee, Recv, RecvError};
 pub use transactional::CommittedOutput;
@@ -228,6 +228,22 @@ impl<F> FileSink<F> {
     }
 }
 
+/// Reopens a file sink's output file `path` and cuts it back to the `len` bytes a checkpoint
+/// recorded (what followed, the replay writes again). A file shorter than that is damage.
+pub(crate) fn cut_back(path: &Path, len: u64) -> Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io("cannot reopen output file", path, e))?;
+    let on_disk = file.metadata().map_err(|e| Error::io("cannot read output file", path, e))?.len();
+    if on_disk < len {
+        // Shorter than the checkpoint says: damage, not something to pad with zeros.
+        return Err(Error::Corrupt(format!("{} holds {on_disk} bytes; the checkpoint recorded {len}", path.display())));
+    }
+    file.set_len(len).map_err(|e| Error::io("cannot truncate output file", path, e))?;
+    Ok(file)
+}
+
 /// Hands a file sink's formatted output in `buffer` to `file` (named `path` in errors) and
 /// empties the buffer.
 pub(crate) fn write_buffer(file: &mut File, path: &Path, buffer: &mut Vec<u8>) -> Result<()> {
@@ -256,19 +272,7 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         let len: u64 = from_bytes(bytes)?;
         let path = &self.path;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io("cannot reopen output file", path, e))?;
-        let on_disk = file.metadata().map_err(|e| Error::io("cannot read output file", path, e))?.len();
-        if on_disk < len {
-            // Shorter than the checkpoint says: damage, not something to pad with zeros.
-            return Err(Error::Corrupt(format!(
-                "{} holds {on_disk} bytes; the checkpoint recorded {len}",
-                path.display()
-            )));
-        }
-        file.set_len(len).map_err(|e| Error::io("cannot truncate output file", path, e))?;
+        let mut file = cut_back(path, len)?;
         file.seek(std::io::SeekFrom::Start(len)).map_err(|e| Error::io("cannot seek output file", path, e))?;
         self.out = Some(file);
         self.line.clear();

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Component, Path, PathBuf};
 
-use super::{write_buffer, Sink, OUTPUT_BUFFER_BYTES};
+use super::{cut_back, write_buffer, Sink, OUTPUT_BUFFER_BYTES};
 use crate::error::{Error, Result};
 use crate::persist::from_bytes;
 use crate::snapshot::{ForkedState, PersistedFork};
@@ -64,23 +64,9 @@ impl<P, F> PartitionedFileSink<P, F> {
 
     /// This subtask's files under the output folder, with their partitions.
     fn own_files(&self) -> Result<Vec<(String, PathBuf)>> {
-        let mut found = Vec::new();
-        let mut folders = vec![self.dir.clone()];
-        while let Some(folder) = folders.pop() {
-            let entries = std::fs::read_dir(&folder).map_err(|e| Error::io("cannot list output folder", &folder, e))?;
-            for entry in entries {
-                let entry = entry.map_err(|e| Error::io("cannot list output folder", &folder, e))?;
-                let path = entry.path();
-                let kind = entry.file_type().map_err(|e| Error::io("cannot read output folder", &path, e))?;
-                if kind.is_dir() {
-                    folders.push(path);
-                } else if entry.file_name() == self.name.as_str() {
-                    let partition = folder.strip_prefix(&self.dir).expect("under the output folder");
-                    found.push((partition.to_string_lossy().into_owned(), path));
-                }
-            }
-        }
-        Ok(found)
+        let mut files = partition_files(&self.dir)?;
+        files.retain(|(_, path)| path.file_name().is_some_and(|n| n == self.name.as_str()));
+        Ok(files)
     }
 
     /// A fresh start: this subtask's files of earlier runs go.
@@ -122,10 +108,35 @@ impl<P, F> PartitionedFileSink<P, F> {
             let out = file.out.take().expect("opened by write_out");
             out.sync_all()
                 .map_err(|e| Error::io("cannot sync output file", self.dir.join(partition).join(&self.name), e))?;
+            // Closed until written again: its buffer goes too, so only the partitions written
+            // since the last barrier hold one (q10 opens a new one a minute, for ever).
+            file.line = Vec::new();
             file.dirty = false;
         }
         Ok(())
     }
+}
+
+/// Every file under `dir` in a partition folder, with its partition (the folder's path
+/// relative to `dir`), as the partitioned file sink leaves them: the files of all its subtasks.
+pub fn partition_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut found = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let entries = std::fs::read_dir(&folder).map_err(|e| Error::io("cannot list output folder", &folder, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io("cannot list output folder", &folder, e))?;
+            let path = entry.path();
+            let kind = entry.file_type().map_err(|e| Error::io("cannot read output folder", &path, e))?;
+            if kind.is_dir() {
+                folders.push(path);
+            } else if folder != dir {
+                let partition = folder.strip_prefix(dir).expect("under the output folder");
+                found.push((partition.to_string_lossy().into_owned(), path));
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// A partition must be a relative path of plain folder names: it may not leave the output
@@ -183,18 +194,7 @@ where
         for (partition, path) in self.own_files()? {
             match recorded.get(&partition) {
                 Some(&len) => {
-                    let file = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(&path)
-                        .map_err(|e| Error::io("cannot reopen output file", &path, e))?;
-                    let on_disk = file.metadata().map_err(|e| Error::io("cannot read output file", &path, e))?.len();
-                    if on_disk < len {
-                        return Err(Error::Corrupt(format!(
-                            "{} holds {on_disk} bytes; the checkpoint recorded {len}",
-                            path.display()
-                        )));
-                    }
-                    file.set_len(len).map_err(|e| Error::io("cannot truncate output file", &path, e))?;
+                    let file = cut_back(&path, len)?;
                     file.sync_all().map_err(|e| Error::io("cannot sync output file", &path, e))?;
                 }
                 // Written after the checkpoint: the replay writes it again.
