@@ -87,12 +87,7 @@ impl<BK: Key, BV: Persist + Clone + Send + Sync + 'static> Snapshot for Broadcas
         crate::state::fork_paged(&mut self.map)
     }
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
-        let entries: Vec<(BK, BV)> = from_bytes(bytes)?;
-        let mut map = PagedMap::new();
-        for (k, v) in entries {
-            map.insert(k, v);
-        }
-        self.map = map;
+        self.map = PagedMap::from_entries(from_bytes(bytes)?);
         Ok(())
     }
 }

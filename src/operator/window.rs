@@ -313,16 +313,7 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
 
     /// Replaces the open windows with what a snapshot of them wrote at `watermark`.
     pub(crate) fn import(&mut self, windows: Vec<(Timestamp, Vec<(K, V)>)>, watermark: Option<Timestamp>) {
-        self.open = windows
-            .into_iter()
-            .map(|(s, entries)| {
-                let mut m = PagedMap::new();
-                for (k, v) in entries {
-                    m.insert(k, v);
-                }
-                (s, m)
-            })
-            .collect();
+        self.open = windows.into_iter().map(|(s, entries)| (s, PagedMap::from_entries(entries))).collect();
         self.open.make_contiguous().sort_by_key(|(s, _)| *s);
         self.fired = self.open.iter().take_while(|(s, _)| self.has_fired(*s, watermark)).count();
     }

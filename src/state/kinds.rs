@@ -25,19 +25,17 @@ pub trait KeyedState: Snapshot + Send + 'static {
 }
 
 /// Reads `Vec<(K, V)>` snapshots into a fresh map, keeping the entries `keep` accepts.
-fn read_entries<K, V>(parts: &[&[u8]], keep: impl Fn(&K) -> bool) -> Result<PagedMap<K, V>>
+pub(super) fn read_entries<K, V>(parts: &[&[u8]], keep: impl Fn(&K) -> bool) -> Result<PagedMap<K, V>>
 where
     K: Persist + std::hash::Hash + Eq + Clone,
     V: Persist + Clone,
 {
-    let mut map = PagedMap::new();
+    let mut kept = Vec::new();
     for bytes in parts {
         let entries: Vec<(K, V)> = from_bytes(bytes)?;
-        for (k, v) in entries.into_iter().filter(|(k, _)| keep(k)) {
-            map.insert(k, v);
-        }
+        kept.extend(entries.into_iter().filter(|(k, _)| keep(k)));
     }
-    Ok(map)
+    Ok(PagedMap::from_entries(kept))
 }
 
 /// A fork of a [`PagedMap`], written as its entries.

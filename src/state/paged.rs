@@ -106,11 +106,50 @@ impl<K: Hash + Eq + Clone, V: Clone> Default for PagedMap<K, V> {
 impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// An empty map (one page).
     pub fn new() -> Self {
+        Self::with_slots(PAGE_SLOTS)
+    }
+
+    /// An empty map with room for `entries` entries before it grows.
+    pub fn with_capacity(entries: usize) -> Self {
+        Self::with_slots(Self::slots_for(entries))
+    }
+
+    /// The map of `entries` (a later entry of a key replaces an earlier one), sized for all of
+    /// them before the first goes in.
+    ///
+    /// This is how a restore builds a map: a snapshot's entries come in slot order, that is
+    /// sorted by hash, and inserted into a map that starts small and doubles they pile up in
+    /// the lower slots of each size (every prefix of them lies in a fraction of the range),
+    /// so probe runs grow with the map: quadratic in the entries. Sized first, each lands near
+    /// its own slot.
+    ///
+    /// ```
+    /// use weir::state::PagedMap;
+    /// let m: PagedMap<u64, u64> = PagedMap::from_entries((0..1000).map(|k| (k, k * 2)).collect());
+    /// assert_eq!((m.len(), m.get(&999)), (1000, Some(&1998)));
+    /// ```
+    pub fn from_entries(entries: Vec<(K, V)>) -> Self {
+        let mut map = Self::with_capacity(entries.len());
+        for (k, v) in entries {
+            map.insert(k, v);
+        }
+        map
+    }
+
+    /// The smallest slot count (a power of two, at least a page) that holds `entries` within
+    /// the load factor [`Self::entry_hashed`] grows at (7/8).
+    fn slots_for(entries: usize) -> usize {
+        (entries.saturating_mul(8) / 7 + 1).next_power_of_two().max(PAGE_SLOTS)
+    }
+
+    fn with_slots(slots: usize) -> Self {
+        debug_assert!(slots.is_power_of_two() && slots >= PAGE_SLOTS);
+        let pages = slots / PAGE_SLOTS;
         PagedMap {
-            pages: vec![Page::new()],
-            owned: vec![true],
-            versions: vec![new_version()],
-            mask: PAGE_SLOTS - 1,
+            pages: (0..pages).map(|_| Page::new()).collect(),
+            owned: vec![true; pages],
+            versions: (0..pages).map(|_| new_version()).collect(),
+            mask: slots - 1,
             len: 0,
             copied_pages: 0,
         }
@@ -294,11 +333,11 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     }
 
     fn grow(&mut self) {
-        let slots = (self.mask + 1) * 2;
-        let old = std::mem::replace(&mut self.pages, (0..slots / PAGE_SLOTS).map(|_| Page::new()).collect());
-        self.owned = vec![true; self.pages.len()];
-        self.versions = (0..self.pages.len()).map(|_| new_version()).collect();
-        self.mask = slots - 1;
+        let wider = Self::with_slots((self.mask + 1) * 2);
+        let old = std::mem::replace(&mut self.pages, wider.pages);
+        self.owned = wider.owned;
+        self.versions = wider.versions;
+        self.mask = wider.mask;
         for page in old {
             // A page no snapshot holds gives its entries up by move; a shared one is copied
             // (the snapshot keeps the originals).

@@ -12,7 +12,6 @@ use super::kinds::{ForkedMap, KeyedState};
 use super::paged::PagedMap;
 use super::Snapshot;
 use crate::error::Result;
-use crate::persist::from_bytes;
 use crate::record::{hash_key, Key, KeyScope, Timestamp};
 use crate::snapshot::ForkedState;
 
@@ -306,14 +305,7 @@ impl<K: Key> Snapshot for TimerService<K> {
 
 impl<K: Key> KeyedState for TimerService<K> {
     fn restore_owned(&mut self, parts: &[&[u8]], scope: &KeyScope) -> Result<()> {
-        let mut by_key = PagedMap::new();
-        for bytes in parts {
-            let entries: Vec<(K, KeyTimers)> = from_bytes(bytes)?;
-            for (k, t) in entries.into_iter().filter(|(k, _)| scope.owns(hash_key(k))) {
-                by_key.insert(k, t);
-            }
-        }
-        self.by_key = by_key;
+        self.by_key = super::kinds::read_entries(parts, |k: &K| scope.owns(hash_key(k)))?;
         self.rebuild_index(TimeDomain::EventTime);
         self.rebuild_index(TimeDomain::ProcessingTime);
         Ok(())

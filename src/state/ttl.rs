@@ -208,14 +208,11 @@ impl<K: Key, V: Clone> TtlMap<K, V> {
     }
 
     fn rebuild(&mut self, entries: Vec<(K, Stamped<V>)>, keep: impl Fn(&K) -> bool) {
-        let mut map = PagedMap::new();
-        let mut queue: Vec<(Timestamp, K)> = Vec::new();
-        for (k, s) in entries.into_iter().filter(|(k, _)| keep(k)) {
-            queue.push((s.at.saturating_add(self.config.ttl), k.clone()));
-            map.insert(k, s);
-        }
+        let kept: Vec<(K, Stamped<V>)> = entries.into_iter().filter(|(k, _)| keep(k)).collect();
+        let mut queue: Vec<(Timestamp, K)> =
+            kept.iter().map(|(k, s)| (s.at.saturating_add(self.config.ttl), k.clone())).collect();
         queue.sort_by_key(|(e, _)| *e);
-        (self.map, self.queue) = (map, queue.into());
+        (self.map, self.queue) = (PagedMap::from_entries(kept), queue.into());
     }
 }
 
