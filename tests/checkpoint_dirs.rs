@@ -110,6 +110,38 @@ fn a_damaged_version_field_is_damage_not_another_version() {
     }
 }
 
+/// A file the newest checkpoint's `_metadata` lists, deleted (by hand, or lost with a disk):
+/// `weir checkpoints` printed one I/O error and no table, and every start failed the same way,
+/// where only removing the folder helped. It is damage: listed as such, and recovery falls
+/// back past that checkpoint.
+#[test]
+fn a_deleted_task_file_is_damage_and_recovery_falls_back_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let complete = leave_checkpoints(dir.path());
+    let newest = *complete.last().unwrap();
+    let folder = CheckpointStorage::new(dir.path()).checkpoint_dir(newest);
+    let task = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "state"))
+        .expect("a task file");
+    std::fs::remove_file(&task).unwrap();
+    let listing =
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir")).arg("checkpoints").arg(dir.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&listing.stdout).into_owned() + &String::from_utf8_lossy(&listing.stderr);
+    assert!(!listing.status.success(), "{text}");
+    let row = text.lines().find(|l| l.starts_with(&format!("| chk-{newest} "))).unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("DAMAGED") && row.contains("missing"), "{text}");
+    if let [.., previous, _] = complete[..] {
+        assert!(text.lines().any(|l| l.starts_with(&format!("| chk-{previous} ")) && l.contains("valid")), "{text}");
+    }
+    let mut handle = job(dir.path(), false, false).start(RunConfig::default().workers(2)).unwrap();
+    handle.wait().unwrap();
+    let notes = handle.notes().join("\n");
+    assert!(notes.contains(&format!("checkpoint {newest} is damaged and was skipped")), "{notes}");
+    assert!(notes.contains("missing"), "{notes}");
+}
+
 #[test]
 fn folders_of_checkpoints_that_never_completed_are_removed_at_start_and_their_ids_not_reused() {
     let dir = tempfile::tempdir().unwrap();

@@ -487,9 +487,16 @@ pub fn read_file(path: &Path, kind: FileKind) -> Result<(FileIdentity, Vec<u8>)>
 
 /// Reads a file that must be exactly `expected` (and, with a digest, have the length and
 /// checksum recorded for it); returns its payload. A file that verifies but is another
-/// task's, checkpoint's or job's is damage, named as such.
+/// task's, checkpoint's or job's is damage, named as such; so is a file with a digest (one a
+/// `_metadata` lists) that does not exist: the checkpoint is incomplete, and recovery falls
+/// back past it as past any damage (where another read error stops it).
 pub fn read_expected(path: &Path, expected: &FileIdentity, digest: Option<&FileDigest>) -> Result<Vec<u8>> {
-    let bytes = read_bytes(path)?;
+    let bytes = match read_bytes(path) {
+        Err(Error::Io { source, .. }) if digest.is_some() && source.kind() == std::io::ErrorKind::NotFound => {
+            return Err(corrupt(path, "missing (the checkpoint's _metadata lists it)"));
+        }
+        r => r?,
+    };
     if let Some(d) = digest {
         d.check_len(path, bytes.len())?;
     }
@@ -1133,12 +1140,19 @@ impl CheckpointStorage {
     /// A file that cannot be read (an I/O error, not damage) is an error: falling back past a
     /// checkpoint that may be intact would retract its committed output.
     pub fn latest_valid(&self) -> Result<RecoveryPoint> {
+        self.latest_valid_with(&|_| {})
+    }
+
+    /// [`CheckpointStorage::latest_valid`], calling `before_load` with each checkpoint's id
+    /// before reading it (to say what is being restored).
+    pub fn latest_valid_with(&self, before_load: &dyn Fn(u64)) -> Result<RecoveryPoint> {
         let mut found = RecoveryPoint::default();
         for id in self.list().into_iter().rev() {
             if !self.is_complete(id) {
                 // Never completed (crashed or aborted mid-way): not a checkpoint at all.
                 continue;
             }
+            before_load(id);
             match self.load(id) {
                 Ok(c) => {
                     found.checkpoint = Some(c);
