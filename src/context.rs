@@ -166,6 +166,9 @@ pub struct AttemptScope {
     pub(crate) notes: std::sync::Mutex<Vec<String>>,
     /// Whether the job takes checkpoints.
     pub(crate) checkpointed: bool,
+    /// The checkpoint directory's lock, while the job holds one: output files are created only
+    /// while it is still this process's ([`TaskContext::check_owner`]).
+    pub(crate) lock: Option<Arc<crate::checkpoint::DirectoryLock>>,
 }
 
 impl AttemptScope {
@@ -173,6 +176,11 @@ impl AttemptScope {
     /// or not.
     pub(crate) fn new(recovery: Recovery, checkpointed: bool) -> Self {
         AttemptScope { recovery, checkpointed, ..AttemptScope::default() }
+    }
+
+    /// The scope, holding the checkpoint directory's lock (see [`TaskContext::check_owner`]).
+    pub(crate) fn with_lock(self, lock: Option<Arc<crate::checkpoint::DirectoryLock>>) -> Self {
+        AttemptScope { lock, ..self }
     }
 
     /// Runs the registered work: called once every task of the attempt has finished. Every
@@ -251,6 +259,14 @@ impl TaskContext {
     /// What this attempt of the job restores from.
     pub fn recovery(&self) -> &Recovery {
         &self.attempt.recovery
+    }
+
+    /// Fails with [`crate::Error::Fenced`] once another process took the job's checkpoint
+    /// directory over: a sink calls it before it creates an output file, so a process that
+    /// lost its directory (stopped, then continued after its successor took over) writes
+    /// nothing more into the output. One small file read, per file created.
+    pub fn check_owner(&self) -> crate::Result<()> {
+        self.attempt.lock.as_ref().map_or(Ok(()), |l| l.check())
     }
 
     /// Adds a message to the job's notes ([`crate::JobHandle::notes`]).

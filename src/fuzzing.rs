@@ -70,6 +70,7 @@ pub fn load_fuzzed_checkpoint(scratch: &Path, task_payload: &[u8], shared_payloa
             checkpoint: None,
         }],
         shared: vec![SharedFile::new(crate::checkpoint::CheckpointStorage::shared_name(1, 0), shared_digest)],
+        outputs: Vec::new(),
     };
     let json = serde_json::to_vec(&metadata).expect("metadata encodes");
     let files = [

@@ -8,7 +8,6 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -17,7 +16,7 @@ use weir::jobs::DefaultJob;
 use weir::metrics::group_digits;
 use weir::runtime::available_cores;
 use weir::source::TextSource;
-use weir::{Error, JobHandle, JobReport, RunConfig};
+use weir::{Error, Job, JobHandle, JobReport, RunConfig};
 
 /// weir: a thread-per-core stream processor with Flink-style checkpoints.
 ///
@@ -230,6 +229,10 @@ struct CheckpointArgs {
     /// --checkpoint-dir).
     #[arg(long)]
     savepoint_dir: Option<PathBuf>,
+    /// Milliseconds the savepoint of --savepoint-dir may take before it fails (default
+    /// 600000), apart from --checkpoint-timeout-ms.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    savepoint_timeout_ms: Option<u64>,
     /// Start from this savepoint (savepoint-<n>) or checkpoint (chk-<n>) folder.
     #[arg(long)]
     restore: Option<PathBuf>,
@@ -313,6 +316,7 @@ impl CheckpointArgs {
                 ("--tolerable-failures", self.tolerable_failures.is_some()),
                 ("--retain", self.retain.is_some()),
                 ("--savepoint-dir", self.savepoint_dir.is_some()),
+                ("--savepoint-timeout-ms", self.savepoint_timeout_ms.is_some()),
                 ("--allow-retracting-output", self.allow_retracting_output),
             ];
             if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
@@ -349,6 +353,12 @@ impl CheckpointArgs {
         }
         if let Some(ms) = self.checkpoint_timeout_ms {
             c = c.timeout(Duration::from_millis(ms));
+        }
+        if let Some(ms) = self.savepoint_timeout_ms {
+            if self.savepoint_dir.is_none() {
+                return Err(Error::config("--savepoint-timeout-ms needs --savepoint-dir"));
+            }
+            c = c.savepoint_timeout(Duration::from_millis(ms));
         }
         if let Some(n) = self.tolerable_failures {
             c = c.tolerable_failures(n);
@@ -484,6 +494,11 @@ impl RuntimeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Some(Command::Checkpoints(_) | Command::Simulate(_))) {
+        // From the first instant of a command that runs a job: a restart restores its state
+        // before the job runs (seconds, for much state), and a SIGTERM then must not kill it.
+        install_stop_handler();
+    }
     let result = match cli.command {
         None => run_default(&cli.default_job),
         Some(Command::Wordcount(args)) => run_wordcount(&args),
@@ -505,15 +520,38 @@ fn main() -> ExitCode {
     }
 }
 
-/// Ctrl-C presses so far: the first stops the job gracefully, the second cancels it.
-fn ctrl_c_counter() -> Arc<AtomicUsize> {
-    let presses = Arc::new(AtomicUsize::new(0));
-    let p = presses.clone();
+/// Ctrl-C presses (and SIGTERMs) so far: the first stops the job gracefully, the second
+/// cancels it. Counted from the start of the process ([`install_stop_handler`]).
+static STOP_REQUESTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a running job is watched ([`supervise`]); until then, a job is starting.
+static SUPERVISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Counts Ctrl-C presses and SIGTERMs from now on. While the job is still starting
+/// (restoring its state) the first says the job stops once it runs, the second quits at once,
+/// which is as safe as a crash: nothing of the checkpoint directory is lost.
+fn install_stop_handler() {
     // A second handler cannot be installed; then Ctrl-C keeps its default effect.
     let _ = ctrlc::set_handler(move || {
-        p.fetch_add(1, Ordering::SeqCst);
+        let n = STOP_REQUESTS.fetch_add(1, Ordering::SeqCst) + 1;
+        if SUPERVISED.load(Ordering::SeqCst) {
+            return;
+        }
+        if n == 1 {
+            eprintln!(
+                "stop requested (Ctrl-C or SIGTERM) while the job is starting: it stops as soon as it runs; \
+                 press Ctrl-C again to quit now"
+            );
+        } else {
+            eprintln!("quit while the job was starting: its checkpoints are as they were; run it again to resume");
+            std::process::exit(130);
+        }
     });
-    presses
+}
+
+/// Asks `job` to say what it restores, on standard error, as it starts.
+fn announce_restores(job: Job) -> Job {
+    job.on_restore(|line| eprintln!("{line}"))
 }
 
 /// Prints the job's notes not shown yet (restores, skipped checkpoints, failovers) on
@@ -538,7 +576,8 @@ fn supervise(
     progress: bool,
     savepoint_dir: Option<&std::path::Path>,
 ) -> weir::Result<Option<JobReport>> {
-    let presses = ctrl_c_counter();
+    SUPERVISED.store(true, Ordering::SeqCst);
+    let presses = &STOP_REQUESTS;
     let bar = if progress { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::hidden() };
     let mut stopped = false;
     let mut cancelled = false;
@@ -623,7 +662,7 @@ fn run_default(args: &DefaultArgs) -> weir::Result<()> {
         args.rate.map(|r| format!("{} events/s", group_digits(r as u64))).unwrap_or_else(|| "as fast as possible".into()),
         args.duration_s
     );
-    let handle = job.build().start(config)?;
+    let handle = announce_restores(job.build()).start(config)?;
     let report = supervise(handle, Some(Duration::from_secs_f64(args.duration_s)), !args.runtime.no_progress, None)?
         .expect("the default job stops without a savepoint");
     print!("{}", report.summary_table());
@@ -648,26 +687,30 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
         match status {
             CheckpointStatus::Valid(m) => {
                 row.push("valid".into());
+                row.push(job_cell(m));
                 row.extend(weir::checkpoint::stats_cells(&m.stats));
             }
             CheckpointStatus::Incomplete => {
                 row.push("incomplete (no _metadata: never completed)".into());
+                row.push(String::new());
                 row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Damaged(reason) => {
                 damaged += 1;
                 row.push(format!("DAMAGED: {reason}"));
+                row.push(String::new());
                 row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Finished(f) => {
                 let what = if f.description.is_empty() { String::new() } else { format!(": {}", f.description) };
                 row.push(format!("the job '{}' finished{what}", f.job));
+                row.push(String::new());
                 row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
             }
         }
         rows.push(row);
     }
-    let mut header = vec!["folder", "status"];
+    let mut header = vec!["folder", "status", "job (its sinks' output)"];
     header.extend(weir::checkpoint::STATS_COLUMNS);
     print!("{}", weir::checkpoint::table(&header, &rows));
     if damaged > 0 {
@@ -677,6 +720,15 @@ fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Whose a checkpoint is: the job's name, and where its sinks write.
+fn job_cell(m: &weir::checkpoint::CheckpointMetadata) -> String {
+    let outputs: Vec<String> = m.outputs.iter().map(|o| format!("{} → {}", o.operator, o.location)).collect();
+    match outputs.is_empty() {
+        true => format!("'{}'", m.job),
+        false => format!("'{}' ({})", m.job, outputs.join(", ")),
+    }
 }
 
 fn run_bench(args: &BenchArgs) -> weir::Result<()> {
@@ -736,7 +788,7 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
             .unwrap_or_else(|| "as fast as possible".into()),
         args.duration_s
     );
-    let handle = bench.job()?.start(config)?;
+    let handle = announce_restores(bench.job()?).start(config)?;
     let report = supervise(handle, Some(Duration::from_secs_f64(args.duration_s)), !args.runtime.no_progress, None);
     if temporary {
         let _ = std::fs::remove_dir_all(&checkpoint_dir);
@@ -818,7 +870,7 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         args.checkpoint,
         if args.incremental { " (incremental)" } else { "" }
     );
-    let report = supervise(job.start(config)?, None, !args.runtime.no_progress, None);
+    let report = supervise(announce_restores(job).start(config)?, None, !args.runtime.no_progress, None);
     let _ = std::fs::remove_dir_all(&checkpoint_dir);
     let report = report?.expect("no savepoint was asked for");
     print!("{}", report.summary_table());
@@ -943,7 +995,7 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     } else if args.checkpoints.allow_non_restored_state {
         return Err(Error::config("--allow-non-restored-state needs --restore"));
     }
-    let handle = job.start(config)?;
+    let handle = announce_restores(job).start(config)?;
     let Some(report) = supervise(handle, None, !args.runtime.no_progress, args.checkpoints.savepoint_dir.as_deref())?
     else {
         return Ok(());
@@ -1005,7 +1057,8 @@ fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
     println!("{}", report.summary());
     eprintln!(
         "{:.0} seeds/s; per seed on average {} steps, {:.1} failovers, {:.1} crashes, {:.1} checkpoints; {} checkpoints \
-         resumed a failed one, reusing {} task parts; the golden run: {} records, {} checkpoints",
+         resumed a failed one, reusing {} task parts; {} committed transactions withdrawn after damage; the golden \
+         run: {} records, {} checkpoints",
         report.seeds.len() as f64 / elapsed.max(1e-9),
         report.seeds.iter().map(|s| s.stats.steps).sum::<u64>() / report.seeds.len() as u64,
         report.seeds.iter().map(|s| s.stats.failovers as f64).sum::<f64>() / report.seeds.len() as f64,
@@ -1013,6 +1066,7 @@ fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
         report.seeds.iter().map(|s| s.stats.checkpoints as f64).sum::<f64>() / report.seeds.len() as f64,
         report.seeds.iter().map(|s| s.stats.resumed).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.parts_reused).sum::<u64>(),
+        report.seeds.iter().map(|s| s.stats.retractions).sum::<u64>(),
         report.golden_records,
         report.golden.checkpoints,
     );

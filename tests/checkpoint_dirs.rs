@@ -130,10 +130,17 @@ fn a_deleted_task_file_is_damage_and_recovery_falls_back_past_it() {
         std::process::Command::new(env!("CARGO_BIN_EXE_weir")).arg("checkpoints").arg(dir.path()).output().unwrap();
     let text = String::from_utf8_lossy(&listing.stdout).into_owned() + &String::from_utf8_lossy(&listing.stderr);
     assert!(!listing.status.success(), "{text}");
-    let row = text.lines().find(|l| l.starts_with(&format!("| chk-{newest} "))).unwrap_or_else(|| panic!("{text}"));
+    let row = text
+        .lines()
+        .find(|l| l.split('|').nth(1).map(str::trim) == Some(&format!("chk-{newest}")))
+        .unwrap_or_else(|| panic!("{text}"));
     assert!(row.contains("DAMAGED") && row.contains("missing"), "{text}");
     if let [.., previous, _] = complete[..] {
-        assert!(text.lines().any(|l| l.starts_with(&format!("| chk-{previous} ")) && l.contains("valid")), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.split('|').nth(1).map(str::trim) == Some(&format!("chk-{previous}")) && l.contains("valid")),
+            "{text}"
+        );
     }
     let mut handle = job(dir.path(), false, false).start(RunConfig::default().workers(2)).unwrap();
     handle.wait().unwrap();

@@ -237,3 +237,86 @@ fn crashes_mid_metadata_and_mid_commit_leave_every_count_exactly_once() {
         check_exactly_once(&expected, out.path(), flag);
     }
 }
+
+/// A restarting process said nothing while it restored (seconds, for much state), and a
+/// SIGTERM then killed it (exit 143, no savepoint): killed every 1.5 s, it never made
+/// progress. It now says what it restores before reading it, and a SIGTERM from the first
+/// instant stops it cleanly: here one sent the moment that line appears, which is while it
+/// restores or just after.
+#[test]
+fn a_restarting_process_says_what_it_restores_and_a_sigterm_stops_it_cleanly() {
+    use std::io::BufRead;
+    let input = tempfile::tempdir().unwrap();
+    write_corpus(input.path());
+    let work = tempfile::tempdir().unwrap();
+    let (out, chk, sp) = (work.path().join("out"), work.path().join("chk"), work.path().join("sp"));
+    let newest = killed_after_a_checkpoint(input.path(), &out, &chk);
+
+    let mut second = wordcount(input.path(), &out, &chk, &["--savepoint-dir", sp.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(second.stderr.take().unwrap());
+    let mut said = String::new();
+    let mut line = String::new();
+    while !said.contains("restoring checkpoint") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "it ended without saying what it restores: {said}");
+        said.push_str(&line);
+    }
+    Command::new("kill").args(["-TERM", &second.id().to_string()]).status().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let o = second.wait_with_output().unwrap();
+    let text = format!("{said}{rest}{}", String::from_utf8_lossy(&o.stdout));
+    assert!(said.contains(&format!("restoring checkpoint {newest} ")) && said.contains(" MB in "), "{text}");
+    assert_eq!(o.status.code(), Some(0), "stopped cleanly, not killed by the signal: {text}");
+    assert!(text.contains("stopped with savepoint") || text.contains("finished instead"), "{text}");
+}
+
+/// Runs the word count into `out` and `chk` and kills it (SIGKILL) once a checkpoint has
+/// completed; returns the newest complete one.
+fn killed_after_a_checkpoint(input: &Path, out: &Path, chk: &Path) -> u64 {
+    let mut first = wordcount(input, out, chk, &[]).spawn().unwrap();
+    let waiting = Instant::now();
+    while newest_complete(chk).is_none() && first.try_wait().unwrap().is_none() {
+        assert!(waiting.elapsed() < Duration::from_secs(120), "no checkpoint completed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    newest_complete(chk).expect("the first run completed no checkpoint")
+}
+
+/// Killed, then rerun with another `--output`: it restored, then failed with "cannot commit
+/// output file (its pending file is gone?)", leaving an empty new folder; `weir checkpoints`
+/// called the checkpoints valid without saying whose they were. Checkpoints now record where
+/// their sinks write: the resume is refused up front naming both folders, nothing is created,
+/// and `weir checkpoints` shows the job and its output; the right output still resumes.
+#[test]
+fn a_resume_with_another_output_is_refused_up_front_naming_both() {
+    let input = tempfile::tempdir().unwrap();
+    let expected = write_corpus(input.path());
+    let work = tempfile::tempdir().unwrap();
+    let (out, out2, chk) = (work.path().join("out"), work.path().join("out2"), work.path().join("chk"));
+    let newest = killed_after_a_checkpoint(input.path(), &out, &chk);
+    let o = wordcount(input.path(), &out2, &chk, &[]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!o.status.success(), "{text}");
+    let (was, now) = (out.display().to_string(), out2.display().to_string());
+    assert!(text.contains(&format!("wrote to {was}")) && text.contains(&format!("writes to {now}")), "{text}");
+    assert!(text.contains(&format!("--output {was}")), "{text}");
+    assert!(!out2.exists(), "nothing was created: {text}");
+    let listing = Command::new(env!("CARGO_BIN_EXE_weir")).arg("checkpoints").arg(&chk).output().unwrap();
+    let table = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let row = table
+        .lines()
+        .find(|l| l.split('|').nth(1).map(str::trim) == Some(&format!("chk-{newest}")))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("'wordcount'") && row.contains(&was), "{table}");
+    // With its own output it resumes, exactly once.
+    let o = wordcount(input.path(), &out, &chk, &[]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    check_exactly_once(&expected, &out, "resumed with its own output");
+}

@@ -432,6 +432,63 @@ fn a_process_that_lost_its_directory_completes_no_checkpoint_and_fails() {
     }
 }
 
+/// Every file under `dir` with its length, except the lock file.
+fn files_and_lengths(dir: &Path) -> BTreeMap<PathBuf, u64> {
+    let mut found = BTreeMap::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(d) = folders.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                folders.push(p);
+            } else if p.file_name().is_some_and(|n| n != LOCK_FILE) {
+                found.insert(p.clone(), std::fs::metadata(&p).unwrap().len());
+            }
+        }
+    }
+    found
+}
+
+/// A process stopped (SIGSTOP) while its successor took the directory over and finished the
+/// job, then continued: it wrote `chk-<n>/task-*.state` into the finished directory (the
+/// successor's ids, so into its checkpoints) and `.inprogress` files into the output. A
+/// process that lost its directory now writes nothing more there: it checks the lock before
+/// it starts a checkpoint and before a sink creates a file, and fails as fenced.
+#[test]
+fn a_process_continued_after_its_successor_finished_writes_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, chk) = (dir.path().join("in.txt"), dir.path().join("out"), dir.path().join("chk"));
+    let text: String = (0..200_000).map(|i| format!("w{} x{}\n", i % 300, i % 7)).collect();
+    std::fs::write(&input, text).unwrap();
+    let wordcount = |follow: bool| {
+        let mut c = common::wordcount(&input, &out, &chk, &["--interval-ms", "10", "--parallelism", "2"]);
+        if follow {
+            c.arg("--follow");
+        }
+        c
+    };
+    // The first process tails its input for ever; stopped once it completed a checkpoint.
+    let first = wordcount(true).spawn().unwrap();
+    wait_until("a completed checkpoint", || !complete_checkpoints(&chk).is_empty());
+    let signal = |sig: &str, child: &Child| Command::new("kill").args([sig, &child.id().to_string()]).status().unwrap();
+    assert!(signal("-STOP", &first).success());
+    // Its lock is taken from it; a second process resumes the job and finishes it.
+    std::fs::remove_file(chk.join(LOCK_FILE)).unwrap();
+    let second = wordcount(false).output().unwrap();
+    assert!(second.status.success(), "{}", text_of(&second));
+    assert!(chk.join(weir::runtime::FINISHED_MARKER).exists());
+    let (chk_files, out_files) = (files_and_lengths(&chk), files_and_lengths(&out));
+    // Continued: it must notice and stop, writing nothing.
+    assert!(signal("-CONT", &first).success());
+    let mut first = first;
+    wait_until("the first process to stop", || first.try_wait().unwrap().is_some());
+    let o = first.wait_with_output().unwrap();
+    assert!(!o.status.success() && text_of(&o).contains("took over"), "{}", text_of(&o));
+    assert_eq!(files_and_lengths(&chk), chk_files, "the finished checkpoint directory is as the second left it");
+    assert_eq!(files_and_lengths(&out), out_files, "the output is as the second left it");
+    assert!(out_files.keys().all(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.')), "{out_files:?}");
+}
+
 // --- committed output is never silently retracted -----------------------------------------
 
 /// Numbers `0..N` through a two-phase-commit file sink, checkpointed every 5 ms.

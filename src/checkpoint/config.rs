@@ -113,6 +113,9 @@ pub struct CheckpointConfig {
     pub inflight_budget: Option<u64>,
     /// A checkpoint not complete after this long is aborted.
     pub timeout: Duration,
+    /// Time a savepoint may take before it fails (its own: a savepoint must not fail because
+    /// ordinary checkpoints of a slow job expire).
+    pub savepoint_timeout: Duration,
     /// Least time between the end of one checkpoint and the trigger of the next.
     pub min_pause: Duration,
     /// Checkpoints in flight at once.
@@ -151,6 +154,7 @@ impl CheckpointConfig {
             alignment_timeout: None,
             inflight_budget: None,
             timeout: Duration::from_secs(600),
+            savepoint_timeout: Duration::from_secs(600),
             min_pause: Duration::ZERO,
             max_concurrent: 1,
             tolerable_failures: 3,
@@ -225,6 +229,13 @@ impl CheckpointConfig {
         self.timeout = timeout;
         self
     }
+
+    /// Time a savepoint may take before it fails (default 10 minutes), apart from the
+    /// checkpoints' [`CheckpointConfig::timeout`].
+    pub fn savepoint_timeout(mut self, timeout: Duration) -> Self {
+        self.savepoint_timeout = timeout;
+        self
+    }
     /// Sets the minimum pause between checkpoints.
     pub fn min_pause(mut self, pause: Duration) -> Self {
         self.min_pause = pause;
@@ -290,6 +301,9 @@ impl CheckpointConfig {
         }
         if self.timeout.is_zero() {
             return Err(Error::config("the checkpoint timeout must be greater than zero"));
+        }
+        if self.savepoint_timeout.is_zero() {
+            return Err(Error::config("the savepoint timeout must be greater than zero"));
         }
         if self.max_concurrent == 0 {
             return Err(Error::config("at least one concurrent checkpoint must be allowed"));

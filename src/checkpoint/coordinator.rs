@@ -106,6 +106,8 @@ pub(crate) struct CoordinatorSetup {
     pub(crate) completed: Vec<u64>,
     pub(crate) job: String,
     pub(crate) fingerprint: String,
+    /// Where the job's sinks write, recorded in every checkpoint.
+    pub(crate) outputs: Vec<super::storage::SinkOutput>,
     pub(crate) stats: Arc<Mutex<Vec<CheckpointStats>>>,
     /// Why checkpoints failed, for the job's notes.
     pub(crate) failures: Arc<Mutex<Vec<String>>>,
@@ -166,6 +168,9 @@ pub(crate) struct CoordinatorCore {
     final_id: Option<u64>,
     /// Savepoints asked for and not yet triggered.
     savepoints: VecDeque<SavepointRequest>,
+    /// The request of a savepoint whose checkpoint left the pending ones (it completed or
+    /// failed) and that is not answered yet: answered with its checkpoint's fate, in words.
+    unanswered: Option<(u64, SavepointRequest)>,
     /// Shared files retention deleted in this attempt: a checkpoint referring to one fails.
     deleted_shared: HashSet<String>,
     /// Checkpoints aborted in this attempt, and when: other tasks may still be writing their
@@ -202,6 +207,7 @@ impl CoordinatorCore {
             last_trigger_ns,
             final_id: None,
             savepoints: VecDeque::new(),
+            unanswered: None,
             deleted_shared: HashSet::new(),
             aborted: BTreeMap::new(),
             halted: false,
@@ -250,7 +256,8 @@ impl CoordinatorCore {
         if self.halted {
             return Vec::new();
         }
-        for id in std::mem::take(&mut self.pending).into_keys() {
+        for id in self.pending.keys().copied().collect::<Vec<_>>() {
+            self.remove_pending(id);
             self.abort(id);
         }
         self.kept = None;
@@ -304,7 +311,7 @@ impl CoordinatorCore {
                 if p.acks.len() < self.s.tasks.len() {
                     return;
                 }
-                let p = self.pending.remove(&ack.checkpoint).expect("present");
+                let p = self.remove_pending(ack.checkpoint).expect("present");
                 // Kept parts count as in use: a checkpoint older than the kept one may complete.
                 let in_use = self.shared_in_use();
                 match self.complete(p, &in_use, now_ns) {
@@ -318,7 +325,7 @@ impl CoordinatorCore {
                         // Older checkpoints still pending are subsumed.
                         let older: Vec<u64> = self.pending.range(..ack.checkpoint).map(|(k, _)| *k).collect();
                         for id in older {
-                            self.pending.remove(&id);
+                            self.remove_pending(id);
                             self.abort(id);
                         }
                     }
@@ -331,13 +338,15 @@ impl CoordinatorCore {
             Err(e) if !e.is_retryable() => {
                 // Trying again cannot help (the task lost its checkpoint directory, say): the
                 // job fails with the task's error rather than after more declined checkpoints.
-                self.pending.remove(&ack.checkpoint);
+                self.remove_pending(ack.checkpoint);
+                let reason = format!("task {} declined: {e}", ack.task);
+                self.answer_savepoint(ack.checkpoint, &reason);
                 self.abort(ack.checkpoint);
-                self.record_failure(ack.checkpoint, &format!("task {} declined: {e}", ack.task));
+                self.record_failure(ack.checkpoint, &reason);
                 self.halt(e);
             }
             Err(e) => {
-                let p = self.pending.remove(&ack.checkpoint).expect("present");
+                let p = self.remove_pending(ack.checkpoint).expect("present");
                 self.keep_parts(p);
                 self.failed(ack.checkpoint, &format!("task {} declined: {e}", ack.task));
             }
@@ -370,7 +379,7 @@ impl CoordinatorCore {
             .map(|(k, _)| *k)
             .collect();
         for id in expired {
-            let p = self.pending.remove(&id).expect("listed above");
+            let p = self.remove_pending(id).expect("listed above");
             let reason = self.expiry_reason(&p);
             self.keep_parts(p);
             self.failed(id, &reason);
@@ -380,7 +389,9 @@ impl CoordinatorCore {
         }
         if self.s.end.finished_tasks.load(Ordering::SeqCst) > 0 {
             // Some task finished: it cannot acknowledge, so no checkpoint can complete now.
-            for id in std::mem::take(&mut self.pending).into_keys() {
+            for id in self.pending.keys().copied().collect::<Vec<_>>() {
+                self.remove_pending(id);
+                self.answer_savepoint(id, "the job is finishing: some of its tasks already ended");
                 self.abort(id);
             }
             for req in self.savepoints.drain(..) {
@@ -433,7 +444,8 @@ impl CoordinatorCore {
             && !savepoint_pending;
         let savepoint = if savepoint_pending { None } else { self.savepoints.pop_front() };
         if savepoint.is_some() {
-            for id in std::mem::take(&mut self.pending).into_keys() {
+            for id in self.pending.keys().copied().collect::<Vec<_>>() {
+                self.remove_pending(id);
                 self.abort(id);
                 self.record_failure(id, "aborted for a savepoint");
             }
@@ -453,6 +465,11 @@ impl CoordinatorCore {
         self.next_id += 1;
         self.s.next_id.store(self.next_id, Ordering::SeqCst);
         self.last_trigger_ns = now;
+        // A process that lost the directory (stopped, then continued after its successor took
+        // over) must not make a folder there: the id may be one the successor used.
+        if self.still_owner().is_err() {
+            return;
+        }
         if let Err(e) = self.s.storage.prepare(id) {
             return self.failed(id, &e.to_string());
         }
@@ -464,13 +481,16 @@ impl CoordinatorCore {
             trigger_ns: self.s.clock.now_ns(),
             // With an alignment timeout, barriers start aligned and turn unaligned only at a
             // task that waited too long. Savepoints are always aligned.
-            unaligned: savepoint.is_none() && config.unaligned && config.alignment_timeout.is_none(),
+            unaligned: savepoint.is_none() && self.s.config.unaligned && self.s.config.alignment_timeout.is_none(),
             savepoint: savepoint.is_some(),
         };
         for t in self.s.tasks.iter().filter(|t| t.2) {
             self.out.push(Command::Send(t.0, TaskControl::Trigger(barrier)));
         }
-        let (interval_ns, timeout_ns) = (self.interval_ns().unwrap_or(0), ns(self.s.config.timeout));
+        // A savepoint has its own timeout: it must not fail for the reason ordinary checkpoints
+        // expire (a slow job), when a user is stopping the job with it.
+        let timeout = if barrier.savepoint { self.s.config.savepoint_timeout } else { self.s.config.timeout };
+        let (interval_ns, timeout_ns) = (self.interval_ns().unwrap_or(0), ns(timeout));
         let c = &self.s.config;
         let inflight_budget = c.inflight_budget.filter(|_| barrier.unaligned);
         let alignment_timeout_ns = c.alignment_timeout.filter(|_| !barrier.savepoint).map(ns);
@@ -530,14 +550,39 @@ impl CoordinatorCore {
         const NAMED: usize = 4;
         let more = missing.len().saturating_sub(NAMED);
         format!(
-            "expired after {:?}: {} of {} tasks had completed their part (kept for the next checkpoint); still \
-             waiting for {}{}",
+            "expired after {:?}: {} of {} tasks had completed their part{}; still waiting for {}{}",
             Duration::from_nanos(p.timeout_ns),
             p.acks.len(),
             self.s.tasks.len(),
+            if p.barrier.savepoint { "" } else { " (kept for the next checkpoint)" },
             missing.iter().take(NAMED).copied().collect::<Vec<_>>().join(", "),
             if more > 0 { format!(" and {more} more") } else { String::new() }
         )
+    }
+
+    /// Takes checkpoint `id` out of the pending ones; a savepoint's request waits in
+    /// `unanswered` for its fate.
+    fn remove_pending(&mut self, id: u64) -> Option<Pending> {
+        let mut p = self.pending.remove(&id)?;
+        if let Some(req) = p.savepoint.take() {
+            self.unanswered = Some((id, req));
+        }
+        Some(p)
+    }
+
+    /// Tells whoever asked for the savepoint of checkpoint `id` (if it was one) why it failed.
+    fn answer_savepoint(&mut self, id: u64, reason: &str) {
+        if let Some((_, req)) = self.unanswered.take_if(|(i, _)| *i == id) {
+            let _ = req.reply.send(Err(format!(
+                "its checkpoint ({id}) failed: {reason}{}",
+                if reason.starts_with("expired") {
+                    ". A savepoint waits its own timeout: give it more (CheckpointConfig::savepoint_timeout; \
+                     weir: --savepoint-timeout-ms)"
+                } else {
+                    ""
+                }
+            )));
+        }
     }
 
     fn record_failure(&self, id: u64, reason: &str) {
@@ -546,6 +591,7 @@ impl CoordinatorCore {
 
     /// Aborts `id` and counts a failure; fails the job after too many in a row.
     fn failed(&mut self, id: u64, reason: &str) {
+        self.answer_savepoint(id, reason);
         self.abort(id);
         self.record_failure(id, reason);
         self.consecutive_failures += 1;
@@ -582,6 +628,7 @@ impl CoordinatorCore {
     }
 
     fn abort(&mut self, id: u64) {
+        self.answer_savepoint(id, "it was aborted: the job is ending or failing");
         self.notify(CheckpointNotice::Aborted(id));
         if !self.is_kept(id) {
             self.drop_files(id);
@@ -614,7 +661,7 @@ impl CoordinatorCore {
     /// savepoint's parts are not kept.
     fn keep_parts(&mut self, p: Pending) {
         let id = p.barrier.id;
-        let new = (!p.acks.is_empty() && p.savepoint.is_none()).then_some(KeptParts { id, parts: p.acks });
+        let new = (!p.acks.is_empty() && !p.barrier.savepoint).then_some(KeptParts { id, parts: p.acks });
         for &task in new.iter().flat_map(|k| k.parts.keys()) {
             self.out.push(Command::Send(task, TaskControl::PartKept(id)));
         }
@@ -646,9 +693,8 @@ impl CoordinatorCore {
 
     /// Completes a checkpoint every task acknowledged; `in_use` are the shared files that
     /// checkpoints still in progress refer to (retention keeps them).
-    fn complete(&mut self, mut p: Pending, in_use: &HashSet<String>, now_ns: u64) -> Result<(), Error> {
+    fn complete(&mut self, p: Pending, in_use: &HashSet<String>, now_ns: u64) -> Result<(), Error> {
         let id = p.barrier.id;
-        let savepoint = p.savepoint.take();
         let ms = |ns: u64| ns as f64 / 1e6;
         let max = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.stats)).max().unwrap_or(0);
         let sum = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.stats)).sum();
@@ -708,6 +754,7 @@ impl CoordinatorCore {
             stats: stats.clone(),
             tasks,
             shared,
+            outputs: self.s.outputs.clone(),
         };
         if let Some(e) = self.injected_metadata_error(id) {
             let path = self.s.storage.checkpoint_dir(id).join(super::storage::METADATA_FILE);
@@ -731,7 +778,7 @@ impl CoordinatorCore {
             .storage
             .verify_including(id, &unverified)
             .map_err(|e| Error::Checkpoint(format!("its files did not verify when read back: {e}")))?;
-        if let Some(req) = savepoint {
+        if let Some((_, req)) = self.unanswered.take_if(|(i, _)| *i == id) {
             self.stopped |= req.stop;
             let _ = req
                 .reply
@@ -842,6 +889,7 @@ mod tests {
             config,
             storage,
             tasks: vec![(0, "source".into(), true), (1, "sink".into(), false)],
+            outputs: Vec::new(),
             clock: Clock::manual(Arc::new(std::sync::atomic::AtomicU64::new(0))),
             first_id: 1,
             completed: Vec::new(),
@@ -1027,6 +1075,36 @@ mod tests {
         for t in 40..60 {
             assert!(triggered(&c.on_tick(t * ms)).is_empty(), "a checkpoint after a stop-with-savepoint");
         }
+    }
+
+    /// A stop-with-savepoint while checkpoints expired failed with "the savepoint did not
+    /// complete (… Some(\"checkpoint 49 failed: aborted for a savepoint\"))": it had the
+    /// checkpoints' timeout, the caller gave up at the same moment, and the reason shown was
+    /// another checkpoint's. A savepoint now has its own timeout, and its request is answered
+    /// with its own checkpoint's fate, in words.
+    #[test]
+    fn a_savepoint_has_its_own_timeout_and_is_told_why_it_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CheckpointConfig::new(dir.path().join("chk"))
+            .interval(Duration::from_millis(10))
+            .timeout(Duration::from_millis(5))
+            .savepoint_timeout(Duration::from_millis(100));
+        let mut c = core_with(config);
+        let ms = 1_000_000;
+        let (reply, answer) = std::sync::mpsc::channel();
+        c.on_savepoint(SavepointRequest { dir: dir.path().join("sp"), reply, stop: true });
+        let savepoint = triggered(&c.on_tick(ms));
+        assert_eq!(savepoint.len(), 1);
+        let a = ack(&c, 0, savepoint[0]);
+        assert!(c.on_ack(a, 2 * ms).is_empty());
+        // Past the checkpoints' timeout, within its own: still in flight.
+        c.on_tick(50 * ms);
+        assert!(answer.try_recv().is_err(), "not answered yet");
+        c.on_tick(102 * ms);
+        let why = answer.try_recv().unwrap().unwrap_err();
+        assert!(why.contains(&format!("its checkpoint ({})", savepoint[0].id)), "{why}");
+        assert!(why.contains("expired after 100ms: 1 of 2 tasks had completed their part; still waiting for"), "{why}");
+        assert!(why.contains("--savepoint-timeout-ms") && !why.contains("kept"), "{why}");
     }
 
     /// A savepoint is refused once the final checkpoint started: the job is finishing.

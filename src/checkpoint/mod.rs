@@ -25,7 +25,7 @@ pub use lock::{DirectoryLock, LOCK_FILE};
 pub use storage::{
     decode_file, encode_file, load_dir, read_expected, read_file, read_finished, read_metadata, write_file,
     write_finished, ChannelAlignment, CheckpointMetadata, CheckpointStats, CheckpointStorage, FileDigest, FileIdentity,
-    FileKind, FinishedJob, LoadedCheckpoint, PartReuse, RecoveryPoint, SharedFile, StoredChunk, TaskFile,
+    FileKind, FinishedJob, LoadedCheckpoint, PartReuse, RecoveryPoint, SharedFile, SinkOutput, StoredChunk, TaskFile,
     TaskFileContent, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
 };
 

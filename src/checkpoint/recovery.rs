@@ -11,7 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::config::CheckpointConfig;
-use super::storage::{load_dir, read_finished, CheckpointStorage, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE};
+use super::storage::{
+    load_dir, read_finished, read_metadata, CheckpointMetadata, CheckpointStorage, SinkOutput, FINISHED_MARKER,
+    FORMAT_VERSION, METADATA_FILE,
+};
 use crate::context::Recovery;
 use crate::error::{Error, Result};
 use crate::snapshot::{PartName, RestoredState};
@@ -25,6 +28,47 @@ pub(crate) struct JobIdentity<'a> {
     /// The savepoint (or checkpoint folder) the job was told to start from, and whether state
     /// of operators the job lacks may be dropped.
     pub(crate) restore: Option<(&'a Path, bool)>,
+    /// Told what is about to be restored ([`crate::Job::on_restore`]).
+    pub(crate) announce: &'a dyn Fn(&str),
+    /// Where its sinks write.
+    pub(crate) outputs: Vec<SinkOutput>,
+}
+
+/// Refuses to resume checkpoint `m` of directory `dir` with a sink that writes elsewhere than
+/// it did: what the sink committed so far is in the recorded place, the transactions the
+/// checkpoint holds can only be committed there, and the rest of the output belongs with them.
+fn check_outputs(m: &CheckpointMetadata, job: &JobIdentity<'_>, dir: &Path) -> Result<()> {
+    for recorded in &m.outputs {
+        let Some(now) = job.outputs.iter().find(|o| o.operator == recorded.operator) else { continue };
+        if now.location != recorded.location {
+            return Err(Error::config(format!(
+                "checkpoint {} in {} belongs to a run whose sink '{}' wrote to {}, and this run writes to {}: the \
+                 output so far, and the transactions the checkpoint holds, are there. Resume with the same output \
+                 (weir: --output {}), or start afresh with another checkpoint directory. Nothing was restored or \
+                 created",
+                m.checkpoint,
+                dir.display(),
+                recorded.operator,
+                recorded.location,
+                now.location,
+                recorded.location
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What a checkpoint or savepoint holds, for the line that announces its restore.
+fn restore_line(what: &str, path: &Path, m: &CheckpointMetadata) -> String {
+    let bytes: u64 = m.tasks.iter().map(|t| t.bytes).sum::<u64>() + m.shared.iter().map(|s| s.bytes).sum::<u64>();
+    let files = m.tasks.len() + m.shared.len();
+    format!(
+        "restoring {what} {} of job '{}' from {} ({:.1} MB in {files} files)",
+        m.checkpoint,
+        m.job,
+        path.display(),
+        bytes as f64 / 1e6
+    )
 }
 
 /// What an attempt of a checkpointed job starts from.
@@ -81,7 +125,11 @@ pub(crate) fn recover_directory(
             cfg.dir.display(),
         )));
     }
-    let found = storage.latest_valid()?;
+    let found = storage.latest_valid_with(&|id| {
+        if let Ok(m) = storage.metadata(id) {
+            (job.announce)(&restore_line("checkpoint", &storage.checkpoint_dir(id), &m));
+        }
+    })?;
     for (id, why) in &found.skipped {
         notes.push(format!("checkpoint {id} is damaged and was skipped: {why}"));
     }
@@ -103,6 +151,7 @@ pub(crate) fn recover_directory(
                 fingerprint
             )));
         }
+        check_outputs(&c.metadata, job, &cfg.dir)?;
         notes.push(format!("restored from checkpoint {}", c.metadata.checkpoint));
         // Every complete checkpoint up to the restored one takes part in retention.
         completed =
@@ -151,6 +200,9 @@ pub(crate) fn restore_from_savepoint(job: &JobIdentity<'_>, notes: &mut Vec<Stri
              folder has)",
             path.display()
         )));
+    }
+    if let Ok(m) = read_metadata(path) {
+        (job.announce)(&restore_line(&m.kind, path, &m));
     }
     let loaded = load_dir(path)?;
     let mut state = loaded.state;

@@ -286,6 +286,16 @@ impl TaskFile {
     }
 }
 
+/// Where one sink of the job writes (a folder of a file sink): recorded in each checkpoint, so
+/// a resume against another output is refused before anything is restored or created.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SinkOutput {
+    /// The sink operator's name.
+    pub operator: String,
+    /// Where it writes (an absolute path).
+    pub location: String,
+}
+
 /// A shared file (incremental checkpoints) a checkpoint refers to.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SharedFile {
@@ -339,6 +349,10 @@ pub struct CheckpointMetadata {
     /// savepoint.
     #[serde(default)]
     pub shared: Vec<SharedFile>,
+    /// Where the job's sinks write (empty in checkpoints of weirs before this field, and for
+    /// jobs whose sinks write nowhere on disk).
+    #[serde(default)]
+    pub outputs: Vec<SinkOutput>,
 }
 
 impl CheckpointMetadata {
@@ -1285,6 +1299,7 @@ pub(crate) fn test_metadata(id: u64, file: String, digest: FileDigest, shared: V
             checkpoint: None,
         }],
         shared,
+        outputs: Vec::new(),
     }
 }
 

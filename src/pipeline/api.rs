@@ -153,6 +153,8 @@ impl Job {
                 watermark_groups: Vec::new(),
                 tags: Vec::new(),
                 build_errors: Vec::new(),
+                sink_outputs: Vec::new(),
+                on_restore: None,
             })),
         }
     }
@@ -182,6 +184,20 @@ impl Job {
     /// newer).
     pub fn restore_from(self, path: impl Into<std::path::PathBuf>, allow_non_restored_state: bool) -> Job {
         self.graph.borrow_mut().restore = Some((path.into(), allow_non_restored_state));
+        self
+    }
+
+    /// Calls `f` with a line saying what a start (the first, or a restart after a failure)
+    /// restores, before reading it: which checkpoint or savepoint, and its size. Reading and
+    /// restoring much state takes a while, and a process that says nothing meanwhile looks
+    /// hung. `f` runs on the thread that starts the attempt.
+    ///
+    /// ```
+    /// let job = weir::Job::new("counts").on_restore(|line| eprintln!("{line}"));
+    /// # drop(job);
+    /// ```
+    pub fn on_restore(self, f: impl Fn(&str) + Send + Sync + 'static) -> Job {
+        self.graph.borrow_mut().on_restore = Some(Arc::new(f));
         self
     }
 
@@ -723,10 +739,18 @@ impl<T: Record> Stream<T> {
         &self,
         base: &str,
         make: MS,
-    ) {
+    ) -> usize {
         self.forward::<(), _>(base, move |ctx, _nowhere| {
             Ok(Box::new(SinkOperator::new(make(ctx)?, ctx.metrics.sink_counter())))
-        });
+        })
+        .node
+    }
+
+    /// Records that sink `node` writes into `dir` (kept in every checkpoint: a resume against
+    /// another folder is refused).
+    fn writes_to(&self, node: usize, dir: &std::path::Path) {
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        self.job().graph.borrow_mut().sink_outputs.push((node, dir));
     }
 
     /// The side output `tag` of the operator that produces this stream (a
@@ -1015,12 +1039,12 @@ impl<T: Record> Stream<T> {
 
     /// Sends the stream to a sink made once per subtask.
     pub fn sink<S: Sink<T> + 'static, MS: Fn(&TaskContext) -> Result<S> + Send + 'static>(self, make: MS) {
-        self.sink_node("sink", make)
+        self.sink_node("sink", make);
     }
 
     /// Drops every record (counting them).
     pub fn discard(self) {
-        self.sink_node("discard", |_| Ok(DiscardSink))
+        self.sink_node("discard", |_| Ok(DiscardSink));
     }
 
     /// Collects every record into the returned vector (for tests and small jobs).
@@ -1044,7 +1068,13 @@ impl<T: Record> Stream<T> {
     /// Writes every record, formatted by `format`, to `<dir>/part-<subtask>`.
     pub fn write_files<F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static>(self, dir: impl Into<PathBuf>, format: F) {
         let dir = dir.into();
-        self.sink_node("file-sink", move |ctx| FileSink::create(&dir, ctx.subtask, format.clone()))
+        self.writes_to(
+            self.sink_node("file-sink", {
+                let dir = dir.clone();
+                move |ctx| FileSink::create(&dir, ctx.subtask, format.clone())
+            }),
+            &dir,
+        );
     }
 
     /// Writes each record, formatted by `format`, to files in `dir` committed by two-phase
@@ -1059,7 +1089,13 @@ impl<T: Record> Stream<T> {
         format: F,
     ) {
         let dir = dir.into();
-        self.sink_node("file-sink", move |ctx| TwoPhaseFileSink::create(&dir, ctx, format.clone()))
+        self.writes_to(
+            self.sink_node("file-sink", {
+                let dir = dir.clone();
+                move |ctx| TwoPhaseFileSink::create(&dir, ctx, format.clone())
+            }),
+            &dir,
+        );
     }
 
     /// Writes each record, formatted by `format`, to `<dir>/<partition>/part-<subtask>`, where
@@ -1085,9 +1121,11 @@ impl<T: Record> Stream<T> {
         F: Fn(&T, &mut Vec<u8>) + Clone + Send + 'static,
     {
         let dir = dir.into();
-        self.sink_node("partitioned-file-sink", move |ctx| {
-            PartitionedFileSink::create(&dir, ctx.subtask, partition.clone(), format.clone())
-        })
+        let node = self.sink_node("partitioned-file-sink", {
+            let dir = dir.clone();
+            move |ctx| PartitionedFileSink::create(&dir, ctx.subtask, partition.clone(), format.clone())
+        });
+        self.writes_to(node, &dir);
     }
 
     /// Sends every record to the host through the returned [`EventReceiver`] at once
@@ -1199,10 +1237,12 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         let dir = dir.into();
         let key = self.key.clone();
         let channels = self.keyed_channels();
-        self.stream.one_input::<(), _>("latest-sink", Partitioning::KeyBy, channels, true, move |ctx, _nowhere| {
-            let sink = LatestPerKeySink::create(&dir, ctx, key.clone(), format.clone())?;
+        let folder = dir.clone();
+        let node = self.stream.one_input::<(), _>("latest-sink", Partitioning::KeyBy, channels, true, move |ctx, _| {
+            let sink = LatestPerKeySink::create(&folder, ctx, key.clone(), format.clone())?;
             Ok(Box::new(SinkOperator::new(sink, ctx.metrics.sink_counter())))
         });
+        self.stream.writes_to(node.node, &dir);
     }
 
     /// A running reduce per key: emits the combined value after every record.

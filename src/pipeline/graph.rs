@@ -133,7 +133,14 @@ pub(crate) struct Graph {
     pub(crate) tags: Vec<(Arc<str>, std::any::TypeId, &'static str)>,
     /// Mistakes found while the job was built, reported when it starts.
     pub(crate) build_errors: Vec<String>,
+    /// Sinks that write to a folder: (node, the folder as an absolute path).
+    pub(crate) sink_outputs: Vec<(usize, std::path::PathBuf)>,
+    /// Told what a start restores before it reads it ([`crate::Job::on_restore`]).
+    pub(crate) on_restore: Option<Arc<RestoreAnnouncer>>,
 }
+
+/// What [`crate::Job::on_restore`] calls.
+pub(crate) type RestoreAnnouncer = dyn Fn(&str) + Send + Sync;
 
 /// The graph a [`crate::Job`] builds, shared by the job's streams. A mutex (not a `RefCell`) so
 /// a job under construction, and the handle of a running one, can move between threads; the

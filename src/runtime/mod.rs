@@ -247,7 +247,7 @@ impl JobHandle {
 
     fn take_savepoint(&self, dir: impl Into<std::path::PathBuf>, stop: bool) -> Result<(u64, std::path::PathBuf)> {
         let timeout = match &self.job.graph.borrow().checkpointing {
-            Some(c) => c.timeout,
+            Some(c) => c.savepoint_timeout,
             None => {
                 return Err(Error::config("savepoints need checkpointing: configure the job with with_checkpointing"))
             }
@@ -259,12 +259,18 @@ impl JobHandle {
         sender
             .send(SavepointRequest { dir, reply, stop })
             .map_err(|_| Error::Checkpoint("the job ended before the savepoint was taken".into()))?;
-        match answer.recv_timeout(timeout) {
+        // The coordinator answers within the savepoint's timeout (it expires it then); the
+        // margin covers writing the savepoint's copy.
+        match answer.recv_timeout(timeout + Duration::from_secs(60)) {
             Ok(Ok(taken)) => Ok(taken),
-            Ok(Err(reason)) => Err(Error::Checkpoint(format!("the savepoint could not be written: {reason}"))),
-            Err(_) => Err(Error::Checkpoint(format!(
-                "the savepoint did not complete (the job ended, or its checkpoint failed: {:?})",
-                self.checkpoint_failures().last()
+            Ok(Err(reason)) => Err(Error::Checkpoint(format!("the savepoint failed: {reason}"))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Checkpoint(
+                "the savepoint failed: the job ended (it failed, or was cancelled) before the savepoint completed"
+                    .into(),
+            )),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::Checkpoint(format!(
+                "the savepoint failed: no answer within {:?} (its timeout, and a minute to copy it)",
+                timeout + Duration::from_secs(60)
             ))),
         }
     }
@@ -499,8 +505,24 @@ fn identity<'a>(graph: &'a crate::pipeline::Graph, fingerprint: &'a str) -> JobI
         fingerprint,
         operators: graph.nodes.iter().map(|n| &*n.name).collect(),
         restore: graph.restore.as_ref().map(|(p, allow)| (p.as_path(), *allow)),
+        announce: graph.on_restore.as_deref().unwrap_or(&say_nothing),
+        outputs: sink_outputs(graph),
     }
 }
+
+/// Where the graph's sinks write, as checkpoints record it.
+fn sink_outputs(graph: &crate::pipeline::Graph) -> Vec<crate::checkpoint::SinkOutput> {
+    graph
+        .sink_outputs
+        .iter()
+        .map(|(node, dir)| crate::checkpoint::SinkOutput {
+            operator: graph.nodes[*node].name.to_string(),
+            location: dir.display().to_string(),
+        })
+        .collect()
+}
+
+fn say_nothing(_: &str) {}
 
 /// How an attempt runs its snapshot writes and reads the time: on threads and the wall clock,
 /// or on the simulator's thread and clock.
@@ -576,7 +598,10 @@ pub(crate) fn prepare_attempt(
     } else {
         restored = restore_from_savepoint(&identity(&graph, &fingerprint), notes)?.map(Arc::new);
     }
-    let scope = Arc::new(AttemptScope::new(recovery, graph.checkpointing.is_some()));
+    let scope = Arc::new(
+        AttemptScope::new(recovery, graph.checkpointing.is_some())
+            .with_lock(shared.lock.clone().filter(|_| graph.checkpointing.is_some())),
+    );
     let plan_env = PlanEnv {
         clock: env.clock.clone(),
         metrics: metrics.clone(),
@@ -592,7 +617,9 @@ pub(crate) fn prepare_attempt(
     let live = plan_env.checkpointing.as_ref().map(|w| w.live.clone());
     let coordinator = coordinator.map(|(cfg, storage, first_id, completed, writer, commits, lock)| {
         let crash = env.crash.clone().or_else(|| cfg.faults.clone().map(|f| f as Arc<dyn CrashSchedule>));
+        let outputs = sink_outputs(&graph);
         let core = CoordinatorCore::new(CoordinatorSetup {
+            outputs,
             config: cfg,
             storage,
             tasks: plan.endpoints.iter().map(|e| (e.index, e.name.clone(), e.is_source)).collect(),

@@ -262,6 +262,7 @@ impl<F> TwoPhaseFileSink<F> {
     fn in_progress(&mut self) -> Result<&mut InProgress> {
         if self.current.is_none() {
             self.prepare()?;
+            self.ctx.check_owner()?;
             self.files_opened += 1;
             let path =
                 self.dir.join(format!(".part-{}-{}-{}.inprogress", self.ctx.subtask, self.run, self.files_opened));
