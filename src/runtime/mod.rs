@@ -143,6 +143,8 @@ struct Attempt {
     commits: Option<Arc<CommitsApplied>>,
     /// Tasks in the attempt.
     task_count: usize,
+    /// Worker threads that have exited (however they ended).
+    exited: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// How [`JobHandle::stop_with_savepoint`] ended the job.
@@ -170,60 +172,86 @@ impl Stopped {
 /// A running job.
 ///
 /// With checkpointing, a failing task fails the job over: every task stops, and the job
-/// restarts from its latest complete checkpoint under the restart strategy. The handle is
-/// tied to the thread that built the job (it keeps the job's graph for restarts).
+/// restarts from its latest complete checkpoint under the restart strategy. Failover is the
+/// runtime's: a supervisor thread of the job's own watches each attempt and starts the next,
+/// whether or not anyone waits on the handle (an embedded job whose host only sends and
+/// receives recovers like any). When the job ends for good, its embedding endpoints hear it
+/// ([`crate::source::SendError::Ended`], [`crate::sink::RecvError::Ended`]).
 pub struct JobHandle {
+    run: Arc<Supervised>,
+    supervisor: Option<JoinHandle<()>>,
+}
+
+/// What the handle and the supervisor thread share.
+struct Supervised {
     job: Job,
     config: RunConfig,
     shared: Arc<AttemptShared>,
+    started: Instant,
+    workers: usize,
+    state: Mutex<RunProgress>,
+    /// Signalled when the job ended for good.
+    ended: std::sync::Condvar,
+}
+
+/// How far the job has got, under [`Supervised::state`].
+struct RunProgress {
+    /// The attempt running now (none while the next one starts, and after the end).
     attempt: Option<Attempt>,
     restarts: u32,
     notes: Vec<String>,
-    started: Instant,
-    workers: usize,
+    /// The job's result, once it ended for good, until it is handed out.
+    result: Option<Result<JobReport>>,
+    /// Whether the job ended for good.
+    over: bool,
 }
 
 impl JobHandle {
+    fn progress(&self) -> std::sync::MutexGuard<'_, RunProgress> {
+        self.run.progress()
+    }
+
     /// Ends the sources' streams: the job processes what is in flight, fires its windows, and
     /// finishes normally.
     pub fn stop(&self) {
-        self.shared.control.stop.store(true, Ordering::SeqCst);
+        self.run.shared.control.stop.store(true, Ordering::SeqCst);
         self.wake_all();
     }
 
     /// Stops every worker at once; [`JobHandle::join`] then returns [`Error::Cancelled`].
     pub fn cancel(&self) {
-        self.shared.control.cancel.store(true, Ordering::SeqCst);
+        self.run.shared.control.cancel.store(true, Ordering::SeqCst);
         self.wake_all();
     }
 
     fn wake_all(&self) {
-        if let Some(a) = &self.attempt {
+        if let Some(a) = &self.progress().attempt {
             for p in &a.parkers {
                 p.unpark_now();
             }
         }
     }
 
-    /// Whether the current attempt's workers have all exited (after a failure the job may
-    /// still restart: [`JobHandle::try_finish`] decides).
+    /// Whether the job has ended for good (finished, failed past its restart strategy, or
+    /// cancelled): [`JobHandle::try_finish`] then returns its result. Failovers happen on
+    /// their own meanwhile.
     pub fn is_finished(&self) -> bool {
-        self.attempt.as_ref().is_none_or(|a| a.threads.iter().all(|t| t.is_finished()))
+        self.progress().over
     }
 
     /// Live metrics.
     pub fn metrics(&self) -> &Arc<JobMetrics> {
-        &self.shared.metrics
+        &self.run.shared.metrics
     }
 
     /// Time since the job started.
     pub fn elapsed(&self) -> std::time::Duration {
-        self.started.elapsed()
+        self.run.started.elapsed()
     }
 
     /// Restarts so far.
     pub fn restarts(&self) -> u32 {
-        self.restarts
+        self.progress().restarts
     }
 
     /// Takes a savepoint now: an aligned checkpoint, copied complete into
@@ -237,7 +265,7 @@ impl JobHandle {
     /// is at the end of its input) or completed and the sources are ending their streams (or,
     /// without checkpointing, a task has finished); no savepoint can be taken any more.
     pub fn is_finishing(&self) -> bool {
-        self.attempt.as_ref().is_some_and(|a| {
+        self.progress().attempt.as_ref().is_some_and(|a| {
             let end = &a.scope.end;
             end.input_ended.load(Ordering::SeqCst)
                 || end.final_started.load(Ordering::SeqCst)
@@ -246,7 +274,7 @@ impl JobHandle {
     }
 
     fn take_savepoint(&self, dir: impl Into<std::path::PathBuf>, stop: bool) -> Result<(u64, std::path::PathBuf)> {
-        let timeout = match &self.job.graph.borrow().checkpointing {
+        let timeout = match &self.run.job.graph.borrow().checkpointing {
             Some(c) => c.savepoint_timeout,
             None => {
                 return Err(Error::config("savepoints need checkpointing: configure the job with with_checkpointing"))
@@ -254,7 +282,9 @@ impl JobHandle {
         };
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create the savepoint directory", &dir, e))?;
-        let sender = self.attempt.as_ref().and_then(|a| a.savepoints.clone()).ok_or(Error::Cancelled)?;
+        let sender = self.progress().attempt.as_ref().and_then(|a| a.savepoints.clone()).ok_or_else(|| {
+            Error::Checkpoint("the savepoint failed: the job is not running (it ended, or is restarting)".into())
+        })?;
         let (reply, answer) = std::sync::mpsc::channel();
         sender
             .send(SavepointRequest { dir, reply, stop })
@@ -289,11 +319,15 @@ impl JobHandle {
             }
             Err(e) => return Err(e),
         };
-        if let Some(a) = &self.attempt {
-            let timeout = self.job.graph.borrow().checkpointing.as_ref().map_or(Duration::ZERO, |c| c.timeout);
-            let ended = || a.threads.iter().all(|t| t.is_finished());
-            let committed = a.commits.as_ref().is_none_or(|c| c.wait(id, a.task_count, ended, timeout));
-            if !committed {
+        let waiting = self
+            .progress()
+            .attempt
+            .as_ref()
+            .and_then(|a| a.commits.clone().map(|c| (c, a.task_count, a.exited.clone(), a.parkers.len())));
+        if let Some((commits, tasks, exited, workers)) = waiting {
+            let timeout = self.run.job.graph.borrow().checkpointing.as_ref().map_or(Duration::ZERO, |c| c.timeout);
+            let ended = || exited.load(Ordering::SeqCst) >= workers;
+            if !commits.wait(id, tasks, ended, timeout) {
                 self.cancel();
                 let _ = self.join();
                 return Err(Error::Checkpoint(format!(
@@ -327,27 +361,28 @@ impl JobHandle {
     /// # Ok(()) }
     /// ```
     pub fn update_checkpoints(&self, change: impl FnOnce(CheckpointConfig) -> CheckpointConfig) -> Result<()> {
-        let mut graph = self.job.graph.borrow_mut();
+        let mut graph = self.run.job.graph.borrow_mut();
         let Some(current) = graph.checkpointing.clone() else {
             return Err(Error::config("the job takes no checkpoints: there is no checkpoint configuration to change"));
         };
         let new = change(current.clone());
         current.check_live_change(&new)?;
         graph.checkpointing = Some(new.clone());
-        *self.shared.checkpoint_update.lock().unwrap_or_else(|e| e.into_inner()) = Some(new);
+        *self.run.shared.checkpoint_update.lock().unwrap_or_else(|e| e.into_inner()) = Some(new);
         Ok(())
     }
 
     /// Statistics of the checkpoints completed so far.
     pub fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
-        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.run.checkpoint_stats()
     }
 
     /// Messages about recovery (restarts, restored checkpoints, damaged ones skipped), oldest
     /// first, including those of the attempt running now.
     pub fn notes(&self) -> Vec<String> {
-        let mut notes = self.notes.clone();
-        if let Some(a) = &self.attempt {
+        let progress = self.progress();
+        let mut notes = progress.notes.clone();
+        if let Some(a) = &progress.attempt {
             notes.extend(a.scope.notes.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned());
         }
         notes
@@ -355,16 +390,13 @@ impl JobHandle {
 
     /// Why checkpoints failed (declined, expired, failed to write), oldest first.
     pub fn checkpoint_failures(&self) -> Vec<String> {
-        self.shared.checkpoint_failures.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.run.shared.checkpoint_failures.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// If the current attempt ended: restarts the job when a failure allows it (returns
-    /// `None`), or returns the job's result. `None` while the attempt runs.
+    /// The job's result once it has ended for good (returned once); `None` while it runs or
+    /// restarts.
     pub fn try_finish(&mut self) -> Option<Result<JobReport>> {
-        if !self.is_finished() {
-            return None;
-        }
-        self.settle()
+        self.progress().result.take()
     }
 
     /// Waits for the job to end, restarting it after failures as configured.
@@ -375,69 +407,120 @@ impl JobHandle {
     /// Waits for the job to end like [`JobHandle::join`], keeping the handle (for its notes and
     /// statistics afterwards).
     pub fn wait(&mut self) -> Result<JobReport> {
-        if self.attempt.is_none() {
+        let mut progress = self.progress();
+        if progress.over && progress.result.is_none() {
             return Err(Error::config("the job has already ended (its result was returned once)"));
         }
-        loop {
-            if let Some(a) = self.attempt.as_mut() {
-                for t in a.threads.drain(..) {
-                    // Workers catch every panic of their tasks; a panic here is a worker bug.
-                    if t.join().is_err() {
-                        a.state.fail(Error::config("a worker thread panicked outside any task"));
-                    }
-                }
-            }
-            if let Some(result) = self.settle() {
-                return result;
-            }
+        while progress.result.is_none() {
+            progress = self.run.ended.wait(progress).unwrap_or_else(|e| e.into_inner());
         }
+        progress.result.take().expect("waited for it")
     }
+}
 
-    /// [`JobHandle::finish_attempt`], telling the embedding endpoints (push sources, pull
-    /// sinks) when the job has ended for good, and how.
-    fn settle(&mut self) -> Option<Result<JobReport>> {
-        let result = self.finish_attempt()?;
-        self.tell_hosts(result.as_ref().err().map(|e| e.to_string()));
-        Some(result)
-    }
-
-    fn tell_hosts(&self, error: Option<String>) {
-        for s in &self.job.graph.borrow().host_signals {
-            s.job_ended(error.clone());
+impl Drop for JobHandle {
+    fn drop(&mut self) {
+        // A handle dropped before the job ended cancels it; the supervisor ends it (and tells
+        // its hosts).
+        if !self.is_finished() {
+            self.cancel();
         }
-    }
-
-    fn finish_attempt(&mut self) -> Option<Result<JobReport>> {
-        let mut a = self.attempt.take()?;
-        for t in a.threads.drain(..) {
-            if t.join().is_err() {
-                a.state.fail(Error::config("a worker thread panicked outside any task"));
-            }
-        }
-        self.notes.append(&mut a.scope.notes.lock().unwrap_or_else(|e| e.into_inner()));
-        if let Some((t, shutdown)) = a.coordinator.take() {
-            shutdown.store(true, Ordering::SeqCst);
+        if let Some(t) = self.supervisor.take() {
             let _ = t.join();
         }
+    }
+}
+
+impl Supervised {
+    fn progress(&self) -> std::sync::MutexGuard<'_, RunProgress> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
+        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The supervisor thread: waits for each attempt's workers to exit, then restarts the job
+    /// or records its result, until it has ended for good.
+    fn supervise(&self) {
+        loop {
+            let (threads, coordinator) = {
+                let mut progress = self.progress();
+                let Some(a) = progress.attempt.as_mut() else { return };
+                (std::mem::take(&mut a.threads), a.coordinator.take())
+            };
+            let mut worker_panicked = false;
+            for t in threads {
+                // Workers catch every panic of their tasks; a panic here is a worker bug.
+                worker_panicked |= t.join().is_err();
+            }
+            if let Some((t, shutdown)) = coordinator {
+                shutdown.store(true, Ordering::SeqCst);
+                let _ = t.join();
+            }
+            let attempt = {
+                let mut progress = self.progress();
+                let a = progress.attempt.take().expect("only the supervisor takes the attempt");
+                if worker_panicked {
+                    a.state.fail(Error::config("a worker thread panicked outside any task"));
+                }
+                progress.notes.append(&mut a.scope.notes.lock().unwrap_or_else(|e| e.into_inner()));
+                a
+            };
+            match self.settle(attempt) {
+                Some(result) => {
+                    // Over before the hosts hear it: a host that saw `Ended` finds the handle
+                    // finished.
+                    let error = result.as_ref().err().map(|e| e.to_string());
+                    {
+                        let mut progress = self.progress();
+                        progress.result = Some(result);
+                        progress.over = true;
+                    }
+                    for s in &self.job.graph.borrow().host_signals {
+                        s.job_ended(error.clone());
+                    }
+                    self.ended.notify_all();
+                    return;
+                }
+                None => continue,
+            }
+        }
+    }
+
+    /// Ends attempt `a`, whose workers exited: starts the next one when its failure allows a
+    /// restart (returns `None`), or returns the job's result.
+    fn settle(&self, a: Attempt) -> Option<Result<JobReport>> {
         if let Some(e) = a.state.take_error() {
             let cancelled = self.shared.control.cancel.load(Ordering::SeqCst);
+            let restarts = self.progress().restarts;
             let strategy = self.job.graph.borrow().checkpointing.as_ref().map(|c| c.restart);
-            let delay = strategy.and_then(|s| s.delay(self.restarts));
-            match delay {
+            let delay = strategy.and_then(|s| s.delay(restarts));
+            return match delay {
                 Some(delay) if e.is_retryable() && !cancelled => {
-                    self.notes.push(format!("restart {} after: {e}", self.restarts + 1));
+                    self.progress().notes.push(format!("restart {} after: {e}", restarts + 1));
                     std::thread::sleep(delay);
-                    self.restarts += 1;
-                    match start_attempt(&self.job, &self.config, &self.shared, &mut self.notes) {
+                    let mut notes = Vec::new();
+                    let next = start_attempt(&self.job, &self.config, &self.shared, &mut notes);
+                    let mut progress = self.progress();
+                    progress.restarts += 1;
+                    progress.notes.append(&mut notes);
+                    match next {
                         Ok(next) => {
-                            self.attempt = Some(next);
-                            return None;
+                            progress.attempt = Some(next);
+                            if self.shared.control.cancel.load(Ordering::SeqCst) {
+                                // Cancelled while it started: stop it at once.
+                                for p in &progress.attempt.as_ref().expect("just set").parkers {
+                                    p.unpark_now();
+                                }
+                            }
+                            None
                         }
-                        Err(e) => return Some(Err(e)),
+                        Err(e) => Some(Err(e)),
                     }
                 }
-                _ => return Some(Err(e)),
-            }
+                _ => Some(Err(e)),
+            };
         }
         if !a.state.completed() {
             return Some(Err(Error::Cancelled));
@@ -471,30 +554,8 @@ impl JobHandle {
             workers: self.workers,
             latency_ns: self.shared.metrics.latency(),
             checkpoints: self.checkpoint_stats(),
-            restarts: self.restarts,
+            restarts: self.progress().restarts,
         }))
-    }
-}
-
-impl Drop for JobHandle {
-    fn drop(&mut self) {
-        // A handle dropped before the job ended cancels it (a finished job told its hosts).
-        if self.attempt.is_some() {
-            self.tell_hosts(Some(Error::Cancelled.to_string()));
-        }
-        if let Some(mut a) = self.attempt.take() {
-            self.shared.control.cancel.store(true, Ordering::SeqCst);
-            for p in &a.parkers {
-                p.unpark_now();
-            }
-            for t in a.threads.drain(..) {
-                let _ = t.join();
-            }
-            if let Some((t, shutdown)) = a.coordinator.take() {
-                shutdown.store(true, Ordering::SeqCst);
-                let _ = t.join();
-            }
-        }
     }
 }
 
@@ -700,6 +761,7 @@ fn start_attempt(
     }
     let cores: &[core_affinity::CoreId] = if config.pin_workers { core_ids() } else { &[] };
     let mut threads = Vec::with_capacity(workers);
+    let exited = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for (i, tasks) in per_worker.into_iter().enumerate() {
         let worker = Worker {
             tasks,
@@ -711,11 +773,27 @@ fn start_attempt(
         };
         let t = std::thread::Builder::new()
             .name(format!("weir-{name}-{i}"))
-            .spawn(move || worker.run())
+            .spawn({
+                let exited = ExitCount(exited.clone());
+                move || {
+                    let _counted = exited;
+                    worker.run()
+                }
+            })
             .map_err(|e| Error::Io { context: "cannot start a worker thread".into(), path: None, source: e })?;
         threads.push(t);
     }
-    Ok(Attempt { threads, state, parkers, scope, coordinator, savepoints, commits, task_count })
+    Ok(Attempt { threads, state, parkers, scope, coordinator, savepoints, commits, task_count, exited })
+}
+
+/// Counts a worker thread as exited when it is dropped at the thread's end, however the
+/// thread ends (a panic included).
+struct ExitCount(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for ExitCount {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl Job {
@@ -741,16 +819,22 @@ impl Job {
         };
         let shared = Arc::new(AttemptShared { lock, ..AttemptShared::default() });
         let attempt = start_attempt(&self, &config, &shared, &mut notes)?;
-        Ok(JobHandle {
+        let name = self.name();
+        let run = Arc::new(Supervised {
             job: self,
             config,
             shared,
-            attempt: Some(attempt),
-            restarts: 0,
-            notes,
             started: Instant::now(),
             workers: config.effective_workers(),
-        })
+            state: Mutex::new(RunProgress { attempt: Some(attempt), restarts: 0, notes, result: None, over: false }),
+            ended: std::sync::Condvar::new(),
+        });
+        let supervised = run.clone();
+        let supervisor = std::thread::Builder::new()
+            .name(format!("weir-{name}-supervisor"))
+            .spawn(move || supervised.supervise())
+            .map_err(|e| Error::Io { context: "cannot start the job's supervisor".into(), path: None, source: e })?;
+        Ok(JobHandle { run, supervisor: Some(supervisor) })
     }
 
     /// Starts the job and waits for it to end.

@@ -576,6 +576,9 @@ impl Schedule {
             .incremental(options.incremental)
             .max_concurrent(self.max_concurrent)
             .timeout(Duration::from_nanos(timeout_ns))
+            // A savepoint's own timeout, twice the checkpoints': a hung write expires it in
+            // simulated time too.
+            .savepoint_timeout(Duration::from_nanos(2 * timeout_ns))
             .tolerable_failures(u32::MAX / 2)
             // Damage can reach a checkpoint whose output was committed (a part one checkpoint
             // reuses is the same file as the other's): recovery then falls back past it, and

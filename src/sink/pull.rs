@@ -9,7 +9,9 @@
 //! - [`Guarantee::ExactlyOnce`]: results are held per checkpoint and released when the
 //!   checkpoint after them completes (two-phase commit); a host of one process sees each
 //!   result once. After a process restart, results the restored checkpoint pre-committed are
-//!   released again, with their numbers, for a host that keeps its high-water mark.
+//!   released again, with their numbers: a host that keeps the number of the last result it
+//!   handled tells the new receiver ([`EventReceiver::resume_after`]) and gets none of them
+//!   again.
 //!
 //! The queue is bounded by its capacity: when the host does not keep up, the sink stops
 //! taking input (backpressure); results released by a completed checkpoint always enter it.
@@ -32,7 +34,15 @@ use crate::wake::{lock, HostSignal, Parker};
 /// When a pull sink hands results to the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Guarantee {
-    /// When the checkpoint after them completes (or the job finishes): each result once.
+    /// Results are released when the checkpoint after them completes (or the job finishes).
+    /// What holds: within one process, through any number of failovers, the host receives
+    /// each result exactly once, numbered 0, 1, 2, …. Across a process restart (a crash, then a
+    /// job restored from the checkpoint directory) the results the restored checkpoint
+    /// pre-committed are released again, and results after it are replayed, all with the
+    /// numbers they had: a host that keeps the number of the last result it handled durably
+    /// and tells the new receiver ([`EventReceiver::resume_after`]) gets each exactly once;
+    /// one that does not may see results it already had. Output is deterministic given the
+    /// job's input in the same order (which the push source's numbering replays).
     ExactlyOnce,
     /// At once; after a failover, replayed results come again with the same numbers.
     AtLeastOnce,
@@ -90,12 +100,16 @@ struct PullShared<T> {
     /// job's end to know it has everything (exactly-once results after the last checkpoint
     /// wait for the job to finish, see [`TaskContext::on_job_success`]).
     stream_ended: std::sync::atomic::AtomicBool,
+    /// Results up to and including this number were handled by the host before (in an earlier
+    /// process: [`EventReceiver::resume_after`]) and are not handed out again; `None`: none.
+    handled_through: Mutex<Option<u64>>,
 }
 
 impl<T> PullShared<T> {
     fn push(&self, items: impl IntoIterator<Item = Delivered<T>>) {
+        let handled = *lock(&self.handled_through);
         let mut q = lock(&self.queue);
-        q.extend(items);
+        q.extend(items.into_iter().filter(|d| handled.is_none_or(|h| d.seq > h)));
         self.queued.store(q.len(), Ordering::Release);
         drop(q);
         self.signal.notify();
@@ -194,6 +208,29 @@ impl<T> EventReceiver<T> {
         Recv { receiver: self }
     }
 
+    /// Tells the sink that the host durably handled every result up to and including number
+    /// `last_handled` (in an earlier process, say, before a crash): none of them is handed out
+    /// again. The counterpart of [`crate::source::EventSender::resume_from`]: after a process
+    /// restart, a job restored from its checkpoint releases again the results that checkpoint
+    /// pre-committed, and replays the rest with the same numbers; a host that records the
+    /// number of the last result it handled calls this before receiving, and gets each result
+    /// exactly once across the restart.
+    ///
+    /// ```no_run
+    /// # fn host(mut rx: weir::sink::EventReceiver<String>, last: u64) {
+    /// rx.resume_after(last);
+    /// let next = rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+    /// assert!(next.seq > last);
+    /// # }
+    /// ```
+    pub fn resume_after(&mut self, last_handled: u64) {
+        *lock(&self.shared.handled_through) = Some(last_handled);
+        self.local.retain(|d| d.seq > last_handled);
+        let mut q = lock(&self.shared.queue);
+        q.retain(|d| d.seq > last_handled);
+        self.shared.queued.store(q.len(), Ordering::Release);
+    }
+
     /// Whether the job has ended and every result was received.
     pub fn is_finished(&self) -> bool {
         self.local.is_empty()
@@ -239,6 +276,7 @@ pub(crate) fn pull_channel<T>(capacity: usize, guarantee: Guarantee) -> (PullSin
         released: Mutex::new(None),
         worker: Mutex::new(None),
         stream_ended: std::sync::atomic::AtomicBool::new(false),
+        handled_through: Mutex::new(None),
     });
     (PullSinkFactory { shared: shared.clone(), guarantee }, EventReceiver { shared, local: VecDeque::new() })
 }

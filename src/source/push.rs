@@ -141,6 +141,19 @@ impl<T> EventSender<T> {
         }
     }
 
+    /// Sends one event, waiting for room in the ring without blocking a thread: a future any
+    /// runtime can await (the counterpart of the pull sink's [`crate::sink::EventReceiver::recv`]).
+    /// It is ready with `Ok` once the event is in the ring, or with the job's end.
+    ///
+    /// ```no_run
+    /// # async fn host(mut tx: weir::source::EventSender<String>) {
+    /// tx.send("river".to_string()).await.unwrap();
+    /// # }
+    /// ```
+    pub fn send(&mut self, event: T) -> Sending<'_, T> {
+        Sending { sender: self, event: Some(event) }
+    }
+
     /// Sends as many events from the front of `events` as fit without blocking (cloning them);
     /// returns how many. Nothing is sent once the job has ended.
     pub fn send_slice(&mut self, events: &[T]) -> usize
@@ -211,6 +224,38 @@ impl<T> EventSender<T> {
         }
         if let Some(p) = &self.worker {
             p.notify();
+        }
+    }
+}
+
+/// The future of [`EventSender::send`].
+pub struct Sending<'a, T> {
+    sender: &'a mut EventSender<T>,
+    /// The event, until it is in the ring.
+    event: Option<T>,
+}
+
+// Nothing in it relies on staying in place: the event is moved in and out by value.
+impl<T> Unpin for Sending<'_, T> {}
+
+impl<T> std::future::Future for Sending<'_, T> {
+    type Output = std::result::Result<(), SendError<T>>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let this = self.get_mut();
+        let event = this.event.take().expect("a send future polled after it was ready");
+        let event = match this.sender.try_send(event) {
+            Err(SendError::Full(e)) => e,
+            other => return std::task::Poll::Ready(other),
+        };
+        this.sender.shared.signal.register(cx.waker());
+        // Room may have come between the try and the registration.
+        match this.sender.try_send(event) {
+            Err(SendError::Full(e)) => {
+                this.event = Some(e);
+                std::task::Poll::Pending
+            }
+            other => std::task::Poll::Ready(other),
         }
     }
 }
