@@ -381,7 +381,7 @@ fn generator(events: Option<u64>, rate: Option<f64>) -> Generator<impl Fn(u64, u
 fn q10_partition(b: &Bid, out: &mut String) {
     use std::fmt::Write;
     let (minutes, days) = (b.date_time / 60_000, b.date_time / 86_400_000);
-    let (y, m, d) = civil_date(days);
+    let (y, m, d) = crate::record::civil_date(days);
     write!(out, "dt={y:04}-{m:02}-{d:02}/hm={:02}:{:02}", minutes / 60 % 24, minutes % 60).expect("to a String");
 }
 
@@ -391,20 +391,6 @@ fn q10_line(b: &Bid, out: &mut Vec<u8>) {
     write!(out, "{},{},{},{},", b.auction, b.bidder, b.price, b.date_time).expect("to a Vec");
     b.extra().write_to(out);
     out.push(b'\n');
-}
-
-/// The calendar date of day `days` after 1970-01-01 (proleptic Gregorian; Howard Hinnant's
-/// days-to-civil).
-fn civil_date(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + u64::from(m <= 2), m, d)
 }
 
 /// q10 as the suite runs it: every bid written under `dir`, partitioned by day and minute

@@ -580,6 +580,32 @@ pub fn for_each_word_in_bytes(bytes: &[u8], mut f: impl FnMut(Word)) {
     }
 }
 
+/// The calendar date of day `days` after 1970-01-01 (proleptic Gregorian; Howard Hinnant's
+/// days-to-civil).
+pub(crate) fn civil_date(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + u64::from(m <= 2), m, d)
+}
+
+/// A time given in nanoseconds since the Unix epoch, as `YYYY-MM-DD HH:MM:SS UTC` (for
+/// messages); "an unknown time" for 0.
+pub(crate) fn utc_text(unix_ns: u64) -> String {
+    if unix_ns == 0 {
+        return "at an unknown time".into();
+    }
+    let secs = unix_ns / 1_000_000_000;
+    let (y, m, d) = civil_date(secs / 86_400);
+    let t = secs % 86_400;
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", t / 3600, t / 60 % 60, t % 60)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

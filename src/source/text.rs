@@ -184,6 +184,7 @@ impl TextSource {
             spans,
             open: None,
             buf: Vec::new(),
+            read: Vec::new(),
         }
     }
 }
@@ -204,6 +205,20 @@ struct OpenSpan {
     /// Byte position of the next line's start.
     pos: u64,
     end: u64,
+    /// Where reading began, and the CRC-32C of the bytes read since (up to `pos`).
+    read_from: u64,
+    crc: u32,
+}
+
+/// Bytes a subtask read of one file: (file, from, to, CRC-32C of them). Kept in the offset,
+/// so a resume can tell an input that only got a new modification time (`touch`, a copy)
+/// from one whose content changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ReadDigest {
+    file: usize,
+    from: u64,
+    to: u64,
+    crc: u32,
 }
 
 pub(crate) struct TextSubtask {
@@ -216,10 +231,15 @@ pub(crate) struct TextSubtask {
     spans: VecDeque<Span>,
     open: Option<OpenSpan>,
     buf: Vec<u8>,
+    /// What this subtask read of spans it finished (and, after a restore, what the restored
+    /// offset says was read).
+    read: Vec<ReadDigest>,
 }
 
 /// A span in an offset: (file name, start, end, at line start).
 type StoredSpan = (String, u64, u64, bool);
+/// Bytes read, in an offset: (file name, from, to, CRC-32C).
+type StoredDigest = (String, u64, u64, u32);
 /// An input file as the offset records it: (name, size and modification time in ns when
 /// listed, whether the run follows it as a growing log).
 type ListedFile = (String, u64, u64, bool);
@@ -254,6 +274,7 @@ impl TextSubtask {
         let file = File::open(&path).map_err(|e| Error::io("cannot open input file", &path, e))?;
         let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, file);
         let mut pos = span.start;
+        let (mut read_from, mut crc) = (pos, 0);
         if !span.at_line_start {
             // Skip the line that started in the previous span (up to and including the first
             // newline at or after start - 1).
@@ -261,12 +282,26 @@ impl TextSubtask {
             self.buf.clear();
             let n =
                 reader.read_until(b'\n', &mut self.buf).map_err(|e| Error::io("cannot read input file", &path, e))?;
+            (read_from, crc) = (pos - 1, crc32c::crc32c(&self.buf));
             pos = pos - 1 + n as u64;
         } else if pos > 0 {
             reader.seek(SeekFrom::Start(pos)).map_err(|e| Error::io("cannot seek input file", &path, e))?;
         }
-        self.open = Some(OpenSpan { reader, file: span.file, pos, end: span.end });
+        self.open = Some(OpenSpan { reader, file: span.file, pos, end: span.end, read_from, crc });
         Ok(true)
+    }
+
+    /// Ends the open span, keeping what was read of it.
+    fn close_open(&mut self) {
+        if let Some(o) = self.open.take() {
+            self.read.push(ReadDigest { file: o.file, from: o.read_from, to: o.pos, crc: o.crc });
+        }
+    }
+
+    /// What this subtask has read: of finished spans, and of the open one so far.
+    fn read_so_far(&self) -> impl Iterator<Item = ReadDigest> + '_ {
+        let open = self.open.as_ref().map(|o| ReadDigest { file: o.file, from: o.read_from, to: o.pos, crc: o.crc });
+        self.read.iter().copied().chain(open).filter(|d| d.to > d.from)
     }
 
     /// Every span left, the open one first (from its next line).
@@ -275,23 +310,56 @@ impl TextSubtask {
         open.into_iter().chain(self.spans.iter().copied()).filter(|s| s.start < s.end).collect()
     }
 
-    fn decode(&self, offset: &[u8]) -> Result<Vec<Span>> {
-        let (stored, listed): (Vec<StoredSpan>, Vec<ListedFile>) = from_bytes(offset)?;
+    /// The spans an offset says are left, and what it says was read, checked against the
+    /// input as it is now: a file of another size, or of the same size and a new modification
+    /// time whose bytes read differ, changed (a `touch` alone, or a copy of the same content,
+    /// did not).
+    fn decode(&self, offset: &[u8]) -> Result<(Vec<Span>, Vec<ReadDigest>)> {
+        // Offsets of weirs before the digests hold no third part.
+        let (stored, listed, digests): (Vec<StoredSpan>, Vec<ListedFile>, Option<Vec<StoredDigest>>) =
+            match from_bytes::<(Vec<StoredSpan>, Vec<ListedFile>, Vec<StoredDigest>)>(offset) {
+                Ok((s, l, d)) => (s, l, Some(d)),
+                Err(_) => {
+                    let (s, l): (Vec<StoredSpan>, Vec<ListedFile>) = from_bytes(offset)?;
+                    (s, l, None)
+                }
+            };
+        let index = |name: &str| self.files.iter().position(|f| f.name() == name);
+        let read: Vec<ReadDigest> = digests
+            .iter()
+            .flatten()
+            .filter_map(|(name, from, to, crc)| {
+                Some(ReadDigest { file: index(name)?, from: *from, to: *to, crc: *crc })
+            })
+            .collect();
         for (name, len, modified, followed) in &listed {
-            let Some(now) = self.files.iter().find(|f| f.name() == *name) else { continue };
+            let Some(i) = index(name) else { continue };
+            let now = &self.files[i];
             // A followed log grows (whichever subtask reads it).
             let grew = *followed && now.len >= *len;
-            if !grew && (now.len != *len || now.modified_ns != *modified) {
+            let changed = match () {
+                _ if grew => None,
+                _ if now.len != *len => Some(format!("it is {} bytes now", now.len)),
+                _ if now.modified_ns == *modified => None,
+                _ if digests.is_none() => Some("it was modified since".to_string()),
+                _ => read.iter().filter(|d| d.file == i).find_map(|d| match crc_of(&now.path, d.from, d.to) {
+                    Ok(crc) if crc == d.crc => None,
+                    Ok(_) => Some(format!("bytes {}..{} the job had read differ", d.from, d.to)),
+                    Err(e) => Some(e.to_string()),
+                }),
+            };
+            if let Some(what) = changed {
                 return Err(Error::config(format!(
-                    "input file {} changed since the checkpoint was taken ({len} bytes then, {} now, or modified \
-                     since): the positions the job would resume at no longer mean the same lines. Put the input \
-                     back as it was, or start afresh (remove the checkpoint directory)",
+                    "input file {} changed since the checkpoint was taken: {what} (the checkpoint recorded {len} \
+                     bytes, last modified {}). The positions the job would resume at no longer mean the same \
+                     lines. Put the input back as it was, or start afresh: remove the checkpoint directory and \
+                     the output the job wrote",
                     now.path.display(),
-                    now.len
+                    crate::record::utc_text(*modified),
                 )));
             }
         }
-        stored
+        let spans =         stored
             .into_iter()
             .map(|(name, start, end, at_line_start)| {
                 let file = self.files.iter().position(|f| f.name() == name).ok_or_else(|| {
@@ -308,7 +376,8 @@ impl TextSubtask {
                 // when the run does not follow it.
                 Ok(Span { file, start, end, at_line_start })
             })
-            .collect()
+            .collect::<Result<Vec<Span>>>()?;
+        Ok((spans, read))
     }
 }
 
@@ -340,7 +409,9 @@ impl Source<String> for TextSubtask {
             .enumerate()
             .map(|(i, f)| (f.name(), f.len, f.modified_ns, self.follow && i == last))
             .collect();
-        Some(to_bytes(&(stored, listed)))
+        let read: Vec<StoredDigest> =
+            self.read_so_far().map(|d| (self.files[d.file].name(), d.from, d.to, d.crc)).collect();
+        Some(to_bytes(&(stored, listed, read)))
     }
 
     fn replayable(&self) -> bool {
@@ -348,18 +419,23 @@ impl Source<String> for TextSubtask {
     }
 
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
-        self.spans = self.decode(offset)?.into();
-        self.open = None;
+        let (spans, read) = self.decode(offset)?;
+        (self.spans, self.read, self.open) = (spans.into(), read, None);
         Ok(())
     }
 
     fn seek_rescaled(&mut self, parts: &[(usize, &[u8])], subtask: usize, parallelism: usize) -> Result<()> {
-        let mut all = Vec::new();
+        let (mut all, mut read) = (Vec::new(), Vec::new());
         for (_, bytes) in parts {
-            all.extend(self.decode(bytes)?);
+            let (spans, digests) = self.decode(bytes)?;
+            all.extend(spans);
+            read.extend(digests);
         }
         all.sort_by_key(|s| (s.file, s.start));
-        self.spans = all.into_iter().enumerate().filter(|(i, _)| i % parallelism == subtask).map(|(_, s)| s).collect();
+        read.sort_by_key(|d| (d.file, d.from));
+        let mine = |i: usize| i % parallelism == subtask;
+        self.spans = all.into_iter().enumerate().filter(|(i, _)| mine(*i)).map(|(_, s)| s).collect();
+        self.read = read.into_iter().enumerate().filter(|(i, _)| mine(*i)).map(|(_, d)| d).collect();
         self.open = None;
         Ok(())
     }
@@ -450,7 +526,7 @@ impl TextSubtask {
                 continue;
             };
             if open.pos >= open.end {
-                self.open = None;
+                self.close_open();
                 continue;
             }
             let path = &self.files[open.file].path;
@@ -470,6 +546,7 @@ impl TextSubtask {
                         block.reserve_exact(BLOCK_BYTES + 4096);
                     }
                     block.extend_from_slice(&buffered[..=last]);
+                    open.crc = crc32c::crc32c_append(open.crc, &buffered[..=last]);
                     open.reader.consume(last + 1);
                     open.pos += last as u64 + 1;
                     continue;
@@ -502,9 +579,10 @@ impl TextSubtask {
                 break if emitted > 0 || !block.is_empty() { SourcePoll::Emitted } else { SourcePoll::Idle };
             }
             if n == 0 {
-                self.open = None;
+                self.close_open();
                 continue;
             }
+            open.crc = crc32c::crc32c_append(open.crc, &block[line_start..]);
             open.pos += n as u64;
             if self.blocks {
                 if !complete {
@@ -528,6 +606,23 @@ impl TextSubtask {
         }
         Ok(result)
     }
+}
+
+/// The CRC-32C of bytes `from..to` of the file at `path`.
+fn crc_of(path: &Path, from: u64, to: u64) -> Result<u32> {
+    let mut f = File::open(path).map_err(|e| Error::io("cannot open input file", path, e))?;
+    f.seek(SeekFrom::Start(from)).map_err(|e| Error::io("cannot seek input file", path, e))?;
+    let (mut crc, mut left, mut buf) = (0u32, to.saturating_sub(from), vec![0u8; 1 << 16]);
+    while left > 0 {
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = f.read(&mut buf[..want]).map_err(|e| Error::io("cannot read input file", path, e))?;
+        if n == 0 {
+            break;
+        }
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        left -= n as u64;
+    }
+    Ok(crc)
 }
 
 /// Bytes as text: moved when valid UTF-8 (checked once), else with U+FFFD for invalid bytes.
@@ -798,9 +893,49 @@ mod span_tests {
             assert!(err.contains("changed since the checkpoint") && err.contains("a.txt"), "{err}");
         }
         let same = vec![("a.txt".to_string(), 11u64, modified, false)];
-        assert_eq!(sub.decode(&to_bytes(&(stored.clone(), same))).unwrap().len(), 1);
+        assert_eq!(sub.decode(&to_bytes(&(stored.clone(), same))).unwrap().0.len(), 1);
         // A followed log may have grown, whichever subtask's offset it is.
         let followed = vec![("a.txt".to_string(), 5u64, 1u64, true)];
-        assert_eq!(sub.decode(&to_bytes(&(stored, followed))).unwrap().len(), 1);
+        assert_eq!(sub.decode(&to_bytes(&(stored, followed))).unwrap().0.len(), 1);
+    }
+
+    /// `touch` on an input whose content did not change made a resume refuse ("changed since
+    /// the checkpoint was taken … Put the input back as it was"), with no recorded time to put
+    /// it back to. The offset now keeps a checksum of what was read: a new modification time
+    /// alone passes; changed bytes of the same size are refused, naming them and the recorded
+    /// size and time, and the advice names everything a fresh start needs removed.
+    #[test]
+    fn a_touched_input_resumes_and_a_changed_one_is_refused_with_its_recorded_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.txt");
+        std::fs::write(&path, "alpha\nbeta\ngamma\n").unwrap();
+        let ctx = TaskContext::for_test("text", 0, 1);
+        let mut sub = TextSource::open(&path).unwrap().subtask(0, 1);
+        let mut lines = Vec::new();
+        sub.poll(&ctx, &mut lines, 2).unwrap();
+        assert_eq!(lines, vec!["alpha", "beta"]);
+        let offset = sub.offset().unwrap();
+        // touch: a new modification time, the same bytes.
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(later).unwrap();
+        let mut resumed = TextSource::open(&path).unwrap().subtask(0, 1);
+        resumed.seek(&offset).unwrap();
+        let mut rest = Vec::new();
+        while resumed.poll(&ctx, &mut rest, 10).unwrap() != SourcePoll::Finished {}
+        assert_eq!(rest, vec!["gamma"]);
+        // The same size, other bytes where the job had read: refused.
+        std::fs::write(&path, "alpha\nBETA\ngamma\n").unwrap();
+        let err = TextSource::open(&path).unwrap().subtask(0, 1).seek(&offset).unwrap_err().to_string();
+        assert!(err.contains("bytes 0..11 the job had read differ") && err.contains("recorded 17 bytes"), "{err}");
+        assert!(err.contains(" UTC)") && err.contains("remove the checkpoint directory and the output"), "{err}");
+        // A checkpoint's offset written as a whole after a restore still holds what was read.
+        std::fs::write(&path, "alpha\nbeta\ngamma\n").unwrap();
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(later).unwrap();
+        let mut again = TextSource::open(&path).unwrap().subtask(0, 1);
+        again.seek(&offset).unwrap();
+        let carried = again.offset().unwrap();
+        std::fs::write(&path, "ALPHA\nbeta\ngamma\n").unwrap();
+        let err = TextSource::open(&path).unwrap().subtask(0, 1).seek(&carried).unwrap_err().to_string();
+        assert!(err.contains("the job had read differ"), "{err}");
     }
 }
