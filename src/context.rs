@@ -4,7 +4,8 @@
 //! ([`TaskContext::now_ns`]): the wall clock in production, a clock the simulator
 //! ([`crate::simulation`]) advances by hand under simulation, so a seed decides every timeout.
 //!
-//! May touch: `metrics`, `record`, `snapshot`, `wake`.
+//! May touch: `checkpoint` (the directory lock only: sinks check it before creating a file),
+//! `metrics`, `record`, `snapshot`, `wake`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

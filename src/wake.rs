@@ -103,8 +103,15 @@ impl HostSignal {
             self.cond.notify_all();
         }
         if self.has_waker.load(Ordering::Relaxed) {
-            let waker = lock(&self.waker).take();
-            self.has_waker.store(false, Ordering::Relaxed);
+            // Cleared under the lock that `register` sets it under: cleared after the lock
+            // (as it was), a waker registered in between was left in the slot unflagged, and
+            // no later notify woke it (an async host waited for ever, found by a host that
+            // awaits a send and a receive on one thread).
+            let waker = {
+                let mut slot = lock(&self.waker);
+                self.has_waker.store(false, Ordering::Relaxed);
+                slot.take()
+            };
             if let Some(w) = waker {
                 w.wake();
             }

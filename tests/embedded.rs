@@ -346,8 +346,8 @@ fn a_job_that_fails_for_good_ends_its_endpoints_with_nobody_waiting() {
     assert!(handle.join().is_err());
 }
 
-/// The push source's `send` is a future too: an async host sends and receives on one thread,
-/// through a ring of 4 events, blocking no thread and with nobody in `join`.
+/// The push source's `send` (and `close_async`) are futures too: an async host sends and
+/// receives on one thread, through rings of 4, blocking no thread and with nobody in `join`.
 #[test]
 fn an_async_host_sends_and_receives_on_one_thread() {
     const N: u64 = 2_000;
@@ -361,7 +361,8 @@ fn an_async_host_sends_and_receives_on_one_thread() {
             for i in 0..N {
                 tx.send(i).await.unwrap();
             }
-            tx.close();
+            // Not `close`, which waits for room blocking the thread the receiving task needs.
+            tx.close_async().await;
         };
         let receive_all = async {
             let mut got = Vec::new();

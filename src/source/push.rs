@@ -197,6 +197,13 @@ impl<T> EventSender<T> {
         self.end_stream(Duration::from_secs(u64::MAX / 4));
     }
 
+    /// Ends the stream without blocking a thread: a future, ready once the end marker is in
+    /// the ring (or the job has ended). For async hosts, where [`EventSender::close`] (which
+    /// waits for room) would block the thread the host's receiving task runs on too.
+    pub fn close_async(self) -> Closing<T> {
+        Closing { sender: self }
+    }
+
     /// Pushes the end marker, waiting up to `timeout` for a free slot (the job gone, nobody
     /// needs it).
     fn end_stream(&mut self, timeout: Duration) {
@@ -257,6 +264,37 @@ impl<T> std::future::Future for Sending<'_, T> {
             }
             other => std::task::Poll::Ready(other),
         }
+    }
+}
+
+/// The future of [`EventSender::close_async`].
+pub struct Closing<T> {
+    sender: EventSender<T>,
+}
+
+impl<T> Unpin for Closing<T> {}
+
+impl<T> std::future::Future for Closing<T> {
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let sender = &mut self.get_mut().sender;
+        for attempt in 0..2 {
+            if sender.closed || sender.shared.signal.outcome().is_some() {
+                sender.closed = true;
+                return std::task::Poll::Ready(());
+            }
+            if sender.producer.push(Entry::End).is_ok() {
+                sender.closed = true;
+                sender.notify();
+                return std::task::Poll::Ready(());
+            }
+            if attempt == 0 {
+                // Room may come between the try and the registration: try once more after it.
+                sender.shared.signal.register(cx.waker());
+            }
+        }
+        std::task::Poll::Pending
     }
 }
 
