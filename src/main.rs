@@ -59,7 +59,7 @@ struct SimulateArgs {
     /// through every built-in operator).
     #[arg(long)]
     job: weir::simulation::jobs::SimJob,
-    /// aligned, unaligned, aligned-timeout or at-least-once.
+    /// aligned, unaligned, aligned-timeout, at-least-once or adaptive.
     #[arg(long, default_value = "aligned")]
     mode: weir::simulation::SimMode,
     /// Incremental checkpoints.

@@ -278,3 +278,56 @@ fn window_settings_that_make_no_sense_are_refused_when_the_job_starts() {
         .discard();
     assert!(start_error(job).contains("every 0 records"));
 }
+
+/// The user's case: two live push sources with their own watermarks, one of them silent. Of
+/// 30 one-second windows none fired until the silent one was closed: downstream's watermark
+/// is the least of its inputs'. With idleness the silent source stops holding event time
+/// back after 20 ms without input (and once both are idle, the greatest of their watermarks
+/// holds), so every complete window fires while both sources are still open.
+#[test]
+fn a_silent_source_with_idleness_does_not_hold_windows_back() {
+    use weir::sink::RecvError;
+    const WAIT: Duration = Duration::from_secs(120);
+    let job = Job::new("idle-sources");
+    let (mut busy, busy_events) = job.push_source::<(u64, u64)>(1024);
+    let (mut quiet, quiet_events) = job.push_source::<(u64, u64)>(1024);
+    let idle = Duration::from_millis(20);
+    let busy_events = busy_events.with_watermarks_and_idleness(|e: &(u64, u64)| e.1, 0, idle);
+    let quiet_events = quiet_events.with_watermarks_and_idleness(|e: &(u64, u64)| e.1, 0, idle);
+    let mut counts = busy_events
+        .union(quiet_events)
+        .key_by(|e: &(u64, u64)| e.0)
+        .window(Window::tumbling(1_000), |e: &(u64, u64)| e.1)
+        .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, w, c: &u64| (*k, w.start, *c))
+        .pull_sink(1024);
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    // 31 seconds of event time, ten events a second, on one key; the quiet source says one
+    // thing at the start, then nothing.
+    quiet.send_timeout((7, 0), WAIT).unwrap();
+    for ms in (0..31_000).step_by(100) {
+        busy.send_timeout((1, ms), WAIT).unwrap();
+    }
+    let mut fired = BTreeMap::new();
+    // Windows 0 to 29 of the busy key (the 31st is open: event time reached 30,900), and the
+    // quiet key's first.
+    while fired.len() < 31 {
+        match counts.recv_timeout(WAIT) {
+            Ok(d) => {
+                fired.insert((d.record.0, d.record.1), d.record.2);
+            }
+            Err(e) => panic!("{} windows fired, then: {e}", fired.len()),
+        }
+    }
+    assert_eq!(fired.get(&(7, 0)), Some(&1), "the quiet source's record counts");
+    assert!((0..30).all(|s| fired.get(&(1, s * 1_000)) == Some(&10)), "{fired:?}");
+    quiet.close();
+    busy.close();
+    loop {
+        match counts.recv_timeout(WAIT) {
+            Ok(_) => {}
+            Err(RecvError::Ended { error: None }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    handle.join().unwrap();
+}

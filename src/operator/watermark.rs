@@ -9,8 +9,16 @@
 //! which a task treats as backpressure) until the others catch up. Without it a fast source
 //! opens windows the slow one has not reached, and they stay open, holding state, until the
 //! slow one's watermark closes them.
+//!
+//! Idleness (Flink's `withIdleness`): every assigner of a job publishes its watermark in the
+//! job's [`WatermarkRegistry`]. One made with an idleness timeout that has had no input for that
+//! long (processing time) is idle: it stops holding event time back by emitting the least
+//! watermark of the job's assigners that are not idle (as if it were not there, which is what
+//! downstream's minimum then computes), and holds it again as soon as input comes. The
+//! watermark it emitted while idle is its watermark, snapshotted like any.
 
 use crate::collector::Collector;
+use crate::context::Clock;
 use crate::error::Result;
 use crate::persist::from_bytes;
 use crate::record::Timestamp;
@@ -56,6 +64,88 @@ impl WatermarkAlignment {
     }
 }
 
+/// The watermarks of every assigner of a job, and which are idle: what an idle assigner
+/// follows. One per job, shared by its attempts.
+#[derive(Default)]
+pub(crate) struct WatermarkRegistry {
+    members: Mutex<Vec<(MemberId, Arc<RegisteredWatermark>)>>,
+    generation: AtomicU64,
+}
+
+/// One assigner's entry in the registry.
+#[derive(Default)]
+struct RegisteredWatermark {
+    watermark: AtomicU64,
+    idle: std::sync::atomic::AtomicBool,
+}
+
+impl WatermarkRegistry {
+    /// Joins (or takes over this subtask's entry after a restart).
+    fn join(self: &Arc<Self>, operator: Arc<str>, subtask: usize) -> Registered {
+        let entry = Arc::new(RegisteredWatermark::default());
+        let mut members = crate::wake::lock(&self.members);
+        let id = (operator, subtask);
+        match members.iter_mut().find(|(m, _)| *m == id) {
+            Some((_, e)) => *e = entry.clone(),
+            None => members.push((id, entry.clone())),
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        Registered { registry: self.clone(), entry, others: Vec::new(), seen: u64::MAX }
+    }
+}
+
+/// An assigner's entry in its job's [`WatermarkRegistry`].
+struct Registered {
+    registry: Arc<WatermarkRegistry>,
+    entry: Arc<RegisteredWatermark>,
+    /// The other entries, re-read when the registry's generation moved.
+    others: Vec<Arc<RegisteredWatermark>>,
+    seen: u64,
+}
+
+impl Registered {
+    fn publish(&self, watermark: Timestamp) {
+        self.entry.watermark.store(watermark, Ordering::Release);
+    }
+
+    fn set_idle(&self, idle: bool) {
+        self.entry.idle.store(idle, Ordering::Release);
+    }
+
+    /// The watermark an idle assigner follows: the least of the other assigners that are not
+    /// idle; when every other one is idle too, the greatest of theirs (as Flink's watermark
+    /// valve does when all its inputs are idle: nothing active holds event time back). `None`
+    /// when no other assigner is left (every other one ended, or there is none).
+    fn followed_watermark(&mut self) -> Option<Timestamp> {
+        let generation = self.registry.generation.load(Ordering::Acquire);
+        if generation != self.seen {
+            let me = &self.entry;
+            self.others = crate::wake::lock(&self.registry.members)
+                .iter()
+                .filter(|(_, e)| !Arc::ptr_eq(e, me))
+                .map(|(_, e)| e.clone())
+                .collect();
+            self.seen = generation;
+        }
+        // An input that ended (at the end of event time) says nothing about the others.
+        let live = || {
+            self.others
+                .iter()
+                .map(|e| (e.idle.load(Ordering::Acquire), e.watermark.load(Ordering::Acquire)))
+                .filter(|&(_, w)| w != Timestamp::MAX)
+        };
+        live().filter(|&(idle, _)| !idle).map(|(_, w)| w).min().or_else(|| live().map(|(_, w)| w).max())
+    }
+}
+
+/// How an assigner tells it is idle: no input for `after_ns` of processing time.
+struct Idleness {
+    after_ns: u64,
+    clock: Clock,
+    last_input_ns: u64,
+    idle: bool,
+}
+
 /// One assigner's place in a [`WatermarkAlignment`].
 struct AlignedMember {
     group: Arc<WatermarkAlignment>,
@@ -87,12 +177,68 @@ pub(crate) struct WatermarkAssigner<F, T> {
     max_seen: Option<Timestamp>,
     emitted: Option<Timestamp>,
     aligned: Option<AlignedMember>,
+    registered: Option<Registered>,
+    idleness: Option<Idleness>,
     next: Box<dyn Collector<T>>,
 }
 
 impl<F, T> WatermarkAssigner<F, T> {
     pub(crate) fn new(timestamp: F, out_of_orderness: Timestamp, next: Box<dyn Collector<T>>) -> Self {
-        WatermarkAssigner { timestamp, out_of_orderness, max_seen: None, emitted: None, aligned: None, next }
+        WatermarkAssigner {
+            timestamp,
+            out_of_orderness,
+            max_seen: None,
+            emitted: None,
+            aligned: None,
+            registered: None,
+            idleness: None,
+            next,
+        }
+    }
+
+    /// Publishes its watermark in the job's `registry` as subtask `subtask` of `operator`
+    /// (what idle assigners follow).
+    pub(crate) fn registered(mut self, registry: &Arc<WatermarkRegistry>, operator: Arc<str>, subtask: usize) -> Self {
+        self.registered = Some(registry.join(operator, subtask));
+        self
+    }
+
+    /// Idle after `after` of processing time without input on `clock` (see the module doc).
+    /// Needs [`WatermarkAssigner::registered`].
+    pub(crate) fn idle_after(mut self, after: std::time::Duration, clock: Clock) -> Self {
+        let now = clock.now_ns();
+        self.idleness = Some(Idleness { after_ns: after.as_nanos() as u64, clock, last_input_ns: now, idle: false });
+        self
+    }
+
+    /// With idleness: input came (active again), or none for the timeout (idle, following
+    /// the least active watermark of the job's other assigners).
+    fn check_idleness(&mut self, input: bool) -> Result<()> {
+        let Some(idle) = self.idleness.as_mut() else { return Ok(()) };
+        let now = idle.clock.now_ns();
+        if input {
+            idle.last_input_ns = now;
+            if std::mem::replace(&mut idle.idle, false) {
+                if let Some(r) = &self.registered {
+                    r.set_idle(false);
+                }
+            }
+            return Ok(());
+        }
+        if !idle.idle && now.saturating_sub(idle.last_input_ns) >= idle.after_ns {
+            idle.idle = true;
+            if let Some(r) = &self.registered {
+                r.set_idle(true);
+            }
+        }
+        if !idle.idle {
+            return Ok(());
+        }
+        let Some(least) = self.registered.as_mut().and_then(Registered::followed_watermark) else { return Ok(()) };
+        if self.emitted.is_none_or(|e| least > e) {
+            self.emit(least)?;
+        }
+        Ok(())
     }
 
     /// Takes part in `group` as subtask `subtask` of `operator`.
@@ -106,6 +252,9 @@ impl<F, T> WatermarkAssigner<F, T> {
         if let Some(a) = &self.aligned {
             a.publish(watermark);
         }
+        if let Some(r) = &self.registered {
+            r.publish(watermark);
+        }
         self.next.watermark(watermark)
     }
 }
@@ -113,6 +262,9 @@ impl<F, T> WatermarkAssigner<F, T> {
 impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<F, T> {
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        if !records.is_empty() {
+            self.check_idleness(true)?;
+        }
         let batch_max = records.iter().map(&self.timestamp).max();
         self.next.batch(records)?;
         if let Some(m) = batch_max {
@@ -143,6 +295,8 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
     }
 
     fn drain(&mut self) -> Result<bool> {
+        // Polled whether or not input came: where idleness is noticed.
+        self.check_idleness(false)?;
         // Ahead of its alignment group: held back, as if downstream were full.
         if self.aligned.as_mut().is_some_and(AlignedMember::ahead) {
             return Ok(false);
@@ -180,6 +334,9 @@ impl<F, T> WatermarkAssigner<F, T> {
         if let (Some(a), Some(wm)) = (&self.aligned, self.emitted) {
             a.publish(wm);
         }
+        if let (Some(r), Some(wm)) = (&self.registered, self.emitted) {
+            r.publish(wm);
+        }
     }
 }
 
@@ -187,7 +344,62 @@ impl<F, T> WatermarkAssigner<F, T> {
 mod tests {
     use super::*;
     use crate::collector::Recorder;
+    use std::sync::atomic::AtomicU64;
     use std::sync::{Arc, Mutex};
+
+    /// Two inputs with watermarks, one silent: downstream's watermark (the least of the two)
+    /// stayed where the silent one left it, and no window fired until it was closed. With
+    /// idleness the silent one follows the active one after the timeout (on the clock, here
+    /// a hand-moved one), and holds event time again once input comes.
+    #[test]
+    fn an_idle_assigner_follows_the_active_ones_and_holds_again_on_input() {
+        let registry = Arc::new(WatermarkRegistry::default());
+        let time = Arc::new(AtomicU64::new(0));
+        let clock = Clock::manual(time.clone());
+        let recorder = || Arc::new(Mutex::new(Recorder::<u64>::default()));
+        let (busy_out, quiet_out) = (recorder(), recorder());
+        let op: Arc<str> = "watermarks".into();
+        let mut busy = WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(busy_out.clone()) as Box<dyn Collector<u64>>)
+            .registered(&registry, op.clone(), 0)
+            .idle_after(std::time::Duration::from_millis(100), clock.clone());
+        let mut quiet = WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(quiet_out.clone()) as Box<dyn Collector<u64>>)
+            .registered(&registry, op.clone(), 1)
+            .idle_after(std::time::Duration::from_millis(100), clock.clone());
+        quiet.batch(&mut vec![5]).unwrap();
+        busy.batch(&mut vec![1_000]).unwrap();
+        time.store(50_000_000, Ordering::SeqCst);
+        quiet.drain().unwrap();
+        assert_eq!(quiet_out.lock().unwrap().watermarks, vec![5], "not idle before the timeout");
+        time.store(150_000_000, Ordering::SeqCst);
+        busy.batch(&mut vec![2_000]).unwrap();
+        quiet.drain().unwrap();
+        assert_eq!(quiet_out.lock().unwrap().watermarks, vec![5, 2_000], "idle: follows the active one");
+        busy.batch(&mut vec![3_000]).unwrap();
+        quiet.drain().unwrap();
+        assert_eq!(quiet_out.lock().unwrap().watermarks, vec![5, 2_000, 3_000]);
+        // Input again: active, and it holds the busy one back from here (as seen by a third).
+        quiet.batch(&mut vec![3_001]).unwrap();
+        busy.batch(&mut vec![9_000]).unwrap();
+        quiet.drain().unwrap();
+        assert_eq!(quiet_out.lock().unwrap().watermarks, vec![5, 2_000, 3_000, 3_001], "active: its own time");
+        let mut third = WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(recorder()) as Box<dyn Collector<u64>>)
+            .registered(&registry, op.clone(), 2);
+        third.batch(&mut vec![1]).unwrap();
+        let mut probe = registry.join(op.clone(), 3);
+        assert_eq!(probe.followed_watermark(), Some(1), "every active input counts, the quiet one again too");
+        // Every other input idle: the greatest of them (nothing active holds time back).
+        third.end().unwrap();
+        probe.publish(Timestamp::MAX);
+        time.store(1_000_000_000, Ordering::SeqCst);
+        busy.drain().unwrap();
+        quiet.drain().unwrap();
+        assert_eq!(quiet_out.lock().unwrap().watermarks.last(), Some(&9_000), "all idle: the greatest");
+        // Every other input ended: nothing to follow.
+        let mut alone = registry.join(op.clone(), 4);
+        busy.registered.as_ref().unwrap().publish(Timestamp::MAX);
+        quiet.registered.as_ref().unwrap().publish(Timestamp::MAX);
+        assert_eq!(alone.followed_watermark(), None, "ended inputs say nothing");
+    }
 
     #[test]
     fn an_assigner_ahead_of_its_group_by_more_than_the_drift_is_held_back() {

@@ -154,6 +154,7 @@ impl Job {
                 tags: Vec::new(),
                 build_errors: Vec::new(),
                 sink_outputs: Vec::new(),
+                watermark_registry: Arc::default(),
                 on_restore: None,
             })),
         }
@@ -830,8 +831,50 @@ impl<T: Record> Stream<T> {
         timestamp: F,
         out_of_orderness: Timestamp,
     ) -> Stream<T> {
-        self.forward("watermarks", move |_, next| {
-            Ok(Box::new(WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next)))
+        let registry = self.graph.borrow().watermark_registry.clone();
+        self.forward("watermarks", move |ctx, next| {
+            let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next);
+            Ok(Box::new(assigner.registered(&registry, ctx.operator.clone(), ctx.subtask)))
+        })
+    }
+
+    /// [`Stream::with_watermarks`] with idleness (Flink's `withIdleness`): a subtask that has
+    /// had no input for `idleness` (processing time) stops holding event time back, following
+    /// the least watermark of the job's other watermark assigners that are not idle, until
+    /// input comes again. So a silent source (a push source nobody sends to, a followed log
+    /// that does not grow, a partition without data) does not stop every window of the job
+    /// from firing. Records that come after it followed the others may be late. The watermark
+    /// it reached is snapshotted like any. An idleness of zero is refused when the job starts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::{Job, RunConfig, source::Generator};
+    /// let job = Job::new("idle");
+    /// let out = job
+    ///     .generator(Generator::new(|i, _| i).count(100))
+    ///     .with_watermarks_and_idleness(|t: &u64| *t, 0, Duration::from_millis(200))
+    ///     .collect();
+    /// job.execute(RunConfig::default().workers(1)).unwrap();
+    /// assert_eq!(out.lock().unwrap().len(), 100);
+    /// ```
+    pub fn with_watermarks_and_idleness<F: Fn(&T) -> Timestamp + Clone + Send + 'static>(
+        self,
+        timestamp: F,
+        out_of_orderness: Timestamp,
+        idleness: std::time::Duration,
+    ) -> Stream<T> {
+        let registry = self.graph.borrow().watermark_registry.clone();
+        self.forward("watermarks", move |ctx, next| {
+            if idleness.is_zero() {
+                return Err(crate::Error::config(
+                    "an idleness of zero would make a watermark assigner idle between any two batches; give the \
+                     time after which a silent input stops holding event time back",
+                ));
+            }
+            let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next)
+                .registered(&registry, ctx.operator.clone(), ctx.subtask)
+                .idle_after(idleness, ctx.clock.clone());
+            Ok(Box::new(assigner))
         })
     }
 
@@ -872,6 +915,7 @@ impl<T: Record> Stream<T> {
             }
         };
         let group = group.to_string();
+        let registry = self.graph.borrow().watermark_registry.clone();
         self.forward("watermarks", move |ctx, next| {
             if max_drift == 0 {
                 return Err(crate::Error::config(format!(
@@ -887,7 +931,11 @@ impl<T: Record> Stream<T> {
                     alignment.max_drift()
                 )));
             }
-            let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next);
+            let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next).registered(
+                &registry,
+                ctx.operator.clone(),
+                ctx.subtask,
+            );
             Ok(Box::new(assigner.aligned(&alignment, ctx.operator.clone(), ctx.subtask)))
         })
     }

@@ -127,6 +127,9 @@ pub(crate) struct Graph {
     pub(crate) description: String,
     /// The embedding endpoints' signals (push sources, pull sinks): told when the job ends.
     pub(crate) host_signals: Vec<Arc<crate::wake::HostSignal>>,
+    /// Every watermark assigner's watermark, and which are idle (see
+    /// [`crate::Stream::with_watermarks_and_idleness`]).
+    pub(crate) watermark_registry: Arc<crate::operator::watermark::WatermarkRegistry>,
     /// Watermark alignment groups, by name (see [`crate::Stream::with_aligned_watermarks`]).
     pub(crate) watermark_groups: Vec<(String, Arc<crate::operator::watermark::WatermarkAlignment>)>,
     /// Side-output tags by name, with their record type's id and name.
