@@ -30,20 +30,58 @@ use std::sync::{Arc, Mutex};
 /// A subtask of an assigner operator: (operator, subtask).
 type MemberId = (Arc<str>, usize);
 
+/// Entries of assigner subtasks, by (operator, subtask): a new attempt's subtask replaces the
+/// old one's entry. Shared by a group's members, which keep a copy of the list and re-read it
+/// only when membership changed.
+struct MemberList<E> {
+    members: Mutex<Vec<(MemberId, Arc<E>)>>,
+    /// Bumped on every change of membership.
+    generation: AtomicU64,
+}
+
+impl<E> Default for MemberList<E> {
+    fn default() -> Self {
+        MemberList { members: Mutex::new(Vec::new()), generation: AtomicU64::new(0) }
+    }
+}
+
+impl<E> MemberList<E> {
+    /// Puts `entry` in as subtask `subtask` of `operator` (replacing an earlier attempt's).
+    fn join(&self, operator: Arc<str>, subtask: usize, entry: Arc<E>) {
+        let mut members = crate::wake::lock(&self.members);
+        let id = (operator, subtask);
+        match members.iter_mut().find(|(m, _)| *m == id) {
+            Some((_, e)) => *e = entry,
+            None => members.push((id, entry)),
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Refreshes `copy` (every entry but `me`, if given) when membership changed since `seen`.
+    fn refresh(&self, seen: &mut u64, copy: &mut Vec<Arc<E>>, me: Option<&Arc<E>>) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if generation != *seen {
+            *copy = crate::wake::lock(&self.members)
+                .iter()
+                .filter(|(_, e)| me.is_none_or(|me| !Arc::ptr_eq(e, me)))
+                .map(|(_, e)| e.clone())
+                .collect();
+            *seen = generation;
+        }
+    }
+}
+
 /// A group of watermark assigners (of one operator's subtasks, or of several sources) whose
 /// watermarks may differ by at most `max_drift`.
 pub(crate) struct WatermarkAlignment {
     max_drift: Timestamp,
-    /// Each member's latest watermark, by (operator, subtask): a new attempt's member replaces
-    /// the old one's slot. A member that has emitted nothing yet holds 0.
-    members: Mutex<Vec<(MemberId, Arc<AtomicU64>)>>,
-    /// Bumped on every change of membership, so members re-read the list only then.
-    generation: AtomicU64,
+    /// Each member's latest watermark. A member that has emitted nothing yet holds 0.
+    members: MemberList<AtomicU64>,
 }
 
 impl WatermarkAlignment {
     pub(crate) fn new(max_drift: Timestamp) -> Arc<Self> {
-        Arc::new(WatermarkAlignment { max_drift, members: Mutex::new(Vec::new()), generation: AtomicU64::new(0) })
+        Arc::new(WatermarkAlignment { max_drift, members: MemberList::default() })
     }
 
     pub(crate) fn max_drift(&self) -> Timestamp {
@@ -53,13 +91,7 @@ impl WatermarkAlignment {
     /// Joins the group (or takes over this subtask's place after a restart).
     fn join(self: &Arc<Self>, operator: Arc<str>, subtask: usize) -> AlignedMember {
         let slot = Arc::new(AtomicU64::new(0));
-        let mut members = crate::wake::lock(&self.members);
-        let id = (operator, subtask);
-        match members.iter_mut().find(|(m, _)| *m == id) {
-            Some((_, s)) => *s = slot.clone(),
-            None => members.push((id, slot.clone())),
-        }
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.members.join(operator, subtask, slot.clone());
         AlignedMember { group: self.clone(), slot, others: Vec::new(), seen: u64::MAX }
     }
 }
@@ -68,8 +100,7 @@ impl WatermarkAlignment {
 /// follows. One per job, shared by its attempts.
 #[derive(Default)]
 pub(crate) struct WatermarkRegistry {
-    members: Mutex<Vec<(MemberId, Arc<RegisteredWatermark>)>>,
-    generation: AtomicU64,
+    members: MemberList<RegisteredWatermark>,
 }
 
 /// One assigner's entry in the registry.
@@ -83,13 +114,7 @@ impl WatermarkRegistry {
     /// Joins (or takes over this subtask's entry after a restart).
     fn join(self: &Arc<Self>, operator: Arc<str>, subtask: usize) -> Registered {
         let entry = Arc::new(RegisteredWatermark::default());
-        let mut members = crate::wake::lock(&self.members);
-        let id = (operator, subtask);
-        match members.iter_mut().find(|(m, _)| *m == id) {
-            Some((_, e)) => *e = entry.clone(),
-            None => members.push((id, entry.clone())),
-        }
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.members.join(operator, subtask, entry.clone());
         Registered { registry: self.clone(), entry, others: Vec::new(), seen: u64::MAX }
     }
 }
@@ -117,16 +142,7 @@ impl Registered {
     /// valve does when all its inputs are idle: nothing active holds event time back). `None`
     /// when no other assigner is left (every other one ended, or there is none).
     fn followed_watermark(&mut self) -> Option<Timestamp> {
-        let generation = self.registry.generation.load(Ordering::Acquire);
-        if generation != self.seen {
-            let me = &self.entry;
-            self.others = crate::wake::lock(&self.registry.members)
-                .iter()
-                .filter(|(_, e)| !Arc::ptr_eq(e, me))
-                .map(|(_, e)| e.clone())
-                .collect();
-            self.seen = generation;
-        }
+        self.registry.members.refresh(&mut self.seen, &mut self.others, Some(&self.entry));
         // An input that ended (at the end of event time) says nothing about the others.
         let live = || {
             self.others
@@ -161,11 +177,7 @@ impl AlignedMember {
 
     /// Whether this member's watermark is more than the drift past the group's least.
     fn ahead(&mut self) -> bool {
-        let generation = self.group.generation.load(Ordering::Acquire);
-        if generation != self.seen {
-            self.others = crate::wake::lock(&self.group.members).iter().map(|(_, s)| s.clone()).collect();
-            self.seen = generation;
-        }
+        self.group.members.refresh(&mut self.seen, &mut self.others, None);
         let least = self.others.iter().map(|s| s.load(Ordering::Acquire)).min().unwrap_or(0);
         self.slot.load(Ordering::Relaxed) > least.saturating_add(self.group.max_drift)
     }
