@@ -279,11 +279,9 @@ fn a_restarting_process_says_what_it_restores_and_a_sigterm_stops_it_cleanly() {
 /// completed; returns the newest complete one.
 fn killed_after_a_checkpoint(input: &Path, out: &Path, chk: &Path) -> u64 {
     let mut first = wordcount(input, out, chk, &[]).spawn().unwrap();
-    let waiting = Instant::now();
-    while newest_complete(chk).is_none() && first.try_wait().unwrap().is_none() {
-        assert!(waiting.elapsed() < Duration::from_secs(120), "no checkpoint completed");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::wait_until("a completed checkpoint", || {
+        newest_complete(chk).is_some() || first.try_wait().unwrap().is_some()
+    });
     first.kill().unwrap();
     first.wait().unwrap();
     newest_complete(chk).expect("the first run completed no checkpoint")
