@@ -191,3 +191,18 @@ fn seeds_that_once_failed() {
     }
     assert!(withdrawn > 0, "the damage reached committed output in these seeds");
 }
+
+/// A snapshot write failed at one task, so the coordinator aborted checkpoint N+1 while an
+/// older checkpoint N's barriers were still on their way to a slower task. The abort notice
+/// came beside the data, ahead of N's barriers, and the task took it as "everything up to
+/// N+1 is over": N's barriers became stale there, N was never acknowledged, and with the
+/// concurrent checkpoints used up the job stalled until N expired (600 simulated seconds: the
+/// seed ran out of steps first). An abort now concerns its own checkpoint only.
+#[test]
+fn seeds_that_once_livelocked() {
+    let cases = [(false, 404), (false, 4596), (true, 4596)];
+    for (incremental, seed) in cases {
+        let report = run(SimJob::Timers, SimMode::Aligned, incremental, 3, seed..seed + 1);
+        assert!(report.seeds.iter().all(|s| s.stats.checkpoints > 0), "the seeds complete checkpoints");
+    }
+}

@@ -32,18 +32,22 @@ pub struct BarrierAligner {
     pending: Option<Pending>,
     /// The newest checkpoint snapshotted or abandoned here.
     done: u64,
+    /// Newer checkpoints than `done` that the coordinator aborted: their barriers are stale
+    /// when they come, older ones' are not (few: forgotten as `done` passes them).
+    aborted: Vec<u64>,
 }
 
 impl BarrierAligner {
     /// An aligner over `channels` input channels.
     pub fn new(channels: usize) -> Self {
-        BarrierAligner { channels, pending: None, done: 0 }
+        BarrierAligner { channels, pending: None, done: 0, aborted: Vec::new() }
     }
 
     /// Channel `channel` delivered `barrier` at `now_ns`, at read position `position`.
     pub fn on_barrier(&mut self, channel: usize, barrier: Barrier, now_ns: u64, position: u64) -> Alignment {
         assert!(channel < self.channels, "channel {channel} out of range");
-        if barrier.id <= self.done {
+        debug_assert!(self.pending.as_ref().is_none_or(|p| p.barrier.id > self.done));
+        if barrier.id <= self.done || self.is_aborted(barrier.id) {
             return Alignment::Stale;
         }
         let mut result = Alignment::Waiting;
@@ -51,8 +55,8 @@ impl BarrierAligner {
             Some(p) if p.barrier.id == barrier.id => {}
             Some(p) if p.barrier.id > barrier.id => return Alignment::Stale,
             Some(p) => {
-                self.done = p.barrier.id;
-                self.pending = None;
+                let superseded = p.barrier.id;
+                self.pass(superseded);
                 result = Alignment::Superseded;
             }
             None => {}
@@ -69,7 +73,7 @@ impl BarrierAligner {
         let p = self.pending.as_ref()?;
         if (0..self.channels).all(|i| p.seen[i].is_some() || ended(i)) {
             let p = self.pending.take().expect("checked");
-            self.done = p.barrier.id;
+            self.pass(p.barrier.id);
             return Some((p.barrier, p.first_ns));
         }
         None
@@ -95,19 +99,38 @@ impl BarrierAligner {
     /// first arrived, and the position of each channel's barrier seen so far.
     pub fn take_pending(&mut self) -> Option<(Barrier, u64, Vec<Option<u64>>)> {
         let p = self.pending.take()?;
-        self.done = p.barrier.id;
+        self.pass(p.barrier.id);
         Some((p.barrier, p.first_ns, p.seen))
     }
 
-    /// The coordinator aborted `id`: returns whether it was being aligned here.
+    /// The coordinator aborted `id`: returns whether it was being aligned here. Only `id`'s
+    /// barriers become stale: an older checkpoint still on its way here may complete.
     pub fn abort(&mut self, id: u64) -> bool {
         if self.pending.as_ref().is_some_and(|p| p.barrier.id == id) {
             self.pending = None;
-            self.done = self.done.max(id);
+            self.pass(id);
             return true;
         }
-        self.done = self.done.max(id);
+        if id > self.done && !self.is_aborted(id) {
+            self.aborted.push(id);
+        }
         false
+    }
+
+    /// Whether the coordinator aborted `id`, a checkpoint newer than any done here.
+    pub fn is_aborted(&self, id: u64) -> bool {
+        self.aborted.contains(&id)
+    }
+
+    /// Checkpoint `id` went on here without aligning (unaligned, or superseded): its barriers
+    /// and older ones are stale. Drops an alignment of an older one in progress.
+    pub fn pass(&mut self, id: u64) {
+        if self.pending.as_ref().is_some_and(|p| p.barrier.id <= id) {
+            self.pending = None;
+        }
+        self.done = self.done.max(id);
+        let done = self.done;
+        self.aborted.retain(|&a| a > done);
     }
 }
 
@@ -136,6 +159,30 @@ mod tests {
         // Channel 1 ended: it counts as aligned.
         assert_eq!(a.complete(|i| i == 1), Some((b(1), 10)));
         assert_eq!(a.on_barrier_at(1, b(1), 30), Alignment::Stale, "a late copy of a done barrier");
+    }
+
+    /// The coordinator's abort notices travel beside the data, so a task can hear that a newer
+    /// checkpoint failed while an older one's barriers are still on the way: the older one
+    /// goes on (it was left unacknowledged at this task for ever, its checkpoint stuck until it
+    /// expired: `weir simulate --job timers --mode aligned --parallelism 3 --seeds 404`).
+    #[test]
+    fn an_abort_of_a_newer_checkpoint_leaves_older_ones_be() {
+        let mut a = BarrierAligner::new(2);
+        a.on_barrier_at(0, b(1), 0);
+        assert!(!a.abort(2), "2 is not being aligned");
+        assert_eq!(a.on_barrier_at(1, b(1), 1), Alignment::Waiting);
+        assert_eq!(a.complete(|_| false), Some((b(1), 0)));
+        assert_eq!(a.on_barrier_at(0, b(2), 2), Alignment::Stale, "2 was aborted");
+        assert_eq!(a.on_barrier_at(0, b(3), 3), Alignment::Waiting);
+        // Heard before any barrier of the older one arrived.
+        let mut a = BarrierAligner::new(1);
+        a.abort(5);
+        assert_eq!(a.on_barrier_at(0, b(4), 0), Alignment::Waiting);
+        assert_eq!(a.complete(|_| false), Some((b(4), 0)));
+        assert_eq!(a.on_barrier_at(0, b(5), 1), Alignment::Stale);
+        assert_eq!(a.on_barrier_at(0, b(6), 2), Alignment::Waiting);
+        assert_eq!(a.complete(|_| false), Some((b(6), 2)));
+        assert!(!a.is_aborted(5));
     }
 
     #[test]
