@@ -8,10 +8,11 @@
 //!   failover the results since the restored checkpoint come again, with the same numbers.
 //! - [`Guarantee::ExactlyOnce`]: results are held per checkpoint and released when the
 //!   checkpoint after them completes (two-phase commit); a host of one process sees each
-//!   result once. After a process restart, results the restored checkpoint pre-committed are
-//!   released again, with their numbers: a host that keeps the number of the last result it
-//!   handled tells the new receiver ([`EventReceiver::resume_after`]) and gets none of them
-//!   again.
+//!   result once. A released result stays in the sink's checkpoints until the host received
+//!   it, so after a process restart the results the restored checkpoint pre-committed, or
+//!   released without the host receiving them yet, are released again with their numbers: a
+//!   host that keeps the number of the last result it handled tells the new receiver
+//!   ([`EventReceiver::resume_after`]) and gets none of the ones it had again.
 //!
 //! The queue is bounded by its capacity: when the host does not keep up, the sink stops
 //! taking input (backpressure); results released by a completed checkpoint always enter it.
@@ -19,7 +20,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -103,6 +104,11 @@ struct PullShared<T> {
     /// Results up to and including this number were handled by the host before (in an earlier
     /// process: [`EventReceiver::resume_after`]) and are not handed out again; `None`: none.
     handled_through: Mutex<Option<u64>>,
+    /// Exactly once: results released and maybe not yet received by the host, oldest first. A
+    /// checkpoint keeps them (the queue dies with the process); forgotten once received.
+    unreceived: Mutex<VecDeque<(u64, T)>>,
+    /// One more than the number of the last result the host received (0: none).
+    received: AtomicU64,
 }
 
 impl<T> PullShared<T> {
@@ -120,13 +126,38 @@ impl<T> PullShared<T> {
     }
 
     /// Releases transaction `txn` unless it was released before in this process.
-    fn release(&self, txn: u64, records: Vec<(u64, T)>) {
+    fn release(&self, txn: u64, records: Vec<(u64, T)>)
+    where
+        T: Clone,
+    {
         let mut released = lock(&self.released);
         if released.is_some_and(|r| r >= txn) {
             return;
         }
         *released = Some(txn);
+        self.release_unreceived(records);
+    }
+
+    /// Hands `records` to the host, keeping them until it received them.
+    fn release_unreceived(&self, records: Vec<(u64, T)>)
+    where
+        T: Clone,
+    {
+        lock(&self.unreceived).extend(records.iter().cloned());
         self.push(records.into_iter().map(|(seq, record)| Delivered { seq, record }));
+    }
+
+    /// The results released and not yet received by the host.
+    fn unreceived(&self) -> Vec<(u64, T)>
+    where
+        T: Clone,
+    {
+        let received = self.received.load(Ordering::Acquire);
+        let mut unreceived = lock(&self.unreceived);
+        while unreceived.front().is_some_and(|(seq, _)| *seq < received) {
+            unreceived.pop_front();
+        }
+        unreceived.iter().cloned().collect()
     }
 }
 
@@ -155,6 +186,12 @@ impl<T> EventReceiver<T> {
     /// The next result, if one is ready. Never blocks.
     #[inline]
     pub fn try_recv(&mut self) -> std::result::Result<Delivered<T>, RecvError> {
+        let d = self.next_result()?;
+        self.shared.received.store(d.seq + 1, Ordering::Release);
+        Ok(d)
+    }
+
+    fn next_result(&mut self) -> std::result::Result<Delivered<T>, RecvError> {
         if let Some(d) = self.local.pop_front() {
             return Ok(d);
         }
@@ -178,7 +215,7 @@ impl<T> EventReceiver<T> {
         let outcome = self.shared.signal.outcome().cloned();
         let ended = self.shared.stream_ended.load(Ordering::Acquire);
         match outcome {
-            _ if self.shared.queued.load(Ordering::Acquire) > 0 => self.try_recv(),
+            _ if self.shared.queued.load(Ordering::Acquire) > 0 => self.next_result(),
             Some(error) => Err(RecvError::Ended { error }),
             None if ended => Err(RecvError::Ended { error: None }),
             None => Err(RecvError::Empty),
@@ -277,6 +314,8 @@ pub(crate) fn pull_channel<T>(capacity: usize, guarantee: Guarantee) -> (PullSin
         worker: Mutex::new(None),
         stream_ended: std::sync::atomic::AtomicBool::new(false),
         handled_through: Mutex::new(None),
+        unreceived: Mutex::new(VecDeque::new()),
+        received: AtomicU64::new(0),
     });
     (PullSinkFactory { shared: shared.clone(), guarantee }, EventReceiver { shared, local: VecDeque::new() })
 }
@@ -331,9 +370,11 @@ impl<T> PullSink<T> {
     }
 }
 
-/// What a pull sink's checkpoint holds: the next sequence number and the pre-committed
-/// transactions.
-type PullState<T> = (u64, Vec<(u64, Vec<(u64, T)>)>);
+/// What a pull sink's checkpoint holds: the next sequence number, the pre-committed
+/// transactions, and the results released that the host had not received.
+type PullState<T> = (u64, Vec<(u64, Vec<(u64, T)>)>, Vec<(u64, T)>);
+/// A checkpoint of a build before the unreceived results were kept.
+type PullStateV1<T> = (u64, Vec<(u64, Vec<(u64, T)>)>);
 
 impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
     fn write(&mut self, records: &mut Vec<T>) -> Result<()> {
@@ -365,7 +406,7 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
         if self.guarantee == Guarantee::ExactlyOnce {
             self.pending.push((checkpoint, std::mem::take(&mut self.current)));
         }
-        let state: PullState<T> = (self.next_seq, self.pending.clone());
+        let state: PullState<T> = (self.next_seq, self.pending.clone(), self.shared.unreceived());
         Ok(Some(Box::new(PersistedFork(state))))
     }
 
@@ -381,8 +422,22 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
-        let (next_seq, pending): PullState<T> = from_bytes(bytes)?;
+        let (next_seq, pending, unreceived): PullState<T> = match from_bytes(bytes) {
+            Ok(state) => state,
+            Err(_) => from_bytes::<PullStateV1<T>>(bytes).map(|(n, p)| (n, p, Vec::new()))?,
+        };
         self.next_seq = next_seq;
+        // Released before the checkpoint, maybe never received: again, unless this process
+        // released them (a failover: they are in the queue, or the host has them).
+        let mut released = lock(&self.shared.released);
+        if released.is_none() {
+            // Transactions are numbered from 1: 0 marks this process as having released.
+            *released = Some(0);
+            drop(released);
+            self.shared.release_unreceived(unreceived);
+        } else {
+            drop(released);
+        }
         // What the restored (complete) checkpoint pre-committed is committed now.
         for (txn, records) in pending {
             self.shared.release(txn, records);
@@ -436,6 +491,48 @@ mod tests {
         again.pre_commit(2).unwrap();
         again.notify(CheckpointNotice::Complete(2)).unwrap();
         assert_eq!(rx.try_recv().unwrap(), Delivered { seq: 2, record: "c".to_string() }, "numbered as the first time");
+    }
+
+    /// Results released (their checkpoint completed) and still queued for the host when the
+    /// process dies are in the next checkpoint: the restarted job hands them out again, and
+    /// the host that tells the last one it had gets the rest, each once (they were lost:
+    /// `weir simulate --job embedded --mode aligned --parallelism 1 --seeds 431`).
+    #[test]
+    fn results_the_host_had_not_received_survive_a_process_restart() {
+        let ctx = TaskContext::for_test("pull", 0, 1);
+        let (factory, mut rx) = pull_channel::<u64>(16, Guarantee::ExactlyOnce);
+        let mut sink = factory.make(&ctx);
+        sink.write(&mut vec![10, 11, 12]).unwrap();
+        sink.pre_commit(1).unwrap();
+        sink.notify(CheckpointNotice::Complete(1)).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), Delivered { seq: 0, record: 10 });
+        sink.write(&mut vec![13]).unwrap();
+        let snapshot = sink.pre_commit(2).unwrap().unwrap();
+        let mut bytes = Vec::new();
+        snapshot.write_to(&mut bytes).unwrap();
+        // Checkpoint 2 completed, and the process died before anyone heard it.
+        drop((sink, rx, factory));
+        let (factory, mut rx) = pull_channel::<u64>(16, Guarantee::ExactlyOnce);
+        rx.resume_after(0);
+        let mut sink = factory.make(&ctx);
+        sink.restore(&bytes).unwrap();
+        let got: Vec<(u64, u64)> = std::iter::from_fn(|| rx.try_recv().ok()).map(|d| (d.seq, d.record)).collect();
+        assert_eq!(got, [(1, 11), (2, 12), (3, 13)]);
+        // A failover in this process restores it again: nothing comes twice (nor with nothing
+        // pre-committed).
+        let mut twice = factory.make(&ctx);
+        twice
+            .restore(&crate::persist::to_bytes(&(4u64, Vec::<(u64, Vec<(u64, u64)>)>::new(), vec![(2u64, 12u64)])))
+            .unwrap();
+        assert_eq!(rx.try_recv(), Err(RecvError::Empty));
+        let mut again = factory.make(&ctx);
+        again.restore(&bytes).unwrap();
+        assert_eq!(rx.try_recv(), Err(RecvError::Empty));
+        // What the host received is forgotten at the next checkpoint.
+        let mut bytes = Vec::new();
+        again.pre_commit(3).unwrap().unwrap().write_to(&mut bytes).unwrap();
+        let (_, _, unreceived): PullState<u64> = from_bytes(&bytes).unwrap();
+        assert!(unreceived.is_empty(), "{unreceived:?}");
     }
 
     #[test]
