@@ -1,15 +1,16 @@
 //! The jobs `weir simulate` runs (and `cargo test` simulates): word count over a text
 //! corpus, a sliding-window count, a window join of two sources, a keyed process with list
 //! state, records that own memory through every operator, a keyed process function with
-//! timers and a side output, and session windows. Small (a few thousand records), so a seed takes milliseconds; each commits its
-//! output as `(u64, u64, u64)` rows.
+//! timers and a side output, session windows, and an embedded job whose host program feeds a
+//! push source and reads an exactly-once pull sink. Small (a few thousand records), so a seed
+//! takes milliseconds; each commits its output as `(u64, u64, u64)` rows.
 //!
 //! May touch: `error`, `operator`, `pipeline`, `prng`, `record`, `sink`, `source`, `state`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::{Expect, SimMode, Simulated};
+use super::{Expect, HostLog, SimHost, SimMode, SimOutput};
 use crate::error::{Error, Result};
 use crate::operator::window::Window;
 use crate::pipeline::Job;
@@ -46,11 +47,17 @@ pub enum SimJob {
     /// Event-time session windows, merging as records bridge sessions (session state merged
     /// across checkpoints and restores).
     Sessions,
+    /// An embedded job: a host program sends events through a push source (an async host,
+    /// its futures polled between the job's steps) and takes running counts from an
+    /// exactly-once pull sink into a log of its own. After a process crash the program starts
+    /// again: the host resends from the job's resume point (`EventSender::resume_from`) and
+    /// tells the sink the last result it logged (`EventReceiver::resume_after`).
+    Embedded,
 }
 
 impl SimJob {
     /// Every job, in the order `weir simulate` lists them.
-    pub const ALL: [SimJob; 7] = [
+    pub const ALL: [SimJob; 8] = [
         SimJob::Wordcount,
         SimJob::Window,
         SimJob::Join,
@@ -58,6 +65,7 @@ impl SimJob {
         SimJob::Owned,
         SimJob::Timers,
         SimJob::Sessions,
+        SimJob::Embedded,
     ];
 
     /// Whether the job's output is the same at every parallelism (no record is late and no
@@ -131,7 +139,7 @@ impl SimJob {
 
     /// A builder of the job at `parallelism`; `scratch` holds its input (word count's corpus,
     /// written here once).
-    pub fn builder(self, parallelism: usize, scratch: &Path) -> Result<impl Fn() -> Simulated<Row>> {
+    pub fn builder(self, parallelism: usize, scratch: &Path) -> Result<impl Fn() -> (Job, SimOutput<Row>)> {
         let corpus = match self {
             SimJob::Wordcount => Some(write_corpus(scratch)?),
             _ => None,
@@ -150,6 +158,7 @@ impl fmt::Display for SimJob {
             SimJob::Owned => "owned",
             SimJob::Timers => "timers",
             SimJob::Sessions => "sessions",
+            SimJob::Embedded => "embedded",
         })
     }
 }
@@ -164,9 +173,22 @@ impl std::str::FromStr for SimJob {
 /// Events per source.
 const EVENTS: u64 = 600;
 
-fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> Simulated<Row> {
+fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> (Job, SimOutput<Row>) {
     let job = Job::new(format!("sim-{which}")).with_parallelism(parallelism);
     let out = match which {
+        SimJob::Embedded => {
+            // Small rings and a small replay buffer: the host is backpressured, and waits for
+            // checkpoints to complete.
+            let (sender, events) = job.push_source_with::<(u64, u64)>(8, 32);
+            let receiver = events
+                .key_by(|e: &(u64, u64)| e.0)
+                .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, c: &u64| (*k, *c, 0))
+                .named("count")
+                .pull_sink_with(16, crate::sink::Guarantee::ExactlyOnce);
+            let host =
+                EmbeddedHost { sender: Some(sender), closing: None, receiver, next: None, log: HostLog::default() };
+            return (job, SimOutput::Host(Box::new(host)));
+        }
         SimJob::Wordcount => job
             .text(TextSource::open(corpus.expect("word count has a corpus")).expect("the corpus was just written"))
             .words()
@@ -245,7 +267,102 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> Simulated<
             .map(|(k, w, c)| (k, w.start, c))
             .collect_exactly_once(),
     };
-    (job, out)
+    (job, out.into())
+}
+
+/// The embedded job's event `i`: a key of seven, and its number.
+fn embedded_event(i: u64) -> (u64, u64) {
+    (mix(i) % 7, i)
+}
+
+/// The embedded job's host program: sends events 0 to `EVENTS` from the job's resume point
+/// (it can make any of them again, as a host replaying its own log does), then closes the
+/// stream; logs each result it receives with its number. An async host whose futures the
+/// simulator polls between the job's steps (with a waker that does nothing: it polls again).
+struct EmbeddedHost {
+    sender: Option<crate::source::EventSender<(u64, u64)>>,
+    closing: Option<crate::source::Closing<(u64, u64)>>,
+    receiver: crate::sink::EventReceiver<Row>,
+    /// The next event to send, once the job told its resume point.
+    next: Option<u64>,
+    log: HostLog<Row>,
+}
+
+impl EmbeddedHost {
+    /// Receives one result if one is ready.
+    fn receive(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        use std::future::Future;
+        match std::pin::Pin::new(&mut self.receiver.recv()).poll(cx) {
+            std::task::Poll::Ready(Ok(d)) => {
+                self.log.handled.push(d.record);
+                self.log.last_seq = Some(d.seq);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl SimHost<Row> for EmbeddedHost {
+    fn step(&mut self, budget: usize) {
+        use std::future::Future;
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        for _ in 0..budget {
+            if let Some(tx) = self.sender.as_mut() {
+                // The resume point is known once the job's source started (0 on a fresh
+                // start, else the first event its restored checkpoint does not cover).
+                if self.next.is_none() {
+                    self.next = tx.next_seq();
+                }
+                match self.next {
+                    Some(i) if i >= EVENTS => {
+                        self.closing = self.sender.take().map(|tx| tx.close_async());
+                    }
+                    Some(i) => {
+                        if let std::task::Poll::Ready(Ok(())) =
+                            std::pin::Pin::new(&mut tx.send(embedded_event(i))).poll(&mut cx)
+                        {
+                            self.next = Some(i + 1);
+                        }
+                    }
+                    None => {}
+                }
+            }
+            if let Some(closing) = self.closing.as_mut() {
+                if std::pin::Pin::new(closing).poll(&mut cx).is_ready() {
+                    self.closing = None;
+                }
+            }
+            self.receive(&mut cx);
+        }
+    }
+
+    fn drain(&mut self) {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        while self.receive(&mut cx) {}
+    }
+
+    fn resume(&mut self, log: HostLog<Row>) {
+        if let Some(last) = log.last_seq {
+            self.receiver.resume_after(last);
+        }
+        self.log = log;
+    }
+
+    fn log(&self) -> &HostLog<Row> {
+        &self.log
+    }
+
+    fn into_log(mut self: Box<Self>) -> HostLog<Row> {
+        // The process died: its sender sends no end marker.
+        if let Some(tx) = self.sender.take() {
+            tx.abandon();
+        }
+        if let Some(closing) = self.closing.take() {
+            closing.abandon();
+        }
+        std::mem::take(&mut self.log)
+    }
 }
 
 /// The timers job's function: a count per key and 50-unit window in map state, emitted by a

@@ -245,10 +245,62 @@ impl SimReport {
 /// A job under simulation: its graph and where it commits its output.
 pub type Simulated<T> = (Job, CommittedOutput<T>);
 
+/// What the host program of an embedded job keeps durably: the results it handled, in order,
+/// and the number of the last one (which it tells a new process's receiver,
+/// [`crate::sink::EventReceiver::resume_after`]).
+#[derive(Clone, Debug)]
+pub struct HostLog<T> {
+    /// The results handled.
+    pub handled: Vec<T>,
+    /// The number of the last result handled.
+    pub last_seq: Option<u64>,
+}
+
+impl<T> Default for HostLog<T> {
+    fn default() -> Self {
+        HostLog { handled: Vec::new(), last_seq: None }
+    }
+}
+
+/// The host program beside an embedded job under simulation: it feeds the job's push sources
+/// and reads its pull sinks between the job's steps, never blocking, and keeps what it handled
+/// in a [`HostLog`] that outlives a process. A process crash loses the host's endpoints with
+/// the job: the simulator builds the job again (new endpoints, as a restarted program does)
+/// and the new host goes on from the old one's log.
+pub trait SimHost<T> {
+    /// Sends and receives up to `budget` times, as far as it can without waiting.
+    fn step(&mut self, budget: usize);
+    /// The job ended cleanly (it finished, or stopped with a savepoint): takes every result
+    /// still queued for the host.
+    fn drain(&mut self);
+    /// A host of a new process, going on from an earlier process's log.
+    fn resume(&mut self, log: HostLog<T>);
+    /// What it handled so far.
+    fn log(&self) -> &HostLog<T>;
+    /// The process ended: its log.
+    fn into_log(self: Box<Self>) -> HostLog<T>;
+}
+
+/// Where a simulated job's output is compared: a transactional sink's committed output, or
+/// what an embedded job's host handled.
+pub enum SimOutput<T> {
+    /// [`crate::Stream::collect_exactly_once`]'s output.
+    Committed(CommittedOutput<T>),
+    /// The host program's log.
+    Host(Box<dyn SimHost<T>>),
+}
+
+impl<T> From<CommittedOutput<T>> for SimOutput<T> {
+    fn from(out: CommittedOutput<T>) -> Self {
+        SimOutput::Committed(out)
+    }
+}
+
 /// Simulates the job `build` makes for every seed of `seeds` and compares each run's committed
 /// output with the failure-free run's. `build` is called once per run and must make the same
-/// job every time, its output through [`crate::Stream::collect_exactly_once`]; its
-/// checkpointing is set by the simulator (mode from `options`, a directory of its own).
+/// job every time, its output through [`crate::Stream::collect_exactly_once`] (or a
+/// [`SimHost`] beside an embedded job, which makes `build` run again for each new process);
+/// its checkpointing is set by the simulator (mode from `options`, a directory of its own).
 ///
 /// ```
 /// use weir::simulation::{check, Expect, SimMode, SimOptions};
@@ -269,10 +321,11 @@ pub type Simulated<T> = (Job, CommittedOutput<T>);
 /// let report = check(build, 0..20, &options, Expect::of(options.mode)).unwrap();
 /// assert_eq!(report.failing().count(), 0, "{:?}", report.failing().next());
 /// ```
-pub fn check<T, B>(build: B, seeds: Range<u64>, options: &SimOptions, expect: Expect<T>) -> Result<SimReport>
+pub fn check<T, B, O>(build: B, seeds: Range<u64>, options: &SimOptions, expect: Expect<T>) -> Result<SimReport>
 where
     T: crate::Record + Ord + fmt::Debug,
-    B: Fn() -> Simulated<T>,
+    B: Fn() -> (Job, O),
+    O: Into<SimOutput<T>>,
 {
     if seeds.is_empty() {
         return Err(Error::config(format!(
@@ -474,6 +527,8 @@ struct Schedule {
     short_timeout: bool,
     /// Of 1,000 steps, how many move the clock.
     tick_per_mille: u64,
+    /// Of 1,000 steps of an embedded job, how many are its host's.
+    host_per_mille: u64,
     /// Of 1,000 steps, how many run a snapshot write.
     write_per_mille: u64,
 }
@@ -521,6 +576,8 @@ impl Schedule {
             inflight_budget: Prng::new(seed.unwrap_or(0) ^ 0xADA_9713).between(1, ring_capacity as u64 * 16),
             timeout_ns: if seed.is_some() && rng.chance(1, 2) { 50_000_000 } else { 600_000_000_000 },
             short_timeout: false,
+            // Drawn apart, as `inflight_budget`.
+            host_per_mille: Prng::new(seed.unwrap_or(0) ^ 0x4057_5EED).between(20, 300),
             tick_per_mille: rng.between(20, 200),
             write_per_mille: rng.between(20, 300),
             rng,
@@ -633,7 +690,53 @@ const MAX_RESTARTS: u32 = 40;
 
 /// Runs the job once: failure-free (`seed` None) or under seed `seed`'s schedule, whose
 /// faults are placed within the golden run's steps and checkpoints.
-fn simulate<T, B>(
+/// Calls the job closure, a panic in it an error naming the run.
+fn build_job<T, B, O>(build: &B, name: &str) -> Result<(Job, SimOutput<T>)>
+where
+    B: Fn() -> (Job, O),
+    O: Into<SimOutput<T>>,
+{
+    let (job, out) = catch_unwind(AssertUnwindSafe(build)).map_err(|p| {
+        Error::config(format!(
+            "the job closure panicked while building the job for {name}: {}",
+            crate::pipeline::panic_text(p)
+        ))
+    })?;
+    Ok((job, out.into()))
+}
+
+/// An embedded job's new process: the program builds its job again (the host gets new
+/// endpoints), runs it as the last process did (its checkpointing, restore and parallelism),
+/// and its host goes on from the last one's log.
+fn new_process<T, B, O>(
+    build: &B,
+    name: &str,
+    last: &Job,
+    host: Box<dyn SimHost<T>>,
+) -> Result<(Job, Box<dyn SimHost<T>>)>
+where
+    B: Fn() -> (Job, O),
+    O: Into<SimOutput<T>>,
+{
+    let log = host.into_log();
+    let (job, out) = build_job(build, name)?;
+    let SimOutput::Host(mut host) = out else {
+        return Err(Error::config(format!("the job closure made a job without its host for {name}")));
+    };
+    {
+        let old = last.graph.borrow();
+        let mut graph = job.graph.borrow_mut();
+        graph.checkpointing.clone_from(&old.checkpointing);
+        graph.restore.clone_from(&old.restore);
+        for (n, o) in graph.nodes.iter_mut().zip(&old.nodes) {
+            n.parallelism = o.parallelism;
+        }
+    }
+    host.resume(log);
+    Ok((job, host))
+}
+
+fn simulate<T, B, O>(
     build: &B,
     seed: Option<u64>,
     golden: Option<&RunStats>,
@@ -642,15 +745,15 @@ fn simulate<T, B>(
 ) -> Result<Run<T>>
 where
     T: crate::Record + Ord,
-    B: Fn() -> Simulated<T>,
+    B: Fn() -> (Job, O),
+    O: Into<SimOutput<T>>,
 {
     let name = seed.map_or_else(|| "the golden run".to_string(), |s| format!("seed {s}"));
-    let (job, out) = catch_unwind(AssertUnwindSafe(build)).map_err(|p| {
-        Error::config(format!(
-            "the job closure panicked while building the job for {name}: {}",
-            crate::pipeline::panic_text(p)
-        ))
-    })?;
+    let (job, out) = build_job(build, &name)?;
+    let (out, mut host) = match out {
+        SimOutput::Committed(out) => (Some(out), None),
+        SimOutput::Host(host) => (None, Some(host)),
+    };
     // Rescales are drawn for a job whose operators share one parallelism (the rescale gives
     // them all another).
     let uniform = {
@@ -660,7 +763,7 @@ where
     };
     let mut schedule = Schedule::new(seed, golden, uniform.filter(|_| options.rescale));
     let subtasks = job.graph.borrow().nodes.iter().map(|n| n.parallelism).sum();
-    let job = job.with_checkpointing(schedule.config(dir, options, subtasks));
+    let mut job = job.with_checkpointing(schedule.config(dir, options, subtasks));
     // A start from a savepoint continues in a directory of its own.
     let mut dir = dir.to_path_buf();
     let mut directories = vec![dir.clone()];
@@ -685,8 +788,16 @@ where
     let run_config =
         RunConfig::default().workers(1).ring_capacity(schedule.ring_capacity).batch_size(schedule.batch_size);
     let mut restarts = 0u32;
+    let mut first_process = true;
     let result = 'processes: loop {
         // A process: it takes the directory's lock, then runs attempts until one ends the job.
+        if !std::mem::take(&mut first_process) {
+            if let Some(h) = host.take() {
+                let (j, h) = new_process(build, &name, &job, h)?;
+                job = j;
+                host = Some(h);
+            }
+        }
         let storage = CheckpointStorage::for_job(&dir, &job.fingerprint());
         let lock = match DirectoryLock::acquire(&storage, &job.name()) {
             Ok((lock, _)) => Arc::new(lock),
@@ -714,7 +825,9 @@ where
                 Err(e) => break 'processes Err(format!("the job could not start: {e}")),
             };
             let fail_soon = schedule.take(|f| *f == Fault::FailsAfterRestore(restarts)).is_some();
+            let mut host_step = host.as_mut().map(|h| move |budget: usize| h.step(budget));
             let mut world = World {
+                host: host_step.as_mut().map(|f| f as &mut dyn FnMut(usize)),
                 schedule: &mut schedule,
                 time: &time,
                 writes: &writes,
@@ -728,6 +841,11 @@ where
                 stats.checkpoints += 1;
                 stats.resumed += c.resumed_from.is_some() as u64;
                 stats.parts_reused += c.parts.iter().filter(|p| p.reused).count() as u64;
+            }
+            if matches!(end, AttemptEnd::Finished | AttemptEnd::Stopped(_)) {
+                if let Some(h) = host.as_mut() {
+                    h.drain();
+                }
             }
             match end {
                 AttemptEnd::Finished => {
@@ -818,7 +936,8 @@ where
             }
         }
     };
-    let result = result.and_then(|()| match out.retracted() {
+    let retracted = out.as_ref().map_or(0, |o| o.retracted());
+    let result = result.and_then(|()| match retracted {
         0 => Ok(()),
         n if damages => {
             stats.retractions += n;
@@ -827,7 +946,11 @@ where
         n => Err(format!("{n} committed transactions were withdrawn, and no checkpoint was damaged")),
     });
     let output = result.map(|()| {
-        let mut records = out.records();
+        let mut records = match (&out, &host) {
+            (Some(out), _) => out.records(),
+            (None, Some(host)) => host.log().handled.clone(),
+            (None, None) => unreachable!("a job has its output or its host"),
+        };
         records.sort();
         records
     });
@@ -868,6 +991,8 @@ fn damage(storage: &CheckpointStorage, id: u64, misplace: bool, rng: &mut Prng) 
 
 /// What an attempt runs in: the schedule, the clock, the writes, the figures.
 struct World<'a> {
+    /// An embedded job's host: takes a step (sends and receives up to so many times).
+    host: Option<&'a mut dyn FnMut(usize)>,
     schedule: &'a mut Schedule,
     time: &'a Arc<AtomicU64>,
     writes: &'a QueuedWrites,
@@ -880,7 +1005,7 @@ struct World<'a> {
 
 /// Runs one attempt on this thread until it ends.
 fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>, fail_soon: bool) -> AttemptEnd {
-    let World { schedule, time, writes, stats, max_steps, dir, lock } = world;
+    let World { host, schedule, time, writes, stats, max_steps, dir, lock } = world;
     // A stop with a savepoint in progress: its reply, then (id, folder) once it is taken.
     let mut stopping: Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), String>>> = None;
     let mut taken: Option<(u64, PathBuf)> = None;
@@ -966,6 +1091,13 @@ fn run_attempt(prepared: crate::runtime::PreparedAttempt, world: &mut World<'_>,
                     let end = AttemptEnd::Stopped(path.clone());
                     return settle(end, writes, &mut coordinator, &mut schedule.rng);
                 }
+            }
+        }
+        // Drawn only for a job with a host, so the other jobs' seeds run as they did.
+        if let Some(host) = host.as_mut() {
+            if schedule.rng.below(1000) < schedule.host_per_mille {
+                host(schedule.rng.between(1, 8) as usize);
+                continue;
             }
         }
         let roll = schedule.rng.below(1000);

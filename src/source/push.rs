@@ -204,6 +204,12 @@ impl<T> EventSender<T> {
         Closing { sender: self }
     }
 
+    /// Drops the sender without ending the stream: the host process died (a simulated
+    /// crash), and its job with it.
+    pub(crate) fn abandon(mut self) {
+        self.closed = true;
+    }
+
     /// Pushes the end marker, waiting up to `timeout` for a free slot (the job gone, nobody
     /// needs it).
     fn end_stream(&mut self, timeout: Duration) {
@@ -270,6 +276,13 @@ impl<T> std::future::Future for Sending<'_, T> {
 /// The future of [`EventSender::close_async`].
 pub struct Closing<T> {
     sender: EventSender<T>,
+}
+
+impl<T> Closing<T> {
+    /// See [`EventSender::abandon`].
+    pub(crate) fn abandon(self) {
+        self.sender.abandon();
+    }
 }
 
 impl<T> Unpin for Closing<T> {}
