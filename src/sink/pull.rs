@@ -39,11 +39,14 @@ pub enum Guarantee {
     /// What holds: within one process, through any number of failovers, the host receives
     /// each result exactly once, numbered 0, 1, 2, …. Across a process restart (a crash, then a
     /// job restored from the checkpoint directory) the results the restored checkpoint
-    /// pre-committed are released again, and results after it are replayed, all with the
-    /// numbers they had: a host that keeps the number of the last result it handled durably
-    /// and tells the new receiver ([`EventReceiver::resume_after`]) gets each exactly once;
-    /// one that does not may see results it already had. Output is deterministic given the
-    /// job's input in the same order (which the push source's numbering replays).
+    /// pre-committed, or had released before the host received them, are released again, and
+    /// results after it are replayed, all with the numbers they had: a host that handles each
+    /// result durably as it receives it, keeps the number of the last, and tells the new
+    /// receiver ([`EventReceiver::resume_after`]) gets each exactly once (`weir simulate --job
+    /// embedded` checks it); one that does not may see results it already had. A result
+    /// counts as delivered once received: one the host received and had not handled when its
+    /// process died is not handed out again. Output is deterministic given the job's input in
+    /// the same order (which the push source's numbering replays).
     ExactlyOnce,
     /// At once; after a failover, replayed results come again with the same numbers.
     AtLeastOnce,
