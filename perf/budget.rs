@@ -1,0 +1,71 @@
+//! One run of a fixed workload at parallelism 1 on one worker, without checkpoints: what
+//! `perf/instructions.sh` counts the instructions of (under callgrind, where counts are the
+//! same on a busy machine and a quiet one).
+//!
+//! `budget W1|W2|W3|wordcount|q5 N [SCRATCH]`: N records (word count: a generated corpus of
+//! N words under SCRATCH; q5: N Nexmark events). Prints the records processed.
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[allow(dead_code)]
+mod common;
+
+use std::path::PathBuf;
+
+use weir::source::{Generator, TextSource};
+use weir::{Job, RunConfig, Window};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let usage = "usage: budget W1|W2|W3|wordcount|q5 N [SCRATCH]";
+    let (Some(workload), Some(n)) = (args.first(), args.get(1).and_then(|n| n.parse::<u64>().ok())) else {
+        eprintln!("{usage}");
+        std::process::exit(2);
+    };
+    let scratch = PathBuf::from(args.get(2).map_or("target/budget", String::as_str));
+    let job = Job::new(format!("budget-{workload}"));
+    match workload.as_str() {
+        // Flink's W1–W3 as `../shared/peers/weir` writes them.
+        "W1" => job.generator(Generator::new(|i, _| i).count(n)).map(|x: u64| x.wrapping_mul(3)).filter(|x| x % 2 == 0).discard(),
+        "W2" => job
+            .generator(Generator::new(|i, _| (i % 10_000, 1u64)).count(n))
+            .key_by(|r: &(u64, u64)| r.0)
+            .reduce(|a, b| (a.0, a.1 + b.1))
+            .named("sum")
+            .discard(),
+        "W3" => job
+            .generator(Generator::new(|i, _| (i % 1000, i)).count(n))
+            .with_watermarks(|r: &(u64, u64)| r.1, 0)
+            .key_by(|r: &(u64, u64)| r.0)
+            .window(Window::tumbling(1000), |r: &(u64, u64)| r.1)
+            .count()
+            .discard(),
+        "wordcount" => {
+            // About 6.5 bytes a word; the corpus is made once per size and kept.
+            let dir = scratch.join(format!("corpus-{n}"));
+            common::corpus(&dir, n * 13 / 2);
+            let input = TextSource::open(&dir).expect("the corpus was just written");
+            let out = scratch.join(format!("out-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&out);
+            let job = weir::jobs::wordcount(input, out.clone(), 1, false);
+            run(job);
+            let _ = std::fs::remove_dir_all(&out);
+            return;
+        }
+        "q5" => {
+            let q: weir::nexmark::Query = "q5".parse().expect("a query");
+            weir::nexmark::build(&job, q, Some(n), None).discard();
+        }
+        other => {
+            eprintln!("no workload {other}; {usage}");
+            std::process::exit(2);
+        }
+    }
+    run(job);
+}
+
+fn run(job: Job) {
+    let report = job.execute(RunConfig::default().workers(1)).expect("the job runs");
+    println!("records {}", report.source_records);
+}
