@@ -185,16 +185,12 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         &self.pages[i >> PAGE_SHIFT].slots[i & (PAGE_SLOTS - 1)]
     }
 
-    #[inline]
+    #[inline(always)]
     fn page_mut(&mut self, p: usize) -> &mut Page<K, V> {
+        // Every write comes here: the check is inlined, taking the page (after a snapshot, once
+        // per page) is not.
         if !self.owned[p] {
-            if Arc::get_mut(&mut self.pages[p]).is_none() {
-                // Shared with a snapshot: copy before the first write.
-                self.pages[p] = Arc::new((*self.pages[p]).clone());
-                self.copied_pages += 1;
-            }
-            self.owned[p] = true;
-            self.versions[p] = new_version();
+            self.take_page(p);
         }
         debug_assert_eq!(Arc::strong_count(&self.pages[p]), 1, "an owned page is unshared");
         // SAFETY: `owned[p]` is true only while this map holds the only reference to the page
@@ -202,6 +198,19 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         // cleared by `fork` before any clone leaves the map; the map never makes `Weak`s). With
         // `&mut self`, this is the only access to the page, so a unique reference is sound.
         unsafe { &mut *(Arc::as_ptr(&self.pages[p]) as *mut Page<K, V>) }
+    }
+
+    /// Makes page `p` this map's own: copied if a snapshot shares it, and given a new version.
+    #[cold]
+    #[inline(never)]
+    fn take_page(&mut self, p: usize) {
+        if Arc::get_mut(&mut self.pages[p]).is_none() {
+            // Shared with a snapshot: copy before the first write.
+            self.pages[p] = Arc::new((*self.pages[p]).clone());
+            self.copied_pages += 1;
+        }
+        self.owned[p] = true;
+        self.versions[p] = new_version();
     }
 
     #[inline]
