@@ -210,10 +210,14 @@ impl<T: Persist> OutChannel<T> {
         }
     }
 
-    /// Stages a record without publishing (the key-by path publishes per batch).
+    /// The ring's free slots, to be written one record at a time by the key-by path
+    /// ([`DirectWrite`]): none while entries are staged (they go first).
     #[inline]
-    pub(crate) fn stage(&mut self, record: T) {
-        self.staged.push(Entry::Record(record));
+    fn direct(&mut self) -> DirectWrite<'_, T> {
+        let OutChannel { producer, staged, consumer, written, .. } = self;
+        let room = if staged.is_empty() { producer.slots() } else { 0 };
+        let chunk = (room > 0).then(|| producer.write_chunk_uninit(room).expect("the free slots were just counted"));
+        DirectWrite { chunk, room, filled: 0, staged, consumer, written }
     }
 
     /// Publishes staged entries that fit. Returns `true` when none are left.
@@ -278,6 +282,50 @@ fn move_front_into<T>(producer: &mut Producer<Entry<T>>, staged: &mut Vec<Entry<
     }
 }
 
+/// One ring's free slots reserved for a batch of the key-by path: records go into them in
+/// order, the overflow into the stage behind them; [`DirectWrite::publish`] makes the
+/// written slots visible to the consumer at once.
+struct DirectWrite<'a, T> {
+    chunk: Option<rtrb::chunks::WriteChunkUninit<'a, Entry<T>>>,
+    /// Slots reserved, and written so far (the first `filled`).
+    room: usize,
+    filled: usize,
+    staged: &'a mut Vec<Entry<T>>,
+    consumer: &'a Parker,
+    written: &'a mut u64,
+}
+
+impl<T> DirectWrite<'_, T> {
+    #[inline]
+    fn push(&mut self, record: T) {
+        let Some(chunk) = self.chunk.as_mut().filter(|_| self.filled < self.room) else {
+            self.staged.push(Entry::Record(record));
+            return;
+        };
+        let (first, second) = chunk.as_mut_slices();
+        let slot = match first.get_mut(self.filled) {
+            Some(slot) => slot,
+            None => &mut second[self.filled - first.len()],
+        };
+        slot.write(Entry::Record(record));
+        self.filled += 1;
+    }
+
+    /// Publishes the slots written.
+    fn publish(self) {
+        let Some(chunk) = self.chunk else { return };
+        // SAFETY: `push` wrote the first `filled` slots of the chunk in order (through
+        // `as_mut_slices`, the first slice then the second), so exactly those are
+        // initialised; the rest are left to the producer. (A panic in the batch drops the
+        // chunk unpublished: the entries written are leaked, never read or dropped twice.)
+        unsafe { chunk.commit(self.filled) };
+        if self.filled > 0 {
+            *self.written += self.filled as u64;
+            self.consumer.notify();
+        }
+    }
+}
+
 /// All rings of one edge leaving one upstream subtask: a [`Collector`] that partitions.
 pub(crate) struct ChannelWriter<T, H> {
     outs: Vec<OutChannel<T>>,
@@ -331,11 +379,15 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
                 last.write_records(records);
             }
             Partitioner::KeyBy { hash, router } => {
-                let outs = &mut self.outs;
+                // Each record moves straight into its ring's free slots, published once per
+                // batch and ring; only what does not fit is staged (it was all staged, then
+                // copied into the rings: a second copy of every record).
+                let mut direct: Vec<DirectWrite<'_, T>> = self.outs.iter_mut().map(OutChannel::direct).collect();
                 crate::collector::move_each(records, |r, _| {
                     let to = router.subtask(hash(&r));
-                    outs[to].stage(r);
+                    direct[to].push(r);
                 });
+                direct.into_iter().for_each(DirectWrite::publish);
                 self.flush_all();
             }
         }
