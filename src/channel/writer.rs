@@ -216,8 +216,12 @@ impl<T: Persist> OutChannel<T> {
     fn direct(&mut self) -> DirectWrite<'_, T> {
         let OutChannel { producer, staged, consumer, written, .. } = self;
         let room = if staged.is_empty() { producer.slots() } else { 0 };
-        let chunk = (room > 0).then(|| producer.write_chunk_uninit(room).expect("the free slots were just counted"));
-        DirectWrite { chunk, room, filled: 0, staged, consumer, written }
+        let mut chunk = (room > 0).then(|| producer.write_chunk_uninit(room).expect("the free slots were just counted"));
+        let (first, first_len, second) = match chunk.as_mut().map(|c| c.as_mut_slices()) {
+            Some((a, b)) => (a.as_mut_ptr(), a.len(), b.as_mut_ptr()),
+            None => (std::ptr::null_mut(), 0, std::ptr::null_mut()),
+        };
+        DirectWrite { chunk, first, first_len, second, room, filled: 0, staged, consumer, written }
     }
 
     /// Publishes staged entries that fit. Returns `true` when none are left.
@@ -287,6 +291,11 @@ fn move_front_into<T>(producer: &mut Producer<Entry<T>>, staged: &mut Vec<Entry<
 /// written slots visible to the consumer at once.
 struct DirectWrite<'a, T> {
     chunk: Option<rtrb::chunks::WriteChunkUninit<'a, Entry<T>>>,
+    /// The chunk's two runs of slots (`as_mut_slices`), taken once: `first_len` slots at
+    /// `first`, the rest at `second`.
+    first: *mut std::mem::MaybeUninit<Entry<T>>,
+    first_len: usize,
+    second: *mut std::mem::MaybeUninit<Entry<T>>,
     /// Slots reserved, and written so far (the first `filled`).
     room: usize,
     filled: usize,
@@ -298,23 +307,26 @@ struct DirectWrite<'a, T> {
 impl<T> DirectWrite<'_, T> {
     #[inline]
     fn push(&mut self, record: T) {
-        let Some(chunk) = self.chunk.as_mut().filter(|_| self.filled < self.room) else {
+        if self.filled == self.room {
             self.staged.push(Entry::Record(record));
             return;
-        };
-        let (first, second) = chunk.as_mut_slices();
-        let slot = match first.get_mut(self.filled) {
-            Some(slot) => slot,
-            None => &mut second[self.filled - first.len()],
-        };
-        slot.write(Entry::Record(record));
+        }
+        let i = self.filled;
+        // SAFETY: `i < room`, and the chunk (held in `self`, so alive and not otherwise
+        // accessed) reserved `room` slots: `first_len` at `first`, `room - first_len` at
+        // `second`, as `as_mut_slices` gave them. So the slot is in bounds and written once.
+        unsafe {
+            let slot = if i < self.first_len { self.first.add(i) } else { self.second.add(i - self.first_len) };
+            (*slot).write(Entry::Record(record));
+        }
         self.filled += 1;
     }
 
     /// Publishes the slots written.
     fn publish(self) {
         let Some(chunk) = self.chunk else { return };
-        // SAFETY: `push` wrote the first `filled` slots of the chunk in order (through
+        debug_assert!(self.filled <= self.room);
+        // SAFETY: `push` wrote the first `filled` slots of the chunk in order (those of
         // `as_mut_slices`, the first slice then the second), so exactly those are
         // initialised; the rest are left to the producer. (A panic in the batch drops the
         // chunk unpublished: the entries written are leaked, never read or dropped twice.)
