@@ -14,10 +14,13 @@ set -u
 seeds=${1:-0..6000}
 jobs=${2:-wordcount window join keyed timers sessions owned embedded}
 modes=${3:-aligned unaligned aligned-timeout at-least-once adaptive}
-weir=$(cd "$(dirname "$0")/.." && pwd)/target/release/weir
-[ -x "$weir" ] || { echo "no $weir: run cargo build --release first" >&2; exit 2; }
+built=$(cd "$(dirname "$0")/.." && pwd)/target/release/weir
+[ -x "$built" ] || { echo "no $built: run cargo build --release first" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# A copy: every combination runs the same binary, even if a build replaces it meanwhile.
+weir=$out/weir
+cp "$built" "$weir"
 for inc in full incremental; do
   for mode in $modes; do
     for job in $jobs; do
@@ -33,6 +36,7 @@ done | xargs -P "$(nproc)" -L 1 sh -c '
     >"'"$out"'/$name.out" 2>"'"$out"'/$name.err"
   echo $? >"'"$out"'/$name.rc"' sh
 seeds_total=0 differ_total=0 failed=0
+echo "binary: $("$weir" --version 2>/dev/null || true) built $(date -r "$built" '+%F %T')"
 for f in "$out"/*.out; do
   name=$(basename "$f" .out)
   line=$(grep -E '^[0-9]+ seeds, [0-9]+ differ' "$f")
