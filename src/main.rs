@@ -55,8 +55,9 @@ enum Command {
 #[derive(Args, Debug)]
 struct SimulateArgs {
     /// The job: wordcount, window, join, keyed, timers (a process function with event-time
-    /// timers and a side output), sessions (session windows) or owned (records that own heap memory,
-    /// through every built-in operator).
+    /// timers and a side output), sessions (session windows), owned (records that own heap memory,
+    /// through every built-in operator) or embedded (a host program feeding a push source and
+    /// reading an exactly-once pull sink, restarted with the job after a crash).
     #[arg(long)]
     job: weir::simulation::jobs::SimJob,
     /// aligned, unaligned, aligned-timeout, at-least-once or adaptive.
