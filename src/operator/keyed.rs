@@ -15,6 +15,8 @@ pub(crate) struct KeyedAggregate<T, K, A, O, KF, I, F, R> {
     fold: F,
     result: R,
     state: KeyedValueState<K, A>,
+    /// The batch's keys and their hashes, between the two passes (kept for its allocation).
+    keys: Vec<(u64, K)>,
     out: Vec<O>,
     next: Box<dyn Collector<O>>,
     _input: std::marker::PhantomData<fn(T)>,
@@ -28,6 +30,7 @@ impl<T, K: Key, A: Clone, O, KF, I, F, R> KeyedAggregate<T, K, A, O, KF, I, F, R
             fold,
             result,
             state: KeyedValueState::new(),
+            keys: Vec::new(),
             out: Vec::new(),
             next,
             _input: std::marker::PhantomData,
@@ -47,35 +50,38 @@ where
 {
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
-        // Large keyed states miss the cache on most lookups: start loading the slot of the
-        // record a few places ahead while this one is updated. Each key is extracted and
-        // hashed once: it waits in `ahead` from its prefetch to its lookup (for a key that owns
-        // memory, a `String` or a long `Word`, extracting it twice was a clone and a drop).
-        const AHEAD: usize = 8;
-        let (key, state, init, fold, result, out) =
-            (&self.key, &mut self.state, &self.init, &mut self.fold, &mut self.result, &mut self.out);
-        let mut ahead: [Option<(u64, K)>; AHEAD] = std::array::from_fn(|_| None);
-        for (slot, r) in ahead.iter_mut().zip(records.iter()) {
-            let k = key(r);
-            let hash = hash_key(&k);
-            state.prefetch_hashed(hash);
-            *slot = Some((hash, k));
-        }
-        let mut i = 0;
-        crate::collector::move_each(records, |r, rest| {
-            let (hash, k) = ahead[i % AHEAD].take().expect("every record's key was extracted ahead");
-            // `rest` starts at record i + 1, so record i + AHEAD is AHEAD - 1 into it.
-            if let Some(next) = rest.get(AHEAD - 1) {
-                let k = key(next);
+        // Large keyed states miss the cache on most lookups: start loading the slots before the
+        // updates. Each key is extracted and hashed once: it waits in `keys` from its prefetch
+        // to its lookup (for a key that owns memory, a `String` or a long `Word`, extracting it
+        // twice was a clone and a drop).
+        //
+        // Two passes over each block of `BLOCK` records: its keys extracted, hashed and their
+        // slots prefetched, then its records folded in (a block's slots stay in L1; a ring of
+        // keys a few records ahead cost an `Option` take and put per record).
+        const BLOCK: usize = 32;
+        let (key, state, init, fold, result, out, keys) =
+            (&self.key, &mut self.state, &self.init, &mut self.fold, &mut self.result, &mut self.out, &mut self.keys);
+        out.reserve(records.len());
+        let mut rest = records.drain(..);
+        loop {
+            let block = rest.as_slice();
+            let n = block.len().min(BLOCK);
+            if n == 0 {
+                break;
+            }
+            keys.extend(block[..n].iter().map(|r| {
+                let k = key(r);
                 let hash = hash_key(&k);
                 state.prefetch_hashed(hash);
-                ahead[i % AHEAD] = Some((hash, k));
+                (hash, k)
+            }));
+            for (r, (hash, k)) in rest.by_ref().take(n).zip(keys.drain(..)) {
+                let (k, acc) = state.entry_hashed(hash, k, init);
+                fold(acc, r);
+                out.push(result(k, acc));
             }
-            let (k, acc) = state.entry_hashed(hash, k, init);
-            fold(acc, r);
-            out.push(result(k, acc));
-            i += 1;
-        });
+        }
+        drop(rest);
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);
