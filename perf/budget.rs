@@ -8,7 +8,6 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[allow(dead_code)]
 mod common;
 
 use std::path::PathBuf;
@@ -27,7 +26,11 @@ fn main() {
     let job = Job::new(format!("budget-{workload}"));
     match workload.as_str() {
         // Flink's W1–W3 as `../shared/peers/weir` writes them.
-        "W1" => job.generator(Generator::new(|i, _| i).count(n)).map(|x: u64| x.wrapping_mul(3)).filter(|x| x % 2 == 0).discard(),
+        "W1" => job
+            .generator(Generator::new(|i, _| i).count(n))
+            .map(|x: u64| x.wrapping_mul(3))
+            .filter(|x| x % 2 == 0)
+            .discard(),
         "W2" => job
             .generator(Generator::new(|i, _| (i % 10_000, 1u64)).count(n))
             .key_by(|r: &(u64, u64)| r.0)

@@ -15,7 +15,6 @@
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 // (Its date helper is for the harnesses that write dated results; this one does not.)
-#[allow(dead_code)]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,4 +1,5 @@
-//! Small helpers shared by the perf/ harnesses.
+//! Small helpers shared by the perf/ harnesses (each uses some of them).
+#![allow(dead_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -18,17 +18,15 @@
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use weir::checkpoint::{CheckpointConfig, CheckpointMode};
 use weir::metrics::group_digits;
-use weir::prng::mix;
 use weir::source::TextSource;
 use weir::RunConfig;
 
-#[allow(dead_code)]
 mod common;
 use common::corpus;
 

@@ -216,7 +216,8 @@ impl<T: Persist> OutChannel<T> {
     fn direct(&mut self) -> DirectWrite<'_, T> {
         let OutChannel { producer, staged, consumer, written, .. } = self;
         let room = if staged.is_empty() { producer.slots() } else { 0 };
-        let mut chunk = (room > 0).then(|| producer.write_chunk_uninit(room).expect("the free slots were just counted"));
+        let mut chunk =
+            (room > 0).then(|| producer.write_chunk_uninit(room).expect("the free slots were just counted"));
         let (first, first_len, second) = match chunk.as_mut().map(|c| c.as_mut_slices()) {
             Some((a, b)) => (a.as_mut_ptr(), a.len(), b.as_mut_ptr()),
             None => (std::ptr::null_mut(), 0, std::ptr::null_mut()),
