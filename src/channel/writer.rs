@@ -211,18 +211,51 @@ impl<T: Persist> OutChannel<T> {
     }
 
     /// The ring's free slots, to be written one record at a time by the key-by path
-    /// ([`DirectWrite`]): none while entries are staged (they go first).
+    /// ([`DirectSlots`]): none while entries are staged (they go first).
     #[inline]
-    fn direct(&mut self) -> DirectWrite<'_, T> {
-        let OutChannel { producer, staged, consumer, written, .. } = self;
-        let room = if staged.is_empty() { producer.slots() } else { 0 };
-        let mut chunk =
-            (room > 0).then(|| producer.write_chunk_uninit(room).expect("the free slots were just counted"));
-        let (first, first_len, second) = match chunk.as_mut().map(|c| c.as_mut_slices()) {
-            Some((a, b)) => (a.as_mut_ptr(), a.len(), b.as_mut_ptr()),
-            None => (std::ptr::null_mut(), 0, std::ptr::null_mut()),
-        };
-        DirectWrite { chunk, first, first_len, second, room, filled: 0, staged, consumer, written }
+    fn direct(&mut self) -> DirectSlots<T> {
+        let room = if self.staged.is_empty() { self.producer.slots() } else { 0 };
+        if room == 0 {
+            return DirectSlots::NONE;
+        }
+        let mut chunk = self.producer.write_chunk_uninit(room).expect("the free slots were just counted");
+        let (a, b) = chunk.as_mut_slices();
+        // Dropped without a commit: nothing is published; the slots stay the next `room` ones
+        // after the ring's tail until `publish_direct` commits those written.
+        DirectSlots { first: a.as_mut_ptr(), first_len: a.len(), second: b.as_mut_ptr(), room, filled: 0 }
+    }
+
+    /// Publishes the slots [`DirectSlots`] wrote, or stages `record` when none is left.
+    #[inline]
+    fn push_direct(&mut self, slots: &mut DirectSlots<T>, record: T) {
+        if slots.filled == slots.room {
+            self.staged.push(Entry::Record(record));
+            return;
+        }
+        let i = slots.filled;
+        // SAFETY: `i < room`: `direct` found `room` free slots after the ring's tail (`first_len`
+        // at `first`, the rest at `second`, as the chunk's `as_mut_slices` gave them) and nothing
+        // has moved the tail since (`&mut self`; the consumer reads only up to the tail), and
+        // the ring's buffer never moves. So the slot is in bounds, free, and written once.
+        unsafe {
+            let slot = if i < slots.first_len { slots.first.add(i) } else { slots.second.add(i - slots.first_len) };
+            (*slot).write(Entry::Record(record));
+        }
+        slots.filled += 1;
+    }
+
+    /// Publishes the slots written through `slots`.
+    fn publish_direct(&mut self, slots: &DirectSlots<T>) {
+        debug_assert!(slots.filled <= slots.room);
+        if slots.filled == 0 {
+            return;
+        }
+        let chunk = self.producer.write_chunk_uninit(slots.filled).expect("the slots were free and still are");
+        // SAFETY: the chunk is the first `filled` slots after the tail, the ones `push_direct`
+        // wrote in order (the tail has not moved since `direct`), so all are initialised.
+        unsafe { chunk.commit_all() };
+        self.written += slots.filled as u64;
+        self.consumer.notify();
     }
 
     /// Publishes staged entries that fit. Returns `true` when none are left.
@@ -287,57 +320,29 @@ fn move_front_into<T>(producer: &mut Producer<Entry<T>>, staged: &mut Vec<Entry<
     }
 }
 
-/// One ring's free slots reserved for a batch of the key-by path: records go into them in
-/// order, the overflow into the stage behind them; [`DirectWrite::publish`] makes the
-/// written slots visible to the consumer at once.
-struct DirectWrite<'a, T> {
-    chunk: Option<rtrb::chunks::WriteChunkUninit<'a, Entry<T>>>,
-    /// The chunk's two runs of slots (`as_mut_slices`), taken once: `first_len` slots at
-    /// `first`, the rest at `second`.
+/// One ring's free slots for a batch of the key-by path (raw pointers, so the writer keeps
+/// them in a vector it reuses: a batch allocates nothing): records go into them in order, the
+/// overflow into the stage behind them, and [`OutChannel::publish_direct`] makes the written
+/// slots visible to the consumer at once.
+struct DirectSlots<T> {
+    /// The free slots' two runs: `first_len` at `first`, the rest at `second`.
     first: *mut std::mem::MaybeUninit<Entry<T>>,
     first_len: usize,
     second: *mut std::mem::MaybeUninit<Entry<T>>,
-    /// Slots reserved, and written so far (the first `filled`).
+    /// Slots free, and written so far (the first `filled`).
     room: usize,
     filled: usize,
-    staged: &'a mut Vec<Entry<T>>,
-    consumer: &'a Parker,
-    written: &'a mut u64,
 }
 
-impl<T> DirectWrite<'_, T> {
-    #[inline]
-    fn push(&mut self, record: T) {
-        if self.filled == self.room {
-            self.staged.push(Entry::Record(record));
-            return;
-        }
-        let i = self.filled;
-        // SAFETY: `i < room`, and the chunk (held in `self`, so alive and not otherwise
-        // accessed) reserved `room` slots: `first_len` at `first`, `room - first_len` at
-        // `second`, as `as_mut_slices` gave them. So the slot is in bounds and written once.
-        unsafe {
-            let slot = if i < self.first_len { self.first.add(i) } else { self.second.add(i - self.first_len) };
-            (*slot).write(Entry::Record(record));
-        }
-        self.filled += 1;
-    }
-
-    /// Publishes the slots written.
-    fn publish(self) {
-        let Some(chunk) = self.chunk else { return };
-        debug_assert!(self.filled <= self.room);
-        // SAFETY: `push` wrote the first `filled` slots of the chunk in order (those of
-        // `as_mut_slices`, the first slice then the second), so exactly those are
-        // initialised; the rest are left to the producer. (A panic in the batch drops the
-        // chunk unpublished: the entries written are leaked, never read or dropped twice.)
-        unsafe { chunk.commit(self.filled) };
-        if self.filled > 0 {
-            *self.written += self.filled as u64;
-            self.consumer.notify();
-        }
-    }
+impl<T> DirectSlots<T> {
+    const NONE: Self =
+        DirectSlots { first: std::ptr::null_mut(), first_len: 0, second: std::ptr::null_mut(), room: 0, filled: 0 };
 }
+
+// SAFETY: the pointers are only followed by the writer that made them, on its own thread,
+// within one batch; between batches the vector holds stale values that are never followed
+// (each batch refills it from `direct`).
+unsafe impl<T: Send> Send for DirectSlots<T> {}
 
 /// All rings of one edge leaving one upstream subtask: a [`Collector`] that partitions.
 pub(crate) struct ChannelWriter<T, H> {
@@ -345,6 +350,8 @@ pub(crate) struct ChannelWriter<T, H> {
     partitioner: Partitioner<H>,
     /// A broadcast's copy of each batch for the rings but the last (kept for its allocation).
     copy: Vec<T>,
+    /// The key-by path's free slots per ring during a batch (kept for its allocation).
+    direct: Vec<DirectSlots<T>>,
 }
 
 impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
@@ -353,7 +360,7 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
         if matches!(partitioner, Partitioner::Forward) {
             assert_eq!(outs.len(), 1, "a forward writer has exactly one ring");
         }
-        ChannelWriter { outs, partitioner, copy: Vec::new() }
+        ChannelWriter { outs, partitioner, copy: Vec::new(), direct: Vec::new() }
     }
 
     /// Entries published so far over all rings.
@@ -395,12 +402,16 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
                 // Each record moves straight into its ring's free slots, published once per
                 // batch and ring; only what does not fit is staged (it was all staged, then
                 // copied into the rings: a second copy of every record).
-                let mut direct: Vec<DirectWrite<'_, T>> = self.outs.iter_mut().map(OutChannel::direct).collect();
+                let (outs, direct) = (&mut self.outs, &mut self.direct);
+                direct.clear();
+                direct.extend(outs.iter_mut().map(OutChannel::direct));
                 crate::collector::move_each(records, |r, _| {
                     let to = router.subtask(hash(&r));
-                    direct[to].push(r);
+                    outs[to].push_direct(&mut direct[to], r);
                 });
-                direct.into_iter().for_each(DirectWrite::publish);
+                for (o, d) in outs.iter_mut().zip(direct.iter()) {
+                    o.publish_direct(d);
+                }
                 self.flush_all();
             }
         }
