@@ -21,6 +21,7 @@ trap 'rm -rf "$out"' EXIT
 # A copy: every combination runs the same binary, even if a build replaces it meanwhile.
 weir=$out/weir
 cp "$built" "$weir"
+stamp=$(date -r "$built" '+%F %T')
 for inc in full incremental; do
   for mode in $modes; do
     for job in $jobs; do
@@ -36,7 +37,7 @@ done | xargs -P "$(nproc)" -L 1 sh -c '
     >"'"$out"'/$name.out" 2>"'"$out"'/$name.err"
   echo $? >"'"$out"'/$name.rc"' sh
 seeds_total=0 differ_total=0 failed=0
-echo "binary: $("$weir" --version 2>/dev/null || true) built $(date -r "$built" '+%F %T')"
+echo "binary: $("$weir" --version 2>/dev/null || true) built $stamp"
 for f in "$out"/*.out; do
   name=$(basename "$f" .out)
   line=$(grep -E '^[0-9]+ seeds, [0-9]+ differ' "$f")
