@@ -56,7 +56,7 @@ impl BarrierAligner {
             Some(p) if p.barrier.id > barrier.id => return Alignment::Stale,
             Some(p) => {
                 let superseded = p.barrier.id;
-                self.pass(superseded);
+                self.pass(superseded); // drops the pending alignment
                 result = Alignment::Superseded;
             }
             None => {}
@@ -107,7 +107,6 @@ impl BarrierAligner {
     /// barriers become stale: an older checkpoint still on its way here may complete.
     pub fn abort(&mut self, id: u64) -> bool {
         if self.pending.as_ref().is_some_and(|p| p.barrier.id == id) {
-            self.pending = None;
             self.pass(id);
             return true;
         }

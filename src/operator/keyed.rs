@@ -81,7 +81,6 @@ where
                 out.push(result(k, acc));
             }
         }
-        drop(rest);
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);

@@ -146,7 +146,10 @@ impl<T> PullShared<T> {
     where
         T: Clone,
     {
-        lock(&self.unreceived).extend(records.iter().cloned());
+        let mut unreceived = lock(&self.unreceived);
+        self.forget_received(&mut unreceived);
+        unreceived.extend(records.iter().cloned());
+        drop(unreceived);
         self.push(records.into_iter().map(|(seq, record)| Delivered { seq, record }));
     }
 
@@ -155,12 +158,17 @@ impl<T> PullShared<T> {
     where
         T: Clone,
     {
-        let received = self.received.load(Ordering::Acquire);
         let mut unreceived = lock(&self.unreceived);
+        self.forget_received(&mut unreceived);
+        unreceived.iter().cloned().collect()
+    }
+
+    /// Drops from `unreceived` what the host has received (so it holds about a queue's worth).
+    fn forget_received(&self, unreceived: &mut VecDeque<(u64, T)>) {
+        let received = self.received.load(Ordering::Acquire);
         while unreceived.front().is_some_and(|(seq, _)| *seq < received) {
             unreceived.pop_front();
         }
-        unreceived.iter().cloned().collect()
     }
 }
 
@@ -432,14 +440,15 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
         self.next_seq = next_seq;
         // Released before the checkpoint, maybe never received: again, unless this process
         // released them (a failover: they are in the queue, or the host has them).
-        let mut released = lock(&self.shared.released);
-        if released.is_none() {
-            // Transactions are numbered from 1: 0 marks this process as having released.
-            *released = Some(0);
-            drop(released);
+        // Transactions are numbered from 1: 0 marks this process as having released.
+        let first_here = {
+            let mut released = lock(&self.shared.released);
+            let first = released.is_none();
+            released.get_or_insert(0);
+            first
+        };
+        if first_here {
             self.shared.release_unreceived(unreceived);
-        } else {
-            drop(released);
         }
         // What the restored (complete) checkpoint pre-committed is committed now.
         for (txn, records) in pending {
