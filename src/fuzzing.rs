@@ -35,6 +35,9 @@ fn decode_payload(bytes: &[u8]) {
     let _ = from_bytes::<Vec<(u64, u64)>>(bytes);
     let _ = from_bytes::<Vec<(Word, u64)>>(bytes);
     let _ = from_bytes::<(Option<i64>, Option<i64>, Vec<(i64, Vec<(u64, u64)>)>)>(bytes);
+    let _ = from_bytes::<crate::state::PagedImage<u64, u64>>(bytes);
+    let _ = from_bytes::<crate::state::PagedImage<Word, u64>>(bytes);
+    let _ = from_bytes::<(Option<i64>, Vec<(i64, crate::state::PagedImage<Word, u64>)>)>(bytes);
     let _ = from_bytes::<(u64, Vec<u64>)>(bytes);
     let _ = from_bytes::<Vec<(String, u64, u64, bool)>>(bytes);
     let _ = from_bytes::<crate::nexmark::Event>(bytes);

@@ -87,7 +87,7 @@ impl<BK: Key, BV: Persist + Clone + Send + Sync + 'static> Snapshot for Broadcas
         crate::state::fork_paged(&mut self.map)
     }
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
-        self.map = PagedMap::from_entries(from_bytes(bytes)?);
+        self.map = from_bytes::<crate::state::PagedImage<BK, BV>>(bytes)?.into_map();
         Ok(())
     }
 }

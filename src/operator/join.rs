@@ -177,7 +177,8 @@ where
         Ok(())
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
-        type JoinState<K, L, R> = ([Option<Timestamp>; 2], Option<Timestamp>, Vec<(Timestamp, Vec<(K, Sides<L, R>)>)>);
+        type JoinState<K, L, R> =
+            ([Option<Timestamp>; 2], Option<Timestamp>, super::window::WindowEntries<K, Sides<L, R>>);
         let decoded: Vec<JoinState<K, L, R>> = parts.iter().map(|(_, b)| from_bytes(b)).collect::<Result<_>>()?;
         self.wm = [0, 1].map(|i| merged_watermark(decoded.iter().map(|d| d.0[i])));
         self.emitted = merged_watermark(decoded.iter().map(|d| d.1));

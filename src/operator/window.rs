@@ -103,21 +103,21 @@ pub(crate) fn merged_watermark(marks: impl Iterator<Item = Option<Timestamp>>) -
 }
 
 /// Open windows as a snapshot stores them: (start, entries), oldest first.
-pub(crate) type WindowEntries<K, V> = Vec<(Timestamp, Vec<(K, V)>)>;
+pub(crate) type WindowEntries<K, V> = Vec<(Timestamp, crate::state::PagedImage<K, V>)>;
 
 /// Window contents of every old subtask, keeping the keys `scope` owns.
-pub(crate) fn merged_windows<K: Key, V>(
+pub(crate) fn merged_windows<K: Key, V: Clone>(
     parts: Vec<WindowEntries<K, V>>,
     scope: &crate::record::KeyScope,
 ) -> WindowEntries<K, V> {
     let mut by_start: std::collections::BTreeMap<Timestamp, Vec<(K, V)>> = std::collections::BTreeMap::new();
     for windows in parts {
         for (start, entries) in windows {
-            let keep = entries.into_iter().filter(|(k, _)| scope.owns(crate::record::hash_key(k)));
+            let keep = entries.into_entries().into_iter().filter(|(k, _)| scope.owns(crate::record::hash_key(k)));
             by_start.entry(start).or_default().extend(keep);
         }
     }
-    by_start.into_iter().collect()
+    by_start.into_iter().map(|(start, entries)| (start, entries.into())).collect()
 }
 
 /// The bounds of a fired window, handed to the result function.
@@ -312,8 +312,8 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
     }
 
     /// Replaces the open windows with what a snapshot of them wrote at `watermark`.
-    pub(crate) fn import(&mut self, windows: Vec<(Timestamp, Vec<(K, V)>)>, watermark: Option<Timestamp>) {
-        self.open = windows.into_iter().map(|(s, entries)| (s, PagedMap::from_entries(entries))).collect();
+    pub(crate) fn import(&mut self, windows: WindowEntries<K, V>, watermark: Option<Timestamp>) {
+        self.open = windows.into_iter().map(|(s, image)| (s, image.into_map())).collect();
         self.open.make_contiguous().sort_by_key(|(s, _)| *s);
         self.fired = self.open.iter().take_while(|(s, _)| self.has_fired(*s, watermark)).count();
     }
@@ -647,7 +647,7 @@ type WindowState<K, A> = (Option<Timestamp>, WindowEntries<K, A>, WindowEntries<
 /// A window operator's snapshot: its watermark, each open window's entries, and — only with
 /// early firings by count — each window's counts. (Snapshots from before count triggers
 /// existed end after the windows, and restore with no counts.)
-fn decode_window_state<K: Key, A: Persist>(bytes: &[u8]) -> Result<WindowState<K, A>> {
+fn decode_window_state<K: Key, A: Persist + Clone>(bytes: &[u8]) -> Result<WindowState<K, A>> {
     let mut input = bytes;
     let watermark = Option::<Timestamp>::restore(&mut input)?;
     let windows = WindowEntries::<K, A>::restore(&mut input)?;

@@ -5,7 +5,7 @@
 //!
 //! May touch: `error`, `persist`, `record`, `snapshot`, `state::paged`.
 
-use super::paged::{PagedFork, PagedMap};
+use super::paged::{PagedFork, PagedImage, PagedMap};
 use super::{KeyedValueState, Snapshot};
 use crate::error::Result;
 use crate::persist::{from_bytes, Persist};
@@ -24,7 +24,18 @@ pub trait KeyedState: Snapshot + Send + 'static {
     }
 }
 
-/// Reads `Vec<(K, V)>` snapshots into a fresh map, keeping the entries `keep` accepts.
+/// Reads one subtask's snapshot of a [`PagedMap`] back whole (each entry into the slot it had,
+/// see [`PagedImage`]).
+pub(super) fn read_map<K, V>(bytes: &[u8]) -> Result<PagedMap<K, V>>
+where
+    K: Persist + std::hash::Hash + Eq + Clone,
+    V: Persist + Clone,
+{
+    Ok(from_bytes::<PagedImage<K, V>>(bytes)?.into_map())
+}
+
+/// Reads the snapshots of several subtasks' [`PagedMap`]s into a fresh map, keeping the
+/// entries `keep` accepts.
 pub(super) fn read_entries<K, V>(parts: &[&[u8]], keep: impl Fn(&K) -> bool) -> Result<PagedMap<K, V>>
 where
     K: Persist + std::hash::Hash + Eq + Clone,
@@ -32,7 +43,7 @@ where
 {
     let mut kept = Vec::new();
     for bytes in parts {
-        let entries: Vec<(K, V)> = from_bytes(bytes)?;
+        let entries = from_bytes::<PagedImage<K, V>>(bytes)?.into_entries();
         kept.extend(entries.into_iter().filter(|(k, _)| keep(k)));
     }
     Ok(PagedMap::from_entries(kept))
@@ -176,7 +187,7 @@ impl<K: Key, T: Persist + Clone + Send + Sync + 'static> Snapshot for ListState<
         Box::new(ForkedMap(self.lists.fork()))
     }
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
-        self.lists = read_entries(&[bytes], |_| true)?;
+        self.lists = read_map(bytes)?;
         Ok(())
     }
 }
@@ -277,7 +288,7 @@ impl<K: Key, UK: Key, UV: Persist + Clone + Send + Sync + 'static> Snapshot for 
         Box::new(ForkedMap(self.entries.fork()))
     }
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
-        self.entries = read_entries(&[bytes], |_| true)?;
+        self.entries = read_map(bytes)?;
         self.index_user_keys();
         Ok(())
     }

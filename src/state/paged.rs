@@ -372,6 +372,42 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         self.pages.iter().flat_map(|p| p.slots.iter().flatten().map(|(k, v)| (k, v)))
     }
 
+    /// Whether a lookup finds every entry: none lies before its hash's slot or past an empty
+    /// slot after it (walking the table once from an empty slot, so runs that wrap around
+    /// the end are seen whole).
+    fn every_entry_is_found(&self) -> bool {
+        let slots = self.mask + 1;
+        let Some(empty) = (0..slots).find(|&i| self.slot(i).is_none()) else { return false };
+        let mut run_start = empty + 1;
+        for step in 1..slots {
+            let i = (empty + step) & self.mask;
+            match self.slot(i) {
+                None => run_start = i + 1,
+                Some((k, _)) => {
+                    let home = hash_key(k) as usize & self.mask;
+                    // Both distances walk forward (mod the slot count) to `i`.
+                    if (i.wrapping_sub(home) & self.mask) > (i.wrapping_sub(run_start) & self.mask) {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// The entries, in slot order, moved out (pages no snapshot shares give them up without a
+    /// copy).
+    fn into_entries(self) -> Vec<(K, V)> {
+        let mut entries = Vec::with_capacity(self.len);
+        for page in self.pages {
+            match Arc::try_unwrap(page) {
+                Ok(mut page) => entries.extend(page.slots.iter_mut().filter_map(Option::take)),
+                Err(shared) => entries.extend(shared.slots.iter().flatten().cloned()),
+            }
+        }
+        entries
+    }
+
     /// Shares every page with the returned fork: pointer work, one clone per page.
     pub fn fork(&mut self) -> PagedFork<K, V> {
         self.owned.iter_mut().for_each(|o| *o = false);
@@ -380,21 +416,126 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
 }
 
 impl<K: Persist, V: Persist> PagedFork<K, V> {
-    /// Hands the entries to `out` as the [`Persist`] encoding of `Vec<(K, V)>`: the count,
-    /// then every page as one chunk (so unchanged pages can be referred to, not rewritten).
+    /// Hands the map to `out` in the encoding [`PagedImage`] reads: a header (the format's
+    /// mark, the entry count, the slot count), then every page as one chunk (so unchanged
+    /// pages can be referred to, not rewritten) holding which of its slots are full and their
+    /// entries in slot order.
     pub fn write_chunks(&self, out: &mut dyn StateChunks) -> std::io::Result<()> {
-        let mut len = Vec::with_capacity(8);
-        (self.len as u64).persist(&mut len);
-        out.bytes(&len)?;
+        let mut head = Vec::with_capacity(24);
+        write_head(self.len, self.pages.len(), &mut head);
+        out.bytes(&head)?;
         for (page, &version) in self.pages.iter().zip(&self.versions) {
-            out.page(version, &mut |buf| {
-                for (k, v) in page.slots.iter().flatten() {
-                    k.persist(buf);
-                    v.persist(buf);
-                }
-            })?;
+            out.page(version, &mut |buf| write_page(page, buf))?;
         }
         Ok(())
+    }
+}
+
+fn write_head(len: usize, pages: usize, out: &mut Vec<u8>) {
+    LAID_OUT.persist(out);
+    (len as u64).persist(out);
+    ((pages * PAGE_SLOTS) as u64).persist(out);
+}
+
+/// Which slots of `page` are full (a bit each), then their entries in slot order.
+fn write_page<K: Persist, V: Persist>(page: &Page<K, V>, out: &mut Vec<u8>) {
+    let mut full = [0u64; PAGE_SLOTS / 64];
+    for (i, slot) in page.slots.iter().enumerate() {
+        full[i / 64] |= (slot.is_some() as u64) << (i % 64);
+    }
+    full.persist(out);
+    for (k, v) in page.slots.iter().flatten() {
+        k.persist(out);
+        v.persist(out);
+    }
+}
+
+/// The first word of a map written slot by slot ([`PagedFork::write_chunks`]). The format
+/// before it began with the entry count, which never reaches this value, so both are read.
+const LAID_OUT: u64 = u64::MAX;
+
+/// A [`PagedMap`]'s snapshot as read back. Written slot by slot, it is the map itself: every
+/// entry goes back into the slot it had, with no probing and no key compared, once a pass over
+/// the slots has checked that each lies where a lookup finds it (from its hash's slot, no empty
+/// slot on the way). An image that fails that check (keys hashed differently when it was
+/// written) and one in the older format (the entries alone) are inserted entry by entry into
+/// a map sized for them first.
+pub struct PagedImage<K, V>(Image<K, V>);
+
+enum Image<K, V> {
+    Laid(PagedMap<K, V>),
+    Entries(Vec<(K, V)>),
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> PagedImage<K, V> {
+    /// The map (see the type's doc for when this re-inserts).
+    pub fn into_map(self) -> PagedMap<K, V> {
+        match self.0 {
+            Image::Laid(map) => map,
+            Image::Entries(entries) => PagedMap::from_entries(entries),
+        }
+    }
+
+    /// The entries, in slot order (to be filtered and merged, as a rescaled restore does).
+    pub fn into_entries(self) -> Vec<(K, V)> {
+        match self.0 {
+            Image::Laid(map) => map.into_entries(),
+            Image::Entries(entries) => entries,
+        }
+    }
+}
+
+impl<K, V> From<Vec<(K, V)>> for PagedImage<K, V> {
+    fn from(entries: Vec<(K, V)>) -> Self {
+        PagedImage(Image::Entries(entries))
+    }
+}
+
+impl<K: Persist + Hash + Eq + Clone, V: Persist + Clone> Persist for PagedImage<K, V> {
+    fn persist(&self, out: &mut Vec<u8>) {
+        match &self.0 {
+            Image::Laid(map) => {
+                write_head(map.len, map.pages.len(), out);
+                map.pages.iter().for_each(|page| write_page(page, out));
+            }
+            Image::Entries(entries) => entries.persist(out),
+        }
+    }
+
+    fn restore(input: &mut &[u8]) -> crate::error::Result<Self> {
+        let corrupt = |what: String| crate::error::Error::Corrupt(format!("a paged map's snapshot {what}"));
+        if input.get(..8) != Some(&LAID_OUT.to_le_bytes()[..]) {
+            return Vec::restore(input).map(|entries| PagedImage(Image::Entries(entries)));
+        }
+        *input = &input[8..];
+        let len = u64::restore(input)?;
+        let slots = u64::restore(input)?;
+        let pages = slots / PAGE_SLOTS as u64;
+        // Every page takes at least its slot bits: a damaged slot count cannot allocate more
+        // pages than the bytes left could describe.
+        let page_min = (PAGE_SLOTS / 8) as u64;
+        if !slots.is_power_of_two() || pages == 0 || pages > input.len() as u64 / page_min || len >= slots {
+            return Err(corrupt(format!("has {len} entries in {slots} slots ({} bytes follow)", input.len())));
+        }
+        let mut map = PagedMap::with_slots(slots as usize);
+        let mut read = 0;
+        for p in 0..pages as usize {
+            let full = <[u64; PAGE_SLOTS / 64]>::restore(input)?;
+            let page = map.page_mut(p);
+            for (w, mut bits) in full.into_iter().enumerate() {
+                while bits != 0 {
+                    let i = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    page.slots[i] = Some((K::restore(input)?, V::restore(input)?));
+                    read += 1;
+                }
+            }
+        }
+        if read != len {
+            return Err(corrupt(format!("says {len} entries and holds {read}")));
+        }
+        map.len = read as usize;
+        Ok(PagedImage(if map.every_entry_is_found() { Image::Laid(map) } else { Image::Entries(map.into_entries()) }))
     }
 }
 
@@ -478,6 +619,78 @@ mod tests {
                 prop_assert_eq!(&got, at_fork);
                 prop_assert_eq!(fork.len(), at_fork.len());
             }
+        }
+    }
+
+    fn image_bytes(map: &mut PagedMap<u64, u64>) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        crate::snapshot::ForkedState::write_to(&super::super::kinds::ForkedMap(map.fork()), &mut bytes).unwrap();
+        bytes
+    }
+
+    /// A map read back slot by slot is the map written: same slots, same lookups, and it
+    /// goes on growing and removing as before.
+    #[test]
+    fn a_map_read_back_slot_by_slot_has_every_entry_where_it_was() {
+        let mut m: PagedMap<u64, u64> = PagedMap::new();
+        for k in 0..50_000u64 {
+            m.insert(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), k);
+        }
+        for k in (0..50_000u64).step_by(3) {
+            m.remove(&k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        }
+        let bytes = image_bytes(&mut m);
+        let mut back = crate::persist::from_bytes::<PagedImage<u64, u64>>(&bytes).unwrap();
+        assert!(matches!(back.0, Image::Laid(_)), "a valid image is taken as it is");
+        assert_eq!(crate::persist::to_bytes(&back), bytes, "an image writes back what it read");
+        back = crate::persist::from_bytes(&bytes).unwrap();
+        let mut back = back.into_map();
+        assert_eq!((back.len(), back.pages()), (m.len(), m.pages()));
+        assert!(m.iter().zip(back.iter()).all(|(a, b)| a == b), "the same entries in the same slots");
+        for k in 50_000..100_000u64 {
+            back.insert(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), k);
+        }
+        assert_eq!(back.len(), m.len() + 50_000);
+        assert_eq!(back.remove(&(7u64.wrapping_mul(0x9e37_79b9_7f4a_7c15))), Some(7));
+    }
+
+    /// An image whose entries do not lie where their hashes lead (another hash wrote it, or
+    /// it was changed) is not taken as it is: its entries are inserted again, so every one is
+    /// found. Damaged counts and sizes are refused with an error, never a panic or a huge
+    /// allocation.
+    #[test]
+    fn entries_out_of_their_place_are_inserted_again_and_damaged_sizes_are_refused() {
+        let mut m: PagedMap<u64, u64> = PagedMap::new();
+        for k in 0..100u64 {
+            m.insert(k, k + 1000);
+        }
+        let mut bytes = image_bytes(&mut m);
+        // Swap the first two entries' keys: each now sits in the other's slot.
+        let first = 24 + 32;
+        let (a, b) = (first, first + 16);
+        let (ka, kb) = (bytes[a..a + 8].to_vec(), bytes[b..b + 8].to_vec());
+        bytes[a..a + 8].copy_from_slice(&kb);
+        bytes[b..b + 8].copy_from_slice(&ka);
+        let image = crate::persist::from_bytes::<PagedImage<u64, u64>>(&bytes).unwrap();
+        assert!(matches!(image.0, Image::Entries(_)), "misplaced entries are not taken as laid out");
+        let back = image.into_map();
+        assert_eq!(back.len(), 100);
+        let swapped = [u64::from_le_bytes(ka.try_into().unwrap()), u64::from_le_bytes(kb.try_into().unwrap())];
+        assert!((0..100u64).all(|k| back.get(&k).is_some()), "every key is found");
+        assert_eq!(back.get(&swapped[0]), m.get(&swapped[1]), "values went with the slots they were in");
+
+        let good = image_bytes(&mut m);
+        let mut huge = good.clone();
+        huge[16..24].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        let mut odd = good.clone();
+        odd[16..24].copy_from_slice(&300u64.to_le_bytes());
+        let mut miscounted = good.clone();
+        miscounted[8..16].copy_from_slice(&99u64.to_le_bytes());
+        for (what, bytes) in
+            [("huge", huge), ("odd", odd), ("miscounted", miscounted), ("cut", good[..good.len() - 5].to_vec())]
+        {
+            let r = crate::persist::from_bytes::<PagedImage<u64, u64>>(&bytes);
+            assert!(matches!(r, Err(crate::error::Error::Corrupt(_))), "{what}: {:?}", r.map(|_| ()));
         }
     }
 

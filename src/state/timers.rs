@@ -299,7 +299,10 @@ impl<K: Key> Snapshot for TimerService<K> {
         Box::new(ForkedMap(self.by_key.fork()))
     }
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
-        self.restore_owned(&[bytes], &KeyScope { subtask: 0, parallelism: 1, max_parallelism: 1 })
+        self.by_key = super::kinds::read_map(bytes)?;
+        self.rebuild_index(TimeDomain::EventTime);
+        self.rebuild_index(TimeDomain::ProcessingTime);
+        Ok(())
     }
 }
 
