@@ -12,16 +12,27 @@ use weir::snapshot::{Fault, FaultInjector, StorageFault};
 use weir::source::Generator;
 use weir::{Error, Job, RunConfig};
 
+mod common;
+use common::PausingSource;
+
 const N: u64 = 60_000;
 
 fn job(config: Option<CheckpointConfig>) -> (Job, weir::sink::CommittedOutput<(u64, u64)>) {
+    job_held(config, &[])
+}
+
+/// The job, its source ending only after `pauses` (see [`PausingSource`]).
+fn job_held(
+    config: Option<CheckpointConfig>,
+    pauses: &'static [(u64, u32)],
+) -> (Job, weir::sink::CommittedOutput<(u64, u64)>) {
     let mut job = Job::new("io-faults").with_parallelism(2);
     if let Some(c) = config {
         job = job.with_checkpointing(c);
     }
     // Key ≡ i (mod 2) at source parallelism 2: every key's order is fixed, so is the output.
     let out = job
-        .generator(Generator::new(|i, _| (i % 40, i)).count(N).rate(200_000.0))
+        .source(move |ctx| Ok(PausingSource::new(|i| (i % 40, i), N, pauses, ctx)))
         .key_by(|e: &(u64, u64)| e.0)
         .aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k: &u64, s: &u64| (*k, *s))
         .named("sum")
@@ -67,7 +78,10 @@ fn storage_errors_decline_checkpoints_and_the_job_goes_on() {
         .retain(3)
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
         .faults(faults.clone());
-    let (j, out) = job(Some(config));
+    // The end waits for two checkpoints to complete after the last (re)start: the second is
+    // past the failing ones however slowly checkpoints come (they once did not all come
+    // before the end on a loaded machine).
+    let (j, out) = job_held(Some(config), &[(N, 2)]);
     let (report, failures) = run_to_the_end(j);
     let report = report.unwrap();
     assert_eq!(faults.fired(), 5, "every fault fired: {failures:?}");
@@ -100,7 +114,8 @@ fn too_many_consecutive_storage_errors_fail_the_job_with_the_reason() {
         .tolerable_failures(2)
         .restart(RestartStrategy::None)
         .faults(faults);
-    let (j, _) = job(Some(config));
+    // The end waits for a checkpoint that never completes: the failures end the job.
+    let (j, _) = job_held(Some(config), &[(N, 1)]);
     let err = j.execute(RunConfig::default().workers(2)).unwrap_err();
     assert!(matches!(err, Error::Checkpoint(_)), "{err:?}");
     let text = err.to_string();

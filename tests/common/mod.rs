@@ -78,3 +78,69 @@ pub fn savepoint_after(handle: JobHandle, records: u64, dir: &Path) -> PathBuf {
     wait_until(&format!("the sources to emit {records} records"), || handle.metrics().source_records() >= records);
     handle.stop_with_savepoint(dir).unwrap().savepoint().expect("a savepoint, not the end of the input")
 }
+
+/// A source of `f(i)` for `i` in `0 .. count`, split over its subtasks as the generator splits
+/// (subtask `s` of `p` emits `s, s + p, …`), that stops at `pauses`: at each `(index, n)` it
+/// emits nothing more until `n` checkpoints taken at that point have completed, and it ends
+/// only after the last pause (put one at `count` to hold the end). A test that needs
+/// checkpoints before a fault or at the end gets them however slowly the machine takes them,
+/// with no rate or interval tuned to its speed. After a restore it pauses again at a point it
+/// had passed, until the next checkpoint completes.
+pub struct PausingSource<T> {
+    f: fn(u64) -> T,
+    next: u64,
+    step: u64,
+    count: u64,
+    pauses: Vec<(u64, u32)>,
+    /// Checkpoints completed at the pause `pauses[0]`.
+    completed: u32,
+}
+
+impl<T> PausingSource<T> {
+    pub fn new(f: fn(u64) -> T, count: u64, pauses: &[(u64, u32)], ctx: &weir::TaskContext) -> Self {
+        let mut pauses = pauses.to_vec();
+        pauses.sort_unstable();
+        PausingSource { f, next: ctx.subtask as u64, step: ctx.parallelism as u64, count, pauses, completed: 0 }
+    }
+}
+
+impl<T: Send> weir::source::Source<T> for PausingSource<T> {
+    fn poll(&mut self, _: &weir::TaskContext, out: &mut Vec<T>, max: usize) -> weir::Result<weir::source::SourcePoll> {
+        while let Some(&(at, n)) = self.pauses.first() {
+            if self.next < at {
+                break;
+            }
+            if self.completed < n {
+                return Ok(weir::source::SourcePoll::Idle);
+            }
+            self.pauses.remove(0);
+            self.completed = 0;
+        }
+        let until = self.pauses.first().map_or(self.count, |p| p.0).min(self.count);
+        if self.next >= until {
+            return Ok(if self.pauses.is_empty() {
+                weir::source::SourcePoll::Finished
+            } else {
+                weir::source::SourcePoll::Idle
+            });
+        }
+        while self.next < until && out.len() < max {
+            out.push((self.f)(self.next));
+            self.next += self.step;
+        }
+        Ok(weir::source::SourcePoll::Emitted)
+    }
+    fn offset(&self) -> Option<Vec<u8>> {
+        Some(self.next.to_le_bytes().to_vec())
+    }
+    fn seek(&mut self, offset: &[u8]) -> weir::Result<()> {
+        self.next = u64::from_le_bytes(offset.try_into().map_err(|_| weir::Error::Corrupt("offset".into()))?);
+        Ok(())
+    }
+    fn checkpoint_complete(&mut self, offset: &[u8]) {
+        let at = u64::from_le_bytes(offset.try_into().expect("an offset this source wrote"));
+        if self.pauses.first().is_some_and(|&(pause, _)| at >= pause.min(self.count)) {
+            self.completed += 1;
+        }
+    }
+}
