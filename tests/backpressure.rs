@@ -9,6 +9,7 @@ use std::time::Duration;
 use weir::checkpoint::{CheckpointConfig, CheckpointStorage};
 use weir::persist::from_bytes;
 use weir::source::Generator;
+use weir::state::PagedImage;
 use weir::{Job, RunConfig};
 
 const RECORDS: u64 = 24_000;
@@ -57,7 +58,7 @@ fn run(unaligned: bool, alignment_timeout: Option<Duration>) -> Vec<(u64, u64, u
             .sum();
         let counted: u64 = (0..PARALLELISM)
             .filter_map(|s| c.state.get("slow", s))
-            .map(|b| from_bytes::<Vec<(u64, u64)>>(b).unwrap().iter().map(|(_, n)| n).sum::<u64>())
+            .map(|b| from_bytes::<PagedImage<u64, u64>>(b).unwrap().into_entries().iter().map(|(_, n)| n).sum::<u64>())
             .sum();
         out.push((emitted, counted, stats.inflight_bytes));
     }
