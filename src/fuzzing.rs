@@ -3,7 +3,7 @@
 //! same readers. Not part of the API (hidden from the docs).
 //!
 //! May touch: `checkpoint`, `error`, `nexmark` (its events), `persist`, `source` (the word
-//! encoding).
+//! encoding), `state` (the paged map's snapshot format).
 
 use std::path::Path;
 
