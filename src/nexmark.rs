@@ -330,8 +330,10 @@ fn extra(n: u64, k: u64) -> Word {
         pad
     });
     let r = draw(n, k);
+    // (28: the events are the same as when words held 28 bytes inline.)
     let at = ((r >> 8) % (pad.len() - 28) as u64) as usize;
-    Word::from_ascii_prefix(pad[at..at + 28].try_into().expect("28 bytes"), (r % 21) as usize)
+    let window = &pad[at..at + crate::record::WORD_INLINE_BYTES];
+    Word::from_ascii_prefix(window.try_into().expect("a window"), (r % 21) as usize)
 }
 
 /// Every channel's name and URL, made once per process (as the standard generator caches

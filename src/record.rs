@@ -174,7 +174,7 @@ impl KeyScope {
 }
 
 /// Bytes a [`Word`] stores inline.
-pub const WORD_INLINE_BYTES: usize = 28;
+pub const WORD_INLINE_BYTES: usize = 24;
 
 /// A word of text in 32 bytes: short words inline, long words owning their text.
 ///
@@ -192,12 +192,25 @@ pub const WORD_INLINE_BYTES: usize = 28;
 /// assert_eq!(Word::new(&long).as_str(), long);
 /// assert_eq!(Word::new(&long), Word::new(&long));
 /// ```
+#[repr(transparent)]
 pub struct Word(WordRepr);
 
+/// The layout is fixed (`repr(u8)`: each variant a C struct that starts with the tag) so an
+/// inline word is 32 initialized bytes: tag, length, six zero bytes, then the text from offset
+/// 8. Comparisons and hashing read them as four aligned 64-bit words ([`Word::inline_raw`]).
+/// With the text right after the tag (offset 1), its 8-byte loads straddled the two 16-byte
+/// stores a word had just been moved with; the CPU cannot forward such a load from the stores
+/// and waits for them to reach the cache: word count ran at half speed with as many
+/// instructions (and the compiler merges shifted aligned loads back into unaligned ones, so
+/// the text itself must be aligned).
+#[repr(u8)]
 enum WordRepr {
+    // Built as raw words by `Word::inline` (which checks it against this variant).
+    #[allow(dead_code)]
     Inline {
-        bytes: [u8; WORD_INLINE_BYTES],
         len: u8,
+        zero: [u8; 6],
+        bytes: [u8; WORD_INLINE_BYTES],
     },
     Long(std::sync::Arc<str>),
     /// A long text that lives as long as the program (a constant, or a table made once): no
@@ -206,35 +219,32 @@ enum WordRepr {
 }
 
 const _: () = assert!(WORD_INLINE_BYTES < u8::MAX as usize);
+const _: () = assert!(std::mem::size_of::<Word>() == 32 && std::mem::align_of::<Word>() == 8);
+const _: () = assert!(1 + 1 + 6 + WORD_INLINE_BYTES == 32, "an inline word fills its 32 bytes");
 
 // Clone and equality by hand: the derived ones compare and copy the inline bytes as arrays
 // (a `memcmp` call per key lookup), which cost the word count ~40% of its keyed path.
 impl Clone for Word {
     #[inline(always)]
     fn clone(&self) -> Self {
-        match &self.0 {
-            WordRepr::Inline { bytes, len } => Word(WordRepr::Inline { bytes: *bytes, len: *len }),
-            WordRepr::Long(s) => Word(WordRepr::Long(s.clone())),
-            WordRepr::Static(s) => Word(WordRepr::Static(s)),
+        // Every variant is copied whole, as one 32-byte value: a copy field by field (which
+        // the compiler made of a `match` building each variant) wrote the tag and length in
+        // small stores that a 16-byte load of the copy cannot be forwarded from.
+        if let WordRepr::Long(s) = &self.0 {
+            // The copy below is one more owner of the text.
+            std::mem::forget(s.clone());
         }
+        // SAFETY: an inline or static word owns nothing, so a bitwise copy is a clone; a long
+        // word's copy owns the reference count taken just above.
+        unsafe { std::ptr::read(self) }
     }
-}
-
-/// The inline bytes as three 64-bit and one 32-bit word, for comparisons.
-#[inline(always)]
-fn inline_words(bytes: &[u8; WORD_INLINE_BYTES]) -> [u64; 4] {
-    let at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("eight bytes"));
-    let tail = u32::from_le_bytes(bytes[24..28].try_into().expect("four bytes"));
-    [at(0), at(8), at(16), u64::from(tail)]
 }
 
 impl PartialEq for Word {
     #[inline(always)]
     fn eq(&self, other: &Word) -> bool {
         match (&self.0, &other.0) {
-            (WordRepr::Inline { bytes: a, len: la }, WordRepr::Inline { bytes: b, len: lb }) => {
-                la == lb && inline_words(a) == inline_words(b)
-            }
+            (WordRepr::Inline { .. }, WordRepr::Inline { .. }) => self.inline_raw() == other.inline_raw(),
             (WordRepr::Inline { .. }, _) | (_, WordRepr::Inline { .. }) => false,
             // A word is inline exactly when it is short: the two are different words.
             (a, b) => a.long_text() == b.long_text(),
@@ -250,19 +260,39 @@ impl Hash for Word {
     #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         match &self.0 {
-            WordRepr::Inline { bytes, len } => {
-                let [a, b, c, tail] = inline_words(bytes);
-                state.write_u64(a);
-                state.write_u64(b);
-                state.write_u64(c);
-                state.write_u64(tail | (u64::from(*len) << 32));
+            WordRepr::Inline { .. } => {
+                let [head, a, b, c] = self.inline_raw();
+                // Text bytes 24-28 (none inline) with the length above them.
+                hash_padded([a, b, c, ((head >> 8) & 0xff) << 32], state);
             }
             long => {
                 let s = long.long_text();
-                state.write(s.as_bytes());
-                state.write_usize(s.len());
+                if s.len() <= HASHED_PADDED {
+                    // Words that were inline when the inline text held 28 bytes hash as they
+                    // did then (the hash picks key groups: a snapshot's keys must keep it).
+                    let mut padded = [0u8; 32];
+                    padded[..s.len()].copy_from_slice(s.as_bytes());
+                    let at = |i: usize| u64::from_le_bytes(padded[i..i + 8].try_into().expect("eight bytes"));
+                    hash_padded([at(0), at(8), at(16), at(24) | ((s.len() as u64) << 32)], state);
+                } else {
+                    state.write(s.as_bytes());
+                    state.write_usize(s.len());
+                }
             }
         }
+    }
+}
+
+/// Words of up to this many bytes hash as their text zero-padded to 28 bytes and their length
+/// (see [`hash_padded`]); longer ones as their bytes and length.
+const HASHED_PADDED: usize = 28;
+
+/// The hash of a word of at most [`HASHED_PADDED`] bytes: its zero-padded text as three 64-bit
+/// words and a fourth of text bytes 24-28 with the length above them (little-endian).
+#[inline(always)]
+fn hash_padded<H: Hasher>(words: [u64; 4], state: &mut H) {
+    for w in words {
+        state.write_u64(w);
     }
 }
 
@@ -284,7 +314,7 @@ impl Word {
         if text.len() <= WORD_INLINE_BYTES {
             let mut bytes = [0u8; WORD_INLINE_BYTES];
             bytes[..text.len()].copy_from_slice(text.as_bytes());
-            return Word(WordRepr::Inline { bytes, len: text.len() as u8 });
+            return Word::inline(bytes, text.len());
         }
         Self::new_long(text)
     }
@@ -298,7 +328,7 @@ impl Word {
         Word(WordRepr::Static(text))
     }
 
-    /// A word of ASCII bytes (at most 28: inline, no allocation; longer ones are checked and
+    /// A word of ASCII bytes (at most [`WORD_INLINE_BYTES`]: inline, no allocation; longer ones are checked and
     /// stored as usual).
     #[inline]
     pub fn from_ascii(text: &[u8]) -> Word {
@@ -312,7 +342,7 @@ impl Word {
         Self::new(&String::from_utf8_lossy(text))
     }
 
-    /// The first `len` bytes of `window` (ASCII, `len` at most 28) as an inline word, without a
+    /// The first `len` bytes of `window` (ASCII, `len` at most [`WORD_INLINE_BYTES`]) as an inline word, without a
     /// copy of variable length: the window is copied whole and the rest masked off.
     #[inline]
     pub(crate) fn from_ascii_prefix(window: &[u8; WORD_INLINE_BYTES], len: usize) -> Word {
@@ -333,7 +363,32 @@ impl Word {
     #[inline(always)]
     fn inline(bytes: [u8; WORD_INLINE_BYTES], len: usize) -> Word {
         debug_assert!(len <= WORD_INLINE_BYTES && bytes[len..].iter().all(|&b| b == 0));
-        Word(WordRepr::Inline { bytes, len: len as u8 })
+        let at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("eight bytes"));
+        // Tag 0 (`Inline`), the length, six zero bytes; then the text.
+        let raw = [(len as u64) << 8, at(0), at(8), at(16)].map(u64::to_le);
+        const _: () = assert!(WORD_INLINE_BYTES == 24, "the text is three 64-bit words");
+        // SAFETY: these are the 32 bytes of `WordRepr::Inline { len, zero: [0; 6], bytes }`
+        // (`repr(u8)`: tag 0 for the first variant, then its fields in order, no padding), and
+        // a `Word` is exactly that (`repr(transparent)`, 32 bytes). Built as whole 64-bit
+        // words, it is stored as such (see `WordRepr`).
+        let word: Word = unsafe { std::mem::transmute(raw) };
+        debug_assert!(
+            matches!(&word.0, WordRepr::Inline { len: l, zero, bytes: b } if *l as usize == len && *zero == [0; 6] && *b == bytes)
+        );
+        word
+    }
+
+    /// An inline word's 32 bytes as four little-endian 64-bit words (see [`WordRepr`]).
+    #[inline(always)]
+    fn inline_raw(&self) -> [u64; 4] {
+        debug_assert!(matches!(self.0, WordRepr::Inline { .. }));
+        // SAFETY: `WordRepr` is `repr(u8)` (and `Word` is `repr(transparent)` over it), so its
+        // `Inline` variant is laid out as a C struct of tag, length, six zero bytes and 24
+        // text bytes: 32 bytes, every one initialized (the constructor sets `zero`), and this
+        // is only called on that variant. `Word` is 32 bytes and 8-aligned (asserted above),
+        // so it may be read as `[u64; 4]`.
+        let raw = unsafe { &*(self as *const Word).cast::<[u64; 4]>() };
+        raw.map(u64::from_le)
     }
 
     #[cold]
@@ -359,7 +414,7 @@ impl Word {
     /// Calls `f` with the word's text.
     pub fn with_str<R>(&self, f: impl FnOnce(&str) -> R) -> R {
         match &self.0 {
-            WordRepr::Inline { bytes, len } => {
+            WordRepr::Inline { bytes, len, .. } => {
                 // The bytes came from a `&str` cut at char boundaries.
                 f(std::str::from_utf8(&bytes[..*len as usize]).unwrap_or("\u{FFFD}"))
             }
@@ -373,7 +428,7 @@ impl Word {
     #[inline]
     pub fn write_to(&self, out: &mut Vec<u8>) {
         match &self.0 {
-            WordRepr::Inline { bytes, len } => {
+            WordRepr::Inline { bytes, len, .. } => {
                 let start = out.len();
                 out.extend_from_slice(bytes);
                 out.truncate(start + *len as usize);
@@ -618,7 +673,7 @@ mod tests {
         let mut encoded = Vec::new();
         a.persist(&mut encoded);
         assert_eq!(crate::persist::from_bytes::<Word>(&encoded).unwrap(), b, "restores as an owned word");
-        let window: [u8; WORD_INLINE_BYTES] = *b"abcdefghijklmnopqrstuvwxyz01";
+        let window: [u8; WORD_INLINE_BYTES] = *b"abcdefghijklmnopqrstuvwx";
         for len in 0..=WORD_INLINE_BYTES {
             let w = Word::from_ascii_prefix(&window, len);
             assert_eq!(w, Word::new(std::str::from_utf8(&window[..len]).unwrap()), "length {len}");
@@ -692,6 +747,53 @@ mod tests {
         assert_eq!(Word::new(&a), Word::new(&a.clone()));
         assert_eq!(Word::new(&a).len(), 40);
         assert_eq!(std::mem::size_of::<Word>(), 32, "a word is 32 bytes");
+    }
+
+    /// A word hashes as its text zero-padded to 28 bytes, in three 64-bit and one 32-bit
+    /// little-endian words with the length above the last, whatever the layout in memory: the
+    /// hash picks each key's key group, so a snapshot's keys must hash as they did when it
+    /// was written.
+    #[test]
+    fn an_inline_word_hashes_as_its_padded_text_and_length() {
+        struct Words(Vec<u64>);
+        impl Hasher for Words {
+            fn finish(&self) -> u64 {
+                0
+            }
+            fn write(&mut self, _: &[u8]) {
+                unreachable!("inline words hash whole words")
+            }
+            fn write_u64(&mut self, n: u64) {
+                self.0.push(n)
+            }
+        }
+        for text in [
+            "",
+            "a",
+            "weir",
+            "exactly8",
+            "twenty-four-bytes-long-w",
+            "twenty-eight-bytes-long-word",
+            "über",
+            "abcdefghijklmnopqrstuvwxyz0",
+        ] {
+            let mut padded = [0u8; 32];
+            padded[..text.len()].copy_from_slice(text.as_bytes());
+            let at = |i: usize| u64::from_le_bytes(padded[i..i + 8].try_into().unwrap());
+            let tail = u64::from(u32::from_le_bytes(padded[24..28].try_into().unwrap()));
+            let expected = vec![at(0), at(8), at(16), tail | ((text.len() as u64) << 32)];
+            let mut words = vec![Word::new(text), Word::from_ascii(text.as_bytes())];
+            if text.is_ascii() && text.len() <= WORD_INLINE_BYTES {
+                words.push(Word::from_ascii_prefix(&padded[..WORD_INLINE_BYTES].try_into().unwrap(), text.len()));
+            }
+            for w in words {
+                let mut h = Words(Vec::new());
+                w.hash(&mut h);
+                assert_eq!(h.0, expected, "{text:?}");
+                assert_eq!(w, w.clone());
+            }
+        }
+        assert_ne!(Word::new("ab"), Word::new("ab\0"), "the length tells words padded alike apart");
     }
 
     /// Long words own their text: the last clone dropped frees it (nothing is interned).
