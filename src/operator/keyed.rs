@@ -66,31 +66,38 @@ where
         let (key, state, init, fold, result, out, keys) =
             (&self.key, &mut self.state, &self.init, &mut self.fold, &mut self.result, &mut self.out, &mut self.keys);
         out.reserve(records.len());
-        let (mut next, mut filled) = (0, 0);
-        crate::collector::move_each(records, |r, rest| {
-            if next == filled {
-                debug_assert!(keys.is_empty(), "the keys of a block live in the spare capacity");
-                keys.extend(std::iter::once(&r).chain(&rest[..rest.len().min(BLOCK - 1)]).map(|r| {
-                    let k = key(r);
-                    let hash = hash_key(&k);
-                    state.prefetch_hashed(hash);
-                    (hash, k)
-                }));
-                filled = keys.len();
-                next = 0;
-                // SAFETY: the keys stay in the allocation (beyond the length, which `extend`
-                // does not touch again until they are all read below); at length 0 a panic in
-                // a user function leaks the unread ones instead of dropping the read ones twice.
-                unsafe { keys.set_len(0) };
+        let len = records.len();
+        let base = records.as_mut_ptr();
+        // SAFETY: at length 0 the vector no longer drops its records: each is read out below
+        // exactly once, and a panic in a user function leaks the unread ones (never drops one
+        // twice). The allocation is not touched through `records` until the loop ends.
+        unsafe { records.set_len(0) };
+        let mut start = 0;
+        while start < len {
+            let n = (len - start).min(BLOCK);
+            // SAFETY: records `start .. start + n` are initialised and not yet read out.
+            let block = unsafe { std::slice::from_raw_parts(base.add(start), n) };
+            debug_assert!(keys.is_empty(), "the keys of a block live in the spare capacity");
+            keys.extend(block.iter().map(|r| {
+                let k = key(r);
+                let hash = hash_key(&k);
+                state.prefetch_hashed(hash);
+                (hash, k)
+            }));
+            // SAFETY: the keys stay in the allocation, beyond the length, until each is read
+            // out below; at length 0 a panic leaks the unread ones (as for the records).
+            unsafe { keys.set_len(0) };
+            for j in 0..n {
+                // SAFETY: `j < n`: record `start + j` and key `j` are initialised and each is
+                // read exactly once.
+                let (r, (hash, k)) =
+                    unsafe { (std::ptr::read(base.add(start + j)), std::ptr::read(keys.as_ptr().add(j))) };
+                let (k, acc) = state.entry_hashed(hash, k, init);
+                fold(acc, r);
+                out.push(result(k, acc));
             }
-            // SAFETY: `next < filled`: key `next` was written by the `extend` above and is read
-            // exactly once.
-            let (hash, k) = unsafe { std::ptr::read(keys.as_ptr().add(next)) };
-            next += 1;
-            let (k, acc) = state.entry_hashed(hash, k, init);
-            fold(acc, r);
-            out.push(result(k, acc));
-        });
+            start += n;
+        }
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);
@@ -151,5 +158,32 @@ mod tests {
         );
         op.batch(&mut vec![1, 2, 1, 1, 2]).unwrap();
         assert_eq!(rec.lock().unwrap().records, vec![(1, 1), (2, 1), (1, 2), (1, 3), (2, 2)]);
+    }
+
+    /// Keys that own memory, over several blocks of the prefetch and a batch that ends mid
+    /// block: every record counted once, in order, and the batch vector left empty for reuse.
+    #[test]
+    fn owned_keys_over_many_blocks_are_counted_in_order() {
+        let rec = Arc::new(Mutex::new(Recorder::<(String, u64)>::default()));
+        let mut op = KeyedAggregate::new(
+            |x: &String| x.clone(),
+            || 0u64,
+            |c: &mut u64, _x: String| *c += 1,
+            |k: &String, c: &u64| (k.clone(), *c),
+            Box::new(rec.clone()),
+        );
+        let mut expected = Vec::new();
+        let mut counts = std::collections::HashMap::new();
+        for batch in [0..100u64, 100..101, 101..173] {
+            let mut records: Vec<String> = batch.map(|i| format!("key-{}", i % 7)).collect();
+            for k in &records {
+                let c = counts.entry(k.clone()).or_insert(0u64);
+                *c += 1;
+                expected.push((k.clone(), *c));
+            }
+            op.batch(&mut records).unwrap();
+            assert!(records.is_empty());
+        }
+        assert_eq!(rec.lock().unwrap().records, expected);
     }
 }
