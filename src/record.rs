@@ -328,8 +328,8 @@ impl Word {
         Word(WordRepr::Static(text))
     }
 
-    /// A word of ASCII bytes (at most [`WORD_INLINE_BYTES`]: inline, no allocation; longer ones are checked and
-    /// stored as usual).
+    /// A word of ASCII bytes (at most [`WORD_INLINE_BYTES`]: inline, no allocation; longer
+    /// ones are checked and stored as usual).
     #[inline]
     pub fn from_ascii(text: &[u8]) -> Word {
         // (Bytes that are not ASCII are still memory-safe inline: `with_str` reads invalid
@@ -342,8 +342,9 @@ impl Word {
         Self::new(&String::from_utf8_lossy(text))
     }
 
-    /// The first `len` bytes of `window` (ASCII, `len` at most [`WORD_INLINE_BYTES`]) as an inline word, without a
-    /// copy of variable length: the window is copied whole and the rest masked off.
+    /// The first `len` bytes of `window` (ASCII, `len` at most [`WORD_INLINE_BYTES`]) as an
+    /// inline word, without a copy of variable length: the window is copied whole and the
+    /// rest masked off.
     #[inline]
     pub(crate) fn from_ascii_prefix(window: &[u8; WORD_INLINE_BYTES], len: usize) -> Word {
         debug_assert!(len <= WORD_INLINE_BYTES && window[..len].is_ascii());

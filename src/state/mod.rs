@@ -9,7 +9,7 @@
 //! May touch: `error`, `persist`, `record`, `snapshot`.
 
 use crate::error::Result;
-use crate::persist::{from_bytes, Persist};
+use crate::persist::Persist;
 use crate::record::Key;
 
 mod kinds;
@@ -132,7 +132,7 @@ impl<K: Key + Sync, V: Persist + Clone + Send + Sync + 'static> Snapshot for Key
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
-        self.map = from_bytes::<PagedImage<K, V>>(bytes)?.into_map();
+        self.map = kinds::read_map(bytes)?;
         Ok(())
     }
 }
@@ -145,12 +145,8 @@ impl<K: Key, V: Persist + Clone> KeyedValueState<K, V> {
         parts: impl Iterator<Item = &'a [u8]>,
         scope: &crate::record::KeyScope,
     ) -> Result<()> {
-        let mut owned = Vec::new();
-        for bytes in parts {
-            let entries = from_bytes::<PagedImage<K, V>>(bytes)?.into_entries();
-            owned.extend(entries.into_iter().filter(|(k, _)| scope.owns(crate::record::hash_key(k))));
-        }
-        self.map = PagedMap::from_entries(owned);
+        let parts: Vec<&[u8]> = parts.collect();
+        self.map = kinds::read_entries(&parts, |k| scope.owns(crate::record::hash_key(k)))?;
         Ok(())
     }
 }

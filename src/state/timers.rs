@@ -279,6 +279,12 @@ impl<K: Key> TimerService<K> {
         self.by_key.is_empty()
     }
 
+    /// Rebuilds both domains' heaps from the keys' timers (after a restore).
+    fn rebuild_indexes(&mut self) {
+        self.rebuild_index(TimeDomain::EventTime);
+        self.rebuild_index(TimeDomain::ProcessingTime);
+    }
+
     /// Rebuilds `domain`'s heap from the keys' timers.
     fn rebuild_index(&mut self, domain: TimeDomain) {
         let mut heap = Vec::new();
@@ -300,8 +306,7 @@ impl<K: Key> Snapshot for TimerService<K> {
     }
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         self.by_key = super::kinds::read_map(bytes)?;
-        self.rebuild_index(TimeDomain::EventTime);
-        self.rebuild_index(TimeDomain::ProcessingTime);
+        self.rebuild_indexes();
         Ok(())
     }
 }
@@ -309,8 +314,7 @@ impl<K: Key> Snapshot for TimerService<K> {
 impl<K: Key> KeyedState for TimerService<K> {
     fn restore_owned(&mut self, parts: &[&[u8]], scope: &KeyScope) -> Result<()> {
         self.by_key = super::kinds::read_entries(parts, |k: &K| scope.owns(hash_key(k)))?;
-        self.rebuild_index(TimeDomain::EventTime);
-        self.rebuild_index(TimeDomain::ProcessingTime);
+        self.rebuild_indexes();
         Ok(())
     }
 }
