@@ -155,14 +155,20 @@ pub(crate) struct OpenWindows<K, V> {
     lateness: Timestamp,
     /// The oldest `fired` windows have fired and are kept only for late records.
     fired: usize,
+    /// Maps of dropped windows, emptied when a window opens with one: a window's map is
+    /// sized by the windows before it instead of growing from one page for each window.
+    spare: Vec<PagedMap<K, V>>,
 }
+
+/// How many dropped windows' maps are kept for the next windows to open.
+const SPARE_MAPS: usize = 2;
 
 /// How many of the newest windows `window_mut` walks before it computes a record's place.
 const NEAR_WINDOWS: usize = 8;
 
 impl<K: Key, V: Clone> OpenWindows<K, V> {
     pub(crate) fn new(window: Window) -> Self {
-        OpenWindows { window, open: std::collections::VecDeque::new(), lateness: 0, fired: 0 }
+        OpenWindows { window, open: std::collections::VecDeque::new(), lateness: 0, fired: 0, spare: Vec::new() }
     }
 
     /// Keeps fired windows for `lateness` more of event time, taking late records.
@@ -197,7 +203,8 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
                     Some((s, _)) if *s == start => guess,
                     // Past the newest: open it at the back (the common way a window opens).
                     None if self.open.back().is_some_and(|(s, _)| *s < start) => {
-                        self.open.push_back((start, PagedMap::new()));
+                        let map = self.empty_map();
+                        self.open.push_back((start, map));
                         self.open.len() - 1
                     }
                     _ => self.search_or_insert(start),
@@ -206,12 +213,14 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
             Some(_) => {
                 // Before every open window (a late record reopening a dropped start cannot
                 // happen: `assign` refuses it), so it has not fired.
-                self.open.push_front((start, PagedMap::new()));
+                let map = self.empty_map();
+                self.open.push_front((start, map));
                 self.fired = 0;
                 0
             }
             None => {
-                self.open.push_back((start, PagedMap::new()));
+                let map = self.empty_map();
+                self.open.push_back((start, map));
                 0
             }
         };
@@ -224,9 +233,21 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
         match self.open.binary_search_by_key(&start, |(s, _)| *s) {
             Ok(pos) => pos,
             Err(pos) => {
-                self.open.insert(pos, (start, PagedMap::new()));
+                let map = self.empty_map();
+                self.open.insert(pos, (start, map));
                 pos
             }
+        }
+    }
+
+    /// A map for a window that opens: a dropped window's, emptied, if one is kept.
+    fn empty_map(&mut self) -> PagedMap<K, V> {
+        match self.spare.pop() {
+            Some(mut map) => {
+                map.clear();
+                map
+            }
+            None => PagedMap::new(),
         }
     }
 
@@ -281,7 +302,8 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
 
     /// Fires every window the watermark `wm` reaches that has not fired, oldest first, handing
     /// each to `f`; then drops the windows whose allowed lateness `wm` has passed. (A dropped
-    /// window's pages are freed; a snapshot that still holds them keeps them.)
+    /// window's map is kept for the next window to open, or freed; a snapshot that still
+    /// holds its pages keeps them.)
     pub(crate) fn fire(&mut self, wm: Timestamp, mut f: impl FnMut(WindowBounds, &PagedMap<K, V>)) {
         while let Some((start, map)) = self.open.get(self.fired) {
             if self.window.max_timestamp(*start) > wm {
@@ -294,7 +316,11 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
             if self.window.max_timestamp(*start).saturating_add(self.lateness) > wm {
                 break;
             }
-            self.open.pop_front();
+            let (_, map) = self.open.pop_front().expect("a front window");
+            if self.spare.len() < SPARE_MAPS {
+                // Emptied when taken: by then a snapshot that shares its pages may be done.
+                self.spare.push(map);
+            }
             self.fired -= 1;
         }
     }
@@ -679,6 +705,26 @@ mod tests {
         Window::sliding(9, 3).for_each_start(9, |s| v.push(s));
         assert_eq!(v, vec![9, 6, 3]);
         assert!(Window::sliding(5, 10).validate().is_err());
+    }
+
+    #[test]
+    fn a_window_opens_with_a_dropped_windows_map_emptied_not_a_new_one_that_grows() {
+        let mut w: OpenWindows<u64, u64> = OpenWindows::new(Window::tumbling(10));
+        for k in 0..1_000 {
+            *w.window_mut(0).get_or_insert_with(k, || 0) += 1;
+        }
+        let pages = w.window_mut(0).pages();
+        assert!(pages > 1);
+        // A snapshot shares the first window's pages while it fires and is dropped.
+        let forked = w.fork();
+        w.fire(9, |_, m| assert_eq!(m.len(), 1_000));
+        assert_eq!(w.len(), 0);
+        let next = w.window_mut(10);
+        assert_eq!((next.len(), next.pages(), next.iter().count()), (0, pages, 0), "sized as the last window");
+        *next.get_or_insert_with(3, || 0) += 1;
+        assert_eq!(next.get(&3), Some(&1));
+        assert_eq!(forked[0].1.len(), 1_000, "the snapshot keeps what it forked");
+        assert_eq!(forked[0].1.iter().count(), 1_000);
     }
 
     #[test]

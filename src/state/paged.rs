@@ -408,6 +408,34 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         entries
     }
 
+    /// Removes every entry and keeps the slots: a map emptied for reuse does not grow again
+    /// to the size it had. Pages a snapshot still shares are left to it and replaced by
+    /// empty ones; the others are emptied in place.
+    ///
+    /// ```
+    /// use weir::state::PagedMap;
+    /// let mut m: PagedMap<u64, u64> = PagedMap::new();
+    /// (0..1000).for_each(|k| m.insert(k, k));
+    /// let pages = m.pages();
+    /// m.clear();
+    /// assert_eq!((m.len(), m.get(&7), m.pages()), (0, None, pages));
+    /// ```
+    pub fn clear(&mut self) {
+        for p in 0..self.pages.len() {
+            match Arc::get_mut(&mut self.pages[p]) {
+                Some(page) => {
+                    if self.len > 0 {
+                        page.slots.iter_mut().for_each(|s| *s = None);
+                    }
+                }
+                None => self.pages[p] = Page::new(),
+            }
+            self.owned[p] = true;
+            self.versions[p] = new_version();
+        }
+        self.len = 0;
+    }
+
     /// Shares every page with the returned fork: pointer work, one clone per page.
     pub fn fork(&mut self) -> PagedFork<K, V> {
         self.owned.iter_mut().for_each(|o| *o = false);
