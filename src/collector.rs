@@ -212,6 +212,8 @@ pub(crate) struct Recorder<T> {
     pub records: Vec<T>,
     pub watermarks: Vec<Timestamp>,
     pub ended: bool,
+    /// Calls of `drain` (pushes of held-back output).
+    pub drains: usize,
 }
 
 #[cfg(test)]
@@ -237,6 +239,7 @@ impl<T: Send> Collector<T> for std::sync::Arc<std::sync::Mutex<Recorder<T>>> {
         Ok(())
     }
     fn drain(&mut self) -> Result<bool> {
+        self.lock().expect("recorder lock").drains += 1;
         Ok(true)
     }
     fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {

@@ -331,3 +331,99 @@ fn a_silent_source_with_idleness_does_not_hold_windows_back() {
     }
     handle.join().unwrap();
 }
+
+/// Two source subtasks, one forced behind the other: subtask 1 emits a record only while
+/// subtask 0 is `LEAD` or more ahead of it in event time, or has not moved since subtask 1's
+/// last poll (held back, or done). Records carry their subtask's event time; `gap` is the
+/// largest lead of subtask 0 seen by subtask 1.
+struct LaggingSource {
+    subtask: usize,
+    next: u64,
+    /// Subtask 0's last emitted time; `u64::MAX` once it is done.
+    leader: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    seen: u64,
+    gap: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+const LAGGING_COUNT: u64 = 60_000;
+const LEAD: u64 = 20_000;
+
+impl weir::source::Source<(u64, u64)> for LaggingSource {
+    fn poll(
+        &mut self,
+        _: &weir::TaskContext,
+        out: &mut Vec<(u64, u64)>,
+        max: usize,
+    ) -> weir::Result<weir::source::SourcePoll> {
+        use std::sync::atomic::Ordering::SeqCst;
+        use weir::source::SourcePoll;
+        if self.next >= LAGGING_COUNT {
+            if self.subtask == 0 {
+                self.leader.store(u64::MAX, SeqCst);
+            }
+            return Ok(SourcePoll::Finished);
+        }
+        if self.subtask == 0 {
+            while out.len() < max && self.next < LAGGING_COUNT {
+                out.push((self.next % 10, self.next));
+                self.next += 1;
+            }
+            self.leader.store(self.next - 1, SeqCst);
+            return Ok(SourcePoll::Emitted);
+        }
+        let leader = self.leader.load(SeqCst);
+        let moved = std::mem::replace(&mut self.seen, leader) != leader;
+        if leader != u64::MAX {
+            self.gap.fetch_max(leader.saturating_sub(self.next), SeqCst);
+        }
+        if leader != u64::MAX && moved && leader < self.next + LEAD {
+            return Ok(SourcePoll::Idle);
+        }
+        out.push((self.next % 10, self.next));
+        self.next += 1;
+        Ok(SourcePoll::Emitted)
+    }
+}
+
+/// Runs the lagging pair on one worker (tasks take turns), counting per 100-wide window;
+/// returns the largest lead seen and the windows' total count.
+fn lagging_sources(job: Job) -> (u64, u64) {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::sync::Arc;
+    let (leader, gap) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let job = job.with_parallelism(2);
+    let (l, g) = (leader.clone(), gap.clone());
+    let counts = job
+        .source(move |ctx| {
+            Ok(LaggingSource { subtask: ctx.subtask, next: 0, leader: l.clone(), seen: u64::MAX, gap: g.clone() })
+        })
+        .with_watermarks(|e: &(u64, u64)| e.1, 0)
+        .key_by(|e: &(u64, u64)| e.0)
+        .window(Window::tumbling(100), |e: &(u64, u64)| e.1)
+        .count()
+        .collect();
+    job.execute(RunConfig::default().workers(1)).unwrap();
+    let total = counts.lock().unwrap().iter().map(|(_, _, c)| c).sum();
+    (gap.load(SeqCst), total)
+}
+
+/// The user's case (W3 written with plain `with_watermarks`): one source ran ahead of the
+/// other in event time, and the windows it opened stayed open (in memory and in every
+/// checkpoint: 95 MB and 300 ms checkpoints) until the slow one closed them. Assigners are now
+/// kept within ten windows of each other by default: the fast subtask is held back at 1,000
+/// past the slow one (plus one batch), where it used to run the whole `LEAD` ahead.
+#[test]
+fn sources_are_kept_together_in_event_time_by_default() {
+    let (gap, total) = lagging_sources(Job::new("lagging"));
+    assert_eq!(total, 2 * LAGGING_COUNT, "every record counted once");
+    assert!(gap < 10 * 100 + 1024 * 2, "subtask 0 ran {gap} ahead, past the default drift of 1,000");
+
+    let (gap, total) = lagging_sources(Job::new("lagging-drift").with_watermark_alignment(5_000));
+    assert_eq!(total, 2 * LAGGING_COUNT);
+    assert!((5_000..5_000 + 1024 * 2).contains(&gap), "a drift of 5,000 holds at {gap}");
+
+    // Without alignment the leader runs as far ahead as its input allows.
+    let (gap, total) = lagging_sources(Job::new("lagging-free").without_watermark_alignment());
+    assert_eq!(total, 2 * LAGGING_COUNT);
+    assert!(gap >= LEAD, "unaligned, the leader got {gap} ahead");
+}

@@ -8,7 +8,9 @@
 //! `max_drift` past the group's least stops taking input (its `drain` says it is held back,
 //! which a task treats as backpressure) until the others catch up. Without it a fast source
 //! opens windows the slow one has not reached, and they stay open, holding state, until the
-//! slow one's watermark closes them.
+//! slow one's watermark closes them. Unlike Flink, a job's assigners are aligned by default
+//! when it has windows: every assigner not put in a named group joins the job's default
+//! group, whose drift is set when the job starts (from its windows, or the user's bound).
 //!
 //! Idleness (Flink's `withIdleness`): every assigner of a job publishes its watermark in the
 //! job's [`WatermarkRegistry`]. One made with an idleness timeout that has had no input for that
@@ -57,6 +59,14 @@ impl<E> MemberList<E> {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Empties the list, for a new attempt of the job: its subtasks join afresh (a subtask the
+    /// new attempt lacks, after a restore at a lower parallelism, would otherwise hold the
+    /// others at its last watermark forever).
+    fn clear(&self) {
+        crate::wake::lock(&self.members).clear();
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Refreshes `copy` (every entry but `me`, if given) when membership changed since `seen`.
     fn refresh(&self, seen: &mut u64, copy: &mut Vec<Arc<E>>, me: Option<&Arc<E>>) {
         let generation = self.generation.load(Ordering::Acquire);
@@ -73,19 +83,45 @@ impl<E> MemberList<E> {
 
 /// A group of watermark assigners (of one operator's subtasks, or of several sources) whose
 /// watermarks may differ by at most `max_drift`.
+///
+/// A job's default group (every assigner not put in a named one) learns its drift when the job
+/// starts, once every window of the job is known: hence an atomic, read once per batch.
 pub(crate) struct WatermarkAlignment {
-    max_drift: Timestamp,
+    max_drift: AtomicU64,
     /// Each member's latest watermark. A member that has emitted nothing yet holds 0.
     members: MemberList<AtomicU64>,
 }
 
+/// The drift of a group that holds no one back (a job's default group with alignment off).
+const UNBOUNDED_DRIFT: Timestamp = Timestamp::MAX;
+
 impl WatermarkAlignment {
     pub(crate) fn new(max_drift: Timestamp) -> Arc<Self> {
-        Arc::new(WatermarkAlignment { max_drift, members: MemberList::default() })
+        Arc::new(WatermarkAlignment { max_drift: AtomicU64::new(max_drift), members: MemberList::default() })
+    }
+
+    /// A group that holds no one back until [`Self::set_max_drift`] bounds it.
+    pub(crate) fn unbounded() -> Arc<Self> {
+        Self::new(UNBOUNDED_DRIFT)
     }
 
     pub(crate) fn max_drift(&self) -> Timestamp {
-        self.max_drift
+        self.max_drift.load(Ordering::Relaxed)
+    }
+
+    /// Forgets every member, before an attempt's assigners join (see [`MemberList::clear`]).
+    pub(crate) fn forget_members(&self) {
+        self.members.clear();
+    }
+
+    /// Bounds the group's drift (`None`: unbounded). Set before its members start.
+    pub(crate) fn set_max_drift(&self, max_drift: Option<Timestamp>) {
+        self.max_drift.store(max_drift.unwrap_or(UNBOUNDED_DRIFT), Ordering::Relaxed);
+    }
+
+    /// Whether the group holds anyone back.
+    pub(crate) fn is_bounded(&self) -> bool {
+        self.max_drift() != UNBOUNDED_DRIFT
     }
 
     /// Joins the group (or takes over this subtask's place after a restart).
@@ -111,6 +147,11 @@ struct RegisteredWatermark {
 }
 
 impl WatermarkRegistry {
+    /// Forgets every assigner, before an attempt's assigners join (see [`MemberList::clear`]).
+    pub(crate) fn forget_members(&self) {
+        self.members.clear();
+    }
+
     /// Joins (or takes over this subtask's entry after a restart).
     fn join(self: &Arc<Self>, operator: Arc<str>, subtask: usize) -> Registered {
         let entry = Arc::new(RegisteredWatermark::default());
@@ -177,9 +218,15 @@ impl AlignedMember {
 
     /// Whether this member's watermark is more than the drift past the group's least.
     fn ahead(&mut self) -> bool {
+        let mine = self.slot.load(Ordering::Relaxed);
+        // An input at the end of event time has nothing left to hold back: it must get to
+        // its end (which may be what the others wait for: a checkpoint's last barrier).
+        if mine == Timestamp::MAX {
+            return false;
+        }
         self.group.members.refresh(&mut self.seen, &mut self.others, None);
         let least = self.others.iter().map(|s| s.load(Ordering::Acquire)).min().unwrap_or(0);
-        self.slot.load(Ordering::Relaxed) > least.saturating_add(self.group.max_drift)
+        mine > least.saturating_add(self.group.max_drift())
     }
 }
 
@@ -259,6 +306,21 @@ impl<F, T> WatermarkAssigner<F, T> {
         self
     }
 
+    /// Takes part in `group` if it bounds drift (a job's default group does only when the job
+    /// has windows or was told a drift).
+    pub(crate) fn aligned_if_bounded(
+        self,
+        group: &Arc<WatermarkAlignment>,
+        operator: Arc<str>,
+        subtask: usize,
+    ) -> Self {
+        if group.is_bounded() {
+            self.aligned(group, operator, subtask)
+        } else {
+            self
+        }
+    }
+
     fn emit(&mut self, watermark: Timestamp) -> Result<()> {
         self.emitted = Some(watermark);
         if let Some(a) = &self.aligned {
@@ -309,11 +371,11 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
     fn drain(&mut self) -> Result<bool> {
         // Polled whether or not input came: where idleness is noticed.
         self.check_idleness(false)?;
+        // What was emitted goes on first (a checkpoint's barrier among it, which the other
+        // inputs' downstream may be waiting for: held back with it, they would wait forever).
+        let flushed = self.next.drain()?;
         // Ahead of its alignment group: held back, as if downstream were full.
-        if self.aligned.as_mut().is_some_and(AlignedMember::ahead) {
-            return Ok(false);
-        }
-        self.next.drain()
+        Ok(flushed && !self.aligned.as_mut().is_some_and(AlignedMember::ahead))
     }
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
         self.next.barrier(barrier, snapshot)
@@ -418,21 +480,32 @@ mod tests {
         let group = WatermarkAlignment::new(100);
         let rec = || Box::new(Arc::new(Mutex::new(Recorder::<u64>::default()))) as Box<dyn Collector<u64>>;
         let op: Arc<str> = "watermarks".into();
-        let mut fast = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op.clone(), 0);
+        let fast_out = Arc::new(Mutex::new(Recorder::<u64>::default()));
+        let mut fast = WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(fast_out.clone()) as Box<dyn Collector<u64>>)
+            .aligned(&group, op.clone(), 0);
         let mut slow = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op.clone(), 1);
         fast.batch(&mut vec![100]).unwrap();
         assert!(fast.drain().unwrap(), "100 is within the drift of the slow one's 0");
         fast.batch(&mut vec![150]).unwrap();
+        let drains = fast_out.lock().unwrap().drains;
         assert!(!fast.drain().unwrap(), "150 is more than 100 past 0");
+        // Held back from taking input, it still pushes on what it emitted: a barrier among it
+        // may be what the slow input's downstream waits for.
+        assert_eq!(fast_out.lock().unwrap().drains, drains + 1, "downstream drained while held back");
         assert!(slow.drain().unwrap(), "the least is never held back");
         slow.batch(&mut vec![60]).unwrap();
         assert!(fast.drain().unwrap(), "the slow one caught up to within the drift");
         // A restarted subtask takes over its slot: it starts from 0 again, holding the fast one.
-        let mut slow = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op, 1);
+        let mut slow = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op.clone(), 1);
         assert!(!fast.drain().unwrap());
-        // An input that ended holds nobody.
+        // An input that ended holds nobody, and is never held itself (its end may be what
+        // the others wait for).
         slow.end().unwrap();
         assert!(fast.drain().unwrap());
+        let mut behind = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op.clone(), 2);
+        behind.batch(&mut vec![1]).unwrap();
+        fast.end().unwrap();
+        assert!(fast.drain().unwrap(), "at the end of event time, far past 1, and not held");
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::graph::{
-    channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, Edge, EdgeInput, Graph,
-    MakeChannels, Node, NodeKind, SharedGraph,
+    channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, DefaultDrift, Edge, EdgeInput,
+    Graph, MakeChannels, Node, NodeKind, SharedGraph,
 };
 use super::task::{Guarded, OneInputTask, SourceTask, Task, TwoInputTask};
 use crate::barrier::inflight::{decode_inflight, inflight_part, rescale_inflight, InflightRoute};
@@ -27,7 +27,7 @@ use crate::operator::process::{KeyedProcessFunction, KeyedProcessOperator};
 use crate::operator::session::{SessionSettings, SessionWindows};
 use crate::operator::side::{OutputTag, Outputs};
 use crate::operator::stateless::{Filter, FlatMap, Map, PassThrough};
-use crate::operator::watermark::{WatermarkAlignment, WatermarkAssigner};
+use crate::operator::watermark::{WatermarkAlignment, WatermarkAssigner, WatermarkRegistry};
 use crate::operator::window::{EarlyFiring, Window, WindowAggregate, WindowBounds, WindowSettings};
 use crate::operator::{Emitter, TwoInputOperator};
 use crate::persist::Persist;
@@ -151,6 +151,9 @@ impl Job {
                 description: String::new(),
                 host_signals: Vec::new(),
                 watermark_groups: Vec::new(),
+                default_alignment: WatermarkAlignment::unbounded(),
+                default_drift: DefaultDrift::FromWindows,
+                window_spans: Vec::new(),
                 tags: Vec::new(),
                 build_errors: Vec::new(),
                 sink_outputs: Vec::new(),
@@ -163,6 +166,44 @@ impl Job {
     /// The parallelism of sources (and, through them, of operators that do not set their own).
     pub fn with_parallelism(self, parallelism: usize) -> Job {
         self.graph.borrow_mut().default_parallelism = parallelism;
+        self
+    }
+
+    /// Bounds how far in event time one watermark assigner of the job may run ahead of the
+    /// slowest: an assigner whose watermark is more than `max_drift` past the least stops
+    /// taking input until the others catch up (Flink's watermark alignment, here on by
+    /// default). Assigners put in a named group ([`Stream::with_aligned_watermarks`]) keep
+    /// their group's drift.
+    ///
+    /// Without this call, a job with event-time windows bounds the drift at ten times its
+    /// longest window (size, or session gap): otherwise an input that runs ahead (its worker
+    /// is faster, or its data is denser) opens windows the slow input has not reached, and
+    /// they stay open, in memory and in every checkpoint, until it does. A job without
+    /// event-time windows is not aligned unless asked. A drift of zero is refused when the job
+    /// starts.
+    ///
+    /// ```
+    /// use weir::{Job, RunConfig, Window, source::Generator};
+    /// let job = Job::new("aligned").with_parallelism(2).with_watermark_alignment(5_000);
+    /// let counts = job
+    ///     .generator(Generator::new(|i, _| (i % 10, i)).count(20_000))
+    ///     .with_watermarks(|r: &(u64, u64)| r.1, 0)
+    ///     .key_by(|r: &(u64, u64)| r.0)
+    ///     .window(Window::tumbling(1_000), |r: &(u64, u64)| r.1)
+    ///     .count()
+    ///     .collect();
+    /// job.execute(RunConfig::default().workers(2)).unwrap();
+    /// assert_eq!(counts.lock().unwrap().len(), 20 * 10);
+    /// ```
+    pub fn with_watermark_alignment(self, max_drift: Timestamp) -> Job {
+        self.graph.borrow_mut().default_drift = DefaultDrift::Fixed(max_drift);
+        self
+    }
+
+    /// Lets every watermark assigner not in a named group run as far ahead in event time as
+    /// its input allows (see [`Job::with_watermark_alignment`]).
+    pub fn without_watermark_alignment(self) -> Job {
+        self.graph.borrow_mut().default_drift = DefaultDrift::Off;
         self
     }
 
@@ -824,17 +865,30 @@ impl<T: Record> Stream<T> {
         self.forward("flat_map", move |_, next| Ok(Box::new(FlatMap::new(f.clone(), next))))
     }
 
+    /// The job's watermark registry and default alignment group, which assigners not in a
+    /// named group join.
+    fn default_watermark_groups(&self) -> (Arc<WatermarkRegistry>, Arc<WatermarkAlignment>) {
+        let g = self.graph.borrow();
+        (g.watermark_registry.clone(), g.default_alignment.clone())
+    }
+
     /// Assigns event time: `timestamp` reads a record's time; watermarks trail the largest time
-    /// seen by `out_of_orderness`. At end of input the watermark jumps to the maximum.
+    /// seen by `out_of_orderness`. At end of input the watermark jumps to the maximum. The
+    /// job's assigners are kept together in event time when it has windows (see
+    /// [`Job::with_watermark_alignment`]).
     pub fn with_watermarks<F: Fn(&T) -> Timestamp + Clone + Send + 'static>(
         self,
         timestamp: F,
         out_of_orderness: Timestamp,
     ) -> Stream<T> {
-        let registry = self.graph.borrow().watermark_registry.clone();
+        let (registry, alignment) = self.default_watermark_groups();
         self.forward("watermarks", move |ctx, next| {
-            let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next);
-            Ok(Box::new(assigner.registered(&registry, ctx.operator.clone(), ctx.subtask)))
+            let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next).registered(
+                &registry,
+                ctx.operator.clone(),
+                ctx.subtask,
+            );
+            Ok(Box::new(assigner.aligned_if_bounded(&alignment, ctx.operator.clone(), ctx.subtask)))
         })
     }
 
@@ -863,7 +917,7 @@ impl<T: Record> Stream<T> {
         out_of_orderness: Timestamp,
         idleness: std::time::Duration,
     ) -> Stream<T> {
-        let registry = self.graph.borrow().watermark_registry.clone();
+        let (registry, alignment) = self.default_watermark_groups();
         self.forward("watermarks", move |ctx, next| {
             if idleness.is_zero() {
                 return Err(crate::Error::config(
@@ -873,7 +927,8 @@ impl<T: Record> Stream<T> {
             }
             let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next)
                 .registered(&registry, ctx.operator.clone(), ctx.subtask)
-                .idle_after(idleness, ctx.clock.clone());
+                .idle_after(idleness, ctx.clock.clone())
+                .aligned_if_bounded(&alignment, ctx.operator.clone(), ctx.subtask);
             Ok(Box::new(assigner))
         })
     }
@@ -1012,6 +1067,7 @@ impl<T: Record> Stream<T> {
         TR: Fn(&R) -> Timestamp + Clone + Send + 'static,
         J: Fn(&K, &T, &R) -> O + Clone + Send + 'static,
     {
+        self.graph.borrow_mut().window_spans.push(window.size);
         let (kl, kr) = (key_left.clone(), key_right.clone());
         let inputs = [
             (Partitioning::KeyBy, channels_of::<T, _>(Some(move |t: &T| hash_key(&kl(t))))),
@@ -1315,6 +1371,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         window: Window,
         timestamp: TF,
     ) -> WindowedStream<T, KF, TF> {
+        self.stream.graph.borrow_mut().window_spans.push(window.size);
         WindowedStream { keyed: self, window, timestamp, settings: WindowSettings::default() }
     }
 
@@ -1351,6 +1408,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         gap: Timestamp,
         timestamp: TF,
     ) -> SessionWindowedStream<T, KF, TF> {
+        self.stream.graph.borrow_mut().window_spans.push(gap);
         SessionWindowedStream { keyed: self, timestamp, settings: SessionSettings { gap, lateness: 0, late: None } }
     }
 }

@@ -132,6 +132,13 @@ pub(crate) struct Graph {
     pub(crate) watermark_registry: Arc<crate::operator::watermark::WatermarkRegistry>,
     /// Watermark alignment groups, by name (see [`crate::Stream::with_aligned_watermarks`]).
     pub(crate) watermark_groups: Vec<(String, Arc<crate::operator::watermark::WatermarkAlignment>)>,
+    /// The group of every assigner not in a named one; its drift is set when the job starts
+    /// ([`Graph::default_drift`]).
+    pub(crate) default_alignment: Arc<crate::operator::watermark::WatermarkAlignment>,
+    /// How the default group's drift is chosen ([`crate::Job::with_watermark_alignment`]).
+    pub(crate) default_drift: DefaultDrift,
+    /// Event-time spans of the job's windows: sizes of event-time windows, session gaps.
+    pub(crate) window_spans: Vec<crate::record::Timestamp>,
     /// Side-output tags by name, with their record type's id and name.
     pub(crate) tags: Vec<(Arc<str>, std::any::TypeId, &'static str)>,
     /// Mistakes found while the job was built, reported when it starts.
@@ -140,6 +147,37 @@ pub(crate) struct Graph {
     pub(crate) sink_outputs: Vec<(usize, std::path::PathBuf)>,
     /// Told what a start restores before it reads it ([`crate::Job::on_restore`]).
     pub(crate) on_restore: Option<Arc<RestoreAnnouncer>>,
+}
+
+/// How a job bounds the drift of its default watermark alignment group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DefaultDrift {
+    /// [`WINDOWS_OF_DRIFT`] times the job's longest window span; unbounded without windows.
+    FromWindows,
+    /// The user's bound.
+    Fixed(crate::record::Timestamp),
+    /// No alignment ([`crate::Job::without_watermark_alignment`]).
+    Off,
+}
+
+/// How many of its longest windows one input may run ahead of the slowest by default. Each is
+/// a window per key held open (and in every checkpoint) until the slow input closes it; a few
+/// are what lets the inputs take turns in batches rather than stall each other. Measured on
+/// W3 (perf/README, "Windows as a user writes them"): ten keep checkpoints at the size an
+/// explicit alignment group gets.
+pub(crate) const WINDOWS_OF_DRIFT: crate::record::Timestamp = 10;
+
+impl Graph {
+    /// The drift of the default alignment group, `None` for unbounded.
+    pub(crate) fn default_drift(&self) -> Option<crate::record::Timestamp> {
+        match self.default_drift {
+            DefaultDrift::Fixed(d) => Some(d),
+            DefaultDrift::Off => None,
+            DefaultDrift::FromWindows => {
+                self.window_spans.iter().max().map(|span| span.saturating_mul(WINDOWS_OF_DRIFT))
+            }
+        }
+    }
 }
 
 /// What [`crate::Job::on_restore`] calls.

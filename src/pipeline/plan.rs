@@ -68,6 +68,13 @@ fn validate(graph: &Graph) -> Result<()> {
     if let Some(e) = graph.build_errors.first() {
         return Err(Error::config(e.clone()));
     }
+    if graph.default_drift == super::graph::DefaultDrift::Fixed(0) {
+        return Err(Error::config(
+            "a watermark alignment drift of 0 would let no input be ahead of another, so they would take turns one \
+             batch at a time; give a drift of at least a few batches' worth of event time, or turn alignment off \
+             with without_watermark_alignment",
+        ));
+    }
     if graph.nodes.is_empty() {
         return Err(Error::config(format!("job '{}' has no operators", graph.name)));
     }
@@ -185,6 +192,12 @@ impl Builder<'_> {
 /// Builds every task of `graph`.
 pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<PhysicalPlan> {
     validate(graph)?;
+    // Before any assigner is made: this attempt's join afresh, and the default group's only
+    // when it bounds drift.
+    graph.watermark_registry.forget_members();
+    graph.watermark_groups.iter().for_each(|(_, group)| group.forget_members());
+    graph.default_alignment.forget_members();
+    graph.default_alignment.set_max_drift(graph.default_drift());
     assert!(limits.workers >= 1 && env.parkers.len() == limits.workers);
     let mut b = Builder { graph, limits, env, writers: Vec::new(), readers: Vec::new() };
     // Per ring edge: its channels and the size of an entry, if bounded.
