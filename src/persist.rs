@@ -5,7 +5,10 @@
 //! little-endian and fixed-width for numbers, so a value's bytes do not depend on the
 //! machine's padding. Implemented for numbers, `bool`, `char`, `()`, tuples, arrays, `Option`,
 //! `Vec`, `String`, `Box`, [`crate::Word`] and [`crate::WindowBounds`]; your own types get it
-//! from `#[derive(weir::Persist)]`.
+//! from `#[derive(weir::Persist)]`, or, for plain data, from [`persist_pod!`](crate::persist_pod).
+//! Slices of numbers and of plain data (a `Vec<u64>` in list state, a window's buffered
+//! `Pod` records) are written and read as one copy of their bytes
+//! ([`Persist::persist_slice`]), the same bytes value-by-value encoding gives.
 //!
 //! ```
 //! #[derive(Clone, Debug, PartialEq, weir::Persist)]
@@ -87,6 +90,108 @@ pub trait Persist: Sized {
     fn persist(&self, out: &mut Vec<u8>);
     /// Reads a value from the front of `input`, advancing it.
     fn restore(input: &mut &[u8]) -> Result<Self>;
+
+    /// Appends the bytes of every value of `values`, exactly what `persist` on each in turn
+    /// would. Plain data whose encoding is its memory (numbers on a little-endian machine,
+    /// types made `Persist` by [`persist_pod!`](crate::persist_pod)) copies them in one go:
+    /// how a `Vec` of them is written.
+    #[inline]
+    fn persist_slice(values: &[Self], out: &mut Vec<u8>) {
+        for v in values {
+            v.persist(out);
+        }
+    }
+
+    /// Reads `n` values from the front of `input` onto `out`, what `n` calls of `restore`
+    /// would (the bulk counterpart of [`Persist::persist_slice`]).
+    #[inline]
+    fn restore_many(input: &mut &[u8], n: usize, out: &mut Vec<Self>) -> Result<()> {
+        out.reserve(n.min(input.len()));
+        for _ in 0..n {
+            out.push(Self::restore(input)?);
+        }
+        Ok(())
+    }
+}
+
+/// Appends `values` as their bytes in memory: the bulk encoding of plain data ([`bytemuck::Pod`]
+/// types), where that is the value-by-value encoding too (little-endian numbers, with no
+/// padding). Hidden: what [`persist_pod!`](crate::persist_pod) expands to.
+#[doc(hidden)]
+#[inline]
+pub fn persist_pod_slice<T: bytemuck::Pod>(values: &[T], out: &mut Vec<u8>) {
+    out.extend_from_slice(bytemuck::cast_slice(values));
+}
+
+/// Reads one plain-data value written by [`persist_pod_slice`].
+#[doc(hidden)]
+#[inline]
+pub fn restore_pod<T: bytemuck::Pod>(input: &mut &[u8]) -> Result<T> {
+    Ok(bytemuck::pod_read_unaligned(take(input, std::mem::size_of::<T>())?))
+}
+
+/// Reads `n` plain-data values written by [`persist_pod_slice`] onto `out`, in one copy.
+#[doc(hidden)]
+#[inline]
+pub fn restore_pod_many<T: bytemuck::Pod>(input: &mut &[u8], n: usize, out: &mut Vec<T>) -> Result<()> {
+    let bytes = n
+        .checked_mul(std::mem::size_of::<T>())
+        .ok_or_else(|| Error::Corrupt(format!("{n} values are more than memory holds")))?;
+    let bytes = take(input, bytes)?;
+    out.reserve(n);
+    let start = out.len();
+    // SAFETY: `reserve` made room for `n` more values after `start`, that is `bytes.len()`
+    // bytes, which the copy fills whole (the input need not be aligned for `T`: it is copied
+    // as bytes). `T: Pod` makes any bytes a valid `T`, so all `n` are initialised before
+    // `set_len` counts them.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().add(start).cast::<u8>(), bytes.len());
+        out.set_len(start + n);
+    }
+    Ok(())
+}
+
+/// Makes a plain-data type ([`bytemuck::Pod`]: `Copy`, `#[repr(C)]` or transparent, no
+/// padding, every bit pattern valid) [`Persist`] as its bytes in memory, so a `Vec` of it (in
+/// list state, a window's buffered records, a record's fields) is written and read in one
+/// copy instead of value by value. Its encoding is the machine's (weir builds only for
+/// little-endian targets' numbers to match the rest) and it cannot evolve: changing the type
+/// makes older checkpoints unreadable, where `#[derive(weir::Persist)]` allows fields added
+/// at the end.
+///
+/// ```
+/// #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+/// #[repr(C)]
+/// struct Reading { sensor: u32, celsius: f32, at: u64 }
+/// weir::persist_pod!(Reading);
+///
+/// use weir::persist::{from_bytes, to_bytes};
+/// let readings = vec![Reading { sensor: 7, celsius: 21.5, at: 3 }; 1000];
+/// assert_eq!(to_bytes(&readings).len(), 8 + 1000 * 16);
+/// assert_eq!(from_bytes::<Vec<Reading>>(&to_bytes(&readings)).unwrap(), readings);
+/// ```
+#[macro_export]
+macro_rules! persist_pod {
+    ($($t:ty),+ $(,)?) => {$(
+        impl $crate::persist::Persist for $t {
+            #[inline]
+            fn persist(&self, out: &mut ::std::vec::Vec<u8>) {
+                $crate::persist::persist_pod_slice(::std::slice::from_ref(self), out)
+            }
+            #[inline]
+            fn restore(input: &mut &[u8]) -> $crate::Result<Self> {
+                $crate::persist::restore_pod(input)
+            }
+            #[inline]
+            fn persist_slice(values: &[Self], out: &mut ::std::vec::Vec<u8>) {
+                $crate::persist::persist_pod_slice(values, out)
+            }
+            #[inline]
+            fn restore_many(input: &mut &[u8], n: usize, out: &mut ::std::vec::Vec<Self>) -> $crate::Result<()> {
+                $crate::persist::restore_pod_many(input, n, out)
+            }
+        }
+    )+};
 }
 
 /// Takes `n` bytes from the front of `input`, or says the data is truncated.
@@ -111,6 +216,17 @@ macro_rules! persist_number {
             fn restore(input: &mut &[u8]) -> Result<Self> {
                 let b = take(input, std::mem::size_of::<$t>())?;
                 Ok(<$t>::from_le_bytes(b.try_into().expect("exact size")))
+            }
+            // On a little-endian machine a number's memory is its encoding: copied in bulk.
+            #[cfg(target_endian = "little")]
+            #[inline]
+            fn persist_slice(values: &[Self], out: &mut Vec<u8>) {
+                persist_pod_slice(values, out)
+            }
+            #[cfg(target_endian = "little")]
+            #[inline]
+            fn restore_many(input: &mut &[u8], n: usize, out: &mut Vec<Self>) -> Result<()> {
+                restore_pod_many(input, n, out)
             }
         }
     )*};
@@ -196,16 +312,12 @@ fn checked_len(input: &[u8], len: u64) -> Result<usize> {
 impl<T: Persist> Persist for Vec<T> {
     fn persist(&self, out: &mut Vec<u8>) {
         (self.len() as u64).persist(out);
-        for v in self {
-            v.persist(out);
-        }
+        T::persist_slice(self, out);
     }
     fn restore(input: &mut &[u8]) -> Result<Self> {
         let len = checked_len(input, u64::restore(input)?)?;
-        let mut v = Vec::with_capacity(len.min(input.len()));
-        for _ in 0..len {
-            v.push(T::restore(input)?);
-        }
+        let mut v = Vec::new();
+        T::restore_many(input, len, &mut v)?;
         Ok(v)
     }
 }
@@ -223,15 +335,11 @@ impl Persist for String {
 
 impl<T: Persist, const N: usize> Persist for [T; N] {
     fn persist(&self, out: &mut Vec<u8>) {
-        for v in self {
-            v.persist(out);
-        }
+        T::persist_slice(self, out);
     }
     fn restore(input: &mut &[u8]) -> Result<Self> {
         let mut v = Vec::with_capacity(N);
-        for _ in 0..N {
-            v.push(T::restore(input)?);
-        }
+        T::restore_many(input, N, &mut v)?;
         v.try_into().map_err(|_| Error::Corrupt("array length".into()))
     }
 }
@@ -272,9 +380,7 @@ impl<T: Persist> Persist for Box<T> {
 impl<T: Persist> Persist for Box<[T]> {
     fn persist(&self, out: &mut Vec<u8>) {
         (self.len() as u64).persist(out);
-        for v in self.iter() {
-            v.persist(out);
-        }
+        T::persist_slice(self, out);
     }
     fn restore(input: &mut &[u8]) -> Result<Self> {
         Vec::<T>::restore(input).map(Vec::into_boxed_slice)
@@ -428,6 +534,32 @@ pub fn from_bytes<T: Persist>(mut bytes: &[u8]) -> Result<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn numbers_in_bulk_encode_as_one_by_one_and_corrupt_lengths_are_refused() {
+        let values: Vec<u64> = (0..1000).map(|i| i * 0x0101_0101).collect();
+        let mut one_by_one = Vec::new();
+        (values.len() as u64).persist(&mut one_by_one);
+        values.iter().for_each(|v| v.persist(&mut one_by_one));
+        assert_eq!(to_bytes(&values), one_by_one, "the bulk copy is the same bytes");
+        assert_eq!(from_bytes::<Vec<u64>>(&one_by_one).unwrap(), values);
+        let floats = vec![1.5f32, -0.0, f32::MAX];
+        assert_eq!(from_bytes::<Vec<f32>>(&to_bytes(&floats)).unwrap(), floats);
+        // Read from an odd offset: the input is not aligned for the values.
+        let mut odd = vec![0u8];
+        odd.extend(to_bytes(&values));
+        let mut input = &odd[1..];
+        assert_eq!(Vec::<u64>::restore(&mut input).unwrap(), values);
+        // A length past the data is refused before anything is allocated for it.
+        let mut short = to_bytes(&values);
+        short.truncate(100);
+        assert!(from_bytes::<Vec<u64>>(&short).is_err());
+        let mut huge = Vec::new();
+        u64::MAX.persist(&mut huge);
+        assert!(from_bytes::<Vec<u64>>(&huge).is_err());
+        ((1u64 << 20) - 1).persist(&mut huge);
+        assert!(from_bytes::<Vec<u128>>(&huge[8..]).is_err());
+    }
+
     use super::*;
 
     type Mixed = (u64, i32, bool, char, Option<f64>, Vec<(u8, String)>, [u16; 3]);
