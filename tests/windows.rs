@@ -277,6 +277,15 @@ fn window_settings_that_make_no_sense_are_refused_when_the_job_starts() {
         .count()
         .discard();
     assert!(start_error(job).contains("every 0 records"));
+
+    let job = Job::new("drift").with_watermark_alignment(0);
+    job.generator(Generator::new(|i, _| i).count(10))
+        .with_watermarks(|x: &u64| *x, 0)
+        .key_by(|x: &u64| *x)
+        .window(Window::tumbling(10), |x: &u64| *x)
+        .count()
+        .discard();
+    assert!(start_error(job).contains("alignment drift of 0"));
 }
 
 /// The user's case: two live push sources with their own watermarks, one of them silent. Of
