@@ -153,7 +153,7 @@ impl Job {
                 watermark_groups: Vec::new(),
                 default_alignment: WatermarkAlignment::unbounded(),
                 default_drift: DefaultDrift::FromWindows,
-                window_spans: Vec::new(),
+                longest_window: 0,
                 tags: Vec::new(),
                 build_errors: Vec::new(),
                 sink_outputs: Vec::new(),
@@ -1067,7 +1067,7 @@ impl<T: Record> Stream<T> {
         TR: Fn(&R) -> Timestamp + Clone + Send + 'static,
         J: Fn(&K, &T, &R) -> O + Clone + Send + 'static,
     {
-        self.graph.borrow_mut().window_spans.push(window.size);
+        self.graph.borrow_mut().note_window(window.size);
         let (kl, kr) = (key_left.clone(), key_right.clone());
         let inputs = [
             (Partitioning::KeyBy, channels_of::<T, _>(Some(move |t: &T| hash_key(&kl(t))))),
@@ -1371,7 +1371,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         window: Window,
         timestamp: TF,
     ) -> WindowedStream<T, KF, TF> {
-        self.stream.graph.borrow_mut().window_spans.push(window.size);
+        self.stream.graph.borrow_mut().note_window(window.size);
         WindowedStream { keyed: self, window, timestamp, settings: WindowSettings::default() }
     }
 
@@ -1408,7 +1408,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         gap: Timestamp,
         timestamp: TF,
     ) -> SessionWindowedStream<T, KF, TF> {
-        self.stream.graph.borrow_mut().window_spans.push(gap);
+        self.stream.graph.borrow_mut().note_window(gap);
         SessionWindowedStream { keyed: self, timestamp, settings: SessionSettings { gap, lateness: 0, late: None } }
     }
 }

@@ -137,8 +137,9 @@ pub(crate) struct Graph {
     pub(crate) default_alignment: Arc<crate::operator::watermark::WatermarkAlignment>,
     /// How the default group's drift is chosen ([`crate::Job::with_watermark_alignment`]).
     pub(crate) default_drift: DefaultDrift,
-    /// Event-time spans of the job's windows: sizes of event-time windows, session gaps.
-    pub(crate) window_spans: Vec<crate::record::Timestamp>,
+    /// The longest event-time span of the job's windows (window size, session gap); 0 when
+    /// it has none.
+    pub(crate) longest_window: crate::record::Timestamp,
     /// Side-output tags by name, with their record type's id and name.
     pub(crate) tags: Vec<(Arc<str>, std::any::TypeId, &'static str)>,
     /// Mistakes found while the job was built, reported when it starts.
@@ -168,13 +169,18 @@ pub(crate) enum DefaultDrift {
 pub(crate) const WINDOWS_OF_DRIFT: crate::record::Timestamp = 10;
 
 impl Graph {
+    /// Counts an event-time window of `span` (size, or session gap) toward the default drift.
+    pub(crate) fn note_window(&mut self, span: crate::record::Timestamp) {
+        self.longest_window = self.longest_window.max(span);
+    }
+
     /// The drift of the default alignment group, `None` for unbounded.
     pub(crate) fn default_drift(&self) -> Option<crate::record::Timestamp> {
         match self.default_drift {
             DefaultDrift::Fixed(d) => Some(d),
             DefaultDrift::Off => None,
             DefaultDrift::FromWindows => {
-                self.window_spans.iter().max().map(|span| span.saturating_mul(WINDOWS_OF_DRIFT))
+                (self.longest_window > 0).then(|| self.longest_window.saturating_mul(WINDOWS_OF_DRIFT))
             }
         }
     }
