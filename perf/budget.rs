@@ -51,14 +51,14 @@ fn main() {
             let input = TextSource::open(&dir).expect("the corpus was just written");
             let out = scratch.join(format!("out-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&out);
-            let job = weir::jobs::wordcount(input, out.clone(), 1, false);
+            let job = weir_jobs::wordcount::wordcount(input, out.clone(), 1, false);
             run(job);
             let _ = std::fs::remove_dir_all(&out);
             return;
         }
         "q5" => {
-            let q: weir::nexmark::Query = "q5".parse().expect("a query");
-            weir::nexmark::build(&job, q, Some(n), None).discard();
+            let q: weir_jobs::nexmark::Query = "q5".parse().expect("a query");
+            weir_jobs::nexmark::build(&job, q, Some(n), None).discard();
         }
         other => {
             eprintln!("no workload {other}; {usage}");

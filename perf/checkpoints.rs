@@ -20,7 +20,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use weir::checkpoint::{write_task_snapshot, CheckpointConfig, CheckpointStats, CheckpointStorage, PageIndex};
-use weir::jobs::key_of;
+use weir_jobs::wordcount::key_of;
 use weir::metrics::group_digits;
 use weir::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 use weir::source::Generator;

@@ -21,7 +21,7 @@ mod ring_hop;
 
 use std::time::Duration;
 
-use weir::jobs::{key_of, DefaultJob};
+use weir_jobs::wordcount::{key_of, DefaultJob};
 use weir::metrics::{format_ns, group_digits};
 use weir::source::Generator;
 use weir::{Job, JobReport, RunConfig, Window};

@@ -22,7 +22,7 @@ mod svg;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir::bench::{BenchConfig, BenchResult, CheckpointChoice, Workload};
+use weir_jobs::bench::{BenchConfig, BenchResult, CheckpointChoice, Workload};
 use weir::metrics::{format_ns, group_digits};
 use weir::RunConfig;
 
@@ -55,7 +55,7 @@ impl Matrix {
             rate,
             keys: 10_000,
             sink_cost_ns: stage_cost_ns,
-            alignment_timeout: weir::bench::DEFAULT_ALIGNMENT_TIMEOUT,
+            alignment_timeout: weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT,
             max_concurrent: 1,
             inflight_budget: self.budget,
         };
@@ -117,7 +117,7 @@ fn main() {
         scratch: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch folder"),
         runs: Vec::new(),
         count: 0,
-        budget: weir::bench::DEFAULT_INFLIGHT_BUDGET,
+        budget: weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET,
     };
     let rounds: usize = arg("--rounds").and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
     let mut md = String::new();
@@ -238,7 +238,7 @@ fn main() {
     let backlog_rounds = rounds.min(3);
     md += &format!(
         "## Aligned against unaligned under a backlog\n\nThe `backlog` workload: generator → key_by (half the events on one key) → a keyed running sum spending the given cost per record → rebalance → sink, checkpoints every 500 ms, aligned-timeout with a {} ms timeout, adaptive with an in-flight budget of half what the rings hold ({BACKLOG_BUDGET_PER_SLOT} bytes per ring slot: the job's 8 channels of 32-byte entries). Each figure is the median over every checkpoint of {backlog_rounds} rounds (modes back to back, a different one first each round); the spread is the smallest and largest median of one round.\n\n| stage cost | ring | mode | checkpoints | median duration (spread) | max duration | start delay | alignment | in-flight bytes | throughput (rec/s) |\n|---|---|---|---|---|---|---|---|---|---|\n",
-        weir::bench::DEFAULT_ALIGNMENT_TIMEOUT.as_millis(),
+        weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT.as_millis(),
     );
     let rings = [256usize, 1024, 4096];
     let costs = [10_000u64, 100_000];
@@ -311,9 +311,9 @@ fn main() {
     // 4. Adaptive alignment where most in-flight bytes sit in channels that move.
     md += &format!(
         "\n## Adaptive alignment: a lagging pipeline beside a moving one\n\nThe `mixed` workload: the backlog workload's pipeline (100 µs per record) and, in the same job, generator → rebalance → 1 µs per 1 KiB event → sink, whose rings are full but drain in milliseconds; ring 4096, checkpoints every 500 ms, adaptive with a {} byte budget; median over every checkpoint of {backlog_rounds} rounds.\n\n| mode | checkpoints | median duration (spread) | max duration | in-flight bytes | channels aligned / captured | throughput (rec/s) |\n|---|---|---|---|---|---|---|\n",
-        group_digits(weir::bench::DEFAULT_INFLIGHT_BUDGET),
+        group_digits(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET),
     );
-    m.budget = weir::bench::DEFAULT_INFLIGHT_BUDGET;
+    m.budget = weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET;
     let mixed_modes = [CheckpointChoice::Unaligned, CheckpointChoice::Adaptive, CheckpointChoice::Aligned];
     let mut mixed: Vec<Vec<BenchResult>> = vec![Vec::new(); mixed_modes.len()];
     for round in 0..backlog_rounds {

@@ -279,7 +279,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|s| s.parse().ok())
         .unwrap_or(10.0);
-    let weir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/weir");
+    let weir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/weir");
     assert!(weir.exists(), "build the command first: cargo build --release");
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch folder");
     let scratch = dir.path().to_path_buf();

@@ -7,7 +7,7 @@
 //!    writing every running count to files;
 //! 3. the same with exactly-once checkpoints every second, writing through the
 //!    two-phase-commit file sink (what `weir wordcount --checkpoint-dir` does);
-//! 4. run 2 on owned `String` words instead of `weir::Word` (`weir::jobs::wordcount_strings`).
+//! 4. run 2 on owned `String` words instead of `weir::Word` (`weir_jobs::wordcount::wordcount_strings`).
 //!
 //! The corpus is read once before timing; the weir runs alternate twice, the baseline runs
 //! twice after them, and the faster run of each counts.
@@ -77,8 +77,8 @@ fn weir_wordcount(input: &Path, out: &Path, checkpoints: Option<(&Path, u64)>, w
     let _ = std::fs::remove_dir_all(out);
     let source = TextSource::open(input).expect("corpus");
     let mut job = match words {
-        Words::Word => weir::jobs::wordcount(source, out.into(), 2, checkpoints.is_some()),
-        Words::Strings => weir::jobs::wordcount_strings(source, out.into(), 2),
+        Words::Word => weir_jobs::wordcount::wordcount(source, out.into(), 2, checkpoints.is_some()),
+        Words::Strings => weir_jobs::wordcount::wordcount_strings(source, out.into(), 2),
     };
     if let Some((dir, ms)) = checkpoints {
         let _ = std::fs::remove_dir_all(dir);

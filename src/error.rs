@@ -117,7 +117,8 @@ impl std::error::Error for Error {
 /// The value of `all` whose name (its `Display`) is `s`, or a message listing every name:
 /// "'x' is not {what} (a, b, c)". For command-line choices, so the list can never drift from
 /// the values.
-pub(crate) fn one_of<T: fmt::Display + Copy>(all: &[T], s: &str, what: &str) -> std::result::Result<T, String> {
+#[doc(hidden)] // for weir's own crates (weir-jobs)
+pub fn one_of<T: fmt::Display + Copy>(all: &[T], s: &str, what: &str) -> std::result::Result<T, String> {
     all.iter().copied().find(|v| v.to_string() == s).ok_or_else(|| {
         let names: Vec<String> = all.iter().map(T::to_string).collect();
         format!("'{s}' is not {what} ({})", names.join(", "))

@@ -2,7 +2,7 @@
 //! `fuzz/` and the proptest run in `tests/readers_fuzz.rs` call these, so both exercise the
 //! same readers. Not part of the API (hidden from the docs).
 //!
-//! May touch: `checkpoint`, `error`, `nexmark` (its events), `persist`, `source` (the word
+//! May touch: `checkpoint`, `error`, `persist`, `source` (the word
 //! encoding), `state` (the paged map's snapshot format).
 
 use std::path::Path;
@@ -40,7 +40,26 @@ fn decode_payload(bytes: &[u8]) {
     let _ = from_bytes::<(Option<i64>, Vec<(i64, crate::state::PagedImage<Word, u64>)>)>(bytes);
     let _ = from_bytes::<(u64, Vec<u64>)>(bytes);
     let _ = from_bytes::<Vec<(String, u64, u64, bool)>>(bytes);
-    let _ = from_bytes::<crate::nexmark::Event>(bytes);
+    let _ = from_bytes::<DerivedShape>(bytes);
+}
+
+/// The shapes a job's records take through `#[derive(Persist)]` (an enum of boxed and plain
+/// structs with strings and vectors), for the decoder of derived types.
+#[derive(crate::Persist)]
+#[allow(dead_code)] // decoded, never read
+enum DerivedShape {
+    Boxed(Box<DerivedFields>),
+    Plain(DerivedFields),
+    Empty,
+}
+
+#[derive(crate::Persist)]
+#[allow(dead_code)] // decoded, never read
+struct DerivedFields {
+    id: u64,
+    name: String,
+    tags: Vec<u32>,
+    price: Option<i64>,
 }
 
 /// Builds checkpoint 1 in `scratch` (an empty folder) from fuzzed payloads, each wrapped in a

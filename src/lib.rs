@@ -66,7 +66,6 @@
 //! - [`pipeline`]: the builder API, the logical graph, the physical plan and the tasks.
 //! - [`runtime`]: worker threads, pinning, backoff, the [`JobHandle`].
 //! - [`simulation`]: the same tasks and coordinator on one thread, from a seed.
-//! - [`jobs`]: the jobs the `weir` command runs (the default job, word count).
 //! - `fuzzing` (hidden): every reader of checkpoint bytes from one byte string, for the fuzz
 //!   targets in `fuzz/` and the proptest run of them.
 //!
@@ -97,7 +96,6 @@
 extern crate self as weir;
 
 pub mod barrier;
-pub mod bench;
 pub mod channel;
 pub mod checkpoint;
 pub mod collector;
@@ -110,9 +108,7 @@ pub mod faults;
 mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod jobs;
 pub mod metrics;
-pub mod nexmark;
 pub mod operator;
 pub mod persist;
 pub mod pipeline;

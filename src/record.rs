@@ -346,7 +346,8 @@ impl Word {
     /// inline word, without a copy of variable length: the window is copied whole and the
     /// rest masked off.
     #[inline]
-    pub(crate) fn from_ascii_prefix(window: &[u8; WORD_INLINE_BYTES], len: usize) -> Word {
+    #[doc(hidden)] // for weir's own crates (weir-jobs)
+    pub fn from_ascii_prefix(window: &[u8; WORD_INLINE_BYTES], len: usize) -> Word {
         debug_assert!(len <= WORD_INLINE_BYTES && window[..len].is_ascii());
         let mut bytes = *window;
         for (lane, chunk) in bytes.chunks_mut(8).enumerate() {
@@ -638,7 +639,8 @@ pub fn for_each_word_in_bytes(bytes: &[u8], mut f: impl FnMut(Word)) {
 
 /// The calendar date of day `days` after 1970-01-01 (proleptic Gregorian; Howard Hinnant's
 /// days-to-civil).
-pub(crate) fn civil_date(days: u64) -> (u64, u64, u64) {
+#[doc(hidden)] // for weir's own crates (weir-jobs)
+pub fn civil_date(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let doe = z - era * 146_097;

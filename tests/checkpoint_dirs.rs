@@ -3,7 +3,7 @@
 //! says what the directory holds, before anything runs; the checkpoints are left untouched.
 //! And the checkpoint configuration a running job takes, or refuses, through its handle.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

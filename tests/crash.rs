@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use weir::checkpoint::CheckpointStorage;
 use weir::prng::mix;
 
-mod common;
-use common::committed_counts;
+use crate::common;
+use crate::common::committed_counts;
 
 /// Two files of words from a skewed vocabulary of 5,000 words.
 fn write_corpus(dir: &Path) -> HashMap<String, u64> {

@@ -14,8 +14,8 @@ use weir::checkpoint::{CheckpointConfig, CheckpointStorage, FileKind, RestartStr
 use weir::source::Generator;
 use weir::{Error, Job, RunConfig};
 
-mod common;
-use common::{committed_counts, wait_until};
+use crate::common;
+use crate::common::{committed_counts, wait_until};
 
 fn text_of(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))

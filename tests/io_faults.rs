@@ -12,8 +12,7 @@ use weir::snapshot::{Fault, FaultInjector, StorageFault};
 use weir::source::Generator;
 use weir::{Error, Job, RunConfig};
 
-mod common;
-use common::PausingSource;
+use crate::common::PausingSource;
 
 const N: u64 = 60_000;
 

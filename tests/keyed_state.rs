@@ -11,8 +11,7 @@ use weir::source::Generator;
 use weir::state::{ListState, MapState};
 use weir::{Job, RunConfig};
 
-mod common;
-use common::PausingSource;
+use crate::common::PausingSource;
 
 const KEYS: u64 = 60_000;
 const EVENTS: u64 = 120_000;

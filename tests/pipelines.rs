@@ -4,10 +4,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use weir::jobs::wordcount;
 use weir::prng::mix;
 use weir::source::{Generator, TextSource};
 use weir::{Error, Job, RunConfig, Window, WindowBounds};
+use weir_jobs::wordcount::wordcount;
 
 const PARALLELISMS: [usize; 3] = [1, 2, 4];
 

@@ -13,8 +13,7 @@ use weir::source::Generator;
 use weir::state::{KeyedValueState, MapState, ReducingState, TimeDomain};
 use weir::{Error, Job, KeyedContext, KeyedProcessFunction, OutputTag, RunConfig};
 
-mod common;
-use common::{at_rate, savepoint_after, sorted};
+use crate::common::{at_rate, savepoint_after, sorted};
 
 const N: u64 = 20_000;
 const KEYS: u64 = 11;

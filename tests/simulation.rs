@@ -12,8 +12,8 @@
 //! The suite is the quick check; the gate before an issue that touches the protocol, recovery
 //! or a sink is closed is `perf/simulate-sweep.sh` (6,000 seeds of every combination).
 
-use weir::simulation::jobs::SimJob;
 use weir::simulation::{check, SimMode, SimOptions};
+use weir_jobs::simulated::SimJob;
 
 /// Seeds of each (job, parallelism) for each mode and checkpoint kind: 8 jobs x 4
 /// parallelisms x 100 = 3,200 per test, 32,000 over the ten.

@@ -12,8 +12,7 @@ use weir::sink::CommittedOutput;
 use weir::source::Generator;
 use weir::{EarlyFiring, Emitter, Error, Job, RunConfig, Window, WindowBounds};
 
-mod common;
-use common::{at_rate, savepoint_after, sorted};
+use crate::common::{at_rate, savepoint_after, sorted};
 
 const N: u64 = 12_000;
 const KEYS: u64 = 13;

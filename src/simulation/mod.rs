@@ -8,12 +8,11 @@
 //! exactly-once, nothing missing under at-least-once. A seed that differs reruns bit for bit.
 //! After TigerBeetle's VOPR and RisingWave's madsim.
 //!
-//! [`check`] runs a user's own job so; `weir simulate` runs weir's ([`jobs`]).
+//! [`check`] runs a user's own job so; `weir simulate` runs weir's own jobs (the `weir-jobs`
+//! crate's `simulated` module) through it.
 //!
 //! May touch: `checkpoint`, `context`, `error`, `pipeline`, `prng`, `runtime`, `sink`, `snapshot`,
 //! `wake`.
-
-pub mod jobs;
 
 use std::fmt;
 use std::ops::Range;

@@ -206,7 +206,8 @@ impl<T> EventSender<T> {
 
     /// Drops the sender without ending the stream: the host process died (a simulated
     /// crash), and its job with it.
-    pub(crate) fn abandon(mut self) {
+    #[doc(hidden)] // for weir's own crates (weir-jobs)
+    pub fn abandon(mut self) {
         self.closed = true;
     }
 
@@ -280,7 +281,8 @@ pub struct Closing<T> {
 
 impl<T> Closing<T> {
     /// See [`EventSender::abandon`].
-    pub(crate) fn abandon(self) {
+    #[doc(hidden)] // for weir's own crates (weir-jobs)
+    pub fn abandon(self) {
         self.sender.abandon();
     }
 }

@@ -1,10 +1,6 @@
 //! The `weir` command: the embedded default job, word count, benchmarks, checkpoint listings,
 //! the simulator, and their options.
 
-#[cfg(feature = "jemalloc")]
-#[global_allocator]
-static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,11 +8,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use weir::checkpoint::{CheckpointConfig, CheckpointMode, CheckpointStatus};
-use weir::jobs::DefaultJob;
 use weir::metrics::group_digits;
 use weir::runtime::available_cores;
 use weir::source::TextSource;
 use weir::{Error, Job, JobHandle, JobReport, RunConfig};
+use weir_jobs::wordcount::DefaultJob;
 
 /// weir: a thread-per-core stream processor with Flink-style checkpoints.
 ///
@@ -59,7 +55,7 @@ struct SimulateArgs {
     /// through every built-in operator) or embedded (a host program feeding a push source and
     /// reading an exactly-once pull sink, restarted with the job after a crash).
     #[arg(long)]
-    job: weir::simulation::jobs::SimJob,
+    job: weir_jobs::simulated::SimJob,
     /// aligned, unaligned, aligned-timeout, at-least-once or adaptive.
     #[arg(long, default_value = "aligned")]
     mode: weir::simulation::SimMode,
@@ -100,7 +96,7 @@ struct NexmarkArgs {
     /// q21 (channel id), q22 (URL directories); q10 (log to a file system) writes every bid
     /// under --output, partitioned by day and minute (--check reads the files back).
     #[arg(long)]
-    query: weir::nexmark::Query,
+    query: weir_jobs::nexmark::Query,
     /// Where q10 writes its files (`dt=YYYY-MM-DD/hm=HH:MM/part-<subtask>`; q10 only).
     #[arg(long)]
     output: Option<PathBuf>,
@@ -112,7 +108,7 @@ struct NexmarkArgs {
     rate: Option<f64>,
     /// none | aligned | unaligned | at-least-once.
     #[arg(long, default_value = "none")]
-    checkpoint: weir::bench::CheckpointChoice,
+    checkpoint: weir_jobs::bench::CheckpointChoice,
     /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     interval_ms: Option<u64>,
@@ -133,12 +129,12 @@ struct BenchArgs {
     /// record, so the rings fill up) | sparse-window (Flink's W3: a 1 s window count where every
     /// (key, window) gets one event).
     #[arg(long, default_value = "keyed")]
-    workload: weir::bench::Workload,
+    workload: weir_jobs::bench::Workload,
     /// none | aligned | unaligned | at-least-once | aligned-timeout (aligned, turning
     /// unaligned after --alignment-timeout-ms) | adaptive (unaligned barriers, a checkpoint's
     /// in-flight data kept under --inflight-budget-bytes).
     #[arg(long, default_value = "none")]
-    checkpoint: weir::bench::CheckpointChoice,
+    checkpoint: weir_jobs::bench::CheckpointChoice,
     /// With --checkpoint adaptive: the in-flight budget of a checkpoint, in bytes (default 1 MiB).
     #[arg(long)]
     inflight_budget_bytes: Option<u64>,
@@ -433,11 +429,11 @@ struct WordcountArgs {
 /// Refuses checkpoint flags given to a benchmark that takes no checkpoints (they would be
 /// silently ignored otherwise).
 fn refuse_checkpoint_flags_without_checkpoints(
-    choice: weir::bench::CheckpointChoice,
+    choice: weir_jobs::bench::CheckpointChoice,
     given: &[(&str, bool)],
 ) -> weir::Result<()> {
     match given.iter().find(|(_, g)| *g) {
-        Some((flag, _)) if choice == weir::bench::CheckpointChoice::None => {
+        Some((flag, _)) if choice == weir_jobs::bench::CheckpointChoice::None => {
             Err(Error::config(format!("{flag} needs --checkpoint aligned, unaligned or at-least-once")))
         }
         _ => Ok(()),
@@ -493,7 +489,8 @@ impl RuntimeArgs {
     }
 }
 
-fn main() -> ExitCode {
+/// The `weir` command: parses the arguments, runs the command, and says how it ended.
+pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, Some(Command::Checkpoints(_) | Command::Simulate(_))) {
         // From the first instant of a command that runs a job: a restart restores its state
@@ -733,7 +730,7 @@ fn job_cell(m: &weir::checkpoint::CheckpointMetadata) -> String {
 }
 
 fn run_bench(args: &BenchArgs) -> weir::Result<()> {
-    use weir::bench::{BenchConfig, BenchResult, CheckpointChoice};
+    use weir_jobs::bench::{BenchConfig, BenchResult, CheckpointChoice};
     refuse_checkpoint_flags_without_checkpoints(
         args.checkpoint,
         &[
@@ -773,9 +770,9 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         sink_cost_ns: args.sink_cost_ns,
         alignment_timeout: args
             .alignment_timeout_ms
-            .map_or(weir::bench::DEFAULT_ALIGNMENT_TIMEOUT, Duration::from_millis),
+            .map_or(weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT, Duration::from_millis),
         max_concurrent: args.max_concurrent.unwrap_or(1) as usize,
-        inflight_budget: args.inflight_budget_bytes.unwrap_or(weir::bench::DEFAULT_INFLIGHT_BUDGET),
+        inflight_budget: args.inflight_budget_bytes.unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET),
     };
     println!(
         "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
@@ -811,7 +808,7 @@ fn run_bench(args: &BenchArgs) -> weir::Result<()> {
 }
 
 fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
-    use weir::nexmark::{build, final_rows, reference};
+    use weir_jobs::nexmark::{build, final_rows, reference};
     const MAX_CHECKED: u64 = 2_000_000;
     refuse_checkpoint_flags_without_checkpoints(
         args.checkpoint,
@@ -824,7 +821,7 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
             group_digits(args.events)
         )));
     }
-    let q10 = args.query == weir::nexmark::Query::Q10;
+    let q10 = args.query == weir_jobs::nexmark::Query::Q10;
     match (&args.output, q10) {
         (None, true) => {
             return Err(Error::config("q10 writes every bid to files: give the folder with --output DIR"));
@@ -842,14 +839,14 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     if let Some(c) = args.checkpoint.config(
         &checkpoint_dir,
         interval,
-        weir::bench::DEFAULT_ALIGNMENT_TIMEOUT,
-        weir::bench::DEFAULT_INFLIGHT_BUDGET,
+        weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT,
+        weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET,
     ) {
         job = job.with_checkpointing(c.incremental(args.incremental));
     }
     let collected = match &args.output {
         Some(dir) => {
-            weir::nexmark::write_q10(&job, Some(args.events), args.rate, dir);
+            weir_jobs::nexmark::write_q10(&job, Some(args.events), args.rate, dir);
             None
         }
         None => {
@@ -896,7 +893,7 @@ fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         println!("check: {} result rows, the same as the sequential implementation", group_digits(got.len() as u64));
     }
     if let (Some(dir), true) = (&args.output, args.check) {
-        let (got, expected) = (weir::nexmark::read_q10(dir)?, weir::nexmark::q10_reference(args.events));
+        let (got, expected) = (weir_jobs::nexmark::read_q10(dir)?, weir_jobs::nexmark::q10_reference(args.events));
         if got != expected {
             return Err(Error::Checkpoint(format!(
                 "q10: the files under {} ({} partitions) differ from the sequential implementation's ({} partitions)",
@@ -957,7 +954,7 @@ fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     }
     let bytes = input.total_bytes();
     let transactional = args.checkpoints.checkpoint_dir.is_some();
-    let mut job = weir::jobs::wordcount(input, args.output.clone(), parallelism, transactional)
+    let mut job = weir_jobs::wordcount::wordcount(input, args.output.clone(), parallelism, transactional)
         .with_description(description.clone());
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);

@@ -19,11 +19,11 @@
 
 use std::collections::HashMap;
 
-use crate::operator::window::{Window, WindowBounds};
-use crate::pipeline::Job;
-use crate::prng::mix;
-use crate::record::{hash_key, Word};
-use crate::source::Generator;
+use weir::operator::window::{Window, WindowBounds};
+use weir::pipeline::Job;
+use weir::prng::mix;
+use weir::record::{hash_key, Word};
+use weir::source::Generator;
 
 /// Event time between two events, in microseconds (10,000 events/s).
 pub const INTER_EVENT_US: u64 = 100;
@@ -58,7 +58,7 @@ const CHANNELS: u64 = 10_000;
 /// A new user. Its text — name, e-mail address, credit card, city, state, padding — is
 /// drawn from the event's number when a query reads it, as a bid's is (see [`Bid`]): the
 /// standard generator's values, the same on every read.
-#[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Debug, PartialEq, Eq, weir::Persist)]
 pub struct Person {
     /// Person id.
     pub id: u64,
@@ -110,7 +110,7 @@ impl Person {
 
 /// A new auction. Its text — item name, description, padding — is drawn from the event's
 /// number when a query reads it, as a bid's is (see [`Bid`]).
-#[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Debug, PartialEq, Eq, weir::Persist)]
 pub struct Auction {
     /// Auction id.
     pub id: u64,
@@ -152,7 +152,7 @@ impl Auction {
 /// [`Bid::extra`]: the standard generator's values, the same on every read), as a query
 /// engine materializes columns late: most queries read only the numbers, so a bid is 40
 /// bytes, not 128, and its text is made only by the queries that read it (q14, q16, q21, q22).
-#[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Debug, PartialEq, Eq, weir::Persist)]
 pub struct Bid {
     /// Auction id.
     pub auction: u64,
@@ -168,7 +168,7 @@ pub struct Bid {
 
 /// A bid's numbers only: what most queries read (they project bids onto this before the
 /// first key-by, as a query engine would, so the strings never cross a ring).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, weir::Persist)]
 pub struct BidPrice {
     /// Auction id.
     pub auction: u64,
@@ -213,7 +213,7 @@ fn bid_channel(n: u64) -> u64 {
 }
 
 /// One Nexmark event.
-#[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Debug, PartialEq, Eq, weir::Persist)]
 pub enum Event {
     /// A new user (boxed: people are one event in fifty, and the largest).
     Person(Box<Person>),
@@ -332,7 +332,7 @@ fn extra(n: u64, k: u64) -> Word {
     let r = draw(n, k);
     // (28: the events are the same as when words held 28 bytes inline.)
     let at = ((r >> 8) % (pad.len() - 28) as u64) as usize;
-    let window = &pad[at..at + crate::record::WORD_INLINE_BYTES];
+    let window = &pad[at..at + weir::record::WORD_INLINE_BYTES];
     Word::from_ascii_prefix(window.try_into().expect("a window"), (r % 21) as usize)
 }
 
@@ -383,7 +383,7 @@ fn generator(events: Option<u64>, rate: Option<f64>) -> Generator<impl Fn(u64, u
 fn q10_partition(b: &Bid, out: &mut String) {
     use std::fmt::Write;
     let (minutes, days) = (b.date_time / 60_000, b.date_time / 86_400_000);
-    let (y, m, d) = crate::record::civil_date(days);
+    let (y, m, d) = weir::record::civil_date(days);
     write!(out, "dt={y:04}-{m:02}-{d:02}/hm={:02}:{:02}", minutes / 60 % 24, minutes % 60).expect("to a String");
 }
 
@@ -397,7 +397,7 @@ fn q10_line(b: &Bid, out: &mut Vec<u8>) {
 
 /// q10 as the suite runs it: every bid written under `dir`, partitioned by day and minute
 /// (`<dir>/dt=…/hm=…/part-<subtask>`, one line per bid: auction, bidder, price, time, padding),
-/// exactly once with checkpoints ([`crate::pipeline::Stream::write_files_partitioned`]).
+/// exactly once with checkpoints ([`weir::pipeline::Stream::write_files_partitioned`]).
 pub fn write_q10(job: &Job, events: Option<u64>, rate: Option<f64>, dir: &std::path::Path) {
     job.generator(generator(events, rate))
         .named("nexmark")
@@ -425,12 +425,12 @@ pub fn q10_reference(events: u64) -> std::collections::BTreeMap<String, Vec<Stri
 }
 
 /// The lines q10 wrote under `dir`, per partition (every subtask's file together, sorted).
-pub fn read_q10(dir: &std::path::Path) -> crate::error::Result<std::collections::BTreeMap<String, Vec<String>>> {
+pub fn read_q10(dir: &std::path::Path) -> weir::error::Result<std::collections::BTreeMap<String, Vec<String>>> {
     let mut files: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
-    for (partition, path) in crate::sink::partition_files(dir)? {
+    for (partition, path) in weir::sink::partition_files(dir)? {
         if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("part-")) {
             let text = std::fs::read_to_string(&path)
-                .map_err(|e| crate::error::Error::io("cannot read output file", &path, e))?;
+                .map_err(|e| weir::error::Error::io("cannot read output file", &path, e))?;
             files.entry(partition).or_default().extend(text.lines().map(str::to_owned));
         }
     }
@@ -612,7 +612,7 @@ enum Result {
 impl std::str::FromStr for Query {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        crate::error::one_of(&Query::ALL, s, "a query here")
+        weir::error::one_of(&Query::ALL, s, "a query here")
     }
 }
 
@@ -632,7 +632,7 @@ fn bid_of(e: &Event) -> Option<&Bid> {
     }
 }
 
-type Stream<T> = crate::pipeline::Stream<T>;
+type Stream<T> = weir::pipeline::Stream<T>;
 
 /// The bids' numbers, with event-time watermarks. Events come in time order, ten to a
 /// millisecond: a watermark trails the newest time by 1 ms, so a bid in the same millisecond as
@@ -666,7 +666,7 @@ fn window_start(t: u64, size: u64) -> u64 {
 const DAY_MS: u64 = 86_400_000;
 
 /// One closed auction (q4, q6, q9): its winning bid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, weir::Persist)]
 pub struct Closed {
     /// Auction id.
     pub auction: u64,
@@ -693,18 +693,18 @@ fn beats(a: &BidPrice, b: &BidPrice) -> bool {
 #[derive(Clone)]
 struct CloseAuctions;
 
-impl crate::operator::co_process::KeyedCoProcessFunction<u64, Auction, BidPrice> for CloseAuctions {
+impl weir::operator::co_process::KeyedCoProcessFunction<u64, Auction, BidPrice> for CloseAuctions {
     type Out = Closed;
     /// The auction (id, category, seller, start, end) and the best bid so far; bids waiting
     /// for their auction.
     type State = (
-        crate::state::KeyedValueState<u64, ((u64, u64, u64, u64), Option<BidPrice>)>,
-        crate::state::ListState<u64, BidPrice>,
+        weir::state::KeyedValueState<u64, ((u64, u64, u64, u64), Option<BidPrice>)>,
+        weir::state::ListState<u64, BidPrice>,
     );
     fn state(&self) -> Self::State {
-        (crate::state::KeyedValueState::new(), crate::state::ListState::new())
+        (weir::state::KeyedValueState::new(), weir::state::ListState::new())
     }
-    fn process1(&mut self, a: Auction, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Closed>) {
+    fn process1(&mut self, a: Auction, ctx: &mut weir::KeyedContext<'_, u64, Self::State, Closed>) {
         let (mut open, mut waiting) = ctx.state();
         let mut best: Option<BidPrice> = None;
         for b in waiting.take().into_iter().filter(|b| (a.date_time..=a.expires).contains(&b.date_time)) {
@@ -715,7 +715,7 @@ impl crate::operator::co_process::KeyedCoProcessFunction<u64, Auction, BidPrice>
         open.set(((a.category, a.seller, a.date_time, a.expires), best));
         ctx.register_event_time_timer(a.expires);
     }
-    fn process2(&mut self, b: BidPrice, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Closed>) {
+    fn process2(&mut self, b: BidPrice, ctx: &mut weir::KeyedContext<'_, u64, Self::State, Closed>) {
         let (mut open, mut waiting) = ctx.state();
         match open.get().copied() {
             Some(((category, seller, start, end), best)) => {
@@ -729,8 +729,8 @@ impl crate::operator::co_process::KeyedCoProcessFunction<u64, Auction, BidPrice>
     fn on_timer(
         &mut self,
         _: u64,
-        _: crate::state::TimeDomain,
-        ctx: &mut crate::KeyedContext<'_, u64, Self::State, Closed>,
+        _: weir::state::TimeDomain,
+        ctx: &mut weir::KeyedContext<'_, u64, Self::State, Closed>,
     ) {
         let auction = *ctx.key();
         let (mut open, _) = ctx.state();
@@ -752,13 +752,13 @@ fn closed(events: Stream<Event>) -> Stream<Closed> {
 #[derive(Clone)]
 struct LocalItems;
 
-impl crate::operator::co_process::KeyedCoProcessFunction<u64, Person, Auction> for LocalItems {
+impl weir::operator::co_process::KeyedCoProcessFunction<u64, Person, Auction> for LocalItems {
     type Out = Row;
-    type State = (crate::state::KeyedValueState<u64, u64>, crate::state::ListState<u64, u64>);
+    type State = (weir::state::KeyedValueState<u64, u64>, weir::state::ListState<u64, u64>);
     fn state(&self) -> Self::State {
-        (crate::state::KeyedValueState::new(), crate::state::ListState::new())
+        (weir::state::KeyedValueState::new(), weir::state::ListState::new())
     }
-    fn process1(&mut self, p: Person, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
+    fn process1(&mut self, p: Person, ctx: &mut weir::KeyedContext<'_, u64, Self::State, Row>) {
         let who = hash_key(&(p.name(), p.city(), p.state()));
         let (mut person, mut waiting) = ctx.state();
         person.set(who);
@@ -767,7 +767,7 @@ impl crate::operator::co_process::KeyedCoProcessFunction<u64, Person, Auction> f
             ctx.emit((p.id, auction, who));
         }
     }
-    fn process2(&mut self, a: Auction, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
+    fn process2(&mut self, a: Auction, ctx: &mut weir::KeyedContext<'_, u64, Self::State, Row>) {
         let (person, mut waiting) = ctx.state();
         match person.get().copied() {
             Some(who) => ctx.emit((a.seller, a.id, who)),
@@ -780,14 +780,14 @@ impl crate::operator::co_process::KeyedCoProcessFunction<u64, Person, Auction> f
 #[derive(Clone)]
 struct ExpandBids;
 
-impl crate::operator::co_process::KeyedCoProcessFunction<u64, Auction, BidPrice> for ExpandBids {
+impl weir::operator::co_process::KeyedCoProcessFunction<u64, Auction, BidPrice> for ExpandBids {
     type Out = Row;
     /// The auction's item name (hashed), or the bids waiting for it.
-    type State = (crate::state::KeyedValueState<u64, u64>, crate::state::ListState<u64, BidPrice>);
+    type State = (weir::state::KeyedValueState<u64, u64>, weir::state::ListState<u64, BidPrice>);
     fn state(&self) -> Self::State {
-        (crate::state::KeyedValueState::new(), crate::state::ListState::new())
+        (weir::state::KeyedValueState::new(), weir::state::ListState::new())
     }
-    fn process1(&mut self, a: Auction, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
+    fn process1(&mut self, a: Auction, ctx: &mut weir::KeyedContext<'_, u64, Self::State, Row>) {
         let item = hash_key(&a.item_name());
         let (mut auction, mut waiting) = ctx.state();
         auction.set(item);
@@ -795,7 +795,7 @@ impl crate::operator::co_process::KeyedCoProcessFunction<u64, Auction, BidPrice>
             ctx.emit((b.auction, b.price, item));
         }
     }
-    fn process2(&mut self, b: BidPrice, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
+    fn process2(&mut self, b: BidPrice, ctx: &mut weir::KeyedContext<'_, u64, Self::State, Row>) {
         let (auction, mut waiting) = ctx.state();
         match auction.get().copied() {
             Some(item) => ctx.emit((b.auction, b.price, item)),
@@ -808,14 +808,14 @@ impl crate::operator::co_process::KeyedCoProcessFunction<u64, Auction, BidPrice>
 #[derive(Clone)]
 struct SellerAverage;
 
-impl crate::operator::process::KeyedProcessFunction<u64, Closed> for SellerAverage {
+impl weir::operator::process::KeyedProcessFunction<u64, Closed> for SellerAverage {
     type Out = Row;
     /// The last ten (expires, auction, price), oldest first, and how many closed in all.
-    type State = crate::state::KeyedValueState<u64, (Vec<(u64, u64, u64)>, u64)>;
+    type State = weir::state::KeyedValueState<u64, (Vec<(u64, u64, u64)>, u64)>;
     fn state(&self) -> Self::State {
-        crate::state::KeyedValueState::new()
+        weir::state::KeyedValueState::new()
     }
-    fn process(&mut self, c: Closed, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
+    fn process(&mut self, c: Closed, ctx: &mut weir::KeyedContext<'_, u64, Self::State, Row>) {
         let seller = *ctx.key();
         let mut s = ctx.state();
         let (last, total) = s.get_or_insert_with(|| (Vec::new(), 0));
@@ -838,13 +838,13 @@ impl crate::operator::process::KeyedProcessFunction<u64, Closed> for SellerAvera
 #[derive(Clone)]
 struct TopBids;
 
-impl crate::operator::process::KeyedProcessFunction<u64, BidPrice> for TopBids {
+impl weir::operator::process::KeyedProcessFunction<u64, BidPrice> for TopBids {
     type Out = Row;
-    type State = crate::state::KeyedValueState<u64, Vec<BidPrice>>;
+    type State = weir::state::KeyedValueState<u64, Vec<BidPrice>>;
     fn state(&self) -> Self::State {
-        crate::state::KeyedValueState::new()
+        weir::state::KeyedValueState::new()
     }
-    fn process(&mut self, b: BidPrice, ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
+    fn process(&mut self, b: BidPrice, ctx: &mut weir::KeyedContext<'_, u64, Self::State, Row>) {
         let mut s = ctx.state();
         let top = s.get_or_insert_with(Vec::new);
         let at = top.partition_point(|x| beats(x, &b));
@@ -857,8 +857,8 @@ impl crate::operator::process::KeyedProcessFunction<u64, BidPrice> for TopBids {
     fn on_timer(
         &mut self,
         _: u64,
-        _: crate::state::TimeDomain,
-        ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>,
+        _: weir::state::TimeDomain,
+        ctx: &mut weir::KeyedContext<'_, u64, Self::State, Row>,
     ) {
         let top = ctx.state().clear().unwrap_or_default();
         for b in top {
@@ -909,7 +909,7 @@ fn url_dirs(b: &Bid) -> u64 {
 
 /// q15–q17's running statistics: count by price range (below $100, below $10,000, above),
 /// distinct bidders and auctions, lowest, highest and total price.
-#[derive(Clone, Debug, Default, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, weir::Persist)]
 pub struct BidStats {
     bids: u64,
     ranks: [u64; 3],
@@ -1409,7 +1409,7 @@ pub fn final_rows(q: Query, rows: Vec<Row>) -> Vec<Row> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::RunConfig;
+    use weir::runtime::RunConfig;
 
     #[test]
     fn the_generator_keeps_the_standard_proportions_and_hot_ids() {
@@ -1438,7 +1438,7 @@ mod tests {
             let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
             10f64.powf(unit * 6.0) * 100.0
         };
-        for r in (0..200_000u64).map(crate::prng::mix).chain([0, u64::MAX, 1 << 11, u64::MAX - (1 << 11)]) {
+        for r in (0..200_000u64).map(weir::prng::mix).chain([0, u64::MAX, 1 << 11, u64::MAX - (1 << 11)]) {
             let (got, want) = (price(r) as f64, exact(r));
             assert!((got - want).abs() <= 1.0, "price({r:#x}) = {got}, 10^(6u)·100 = {want}");
         }

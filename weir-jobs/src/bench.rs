@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::checkpoint::{CheckpointConfig, CheckpointMode, CheckpointStats};
-use crate::error::{Error, Result};
-use crate::jobs::{key_of, DefaultJob};
-use crate::metrics::JobReport;
-use crate::operator::window::Window;
-use crate::pipeline::Job;
-use crate::sink::Sink;
-use crate::source::Generator;
+use crate::wordcount::{key_of, DefaultJob};
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, CheckpointStats};
+use weir::error::{Error, Result};
+use weir::metrics::JobReport;
+use weir::operator::window::Window;
+use weir::pipeline::Job;
+use weir::sink::Sink;
+use weir::source::Generator;
 
 /// What a benchmark runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +68,7 @@ impl Workload {
 impl std::str::FromStr for Workload {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        crate::error::one_of(&Workload::ALL, s, "a workload")
+        weir::error::one_of(&Workload::ALL, s, "a workload")
     }
 }
 
@@ -152,7 +152,7 @@ impl CheckpointChoice {
 impl std::str::FromStr for CheckpointChoice {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        crate::error::one_of(&CheckpointChoice::ALL, s, "a checkpoint choice")
+        weir::error::one_of(&CheckpointChoice::ALL, s, "a checkpoint choice")
     }
 }
 
@@ -198,7 +198,7 @@ pub struct BenchConfig {
 }
 
 /// A benchmark event: a key, a value, and when it was created (job clock, ns).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, weir::Persist)]
 pub struct BenchEvent {
     /// The key, in `0 .. keys`.
     pub key: u64,
@@ -212,7 +212,7 @@ pub struct BenchEvent {
 const BULK_PAYLOAD_BYTES: usize = 1024;
 
 /// The `mixed` workload's bulky event: a value, its creation time, and a payload.
-#[derive(Clone, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Debug, PartialEq, Eq, weir::Persist)]
 pub struct BulkEvent {
     /// A value to compute with.
     pub value: u64,
@@ -263,7 +263,7 @@ impl BenchConfig {
     /// The backlog workload's pipeline up to its slow stage: every other event on key 0, whose
     /// subtask gets three quarters of the work, into a keyed running sum spending
     /// `sink_cost_ns` per record.
-    fn lagging_sum(&self, job: &Job) -> crate::Stream<BenchEvent> {
+    fn lagging_sum(&self, job: &Job) -> weir::Stream<BenchEvent> {
         let cost = Duration::from_nanos(self.sink_cost_ns);
         let keys = self.keys.max(1);
         let g = Generator::new(move |i, now_ns| BenchEvent {
@@ -477,7 +477,7 @@ impl BenchResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::RunConfig;
+    use weir::runtime::RunConfig;
 
     #[test]
     fn names_parse_back() {

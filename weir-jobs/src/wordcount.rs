@@ -5,13 +5,13 @@
 
 use std::path::PathBuf;
 
-use crate::operator::window::{Window, WindowBounds};
-use crate::pipeline::Job;
-use crate::record::Word;
-use crate::source::{Generator, TextSource};
+use weir::operator::window::{Window, WindowBounds};
+use weir::pipeline::Job;
+use weir::record::Word;
+use weir::source::{Generator, TextSource};
 
 /// An event of the default job: a key and the time it was created (also its event time).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, weir::Persist)]
 pub struct Event {
     /// The key, in `0 .. keys`.
     pub key: u64,
@@ -20,7 +20,7 @@ pub struct Event {
 }
 
 /// One window result of the default job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, crate::Persist)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, weir::Persist)]
 pub struct WindowCount {
     /// The key.
     pub key: u64,
@@ -87,7 +87,7 @@ impl DefaultJob {
 /// Word count as a running count: for every word occurrence in `input`, one line
 /// `word<TAB>count` in `<output>/part-<subtask>`, or, with `transactional`, in files committed
 /// per checkpoint by the two-phase-commit file sink (`<output>/part-<subtask>-<checkpoint>`;
-/// see [`crate::Stream::write_files_transactional`]).
+/// see [`weir::Stream::write_files_transactional`]).
 pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize, transactional: bool) -> Job {
     let job = Job::new("wordcount").with_parallelism(parallelism);
     let counts = job
@@ -110,8 +110,8 @@ pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize, transac
 pub fn wordcount_strings(input: TextSource, output: PathBuf, parallelism: usize) -> Job {
     let job = Job::new("wordcount-strings").with_parallelism(parallelism);
     job.text(input)
-        .flat_map(|line: &str, out: &mut crate::Emitter<'_, String>| {
-            crate::record::for_each_word(line, |w| out.emit(w.as_str()))
+        .flat_map(|line: &str, out: &mut weir::Emitter<'_, String>| {
+            weir::record::for_each_word(line, |w| out.emit(w.as_str()))
         })
         .key_by(|w: &String| w.clone())
         .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &String, c: &u64| (w.clone(), *c))
@@ -206,8 +206,8 @@ mod tests {
     fn count_lines() {
         let mut out = b"earlier\n".to_vec();
         let mut expected = String::from("earlier\n");
-        let long = "w".repeat(crate::record::WORD_INLINE_BYTES + 5);
-        let longest_inline = "x".repeat(crate::record::WORD_INLINE_BYTES);
+        let long = "w".repeat(weir::record::WORD_INLINE_BYTES + 5);
+        let longest_inline = "x".repeat(weir::record::WORD_INLINE_BYTES);
         for (text, c) in [("a", 1u64), ("zz", 99), (&longest_inline, u64::MAX), (&long, 12345)] {
             format_count(&(Word::new(text), c), &mut out);
             expected.push_str(&format!("{text}\t{c}\n"));

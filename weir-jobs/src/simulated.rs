@@ -10,14 +10,14 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::{Expect, HostLog, SimHost, SimMode, SimOutput};
-use crate::error::{Error, Result};
-use crate::operator::window::Window;
-use crate::pipeline::Job;
-use crate::prng::mix;
-use crate::record::Word;
-use crate::source::{Generator, TextSource};
-use crate::state::ListState;
+use weir::error::{Error, Result};
+use weir::operator::window::Window;
+use weir::pipeline::Job;
+use weir::prng::mix;
+use weir::record::Word;
+use weir::simulation::{Expect, HostLog, SimHost, SimMode, SimOutput};
+use weir::source::{Generator, TextSource};
+use weir::state::ListState;
 
 /// One committed row of a simulated job.
 pub type Row = (u64, u64, u64);
@@ -70,7 +70,7 @@ impl SimJob {
 
     /// Whether the job's output is the same at every parallelism (no record is late and no
     /// result depends on the order keys' records meet), so seeds may rescale it
-    /// ([`super::SimOptions::rescale`]). The keyed, owned and timer jobs' results depend on
+    /// ([`weir::simulation::SimOptions::rescale`]). The keyed, owned and timer jobs' results depend on
     /// the order in which a key's records arrive, which the source's parallelism decides.
     pub fn rescales(self) -> bool {
         matches!(self, SimJob::Wordcount | SimJob::Window | SimJob::Join | SimJob::Sessions)
@@ -166,7 +166,7 @@ impl fmt::Display for SimJob {
 impl std::str::FromStr for SimJob {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        crate::error::one_of(&SimJob::ALL, s, "a simulated job")
+        weir::error::one_of(&SimJob::ALL, s, "a simulated job")
     }
 }
 
@@ -184,7 +184,7 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> (Job, SimO
                 .key_by(|e: &(u64, u64)| e.0)
                 .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, c: &u64| (*k, *c, 0))
                 .named("count")
-                .pull_sink_with(16, crate::sink::Guarantee::ExactlyOnce);
+                .pull_sink_with(16, weir::sink::Guarantee::ExactlyOnce);
             let host =
                 EmbeddedHost { sender: Some(sender), closing: None, receiver, next: None, log: HostLog::default() };
             return (job, SimOutput::Host(Box::new(host)));
@@ -195,7 +195,7 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> (Job, SimO
             .key_by(|w: &Word| w.clone())
             .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |w: &Word, c: &u64| (w.clone(), *c))
             .named("count")
-            .map(|(w, c)| (crate::record::hash_key(&w), c, 0))
+            .map(|(w, c)| (weir::record::hash_key(&w), c, 0))
             .collect_exactly_once(),
         SimJob::Window => job
             .generator(Generator::new(|i, _| (mix(i) % 7, i + mix(i ^ 99) % 40)).count(EVENTS))
@@ -280,9 +280,9 @@ fn embedded_event(i: u64) -> (u64, u64) {
 /// stream; logs each result it receives with its number. An async host whose futures the
 /// simulator polls between the job's steps (with a waker that does nothing: it polls again).
 struct EmbeddedHost {
-    sender: Option<crate::source::EventSender<(u64, u64)>>,
-    closing: Option<crate::source::Closing<(u64, u64)>>,
-    receiver: crate::sink::EventReceiver<Row>,
+    sender: Option<weir::source::EventSender<(u64, u64)>>,
+    closing: Option<weir::source::Closing<(u64, u64)>>,
+    receiver: weir::sink::EventReceiver<Row>,
     /// The next event to send, once the job told its resume point.
     next: Option<u64>,
     log: HostLog<Row>,
@@ -370,7 +370,7 @@ impl SimHost<Row> for EmbeddedHost {
 /// starts counting again). Records whose time is a multiple of 13 also go to a side output.
 #[derive(Clone)]
 struct TimerWindows {
-    side: crate::operator::side::OutputTag<Row>,
+    side: weir::operator::side::OutputTag<Row>,
 }
 
 /// Rows of the timers job: early closes carry this in the key's top byte.
@@ -379,13 +379,13 @@ const EARLY_ROWS: u64 = 1;
 const SIDE_ROWS: u64 = 2;
 const TIMER_WINDOW: u64 = 50;
 
-impl crate::operator::process::KeyedProcessFunction<u64, (u64, u64)> for TimerWindows {
+impl weir::operator::process::KeyedProcessFunction<u64, (u64, u64)> for TimerWindows {
     type Out = Row;
-    type State = crate::state::MapState<u64, u64, u64>;
+    type State = weir::state::MapState<u64, u64, u64>;
     fn state(&self) -> Self::State {
-        crate::state::MapState::new()
+        weir::state::MapState::new()
     }
-    fn process(&mut self, (key, ts): (u64, u64), ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>) {
+    fn process(&mut self, (key, ts): (u64, u64), ctx: &mut weir::KeyedContext<'_, u64, Self::State, Row>) {
         if ts % 13 == 0 {
             ctx.output(&self.side, ((SIDE_ROWS << 56) | key, ts, 1));
         }
@@ -405,8 +405,8 @@ impl crate::operator::process::KeyedProcessFunction<u64, (u64, u64)> for TimerWi
     fn on_timer(
         &mut self,
         end: u64,
-        _: crate::state::TimeDomain,
-        ctx: &mut crate::KeyedContext<'_, u64, Self::State, Row>,
+        _: weir::state::TimeDomain,
+        ctx: &mut weir::KeyedContext<'_, u64, Self::State, Row>,
     ) {
         let key = *ctx.key();
         let start = end + 1 - TIMER_WINDOW;
@@ -416,7 +416,7 @@ impl crate::operator::process::KeyedProcessFunction<u64, (u64, u64)> for TimerWi
 }
 
 /// An event of the owned-records job: what a user's records look like.
-#[derive(Clone, Debug, PartialEq, crate::Persist)]
+#[derive(Clone, Debug, PartialEq, weir::Persist)]
 pub enum Activity {
     /// A page view.
     View {
@@ -456,7 +456,7 @@ impl Activity {
 }
 
 /// A running tally per user (the aggregate's accumulator).
-#[derive(Clone, Debug, Default, crate::Persist)]
+#[derive(Clone, Debug, Default, weir::Persist)]
 struct Tally {
     events: u64,
     items: Vec<String>,
@@ -471,7 +471,7 @@ const BROADCAST_ROWS: u64 = 5;
 const REDUCE_ROWS: u64 = 6;
 
 fn tagged(tag: u64, key: &str) -> u64 {
-    (tag << 56) | (crate::record::hash_key(&key.to_string()) >> 8)
+    (tag << 56) | (weir::record::hash_key(&key.to_string()) >> 8)
 }
 
 fn activity(i: u64) -> Activity {
@@ -492,11 +492,11 @@ fn activity(i: u64) -> Activity {
 /// Events per source of the owned job (it has six branches: fewer events keep a seed quick).
 const OWNED_EVENTS: u64 = 200;
 
-fn owned(job: &Job, parallelism: usize) -> crate::sink::CommittedOutput<Row> {
+fn owned(job: &Job, parallelism: usize) -> weir::sink::CommittedOutput<Row> {
     let activities = job
         .generator(Generator::new(|i, _| activity(i)).count(OWNED_EVENTS))
         .named("activities")
-        .flat_map(|a: Activity, out: &mut crate::operator::Emitter<'_, Activity>| match a {
+        .flat_map(|a: Activity, out: &mut weir::operator::Emitter<'_, Activity>| match a {
             Activity::Wrapped(Some(inner)) => out.emit(*inner),
             Activity::Wrapped(None) => {}
             a => out.emit(a),

@@ -1,0 +1,16 @@
+//! The jobs the `weir` command runs, written against `weir`'s public API as any user's jobs
+//! are, as library functions so that the tests and the benchmarks run exactly what users run:
+//!
+//! - [`wordcount`]: the default job (generator → key_by → window count) and word count.
+//! - [`nexmark`]: the Nexmark benchmark's generator and queries, with sequential references.
+//! - [`bench`]: the benchmark workloads `weir bench` and perf/ run, and their report.
+//! - [`simulated`]: the jobs `weir simulate` checks from seeds.
+//!
+//! May touch: `weir` only (no module here uses another, but `bench` runs the default job).
+
+#![warn(missing_docs)]
+
+pub mod bench;
+pub mod nexmark;
+pub mod simulated;
+pub mod wordcount;
