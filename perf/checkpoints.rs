@@ -20,12 +20,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use weir::checkpoint::{write_task_snapshot, CheckpointConfig, CheckpointStats, CheckpointStorage, PageIndex};
-use weir_jobs::wordcount::key_of;
 use weir::metrics::group_digits;
 use weir::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 use weir::source::Generator;
 use weir::state::{KeyedValueState, Snapshot};
 use weir::{Job, JobReport, RunConfig};
+use weir_jobs::wordcount::key_of;
 
 fn keyed(checkpoint: Option<CheckpointConfig>, keys: u64, d: Duration) -> JobReport {
     let mut job = Job::new("keyed").with_parallelism(2);

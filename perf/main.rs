@@ -21,10 +21,10 @@ mod ring_hop;
 
 use std::time::Duration;
 
-use weir_jobs::wordcount::{key_of, DefaultJob};
 use weir::metrics::{format_ns, group_digits};
 use weir::source::Generator;
 use weir::{Job, JobReport, RunConfig, Window};
+use weir_jobs::wordcount::{key_of, DefaultJob};
 
 /// Runs `job` on `workers` workers for `duration`, then stops it gracefully.
 fn run_for(job: Job, workers: usize, duration: Duration) -> JobReport {

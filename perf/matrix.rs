@@ -22,9 +22,9 @@ mod svg;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_jobs::bench::{BenchConfig, BenchResult, CheckpointChoice, Workload};
 use weir::metrics::{format_ns, group_digits};
 use weir::RunConfig;
+use weir_jobs::bench::{BenchConfig, BenchResult, CheckpointChoice, Workload};
 
 struct Matrix {
     duration: Duration,
