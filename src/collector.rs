@@ -24,17 +24,33 @@ pub trait Collector<T>: Send {
     /// The stream has ended; nothing follows.
     fn end(&mut self) -> Result<()>;
 
+    /// The next collector of the chain, whatever its record type: the defaults of
+    /// [`Collector::drain`], [`Collector::barrier`] and [`Collector::notify`] forward to it.
+    /// `None` (the default) when this collector ends the chain: then nothing is held back,
+    /// and barriers and notices stop here.
+    fn next_control(&mut self) -> Option<&mut dyn CollectorControl> {
+        None
+    }
+
     /// Pushes output held back by a full ring further. Returns `true` when nothing is held
     /// back any more; a task does not take new input while this is `false` (backpressure).
-    fn drain(&mut self) -> Result<bool>;
+    /// By default, the next collector's.
+    fn drain(&mut self) -> Result<bool> {
+        self.next_control().map_or(Ok(true), |next| next.drain())
+    }
 
     /// Checkpoint barrier `barrier` passes: forward it downstream (stateful operators are
-    /// captured by their chain wrapper through [`Collector::snapshot_state`] first).
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()>;
+    /// captured by their chain wrapper through [`Collector::snapshot_state`] first). By
+    /// default, forwarded to the next collector.
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.next_control().map_or(Ok(()), |next| next.barrier(barrier, snapshot))
+    }
 
     /// The coordinator decided a checkpoint's fate: forward the notice downstream (sinks
-    /// commit or keep their transactions).
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()>;
+    /// commit or keep their transactions). By default, forwarded to the next collector.
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.next_control().map_or(Ok(()), |next| next.notify(notice))
+    }
 
     /// The synchronous part of this operator's snapshot: capture its state (`None`: stateless).
     fn snapshot_state(&mut self, _barrier: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
@@ -66,6 +82,9 @@ impl<T, C: Collector<T> + ?Sized> Collector<T> for Box<C> {
     fn end(&mut self) -> Result<()> {
         (**self).end()
     }
+    fn next_control(&mut self) -> Option<&mut dyn CollectorControl> {
+        (**self).next_control()
+    }
     #[inline]
     fn drain(&mut self) -> Result<bool> {
         (**self).drain()
@@ -84,6 +103,40 @@ impl<T, C: Collector<T> + ?Sized> Collector<T> for Box<C> {
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &KeyScope) -> Result<()> {
         (**self).restore_rescaled(parts, scope)
+    }
+}
+
+/// The control half of a [`Collector`], whatever its record type: what an operator's
+/// [`Collector::next_control`] returns, so the control methods' defaults can forward to a
+/// next collector of another record type, and what side outputs are driven through.
+pub trait CollectorControl: Send {
+    /// [`Collector::watermark`].
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
+    /// [`Collector::end`].
+    fn end(&mut self) -> Result<()>;
+    /// [`Collector::drain`].
+    fn drain(&mut self) -> Result<bool>;
+    /// [`Collector::barrier`].
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()>;
+    /// [`Collector::notify`].
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()>;
+}
+
+impl<X> CollectorControl for Box<dyn Collector<X>> {
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        Collector::watermark(self, watermark)
+    }
+    fn end(&mut self) -> Result<()> {
+        Collector::end(self)
+    }
+    fn drain(&mut self) -> Result<bool> {
+        Collector::drain(self)
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        Collector::barrier(self, barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        Collector::notify(self, notice)
     }
 }
 
@@ -132,23 +185,23 @@ impl<T: Clone + Send> Collector<T> for FanOut<T> {
         last.batch(records)
     }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.watermark(watermark))
+        self.outputs.iter_mut().try_for_each(|o| Collector::watermark(o, watermark))
     }
     fn end(&mut self) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.end())
+        self.outputs.iter_mut().try_for_each(|o| Collector::end(o))
     }
     fn drain(&mut self) -> Result<bool> {
         let mut all = true;
         for o in &mut self.outputs {
-            all &= o.drain()?;
+            all &= Collector::drain(o)?;
         }
         Ok(all)
     }
     fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.barrier(barrier, snapshot))
+        self.outputs.iter_mut().try_for_each(|o| Collector::barrier(o, barrier, snapshot))
     }
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.notify(notice))
+        self.outputs.iter_mut().try_for_each(|o| Collector::notify(o, notice))
     }
 }
 
@@ -169,15 +222,6 @@ impl<T, F: FnMut(&mut Vec<T>) + Send> Collector<T> for OnBatch<F> {
     fn end(&mut self) -> Result<()> {
         Ok(())
     }
-    fn drain(&mut self) -> Result<bool> {
-        Ok(true)
-    }
-    fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {
-        Ok(())
-    }
-    fn notify(&mut self, _: CheckpointNotice) -> Result<()> {
-        Ok(())
-    }
 }
 
 /// Drops everything (the output of an operator nobody consumes).
@@ -192,15 +236,6 @@ impl<T> Collector<T> for Nowhere {
         Ok(())
     }
     fn end(&mut self) -> Result<()> {
-        Ok(())
-    }
-    fn drain(&mut self) -> Result<bool> {
-        Ok(true)
-    }
-    fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {
-        Ok(())
-    }
-    fn notify(&mut self, _: CheckpointNotice) -> Result<()> {
         Ok(())
     }
 }
@@ -241,11 +276,5 @@ impl<T: Send> Collector<T> for std::sync::Arc<std::sync::Mutex<Recorder<T>>> {
     fn drain(&mut self) -> Result<bool> {
         self.lock().expect("recorder lock").drains += 1;
         Ok(true)
-    }
-    fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {
-        Ok(())
-    }
-    fn notify(&mut self, _: CheckpointNotice) -> Result<()> {
-        Ok(())
     }
 }

@@ -45,15 +45,6 @@ impl Collector<u64> for Log {
         self.0.lock().unwrap().push(Event::End);
         Ok(())
     }
-    fn drain(&mut self) -> Result<bool> {
-        Ok(true)
-    }
-    fn barrier(&mut self, _: crate::snapshot::Barrier, _: &mut crate::snapshot::TaskSnapshot) -> Result<()> {
-        Ok(())
-    }
-    fn notify(&mut self, _: crate::snapshot::CheckpointNotice) -> Result<()> {
-        Ok(())
-    }
 }
 
 type Writer = ChannelWriter<u64, fn(&u64) -> u64>;

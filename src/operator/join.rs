@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::metrics::Counter;
 use crate::persist::{from_bytes, Persist};
 use crate::record::{Key, Timestamp};
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
+use crate::snapshot::{Barrier, ForkedState};
 
 /// Per key and window: the records of each side.
 type Sides<L, R> = (Vec<L>, Vec<R>);
@@ -158,14 +158,8 @@ where
         self.wm[1] = Some(Timestamp::MAX);
         self.finish_if_done()
     }
-    fn drain(&mut self) -> Result<bool> {
-        self.next.drain()
-    }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.next.barrier(barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        self.next.notify(notice)
+    fn next_control(&mut self) -> Option<&mut dyn crate::collector::CollectorControl> {
+        Some(&mut self.next)
     }
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
         Ok(Some(Box::new(ForkedWindows { head: (self.wm, self.emitted), windows: self.windows.fork() })))

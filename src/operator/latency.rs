@@ -9,7 +9,6 @@ use crate::context::TaskContext;
 use crate::error::Result;
 use crate::metrics::new_latency_histogram;
 use crate::record::Timestamp;
-use crate::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 
 pub(crate) struct LatencyProbe<F, T> {
     created_ns: F,
@@ -55,14 +54,8 @@ impl<T: Send, F: Fn(&T) -> u64 + Send> Collector<T> for LatencyProbe<F, T> {
         self.ctx.metrics.merge_latency(&self.histogram);
         self.next.end()
     }
-    fn drain(&mut self) -> Result<bool> {
-        self.next.drain()
-    }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.next.barrier(barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        self.next.notify(notice)
+    fn next_control(&mut self) -> Option<&mut dyn crate::collector::CollectorControl> {
+        Some(&mut self.next)
     }
 }
 

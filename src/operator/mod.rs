@@ -15,7 +15,8 @@
 //!
 //! May touch: `collector`, `context`, `error`, `metrics`, `record`, `snapshot`, `state`.
 
-/// Forwards watermark, end and drain to `next` (shared by every one-output operator).
+/// Forwards watermark and end to `next`, and makes it the collector the control methods'
+/// defaults forward to (shared by the one-output operators that do nothing on a watermark).
 macro_rules! forward_control {
     ($next:ident) => {
         fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
@@ -23,9 +24,6 @@ macro_rules! forward_control {
         }
         fn end(&mut self) -> Result<()> {
             self.$next.end()
-        }
-        fn drain(&mut self) -> Result<bool> {
-            self.$next.drain()
         }
         $crate::operator::forward_barriers!($next);
     };
@@ -55,19 +53,12 @@ macro_rules! keyed_state_checkpointing {
 
 pub(crate) use keyed_state_checkpointing;
 
-/// Forwards barriers and checkpoint notices to `next` (operators whose control otherwise
-/// differs).
+/// Makes `next` the collector that [`Collector`]'s control methods (drain, barriers,
+/// checkpoint notices) forward to by default.
 macro_rules! forward_barriers {
     ($next:ident) => {
-        fn barrier(
-            &mut self,
-            barrier: $crate::snapshot::Barrier,
-            snapshot: &mut $crate::snapshot::TaskSnapshot,
-        ) -> Result<()> {
-            self.$next.barrier(barrier, snapshot)
-        }
-        fn notify(&mut self, notice: $crate::snapshot::CheckpointNotice) -> Result<()> {
-            self.$next.notify(notice)
+        fn next_control(&mut self) -> Option<&mut dyn $crate::collector::CollectorControl> {
+            Some(&mut self.$next)
         }
     };
 }
@@ -83,7 +74,7 @@ pub(crate) mod stateless;
 pub(crate) mod watermark;
 pub mod window;
 
-use crate::collector::Collector;
+use crate::collector::{Collector, CollectorControl};
 use crate::error::Result;
 use crate::record::Timestamp;
 use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
@@ -115,9 +106,22 @@ pub(crate) trait TwoInputOperator<A, B>: Send {
     fn watermark2(&mut self, watermark: Timestamp) -> Result<()>;
     fn end1(&mut self) -> Result<()>;
     fn end2(&mut self) -> Result<()>;
-    fn drain(&mut self) -> Result<bool>;
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()>;
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()>;
+    /// See [`Collector::next_control`]: the control methods' defaults forward to it.
+    fn next_control(&mut self) -> Option<&mut dyn CollectorControl> {
+        None
+    }
+    /// See [`Collector::drain`].
+    fn drain(&mut self) -> Result<bool> {
+        self.next_control().map_or(Ok(true), |next| next.drain())
+    }
+    /// See [`Collector::barrier`].
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.next_control().map_or(Ok(()), |next| next.barrier(barrier, snapshot))
+    }
+    /// See [`Collector::notify`].
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        self.next_control().map_or(Ok(()), |next| next.notify(notice))
+    }
     fn snapshot_state(&mut self, barrier: &Barrier) -> Result<Option<Box<dyn ForkedState>>>;
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()>;
     /// See [`Collector::restore_rescaled`].
@@ -144,6 +148,9 @@ impl<A, B, O: TwoInputOperator<A, B> + ?Sized> TwoInputOperator<A, B> for Box<O>
     }
     fn end2(&mut self) -> Result<()> {
         (**self).end2()
+    }
+    fn next_control(&mut self) -> Option<&mut dyn CollectorControl> {
+        (**self).next_control()
     }
     fn drain(&mut self) -> Result<bool> {
         (**self).drain()

@@ -235,9 +235,6 @@ where
         self.next.end()
     }
 
-    fn drain(&mut self) -> Result<bool> {
-        self.next.drain()
-    }
     super::forward_barriers!(next);
     super::keyed_state_checkpointing!(held);
 }

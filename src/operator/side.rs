@@ -9,7 +9,7 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::collector::Collector;
+use crate::collector::{Collector, CollectorControl};
 use crate::error::{Error, Result};
 use crate::record::Timestamp;
 use crate::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
@@ -43,34 +43,7 @@ pub(crate) trait SideSink: Send {
     fn as_any(&mut self) -> &mut dyn Any;
     /// Pushes the buffered records on.
     fn flush(&mut self) -> Result<()>;
-    fn control(&mut self) -> &mut dyn ControlOnly;
-}
-
-/// The control half of a [`Collector`], whatever its record type.
-pub(crate) trait ControlOnly {
-    fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
-    fn end(&mut self) -> Result<()>;
-    fn drain(&mut self) -> Result<bool>;
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()>;
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()>;
-}
-
-impl<X> ControlOnly for Box<dyn Collector<X>> {
-    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        Collector::watermark(self, watermark)
-    }
-    fn end(&mut self) -> Result<()> {
-        Collector::end(self)
-    }
-    fn drain(&mut self) -> Result<bool> {
-        Collector::drain(self)
-    }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        Collector::barrier(self, barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        Collector::notify(self, notice)
-    }
+    fn control(&mut self) -> &mut dyn CollectorControl;
 }
 
 /// The buffered collector of a side output of `X`.
@@ -95,7 +68,7 @@ impl<X: Send + 'static> SideSink for SideOut<X> {
         }
         self.next.batch(&mut self.buf)
     }
-    fn control(&mut self) -> &mut dyn ControlOnly {
+    fn control(&mut self) -> &mut dyn CollectorControl {
         &mut self.next
     }
 }
@@ -155,6 +128,26 @@ impl<O> Outputs<O> {
     #[cfg(test)]
     pub(crate) fn main(main: Box<dyn Collector<O>>) -> Self {
         Outputs { main, sides: SideOutputs::default() }
+    }
+}
+
+/// Outputs as the next collector of an operator with side outputs
+/// ([`Collector::next_control`]): every control call reaches the main and the side outputs.
+impl<O: Send> CollectorControl for Outputs<O> {
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        Collector::watermark(self, watermark)
+    }
+    fn end(&mut self) -> Result<()> {
+        Collector::end(self)
+    }
+    fn drain(&mut self) -> Result<bool> {
+        Collector::drain(self)
+    }
+    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        Collector::barrier(self, barrier, snapshot)
+    }
+    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
+        Collector::notify(self, notice)
     }
 }
 

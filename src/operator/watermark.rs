@@ -24,7 +24,7 @@ use crate::context::Clock;
 use crate::error::Result;
 use crate::persist::from_bytes;
 use crate::record::Timestamp;
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
+use crate::snapshot::{Barrier, ForkedState, PersistedFork};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -377,11 +377,8 @@ impl<T: Send, F: Fn(&T) -> Timestamp + Send> Collector<T> for WatermarkAssigner<
         // Ahead of its alignment group: held back, as if downstream were full.
         Ok(flushed && !self.aligned.as_mut().is_some_and(AlignedMember::ahead))
     }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.next.barrier(barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        self.next.notify(notice)
+    fn next_control(&mut self) -> Option<&mut dyn crate::collector::CollectorControl> {
+        Some(&mut self.next)
     }
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
         Ok(Some(Box::new(PersistedFork((self.max_seen, self.emitted)))))

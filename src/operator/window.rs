@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::metrics::Counter;
 use crate::persist::Persist;
 use crate::record::{Key, Timestamp};
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, TaskSnapshot};
+use crate::snapshot::{Barrier, ForkedState};
 use crate::state::{PagedFork, PagedMap};
 
 use super::side::{OutputTag, Outputs};
@@ -619,11 +619,8 @@ where
         }
         self.next.drain()
     }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.next.barrier(barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        self.next.notify(notice)
+    fn next_control(&mut self) -> Option<&mut dyn crate::collector::CollectorControl> {
+        Some(&mut self.next)
     }
     fn snapshot_state(&mut self, _: &Barrier) -> Result<Option<Box<dyn ForkedState>>> {
         // Window contents and the watermark (the pending timers are the open windows' ends);

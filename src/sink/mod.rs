@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Counter;
 use crate::persist::from_bytes;
 use crate::record::Timestamp;
-use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork, TaskSnapshot};
+use crate::snapshot::{Barrier, CheckpointNotice, ForkedState, PersistedFork};
 
 /// The id of a sink's final transaction: after every checkpoint (committed when the job
 /// succeeds).
@@ -116,9 +116,6 @@ impl<T, S: Sink<T>> Collector<T> for SinkOperator<S> {
     }
     fn drain(&mut self) -> Result<bool> {
         self.sink.drain()
-    }
-    fn barrier(&mut self, _: Barrier, _: &mut TaskSnapshot) -> Result<()> {
-        Ok(())
     }
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
         self.sink.notify(notice)
