@@ -52,7 +52,14 @@ impl Clock {
     /// processing-time timer that is already due fires at once.
     #[inline]
     pub fn processing_time_ms(&self) -> u64 {
-        self.origin_epoch_ms + self.now_ns() / 1_000_000
+        self.epoch_ms_at(self.now_ns())
+    }
+
+    /// The processing time (milliseconds since the Unix epoch; under simulation, the
+    /// simulated time) at `now_ns` on this clock: for code that is handed the time.
+    #[inline]
+    pub fn epoch_ms_at(&self, now_ns: u64) -> u64 {
+        self.origin_epoch_ms + now_ns / 1_000_000
     }
 }
 

@@ -1,12 +1,13 @@
 //! Job metrics: record counters per source and sink subtask, late records, and the latency
-//! histogram (event creation to sink), plus the end-of-job [`JobReport`].
+//! histogram (event creation to sink), the statistics of each completed checkpoint
+//! ([`CheckpointStats`], which `_metadata` records too), and the end-of-job [`JobReport`].
 //!
 //! Counters are single-writer atomics padded to their own cache lines (two subtasks on
 //! different cores must not false-share); readers (the progress line) only load them.
 //! Histograms are per subtask and merged once, when the subtask ends, so the record path never
 //! takes a lock.
 //!
-//! May touch: `checkpoint` (the statistics of completed checkpoints, in the job report).
+//! May touch: nothing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
 
 /// A monotonically increasing counter written by one subtask.
 #[derive(Default, Debug)]
@@ -116,7 +118,7 @@ pub struct JobReport {
     /// Event-creation-to-sink latency, where the job measured it.
     pub latency_ns: Option<Histogram<u64>>,
     /// Completed checkpoints, in order.
-    pub checkpoints: Vec<crate::checkpoint::CheckpointStats>,
+    pub checkpoints: Vec<CheckpointStats>,
     /// Restarts after failures.
     pub restarts: u32,
 }
@@ -182,6 +184,94 @@ pub fn format_ns(ns: u64) -> String {
         10_000_000..=9_999_999_999 => format!("{:.1} ms", ns as f64 / 1e6),
         _ => format!("{:.2} s", ns as f64 / 1e9),
     }
+}
+
+/// One input channel's part in an adaptive checkpoint at its task.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChannelAlignment {
+    /// The task's index in the job's plan.
+    pub task: usize,
+    /// The channel's index among the task's input channels.
+    pub channel: usize,
+    /// Aligned (everything before its barrier was processed before the snapshot) or captured.
+    pub aligned: bool,
+    /// In-flight bytes captured from it.
+    pub bytes: u64,
+    /// From the checkpoint's first barrier at the task until the channel reached its barrier
+    /// (aligned) or the task snapshotted (captured), milliseconds.
+    pub wait_ms: f64,
+}
+
+/// Statistics of one completed checkpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointStats {
+    /// The checkpoint id.
+    pub id: u64,
+    /// Trigger time, milliseconds since the job (attempt) started.
+    pub trigger_ms: f64,
+    /// From trigger to completion.
+    pub duration_ms: f64,
+    /// Longest time from trigger until a task saw the first barrier.
+    pub start_delay_ms: f64,
+    /// Longest barrier alignment at a task.
+    pub alignment_ms: f64,
+    /// Longest synchronous snapshot part at a task.
+    pub sync_ms: f64,
+    /// Longest asynchronous snapshot part at a task.
+    pub async_ms: f64,
+    /// Bytes of the whole state (what a full checkpoint writes).
+    pub state_bytes: u64,
+    /// Bytes of state this checkpoint wrote: all of it for a full checkpoint, the pages dirtied
+    /// since the last completed checkpoint (and small operator state) for an incremental one.
+    /// Named `incremental_bytes` in JSON (metadata and `weir bench --json`).
+    #[serde(default, rename = "incremental_bytes", alias = "written_bytes")]
+    pub written_bytes: u64,
+    /// Bytes of in-flight data written (unaligned checkpoints).
+    pub inflight_bytes: u64,
+    /// The configuration it ran under: the interval in force when it was triggered (the
+    /// interval during backlog, if a source reported one), and its timeout.
+    #[serde(default)]
+    pub interval_ms: f64,
+    /// See `interval_ms`.
+    #[serde(default)]
+    pub timeout_ms: f64,
+    /// How its barriers went: `aligned`, `unaligned`, `aligned-timeout` (aligned, turning
+    /// unaligned after `alignment_timeout_ms`), `adaptive` (under `inflight_budget`),
+    /// `at-least-once` or `savepoint`.
+    #[serde(default)]
+    pub alignment: String,
+    /// See `alignment`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alignment_timeout_ms: Option<f64>,
+    /// Adaptive alignment: the in-flight budget it ran under (bytes), and each task's input
+    /// channels, aligned or captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inflight_budget: Option<u64>,
+    /// See `inflight_budget`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<ChannelAlignment>,
+    /// A checkpoint that resumed a failed one (it expired, or a task declined it): that
+    /// checkpoint's id, and each task's part, reused or why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<u64>,
+    /// See `resumed_from`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartReuse>,
+}
+
+/// One task's part in a checkpoint that resumed a failed one.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PartReuse {
+    /// The task's index in the job's plan.
+    pub task: usize,
+    /// The task's name.
+    pub name: String,
+    /// Its part is the one it completed for the failed checkpoint (nothing it depends on
+    /// changed since), not written again.
+    pub reused: bool,
+    /// Why not, when it was written again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::config::CheckpointConfig;
 use super::lock::DirectoryLock;
@@ -750,7 +750,7 @@ impl CoordinatorCore {
             kind: "checkpoint".into(),
             mode: self.s.config.mode.to_string(),
             generation: self.s.lock.generation(),
-            completed_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+            completed_unix_ms: self.s.clock.epoch_ms_at(now_ns),
             stats: stats.clone(),
             tasks,
             shared,
@@ -970,6 +970,22 @@ mod tests {
         assert_eq!(none.next_trigger_ns(), u64::MAX);
         none.s.end.sources_in_backlog.store(0, Ordering::SeqCst);
         assert_eq!(triggered(&none.on_tick(10_001 * ms)).len(), 1);
+    }
+
+    /// `_metadata`'s completion time is the coordinator's clock at the time it is handed
+    /// (under simulation, the simulated time: a seed's checkpoints are the same every run),
+    /// never the wall clock.
+    #[test]
+    fn the_completion_time_comes_from_the_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let ms = 1_000_000;
+        let mut c = core_with(CheckpointConfig::new(dir.path().join("chk")).interval(Duration::from_millis(10)));
+        let first = triggered(&c.on_tick(10 * ms));
+        for task in 0..2 {
+            c.on_ack(ack(&c, task, first[0]), 37 * ms);
+        }
+        let metadata = super::super::read_metadata(&c.s.storage.checkpoint_dir(first[0].id)).unwrap();
+        assert_eq!(metadata.completed_unix_ms, 37, "the manual clock's epoch is 0");
     }
 
     /// A coordinator checkpointing every 10 ms whose checkpoints expire after 50 ms.
