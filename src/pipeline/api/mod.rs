@@ -1,0 +1,128 @@
+//! The builder API: [`Job`], [`Stream`], [`KeyedStream`], [`WindowedStream`],
+//! [`SessionWindowedStream`], [`ConnectedStreams`], [`BroadcastConnectedStream`],
+//! [`LineStream`]: the types here, their methods in a file per builder concept.
+//!
+//! Every call records a node in the job graph together with type-erased constructors made
+//! where the record types are known ([`nodes`]); nothing runs until the job is started.
+//!
+//! May touch: `barrier`, `channel`, `collector`, `context`, `error`, `operator`, `persist`,
+//! `record`, `sink`, `source`.
+
+mod connected;
+mod job;
+mod keyed;
+mod lines;
+mod nodes;
+mod sinks;
+mod stream;
+mod watermarks;
+mod windowed;
+
+use nodes::*;
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::graph::{MakeChannels, SharedGraph};
+use crate::channel::Partitioning;
+use crate::operator::session::SessionSettings;
+use crate::operator::window::{Window, WindowSettings};
+use crate::source::TextSource;
+
+/// The default capacity of push-source and pull-sink rings, in entries.
+pub const DEFAULT_EXTERNAL_RING: usize = 64 * 1024;
+
+/// A dataflow job under construction.
+///
+/// ```
+/// use weir::{Job, RunConfig, source::Generator};
+/// let job = Job::new("squares").with_parallelism(2);
+/// let out = job
+///     .generator(Generator::new(|i, _| i).count(100))
+///     .map(|x| x * x)
+///     .filter(|x| x % 2 == 0)
+///     .collect();
+/// job.execute(RunConfig::default().workers(2)).unwrap();
+/// assert_eq!(out.lock().unwrap().len(), 50);
+/// ```
+#[derive(Clone)]
+pub struct Job {
+    pub(crate) graph: Arc<SharedGraph>,
+}
+
+/// A stream of records of type `T`.
+pub struct Stream<T> {
+    graph: Arc<SharedGraph>,
+    node: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// A stream read by more than one operator: each gets every record (all but one a clone).
+///
+/// ```
+/// use weir::{Job, RunConfig, source::Generator};
+/// let job = Job::new("twice");
+/// let numbers = job.generator(Generator::new(|i, _| i).count(10));
+/// let evens = numbers.clone().filter(|x| x % 2 == 0).collect();
+/// let all = numbers.collect();
+/// job.execute(RunConfig::default()).unwrap();
+/// assert_eq!((evens.lock().unwrap().len(), all.lock().unwrap().len()), (5, 10));
+/// ```
+impl<T> Clone for Stream<T> {
+    fn clone(&self) -> Self {
+        Stream { graph: self.graph.clone(), node: self.node, _t: PhantomData }
+    }
+}
+
+/// A stream partitioned by key: the input of keyed operators.
+pub struct KeyedStream<T, KF> {
+    stream: Stream<T>,
+    key: KF,
+}
+
+/// A keyed stream with event-time (or processing-time) windows.
+pub struct WindowedStream<T, KF, TF> {
+    keyed: KeyedStream<T, KF>,
+    window: Window,
+    timestamp: TF,
+    settings: WindowSettings<T>,
+}
+
+/// Two keyed streams with the same key type, connected for a [`KeyedCoProcessFunction`]
+/// ([`KeyedStream::connect`]).
+pub struct ConnectedStreams<A, B, KA, KB> {
+    first: KeyedStream<A, KA>,
+    second: KeyedStream<B, KB>,
+}
+
+/// A keyed stream connected with a broadcast stream, for a
+/// [`KeyedBroadcastProcessFunction`] ([`KeyedStream::connect_broadcast`]).
+pub struct BroadcastConnectedStream<T, B, KF> {
+    keyed: KeyedStream<T, KF>,
+    broadcast: Stream<B>,
+}
+
+/// A keyed stream with event-time session windows ([`KeyedStream::session_window`]).
+pub struct SessionWindowedStream<T, KF, TF> {
+    keyed: KeyedStream<T, KF>,
+    timestamp: TF,
+    settings: SessionSettings<T>,
+}
+
+/// Lines of text from a [`TextSource`]; turn them into records with [`LineStream::flat_map`].
+/// Lines are not records (a `String` line is not checkpointed), so they never cross a ring:
+/// the flat_map runs chained to the source.
+pub struct LineStream {
+    job: Job,
+    source: TextSource,
+}
+
+/// The input edge of a node being added.
+struct Input {
+    from: usize,
+    input: usize,
+    /// Which output of `from` (0: the main one).
+    port: usize,
+    partitioning: Partitioning,
+    make_channels: Option<MakeChannels>,
+}

@@ -1,0 +1,572 @@
+//! The driver: one process after another (a crash ends one, a new one recovers from the
+//! checkpoint directory), each running attempts of the job (a task failure ends one, failover
+//! starts the next) with every task, the coordinator and the snapshot writes on this thread,
+//! in an order drawn from the seed, against a clock it moves.
+//!
+//! May touch: `checkpoint`, `context`, `error`, `pipeline`, `prng`, `runtime`, `sink`,
+//! `snapshot`, `wake`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::checkpoint::coordinator::{Command, CrashPoint, CrashSchedule};
+use crate::checkpoint::task::{SnapshotWriter, TaskControl};
+use crate::checkpoint::{CheckpointStorage, DirectoryLock, FinishedJob};
+use crate::context::Clock;
+use crate::error::{Error, Result};
+use crate::pipeline::{poll_catching_panics, Job, Task, TaskPoll};
+use crate::prng::Prng;
+use crate::runtime::{prepare_attempt, AttemptEnv, AttemptShared, RunConfig};
+use crate::snapshot::CheckpointNotice;
+use crate::wake::Parker;
+
+use super::*;
+
+/// A folder for the runs' checkpoints, removed afterwards; in memory where the system has a
+/// memory-backed `/dev/shm` (the runs fsync every checkpoint).
+pub(super) struct Scratch {
+    pub(super) path: PathBuf,
+}
+
+impl Scratch {
+    pub(super) fn new() -> Result<Scratch> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let shm = Path::new("/dev/shm");
+        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        let path = base.join(format!("weir-sim-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
+        std::fs::create_dir_all(&path).map_err(|e| Error::io("cannot create the simulation's folder", &path, e))?;
+        Ok(Scratch { path })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A simulated run's output (sorted) or why the job failed, and what it went through.
+pub(super) struct Run<T> {
+    pub(super) output: std::result::Result<Vec<T>, String>,
+    pub(super) stats: RunStats,
+}
+
+/// How an attempt ended.
+pub(super) enum AttemptEnd {
+    /// Every task finished and the job's success work ran.
+    Finished,
+    /// A task or the coordinator failed the job.
+    Failed(Error),
+    /// The process died.
+    Crashed,
+    /// Stopped with the savepoint in this folder, its transactions committed.
+    Stopped(PathBuf),
+    /// The process died, and the job is to start again at this parallelism.
+    Rescaled(usize),
+    /// The run did not end within this many steps.
+    Stuck(u64),
+}
+
+/// The message of the task failures the simulator injects.
+pub(super) const INJECTED: &str = "injected failure (simulation)";
+
+pub(super) fn is_injected(e: &Error) -> bool {
+    matches!(e, Error::OperatorPanicked { message, .. } if message == INJECTED)
+}
+
+/// The most restarts of one run before it counts as failed (a fault schedule has few faults;
+/// more restarts mean recovery itself keeps failing).
+pub(super) const MAX_RESTARTS: u32 = 40;
+
+/// Runs the job once: failure-free (`seed` None) or under seed `seed`'s schedule, whose
+/// faults are placed within the golden run's steps and checkpoints.
+/// Calls the job closure, a panic in it an error naming the run.
+pub(super) fn build_job<T, B, O>(build: &B, name: &str) -> Result<(Job, SimOutput<T>)>
+where
+    B: Fn() -> (Job, O),
+    O: Into<SimOutput<T>>,
+{
+    let (job, out) = catch_unwind(AssertUnwindSafe(build)).map_err(|p| {
+        Error::config(format!(
+            "the job closure panicked while building the job for {name}: {}",
+            crate::pipeline::panic_text(p)
+        ))
+    })?;
+    Ok((job, out.into()))
+}
+
+/// An embedded job's new process: the program builds its job again (the host gets new
+/// endpoints), runs it as the last process did (its checkpointing, restore and parallelism),
+/// and its host goes on from the last one's log.
+pub(super) fn new_process<T, B, O>(
+    build: &B,
+    name: &str,
+    last: &Job,
+    host: Box<dyn SimHost<T>>,
+) -> Result<(Job, Box<dyn SimHost<T>>)>
+where
+    B: Fn() -> (Job, O),
+    O: Into<SimOutput<T>>,
+{
+    let log = host.into_log();
+    let (job, out) = build_job(build, name)?;
+    let SimOutput::Host(mut host) = out else {
+        return Err(Error::config(format!("the job closure made a job without its host for {name}")));
+    };
+    {
+        let old = last.graph.borrow();
+        let mut graph = job.graph.borrow_mut();
+        graph.checkpointing.clone_from(&old.checkpointing);
+        graph.restore.clone_from(&old.restore);
+        for (n, o) in graph.nodes.iter_mut().zip(&old.nodes) {
+            n.parallelism = o.parallelism;
+        }
+    }
+    host.resume(log);
+    Ok((job, host))
+}
+
+pub(super) fn simulate<T, B, O>(
+    build: &B,
+    seed: Option<u64>,
+    golden: Option<&RunStats>,
+    options: &SimOptions,
+    dir: &Path,
+) -> Result<Run<T>>
+where
+    T: crate::Record + Ord,
+    B: Fn() -> (Job, O),
+    O: Into<SimOutput<T>>,
+{
+    let name = seed.map_or_else(|| "the golden run".to_string(), |s| format!("seed {s}"));
+    let (job, out) = build_job(build, &name)?;
+    let (out, mut host) = match out {
+        SimOutput::Committed(out) => (Some(out), None),
+        SimOutput::Host(host) => (None, Some(host)),
+    };
+    // Rescales are drawn for a job whose operators share one parallelism (the rescale gives
+    // them all another).
+    let uniform = {
+        let graph = job.graph.borrow();
+        let first = graph.nodes.first().map(|n| n.parallelism);
+        first.filter(|&p| graph.nodes.iter().all(|n| n.parallelism == p))
+    };
+    let mut schedule = Schedule::new(seed, golden, uniform.filter(|_| options.rescale));
+    let subtasks = job.graph.borrow().nodes.iter().map(|n| n.parallelism).sum();
+    let mut job = job.with_checkpointing(schedule.config(dir, options, subtasks));
+    // A start from a savepoint continues in a directory of its own.
+    let mut dir = dir.to_path_buf();
+    let mut directories = vec![dir.clone()];
+    if let Some(cfg) = &job.graph.borrow().checkpointing {
+        cfg.validate()?;
+    }
+    let damages = schedule.faults.iter().any(|f| matches!(f, Fault::DamageAt { .. }));
+    let mut stats = RunStats { faults: schedule.faults.iter().map(|f| f.to_string()).collect(), ..RunStats::default() };
+    let crashes = Arc::new(ArmedCrashes::default());
+    for f in &schedule.faults {
+        match *f {
+            Fault::CrashAt(point, id) => crashes.points.lock().unwrap_or_else(|e| e.into_inner()).push((point, id)),
+            Fault::DamageAt { checkpoint, .. } => crashes
+                .points
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((CrashPoint::BeforeCompletionNotice, checkpoint)),
+            _ => {}
+        }
+    }
+    let time = Arc::new(AtomicU64::new(0));
+    let run_config =
+        RunConfig::default().workers(1).ring_capacity(schedule.ring_capacity).batch_size(schedule.batch_size);
+    let mut restarts = 0u32;
+    let mut first_process = true;
+    let result = 'processes: loop {
+        // A process: it takes the directory's lock, then runs attempts until one ends the job.
+        if !std::mem::take(&mut first_process) {
+            if let Some(h) = host.take() {
+                let (j, h) = new_process(build, &name, &job, h)?;
+                job = j;
+                host = Some(h);
+            }
+        }
+        let storage = CheckpointStorage::for_job(&dir, &job.fingerprint());
+        let lock = match DirectoryLock::acquire(&storage, &job.name()) {
+            Ok((lock, _)) => Arc::new(lock),
+            Err(e) => break Err(e.to_string()),
+        };
+        let shared = Arc::new(AttemptShared { lock: Some(lock.clone()), ..AttemptShared::default() });
+        let checkpoint_stats = shared.stats.clone();
+        loop {
+            let writes = Arc::new(QueuedWrites {
+                queue: Mutex::new(Vec::new()),
+                limit_writes: 64,
+                storage: CheckpointStorage::new(&dir),
+            });
+            let writer = writes.clone();
+            let env = AttemptEnv {
+                clock: Clock::manual(time.clone()),
+                parkers: vec![Arc::new(Parker::default())],
+                writer: Box::new(move |_acks| writer.clone() as Arc<dyn SnapshotWriter>),
+                crash: Some(crashes.clone() as Arc<dyn CrashSchedule>),
+            };
+            let mut notes = Vec::new();
+            let prepared = prepare_attempt(&job, &run_config, &env, &shared, &mut notes);
+            let prepared = match prepared {
+                Ok(p) => p,
+                Err(e) => break 'processes Err(format!("the job could not start: {e}")),
+            };
+            let fail_soon = schedule.take(|f| *f == Fault::FailsAfterRestore(restarts)).is_some();
+            let mut host_step = host.as_mut().map(|h| move |budget: usize| h.step(budget));
+            let mut world = World {
+                host: host_step.as_mut().map(|f| f as &mut dyn FnMut(usize)),
+                schedule: &mut schedule,
+                time: &time,
+                writes: &writes,
+                stats: &mut stats,
+                max_steps: options.max_steps,
+                dir: &dir,
+                lock: &lock,
+            };
+            let end = run_attempt(prepared, &mut world, fail_soon);
+            for c in checkpoint_stats.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                stats.checkpoints += 1;
+                stats.resumed += c.resumed_from.is_some() as u64;
+                stats.parts_reused += c.parts.iter().filter(|p| p.reused).count() as u64;
+            }
+            if matches!(end, AttemptEnd::Finished | AttemptEnd::Stopped(_)) {
+                if let Some(h) = host.as_mut() {
+                    h.drain();
+                }
+            }
+            match end {
+                AttemptEnd::Finished => {
+                    // `run_attempt` checked the lock and ran the success work; the directory
+                    // is marked finished.
+                    let graph = job.graph.borrow();
+                    let finished = FinishedJob {
+                        job: graph.name.clone(),
+                        fingerprint: graph.fingerprint(),
+                        description: graph.description.clone(),
+                    };
+                    if let Err(e) = crate::checkpoint::write_finished(&dir, &finished) {
+                        break 'processes Err(e.to_string());
+                    }
+                    break 'processes Ok(());
+                }
+                AttemptEnd::Crashed => {
+                    stats.crashes += 1;
+                    restarts += 1;
+                    let fired = crashes.fired.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    if let Some((CrashPoint::BeforeCompletionNotice, id)) = fired {
+                        if let Some(Fault::DamageAt { misplace, .. }) =
+                            schedule.take(|f| matches!(f, Fault::DamageAt { checkpoint, .. } if *checkpoint == id))
+                        {
+                            damage(&storage, id, misplace, &mut schedule.rng);
+                        }
+                    }
+                    if restarts > MAX_RESTARTS {
+                        break 'processes Err(format!("more than {MAX_RESTARTS} restarts"));
+                    }
+                    continue 'processes;
+                }
+                AttemptEnd::Stuck(steps) => {
+                    break 'processes Err(format!(
+                        "the run did not finish in {steps} steps (a livelock, or a checkpoint that can never complete)"
+                    ));
+                }
+                AttemptEnd::Stopped(savepoint) => {
+                    // The user starts the job again from the savepoint, in a new directory.
+                    restarts += 1;
+                    dir = dir.with_extension(format!("from-savepoint-{restarts}"));
+                    directories.push(dir.clone());
+                    let mut graph = job.graph.borrow_mut();
+                    graph.restore = Some((savepoint, false));
+                    if let Some(c) = graph.checkpointing.as_mut() {
+                        c.dir = dir.clone();
+                    }
+                    continue 'processes;
+                }
+                AttemptEnd::Rescaled(parallelism) => {
+                    // The user starts the job at another parallelism from its latest
+                    // checkpoint (the one before, or the start, if there is none), in a new
+                    // directory.
+                    stats.crashes += 1;
+                    restarts += 1;
+                    let latest = storage.list().into_iter().rev().find(|&id| storage.is_complete(id));
+                    dir = dir.with_extension(format!("rescaled-{restarts}"));
+                    directories.push(dir.clone());
+                    let mut graph = job.graph.borrow_mut();
+                    if let Some(id) = latest {
+                        graph.restore = Some((storage.checkpoint_dir(id), false));
+                    }
+                    for n in &mut graph.nodes {
+                        n.parallelism = parallelism;
+                    }
+                    if let Some(c) = graph.checkpointing.as_mut() {
+                        c.dir = dir.clone();
+                    }
+                    continue 'processes;
+                }
+                AttemptEnd::Failed(Error::Fenced(_)) => {
+                    // Fenced: this process stops; the owner that took over goes on (a fresh
+                    // process in the simulation).
+                    stats.crashes += 1;
+                    restarts += 1;
+                    continue 'processes;
+                }
+                // A panic the schedule did not inject is a bug (or a broken invariant) that a
+                // failover would hide: the seed fails.
+                AttemptEnd::Failed(e @ Error::OperatorPanicked { .. }) if !is_injected(&e) => {
+                    break 'processes Err(format!("a task panicked: {e}"));
+                }
+                AttemptEnd::Failed(e) if e.is_retryable() && restarts < MAX_RESTARTS => {
+                    stats.failovers += 1;
+                    restarts += 1;
+                }
+                AttemptEnd::Failed(e) => break 'processes Err(e.to_string()),
+            }
+        }
+    };
+    let retracted = out.as_ref().map_or(0, |o| o.retracted());
+    let result = result.and_then(|()| match retracted {
+        0 => Ok(()),
+        n if damages => {
+            stats.retractions += n;
+            Ok(())
+        }
+        n => Err(format!("{n} committed transactions were withdrawn, and no checkpoint was damaged")),
+    });
+    let output = result.map(|()| {
+        let mut records = match (&out, &host) {
+            (Some(out), _) => out.records(),
+            (None, Some(host)) => host.log().handled.clone(),
+            (None, None) => unreachable!("a job has its output or its host"),
+        };
+        records.sort();
+        records
+    });
+    for d in directories {
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(d.with_extension("savepoints"));
+    }
+    Ok(Run { output, stats })
+}
+
+/// What an attempt runs in: the schedule, the clock, the writes, the figures.
+pub(super) struct World<'a> {
+    /// An embedded job's host: takes a step (sends and receives up to so many times).
+    pub(super) host: Option<&'a mut dyn FnMut(usize)>,
+    pub(super) schedule: &'a mut Schedule,
+    pub(super) time: &'a Arc<AtomicU64>,
+    pub(super) writes: &'a QueuedWrites,
+    pub(super) stats: &'a mut RunStats,
+    pub(super) max_steps: u64,
+    /// The checkpoint directory (its lock file; stop-with-savepoint writes beside it).
+    pub(super) dir: &'a Path,
+    pub(super) lock: &'a DirectoryLock,
+}
+
+/// Runs one attempt on this thread until it ends.
+pub(super) fn run_attempt(
+    prepared: crate::runtime::PreparedAttempt,
+    world: &mut World<'_>,
+    fail_soon: bool,
+) -> AttemptEnd {
+    let World { host, schedule, time, writes, stats, max_steps, dir, lock } = world;
+    // A stop with a savepoint in progress: its reply, then (id, folder) once it is taken.
+    let mut stopping: Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), String>>> = None;
+    let mut taken: Option<(u64, PathBuf)> = None;
+    let (time, writes, max_steps) = (*time, *writes, *max_steps);
+    let mut tasks: Vec<Box<dyn Task>> = prepared.tasks.into_iter().map(|(_, t)| t).collect();
+    let scope = prepared.scope;
+    let mut coordinator = prepared.coordinator;
+    // A failure right after the restore: within the attempt's first few steps.
+    let fail_at_step = fail_soon.then(|| stats.steps + schedule.rng.below(4));
+    let mut failed_write_due = false;
+    // Carries out the coordinator's commands; a completion notice armed for a crash schedules
+    // the crash a few steps on, when some tasks have applied it (their sinks committed) and
+    // others not yet.
+    let deliver = |commands: Vec<Command>,
+                   endpoints: &[crate::checkpoint::coordinator::TaskEndpoint],
+                   schedule: &mut Schedule,
+                   step: u64|
+     -> Option<AttemptEnd> {
+        let mut end = None;
+        for c in commands {
+            match c {
+                Command::Send(task, msg) => {
+                    if let TaskControl::Notice(CheckpointNotice::Complete(id)) = msg {
+                        if schedule.take(|f| *f == Fault::CrashMidCompletion(id)).is_some() {
+                            let soon = step + schedule.rng.between(1, 2 * endpoints.len() as u64);
+                            schedule.faults.push(Fault::Crash(soon));
+                        }
+                    }
+                    let _ = endpoints[task].control.send(msg);
+                }
+                Command::Fail(e) => end = end.or(Some(AttemptEnd::Failed(e))),
+                Command::Crash(..) => return Some(AttemptEnd::Crashed),
+            }
+        }
+        end
+    };
+    loop {
+        stats.steps += 1;
+        let step = stats.steps;
+        if step > max_steps {
+            return AttemptEnd::Stuck(max_steps);
+        }
+        if schedule.take(|f| matches!(f, Fault::Crash(n) if *n <= step)).is_some() {
+            crash_writes(writes, &mut schedule.rng);
+            return AttemptEnd::Crashed;
+        }
+        if let Some(Fault::Rescale { parallelism, .. }) =
+            schedule.take(|f| matches!(f, Fault::Rescale { at, .. } if *at <= step))
+        {
+            crash_writes(writes, &mut schedule.rng);
+            return AttemptEnd::Rescaled(parallelism);
+        }
+        if coordinator.is_some() && schedule.take(|f| matches!(f, Fault::Fence(n) if *n <= step)).is_some() {
+            let _ = std::fs::remove_file(dir.join(crate::checkpoint::LOCK_FILE));
+        }
+        if schedule.take(|f| matches!(f, Fault::WriteFails(n) if *n <= step)).is_some() {
+            failed_write_due = true;
+        }
+        if let Some(c) = coordinator.as_mut() {
+            if stopping.is_none() && schedule.take(|f| matches!(f, Fault::StopWithSavepoint(n) if *n <= step)).is_some()
+            {
+                let (reply, answer) = std::sync::mpsc::channel();
+                c.core.on_savepoint(crate::checkpoint::coordinator::SavepointRequest {
+                    dir: dir.with_extension("savepoints"),
+                    reply,
+                    stop: true,
+                });
+                stopping = Some(answer);
+            }
+            match stopping.as_ref().map(|a| a.try_recv()) {
+                Some(Ok(Ok(t))) => {
+                    taken = Some(t);
+                    stopping = None;
+                }
+                // The job is finishing (its input ended): it finishes instead, as
+                // `JobHandle::stop_with_savepoint` does.
+                Some(Ok(Err(_))) => stopping = None,
+                _ => {}
+            }
+            if let Some((id, path)) = &taken {
+                if c.commits.all_applied(*id, c.endpoints.len()) {
+                    // Every sink committed the savepoint's transactions: stop without draining.
+                    let end = AttemptEnd::Stopped(path.clone());
+                    return settle(end, writes, &mut coordinator, &mut schedule.rng);
+                }
+            }
+        }
+        // Drawn only for a job with a host, so the other jobs' seeds run as they did.
+        if let Some(host) = host.as_mut() {
+            if schedule.rng.below(1000) < schedule.host_per_mille {
+                host(schedule.rng.between(1, 8) as usize);
+                continue;
+            }
+        }
+        let roll = schedule.rng.below(1000);
+        if roll < schedule.tick_per_mille {
+            // The clock moves; the coordinator sees the time.
+            time.fetch_add(schedule.rng.between(1, 40) * 1_000, Ordering::Relaxed);
+            if let Some(c) = coordinator.as_mut() {
+                let now = time.load(Ordering::Relaxed);
+                let commands = c.core.on_tick(now);
+                if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
+                    return settle(end, writes, &mut coordinator, &mut schedule.rng);
+                }
+            }
+            continue;
+        }
+        if roll < schedule.tick_per_mille + schedule.write_per_mille {
+            if let Some(write) = writes.take(&mut schedule.rng) {
+                let mut ack = write();
+                if schedule.take(|f| *f == Fault::HangsWrite(ack.checkpoint)).is_some() {
+                    // In half the seeds the process then dies as a checkpoint that may have
+                    // resumed this one completes, so a restore reads the parts it reused.
+                    if schedule.rng.chance(1, 2) {
+                        let id = ack.checkpoint;
+                        schedule.faults.extend([Fault::CrashMidCompletion(id + 1), Fault::CrashMidCompletion(id + 2)]);
+                    }
+                    continue;
+                }
+                if std::mem::take(&mut failed_write_due) {
+                    ack.result = Err(Error::io(
+                        "cannot write task state",
+                        PathBuf::from(format!("task-{}.state", ack.task)),
+                        std::io::Error::other("injected by the simulation"),
+                    ));
+                }
+                if let Some(c) = coordinator.as_mut() {
+                    let commands = c.core.on_ack(ack, time.load(Ordering::Relaxed));
+                    if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
+                        return settle(end, writes, &mut coordinator, &mut schedule.rng);
+                    }
+                }
+            }
+            continue;
+        }
+        // Declines a task sent itself reach the coordinator in the order sent.
+        if let Some(c) = coordinator.as_mut() {
+            while let Ok(ack) = c.acks.try_recv() {
+                let commands = c.core.on_ack(ack, time.load(Ordering::Relaxed));
+                if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
+                    return settle(end, writes, &mut coordinator, &mut schedule.rng);
+                }
+            }
+        }
+        if tasks.is_empty() {
+            // Every task finished: the job's success work (the sinks' final commits), only
+            // while this process owns the directory, as in the runtime.
+            if let Err(e) = lock.check() {
+                return settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng);
+            }
+            return match scope.succeed() {
+                Ok(()) => settle(AttemptEnd::Finished, writes, &mut coordinator, &mut schedule.rng),
+                Err(e) => settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng),
+            };
+        }
+        let i = schedule.rng.below(tasks.len() as u64) as usize;
+        let task_fails = fail_at_step.is_some_and(|n| n <= step)
+            || schedule.take(|f| matches!(f, Fault::TaskFails(n) if *n <= step)).is_some();
+        if task_fails {
+            let e =
+                Error::OperatorPanicked { operator: tasks[i].name().to_string(), subtask: 0, message: INJECTED.into() };
+            return settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng);
+        }
+        match poll_catching_panics(&mut *tasks[i]) {
+            Ok(TaskPoll::Finished) => {
+                scope.end.finished_tasks.fetch_add(1, Ordering::SeqCst);
+                tasks.swap_remove(i);
+            }
+            Ok(_) => {}
+            Err(e) => return settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng),
+        }
+    }
+}
+
+/// Ends an attempt as the runtime does: after a failure or at the end, the writes still
+/// queued finish (their acknowledgements go nowhere) and the coordinator cleans up; after a
+/// crash, nothing runs.
+pub(super) fn settle(
+    end: AttemptEnd,
+    writes: &QueuedWrites,
+    coordinator: &mut Option<crate::runtime::PreparedCoordinator>,
+    rng: &mut Prng,
+) -> AttemptEnd {
+    match end {
+        AttemptEnd::Crashed => crash_writes(writes, rng),
+        _ => {
+            for write in writes.drain() {
+                let _ = write();
+            }
+            if let Some(c) = coordinator.as_mut() {
+                let _ = c.core.on_shutdown();
+            }
+        }
+    }
+    end
+}

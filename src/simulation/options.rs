@@ -1,0 +1,157 @@
+//! What a simulation is asked: the checkpoint mode and the options of a run
+//! ([`SimOptions`]), and what its output must be against the failure-free run's ([`Expect`]).
+//!
+//! May touch: `error`.
+
+use std::fmt;
+
+/// The checkpointing of a simulated job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SimMode {
+    /// Exactly-once, aligned barriers.
+    Aligned,
+    /// Exactly-once, unaligned barriers (in-flight data is stored).
+    Unaligned,
+    /// Exactly-once, aligned until a task has waited longer than the alignment timeout.
+    AlignedTimeout,
+    /// At-least-once (no alignment).
+    AtLeastOnce,
+    /// Exactly-once, unaligned barriers with adaptive alignment under an in-flight budget
+    /// drawn from the seed.
+    Adaptive,
+}
+
+impl SimMode {
+    /// Every mode, in the order `weir simulate` lists them.
+    pub const ALL: [SimMode; 5] =
+        [SimMode::Aligned, SimMode::Unaligned, SimMode::AlignedTimeout, SimMode::AtLeastOnce, SimMode::Adaptive];
+
+    /// Whether the output must equal the golden run's (else: nothing may be missing).
+    pub fn exactly_once(self) -> bool {
+        self != SimMode::AtLeastOnce
+    }
+}
+
+impl fmt::Display for SimMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SimMode::Aligned => "aligned",
+            SimMode::Unaligned => "unaligned",
+            SimMode::AlignedTimeout => "aligned-timeout",
+            SimMode::AtLeastOnce => "at-least-once",
+            SimMode::Adaptive => "adaptive",
+        })
+    }
+}
+
+impl std::str::FromStr for SimMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        crate::error::one_of(&SimMode::ALL, s, "a simulation mode")
+    }
+}
+
+/// How to simulate.
+#[derive(Clone, Copy, Debug)]
+pub struct SimOptions {
+    /// The checkpoint mode.
+    pub mode: SimMode,
+    /// Incremental checkpoints.
+    pub incremental: bool,
+    /// Steps after which a run that has not finished counts as stuck.
+    pub max_steps: u64,
+    /// Also draw rescales: the process dies and the job starts again from its latest
+    /// checkpoint at another parallelism (1 to 4), in a new directory, so a checkpoint's state
+    /// and in-flight data are redistributed. Only for a job whose output does not depend on its
+    /// parallelism.
+    pub rescale: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { mode: SimMode::Aligned, incremental: false, max_steps: 3_000_000, rescale: false }
+    }
+}
+
+/// A comparison of one's own: (golden, got), both sorted; `Err` says what differs.
+pub type OutputCheck<T> = dyn Fn(&[T], &[T]) -> std::result::Result<(), String>;
+
+/// How a seed's output is compared with the golden run's.
+pub enum Expect<T> {
+    /// The same records, as many times each (exactly-once).
+    Equal,
+    /// Every golden record at least once (at-least-once).
+    NothingMissing,
+    /// A check of one's own: `Err` says what differs.
+    Custom(Box<OutputCheck<T>>),
+}
+
+impl<T: Ord + Clone + fmt::Debug> Expect<T> {
+    /// What a mode promises: equal output under exactly-once, nothing missing otherwise.
+    pub fn of(mode: SimMode) -> Expect<T> {
+        if mode.exactly_once() {
+            Expect::Equal
+        } else {
+            Expect::NothingMissing
+        }
+    }
+
+    /// `golden` and `got` sorted.
+    pub(super) fn check(&self, golden: &[T], got: &[T]) -> std::result::Result<(), String> {
+        match self {
+            Expect::Equal => {
+                if golden == got {
+                    return Ok(());
+                }
+                let (missing, extra) = difference(golden, got);
+                Err(format!(
+                    "{} records instead of {}: {} missing (first {:?}), {} extra (first {:?})",
+                    got.len(),
+                    golden.len(),
+                    missing.len(),
+                    missing.first(),
+                    extra.len(),
+                    extra.first()
+                ))
+            }
+            Expect::NothingMissing => {
+                let (missing, _) = difference(golden, got);
+                let missing: Vec<&T> = missing.into_iter().filter(|m| got.binary_search(m).is_err()).collect();
+                match missing.first() {
+                    None => Ok(()),
+                    Some(first) => Err(format!("{} golden records missing (first {first:?})", missing.len())),
+                }
+            }
+            Expect::Custom(f) => f(golden, got),
+        }
+    }
+}
+
+/// The records of sorted `a` that sorted `b` lacks, and those of `b` that `a` lacks (as
+/// multisets).
+fn difference<'a, T: Ord>(a: &'a [T], b: &'a [T]) -> (Vec<&'a T>, Vec<&'a T>) {
+    let (mut i, mut j) = (0, 0);
+    let (mut only_a, mut only_b) = (Vec::new(), Vec::new());
+    while i < a.len() || j < b.len() {
+        match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x == y => {
+                i += 1;
+                j += 1;
+            }
+            (Some(x), Some(y)) if x < y => {
+                only_a.push(x);
+                i += 1;
+            }
+            (Some(_), Some(y)) | (None, Some(y)) => {
+                only_b.push(y);
+                j += 1;
+            }
+            (Some(x), None) => {
+                only_a.push(x);
+                i += 1;
+            }
+            (None, None) => unreachable!(),
+        }
+    }
+    (only_a, only_b)
+}

@@ -1,0 +1,485 @@
+//! The command line: every command, its arguments and their parsing (clap), and what the
+//! checkpoint and runtime arguments make of themselves (a `CheckpointConfig`, a `RunConfig`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use weir::checkpoint::{CheckpointConfig, CheckpointMode};
+use weir::runtime::available_cores;
+use weir::{Error, RunConfig};
+
+/// weir: a thread-per-core stream processor with Flink-style checkpoints.
+///
+/// Without a command, runs the default job: generator → key_by → 10 ms tumbling-window count
+/// → sink on all cores for about 10 s, then prints throughput and latency.
+#[derive(Parser, Debug)]
+#[command(name = "weir", version, args_conflicts_with_subcommands = true)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+    #[command(flatten)]
+    pub(crate) default_job: DefaultArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Counts words: one line `word<TAB>count` per occurrence, a running count per word.
+    Wordcount(Box<WordcountArgs>),
+    /// Lists the checkpoints (or savepoints) in a directory, or one checkpoint folder, with
+    /// their statistics, verifying every file (exits non-zero if one is damaged).
+    Checkpoints(CheckpointsArgs),
+    /// Runs a benchmark workload for a while, with or without checkpoints: throughput,
+    /// latency percentiles and every checkpoint's statistics, as a table and as JSON.
+    Bench(Box<BenchArgs>),
+    /// Runs a Nexmark query over generated auction events: throughput per core, and with
+    /// --check the results compared with a sequential implementation.
+    Nexmark(Box<NexmarkArgs>),
+    /// Runs one of weir's jobs under deterministic simulation: for each seed, a failure
+    /// schedule (task failures, crashes, damaged checkpoints, failed writes, fencing) on one
+    /// thread, its committed output compared with the failure-free run's. Prints each seed
+    /// that differs with the command that reruns it, and `N seeds, F differ from the golden
+    /// run`; exits non-zero when any differs.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct SimulateArgs {
+    /// The job: wordcount, window, join, keyed, timers (a process function with event-time
+    /// timers and a side output), sessions (session windows), owned (records that own heap memory,
+    /// through every built-in operator) or embedded (a host program feeding a push source and
+    /// reading an exactly-once pull sink, restarted with the job after a crash).
+    #[arg(long)]
+    pub(crate) job: weir_jobs::simulated::SimJob,
+    /// aligned, unaligned, aligned-timeout, at-least-once or adaptive.
+    #[arg(long, default_value = "aligned")]
+    pub(crate) mode: weir::simulation::SimMode,
+    /// Incremental checkpoints.
+    #[arg(long)]
+    pub(crate) incremental: bool,
+    /// Parallelism of every operator.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub(crate) parallelism: u64,
+    /// The seeds, A..B (B excluded) or a single seed N.
+    #[arg(long, value_parser = seed_range)]
+    pub(crate) seeds: std::ops::Range<u64>,
+}
+
+/// `A..B` (A < B) or `N` (the one seed N).
+pub(crate) fn seed_range(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let number = |t: &str| t.trim().parse::<u64>().map_err(|_| format!("'{t}' is not a seed (a whole number)"));
+    let range = match s.split_once("..") {
+        Some((a, b)) => number(a)?..number(b)?,
+        None => {
+            let n = number(s)?;
+            n..n.checked_add(1).ok_or_else(|| format!("seed {n} is too large"))?
+        }
+    };
+    if range.is_empty() {
+        return Err(format!("the seed range {s} is empty: give A..B with A < B (B is excluded)"));
+    }
+    Ok(range)
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct NexmarkArgs {
+    /// q0 (pass-through), q1 (currency conversion), q2 (selection), q3 (local item
+    /// suggestion), q4 (average price per category), q5 (hot items), q6 (average price per
+    /// seller), q7 (highest bid), q8 (new users), q9 (winning bids), q11 (user sessions), q12
+    /// (processing-time windows), q13 (side input join), q14 (calculation), q15-q17 (bid,
+    /// channel and auction statistics), q18 (last bid), q19 (top 10 bids), q20 (expanded bids),
+    /// q21 (channel id), q22 (URL directories); q10 (log to a file system) writes every bid
+    /// under --output, partitioned by day and minute (--check reads the files back).
+    #[arg(long)]
+    pub(crate) query: weir_jobs::nexmark::Query,
+    /// Where q10 writes its files (`dt=YYYY-MM-DD/hm=HH:MM/part-<subtask>`; q10 only).
+    #[arg(long)]
+    pub(crate) output: Option<PathBuf>,
+    /// Events to generate (persons, auctions and bids, 1:3:46).
+    #[arg(long, default_value_t = 10_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) events: u64,
+    /// Events per second in all (default: as fast as possible).
+    #[arg(long, allow_negative_numbers = true, value_parser = rate_per_s)]
+    pub(crate) rate: Option<f64>,
+    /// none | aligned | unaligned | at-least-once.
+    #[arg(long, default_value = "none")]
+    pub(crate) checkpoint: weir_jobs::bench::CheckpointChoice,
+    /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) interval_ms: Option<u64>,
+    /// Incremental checkpoints: write only the state pages changed since the last one (for
+    /// the queries whose state grows, q16-q20; needs --checkpoint).
+    #[arg(long)]
+    pub(crate) incremental: bool,
+    /// Compare the results with a sequential implementation (at most 2,000,000 events).
+    #[arg(long)]
+    pub(crate) check: bool,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// stateless | keyed | window | join | backpressure (a sink spending --sink-cost-ns per
+    /// record, so the rings fill up) | sparse-window (Flink's W3: a 1 s window count where every
+    /// (key, window) gets one event).
+    #[arg(long, default_value = "keyed")]
+    pub(crate) workload: weir_jobs::bench::Workload,
+    /// none | aligned | unaligned | at-least-once | aligned-timeout (aligned, turning
+    /// unaligned after --alignment-timeout-ms) | adaptive (unaligned barriers, a checkpoint's
+    /// in-flight data kept under --inflight-budget-bytes).
+    #[arg(long, default_value = "none")]
+    pub(crate) checkpoint: weir_jobs::bench::CheckpointChoice,
+    /// With --checkpoint adaptive: the in-flight budget of a checkpoint, in bytes (default 1 MiB).
+    #[arg(long)]
+    pub(crate) inflight_budget_bytes: Option<u64>,
+    /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) interval_ms: Option<u64>,
+    /// With --checkpoint aligned-timeout: milliseconds from a checkpoint's trigger after which
+    /// its barriers turn unaligned (default 10).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) alignment_timeout_ms: Option<u64>,
+    /// Checkpoints in flight at once (default 1; needs --checkpoint).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub(crate) max_concurrent: Option<u64>,
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = duration_s)]
+    pub(crate) duration_s: f64,
+    /// Events per second in all (default: as fast as possible).
+    #[arg(long, allow_negative_numbers = true, value_parser = rate_per_s)]
+    pub(crate) rate: Option<f64>,
+    /// Distinct keys (the size of keyed state).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) keys: u64,
+    /// Nanoseconds the slow stage spends per record: the sink's (backpressure) or the keyed
+    /// stage's (backlog).
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    pub(crate) sink_cost_ns: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+    /// Where checkpoints go (default: a temporary folder, removed afterwards; needs
+    /// --checkpoint).
+    #[arg(long)]
+    pub(crate) checkpoint_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CheckpointsArgs {
+    /// A checkpoint directory (holding chk-<n> folders), a savepoint directory (holding
+    /// savepoint-<n> folders), or one chk-<n> or savepoint-<n> folder.
+    pub(crate) dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CheckpointArgs {
+    /// Take checkpoints into this directory (checkpointing is off without it). A directory
+    /// with checkpoints of the same job resumes from the newest valid one.
+    #[arg(long)]
+    pub(crate) checkpoint_dir: Option<PathBuf>,
+    /// Milliseconds between checkpoints.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) interval_ms: Option<u64>,
+    /// Milliseconds between checkpoints while the input is far from its end (more than 256
+    /// MiB left to a subtask): 0 takes none until then.
+    #[arg(long)]
+    pub(crate) interval_during_backlog_ms: Option<u64>,
+    /// Checkpoint mode.
+    #[arg(long, value_parser = ["exactly-once", "at-least-once"])]
+    pub(crate) mode: Option<String>,
+    /// Unaligned checkpoints: barriers overtake in-flight data, which is stored instead.
+    #[arg(long)]
+    pub(crate) unaligned: bool,
+    /// Incremental checkpoints: write only the state pages changed since the last completed
+    /// checkpoint and refer to earlier files for the rest.
+    #[arg(long)]
+    pub(crate) incremental: bool,
+    /// With --unaligned: start aligned, switch to unaligned after this many milliseconds.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) alignment_timeout_ms: Option<u64>,
+    /// With --unaligned: adaptive alignment, keeping a checkpoint's in-flight data under this
+    /// many bytes (channels that drain are aligned, those that lag captured).
+    #[arg(long)]
+    pub(crate) inflight_budget_bytes: Option<u64>,
+    /// Checkpoints in flight at once.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub(crate) max_concurrent: Option<u64>,
+    /// Milliseconds a checkpoint may take before it expires (default 600000); the next one
+    /// reuses the parts its tasks had completed where nothing in them changed.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) checkpoint_timeout_ms: Option<u64>,
+    /// Checkpoints that may fail in a row before the job fails (default 3).
+    #[arg(long)]
+    pub(crate) tolerable_failures: Option<u32>,
+    /// Completed checkpoints to keep.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub(crate) retain: Option<u64>,
+    /// Ctrl-C or SIGTERM stops the job with a savepoint in this directory (needs
+    /// --checkpoint-dir).
+    #[arg(long)]
+    pub(crate) savepoint_dir: Option<PathBuf>,
+    /// Milliseconds the savepoint of --savepoint-dir may take before it fails (default
+    /// 600000), apart from --checkpoint-timeout-ms.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) savepoint_timeout_ms: Option<u64>,
+    /// Start from this savepoint (savepoint-<n>) or checkpoint (chk-<n>) folder.
+    #[arg(long)]
+    pub(crate) restore: Option<PathBuf>,
+    /// With --restore: drop state of operators this job lacks instead of refusing it.
+    #[arg(long)]
+    pub(crate) allow_non_restored_state: bool,
+    /// Let a recovery that falls back past a damaged checkpoint (or finds none left) remove
+    /// the output committed under the checkpoints it cannot restore, and compute it again;
+    /// without it, such a recovery refuses to start and names the files.
+    #[arg(long)]
+    pub(crate) allow_retracting_output: bool,
+    /// Tests only: end the process right after checkpoint N is complete, before any sink
+    /// commits it.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true)]
+    pub(crate) exit_before_commit: Option<u64>,
+    /// Tests only: end the process once the first task committed checkpoint N, before the
+    /// others heard it completed.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true)]
+    pub(crate) exit_after_first_commit: Option<u64>,
+    /// Tests only: end the process with checkpoint N's `_metadata` written and not renamed.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true)]
+    pub(crate) exit_before_metadata_rename: Option<u64>,
+    /// Tests only: end the process in the middle of a task's write of checkpoint N.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true)]
+    pub(crate) exit_mid_task_write: Option<u64>,
+    /// Tests only (the soak run): fail the counting operator every N words it receives, and
+    /// restart without limit.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) fail_every_words: Option<u64>,
+}
+
+impl CheckpointArgs {
+    /// The failure points the hidden test flags ask for.
+    #[cfg(feature = "testing")]
+    pub(super) fn with_faults(&self, mut c: CheckpointConfig) -> CheckpointConfig {
+        let mut faults = Vec::new();
+        if let Some(n) = self.exit_before_commit {
+            faults.push(weir::faults::Fault::ExitBeforeCommit { checkpoint: n });
+        }
+        if let Some(n) = self.exit_after_first_commit {
+            faults.push(weir::faults::Fault::ExitAfterFirstCommit { checkpoint: n });
+        }
+        if let Some(n) = self.exit_before_metadata_rename {
+            faults.push(weir::faults::Fault::ExitBeforeMetadataRename { checkpoint: n });
+        }
+        if let Some(n) = self.exit_mid_task_write {
+            faults.push(weir::faults::Fault::ExitMidTaskWrite { checkpoint: n });
+        }
+        if let Some(every) = self.fail_every_words {
+            faults.extend(
+                (1..=1_000u64).map(|k| weir::faults::Fault::AtRecord { operator: "count".into(), nth: k * every }),
+            );
+            c = c.restart(weir::checkpoint::RestartStrategy::FixedDelay {
+                attempts: u32::MAX,
+                delay: Duration::from_millis(50),
+            });
+        }
+        if !faults.is_empty() {
+            c = c.faults(weir::faults::FaultInjector::new(faults));
+        }
+        c
+    }
+
+    pub(super) fn config(&self) -> weir::Result<Option<CheckpointConfig>> {
+        let Some(dir) = &self.checkpoint_dir else {
+            let given = [
+                ("--interval-ms", self.interval_ms.is_some()),
+                ("--interval-during-backlog-ms", self.interval_during_backlog_ms.is_some()),
+                ("--mode", self.mode.is_some()),
+                ("--unaligned", self.unaligned),
+                ("--incremental", self.incremental),
+                ("--alignment-timeout-ms", self.alignment_timeout_ms.is_some()),
+                ("--inflight-budget-bytes", self.inflight_budget_bytes.is_some()),
+                ("--max-concurrent", self.max_concurrent.is_some()),
+                ("--checkpoint-timeout-ms", self.checkpoint_timeout_ms.is_some()),
+                ("--tolerable-failures", self.tolerable_failures.is_some()),
+                ("--retain", self.retain.is_some()),
+                ("--savepoint-dir", self.savepoint_dir.is_some()),
+                ("--savepoint-timeout-ms", self.savepoint_timeout_ms.is_some()),
+                ("--allow-retracting-output", self.allow_retracting_output),
+            ];
+            if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+                return Err(Error::config(format!("{flag} needs --checkpoint-dir")));
+            }
+            return Ok(None);
+        };
+        #[allow(unused_mut)]
+        let mut c = CheckpointConfig::new(dir)
+            .unaligned(self.unaligned)
+            .incremental(self.incremental)
+            .allow_retracting_output(self.allow_retracting_output);
+        #[cfg(feature = "testing")]
+        {
+            c = self.with_faults(c);
+        }
+        if let Some(ms) = self.interval_ms {
+            c = c.interval(Duration::from_millis(ms));
+        }
+        if let Some(ms) = self.interval_during_backlog_ms {
+            c = c.interval_during_backlog(Duration::from_millis(ms));
+        }
+        if let Some(m) = &self.mode {
+            c = c.mode(m.parse::<CheckpointMode>().map_err(Error::config)?);
+        }
+        if let Some(ms) = self.alignment_timeout_ms {
+            c = c.alignment_timeout(Duration::from_millis(ms));
+        }
+        if let Some(bytes) = self.inflight_budget_bytes {
+            c = c.inflight_budget(bytes);
+        }
+        if let Some(n) = self.max_concurrent {
+            c = c.max_concurrent(n as usize);
+        }
+        if let Some(ms) = self.checkpoint_timeout_ms {
+            c = c.timeout(Duration::from_millis(ms));
+        }
+        if let Some(ms) = self.savepoint_timeout_ms {
+            if self.savepoint_dir.is_none() {
+                return Err(Error::config("--savepoint-timeout-ms needs --savepoint-dir"));
+            }
+            c = c.savepoint_timeout(Duration::from_millis(ms));
+        }
+        if let Some(n) = self.tolerable_failures {
+            c = c.tolerable_failures(n);
+        }
+        if let Some(n) = self.retain {
+            c = c.retain(n as usize);
+        }
+        c.validate()?;
+        Ok(Some(c))
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RuntimeArgs {
+    /// Worker threads, one per core (default: every available core).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub(crate) workers: Option<u64>,
+    /// Parallelism of every operator (default: the number of workers).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=128))]
+    pub(crate) parallelism: Option<u64>,
+    /// Capacity of each ring between subtasks, in entries.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=(1 << 24)))]
+    pub(crate) ring_capacity: u64,
+    /// Records per batch (source polls and ring reads): smaller batches lower latency.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=(1 << 20)))]
+    pub(crate) batch_size: u64,
+    /// Do not pin workers to cores (let the OS place and migrate them).
+    #[arg(long)]
+    pub(crate) no_pin: bool,
+    /// Hide the live progress line.
+    #[arg(long)]
+    pub(crate) no_progress: bool,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct DefaultArgs {
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = duration_s)]
+    pub(crate) duration_s: f64,
+    /// Events per second in all (default: as fast as possible).
+    #[arg(long, allow_negative_numbers = true, value_parser = rate_per_s)]
+    pub(crate) rate: Option<f64>,
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) keys: u64,
+    /// Tumbling window length in milliseconds.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub(crate) window_ms: u64,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct WordcountArgs {
+    /// A text file, a folder of text files (read in name order), or - for standard input.
+    #[arg(long)]
+    pub(crate) input: PathBuf,
+    /// The output folder (created; must be empty, unless the job resumes there): files
+    /// part-<subtask>, or with --checkpoint-dir committed files part-<subtask>-<checkpoint>.
+    #[arg(long)]
+    pub(crate) output: PathBuf,
+    /// Keep reading the last input file as it grows (a log); the job then runs until Ctrl-C.
+    #[arg(long)]
+    pub(crate) follow: bool,
+    #[command(flatten)]
+    pub(crate) runtime: RuntimeArgs,
+    #[command(flatten)]
+    pub(crate) checkpoints: CheckpointArgs,
+}
+
+/// Refuses checkpoint flags given to a benchmark that takes no checkpoints (they would be
+/// silently ignored otherwise).
+pub(crate) fn refuse_checkpoint_flags_without_checkpoints(
+    choice: weir_jobs::bench::CheckpointChoice,
+    given: &[(&str, bool)],
+) -> weir::Result<()> {
+    match given.iter().find(|(_, g)| *g) {
+        Some((flag, _)) if choice == weir_jobs::bench::CheckpointChoice::None => {
+            Err(Error::config(format!("{flag} needs --checkpoint aligned, unaligned or at-least-once")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A fresh folder name under the system's temporary directory for a benchmark's checkpoints
+/// (removed by the caller afterwards).
+pub(crate) fn scratch_checkpoint_dir(command: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    std::env::temp_dir().join(format!("weir-{command}-{}-{nanos}", std::process::id()))
+}
+
+/// Milliseconds between checkpoints when a benchmark is not told.
+pub(crate) const DEFAULT_BENCH_INTERVAL_MS: u64 = 1000;
+
+/// The longest run a duration flag accepts, in seconds (about 31 years).
+pub(crate) const MAX_DURATION_S: f64 = 1e9;
+/// The highest rate a rate flag accepts, in events per second: far above what any machine
+/// reaches, where "as fast as possible" is the same.
+pub(crate) const MAX_RATE_PER_S: f64 = 1e10;
+
+/// A positive number of at most `max`.
+pub(crate) fn positive_at_most(s: &str, max: f64, unit: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("'{s}' must be a positive number"));
+    }
+    if v > max {
+        return Err(format!("'{s}' is out of range: at most {max:e} {unit}"));
+    }
+    Ok(v)
+}
+
+pub(crate) fn duration_s(s: &str) -> Result<f64, String> {
+    positive_at_most(s, MAX_DURATION_S, "seconds")
+}
+
+pub(crate) fn rate_per_s(s: &str) -> Result<f64, String> {
+    positive_at_most(s, MAX_RATE_PER_S, "events per second (leave --rate out to run as fast as possible)")
+}
+
+impl RuntimeArgs {
+    pub(super) fn config(&self) -> (RunConfig, usize) {
+        let workers = self.workers.map(|w| w as usize).unwrap_or_else(available_cores);
+        let parallelism = self.parallelism.map(|p| p as usize).unwrap_or(workers).min(128);
+        let config = RunConfig::default()
+            .workers(workers)
+            .ring_capacity(self.ring_capacity as usize)
+            .batch_size(self.batch_size as usize)
+            .pin_workers(!self.no_pin);
+        (config, parallelism)
+    }
+}

@@ -1,0 +1,87 @@
+//! `weir bench`: one benchmark workload, its throughput, latency and checkpoint table.
+
+use std::time::Duration;
+
+use weir::metrics::group_digits;
+use weir::Error;
+
+use crate::args::*;
+use crate::supervisor::*;
+
+pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
+    use weir_jobs::bench::{BenchConfig, BenchResult, CheckpointChoice};
+    refuse_checkpoint_flags_without_checkpoints(
+        args.checkpoint,
+        &[
+            ("--interval-ms", args.interval_ms.is_some()),
+            ("--checkpoint-dir", args.checkpoint_dir.is_some()),
+            ("--max-concurrent", args.max_concurrent.is_some()),
+        ],
+    )?;
+    if args.alignment_timeout_ms.is_some() && args.checkpoint != CheckpointChoice::AlignedTimeout {
+        return Err(Error::config(format!(
+            "--alignment-timeout-ms needs --checkpoint aligned-timeout (not {})",
+            args.checkpoint
+        )));
+    }
+    if args.inflight_budget_bytes.is_some() && args.checkpoint != CheckpointChoice::Adaptive {
+        return Err(Error::config(format!(
+            "--inflight-budget-bytes needs --checkpoint adaptive (not {})",
+            args.checkpoint
+        )));
+    }
+    let interval_ms = args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS);
+    let (config, parallelism) = args.runtime.config();
+    let temporary = args.checkpoint_dir.is_none() && args.checkpoint != CheckpointChoice::None;
+    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| scratch_checkpoint_dir("bench"));
+    if let Some(json) = &args.json {
+        // Refuse an unwritable destination before running for minutes.
+        std::fs::write(json, b"").map_err(|e| Error::io("cannot write the JSON results", json, e))?;
+    }
+    let bench = BenchConfig {
+        workload: args.workload,
+        checkpoint: args.checkpoint,
+        interval: Duration::from_millis(interval_ms),
+        checkpoint_dir: checkpoint_dir.clone(),
+        parallelism,
+        rate: args.rate,
+        keys: args.keys,
+        sink_cost_ns: args.sink_cost_ns,
+        alignment_timeout: args
+            .alignment_timeout_ms
+            .map_or(weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT, Duration::from_millis),
+        max_concurrent: args.max_concurrent.unwrap_or(1) as usize,
+        inflight_budget: args.inflight_budget_bytes.unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET),
+    };
+    println!(
+        "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
+        args.workload,
+        args.checkpoint,
+        if args.checkpoint == CheckpointChoice::None { String::new() } else { format!(" every {interval_ms} ms") },
+        config.effective_workers(),
+        parallelism,
+        args.rate
+            .map(|r| format!("{} events/s", group_digits(r as u64)))
+            .unwrap_or_else(|| "as fast as possible".into()),
+        args.duration_s
+    );
+    let handle = announce_restores(bench.job()?).start(config)?;
+    let report = supervise(handle, Some(Duration::from_secs_f64(args.duration_s)), !args.runtime.no_progress, None);
+    if temporary {
+        let _ = std::fs::remove_dir_all(&checkpoint_dir);
+    }
+    let report = report?.expect("a benchmark stops without a savepoint");
+    print!("{}", report.summary_table());
+    if args.checkpoint != CheckpointChoice::None {
+        println!("checkpoints completed: {}", report.checkpoints.len());
+        if !report.checkpoints.is_empty() {
+            print!("{}", weir::checkpoint::stats_table(&report.checkpoints));
+        }
+    }
+    if let Some(json) = &args.json {
+        let result = BenchResult::new(&bench, &report);
+        std::fs::write(json, result.to_json()).map_err(|e| Error::io("cannot write the JSON results", json, e))?;
+        println!("results: {}", json.display());
+    }
+    Ok(())
+}

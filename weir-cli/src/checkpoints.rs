@@ -1,0 +1,63 @@
+//! `weir checkpoints DIR`: the table of a checkpoint directory's checkpoints.
+
+use weir::checkpoint::CheckpointStatus;
+use weir::Error;
+
+use crate::args::*;
+
+pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
+    let found = weir::checkpoint::inspect(&args.dir)?;
+    if found.is_empty() {
+        println!("no checkpoints in {}", args.dir.display());
+        return Ok(());
+    }
+    let mut rows = Vec::new();
+    let mut damaged = 0;
+    for (name, status) in &found {
+        let mut row = vec![name.clone()];
+        match status {
+            CheckpointStatus::Valid(m) => {
+                row.push("valid".into());
+                row.push(job_cell(m));
+                row.extend(weir::checkpoint::stats_cells(&m.stats));
+            }
+            CheckpointStatus::Incomplete => {
+                row.push("incomplete (no _metadata: never completed)".into());
+                row.push(String::new());
+                row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
+            }
+            CheckpointStatus::Damaged(reason) => {
+                damaged += 1;
+                row.push(format!("DAMAGED: {reason}"));
+                row.push(String::new());
+                row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
+            }
+            CheckpointStatus::Finished(f) => {
+                let what = if f.description.is_empty() { String::new() } else { format!(": {}", f.description) };
+                row.push(format!("the job '{}' finished{what}", f.job));
+                row.push(String::new());
+                row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
+            }
+        }
+        rows.push(row);
+    }
+    let mut header = vec!["folder", "status", "job (its sinks' output)"];
+    header.extend(weir::checkpoint::STATS_COLUMNS);
+    print!("{}", weir::checkpoint::table(&header, &rows));
+    if damaged > 0 {
+        return Err(Error::Corrupt(format!(
+            "{damaged} damaged checkpoint folder(s) or file(s) in {}",
+            args.dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Whose a checkpoint is: the job's name, and where its sinks write.
+pub(crate) fn job_cell(m: &weir::checkpoint::CheckpointMetadata) -> String {
+    let outputs: Vec<String> = m.outputs.iter().map(|o| format!("{} → {}", o.operator, o.location)).collect();
+    match outputs.is_empty() {
+        true => format!("'{}'", m.job),
+        false => format!("'{}' ({})", m.job, outputs.join(", ")),
+    }
+}

@@ -1,0 +1,114 @@
+//! `weir nexmark`: a Nexmark query, optionally checked against its sequential reference.
+
+use std::time::Duration;
+
+use weir::metrics::group_digits;
+use weir::Error;
+
+use crate::args::*;
+use crate::supervisor::*;
+
+pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
+    use weir_jobs::nexmark::{build, final_rows, reference};
+    const MAX_CHECKED: u64 = 2_000_000;
+    refuse_checkpoint_flags_without_checkpoints(
+        args.checkpoint,
+        &[("--interval-ms", args.interval_ms.is_some()), ("--incremental", args.incremental)],
+    )?;
+    if args.check && args.events > MAX_CHECKED {
+        return Err(Error::config(format!(
+            "--check computes the answer sequentially in memory: use at most {} events, not {}",
+            group_digits(MAX_CHECKED),
+            group_digits(args.events)
+        )));
+    }
+    let q10 = args.query == weir_jobs::nexmark::Query::Q10;
+    match (&args.output, q10) {
+        (None, true) => {
+            return Err(Error::config("q10 writes every bid to files: give the folder with --output DIR"));
+        }
+        (Some(_), false) => {
+            return Err(Error::config(format!("--output is for q10, which writes files; {} does not", args.query)));
+        }
+        _ => {}
+    }
+    let (config, parallelism) = args.runtime.config();
+    let workers = config.effective_workers();
+    let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
+    let checkpoint_dir = scratch_checkpoint_dir("nexmark");
+    let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS));
+    if let Some(c) = args.checkpoint.config(
+        &checkpoint_dir,
+        interval,
+        weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT,
+        weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET,
+    ) {
+        job = job.with_checkpointing(c.incremental(args.incremental));
+    }
+    let collected = match &args.output {
+        Some(dir) => {
+            weir_jobs::nexmark::write_q10(&job, Some(args.events), args.rate, dir);
+            None
+        }
+        None => {
+            let rows = build(&job, args.query, Some(args.events), args.rate);
+            if args.check {
+                Some(rows.collect())
+            } else {
+                rows.discard();
+                None
+            }
+        }
+    };
+    println!(
+        "weir nexmark {}: {} events, {} workers, parallelism {}, checkpoints {}{}",
+        args.query,
+        group_digits(args.events),
+        workers,
+        parallelism,
+        args.checkpoint,
+        if args.incremental { " (incremental)" } else { "" }
+    );
+    let report = supervise(announce_restores(job).start(config)?, None, !args.runtime.no_progress, None);
+    let _ = std::fs::remove_dir_all(&checkpoint_dir);
+    let report = report?.expect("no savepoint was asked for");
+    print!("{}", report.summary_table());
+    // Not the sources' records: q8 reads the event stream twice (people and auctions).
+    let events_per_s = args.events as f64 / report.elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "events per second: {} ({} per core)",
+        group_digits(events_per_s as u64),
+        group_digits((events_per_s / workers as f64) as u64)
+    );
+    if let Some(out) = collected {
+        let got = final_rows(args.query, out.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        let expected = reference(args.query, args.events);
+        if got != expected {
+            return Err(Error::Checkpoint(format!(
+                "{}: {} result rows differ from the sequential implementation's {}",
+                args.query,
+                got.len(),
+                expected.len()
+            )));
+        }
+        println!("check: {} result rows, the same as the sequential implementation", group_digits(got.len() as u64));
+    }
+    if let (Some(dir), true) = (&args.output, args.check) {
+        let (got, expected) = (weir_jobs::nexmark::read_q10(dir)?, weir_jobs::nexmark::q10_reference(args.events));
+        if got != expected {
+            return Err(Error::Checkpoint(format!(
+                "q10: the files under {} ({} partitions) differ from the sequential implementation's ({} partitions)",
+                dir.display(),
+                got.len(),
+                expected.len()
+            )));
+        }
+        let lines: usize = got.values().map(Vec::len).sum();
+        println!(
+            "check: {} lines in {} partitions, the same as the sequential implementation",
+            group_digits(lines as u64),
+            got.len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! Watching a running job: the progress line, the job's notes above it, Ctrl-C and SIGTERM
+//! (the first stops the job with a savepoint or gracefully, the second cancels it), and the
+//! report when it ends.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use weir::metrics::group_digits;
+use weir::{Job, JobHandle, JobReport};
+
+/// Ctrl-C presses (and SIGTERMs) so far: the first stops the job gracefully, the second
+/// cancels it. Counted from the start of the process ([`install_stop_handler`]).
+pub(crate) static STOP_REQUESTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a running job is watched ([`supervise`]); until then, a job is starting.
+pub(crate) static SUPERVISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Counts Ctrl-C presses and SIGTERMs from now on. While the job is still starting
+/// (restoring its state) the first says the job stops once it runs, the second quits at once,
+/// which is as safe as a crash: nothing of the checkpoint directory is lost.
+pub(crate) fn install_stop_handler() {
+    // A second handler cannot be installed; then Ctrl-C keeps its default effect.
+    let _ = ctrlc::set_handler(move || {
+        let n = STOP_REQUESTS.fetch_add(1, Ordering::SeqCst) + 1;
+        if SUPERVISED.load(Ordering::SeqCst) {
+            return;
+        }
+        if n == 1 {
+            eprintln!(
+                "stop requested (Ctrl-C or SIGTERM) while the job is starting: it stops as soon as it runs; \
+                 press Ctrl-C again to quit now"
+            );
+        } else {
+            eprintln!("quit while the job was starting: its checkpoints are as they were; run it again to resume");
+            std::process::exit(130);
+        }
+    });
+}
+
+/// Asks `job` to say what it restores, on standard error, as it starts.
+pub(crate) fn announce_restores(job: Job) -> Job {
+    job.on_restore(|line| eprintln!("{line}"))
+}
+
+/// Prints the job's notes not shown yet (restores, skipped checkpoints, failovers) on
+/// standard error, above the progress line when there is one.
+pub(crate) fn show_notes(handle: &JobHandle, bar: &indicatif::ProgressBar, shown: &mut usize) {
+    let notes = handle.notes();
+    for note in &notes[(*shown).min(notes.len())..] {
+        if bar.is_hidden() {
+            eprintln!("{note}");
+        } else {
+            bar.println(note);
+        }
+    }
+    *shown = notes.len();
+}
+
+/// Watches a running job: progress line, Ctrl-C, and an optional time limit.
+/// Returns `None` when Ctrl-C stopped the job with a savepoint (after saying where).
+pub(crate) fn supervise(
+    mut handle: JobHandle,
+    limit: Option<Duration>,
+    progress: bool,
+    savepoint_dir: Option<&std::path::Path>,
+) -> weir::Result<Option<JobReport>> {
+    SUPERVISED.store(true, Ordering::SeqCst);
+    let presses = &STOP_REQUESTS;
+    let bar = if progress { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::hidden() };
+    let mut stopped = false;
+    let mut cancelled = false;
+    let mut last = (0u64, handle.elapsed());
+    let mut notes_shown = 0;
+    let result = loop {
+        if let Some(result) = handle.try_finish() {
+            break result;
+        }
+        show_notes(&handle, &bar, &mut notes_shown);
+        std::thread::sleep(Duration::from_millis(100));
+        let n = presses.load(Ordering::SeqCst);
+        if n >= 1 && !stopped {
+            if let Some(dir) = savepoint_dir {
+                bar.println("stopping with a savepoint…");
+                let stopped = handle.stop_with_savepoint(dir);
+                bar.finish_and_clear();
+                return match stopped? {
+                    weir::Stopped::Savepoint(path) => {
+                        println!("stopped with savepoint {}", path.display());
+                        println!("the output it covers is committed");
+                        println!("resume with --restore {}", path.display());
+                        Ok(None)
+                    }
+                    weir::Stopped::Finished(report) => {
+                        println!(
+                            "the job was already reaching the end of its input, so it finished instead of taking a \
+                             savepoint (no savepoint: nothing is left to resume)"
+                        );
+                        Ok(Some(report))
+                    }
+                };
+            }
+            bar.println("Ctrl-C: stopping (press again to cancel)");
+            handle.stop();
+            stopped = true;
+        }
+        if n >= 2 && !cancelled {
+            handle.cancel();
+            cancelled = true;
+        }
+        let elapsed = handle.elapsed();
+        if limit.is_some_and(|l| elapsed >= l) && !stopped {
+            handle.stop();
+            stopped = true;
+        }
+        let records = handle.metrics().source_records();
+        let dt = (elapsed - last.1).as_secs_f64();
+        if dt >= 0.5 {
+            let rate = (records - last.0) as f64 / dt;
+            let until = limit.map(|l| format!(" / {:.0} s", l.as_secs_f64())).unwrap_or_default();
+            bar.set_message(format!(
+                "{:.1} s{until} | {} records | {} records/s | state {:.1} MB",
+                elapsed.as_secs_f64(),
+                group_digits(records),
+                group_digits(rate as u64),
+                weir::state::state_memory_bytes() as f64 / 1e6
+            ));
+            bar.tick();
+            last = (records, elapsed);
+        }
+    };
+    bar.finish_and_clear();
+    for note in &handle.notes()[notes_shown..] {
+        eprintln!("{note}");
+    }
+    for failure in handle.checkpoint_failures() {
+        eprintln!("{failure}");
+    }
+    result.map(Some)
+}

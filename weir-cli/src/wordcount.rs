@@ -1,0 +1,114 @@
+//! `weir wordcount`: word count over text files into a transactional file sink, resumable
+//! after any crash.
+
+use weir::metrics::group_digits;
+use weir::source::TextSource;
+use weir::Error;
+
+use crate::args::*;
+use crate::supervisor::*;
+
+pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
+    let (config, parallelism) = args.runtime.config();
+    let input = TextSource::open(&args.input)?.follow(args.follow);
+    let output = std::path::absolute(&args.output)
+        .map_err(|e| Error::io("cannot resolve the output folder", &args.output, e))?;
+    let description = format!(
+        "word count of {} into {}",
+        std::path::absolute(&args.input).unwrap_or_else(|_| args.input.clone()).display(),
+        output.display()
+    );
+    for (flag, other) in [
+        ("--checkpoint-dir", args.checkpoints.checkpoint_dir.as_ref()),
+        ("--savepoint-dir", args.checkpoints.savepoint_dir.as_ref()),
+    ] {
+        let Some(other) = other else { continue };
+        let other = std::path::absolute(other).map_err(|e| Error::io("cannot resolve the folder", other, e))?;
+        if other.starts_with(&output) || output.starts_with(&other) {
+            return Err(Error::config(format!(
+                "--output {} and {flag} {} overlap (one is inside the other): every file in the output folder is \
+                 output, so checkpoints must live elsewhere",
+                args.output.display(),
+                other.display()
+            )));
+        }
+    }
+    // A rerun with the same checkpoint directory resumes into the same output (the
+    // two-phase-commit sink keeps what was committed and discards the rest), and so does a
+    // restore (the plain file sink cuts each file back to its length at the savepoint).
+    let resuming =
+        args.checkpoints.restore.is_some() || args.checkpoints.checkpoint_dir.as_ref().is_some_and(|d| d.exists());
+    if let Ok(mut entries) = std::fs::read_dir(&args.output) {
+        if entries.next().is_some() && !resuming {
+            return Err(Error::config(format!(
+                "output folder {} is not empty; remove it or choose another",
+                args.output.display()
+            )));
+        }
+    } else if args.output.exists() {
+        return Err(Error::config(format!("output {} exists and is not a folder", args.output.display())));
+    }
+    let bytes = input.total_bytes();
+    let transactional = args.checkpoints.checkpoint_dir.is_some();
+    let mut job = weir_jobs::wordcount::wordcount(input, args.output.clone(), parallelism, transactional)
+        .with_description(description.clone());
+    if let Some(c) = args.checkpoints.config()? {
+        job = job.with_checkpointing(c);
+    }
+    if let Some(dir) = &args.checkpoints.checkpoint_dir {
+        // A finished job is not run again; another job's finished directory is not reused.
+        if let Some(finished) = weir::checkpoint::read_finished(dir)? {
+            if finished.fingerprint != job.fingerprint() || finished.description != description {
+                return Err(Error::config(format!(
+                    "checkpoint directory {} holds another job, which completed: '{}' ({}, graph fingerprint {}); this \
+                     run is {} (graph fingerprint {}). Choose another checkpoint directory",
+                    dir.display(),
+                    finished.job,
+                    finished.description,
+                    finished.fingerprint,
+                    description,
+                    job.fingerprint()
+                )));
+            }
+            println!(
+                "the job is already complete ({} in {}); its output is in {}. Remove {} to run it again.",
+                weir::runtime::FINISHED_MARKER,
+                dir.display(),
+                args.output.display(),
+                dir.display()
+            );
+            return Ok(());
+        }
+    }
+    if let Some(dir) = &args.checkpoints.savepoint_dir {
+        // Found out now, not when Ctrl-C asks for the savepoint.
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create the savepoint directory", dir, e))?;
+    }
+    if let Some(path) = &args.checkpoints.restore {
+        job = job.restore_from(path, args.checkpoints.allow_non_restored_state);
+    } else if args.checkpoints.allow_non_restored_state {
+        return Err(Error::config("--allow-non-restored-state needs --restore"));
+    }
+    let handle = announce_restores(job).start(config)?;
+    let Some(report) = supervise(handle, None, !args.runtime.no_progress, args.checkpoints.savepoint_dir.as_deref())?
+    else {
+        return Ok(());
+    };
+    print!("{}", report.summary_table());
+    if args.checkpoints.checkpoint_dir.is_some() {
+        println!("checkpoints completed: {}", report.checkpoints.len());
+        if !report.checkpoints.is_empty() {
+            print!("{}", weir::checkpoint::stats_table(&report.checkpoints));
+        }
+    }
+    let secs = report.elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "input: {} bytes ({:.1} MB/s); words: {}; output: {}/part-*{}",
+        group_digits(bytes),
+        bytes as f64 / secs / 1e6,
+        group_digits(report.sink_records),
+        args.output.display(),
+        if transactional { " (committed files only; hidden ones are in progress)" } else { "" }
+    );
+    Ok(())
+}
