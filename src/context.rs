@@ -4,8 +4,7 @@
 //! ([`TaskContext::now_ns`]): the wall clock in production, a clock the simulator
 //! ([`crate::simulation`]) advances by hand under simulation, so a seed decides every timeout.
 //!
-//! May touch: `checkpoint` (the directory lock only: sinks check it before creating a file),
-//! `metrics`, `record`, `snapshot`, `wake`.
+//! May touch: `error`, `metrics`, `record`, `snapshot`, `wake`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -176,7 +175,15 @@ pub struct AttemptScope {
     pub(crate) checkpointed: bool,
     /// The checkpoint directory's lock, while the job holds one: output files are created only
     /// while it is still this process's ([`TaskContext::check_owner`]).
-    pub(crate) lock: Option<Arc<crate::checkpoint::DirectoryLock>>,
+    pub(crate) lock: Option<Arc<dyn OutputOwnership>>,
+}
+
+/// Whether this process still owns the job's output: the checkpoint directory's lock
+/// (`checkpoint`'s `DirectoryLock`), asked before a sink creates an output file. A trait here,
+/// so the tasks' context needs nothing from the checkpoint layer above it.
+pub(crate) trait OutputOwnership: Send + Sync {
+    /// `Ok` while the output is this process's; the error says who took it.
+    fn check(&self) -> crate::Result<()>;
 }
 
 impl AttemptScope {
@@ -187,7 +194,7 @@ impl AttemptScope {
     }
 
     /// The scope, holding the checkpoint directory's lock (see [`TaskContext::check_owner`]).
-    pub(crate) fn with_lock(self, lock: Option<Arc<crate::checkpoint::DirectoryLock>>) -> Self {
+    pub(crate) fn with_lock(self, lock: Option<Arc<dyn OutputOwnership>>) -> Self {
         AttemptScope { lock, ..self }
     }
 
@@ -300,3 +307,8 @@ impl TaskContext {
         }
     }
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([] TaskContext);
+crate::debug_as_name!(['a] RestoreView<'a>);
+crate::debug_as_name!([] AttemptScope);

@@ -2,7 +2,7 @@
 //! `fuzz/` and the proptest run in `tests/readers_fuzz.rs` call these, so both exercise the
 //! same readers. Not part of the API (hidden from the docs).
 //!
-//! May touch: `checkpoint`, `error`, `persist`, `source` (the word
+//! May touch: `checkpoint`, `error`, `persist`, `record`, `source` (the word
 //! encoding), `state` (the paged map's snapshot format).
 
 use std::path::Path;

@@ -4,70 +4,85 @@
 //! fault-tolerance model (asynchronous barrier snapshots: Carbone et al. 2015, after Chandy and
 //! Lamport 1985). This crate doc is the architecture doc.
 //!
-//! ## How records flow
+//! ## How records flow, and where
 //!
-//! A [`Job`] is a graph of operators, each with a parallelism. Consecutive operators joined by a
-//! forward edge with equal parallelism are *chained*: fused into one task as nested
-//! [`Collector`] calls, with no ring between them. Every other edge between two subtasks is one
-//! lock-free SPSC ring (`rtrb`) carrying tagged [`channel::Entry`]s: records, watermarks, end of
-//! stream. `key_by` hashes a key to one of `max_parallelism` key groups and the key group to a
-//! subtask, as Flink does. Records that cross rings are any owned [`Record`] type (a `String`, an enum with
-//! data), moved into the ring and out of it with no serialisation; text may use the compact
-//! [`Word`].
+//! 1. The builder ([`pipeline`]: [`Job`], [`Stream`], [`KeyedStream`], …) records a graph of
+//!    operators, each with a parallelism; nothing runs until the job starts.
+//! 2. The plan (`pipeline`'s planner) *chains* consecutive operators joined by a forward edge
+//!    with equal parallelism into one task (nested [`Collector`] calls, no ring between
+//!    them), and joins every other pair of subtasks by one lock-free SPSC ring (`rtrb`:
+//!    [`channel`]) of tagged entries (records, watermarks, barriers, end of stream). `key_by`
+//!    hashes a key to one of `max_parallelism` key groups and the key group to a subtask
+//!    ([`record`]'s key groups, [`channel`]'s partitioning), as in Flink.
+//! 3. The runtime ([`runtime`]) gives each subtask to one worker thread, one per core,
+//!    pinned. A worker polls its tasks (`pipeline`'s tasks) and processes whole batches
+//!    run-to-completion: no locks, no allocation and no system calls per record. An idle
+//!    worker spins, yields, then parks until woken (`wake`).
+//! 4. A task's head takes batches from its source ([`source`]) or its input gate
+//!    ([`channel`]: the rings of one input merged, the watermark the minimum over them), and
+//!    hands them down its chain: operators ([`operator`], their keyed state in [`state`])
+//!    to a sink ([`sink`]) or to the ring writers of its outgoing edges ([`channel`]).
+//!    Records are any owned [`Record`] type, moved into a ring and out of it with no
+//!    serialisation; text may use the compact [`Word`].
+//! 5. A full ring is backpressure: the writer holds its batch, `drain` reports it, and the
+//!    task takes no input until it has gone on; its worker serves its other tasks meanwhile.
 //!
-//! Each subtask belongs to one worker thread, one per core, pinned. A worker polls its tasks and
-//! processes whole batches run-to-completion: no locks, no allocation and no system calls per
-//! record. A full ring is backpressure: the producing task stops taking input and its worker
-//! serves its other tasks. An idle worker spins, yields, then parks until woken.
+//! ## How a barrier flows, and where
 //!
-//! ## How a barrier flows
-//!
-//! The checkpoint coordinator ([`checkpoint`]; a state machine behind a thread of its own)
-//! triggers checkpoint *n* at every source subtask through its control inbox. The source
-//! records its offset, snapshots its chain and puts barrier *n* into each output ring behind
-//! everything it emitted — or, for an unaligned checkpoint, into each ring's priority slot,
-//! overtaking the data still in the ring. At a task with inputs, [`barrier`] takes over:
-//!
-//! - **aligned, exactly-once**: each channel that delivers barrier *n* is blocked; once every
-//!   live channel has, the task snapshots its chain (each operator forks its state), forwards
-//!   the barrier and unblocks. At-least-once only counts the barriers, blocking nothing.
-//! - **unaligned**: the first priority barrier snapshots at once and forwards the barrier
-//!   unaligned; the data each producer wrote before its barrier and this task reads after the
-//!   snapshot (and what a restored gate has yet to replay) is captured as in-flight data.
-//! - **aligned with a timeout**: an alignment that waits too long switches to unaligned there.
-//!
-//! A task's snapshots, and so its barriers downstream, go in checkpoint order. The snapshot's
-//! writing runs in the background ([`checkpoint`]'s `SnapshotWriter`: rayon's pool, bounded),
-//! then the task acknowledges to the coordinator — or declines, with an [`Error`] that says
-//! whether a later checkpoint may succeed. When every task has acknowledged, the coordinator
-//! writes `_metadata` atomically, reads the checkpoint back, retires old ones and tells every
-//! task it completed: two-phase-commit sinks commit then. A checkpoint that expires or is
-//! declined is aborted, and the tasks drop their part of it.
-//!
-//! After a failure, recovery ([`checkpoint`]) finds the newest checkpoint that verifies; every
-//! task restores its operators' state and replays its in-flight data, and the sources resume
-//! from their offsets. [`simulation`] runs all of this on one thread from a seed, with a clock
-//! it moves and failures it injects, against the failure-free run.
+//! 1. The coordinator ([`checkpoint`]: a state machine behind a thread of its own, handed
+//!    the time) triggers checkpoint *n* at every source subtask through its control inbox;
+//!    control messages (trigger, acknowledge, complete, abort) never travel on the rings.
+//! 2. The source task (`pipeline`'s tasks) records its offset, snapshots its chain (each
+//!    operator forks its state: [`snapshot`], [`state`]) and puts barrier *n* into each
+//!    output ring behind everything it emitted — or, for an unaligned checkpoint, into each
+//!    ring's priority slot, overtaking the data in the ring ([`channel`]).
+//! 3. At a task with inputs, the gate ([`channel`]) hands the barrier to the barrier
+//!    protocol (`barrier`):
+//!    - **aligned, exactly-once**: each channel that delivers barrier *n* is blocked; once
+//!      every live channel has, the task snapshots its chain, forwards the barrier and
+//!      unblocks. At-least-once only counts the barriers, blocking nothing.
+//!    - **unaligned**: the first priority barrier snapshots at once and forwards the barrier
+//!      unaligned; the data each producer wrote before its barrier and this task reads after
+//!      the snapshot is captured as in-flight data (the gate's capture, `barrier`'s
+//!      in-flight log).
+//!    - **aligned with a timeout**, **adaptive**: an alignment that waits too long, or holds
+//!      too much in flight, turns unaligned there.
+//! 4. The chain forwards the barrier collector by collector ([`Collector::barrier`]; each
+//!    operator's default forwards it); sinks pre-commit ([`sink`]). A task's snapshots, and
+//!    so its barriers downstream, go in checkpoint order.
+//! 5. The snapshot is written in the background ([`checkpoint`]'s snapshot writer: rayon's
+//!    pool, bounded) into the checkpoint's folder (the file format and `_metadata` in
+//!    [`checkpoint`]'s storage); then the task acknowledges — or declines, with an
+//!    [`Error`] that says whether a later checkpoint may succeed.
+//! 6. When every task has acknowledged, the coordinator writes `_metadata` atomically, reads
+//!    the checkpoint back, retires old ones and tells every task it completed: two-phase-
+//!    commit sinks commit then ([`sink`]). A checkpoint that expires or is declined is
+//!    aborted, and the tasks drop their part of it.
+//! 7. After a failure, recovery ([`checkpoint`]) finds the newest checkpoint that verifies;
+//!    every task restores its operators' state and replays its in-flight data, and the
+//!    sources resume from their offsets ([`runtime`] restarts the attempt). [`simulation`]
+//!    runs all of this on one thread from a seed, with a clock it moves and failures it
+//!    injects, against the failure-free run.
 //!
 //! ## Modules, lowest layer first (a module uses only modules above it in this list)
 //!
-//! - [`error`], [`prng`], [`persist`], [`record`], [`snapshot`], `faults` (with the `testing`
-//!   feature), [`metrics`], `wake`, [`context`], [`collector`]: shared vocabulary.
+//! - [`error`], [`prng`], [`persist`], [`record`], `faults` (with the `testing` feature),
+//!   [`snapshot`], [`metrics`], `wake`, [`context`], [`collector`]: shared vocabulary.
 //! - [`channel`]: rings, the entry format, partitioning, input gates.
 //! - [`state`]: keyed state and the fork-then-write snapshot interface.
 //! - [`source`], [`operator`], [`sink`]: where records enter, change, and leave. They never
 //!   use each other.
-//! - [`checkpoint`]: beside the data path — configuration, the coordinator (a state machine
-//!   run by its own thread), the control plane to the tasks, recovery, storage. Control
-//!   messages (trigger, acknowledge, complete, abort) travel on their own channels, never on
-//!   rings.
-//! - [`barrier`]: the task side of the barrier protocol (alignment, unaligned capture,
+//! - [`checkpoint`]: beside the data path — configuration, the coordinator, the control
+//!   plane to the tasks, recovery, storage.
+//! - `barrier`: the task side of the barrier protocol (alignment, unaligned capture,
 //!   completion and abort notices, in-flight data).
 //! - [`pipeline`]: the builder API, the logical graph, the physical plan and the tasks.
 //! - [`runtime`]: worker threads, pinning, backoff, the [`JobHandle`].
 //! - [`simulation`]: the same tasks and coordinator on one thread, from a seed.
 //! - `fuzzing` (hidden): every reader of checkpoint bytes from one byte string, for the fuzz
 //!   targets in `fuzz/` and the proptest run of them.
+//!
+//! `tests/tidy.rs` holds the code to this list and to every module's "May touch" line.
 //!
 //! ## Example
 //!
@@ -91,10 +106,28 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
+
+/// `Debug` for a public type whose fields are closures, shared internals or whole state: the
+/// type's name, and the fields named after `;`.
+macro_rules! debug_as_name {
+    ([$($gen:tt)*] $ty:ty $(; $($field:ident),+)?) => {
+        impl<$($gen)*> ::std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let name = stringify!($ty);
+                let name = name.split('<').next().unwrap_or(name).trim();
+                f.debug_struct(name)$($(.field(stringify!($field), &self.$field))+)?.finish_non_exhaustive()
+            }
+        }
+    };
+}
+pub(crate) use debug_as_name;
 
 // The derive's generated code names `::weir`, which this makes work inside weir too.
 extern crate self as weir;
 
+// The task side of the barrier protocol: reachable for the benches, not part of the API.
+#[doc(hidden)]
 pub mod barrier;
 pub mod channel;
 pub mod checkpoint;

@@ -1,9 +1,18 @@
-//! Keeps the module docs true (after TigerBeetle's `tidy`): every module whose doc has a
-//! "May touch:" line uses, in its code, only the crate's top-level modules that line names (or
-//! its own). A module that starts using another must say so in its doc, where a reviewer sees
-//! the dependency.
+//! Keeps the crate doc and the module docs true (after TigerBeetle's `tidy`):
+//!
+//! - every file under `src/` has a "May touch:" line, or inherits its folder's (the line of the
+//!   nearest `mod.rs` above it), and its code uses only the crate's top-level modules that line
+//!   names, or its own;
+//! - a folder's line covers what every file under it uses;
+//! - a path through one of the crate root's re-exports (`crate::Error`, `crate::Job`) is a use
+//!   of the module it comes from;
+//! - no module uses one listed after it in the crate doc's "lowest layer first" list, and the
+//!   modules of a line that says they never use each other do not.
+//!
+//! A module that starts using another must say so in its doc, where a reviewer sees the
+//! dependency; one that reaches up the layers must be moved or the order argued again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -33,7 +42,20 @@ fn top_modules(src: &Path) -> BTreeSet<String> {
     names
 }
 
-/// The names in backticks of the "May touch:" paragraph, by their first path segment.
+/// The top-level module a file under `src/` belongs to (`faults_absent.rs` stands in for
+/// `faults`).
+fn owner(src: &Path, file: &Path) -> String {
+    let first = file.strip_prefix(src).unwrap().components().next().unwrap().as_os_str().to_string_lossy().to_string();
+    let name = first.trim_end_matches(".rs").to_string();
+    if name == "faults_absent" {
+        "faults".into()
+    } else {
+        name
+    }
+}
+
+/// The names in backticks of the "May touch:" paragraph, by their first path segment
+/// (`nothing` names none).
 fn may_touch(text: &str) -> Option<BTreeSet<String>> {
     let start = text.find("//! May touch:")?;
     let paragraph: String =
@@ -48,50 +70,211 @@ fn may_touch(text: &str) -> Option<BTreeSet<String>> {
     )
 }
 
-/// The top-level modules the code (not the comments) of `text` reaches through `crate::`.
-fn used(text: &str) -> BTreeSet<String> {
+/// The crate root's re-exports: each name `pub use m::...` brings in, with its module `m`.
+fn reexports(lib: &str) -> BTreeMap<String, String> {
+    let mut names = BTreeMap::new();
+    for stmt in lib.split("pub use ").skip(1) {
+        let path = &stmt[..stmt.find(';').unwrap()];
+        let module = path.split("::").next().unwrap().trim();
+        // The derive macro is the trait's other half.
+        let module = if module == "weir_derive" { "persist" } else { module };
+        let leaves = match (path.find('{'), path.rfind('}')) {
+            (Some(open), Some(close)) => &path[open + 1..close],
+            _ => path,
+        };
+        for leaf in leaves.split(',').map(|l| l.rsplit("::").next().unwrap().trim()).filter(|l| !l.is_empty()) {
+            names.insert(leaf.to_string(), module.to_string());
+        }
+    }
+    names
+}
+
+/// The top-level modules the code (not the comments) of `text` reaches through `crate::`,
+/// directly or through a re-export of the crate root.
+fn used(text: &str, modules: &BTreeSet<String>, reexported: &BTreeMap<String, String>) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
         for (i, _) in line.match_indices("crate::") {
+            // `$crate::` in macros is the same path.
             let rest = &line[i + "crate::".len()..];
-            let name: String = rest.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
-            if !name.is_empty() {
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if modules.contains(&name) {
                 names.insert(name);
+            } else if let Some(m) = reexported.get(&name) {
+                names.insert(m.clone());
             }
         }
     }
     names
 }
 
-#[test]
-fn may_touch_lines_name_every_module_the_code_uses() {
-    // This binary belongs to `weir-cli`, one folder below the engine.
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
-    let modules = top_modules(&src);
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
-    let mut wrong = Vec::new();
-    let mut checked = 0;
-    for f in &files {
-        let text = std::fs::read_to_string(f).unwrap();
-        let Some(allowed) = may_touch(&text) else { continue };
-        checked += 1;
-        let own = f.strip_prefix(&src).unwrap().components().next().unwrap().as_os_str().to_string_lossy();
-        let own = own.trim_end_matches(".rs").to_string();
-        let missing: Vec<String> =
-            used(&text).into_iter().filter(|m| modules.contains(m) && *m != own && !allowed.contains(m)).collect();
-        if !missing.is_empty() {
-            wrong.push(format!("{}: uses {missing:?}, its doc's May touch names {allowed:?}", f.display()));
+/// The crate doc's module list, lowest layer first: each line's modules, in order, and
+/// whether the line says its modules never use each other.
+fn layers(lib: &str, modules: &BTreeSet<String>) -> Vec<(Vec<String>, bool)> {
+    let start = lib.find("## Modules, lowest layer first").expect("the crate doc lists the modules by layer");
+    let section = &lib[start..];
+    let section = &section[..section[3..].find("//! ##").map_or(section.len(), |e| e + 3)];
+    let mut out: Vec<(Vec<String>, bool)> = Vec::new();
+    let mut bullet = String::new();
+    let mut flush = |bullet: &mut String| {
+        if bullet.is_empty() {
+            return;
+        }
+        let names: Vec<String> =
+            bullet.split('`').skip(1).step_by(2).filter(|n| modules.contains(*n)).map(String::from).fold(
+                Vec::new(),
+                |mut v, n| {
+                    if !v.contains(&n) {
+                        v.push(n);
+                    }
+                    v
+                },
+            );
+        let words = bullet.split_whitespace().collect::<Vec<_>>().join(" ");
+        out.push((names, words.contains("never use each other")));
+        bullet.clear();
+    };
+    for line in section.lines().map(|l| l.trim_start_matches("//!")) {
+        if line.starts_with(" - ") {
+            flush(&mut bullet);
+            bullet.push_str(line);
+        } else if line.starts_with("   ") {
+            bullet.push_str(line);
+        } else {
+            flush(&mut bullet);
         }
     }
-    assert!(checked >= 30, "only {checked} module docs have a May touch line");
+    flush(&mut bullet);
+    out
+}
+
+struct Crate {
+    src: PathBuf,
+    modules: BTreeSet<String>,
+    lib: String,
+    files: Vec<(PathBuf, String)>,
+}
+
+impl Crate {
+    fn read() -> Crate {
+        // This binary belongs to `weir-cli`, one folder below the engine.
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
+        let modules = top_modules(&src);
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+        let mut paths = Vec::new();
+        rust_files(&src, &mut paths);
+        paths.sort();
+        let files = paths.into_iter().map(|p| (p.clone(), std::fs::read_to_string(&p).unwrap())).collect();
+        Crate { src, modules, lib, files }
+    }
+
+    fn uses(&self, text: &str) -> BTreeSet<String> {
+        used(text, &self.modules, &reexports(&self.lib))
+    }
+}
+
+#[test]
+fn every_file_uses_only_what_its_may_touch_line_names() {
+    let c = Crate::read();
+    let lines: BTreeMap<&Path, BTreeSet<String>> =
+        c.files.iter().filter_map(|(p, t)| Some((p.as_path(), may_touch(t)?))).collect();
+    let mut wrong = Vec::new();
+    for (f, text) in &c.files {
+        if f.parent() == Some(&c.src) && f.file_name().is_some_and(|n| n == "lib.rs") {
+            continue;
+        }
+        let own = owner(&c.src, f);
+        // Its own line, or the nearest folder's above it.
+        let mut at = Some(f.as_path());
+        let mut allowed = lines.get(f.as_path());
+        while allowed.is_none() {
+            at = at.and_then(Path::parent).filter(|d| d.starts_with(&c.src) && *d != c.src);
+            let Some(dir) = at else { break };
+            allowed = lines.get(dir.join("mod.rs").as_path()).filter(|_| dir.join("mod.rs") != *f);
+        }
+        let Some(allowed) = allowed else {
+            wrong.push(format!("{}: no May touch line, and no folder's to inherit", f.display()));
+            continue;
+        };
+        let missing: Vec<String> = c.uses(text).into_iter().filter(|m| *m != own && !allowed.contains(m)).collect();
+        if !missing.is_empty() {
+            wrong.push(format!("{}: uses {missing:?}, its May touch line names {allowed:?}", f.display()));
+        }
+    }
+    assert!(lines.len() >= c.modules.len(), "only {} files have a May touch line", lines.len());
     assert!(wrong.is_empty(), "module docs out of date:\n{}", wrong.join("\n"));
 }
 
 #[test]
-fn the_checker_sees_a_missing_name() {
-    let text = "//! A module.\n//!\n//! May touch: `error`,\n//! `snapshot::Barrier`.\n\nuse crate::record::Word;\n// crate::state in a comment\nuse crate::error::Result;\n";
+fn a_folders_line_covers_every_file_under_it() {
+    let c = Crate::read();
+    let mut wrong = Vec::new();
+    for (folder_mod, text) in c.files.iter().filter(|(p, _)| p.file_name().is_some_and(|n| n == "mod.rs")) {
+        let dir = folder_mod.parent().unwrap();
+        let Some(allowed) = may_touch(text) else {
+            wrong.push(format!("{}: a folder's mod.rs without a May touch line", folder_mod.display()));
+            continue;
+        };
+        let own = owner(&c.src, folder_mod);
+        let mut all = BTreeSet::new();
+        for (_, t) in c.files.iter().filter(|(p, _)| p.starts_with(dir)) {
+            all.extend(c.uses(t));
+        }
+        let missing: Vec<String> = all.into_iter().filter(|m| *m != own && !allowed.contains(m)).collect();
+        if !missing.is_empty() {
+            wrong.push(format!(
+                "{}: its files use {missing:?}, the folder's line names {allowed:?}",
+                folder_mod.display()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "folder docs out of date:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn no_module_uses_a_higher_layer() {
+    let c = Crate::read();
+    let layers = layers(&c.lib, &c.modules);
+    let order: Vec<&String> = layers.iter().flat_map(|(names, _)| names).collect();
+    let unlisted: Vec<&String> = c.modules.iter().filter(|m| !order.contains(m)).collect();
+    assert!(unlisted.is_empty(), "modules missing from the crate doc's layer list: {unlisted:?}");
+    let position = |m: &str| order.iter().position(|o| *o == m).unwrap();
+    let mut wrong = Vec::new();
+    for module in &c.modules {
+        let mut uses = BTreeSet::new();
+        for (_, t) in c.files.iter().filter(|(p, _)| owner(&c.src, p) == *module) {
+            uses.extend(c.uses(t));
+        }
+        for u in uses.iter().filter(|u| *u != module) {
+            if position(u) > position(module) {
+                wrong.push(format!("{module} uses {u}, a higher layer"));
+            }
+            if layers.iter().any(|(names, apart)| *apart && names.contains(module) && names.contains(u)) {
+                wrong.push(format!("{module} uses {u}, though the crate doc says they never use each other"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the layer order the crate doc states is broken:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_what_it_must() {
+    let modules: BTreeSet<String> = ["error", "record", "state", "snapshot", "pipeline"].map(String::from).into();
+    let lib = "pub use error::{Error, Result};\npub use pipeline::{\n    Job, Stream,\n};\npub use record::{for_each_word, Word};\n";
+    let reexported = reexports(lib);
+    assert_eq!(reexported.get("Error").map(String::as_str), Some("error"));
+    assert_eq!(reexported.get("Stream").map(String::as_str), Some("pipeline"));
+    assert_eq!(reexported.get("for_each_word").map(String::as_str), Some("record"));
+    let text = "//! A module.\n//!\n//! May touch: `error`,\n//! `snapshot::Barrier`.\n\nuse crate::record::Word;\n// crate::state in a comment\nfn f() -> crate::Result<crate::Job> { todo() }\n";
     assert_eq!(may_touch(text).unwrap(), ["error", "snapshot"].map(String::from).into());
-    assert_eq!(used(text), ["error", "record"].map(String::from).into());
+    assert_eq!(used(text, &modules, &reexported), ["error", "pipeline", "record"].map(String::from).into());
+    let doc = "//! ## Modules, lowest layer first (a module uses only modules above it)\n//!\n//! - [`error`], `record`: vocabulary.\n//! - [`state`], [`snapshot`]: they never use each\n//!   other.\n//! - [`pipeline`].\n//!\n//! ## Example\n";
+    assert_eq!(
+        layers(doc, &modules),
+        vec![
+            (vec!["error".to_string(), "record".to_string()], false),
+            (vec!["state".to_string(), "snapshot".to_string()], true),
+            (vec!["pipeline".to_string()], false),
+        ]
+    );
 }

@@ -34,7 +34,7 @@
 //! `inflight` (how captured in-flight data is named and encoded).
 //!
 //! May touch: `channel`, `checkpoint`, `collector`, `context`, `error`, `faults`, `operator`,
-//! `persist`, `snapshot`.
+//! `persist`, `snapshot`, `prng`, `record`, `state`.
 
 pub mod aligner;
 pub(crate) mod inflight;

@@ -14,7 +14,7 @@
 //! of every open file until it has started its program (even with close-on-exec): closing the
 //! file alone would leave the lock held for that instant, so dropping the lock unlocks first.
 //!
-//! May touch: `checkpoint::storage`, `error`.
+//! May touch: `checkpoint::storage`, `context` (the output ownership it answers), `error`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, Write};
@@ -168,6 +168,13 @@ impl Drop for DirectoryLock {
         // Unlocked, not only closed: a child process being started may still hold a copy of
         // the open file (see the module doc). An error leaves it to the close that follows.
         let _ = self.file.unlock();
+    }
+}
+
+/// The lock is what says whether this process still owns the job's output.
+impl crate::context::OutputOwnership for DirectoryLock {
+    fn check(&self) -> Result<()> {
+        DirectoryLock::check(self)
     }
 }
 

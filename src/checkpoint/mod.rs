@@ -8,7 +8,7 @@
 //! delivered it; at-least-once only counts), forwards it, and writes the snapshot in the
 //! background; the checkpoint exists once its `_metadata` is durable.
 //!
-//! May touch: `context`, `error`, `faults`, `metrics`, `persist`, `snapshot`.
+//! May touch: `context`, `error`, `faults`, `metrics`, `persist`, `snapshot`, `prng`, `state`.
 
 mod config;
 pub(crate) mod coordinator;
@@ -20,13 +20,21 @@ mod storage;
 pub(crate) mod task;
 
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_RETAINED};
-pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten};
 pub use lock::{DirectoryLock, LOCK_FILE};
 pub use storage::{
-    decode_file, encode_file, load_dir, read_expected, read_file, read_finished, read_metadata, write_file,
-    write_finished, ChannelAlignment, CheckpointMetadata, CheckpointStats, CheckpointStorage, FileDigest, FileIdentity,
-    FileKind, FinishedJob, LoadedCheckpoint, PartReuse, RecoveryPoint, SharedFile, SinkOutput, StoredChunk, TaskFile,
-    TaskFileContent, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
+    load_dir, read_finished, read_metadata, ChannelAlignment, CheckpointMetadata, CheckpointStats, CheckpointStorage,
+    FinishedJob, LoadedCheckpoint, PartReuse, RecoveryPoint, SharedFile, SinkOutput, TaskFile, FINISHED_MARKER,
+    FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
+};
+
+// The file format and the task side of a snapshot's writing: reachable for weir's benches,
+// tests and fuzz targets (which build and damage checkpoint files), not part of the API.
+#[doc(hidden)]
+pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten};
+#[doc(hidden)]
+pub use storage::{
+    decode_file, encode_file, read_expected, read_file, write_file, write_finished, FileDigest, FileIdentity, FileKind,
+    StoredChunk, TaskFileContent,
 };
 
 /// The columns of one checkpoint's statistics in the command line's tables.

@@ -13,7 +13,8 @@
 //! - `process`: keyed process functions with a context (state per key, timers, side outputs).
 //! - `side`: side outputs and the tags that name them.
 //!
-//! May touch: `collector`, `context`, `error`, `metrics`, `record`, `snapshot`, `state`.
+//! May touch: `collector`, `context`, `error`, `metrics`, `record`, `snapshot`, `state`,
+//! `persist`, `wake`.
 
 /// Forwards watermark and end to `next`, and makes it the collector the control methods'
 /// defaults forward to (shared by the one-output operators that do nothing on a watermark).
@@ -219,3 +220,6 @@ impl<A, B> Collector<B> for Right<'_, A, B> {
         self.0.notify(notice)
     }
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!(['a, T] Emitter<'a, T>);

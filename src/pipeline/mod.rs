@@ -3,7 +3,7 @@
 //! instantiating each subtask's chain).
 //!
 //! May touch: `channel`, `collector`, `context`, `error`, `metrics`, `operator`, `record`,
-//! `sink`, `source`, `state`, `wake`.
+//! `sink`, `source`, `state`, `wake`, `barrier`, `checkpoint`, `persist`, `snapshot`.
 
 mod api;
 pub(crate) mod graph;

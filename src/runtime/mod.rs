@@ -29,7 +29,17 @@ use crate::pipeline::{build_plan, CheckpointWiring, Job, JobControl, PlanEnv, Pl
 use crate::wake::Parker;
 use worker::{RunState, Worker};
 
-/// How to run a job.
+/// How to run a job: workers (one pinned thread per core by default), ring capacity and
+/// batch size.
+///
+/// ```
+/// use weir::{source::Generator, Job, RunConfig};
+/// let job = Job::new("small");
+/// let out = job.generator(Generator::new(|i, _| i).count(1_000)).collect();
+/// // Two workers, not pinned (a shared machine), smaller rings than the default.
+/// job.execute(RunConfig::default().workers(2).pin_workers(false).ring_capacity(1024)).unwrap();
+/// assert_eq!(out.lock().unwrap().len(), 1_000);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct RunConfig {
     /// Worker threads; 0 means one per available core.
@@ -177,6 +187,17 @@ impl Stopped {
 /// whether or not anyone waits on the handle (an embedded job whose host only sends and
 /// receives recovers like any). When the job ends for good, its embedding endpoints hear it
 /// ([`crate::source::SendError::Ended`], [`crate::sink::RecvError::Ended`]).
+///
+/// ```
+/// use weir::{source::Generator, Job, RunConfig};
+/// let job = Job::new("endless");
+/// // An unbounded generator: the job runs until it is stopped.
+/// job.generator(Generator::new(|i, _| i)).discard();
+/// let handle = job.start(RunConfig::default().workers(1)).unwrap();
+/// handle.stop(); // sources end their streams; what is in flight drains to the sinks
+/// let report = handle.join().unwrap();
+/// assert_eq!(report.restarts, 0);
+/// ```
 pub struct JobHandle {
     run: Arc<Supervised>,
     supervisor: Option<JoinHandle<()>>,
@@ -204,6 +225,15 @@ struct RunProgress {
     result: Option<Result<JobReport>>,
     /// Whether the job ended for good.
     over: bool,
+}
+
+impl std::fmt::Debug for JobHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobHandle")
+            .field("finished", &self.is_finished())
+            .field("restarts", &self.restarts())
+            .finish_non_exhaustive()
+    }
 }
 
 impl JobHandle {
@@ -660,8 +690,13 @@ pub(crate) fn prepare_attempt(
         restored = restore_from_savepoint(&identity(&graph, &fingerprint), notes)?.map(Arc::new);
     }
     let scope = Arc::new(
-        AttemptScope::new(recovery, graph.checkpointing.is_some())
-            .with_lock(shared.lock.clone().filter(|_| graph.checkpointing.is_some())),
+        AttemptScope::new(recovery, graph.checkpointing.is_some()).with_lock(
+            shared
+                .lock
+                .clone()
+                .filter(|_| graph.checkpointing.is_some())
+                .map(|l| l as Arc<dyn crate::context::OutputOwnership>),
+        ),
     );
     let plan_env = PlanEnv {
         clock: env.clock.clone(),

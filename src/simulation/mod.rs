@@ -17,7 +17,7 @@
 //! program beside it) and [`check`].
 //!
 //! May touch: `checkpoint`, `context`, `error`, `pipeline`, `prng`, `runtime`, `sink`, `snapshot`,
-//! `wake`.
+//! `wake`, `record`.
 
 mod damage;
 mod driver;
@@ -162,3 +162,6 @@ where
     }
     Ok(SimReport { seeds: results, golden: golden.stats, golden_records: golden_out.len() })
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T] SimOutput<T>);

@@ -14,7 +14,7 @@
 //!   that outlives failovers, exactly-once or at-least-once.
 //!
 //! May touch: `channel` (the pull sink's ring), `collector`, `context`, `error`, `metrics`,
-//! `persist`, `record`, `snapshot`, `wake`.
+//! `persist`, `record`, `snapshot`, `wake`, `state`.
 
 mod latest;
 mod partitioned;
@@ -54,7 +54,30 @@ pub(crate) fn committed_by<X>(pending: &mut Vec<(u64, X)>, id: u64) -> std::vec:
     pending.drain(..split)
 }
 
-/// One subtask of a sink.
+/// One subtask of a sink: where records leave the job. [`crate::Stream::sink`] makes one per
+/// subtask.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use weir::{sink::Sink, source::Generator, Job, RunConfig};
+///
+/// /// Adds up what it receives.
+/// struct Total(Arc<AtomicU64>);
+/// impl Sink<u64> for Total {
+///     fn write(&mut self, records: &mut Vec<u64>) -> weir::Result<()> {
+///         self.0.fetch_add(records.drain(..).sum::<u64>(), Ordering::Relaxed);
+///         Ok(())
+///     }
+/// }
+///
+/// let total = Arc::new(AtomicU64::new(0));
+/// let job = Job::new("total").with_parallelism(2);
+/// let shared = total.clone();
+/// job.generator(Generator::new(|i, _| i).count(100)).sink(move |_| Ok(Total(shared.clone())));
+/// job.execute(RunConfig::default().workers(2)).unwrap();
+/// assert_eq!(total.load(Ordering::Relaxed), (0..100u64).sum::<u64>());
+/// ```
 pub trait Sink<T>: Send {
     /// Takes every record out of `records`.
     fn write(&mut self, records: &mut Vec<T>) -> Result<()>;
@@ -277,6 +300,11 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for FileSink<F> {
         Ok(())
     }
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([] DiscardSink);
+crate::debug_as_name!([T] CollectSink<T>);
+crate::debug_as_name!([F] FileSink<F>);
 
 #[cfg(test)]
 mod tests {

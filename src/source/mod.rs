@@ -6,7 +6,8 @@
 //! - `push`: the embedding API, a lock-free ring from a host thread into the job, replayed after
 //!   failovers from a bounded buffer.
 //!
-//! May touch: `channel` (the push source's ring entries), `context`, `error`, `record`, `wake`.
+//! May touch: `channel` (the push source's ring entries), `context`, `error`, `record`, `wake`,
+//! `persist`.
 
 mod generator;
 mod push;

@@ -23,7 +23,7 @@
 //! [`finished`] (the completion marker); this file is the directory's lifecycle (writing,
 //! finding, loading, retiring and discarding checkpoints).
 //!
-//! May touch: `error`, `persist`, `snapshot`.
+//! May touch: `error`, `persist`, `snapshot`, `metrics`.
 
 mod finished;
 mod format;

@@ -6,7 +6,7 @@
 //! where the record types are known ([`nodes`]); nothing runs until the job is started.
 //!
 //! May touch: `barrier`, `channel`, `collector`, `context`, `error`, `operator`, `persist`,
-//! `record`, `sink`, `source`.
+//! `record`, `sink`, `source`, `checkpoint`, `state`.
 
 mod connected;
 mod job;
@@ -74,7 +74,21 @@ impl<T> Clone for Stream<T> {
     }
 }
 
-/// A stream partitioned by key: the input of keyed operators.
+/// A stream partitioned by key: the input of keyed operators ([`Stream::key_by`]).
+///
+/// ```
+/// use weir::{source::Generator, Job, RunConfig};
+/// let job = Job::new("sums").with_parallelism(2);
+/// // A running sum per key: every record's key decides the subtask that keeps its state.
+/// let sums = job
+///     .generator(Generator::new(|i, _| (i % 3, i)).count(30))
+///     .key_by(|&(k, _)| k)
+///     .reduce(|a, b| (a.0, a.1 + b.1))
+///     .collect();
+/// job.execute(RunConfig::default().workers(2)).unwrap();
+/// let last: u64 = sums.lock().unwrap().iter().filter(|(k, _)| *k == 0).map(|&(_, s)| s).max().unwrap();
+/// assert_eq!(last, (0..30u64).filter(|i| i % 3 == 0).sum::<u64>());
+/// ```
 pub struct KeyedStream<T, KF> {
     stream: Stream<T>,
     key: KF,
@@ -88,7 +102,7 @@ pub struct WindowedStream<T, KF, TF> {
     settings: WindowSettings<T>,
 }
 
-/// Two keyed streams with the same key type, connected for a [`KeyedCoProcessFunction`]
+/// Two keyed streams with the same key type, connected for a [`KeyedCoProcessFunction`](crate::KeyedCoProcessFunction)
 /// ([`KeyedStream::connect`]).
 pub struct ConnectedStreams<A, B, KA, KB> {
     first: KeyedStream<A, KA>,
@@ -96,7 +110,7 @@ pub struct ConnectedStreams<A, B, KA, KB> {
 }
 
 /// A keyed stream connected with a broadcast stream, for a
-/// [`KeyedBroadcastProcessFunction`] ([`KeyedStream::connect_broadcast`]).
+/// [`KeyedBroadcastProcessFunction`](crate::KeyedBroadcastProcessFunction) ([`KeyedStream::connect_broadcast`]).
 pub struct BroadcastConnectedStream<T, B, KF> {
     keyed: KeyedStream<T, KF>,
     broadcast: Stream<B>,
@@ -126,3 +140,12 @@ struct Input {
     partitioning: Partitioning,
     make_channels: Option<MakeChannels>,
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T] Stream<T>);
+crate::debug_as_name!([T, KF] KeyedStream<T, KF>);
+crate::debug_as_name!([T, KF, TF] WindowedStream<T, KF, TF>);
+crate::debug_as_name!([A, B, KA, KB] ConnectedStreams<A, B, KA, KB>);
+crate::debug_as_name!([T, B, KF] BroadcastConnectedStream<T, B, KF>);
+crate::debug_as_name!([T, KF, TF] SessionWindowedStream<T, KF, TF>);
+crate::debug_as_name!([] LineStream);

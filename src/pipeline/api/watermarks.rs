@@ -1,7 +1,7 @@
 //! Event time on a [`Stream`]: watermark assigners, idleness, and the alignment groups that
 //! keep sources together in event time.
 //!
-//! May touch: `operator`, `record`.
+//! May touch: `error`, `operator`, `record`.
 
 use std::sync::Arc;
 
