@@ -274,6 +274,9 @@ pub struct PartReuse {
     pub why_not: Option<String>,
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([] JobMetrics);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -664,6 +664,9 @@ pub(crate) fn utc_text(unix_ns: u64) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", t / 3600, t / 60 % 60, t % 60)
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([] KeyHasher);
+
 #[cfg(test)]
 mod tests {
     #[test]

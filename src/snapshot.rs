@@ -173,7 +173,7 @@ impl RestoredState {
     pub(crate) fn set_graph_changed(&mut self) {
         self.graph_changed = true;
     }
-    /// Whether the state was saved by another graph (see [`RestoredState::set_graph_changed`]).
+    /// Whether the state was saved by another graph (see `RestoredState::set_graph_changed`).
     pub fn graph_changed(&self) -> bool {
         self.graph_changed
     }
@@ -281,3 +281,9 @@ impl std::fmt::Display for PartName {
 
 #[cfg(feature = "testing")]
 pub use crate::faults::{Fault, StorageFault};
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T] PersistedFork<T>);
+crate::debug_as_name!([] RawBytes);
+crate::debug_as_name!([] SnapshotPart);
+crate::debug_as_name!([] TaskSnapshot);

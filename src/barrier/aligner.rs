@@ -140,6 +140,9 @@ impl BarrierAligner {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([] BarrierAligner);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -102,6 +102,10 @@ pub(crate) fn channel<T: crate::persist::Persist>(
     (OutChannel::new(p, consumer_parker).with_priority(pp), ChannelReader::new(c, producer_parker).with_priority(pc))
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T: crate::record::Record] ChannelSender<T>);
+crate::debug_as_name!([T] ChannelReceiver<T>);
+
 #[cfg(test)]
 mod model_test;
 

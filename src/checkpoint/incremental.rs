@@ -301,6 +301,9 @@ pub fn write_task_snapshot(
     })
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([] PageIndex);
+
 #[cfg(test)]
 mod tests {
     use super::*;

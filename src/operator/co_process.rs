@@ -452,3 +452,7 @@ where
         self.held.restore_owned(&parts, scope)
     }
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([BK, BV] BroadcastState<BK, BV>);
+crate::debug_as_name!(['a, BK, BV, O] BroadcastContext<'a, BK, BV, O>);

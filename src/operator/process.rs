@@ -309,3 +309,6 @@ where
     super::forward_barriers!(outputs);
     super::keyed_state_checkpointing!(held);
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!(['a, K, S, O] KeyedContext<'a, K, S, O>);

@@ -1,5 +1,5 @@
 //! Side outputs (Flink's `OutputTag` and `ctx.output`): streams an operator emits beside its
-//! main one, each named by a tag that carries its record type. [`Outputs`] is what an operator
+//! main one, each named by a tag that carries its record type. `Outputs` is what an operator
 //! with side outputs pushes into: the main collector and one buffered collector per side
 //! output somebody reads (a side output nobody reads is dropped). Control (watermarks,
 //! barriers, the end) goes to all of them, side buffers first, so each stream's records stay
@@ -193,3 +193,7 @@ impl<O> Collector<O> for Outputs<O> {
         Collector::notify(&mut self.main, notice)
     }
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T] OutputTag<T>);
+crate::debug_as_name!([] SideOutputs);

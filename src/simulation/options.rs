@@ -155,3 +155,6 @@ fn difference<'a, T: Ord>(a: &'a [T], b: &'a [T]) -> (Vec<&'a T>, Vec<&'a T>) {
     }
     (only_a, only_b)
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T] Expect<T>);

@@ -128,3 +128,6 @@ where
         Ok(())
     }
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T, K, KF, F] LatestPerKeySink<T, K, KF, F>);

@@ -216,6 +216,9 @@ where
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([P, F] PartitionedFileSink<P, F>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

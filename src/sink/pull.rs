@@ -476,6 +476,10 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T] EventReceiver<T>);
+crate::debug_as_name!(['a, T] Recv<'a, T>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -210,6 +210,9 @@ impl<T: Record> Sink<T> for TransactionalCollectSink<T> {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T] CommittedOutput<T>);
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

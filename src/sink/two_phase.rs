@@ -379,6 +379,9 @@ impl<T, F: FnMut(&T, &mut Vec<u8>) + Send> Sink<T> for TwoPhaseFileSink<F> {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([F] TwoPhaseFileSink<F>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

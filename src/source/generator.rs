@@ -158,6 +158,9 @@ impl<T, F: Fn(u64, u64) -> T + Send> Source<T> for GeneratorSubtask<F> {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([F] Generator<F>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

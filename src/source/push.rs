@@ -504,6 +504,11 @@ impl<T: Clone + Send> Source<T> for PushSource<T> {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([T] EventSender<T>);
+crate::debug_as_name!(['a, T] Sending<'a, T>);
+crate::debug_as_name!([T] Closing<T>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

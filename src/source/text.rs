@@ -37,6 +37,21 @@ const FOLLOWED: u64 = u64::MAX;
 pub const MAX_LINE_BYTES: u64 = 64 << 20;
 
 /// A text source over a file or a folder of files (not recursive; hidden files skipped).
+///
+/// ```
+/// use weir::{source::TextSource, Job, RunConfig, Word};
+/// let dir = std::env::temp_dir().join(format!("weir-doc-text-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// std::fs::write(dir.join("a.txt"), "to be or\nnot to be\n").unwrap();
+/// let job = Job::new("words");
+/// let words = job
+///     .text(TextSource::open(&dir).unwrap())
+///     .flat_map(|line: &str, out| line.split_whitespace().for_each(|w| out.emit(Word::new(w))))
+///     .collect();
+/// job.execute(RunConfig::default()).unwrap();
+/// assert_eq!(words.lock().unwrap().len(), 6);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
 #[derive(Clone, Debug)]
 pub struct TextSource {
     files: Arc<Vec<InputFile>>,
@@ -127,7 +142,7 @@ impl TextSource {
         Ok(TextSource { files: Arc::new(files), follow: false, max_line: MAX_LINE_BYTES, stream })
     }
 
-    /// The longest line accepted, newline included (default [`MAX_LINE_BYTES`]); a longer
+    /// The longest line accepted, newline included (default 64 MiB); a longer
     /// one fails the job
     /// with an error naming the file and position (it is likely not a text file).
     pub fn max_line_bytes(mut self, bytes: u64) -> Self {

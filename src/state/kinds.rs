@@ -367,6 +367,11 @@ impl<A: KeyedState, B: KeyedState> KeyedState for (A, B) {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([K, T, A] AggregatingState<K, T, A>);
+crate::debug_as_name!([K, T] ListState<K, T>);
+crate::debug_as_name!([K, UK, UV] MapState<K, UK, UV>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -151,6 +151,9 @@ impl<K: Key, V: Persist + Clone> KeyedValueState<K, V> {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([K, V] KeyedValueState<K, V>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

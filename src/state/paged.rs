@@ -589,6 +589,11 @@ impl<K, V> PagedFork<K, V> {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([K, V] PagedMap<K, V>);
+crate::debug_as_name!([K, V] PagedFork<K, V>);
+crate::debug_as_name!([K, V] PagedImage<K, V>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

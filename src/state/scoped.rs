@@ -318,6 +318,14 @@ impl<K, A: ScopedState<K>, B: ScopedState<K>> ScopedState<K> for (A, B) {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!(['a, K, V] ValueView<'a, K, V>);
+crate::debug_as_name!(['a, K, T] ListView<'a, K, T>);
+crate::debug_as_name!(['a, K, UK, UV] MapView<'a, K, UK, UV>);
+crate::debug_as_name!(['a, K, T, A] AggregatingView<'a, K, T, A>);
+crate::debug_as_name!([K, T] ReducingState<K, T>);
+crate::debug_as_name!(['a, K, T] ReducingView<'a, K, T>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

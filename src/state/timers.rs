@@ -319,6 +319,9 @@ impl<K: Key> KeyedState for TimerService<K> {
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([K] TimerService<K>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -518,6 +518,14 @@ impl<K: Key, T: Persist + Clone + Send + Sync + 'static> ScopedState<K> for TtlL
     }
 }
 
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([K, V] TtlValueState<K, V>);
+crate::debug_as_name!([K, T] TtlListState<K, T>);
+crate::debug_as_name!([K, UK, UV] TtlMapState<K, UK, UV>);
+crate::debug_as_name!(['a, K, UK, UV] TtlMapView<'a, K, UK, UV>);
+crate::debug_as_name!(['a, K, V] TtlValueView<'a, K, V>);
+crate::debug_as_name!(['a, K, T] TtlListView<'a, K, T>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

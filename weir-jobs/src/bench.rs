@@ -218,7 +218,7 @@ pub struct BulkEvent {
     pub value: u64,
     /// Creation time on the job clock, in nanoseconds.
     pub created_ns: u64,
-    /// [`BULK_PAYLOAD_BYTES`] bytes.
+    /// `BULK_PAYLOAD_BYTES` bytes.
     pub payload: Vec<u8>,
 }
 

@@ -3,7 +3,7 @@
 //!
 //! - [`wordcount`]: the default job (generator → key_by → window count) and word count.
 //! - [`nexmark`]: the Nexmark benchmark's generator and queries, with sequential references.
-//! - [`bench`]: the benchmark workloads `weir bench` and perf/ run, and their report.
+//! - [`bench`](mod@bench): the benchmark workloads `weir bench` and perf/ run, and their report.
 //! - [`simulated`]: the jobs `weir simulate` checks from seeds.
 //!
 //! May touch: `weir` only (no module here uses another, but `bench` runs the default job).

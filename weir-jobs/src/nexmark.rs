@@ -1366,7 +1366,7 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
     rows
 }
 
-/// Reduces a job's output rows to the form [`reference`] gives (see each query's result),
+/// Reduces a job's output rows to the form [`reference`](fn@reference) gives (see each query's result),
 /// sorted.
 pub fn final_rows(q: Query, rows: Vec<Row>) -> Vec<Row> {
     let mut v: Vec<Row> = match q.result() {

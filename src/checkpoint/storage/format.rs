@@ -465,3 +465,6 @@ pub(super) fn decode_described<T: serde::de::DeserializeOwned>(
 pub(crate) fn sync_folder(d: &Path) -> Result<()> {
     File::open(d).and_then(|f| f.sync_all()).map_err(|e| Error::io("cannot sync checkpoint folder", d, e))
 }
+
+// Their fields are closures, shared internals or whole state: a name says enough.
+crate::debug_as_name!([W: Write] ChecksummedWriter<W>);

@@ -291,3 +291,9 @@ impl Job {
         OutputTag::new(name)
     }
 }
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("name", &self.name()).finish_non_exhaustive()
+    }
+}

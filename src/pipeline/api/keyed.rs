@@ -150,7 +150,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     }
 
     /// Connects this keyed stream with another keyed by the same key type: a
-    /// [`KeyedCoProcessFunction`] then sees both, records of one key in one subtask, with
+    /// [`KeyedCoProcessFunction`](crate::KeyedCoProcessFunction) then sees both, records of one key in one subtask, with
     /// shared keyed state and timers (Flink's `connect` + `KeyedCoProcessFunction`).
     pub fn connect<B: Record, KB: Fn(&B) -> K + Clone + Send + 'static>(
         self,
@@ -160,7 +160,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     }
 
     /// Connects this keyed stream with `broadcast`, whose every record reaches every subtask:
-    /// a [`KeyedBroadcastProcessFunction`] keeps the broadcast records' effect in
+    /// a [`KeyedBroadcastProcessFunction`](crate::KeyedBroadcastProcessFunction) keeps the broadcast records' effect in
     /// [`crate::operator::co_process::BroadcastState`] (rules, say), read by the keyed side.
     pub fn connect_broadcast<B: Record>(self, broadcast: Stream<B>) -> BroadcastConnectedStream<T, B, KF> {
         BroadcastConnectedStream { keyed: self, broadcast }
