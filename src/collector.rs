@@ -122,23 +122,36 @@ pub trait CollectorControl: Send {
     fn notify(&mut self, notice: CheckpointNotice) -> Result<()>;
 }
 
-impl<X> CollectorControl for Box<dyn Collector<X>> {
-    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        Collector::watermark(self, watermark)
-    }
-    fn end(&mut self) -> Result<()> {
-        Collector::end(self)
-    }
-    fn drain(&mut self) -> Result<bool> {
-        Collector::drain(self)
-    }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        Collector::barrier(self, barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        Collector::notify(self, notice)
-    }
+/// Implements [`CollectorControl`] for a [`Collector`] of one record type by calling its
+/// `Collector` methods.
+macro_rules! control_through_collector {
+    ([$($gen:tt)*] $ty:ty) => {
+        impl<$($gen)*> $crate::collector::CollectorControl for $ty {
+            fn watermark(&mut self, watermark: $crate::record::Timestamp) -> $crate::error::Result<()> {
+                $crate::collector::Collector::watermark(self, watermark)
+            }
+            fn end(&mut self) -> $crate::error::Result<()> {
+                $crate::collector::Collector::end(self)
+            }
+            fn drain(&mut self) -> $crate::error::Result<bool> {
+                $crate::collector::Collector::drain(self)
+            }
+            fn barrier(
+                &mut self,
+                barrier: $crate::snapshot::Barrier,
+                snapshot: &mut $crate::snapshot::TaskSnapshot,
+            ) -> $crate::error::Result<()> {
+                $crate::collector::Collector::barrier(self, barrier, snapshot)
+            }
+            fn notify(&mut self, notice: $crate::snapshot::CheckpointNotice) -> $crate::error::Result<()> {
+                $crate::collector::Collector::notify(self, notice)
+            }
+        }
+    };
 }
+pub(crate) use control_through_collector;
+
+control_through_collector!([X] Box<dyn Collector<X>>);
 
 /// Moves every record out of `records` in order, handing each to `f` with the records after
 /// it (still in place, for a look-ahead), and leaves `records` empty with its allocation: what

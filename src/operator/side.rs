@@ -131,25 +131,9 @@ impl<O> Outputs<O> {
     }
 }
 
-/// Outputs as the next collector of an operator with side outputs
-/// ([`Collector::next_control`]): every control call reaches the main and the side outputs.
-impl<O: Send> CollectorControl for Outputs<O> {
-    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        Collector::watermark(self, watermark)
-    }
-    fn end(&mut self) -> Result<()> {
-        Collector::end(self)
-    }
-    fn drain(&mut self) -> Result<bool> {
-        Collector::drain(self)
-    }
-    fn barrier(&mut self, barrier: Barrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        Collector::barrier(self, barrier, snapshot)
-    }
-    fn notify(&mut self, notice: CheckpointNotice) -> Result<()> {
-        Collector::notify(self, notice)
-    }
-}
+// Outputs are the next collector of an operator with side outputs (`next_control`): every
+// control call reaches the main and the side outputs.
+crate::collector::control_through_collector!([O: Send] Outputs<O>);
 
 impl<O> Collector<O> for Outputs<O> {
     fn batch(&mut self, records: &mut Vec<O>) -> Result<()> {
