@@ -13,6 +13,7 @@ mod crash;
 mod embedded;
 mod integrity;
 mod io_faults;
+mod jobs;
 mod keyed_state;
 mod latest_sink;
 mod persist_derive;

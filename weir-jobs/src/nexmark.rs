@@ -36,9 +36,12 @@ const HOT_AUCTION_RATIO: u64 = 2;
 const HOT_BIDDER_RATIO: u64 = 4;
 const HOT_SELLER_RATIO: u64 = 4;
 /// Hot ids are multiples of this.
-const HOT_ID_STEP: u64 = 100;
-const FIRST_PERSON_ID: u64 = 1_000;
-const FIRST_AUCTION_ID: u64 = 1_000;
+#[doc(hidden)] // for the tests (tests/jobs.rs)
+pub const HOT_ID_STEP: u64 = 100;
+#[doc(hidden)] // for the tests (tests/jobs.rs)
+pub const FIRST_PERSON_ID: u64 = 1_000;
+#[doc(hidden)] // for the tests (tests/jobs.rs)
+pub const FIRST_AUCTION_ID: u64 = 1_000;
 const FIRST_CATEGORY_ID: u64 = 10;
 /// q5 and q7/q8 windows: 10 s, sliding every 2 s for q5.
 pub const WINDOW_MS: u64 = 10_000;
@@ -242,12 +245,14 @@ fn draw(n: u64, k: u64) -> u64 {
 
 /// People that exist at event `n` of an epoch after its person (every auction and bid):
 /// one per epoch so far, this one included.
-fn people_before(n: u64) -> u64 {
+#[doc(hidden)] // for the tests (tests/jobs.rs)
+pub fn people_before(n: u64) -> u64 {
     (n / TOTAL_PROPORTION + 1) * PERSON_PROPORTION
 }
 
 /// Auctions that exist at a bid `n` (bids come after the epoch's auctions).
-fn auctions_before(n: u64) -> u64 {
+#[doc(hidden)] // for the tests (tests/jobs.rs)
+pub fn auctions_before(n: u64) -> u64 {
     (n / TOTAL_PROPORTION + 1) * AUCTION_PROPORTION
 }
 
@@ -271,7 +276,8 @@ fn pick(count: u64, recent: u64, ratio: u64, r: u64) -> u64 {
 /// eight bits index [`EXP2_TABLE`] and the rest (below 1/256) is a cubic, relative error under
 /// 1e-11 (a cent at most on the largest price). `exp` was a sixth of making a bid.
 #[inline]
-fn price(r: u64) -> u64 {
+#[doc(hidden)] // for the tests (tests/jobs.rs)
+pub fn price(r: u64) -> u64 {
     let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
     let y = unit * 6.0 * std::f64::consts::LOG2_10;
     let scaled = y * 256.0;
@@ -625,7 +631,8 @@ impl std::fmt::Display for Query {
 /// A query's results as comparable rows (`(a, b, c)`: see each query).
 pub type Row = (u64, u64, u64);
 
-fn bid_of(e: &Event) -> Option<&Bid> {
+#[doc(hidden)] // for the tests (tests/jobs.rs)
+pub fn bid_of(e: &Event) -> Option<&Bid> {
     match e {
         Event::Bid(b) => Some(b),
         _ => None,
@@ -1404,60 +1411,4 @@ pub fn final_rows(q: Query, rows: Vec<Row>) -> Vec<Row> {
     };
     v.sort_unstable();
     v
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use weir::runtime::RunConfig;
-
-    #[test]
-    fn the_generator_keeps_the_standard_proportions_and_hot_ids() {
-        let n = 50_000;
-        let events: Vec<Event> = (0..n).map(event).collect();
-        let count = |f: fn(&Event) -> bool| events.iter().filter(|e| f(e)).count() as u64;
-        assert_eq!(count(|e| matches!(e, Event::Person(_))), n / 50);
-        assert_eq!(count(|e| matches!(e, Event::Auction(_))), n / 50 * 3);
-        let bids: Vec<&Bid> = events.iter().filter_map(bid_of).collect();
-        let hot = bids.iter().filter(|b| (b.auction - FIRST_AUCTION_ID).is_multiple_of(HOT_ID_STEP)).count();
-        assert!(hot * 2 > bids.len() * 9 / 20, "about half the bids go to hot auctions ({hot} of {})", bids.len());
-        assert!(bids.iter().all(|b| (100..=100_000_000).contains(&b.price)));
-        assert_eq!(event(12_345), event(12_345), "an event depends only on its number");
-        // Bids refer to auctions and people that already exist.
-        for (n, e) in events.iter().enumerate() {
-            if let Event::Bid(b) = e {
-                assert!(b.auction < FIRST_AUCTION_ID + auctions_before(n as u64));
-                assert!(b.bidder < FIRST_PERSON_ID + people_before(n as u64));
-            }
-        }
-    }
-
-    #[test]
-    fn prices_are_ten_to_a_uniform_power_within_a_cent() {
-        let exact = |r: u64| {
-            let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
-            10f64.powf(unit * 6.0) * 100.0
-        };
-        for r in (0..200_000u64).map(weir::prng::mix).chain([0, u64::MAX, 1 << 11, u64::MAX - (1 << 11)]) {
-            let (got, want) = (price(r) as f64, exact(r));
-            assert!((got - want).abs() <= 1.0, "price({r:#x}) = {got}, 10^(6u)·100 = {want}");
-        }
-        assert_eq!(price(0), 100, "the lowest price is a dollar");
-    }
-
-    /// Every query at parallelism 1, 2 and 4 gives what the sequential implementation gives.
-    #[test]
-    fn every_query_matches_the_sequential_implementation() {
-        let events = 60_000;
-        for (q, p) in Query::ALL.into_iter().flat_map(|q| [1, 2, 4].map(|p| (q, p))) {
-            let job = Job::new(format!("nexmark-{q}")).with_parallelism(p);
-            let out = build(&job, q, Some(events), None).collect();
-            job.execute(RunConfig::default().workers(2)).unwrap();
-            let got = final_rows(q, out.lock().unwrap().clone());
-            let expected = reference(q, events);
-            assert!(!expected.is_empty(), "{q}");
-            assert_eq!(got.len(), expected.len(), "{q} at {p}: row count");
-            assert!(got == expected, "{q} at {p}: rows differ");
-        }
-    }
 }

@@ -126,7 +126,8 @@ pub fn wordcount_strings(input: TextSource, output: PathBuf, parallelism: usize)
 }
 
 /// `word<TAB>count<LF>`.
-fn format_count((w, c): &(Word, u64), out: &mut Vec<u8>) {
+#[doc(hidden)] // for the tests (tests/jobs.rs)
+pub fn format_count((w, c): &(Word, u64), out: &mut Vec<u8>) {
     let c = *c;
     w.write_to(out);
     out.push(b'\t');
@@ -180,47 +181,4 @@ pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
         digits[0] = b'0' + n as u8;
     }
     out.truncate(start + len);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decimals() {
-        let mut v = Vec::new();
-        let mut cases = vec![0u64, 7, 12345, u64::MAX];
-        for p in 0..20 {
-            let ten = 10u64.pow(p);
-            cases.extend([ten - 1, ten, ten + 1, ten.saturating_mul(7) / 3]);
-        }
-        for n in cases {
-            v.clear();
-            v.extend_from_slice(b"x");
-            push_decimal(&mut v, n);
-            assert_eq!(String::from_utf8(v.clone()).unwrap(), format!("x{n}"));
-        }
-    }
-
-    #[test]
-    fn count_lines() {
-        let mut out = b"earlier\n".to_vec();
-        let mut expected = String::from("earlier\n");
-        let long = "w".repeat(weir::record::WORD_INLINE_BYTES + 5);
-        let longest_inline = "x".repeat(weir::record::WORD_INLINE_BYTES);
-        for (text, c) in [("a", 1u64), ("zz", 99), (&longest_inline, u64::MAX), (&long, 12345)] {
-            format_count(&(Word::new(text), c), &mut out);
-            expected.push_str(&format!("{text}\t{c}\n"));
-        }
-        assert_eq!(String::from_utf8(out).unwrap(), expected);
-    }
-
-    #[test]
-    fn keys_stay_in_range_and_all_are_used() {
-        let mut seen = vec![false; 1000];
-        for i in 0..100_000 {
-            seen[key_of(i, 1000) as usize] = true;
-        }
-        assert!(seen.iter().all(|&s| s));
-    }
 }

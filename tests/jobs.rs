@@ -1,0 +1,161 @@
+//! The jobs of `weir-jobs` (the command's jobs): Nexmark against its sequential reference, the
+//! benchmark workloads under every checkpoint choice, and word count's output format. Here,
+//! not as unit tests of that crate, so the crate is compiled once for the test suite.
+
+mod nexmark {
+    use weir::runtime::RunConfig;
+    use weir::Job;
+    use weir_jobs::nexmark::*;
+
+    #[test]
+    fn the_generator_keeps_the_standard_proportions_and_hot_ids() {
+        let n = 50_000;
+        let events: Vec<Event> = (0..n).map(event).collect();
+        let count = |f: fn(&Event) -> bool| events.iter().filter(|e| f(e)).count() as u64;
+        assert_eq!(count(|e| matches!(e, Event::Person(_))), n / 50);
+        assert_eq!(count(|e| matches!(e, Event::Auction(_))), n / 50 * 3);
+        let bids: Vec<&Bid> = events.iter().filter_map(bid_of).collect();
+        let hot = bids.iter().filter(|b| (b.auction - FIRST_AUCTION_ID).is_multiple_of(HOT_ID_STEP)).count();
+        assert!(hot * 2 > bids.len() * 9 / 20, "about half the bids go to hot auctions ({hot} of {})", bids.len());
+        assert!(bids.iter().all(|b| (100..=100_000_000).contains(&b.price)));
+        assert_eq!(event(12_345), event(12_345), "an event depends only on its number");
+        // Bids refer to auctions and people that already exist.
+        for (n, e) in events.iter().enumerate() {
+            if let Event::Bid(b) = e {
+                assert!(b.auction < FIRST_AUCTION_ID + auctions_before(n as u64));
+                assert!(b.bidder < FIRST_PERSON_ID + people_before(n as u64));
+            }
+        }
+    }
+
+    #[test]
+    fn prices_are_ten_to_a_uniform_power_within_a_cent() {
+        let exact = |r: u64| {
+            let unit = (r >> 11) as f64 / (1u64 << 53) as f64;
+            10f64.powf(unit * 6.0) * 100.0
+        };
+        for r in (0..200_000u64).map(weir::prng::mix).chain([0, u64::MAX, 1 << 11, u64::MAX - (1 << 11)]) {
+            let (got, want) = (price(r) as f64, exact(r));
+            assert!((got - want).abs() <= 1.0, "price({r:#x}) = {got}, 10^(6u)·100 = {want}");
+        }
+        assert_eq!(price(0), 100, "the lowest price is a dollar");
+    }
+
+    /// Every query at parallelism 1, 2 and 4 gives what the sequential implementation gives.
+    #[test]
+    fn every_query_matches_the_sequential_implementation() {
+        let events = 60_000;
+        for (q, p) in Query::ALL.into_iter().flat_map(|q| [1, 2, 4].map(|p| (q, p))) {
+            let job = Job::new(format!("nexmark-{q}")).with_parallelism(p);
+            let out = build(&job, q, Some(events), None).collect();
+            job.execute(RunConfig::default().workers(2)).unwrap();
+            let got = final_rows(q, out.lock().unwrap().clone());
+            let expected = reference(q, events);
+            assert!(!expected.is_empty(), "{q}");
+            assert_eq!(got.len(), expected.len(), "{q} at {p}: row count");
+            assert!(got == expected, "{q} at {p}: rows differ");
+        }
+    }
+}
+
+mod wordcount {
+    use weir::Word;
+    use weir_jobs::wordcount::*;
+
+    #[test]
+    fn decimals() {
+        let mut v = Vec::new();
+        let mut cases = vec![0u64, 7, 12345, u64::MAX];
+        for p in 0..20 {
+            let ten = 10u64.pow(p);
+            cases.extend([ten - 1, ten, ten + 1, ten.saturating_mul(7) / 3]);
+        }
+        for n in cases {
+            v.clear();
+            v.extend_from_slice(b"x");
+            push_decimal(&mut v, n);
+            assert_eq!(String::from_utf8(v.clone()).unwrap(), format!("x{n}"));
+        }
+    }
+
+    #[test]
+    fn count_lines() {
+        let mut out = b"earlier\n".to_vec();
+        let mut expected = String::from("earlier\n");
+        let long = "w".repeat(weir::record::WORD_INLINE_BYTES + 5);
+        let longest_inline = "x".repeat(weir::record::WORD_INLINE_BYTES);
+        for (text, c) in [("a", 1u64), ("zz", 99), (&longest_inline, u64::MAX), (&long, 12345)] {
+            format_count(&(Word::new(text), c), &mut out);
+            expected.push_str(&format!("{text}\t{c}\n"));
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
+    fn keys_stay_in_range_and_all_are_used() {
+        let mut seen = vec![false; 1000];
+        for i in 0..100_000 {
+            seen[key_of(i, 1000) as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+}
+
+mod bench {
+    use std::time::Duration;
+
+    use weir::runtime::RunConfig;
+    use weir_jobs::bench::*;
+
+    #[test]
+    fn names_parse_back() {
+        for w in Workload::ALL {
+            assert_eq!(w.to_string().parse::<Workload>(), Ok(w));
+        }
+        for c in CheckpointChoice::ALL {
+            assert_eq!(c.to_string().parse::<CheckpointChoice>(), Ok(c));
+        }
+        assert!("fast".parse::<Workload>().unwrap_err().contains("stateless"));
+    }
+
+    /// Every workload runs under every checkpoint choice and reports what the JSON needs.
+    #[test]
+    fn every_workload_runs_and_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, workload) in Workload::ALL.into_iter().enumerate() {
+            let checkpoint = CheckpointChoice::ALL[i % CheckpointChoice::ALL.len()];
+            let config = BenchConfig {
+                workload,
+                checkpoint,
+                interval: Duration::from_millis(20),
+                checkpoint_dir: dir.path().join(workload.to_string()),
+                parallelism: 2,
+                rate: Some(200_000.0),
+                keys: 100,
+                sink_cost_ns: 1_000,
+                alignment_timeout: Duration::from_millis(2),
+                max_concurrent: 1,
+                // Under what the smallest job's rings hold.
+                inflight_budget: 64 << 10,
+            };
+            let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
+            std::thread::sleep(Duration::from_millis(150));
+            handle.stop();
+            let report = handle.join().unwrap();
+            let result = BenchResult::new(&config, &report);
+            assert!(result.records > 0, "{workload}");
+            let json: serde_json::Value = serde_json::from_str(&result.to_json()).unwrap();
+            for field in ["workload", "checkpoint", "parallelism", "workers", "duration_s", "records", "throughput_rps"]
+            {
+                assert!(!json[field].is_null(), "{workload}: {field}");
+            }
+            if workload != Workload::Join && workload != Workload::Window {
+                assert!(json["latency_ns"]["p99"].as_u64().is_some(), "{workload}: latency");
+            }
+            if checkpoint != CheckpointChoice::None {
+                assert!(!result.checkpoints.is_empty(), "{workload} {checkpoint}: no checkpoint completed");
+                assert!(json["checkpoints"][0]["incremental_bytes"].is_u64());
+            }
+        }
+    }
+}
