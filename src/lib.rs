@@ -109,14 +109,13 @@
 #![warn(missing_debug_implementations)]
 
 /// `Debug` for a public type whose fields are closures, shared internals or whole state: the
-/// type's name, and the fields named after `;`.
+/// type's name.
 macro_rules! debug_as_name {
-    ([$($gen:tt)*] $ty:ty $(; $($field:ident),+)?) => {
+    ([$($gen:tt)*] $ty:ty) => {
         impl<$($gen)*> ::std::fmt::Debug for $ty {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 let name = stringify!($ty);
-                let name = name.split('<').next().unwrap_or(name).trim();
-                f.debug_struct(name)$($(.field(stringify!($field), &self.$field))+)?.finish_non_exhaustive()
+                f.debug_struct(name.split('<').next().unwrap_or(name).trim()).finish_non_exhaustive()
             }
         }
     };

@@ -139,7 +139,12 @@ mod bench {
                 inflight_budget: 64 << 10,
             };
             let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
-            std::thread::sleep(Duration::from_millis(150));
+            // Runs until what the report is checked for has happened: records at the sink, and
+            // a completed checkpoint when it takes them.
+            crate::common::wait_until(&format!("{workload} {checkpoint} to report"), || {
+                handle.metrics().sink_records() > 0
+                    && (checkpoint == CheckpointChoice::None || !handle.checkpoint_stats().is_empty())
+            });
             handle.stop();
             let report = handle.join().unwrap();
             let result = BenchResult::new(&config, &report);

@@ -152,6 +152,7 @@ struct Crate {
     src: PathBuf,
     modules: BTreeSet<String>,
     lib: String,
+    reexported: BTreeMap<String, String>,
     files: Vec<(PathBuf, String)>,
 }
 
@@ -165,11 +166,12 @@ impl Crate {
         rust_files(&src, &mut paths);
         paths.sort();
         let files = paths.into_iter().map(|p| (p.clone(), std::fs::read_to_string(&p).unwrap())).collect();
-        Crate { src, modules, lib, files }
+        let reexported = reexports(&lib);
+        Crate { src, modules, lib, reexported, files }
     }
 
     fn uses(&self, text: &str) -> BTreeSet<String> {
-        used(text, &self.modules, &reexports(&self.lib))
+        used(text, &self.modules, &self.reexported)
     }
 }
 

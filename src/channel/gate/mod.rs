@@ -400,7 +400,7 @@ fn priority_polled(
 }
 
 /// Delivers the input's watermark (the minimum over live channels) if it advanced.
-pub(super) fn advance<T>(
+fn advance<T>(
     watermarks: &[Timestamp],
     ended: &[bool],
     emitted: &mut Timestamp,

@@ -34,7 +34,7 @@ pub use reference::*;
 
 /// q10's partition of a bid: `dt=YYYY-MM-DD/hm=HH:MM` of its event time (the epoch being the
 /// stream's start).
-pub(super) fn q10_partition(b: &Bid, out: &mut String) {
+fn q10_partition(b: &Bid, out: &mut String) {
     use std::fmt::Write;
     let (minutes, days) = (b.date_time / 60_000, b.date_time / 86_400_000);
     let (y, m, d) = weir::record::civil_date(days);
@@ -42,7 +42,7 @@ pub(super) fn q10_partition(b: &Bid, out: &mut String) {
 }
 
 /// q10's line for a bid: auction, bidder, price, event time (ms), padding.
-pub(super) fn q10_line(b: &Bid, out: &mut Vec<u8>) {
+fn q10_line(b: &Bid, out: &mut Vec<u8>) {
     use std::io::Write;
     write!(out, "{},{},{},{},", b.auction, b.bidder, b.price, b.date_time).expect("to a Vec");
     b.extra().write_to(out);
@@ -176,7 +176,7 @@ impl Query {
         Query::Q22,
     ];
 
-    pub(super) fn number(self) -> u32 {
+    fn number(self) -> u32 {
         match self {
             Query::Q0 => 0,
             Query::Q1 => 1,
@@ -205,7 +205,7 @@ impl Query {
     }
 
     /// How a job's rows reduce to the reference's (see [`final_rows`]).
-    pub(super) fn final_form(self) -> FinalForm {
+    fn final_form(self) -> FinalForm {
         match self {
             Query::Q5 | Query::Q7 => FinalForm::BestPerWindow,
             // Running results: the last row per key is the final one.
@@ -218,7 +218,7 @@ impl Query {
 }
 
 /// How a query's output rows compare with the reference's.
-pub(super) enum FinalForm {
+enum FinalForm {
     /// Every row.
     All,
     /// Per window, the best row (q5: most bids; q7: highest price).
@@ -259,7 +259,7 @@ type Stream<T> = weir::pipeline::Stream<T>;
 /// The bids' numbers, with event-time watermarks. Events come in time order, ten to a
 /// millisecond: a watermark trails the newest time by 1 ms, so a bid in the same millisecond as
 /// the last one is never late.
-pub(super) fn bid_prices(events: Stream<Event>) -> Stream<BidPrice> {
+fn bid_prices(events: Stream<Event>) -> Stream<BidPrice> {
     events
         .flat_map(|e: Event, out| {
             if let Event::Bid(b) = &e {
@@ -270,7 +270,7 @@ pub(super) fn bid_prices(events: Stream<Event>) -> Stream<BidPrice> {
 }
 
 /// The auctions, with watermarks.
-pub(super) fn auctions(events: Stream<Event>) -> Stream<Auction> {
+fn auctions(events: Stream<Event>) -> Stream<Auction> {
     events
         .flat_map(|e: Event, out| {
             if let Event::Auction(a) = e {
@@ -280,12 +280,12 @@ pub(super) fn auctions(events: Stream<Event>) -> Stream<Auction> {
         .with_watermarks(|a: &Auction| a.date_time, 1)
 }
 
-pub(super) fn window_start(t: u64, size: u64) -> u64 {
+fn window_start(t: u64, size: u64) -> u64 {
     t - t % size
 }
 
 /// Milliseconds in a day (q15–q17 group by day).
-pub(super) const DAY_MS: u64 = 86_400_000;
+const DAY_MS: u64 = 86_400_000;
 
 /// One closed auction (q4, q6, q9): its winning bid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, weir::Persist)]
@@ -305,7 +305,7 @@ pub struct Closed {
 }
 
 /// The winning bid of a bid: highest price, then earliest, then the smallest bidder.
-pub(super) fn beats(a: &BidPrice, b: &BidPrice) -> bool {
+fn beats(a: &BidPrice, b: &BidPrice) -> bool {
     (a.price, u64::MAX - a.date_time, u64::MAX - a.bidder) > (b.price, u64::MAX - b.date_time, u64::MAX - b.bidder)
 }
 
