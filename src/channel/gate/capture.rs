@@ -58,7 +58,36 @@ impl Captured {
     }
 }
 
+/// Logs entry `pos` of channel `i`, consumed now, into each capture it is in flight for.
+#[inline]
+pub(super) fn log_consumed<T: Persist>(captures: &mut [Capture], i: usize, pos: u64, entry: &Entry<T>) {
+    for cap in captures {
+        if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) {
+            // Another checkpoint's barrier is not data, and it is past: the capture's position
+            // moves over it (else a limit found later would lie ahead of the capture and
+            // behind the read position).
+            if !matches!(entry, Entry::Barrier(_)) {
+                cap.data[i].push(entry);
+            }
+            cap.upto[i] = pos + 1;
+        }
+    }
+}
+
 impl<T: Persist> InputGate<T> {
+    /// Forgets what priority barriers carried on channels no longer deferred: a deferred
+    /// barrier's carried entries wait for its capture, the others' were stale.
+    pub(super) fn forget_stale_carried(&mut self) {
+        let mut kept = false;
+        for (c, stop) in self.carried.iter_mut().zip(&self.stop_at) {
+            if stop.is_none() {
+                *c = None;
+            }
+            kept |= c.is_some();
+        }
+        self.carrying = kept;
+    }
+
     /// Replays `entries` of each channel (in-flight data of a restored checkpoint) before
     /// reading that channel's ring.
     pub(crate) fn replay(&mut self, entries: Vec<(usize, Vec<Entry<T>>)>) {

@@ -49,8 +49,15 @@ impl<T> ChannelReader<T> {
     /// An unaligned barrier waiting in the priority slot, taken out.
     #[inline]
     fn take_priority(&mut self) -> Option<PriorityBarrier> {
-        self.priority.as_mut().and_then(|p| p.pop().ok())
+        take_priority(&mut self.priority)
     }
+}
+
+/// An unaligned barrier waiting in priority slot `slot`, taken out (a function of the field
+/// alone, for while the ring's chunk is borrowed).
+#[inline]
+fn take_priority(slot: &mut Option<Consumer<PriorityBarrier>>) -> Option<PriorityBarrier> {
+    slot.as_mut().and_then(|p| p.pop().ok())
 }
 
 /// What one poll of an input achieved.
@@ -214,165 +221,23 @@ impl<T: Persist> InputGate<T> {
             return Ok(GatePoll::Progress);
         }
         if self.carrying {
-            // A deferred barrier's carried entries wait for its capture.
-            let mut kept = false;
-            for (c, stop) in self.carried.iter_mut().zip(&self.stop_at) {
-                if stop.is_none() {
-                    *c = None;
-                }
-                kept |= c.is_some();
-            }
-            self.carrying = kept;
+            self.forget_stale_carried();
         }
         let n = self.channels.len();
         let mut consumed = 0usize;
         for step in 0..n {
             let i = (self.next + step) % n;
-            if self.ended[i] || self.blocked[i] {
-                continue;
-            }
-            let mut left = budget.saturating_sub(consumed);
+            let left = budget.saturating_sub(consumed);
             if left == 0 {
                 break;
             }
-            if let Some(stop) = self.stop_at[i] {
-                let before = stop.saturating_sub(self.channels[i].read) as usize;
-                if before == 0 {
-                    continue;
-                }
-                left = left.min(before);
-            }
-            // A channel with a deferred barrier is read only up to it, where no later barrier
-            // can lie: its priority slot waits (so what that barrier carried stays its own).
-            let priority = self.unaligned && self.stop_at[i].is_none();
-            if priority {
-                if let Some(pb) = self.channels[i].take_priority() {
+            let Some(left) = self.readable(i, left) else { continue };
+            match self.take_turn(i, left, head)? {
+                Turn::Next(taken) => consumed += taken,
+                Turn::Stop(poll) => {
                     self.next = (i + 1) % n;
-                    return Ok(priority_polled(&mut self.carried, &mut self.carrying, i, pb));
+                    return Ok(poll);
                 }
-            }
-            let ch = &mut self.channels[i];
-            let avail = ch.consumer.slots().min(left);
-            if avail == 0 {
-                continue;
-            }
-            let chunk = ch.consumer.read_chunk(avail).expect("avail slots were checked");
-            if priority {
-                // Checked after the ring's tail was read: a barrier published before any of
-                // these entries is seen here, so nothing after a barrier is consumed before it.
-                if let Some(pb) = ch.priority.as_mut().and_then(|p| p.pop().ok()) {
-                    // The chunk is not committed: nothing of it was consumed.
-                    self.next = (i + 1) % n;
-                    return Ok(priority_polled(&mut self.carried, &mut self.carrying, i, pb));
-                }
-            }
-            let mut barrier = None;
-            let mut overtaken = None;
-            let mut taken = 0;
-            let start = ch.read;
-            let mut slice_start = self.slicing.as_mut().and_then(|s| s.begin(avail));
-            // Read only for a timed chunk (when `slice_start` is some).
-            let poll_start = slice_start.unwrap_or(0);
-            let mut out_of_time = false;
-            // Entries move out of the ring; those not iterated (after a barrier) stay in it.
-            let mut entries = chunk.into_iter();
-            for entry in entries.by_ref() {
-                if !self.captures.is_empty() {
-                    // In-flight data of unaligned checkpoints, logged as it is consumed.
-                    let pos = start + taken as u64;
-                    for cap in &mut self.captures {
-                        if pos >= cap.upto[i] && cap.limit[i].is_none_or(|l| pos < l) {
-                            // Another checkpoint's barrier is not data, and it is past: the
-                            // capture's position moves over it (else a limit found later
-                            // would lie ahead of the capture and behind the read position).
-                            if !matches!(entry, Entry::Barrier(_)) {
-                                cap.data[i].push(&entry);
-                            }
-                            cap.upto[i] = pos + 1;
-                        }
-                    }
-                }
-                taken += 1;
-                match entry {
-                    Entry::Record(r) => {
-                        self.buf.push(r);
-                        if let Some(t0) = slice_start {
-                            let s = self.slicing.as_mut().expect("only a sliced gate times its chunks");
-                            if self.buf.len() >= s.slice {
-                                // A slice's worth: hand it on, then look at the priority slot.
-                                // A barrier there overtakes the rest of the chunk, which
-                                // stays in the ring (in flight for its checkpoint).
-                                let n = self.buf.len();
-                                head.batch(&mut self.buf)?;
-                                let now = s.clock.now_ns();
-                                s.learn(n, now.saturating_sub(t0));
-                                slice_start = Some(now);
-                                if let Some(pb) = ch.priority.as_mut().and_then(|p| p.pop().ok()) {
-                                    overtaken = Some(pb);
-                                    break;
-                                }
-                                if now.saturating_sub(poll_start) >= POLL_NS {
-                                    out_of_time = true;
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    Entry::Watermark(w) => {
-                        if !self.buf.is_empty() {
-                            head.batch(&mut self.buf)?;
-                        }
-                        debug_assert!(w >= self.watermarks[i], "a channel's watermark went back");
-                        self.watermarks[i] = w;
-                        advance(&self.watermarks, &self.ended, &mut self.emitted, head)?;
-                    }
-                    Entry::Barrier(b) => {
-                        barrier = Some(b);
-                        break;
-                    }
-                    Entry::End => {
-                        if !self.buf.is_empty() {
-                            head.batch(&mut self.buf)?;
-                        }
-                        debug_assert!(!self.ended[i], "a channel ended twice");
-                        self.ended[i] = true;
-                        self.live -= 1;
-                        if self.live > 0 {
-                            advance(&self.watermarks, &self.ended, &mut self.emitted, head)?;
-                        }
-                    }
-                }
-            }
-            debug_assert_eq!(entries.iterated(), taken);
-            drop(entries);
-            ch.read += taken as u64;
-            ch.producer.notify();
-            consumed += taken;
-            if !self.buf.is_empty() {
-                let n = self.buf.len();
-                head.batch(&mut self.buf)?;
-                if let (Some(s), Some(t0)) = (self.slicing.as_mut(), slice_start) {
-                    s.learn(n, s.clock.now_ns().saturating_sub(t0));
-                }
-            }
-            if let Some(pb) = overtaken {
-                self.next = (i + 1) % n;
-                return Ok(priority_polled(&mut self.carried, &mut self.carrying, i, pb));
-            }
-            if out_of_time {
-                self.next = (i + 1) % n;
-                return Ok(GatePoll::Progress);
-            }
-            if let Some(barrier) = barrier {
-                if self.block_on_barrier {
-                    self.blocked[i] = true;
-                }
-                self.next = (i + 1) % n;
-                return Ok(GatePoll::Barrier { channel: i, barrier });
-            }
-            if !head.drain()? {
-                self.next = (i + 1) % n;
-                return Ok(GatePoll::Progress);
             }
         }
         self.next = (self.next + 1) % n;
@@ -383,6 +248,157 @@ impl<T: Persist> InputGate<T> {
         }
         Ok(if consumed > 0 { GatePoll::Progress } else { GatePoll::Idle })
     }
+
+    /// How many entries of channel `i` a poll with `left` of its budget may read: none from a
+    /// channel that ended, is blocked by alignment, or was read up to its deferred barrier.
+    #[inline]
+    fn readable(&self, i: usize, left: usize) -> Option<usize> {
+        if self.ended[i] || self.blocked[i] {
+            return None;
+        }
+        match self.stop_at[i] {
+            None => Some(left),
+            Some(stop) => {
+                let before = stop.saturating_sub(self.channels[i].read) as usize;
+                (before > 0).then(|| left.min(before))
+            }
+        }
+    }
+
+    /// Channel `i`'s turn in a poll: reads up to `left` of its entries into `head`, up to its
+    /// next barrier (a priority barrier ahead of everything), logging what in-flight captures
+    /// need and, when sliced, looking at the priority slot between slices.
+    // Always inlined: left to itself the compiler calls it, and the keyed exchange (W2) pays
+    // 3 instructions a record for the call (perf/instructions.sh).
+    #[inline(always)]
+    fn take_turn(&mut self, i: usize, left: usize, head: &mut dyn Collector<T>) -> Result<Turn> {
+        // A channel with a deferred barrier is read only up to it, where no later barrier can
+        // lie: its priority slot waits (so what that barrier carried stays its own).
+        let priority = self.unaligned && self.stop_at[i].is_none();
+        if priority {
+            if let Some(pb) = self.channels[i].take_priority() {
+                return Ok(Turn::Stop(priority_polled(&mut self.carried, &mut self.carrying, i, pb)));
+            }
+        }
+        let ch = &mut self.channels[i];
+        let avail = ch.consumer.slots().min(left);
+        if avail == 0 {
+            return Ok(Turn::Next(0));
+        }
+        let chunk = ch.consumer.read_chunk(avail).expect("avail slots were checked");
+        if priority {
+            // Checked after the ring's tail was read: a barrier published before any of these
+            // entries is seen here, so nothing after a barrier is consumed before it.
+            if let Some(pb) = take_priority(&mut ch.priority) {
+                // The chunk is not committed: nothing of it was consumed.
+                return Ok(Turn::Stop(priority_polled(&mut self.carried, &mut self.carrying, i, pb)));
+            }
+        }
+        let mut end = ChunkEnd::Whole;
+        let mut taken = 0;
+        let start = ch.read;
+        let mut slice_start = self.slicing.as_mut().and_then(|s| s.begin(avail));
+        // Read only for a timed chunk (when `slice_start` is some).
+        let poll_start = slice_start.unwrap_or(0);
+        // Entries move out of the ring; those not iterated (after a barrier) stay in it.
+        let mut entries = chunk.into_iter();
+        for entry in entries.by_ref() {
+            if !self.captures.is_empty() {
+                capture::log_consumed(&mut self.captures, i, start + taken as u64, &entry);
+            }
+            taken += 1;
+            match entry {
+                Entry::Record(r) => {
+                    self.buf.push(r);
+                    let Some(t0) = slice_start else { continue };
+                    let s = self.slicing.as_mut().expect("only a sliced gate times its chunks");
+                    if self.buf.len() >= s.slice {
+                        // A slice's worth: hand it on, then look at the priority slot. A
+                        // barrier there overtakes the rest of the chunk, which stays in the
+                        // ring (in flight for its checkpoint).
+                        let n = self.buf.len();
+                        head.batch(&mut self.buf)?;
+                        let now = s.slice_done(n, t0);
+                        slice_start = Some(now);
+                        if let Some(pb) = take_priority(&mut ch.priority) {
+                            end = ChunkEnd::Overtaken(pb);
+                            break;
+                        }
+                        if now.saturating_sub(poll_start) >= POLL_NS {
+                            end = ChunkEnd::OutOfTime;
+                            break;
+                        }
+                    }
+                }
+                Entry::Watermark(w) => {
+                    if !self.buf.is_empty() {
+                        head.batch(&mut self.buf)?;
+                    }
+                    debug_assert!(w >= self.watermarks[i], "a channel's watermark went back");
+                    self.watermarks[i] = w;
+                    advance(&self.watermarks, &self.ended, &mut self.emitted, head)?;
+                }
+                Entry::Barrier(b) => {
+                    end = ChunkEnd::Barrier(b);
+                    break;
+                }
+                Entry::End => {
+                    if !self.buf.is_empty() {
+                        head.batch(&mut self.buf)?;
+                    }
+                    debug_assert!(!self.ended[i], "a channel ended twice");
+                    self.ended[i] = true;
+                    self.live -= 1;
+                    if self.live > 0 {
+                        advance(&self.watermarks, &self.ended, &mut self.emitted, head)?;
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(entries.iterated(), taken);
+        drop(entries);
+        ch.read += taken as u64;
+        ch.producer.notify();
+        if !self.buf.is_empty() {
+            let n = self.buf.len();
+            head.batch(&mut self.buf)?;
+            if let (Some(s), Some(t0)) = (self.slicing.as_mut(), slice_start) {
+                s.slice_done(n, t0);
+            }
+        }
+        Ok(match end {
+            ChunkEnd::Overtaken(pb) => Turn::Stop(priority_polled(&mut self.carried, &mut self.carrying, i, pb)),
+            ChunkEnd::OutOfTime => Turn::Stop(GatePoll::Progress),
+            ChunkEnd::Barrier(barrier) => {
+                if self.block_on_barrier {
+                    self.blocked[i] = true;
+                }
+                Turn::Stop(GatePoll::Barrier { channel: i, barrier })
+            }
+            ChunkEnd::Whole if !head.drain()? => Turn::Stop(GatePoll::Progress),
+            ChunkEnd::Whole => Turn::Next(taken),
+        })
+    }
+}
+
+/// How one channel's turn in a poll ended.
+enum Turn {
+    /// The poll goes on to the next channel; this many entries were consumed.
+    Next(usize),
+    /// The poll ends with this.
+    Stop(GatePoll),
+}
+
+/// Why a turn stopped reading its chunk.
+enum ChunkEnd {
+    /// Every entry of the chunk was read.
+    Whole,
+    /// A barrier in the ring; the entries after it stay there.
+    Barrier(Barrier),
+    /// A priority barrier published while the chunk was read in slices.
+    Overtaken(PriorityBarrier),
+    /// The poll's time ran out between slices.
+    OutOfTime,
 }
 
 /// What a poll reports of priority barrier `pb` of channel `i`; keeps what it carried.

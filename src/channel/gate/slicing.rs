@@ -44,10 +44,14 @@ impl RecordSlicing {
         }
     }
 
-    /// Learns from a slice of `records` that took `ns`, and sizes the next one.
-    pub(super) fn learn(&mut self, records: usize, ns: u64) {
-        let per = (ns * 16) / records.max(1) as u64;
+    /// A slice of `records` begun at `t0` was handed on: learns its cost, sizes the next slice,
+    /// and returns the clock now (the next slice's start).
+    #[inline]
+    pub(super) fn slice_done(&mut self, records: usize, t0: u64) -> u64 {
+        let now = self.clock.now_ns();
+        let per = (now.saturating_sub(t0) * 16) / records.max(1) as u64;
         self.cost_x16 = if self.cost_x16 == 0 { per } else { (self.cost_x16 * 3 + per) / 4 };
         self.slice = ((SLICE_NS * 16) / self.cost_x16.max(1)).clamp(1, usize::MAX as u64) as usize;
+        now
     }
 }
