@@ -6,7 +6,8 @@ import sys
 
 
 def version(s):
-    return tuple(int(x) for x in s.split("."))
+    # "1.89" and "1.89.0" are the same version.
+    return tuple(int(x) for x in (s.split(".") + ["0", "0"])[:3])
 
 
 meta = json.load(sys.stdin)
