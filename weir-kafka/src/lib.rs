@@ -1,0 +1,44 @@
+//! Kafka for weir: a source that reads a topic's partitions with their offsets in weir's
+//! checkpoints, and a sink that writes a topic exactly once with one Kafka transaction per
+//! checkpoint. Several weir processes share a topic by each reading a set of its partitions
+//! (see the README: Kafka is the distributed part, weir stays one process).
+//!
+//! The client speaks Kafka's wire protocol itself (messages encoded by `kafka-protocol`, a
+//! blocking connection per broker): no C library, and the one thing librdkafka cannot do,
+//! which exactly-once output needs: committing, after a restart, the transaction a failed
+//! process pre-committed (with the producer identity the checkpoint recorded), Flink's
+//! `KafkaSink` recovery.
+//!
+//! ```no_run
+//! use weir::{Job, RunConfig};
+//! use weir_kafka::{KafkaRecord, KafkaSink, KafkaSource};
+//!
+//! let job = Job::new("upper").with_parallelism(2);
+//! job.source(KafkaSource::new("127.0.0.1:9092", "in", |m| m.value.map(<[u8]>::to_vec)).subtasks())
+//!     .map(|v: Vec<u8>| v.to_ascii_uppercase())
+//!     .sink(KafkaSink::new("127.0.0.1:9092", "out", |v: &Vec<u8>| KafkaRecord { key: None, value: v.clone() }).subtasks());
+//! job.execute(RunConfig::default()).unwrap();
+//! ```
+//!
+//! The modules, in the order data flows: [`wire`] (one connection), [`client`] (the
+//! requests), [`records`] (the batch format), [`source`], [`sink`], [`committed`] (reading a
+//! topic as the protocol defines what is committed), [`url`] (`kafka://` addresses).
+//!
+//! May touch: `weir` (the public API).
+
+#![warn(missing_docs, missing_debug_implementations)]
+
+pub mod client;
+pub mod committed;
+mod error;
+pub mod records;
+pub mod sink;
+pub mod source;
+pub mod url;
+mod wire;
+
+pub use client::KafkaClient;
+pub use committed::{read_topic, TopicContents};
+pub use sink::{Delivery, KafkaRecord, KafkaSink, KafkaSinkSubtask};
+pub use source::{KafkaMessage, KafkaSource, KafkaSubtask};
+pub use url::KafkaUrl;

@@ -1,0 +1,391 @@
+//! The Kafka source, Flink's `KafkaSource` as the model: a topic's partitions spread over the
+//! source's subtasks, each partition's offset in every checkpoint (the checkpoint is the
+//! source of truth: nothing is committed to Kafka), read `read_committed` (an aborted
+//! transaction's records are dropped by the broker's list of aborted transactions), bounded
+//! (to the end offsets the topic had when the job first started, kept in the checkpoint, so a
+//! resumed run ends where the first would have) or following the topic, and rescaled: a
+//! savepoint restored at another parallelism hands each partition to the subtask that owns it
+//! now.
+//!
+//! May touch: `client`, `records`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use weir::source::{Source, SourcePoll};
+use weir::{Error, Result, TaskContext};
+
+use crate::client::KafkaClient;
+use crate::records::{batches, Item, Marker};
+
+/// A record as the source hands it to the decoding function.
+#[derive(Clone, Copy, Debug)]
+pub struct KafkaMessage<'a> {
+    /// The partition it was read from.
+    pub partition: i32,
+    /// Its offset there.
+    pub offset: i64,
+    /// Its timestamp, milliseconds since the epoch.
+    pub timestamp: i64,
+    /// Its key.
+    pub key: Option<&'a [u8]>,
+    /// Its value (`None` for a tombstone).
+    pub value: Option<&'a [u8]>,
+}
+
+type Decode<T> = Arc<dyn Fn(&KafkaMessage<'_>) -> Option<T> + Send + Sync>;
+
+/// How long an idle source waits between fetches that found nothing (it is polled far more
+/// often: each empty fetch is a request to the broker).
+const IDLE_FETCH_NS: u64 = 5_000_000;
+
+/// The most a fetch asks for, per partition and in all.
+const FETCH_BYTES: i32 = 4 << 20;
+
+/// A Kafka topic as a source: `job.source(KafkaSource::new(..).subtasks())`.
+///
+/// ```no_run
+/// use weir::Job;
+/// use weir_kafka::KafkaSource;
+///
+/// let job = Job::new("lines").with_parallelism(2);
+/// let lines = job.source(
+///     KafkaSource::new("127.0.0.1:9092", "input", |m| m.value.map(|v| String::from_utf8_lossy(v).into_owned()))
+///         .subtasks(),
+/// );
+/// # drop(lines);
+/// ```
+pub struct KafkaSource<T> {
+    bootstrap: String,
+    topic: String,
+    partitions: Option<Vec<i32>>,
+    follow: bool,
+    decode: Decode<T>,
+}
+
+impl<T> std::fmt::Debug for KafkaSource<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSource")
+            .field("bootstrap", &self.bootstrap)
+            .field("topic", &self.topic)
+            .field("partitions", &self.partitions)
+            .field("follow", &self.follow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> KafkaSource<T> {
+    /// Reads `topic` through broker `bootstrap` (`host:port`), each message turned into a
+    /// record by `decode` (`None` skips it). Bounded, from the earliest offset of every
+    /// partition, unless told otherwise.
+    pub fn new(
+        bootstrap: impl Into<String>,
+        topic: impl Into<String>,
+        decode: impl Fn(&KafkaMessage<'_>) -> Option<T> + Send + Sync + 'static,
+    ) -> Self {
+        KafkaSource {
+            bootstrap: bootstrap.into(),
+            topic: topic.into(),
+            partitions: None,
+            follow: false,
+            decode: Arc::new(decode),
+        }
+    }
+
+    /// Reads only these partitions (several processes sharing a topic each take a set).
+    pub fn partitions(mut self, partitions: impl IntoIterator<Item = i32>) -> Self {
+        let mut p: Vec<i32> = partitions.into_iter().collect();
+        p.sort_unstable();
+        p.dedup();
+        self.partitions = Some(p);
+        self
+    }
+
+    /// Keeps reading as the topic grows (and picks up partitions added to it), instead of
+    /// ending at the offsets the topic had when the job first started.
+    pub fn follow(mut self, follow: bool) -> Self {
+        self.follow = follow;
+        self
+    }
+
+    /// The factory of the source's subtasks, for [`weir::Job::source`].
+    pub fn subtasks(self) -> impl Fn(&TaskContext) -> Result<KafkaSubtask<T>> + Send + 'static {
+        move |ctx| KafkaSubtask::start(&self, ctx)
+    }
+}
+
+/// Where one partition is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Cursor {
+    partition: i32,
+    /// The next offset to fetch.
+    fetched: i64,
+    /// The next offset whose record was not handed on yet: the checkpointed position.
+    emitted: i64,
+    /// Bounded: the offset it ends at.
+    end: Option<i64>,
+}
+
+impl Cursor {
+    fn done(&self) -> bool {
+        self.end.is_some_and(|e| self.emitted >= e)
+    }
+}
+
+/// One subtask of a [`KafkaSource`].
+pub struct KafkaSubtask<T> {
+    client: KafkaClient,
+    topic: String,
+    /// All partitions read (explicitly given, or the topic's).
+    explicit: Option<Vec<i32>>,
+    follow: bool,
+    decode: Decode<T>,
+    subtask: usize,
+    parallelism: usize,
+    cursors: Vec<Cursor>,
+    /// Fetched records not handed on yet: (cursor index, offset, record).
+    buffered: VecDeque<(usize, i64, T)>,
+    /// Aborted transactions the broker listed, per partition: (first offset, producer id).
+    aborted: HashMap<i32, Vec<(i64, i64)>>,
+    /// Per partition: producers whose current transaction was aborted.
+    aborting: HashMap<i32, HashSet<i64>>,
+    last_empty_fetch: Option<u64>,
+    last_discovery: u64,
+}
+
+impl<T> std::fmt::Debug for KafkaSubtask<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSubtask")
+            .field("topic", &self.topic)
+            .field("cursors", &self.cursors)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which of `all` (sorted) subtask `subtask` of `parallelism` reads: every `parallelism`-th.
+fn owned(all: &[i32], subtask: usize, parallelism: usize) -> Vec<i32> {
+    all.iter().enumerate().filter(|(i, _)| i % parallelism == subtask).map(|(_, &p)| p).collect()
+}
+
+impl<T: Send + 'static> KafkaSubtask<T> {
+    fn start(source: &KafkaSource<T>, ctx: &TaskContext) -> Result<Self> {
+        let mut client = KafkaClient::connect(&source.bootstrap)?;
+        let topic_partitions = client.partitions(&source.topic)?;
+        if let Some(given) = &source.partitions {
+            if let Some(missing) = given.iter().find(|p| !topic_partitions.contains(p)) {
+                return Err(Error::config(format!(
+                    "Kafka topic '{}' has no partition {missing} (it has {})",
+                    source.topic,
+                    topic_partitions.len()
+                )));
+            }
+        }
+        let all = source.partitions.clone().unwrap_or(topic_partitions);
+        let mine = owned(&all, ctx.subtask, ctx.parallelism);
+        let mut me = KafkaSubtask {
+            client,
+            topic: source.topic.clone(),
+            explicit: source.partitions.clone(),
+            follow: source.follow,
+            decode: source.decode.clone(),
+            subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
+            cursors: Vec::new(),
+            buffered: VecDeque::new(),
+            aborted: HashMap::new(),
+            aborting: HashMap::new(),
+            last_empty_fetch: None,
+            last_discovery: ctx.now_ns(),
+        };
+        me.cursors = me.new_cursors(&mine)?;
+        Ok(me)
+    }
+
+    /// Cursors at the start of `partitions` (and, bounded, their current committed ends).
+    fn new_cursors(&mut self, partitions: &[i32]) -> Result<Vec<Cursor>> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let bounds = self.client.bounds(&self.topic, partitions, true)?;
+        let follow = self.follow;
+        Ok(partitions
+            .iter()
+            .map(|&p| {
+                let (start, end) = bounds[&p];
+                Cursor { partition: p, fetched: start, emitted: start, end: (!follow).then_some(end) }
+            })
+            .collect())
+    }
+
+    /// Following: partitions added to the topic since, that this subtask owns, from their
+    /// start. (Explicitly given partitions are all there is.)
+    fn discover(&mut self) -> Result<()> {
+        if self.explicit.is_some() {
+            return Ok(());
+        }
+        let all = self.client.partitions(&self.topic)?;
+        let known: HashSet<i32> = self.cursors.iter().map(|c| c.partition).collect();
+        let new: Vec<i32> =
+            owned(&all, self.subtask, self.parallelism).into_iter().filter(|p| !known.contains(p)).collect();
+        let added = self.new_cursors(&new)?;
+        self.cursors.extend(added);
+        Ok(())
+    }
+
+    /// Fetches once for every partition not at its end; buffers what it decodes.
+    fn fetch(&mut self) -> Result<()> {
+        let from: Vec<(i32, i64)> =
+            self.cursors.iter().filter(|c| !c.done()).map(|c| (c.partition, c.fetched)).collect();
+        if from.is_empty() {
+            return Ok(());
+        }
+        // The broker waits at most 1 ms for data (Tansu answers a 0 ms wait with nothing at all).
+        let fetched = self.client.fetch(&self.topic, &from, 1, FETCH_BYTES, true)?;
+        for part in fetched {
+            if part.out_of_range {
+                return Err(Error::config(format!(
+                    "Kafka partition {}/{} no longer holds the offset to read from (the topic's retention deleted \
+                     it): the records between cannot be read",
+                    self.topic, part.partition
+                )));
+            }
+            let Some(ci) = self.cursors.iter().position(|c| c.partition == part.partition) else { continue };
+            let aborted = self.aborted.entry(part.partition).or_default();
+            for a in part.aborted {
+                if !aborted.iter().any(|&(o, p)| (p, o) == a) {
+                    aborted.push((a.1, a.0));
+                }
+            }
+            aborted.sort_unstable();
+            let aborting = self.aborting.entry(part.partition).or_default();
+            let cursor = &mut self.cursors[ci];
+            let (next, end) = (cursor.fetched, cursor.end);
+            let mut last = None;
+            let decode = &self.decode;
+            let buffered = &mut self.buffered;
+            batches(&part.records, |item| {
+                match item {
+                    Item::Marker(info, marker) => {
+                        last = Some(info.last_offset);
+                        if marker == Some(Marker::Abort) {
+                            aborting.remove(&info.producer_id);
+                        }
+                    }
+                    Item::Batch(info) => {
+                        last = Some(info.last_offset);
+                        if info.transactional {
+                            // Transactions aborted that began by this batch: their producers'
+                            // batches are dropped until the abort marker.
+                            while aborted.first().is_some_and(|&(o, _)| o <= info.last_offset) {
+                                aborting.insert(aborted.remove(0).1);
+                            }
+                            if aborting.contains(&info.producer_id) {
+                                return Ok(false);
+                            }
+                        }
+                    }
+                    Item::Record(_, r) if r.offset >= next && end.is_none_or(|e| r.offset < e) => {
+                        let m = KafkaMessage {
+                            partition: part.partition,
+                            offset: r.offset,
+                            timestamp: r.timestamp,
+                            key: r.key,
+                            value: r.value,
+                        };
+                        if let Some(t) = decode(&m) {
+                            buffered.push_back((ci, r.offset, t));
+                        }
+                    }
+                    Item::Record(..) => {}
+                }
+                Ok(true)
+            })?;
+            if let Some(last) = last {
+                let cursor = &mut self.cursors[ci];
+                cursor.fetched = cursor.fetched.max(last + 1);
+                if let Some(e) = cursor.end {
+                    cursor.fetched = cursor.fetched.min(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_offsets(cursors: &[Cursor]) -> Vec<u8> {
+        let v: Vec<(i32, i64, Option<i64>)> = cursors.iter().map(|c| (c.partition, c.emitted, c.end)).collect();
+        weir::persist::to_bytes(&v)
+    }
+
+    fn decode_offsets(bytes: &[u8]) -> Result<Vec<Cursor>> {
+        let v: Vec<(i32, i64, Option<i64>)> = weir::persist::from_bytes(bytes)?;
+        Ok(v.into_iter().map(|(partition, at, end)| Cursor { partition, fetched: at, emitted: at, end }).collect())
+    }
+}
+
+impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
+    fn poll(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
+        if self.buffered.is_empty() {
+            // Everything fetched was handed on (or skipped: markers, aborted records).
+            for c in &mut self.cursors {
+                c.emitted = c.fetched;
+            }
+            if self.cursors.iter().all(Cursor::done) && !self.follow {
+                return Ok(SourcePoll::Finished);
+            }
+            let now = ctx.now_ns();
+            if self.last_empty_fetch.is_some_and(|t| now.saturating_sub(t) < IDLE_FETCH_NS) {
+                return Ok(SourcePoll::Idle);
+            }
+            if self.follow && now.saturating_sub(self.last_discovery) > 10_000_000_000 {
+                self.last_discovery = now;
+                self.discover()?;
+            }
+            self.fetch()?;
+            if self.buffered.is_empty() {
+                self.last_empty_fetch = Some(now);
+                return Ok(SourcePoll::Idle);
+            }
+            self.last_empty_fetch = None;
+        }
+        for _ in 0..max {
+            let Some((ci, offset, t)) = self.buffered.pop_front() else { break };
+            self.cursors[ci].emitted = offset + 1;
+            out.push(t);
+        }
+        Ok(SourcePoll::Emitted)
+    }
+
+    fn offset(&self) -> Option<Vec<u8>> {
+        Some(Self::encode_offsets(&self.cursors))
+    }
+
+    fn seek(&mut self, offset: &[u8]) -> Result<()> {
+        self.cursors = Self::decode_offsets(offset)?;
+        self.buffered.clear();
+        self.aborted.clear();
+        self.aborting.clear();
+        Ok(())
+    }
+
+    fn seek_rescaled(&mut self, parts: &[(usize, &[u8])], subtask: usize, parallelism: usize) -> Result<()> {
+        let mut all: Vec<Cursor> = Vec::new();
+        for (_, bytes) in parts {
+            all.extend(Self::decode_offsets(bytes)?);
+        }
+        all.sort_by_key(|c| c.partition);
+        all.dedup_by_key(|c| c.partition);
+        let partitions: Vec<i32> = all.iter().map(|c| c.partition).collect();
+        let mine: HashSet<i32> = owned(&partitions, subtask, parallelism).into_iter().collect();
+        self.subtask = subtask;
+        self.parallelism = parallelism;
+        self.cursors = all.into_iter().filter(|c| mine.contains(&c.partition)).collect();
+        self.buffered.clear();
+        self.aborted.clear();
+        self.aborting.clear();
+        Ok(())
+    }
+
+    fn backlog(&self) -> bool {
+        false
+    }
+}
