@@ -177,3 +177,63 @@ fn bad_addresses_and_missing_topics_are_named() {
     let e = job.execute(RunConfig::default()).unwrap_err().to_string();
     assert!(e.contains("'no-such-topic' does not exist"), "{e}");
 }
+
+/// `weir wordcount` from a topic to a topic, exactly once, SIGKILLed as each of its first
+/// four runs completes a checkpoint and run again until it completes: every word's counts
+/// 1, 2, …, n are committed exactly once, and nothing stays open.
+#[test]
+fn a_killed_kafka_word_count_resumes_and_commits_every_count_once() {
+    let corpus = tempfile::tempdir().unwrap();
+    let expected = crate::crash::write_corpus(corpus.path());
+    let (input, output) = (topic("lines", 3), topic("counts", 2));
+    let mut lines = Vec::new();
+    for f in 0..2 {
+        let text = std::fs::read_to_string(corpus.path().join(format!("f{f}.txt"))).unwrap();
+        lines.extend(text.lines().map(str::to_string));
+    }
+    produce(&input, lines);
+    let chk = tempfile::tempdir().unwrap();
+    let chk = chk.path().join("chk");
+    let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
+    let resumed = crate::crash::run_with_kills(std::path::Path::new(&from), std::path::Path::new(&to), &chk, &[], 4);
+    assert!(resumed >= 2, "only {resumed} runs resumed from a checkpoint");
+    let contents = read_topic(broker(), &output).unwrap();
+    assert_eq!(contents.open, 0, "no transaction is left open");
+    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
+    for m in &contents.committed {
+        let text = String::from_utf8(m.value.clone().unwrap()).unwrap();
+        let (w, c) = text.split_once('\t').unwrap();
+        assert_eq!(m.key.as_deref(), Some(w.as_bytes()), "keyed by the word");
+        got.entry(w.to_string()).or_default().push(c.parse().unwrap());
+    }
+    assert_eq!(got.len(), expected.len(), "distinct words");
+    for (w, &n) in &expected {
+        let mut counts = got.remove(w).unwrap_or_else(|| panic!("{w} missing"));
+        counts.sort_unstable();
+        assert!(counts == (1..=n).collect::<Vec<_>>(), "counts of {w} are not 1..={n} exactly once");
+    }
+}
+
+/// The command's bad Kafka addresses: a malformed one shows the form, an unreachable broker
+/// is named, a missing output topic is named; none panics, all exit non-zero at once.
+#[test]
+fn the_command_names_bad_kafka_addresses() {
+    let out = tempfile::tempdir().unwrap();
+    let input = topic("cli-in", 1);
+    let run = |from: &str, to: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["wordcount", "--no-progress", "--input", from, "--output", to])
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(!o.status.success() && !text.contains("panicked"), "{from} -> {to}: {text}");
+        text
+    };
+    let out_dir = out.path().join("o").display().to_string();
+    let text = run("kafka://localhost/words", &out_dir);
+    assert!(text.contains("no :PORT") && text.contains("kafka://HOST:PORT/TOPIC"), "{text}");
+    let text = run("kafka://127.0.0.1:1/words", &out_dir);
+    assert!(text.contains("cannot connect to Kafka broker 127.0.0.1:1"), "{text}");
+    let text = run(&format!("kafka://{}/{input}", broker()), &format!("kafka://{}/no-such-output", broker()));
+    assert!(text.contains("'no-such-output' does not exist"), "{text}");
+}

@@ -405,14 +405,20 @@ pub(crate) struct DefaultArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct WordcountArgs {
-    /// A text file, a folder of text files (read in name order), or - for standard input.
+    /// A text file, a folder of text files (read in name order), - for standard input, or a
+    /// Kafka topic, kafka://HOST:PORT/TOPIC (one line of text per message; read up to the
+    /// ends it had when the job first started, unless --follow).
     #[arg(long)]
     pub(crate) input: PathBuf,
     /// The output folder (created; must be empty, unless the job resumes there): files
     /// part-<subtask>, or with --checkpoint-dir committed files part-<subtask>-<checkpoint>.
+    /// Or a Kafka topic, kafka://HOST:PORT/TOPIC (it must exist): one word<TAB>count message
+    /// per count, keyed by the word; with --checkpoint-dir exactly once, a Kafka transaction
+    /// per checkpoint.
     #[arg(long)]
     pub(crate) output: PathBuf,
-    /// Keep reading the last input file as it grows (a log); the job then runs until Ctrl-C.
+    /// Keep reading the last input file as it grows (a log), or the Kafka topic; the job then
+    /// runs until Ctrl-C.
     #[arg(long)]
     pub(crate) follow: bool,
     #[command(flatten)]

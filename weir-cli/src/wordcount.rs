@@ -1,23 +1,51 @@
-//! `weir wordcount`: word count over text files into a transactional file sink, resumable
-//! after any crash.
+//! `weir wordcount`: word count over text files or a Kafka topic into a transactional file
+//! sink or a Kafka topic (a Kafka transaction per checkpoint), resumable after any crash.
 
 use weir::metrics::group_digits;
 use weir::source::TextSource;
 use weir::Error;
+use weir_jobs::wordcount::{wordcount_between, WordInput, WordOutput};
+use weir_kafka::{Delivery, KafkaUrl};
 
 use crate::args::*;
 use crate::supervisor::*;
 
+/// `arg` as a Kafka topic address, if it is meant as one (`kafka://…`; a malformed one is an
+/// error that shows the form).
+fn kafka_url(arg: &std::path::Path) -> weir::Result<Option<KafkaUrl>> {
+    arg.to_str().filter(|s| KafkaUrl::is_kafka(s)).map(KafkaUrl::parse).transpose()
+}
+
 pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
+    let (kafka_in, kafka_out) = (kafka_url(&args.input)?, kafka_url(&args.output)?);
     let (config, parallelism) = args.runtime.config();
-    let input = TextSource::open(&args.input)?.follow(args.follow);
+    let transactional = args.checkpoints.checkpoint_dir.is_some();
+    let (input, bytes, from) = match &kafka_in {
+        Some(topic) => (WordInput::Kafka { topic: topic.clone(), follow: args.follow }, None, topic.to_string()),
+        None => {
+            let text = TextSource::open(&args.input)?.follow(args.follow);
+            let bytes = text.total_bytes();
+            let from = std::path::absolute(&args.input).unwrap_or_else(|_| args.input.clone()).display().to_string();
+            (WordInput::Text(text), Some(bytes), from)
+        }
+    };
+    if let Some(topic) = kafka_out {
+        // Exactly once with checkpoints (a Kafka transaction per checkpoint), as the files are.
+        let delivery = if transactional { Delivery::ExactlyOnce } else { Delivery::None };
+        let description = format!("word count of {from} into {topic}");
+        let output = WordOutput::Kafka { topic: topic.clone(), delivery };
+        return run_job(
+            args,
+            wordcount_between(input, output, parallelism),
+            description,
+            config,
+            bytes,
+            &topic.to_string(),
+        );
+    }
     let output = std::path::absolute(&args.output)
         .map_err(|e| Error::io("cannot resolve the output folder", &args.output, e))?;
-    let description = format!(
-        "word count of {} into {}",
-        std::path::absolute(&args.input).unwrap_or_else(|_| args.input.clone()).display(),
-        output.display()
-    );
+    let description = format!("word count of {from} into {}", output.display());
     for (flag, other) in [
         ("--checkpoint-dir", args.checkpoints.checkpoint_dir.as_ref()),
         ("--savepoint-dir", args.checkpoints.savepoint_dir.as_ref()),
@@ -48,10 +76,27 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     } else if args.output.exists() {
         return Err(Error::config(format!("output {} exists and is not a folder", args.output.display())));
     }
-    let bytes = input.total_bytes();
-    let transactional = args.checkpoints.checkpoint_dir.is_some();
-    let mut job = weir_jobs::wordcount::wordcount(input, args.output.clone(), parallelism, transactional)
-        .with_description(description.clone());
+    let output = WordOutput::Files { dir: args.output.clone(), transactional };
+    let written = format!(
+        "{}/part-*{}",
+        args.output.display(),
+        if transactional { " (committed files only; hidden ones are in progress)" } else { "" }
+    );
+    run_job(args, wordcount_between(input, output, parallelism), description, config, bytes, &written)
+}
+
+/// Runs word count `job` (described as `description`) under the command's checkpoint flags:
+/// a finished checkpoint directory is not run again, a restore is honoured, the report says
+/// how much came in (`bytes`, for files) and where it went (`written`).
+fn run_job(
+    args: &WordcountArgs,
+    job: weir::Job,
+    description: String,
+    config: weir::RunConfig,
+    bytes: Option<u64>,
+    written: &str,
+) -> weir::Result<()> {
+    let mut job = job.with_description(description.clone());
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);
     }
@@ -102,13 +147,10 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         }
     }
     let secs = report.elapsed.as_secs_f64().max(1e-9);
-    println!(
-        "input: {} bytes ({:.1} MB/s); words: {}; output: {}/part-*{}",
-        group_digits(bytes),
-        bytes as f64 / secs / 1e6,
-        group_digits(report.sink_records),
-        args.output.display(),
-        if transactional { " (committed files only; hidden ones are in progress)" } else { "" }
-    );
+    let input = match bytes {
+        Some(bytes) => format!("{} bytes ({:.1} MB/s)", group_digits(bytes), bytes as f64 / secs / 1e6),
+        None => format!("{} messages", group_digits(report.source_records)),
+    };
+    println!("input: {input}; words: {}; output: {written}", group_digits(report.sink_records));
     Ok(())
 }

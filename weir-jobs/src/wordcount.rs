@@ -1,7 +1,7 @@
 //! The jobs the `weir` command runs, as library functions so that tests and benchmarks run
 //! exactly what users run.
 //!
-//! May touch: `pipeline`, `operator`, `record`, `source`.
+//! May touch: `pipeline`, `operator`, `record`, `source`, and `weir_kafka`.
 
 use std::path::PathBuf;
 
@@ -9,6 +9,7 @@ use weir::operator::window::{Window, WindowBounds};
 use weir::pipeline::Job;
 use weir::record::Word;
 use weir::source::{Generator, TextSource};
+use weir_kafka::{Delivery, KafkaRecord, KafkaSink, KafkaSource, KafkaUrl};
 
 /// An event of the default job: a key and the time it was created (also its event time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, weir::Persist)]
@@ -89,17 +90,76 @@ impl DefaultJob {
 /// per checkpoint by the two-phase-commit file sink (`<output>/part-<subtask>-<checkpoint>`;
 /// see [`weir::Stream::write_files_transactional`]).
 pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize, transactional: bool) -> Job {
+    wordcount_between(WordInput::Text(input), WordOutput::Files { dir: output, transactional }, parallelism)
+}
+
+/// Where word count reads its text.
+#[derive(Debug)]
+pub enum WordInput {
+    /// Files (or a followed log).
+    Text(TextSource),
+    /// A Kafka topic, one line of text per message: bounded to the ends the topic had when
+    /// the job first started, or followed.
+    Kafka {
+        /// The topic.
+        topic: KafkaUrl,
+        /// Keep reading as the topic grows.
+        follow: bool,
+    },
+}
+
+/// Where word count writes its counts.
+#[derive(Debug)]
+pub enum WordOutput {
+    /// Files in a folder: plain, or committed per checkpoint.
+    Files {
+        /// The folder.
+        dir: PathBuf,
+        /// Committed per checkpoint by the two-phase-commit file sink.
+        transactional: bool,
+    },
+    /// A Kafka topic, one `word<TAB>count` message per count, keyed by the word.
+    Kafka {
+        /// The topic.
+        topic: KafkaUrl,
+        /// Exactly once (a transaction per checkpoint), at least once or none.
+        delivery: Delivery,
+    },
+}
+
+/// [`wordcount`] from any [`WordInput`] to any [`WordOutput`].
+pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usize) -> Job {
     let job = Job::new("wordcount").with_parallelism(parallelism);
-    let counts = job
-        .text(input)
-        .words()
+    let words = match input {
+        WordInput::Text(text) => job.text(text).words(),
+        WordInput::Kafka { topic, follow } => job
+            .source(
+                KafkaSource::new(&topic.bootstrap, &topic.topic, |m| m.value.map(<[u8]>::to_vec))
+                    .follow(follow)
+                    .subtasks(),
+            )
+            .named("kafka")
+            .flat_map(|line: Vec<u8>, out: &mut weir::Emitter<'_, Word>| {
+                weir::record::for_each_word_in_bytes(&line, |w| out.emit(w))
+            }),
+    };
+    let counts = words
         .key_by(|w: &Word| w.clone())
         .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &Word, c: &u64| (w.clone(), *c))
         .named("count");
-    if transactional {
-        counts.write_files_transactional(output, format_count);
-    } else {
-        counts.write_files(output, format_count);
+    match output {
+        WordOutput::Files { dir, transactional: true } => counts.write_files_transactional(dir, format_count),
+        WordOutput::Files { dir, transactional: false } => counts.write_files(dir, format_count),
+        WordOutput::Kafka { topic, delivery } => counts.sink(
+            KafkaSink::new(&topic.bootstrap, &topic.topic, |wc: &(Word, u64)| {
+                let mut value = Vec::new();
+                format_count(wc, &mut value);
+                value.pop(); // one message per count: no newline
+                KafkaRecord { key: Some(wc.0.as_str().into_bytes()), value }
+            })
+            .delivery(delivery)
+            .subtasks(),
+        ),
     }
     job
 }
