@@ -220,15 +220,17 @@ fn a_killed_kafka_word_count_resumes_and_commits_every_count_once() {
 fn the_command_names_bad_kafka_addresses() {
     let out = tempfile::tempdir().unwrap();
     let input = topic("cli-in", 1);
-    let run = |from: &str, to: &str| {
+    let run_with = |from: &str, to: &str, extra: &[&str]| {
         let o = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["wordcount", "--no-progress", "--input", from, "--output", to])
+            .args(extra)
             .output()
             .unwrap();
         let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         assert!(!o.status.success() && !text.contains("panicked"), "{from} -> {to}: {text}");
         text
     };
+    let run = |from: &str, to: &str| run_with(from, to, &[]);
     let out_dir = out.path().join("o").display().to_string();
     let text = run("kafka://localhost/words", &out_dir);
     assert!(text.contains("no :PORT") && text.contains("kafka://HOST:PORT/TOPIC"), "{text}");
@@ -236,4 +238,67 @@ fn the_command_names_bad_kafka_addresses() {
     assert!(text.contains("cannot connect to Kafka broker 127.0.0.1:1"), "{text}");
     let text = run(&format!("kafka://{}/{input}", broker()), &format!("kafka://{}/no-such-output", broker()));
     assert!(text.contains("'no-such-output' does not exist"), "{text}");
+    let file = out.path().join("in.txt");
+    std::fs::write(&file, "a b\n").unwrap();
+    let text = run_with(&file.display().to_string(), &out_dir, &["--partitions", "0"]);
+    assert!(text.contains("--partitions needs a Kafka input"), "{text}");
+    let text = run_with(&format!("kafka://{}/{input}", broker()), &out_dir, &["--partitions", "0,x"]);
+    assert!(text.contains("'x' is not a partition number"), "{text}");
+    let text = run_with(&format!("kafka://{}/{input}", broker()), &out_dir, &["--partitions", "5"]);
+    assert!(text.contains("has no partition 5"), "{text}");
+}
+
+/// Two `weir` processes share a four-partition topic (partitions 0,1 and 2,3), each with its
+/// own checkpoint directory, writing one output topic; one is killed twice and resumes. Each
+/// counts the words of its own partitions (no shuffle between processes), exactly once, and
+/// neither fences the other's transactions.
+#[test]
+fn two_processes_share_a_topic_by_partitions() {
+    let corpus = tempfile::tempdir().unwrap();
+    crate::crash::write_corpus(corpus.path());
+    let lines: Vec<String> =
+        std::fs::read_to_string(corpus.path().join("f0.txt")).unwrap().lines().map(str::to_string).collect();
+    let (input, output) = (topic("shared-in", 4), topic("shared-out", 2));
+    produce(&input, lines.clone());
+    // `produce` deals line i to partition i % 4: the first process reads partitions 0 and 1.
+    let mut expected: HashMap<String, Vec<u64>> = HashMap::new();
+    for half in [0, 1] {
+        let mut counts: HashMap<&str, u64> = HashMap::new();
+        for (i, line) in lines.iter().enumerate() {
+            if (i % 4) / 2 == half {
+                for w in line.split_whitespace() {
+                    *counts.entry(w).or_default() += 1;
+                }
+            }
+        }
+        for (w, n) in counts {
+            expected.entry(w.to_string()).or_default().extend(1..=n);
+        }
+    }
+    let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    std::thread::scope(|s| {
+        for (i, (parts, kills)) in [("0,1", 2), ("2,3", 0)].into_iter().enumerate() {
+            let (from, to, chk) = (&from, &to, dirs[i].path().join("chk"));
+            s.spawn(move || {
+                let (from, to) = (std::path::Path::new(from), std::path::Path::new(to));
+                crate::crash::run_with_kills(from, to, &chk, &["--partitions", parts], kills);
+            });
+        }
+    });
+    let contents = read_topic(broker(), &output).unwrap();
+    assert_eq!(contents.open, 0, "no transaction is left open");
+    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
+    for m in &contents.committed {
+        let text = String::from_utf8(m.value.clone().unwrap()).unwrap();
+        let (w, c) = text.split_once('\t').unwrap();
+        got.entry(w.to_string()).or_default().push(c.parse().unwrap());
+    }
+    assert_eq!(got.len(), expected.len(), "distinct words");
+    for (w, mut want) in expected {
+        let mut counts = got.remove(&w).unwrap_or_else(|| panic!("{w} missing"));
+        counts.sort_unstable();
+        want.sort_unstable();
+        assert!(counts == want, "counts of {w}: each process's 1..=n, once");
+    }
 }

@@ -421,10 +421,33 @@ pub(crate) struct WordcountArgs {
     /// runs until Ctrl-C.
     #[arg(long)]
     pub(crate) follow: bool,
+    /// With a Kafka input: read only these partitions of it (a comma-separated list, say
+    /// 0,1), as one of several processes that share the topic. Each process then needs its own
+    /// --checkpoint-dir; their output transactions are told apart by the partitions.
+    #[arg(long, value_parser = partition_list)]
+    pub(crate) partitions: Option<PartitionList>,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
     #[command(flatten)]
     pub(crate) checkpoints: CheckpointArgs,
+}
+
+/// Kafka partitions, sorted, each once.
+#[derive(Clone, Debug)]
+pub(crate) struct PartitionList(pub(crate) Vec<i32>);
+
+/// A comma-separated list of Kafka partitions, each a number from 0.
+fn partition_list(s: &str) -> Result<PartitionList, String> {
+    let parts: Result<Vec<i32>, String> = s
+        .split(',')
+        .map(|p| {
+            p.trim().parse::<i32>().ok().filter(|p| *p >= 0).ok_or_else(|| format!("'{p}' is not a partition number"))
+        })
+        .collect();
+    let mut parts = parts?;
+    parts.sort_unstable();
+    parts.dedup();
+    Ok(PartitionList(parts))
 }
 
 /// Refuses checkpoint flags given to a benchmark that takes no checkpoints (they would be

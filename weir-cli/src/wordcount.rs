@@ -10,6 +10,10 @@ use weir_kafka::{Delivery, KafkaUrl};
 use crate::args::*;
 use crate::supervisor::*;
 
+fn join(parts: &[i32], sep: &str) -> String {
+    parts.iter().map(i32::to_string).collect::<Vec<_>>().join(sep)
+}
+
 /// `arg` as a Kafka topic address, if it is meant as one (`kafka://…`; a malformed one is an
 /// error that shows the form).
 fn kafka_url(arg: &std::path::Path) -> weir::Result<Option<KafkaUrl>> {
@@ -20,8 +24,18 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let (kafka_in, kafka_out) = (kafka_url(&args.input)?, kafka_url(&args.output)?);
     let (config, parallelism) = args.runtime.config();
     let transactional = args.checkpoints.checkpoint_dir.is_some();
+    if args.partitions.is_some() && kafka_in.is_none() {
+        return Err(Error::config("--partitions needs a Kafka input (--input kafka://HOST:PORT/TOPIC)"));
+    }
     let (input, bytes, from) = match &kafka_in {
-        Some(topic) => (WordInput::Kafka { topic: topic.clone(), follow: args.follow }, None, topic.to_string()),
+        Some(topic) => {
+            let partitions = args.partitions.clone().map(|p| p.0);
+            let from = match &partitions {
+                Some(p) => format!("{topic} (partitions {})", join(p, ",")),
+                None => topic.to_string(),
+            };
+            (WordInput::Kafka { topic: topic.clone(), partitions, follow: args.follow }, None, from)
+        }
         None => {
             let text = TextSource::open(&args.input)?.follow(args.follow);
             let bytes = text.total_bytes();
@@ -33,7 +47,15 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         // Exactly once with checkpoints (a Kafka transaction per checkpoint), as the files are.
         let delivery = if transactional { Delivery::ExactlyOnce } else { Delivery::None };
         let description = format!("word count of {from} into {topic}");
-        let output = WordOutput::Kafka { topic: topic.clone(), delivery };
+        // One prefix per input: processes that share the output topic over parts of the
+        // input must not fence each other's transactions.
+        let source = match (&kafka_in, &args.partitions) {
+            (Some(t), Some(p)) => format!("{}-p{}", t.topic, join(&p.0, ".")),
+            (Some(t), None) => t.topic.clone(),
+            (None, _) => "files".to_string(),
+        };
+        let transactional_id_prefix = format!("weir-wordcount-{}-from-{source}", topic.topic);
+        let output = WordOutput::Kafka { topic: topic.clone(), delivery, transactional_id_prefix };
         return run_job(
             args,
             wordcount_between(input, output, parallelism),

@@ -103,6 +103,8 @@ pub enum WordInput {
     Kafka {
         /// The topic.
         topic: KafkaUrl,
+        /// Only these partitions (one of several processes sharing the topic), or all.
+        partitions: Option<Vec<i32>>,
         /// Keep reading as the topic grows.
         follow: bool,
     },
@@ -124,6 +126,9 @@ pub enum WordOutput {
         topic: KafkaUrl,
         /// Exactly once (a transaction per checkpoint), at least once or none.
         delivery: Delivery,
+        /// The prefix of the transactional ids: stable across restarts of this job, and
+        /// different for every process writing the topic.
+        transactional_id_prefix: String,
     },
 }
 
@@ -132,16 +137,18 @@ pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usiz
     let job = Job::new("wordcount").with_parallelism(parallelism);
     let words = match input {
         WordInput::Text(text) => job.text(text).words(),
-        WordInput::Kafka { topic, follow } => job
-            .source(
-                KafkaSource::new(&topic.bootstrap, &topic.topic, |m| m.value.map(<[u8]>::to_vec))
-                    .follow(follow)
-                    .subtasks(),
-            )
-            .named("kafka")
-            .flat_map(|line: Vec<u8>, out: &mut weir::Emitter<'_, Word>| {
-                weir::record::for_each_word_in_bytes(&line, |w| out.emit(w))
-            }),
+        WordInput::Kafka { topic, partitions, follow } => {
+            let mut source =
+                KafkaSource::new(&topic.bootstrap, &topic.topic, |m| m.value.map(<[u8]>::to_vec)).follow(follow);
+            if let Some(p) = partitions {
+                source = source.partitions(p);
+            }
+            job.source(source.subtasks())
+        }
+        .named("kafka")
+        .flat_map(|line: Vec<u8>, out: &mut weir::Emitter<'_, Word>| {
+            weir::record::for_each_word_in_bytes(&line, |w| out.emit(w))
+        }),
     };
     let counts = words
         .key_by(|w: &Word| w.clone())
@@ -150,7 +157,7 @@ pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usiz
     match output {
         WordOutput::Files { dir, transactional: true } => counts.write_files_transactional(dir, format_count),
         WordOutput::Files { dir, transactional: false } => counts.write_files(dir, format_count),
-        WordOutput::Kafka { topic, delivery } => counts.sink(
+        WordOutput::Kafka { topic, delivery, transactional_id_prefix } => counts.sink(
             KafkaSink::new(&topic.bootstrap, &topic.topic, |wc: &(Word, u64)| {
                 let mut value = Vec::new();
                 format_count(wc, &mut value);
@@ -158,6 +165,7 @@ pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usiz
                 KafkaRecord { key: Some(wc.0.as_str().into_bytes()), value }
             })
             .delivery(delivery)
+            .transactional_id_prefix(transactional_id_prefix)
             .subtasks(),
         ),
     }
