@@ -62,7 +62,7 @@ fn check_nothing_missing(expected: &HashMap<String, u64>, out: &Path, what: &str
 }
 
 /// Ids of the completed checkpoints in `chk`, ascending.
-fn complete_checkpoints(chk: &Path) -> Vec<u64> {
+pub(crate) fn complete_checkpoints(chk: &Path) -> Vec<u64> {
     let storage = CheckpointStorage::new(chk);
     storage.list().into_iter().filter(|&id| storage.is_complete(id)).collect()
 }

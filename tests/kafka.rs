@@ -302,3 +302,47 @@ fn two_processes_share_a_topic_by_partitions() {
         assert!(counts == want, "counts of {w}: each process's 1..=n, once");
     }
 }
+
+/// A word count into Kafka whose newest checkpoint is damaged: recovery would fall back to
+/// the one before and write again what the damaged one committed, which Kafka cannot take
+/// back. The run is refused, naming it, and writes nothing; allowed, it completes.
+#[test]
+fn recovery_past_a_damaged_checkpoint_refuses_to_write_kafka_output_twice() {
+    let corpus = tempfile::tempdir().unwrap();
+    crate::crash::write_corpus(corpus.path());
+    let lines: Vec<String> =
+        std::fs::read_to_string(corpus.path().join("f0.txt")).unwrap().lines().map(str::to_string).collect();
+    let (input, output) = (topic("damaged-in", 2), topic("damaged-out", 2));
+    produce(&input, lines);
+    let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let wordcount = |extra: &[&str]| {
+        let mut args = vec!["--parallelism", "2", "--interval-ms", "15", "--retain", "3"];
+        args.extend_from_slice(extra);
+        crate::common::wordcount(std::path::Path::new(&from), std::path::Path::new(&to), &chk, &args)
+    };
+    // Killed once two checkpoints completed.
+    let mut child = wordcount(&[]).spawn().unwrap();
+    crate::common::wait_until("two completed checkpoints", || {
+        crate::crash::complete_checkpoints(&chk).len() >= 2 || child.try_wait().unwrap().is_some()
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let newest = *crate::crash::complete_checkpoints(&chk).last().expect("a completed checkpoint");
+    assert!(crate::crash::complete_checkpoints(&chk).len() >= 2, "the run ended before two checkpoints");
+    let task = chk.join(format!("chk-{newest}")).join("task-0.state");
+    let mut bytes = std::fs::read(&task).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&task, bytes).unwrap();
+    let before = read_topic(broker(), &output).unwrap().committed.len();
+    let o = wordcount(&[]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!o.status.success() && !text.contains("panicked"), "{text}");
+    assert!(text.contains("Kafka output cannot be withdrawn") && text.contains(&format!("{newest}")), "{text}");
+    assert_eq!(read_topic(broker(), &output).unwrap().committed.len(), before, "nothing more was committed");
+    let o = wordcount(&["--allow-retracting-output"]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{text}");
+}

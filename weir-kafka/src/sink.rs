@@ -282,7 +282,35 @@ impl<T: Send + 'static> KafkaSinkSubtask<T> {
         if self.delivery != Delivery::ExactlyOnce || std::mem::replace(&mut self.cleaned, true) {
             return Ok(());
         }
+        self.refuse_writing_again()?;
         self.abort_lingering(self.ctx.subtask, self.next_number)?;
+        Ok(())
+    }
+
+    /// Recovery fell back past damaged checkpoints: what this sink committed under them, the
+    /// replay writes again, and Kafka output cannot be withdrawn. Refused (naming them),
+    /// unless the job allows retracting output, taken here to mean it accepts those records
+    /// twice.
+    fn refuse_writing_again(&self) -> Result<()> {
+        let recovery = self.ctx.recovery();
+        if recovery.skipped.is_empty() {
+            return Ok(());
+        }
+        let from = recovery.restored.map_or("the start".to_string(), |k| format!("checkpoint {k}"));
+        if !recovery.allow_retracting_output {
+            return Err(weir::Error::config(format!(
+                "recovery from {from} would write to Kafka topic '{}' again what later checkpoints committed ({}); \
+                 Kafka output cannot be withdrawn. Nothing was written. To go on and accept those records twice, \
+                 allow retracting output (weir: --allow-retracting-output; CheckpointConfig::allow_retracting_output)",
+                self.topic,
+                recovery.why_lost()
+            )));
+        }
+        self.ctx.note(format!(
+            "Kafka topic '{}' may hold twice what was committed after {from} ({}): Kafka output cannot be withdrawn",
+            self.topic,
+            recovery.why_lost()
+        ));
         Ok(())
     }
 
