@@ -346,3 +346,43 @@ fn recovery_past_a_damaged_checkpoint_refuses_to_write_kafka_output_twice() {
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "{text}");
 }
+
+/// A second producer registers the transactional ids a running job writes with (another
+/// process given the same prefix, say): the job's next write or commit is refused by the
+/// broker, the job stops with an error that says another producer took over (no restart),
+/// and nothing it wrote after that is committed.
+#[test]
+fn a_sink_fenced_by_a_newer_producer_stops_and_commits_nothing_more() {
+    let t = topic("fenced", 1);
+    let chk = tempfile::tempdir().unwrap();
+    let config = CheckpointConfig::new(chk.path())
+        .interval(Duration::from_millis(20))
+        .restart(RestartStrategy::FixedDelay { attempts: 20, delay: Duration::from_millis(1) });
+    let job = Job::new("fenced").with_checkpointing(config);
+    job.generator(Generator::new(|i, _| i).count(1_000_000).rate(20_000.0)).sink(
+        KafkaSink::new(broker(), &t, |i: &u64| KafkaRecord { key: None, value: i.to_string().into_bytes() })
+            .transactional_id_prefix("fenced-prefix")
+            .batch_bytes(256)
+            .subtasks(),
+    );
+    let mut handle = job.start(RunConfig::default().workers(1)).unwrap();
+    crate::common::wait_until("committed output", || read_topic(broker(), &t).unwrap().committed.len() > 100);
+    // The newer producer: every id the job used so far and the next ones.
+    let mut client = KafkaClient::connect(broker()).unwrap();
+    for n in 0..200 {
+        client.init_producer(&format!("fenced-prefix-0-{n}"), Duration::from_secs(60)).unwrap();
+    }
+    let e = handle.wait().unwrap_err().to_string();
+    assert!(e.contains("took over") || e.contains("newer producer"), "{e}");
+    let contents = read_topic(broker(), &t).unwrap();
+    let mut values: Vec<u64> = contents
+        .committed
+        .iter()
+        .map(|m| String::from_utf8(m.value.clone().unwrap()).unwrap().parse().unwrap())
+        .collect();
+    let n = values.len();
+    values.sort_unstable();
+    values.dedup();
+    assert_eq!(values.len(), n, "nothing committed twice");
+    assert_eq!(values, (0..n as u64).collect::<Vec<_>>(), "a prefix of the input, without gaps");
+}
