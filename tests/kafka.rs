@@ -88,6 +88,36 @@ fn produce(topic: &str, values: impl IntoIterator<Item = String>) {
     }
 }
 
+/// The lines of the crash tests' corpus (its first `files` files, in order).
+fn corpus_lines(files: usize) -> Vec<String> {
+    let corpus = tempfile::tempdir().unwrap();
+    crate::crash::write_corpus(corpus.path());
+    (0..files)
+        .flat_map(|f| {
+            std::fs::read_to_string(corpus.path().join(format!("f{f}.txt")))
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Every word's counts in a word count's output topic (`word<TAB>count` messages keyed by the
+/// word), as committed; asserts no transaction is left open.
+fn committed_word_counts(topic: &str) -> HashMap<String, Vec<u64>> {
+    let contents = read_topic(broker(), topic).unwrap();
+    assert_eq!(contents.open, 0, "no transaction is left open");
+    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
+    for m in &contents.committed {
+        let text = String::from_utf8(m.value.clone().unwrap()).unwrap();
+        let (w, c) = text.split_once('\t').unwrap();
+        assert_eq!(m.key.as_deref(), Some(w.as_bytes()), "keyed by the word");
+        got.entry(w.to_string()).or_default().push(c.parse().unwrap());
+    }
+    got
+}
+
 fn value_text(m: &weir_kafka::KafkaMessage<'_>) -> Option<String> {
     m.value.map(|v| String::from_utf8_lossy(v).into_owned())
 }
@@ -183,32 +213,22 @@ fn bad_addresses_and_missing_topics_are_named() {
 /// 1, 2, …, n are committed exactly once, and nothing stays open.
 #[test]
 fn a_killed_kafka_word_count_resumes_and_commits_every_count_once() {
-    let corpus = tempfile::tempdir().unwrap();
-    let expected = crate::crash::write_corpus(corpus.path());
-    let (input, output) = (topic("lines", 3), topic("counts", 2));
-    let mut lines = Vec::new();
-    for f in 0..2 {
-        let text = std::fs::read_to_string(corpus.path().join(format!("f{f}.txt"))).unwrap();
-        lines.extend(text.lines().map(str::to_string));
+    let lines = corpus_lines(2);
+    let mut expected: HashMap<&str, u64> = HashMap::new();
+    for w in lines.iter().flat_map(|l| l.split_whitespace()) {
+        *expected.entry(w).or_default() += 1;
     }
-    produce(&input, lines);
+    let (input, output) = (topic("lines", 3), topic("counts", 2));
+    produce(&input, lines.clone());
     let chk = tempfile::tempdir().unwrap();
     let chk = chk.path().join("chk");
     let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
     let resumed = crate::crash::run_with_kills(std::path::Path::new(&from), std::path::Path::new(&to), &chk, &[], 4);
     assert!(resumed >= 2, "only {resumed} runs resumed from a checkpoint");
-    let contents = read_topic(broker(), &output).unwrap();
-    assert_eq!(contents.open, 0, "no transaction is left open");
-    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
-    for m in &contents.committed {
-        let text = String::from_utf8(m.value.clone().unwrap()).unwrap();
-        let (w, c) = text.split_once('\t').unwrap();
-        assert_eq!(m.key.as_deref(), Some(w.as_bytes()), "keyed by the word");
-        got.entry(w.to_string()).or_default().push(c.parse().unwrap());
-    }
+    let mut got = committed_word_counts(&output);
     assert_eq!(got.len(), expected.len(), "distinct words");
     for (w, &n) in &expected {
-        let mut counts = got.remove(w).unwrap_or_else(|| panic!("{w} missing"));
+        let mut counts = got.remove(*w).unwrap_or_else(|| panic!("{w} missing"));
         counts.sort_unstable();
         assert!(counts == (1..=n).collect::<Vec<_>>(), "counts of {w} are not 1..={n} exactly once");
     }
@@ -254,10 +274,7 @@ fn the_command_names_bad_kafka_addresses() {
 /// neither fences the other's transactions.
 #[test]
 fn two_processes_share_a_topic_by_partitions() {
-    let corpus = tempfile::tempdir().unwrap();
-    crate::crash::write_corpus(corpus.path());
-    let lines: Vec<String> =
-        std::fs::read_to_string(corpus.path().join("f0.txt")).unwrap().lines().map(str::to_string).collect();
+    let lines = corpus_lines(1);
     let (input, output) = (topic("shared-in", 4), topic("shared-out", 2));
     produce(&input, lines.clone());
     // `produce` deals line i to partition i % 4: the first process reads partitions 0 and 1.
@@ -286,14 +303,7 @@ fn two_processes_share_a_topic_by_partitions() {
             });
         }
     });
-    let contents = read_topic(broker(), &output).unwrap();
-    assert_eq!(contents.open, 0, "no transaction is left open");
-    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
-    for m in &contents.committed {
-        let text = String::from_utf8(m.value.clone().unwrap()).unwrap();
-        let (w, c) = text.split_once('\t').unwrap();
-        got.entry(w.to_string()).or_default().push(c.parse().unwrap());
-    }
+    let mut got = committed_word_counts(&output);
     assert_eq!(got.len(), expected.len(), "distinct words");
     for (w, mut want) in expected {
         let mut counts = got.remove(&w).unwrap_or_else(|| panic!("{w} missing"));
@@ -308,10 +318,7 @@ fn two_processes_share_a_topic_by_partitions() {
 /// back. The run is refused, naming it, and writes nothing; allowed, it completes.
 #[test]
 fn recovery_past_a_damaged_checkpoint_refuses_to_write_kafka_output_twice() {
-    let corpus = tempfile::tempdir().unwrap();
-    crate::crash::write_corpus(corpus.path());
-    let lines: Vec<String> =
-        std::fs::read_to_string(corpus.path().join("f0.txt")).unwrap().lines().map(str::to_string).collect();
+    let lines = corpus_lines(1);
     let (input, output) = (topic("damaged-in", 2), topic("damaged-out", 2));
     produce(&input, lines);
     let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
