@@ -1,0 +1,97 @@
+//! The Kafka connector against a running broker (`cargo bench --bench kafka -- HOST:PORT
+//! [MESSAGES]`): the source's read rate at parallelism 1 (against the broker's own fetch
+//! rate, the client reading the same partitions alone with no job around it), and the sink's
+//! write rate exactly once against at least once and none, alternating in one run so the
+//! ratios share the machine's load. Prints one table; `cat /proc/loadavg` beside it says how
+//! busy the machine was.
+
+use std::time::{Duration, Instant};
+
+use weir::checkpoint::CheckpointConfig;
+use weir::sink::DiscardSink;
+use weir::source::Generator;
+use weir::{Job, RunConfig};
+use weir_kafka::records::{batches, BatchWriter, Item};
+use weir_kafka::{Delivery, KafkaClient, KafkaRecord, KafkaSink, KafkaSource};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let Some(broker) = args.first().cloned() else {
+        eprintln!("usage: cargo bench --bench kafka -- HOST:PORT [MESSAGES]");
+        std::process::exit(2);
+    };
+    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let stamp = std::process::id();
+    let mut client = KafkaClient::connect(&broker).unwrap_or_else(|e| panic!("{e}"));
+    // The input: `n` 100-byte messages over 4 partitions.
+    let input = format!("bench-in-{stamp}");
+    client.create_topic(&input, 4).unwrap();
+    let value = [b'x'; 100];
+    for p in 0..4 {
+        let mut left = n / 4;
+        while left > 0 {
+            let mut b = BatchWriter::default();
+            for _ in 0..left.min(5_000) {
+                b.push(0, None, &value);
+            }
+            left -= b.len() as u64;
+            client.produce(None, &input, p, b.finish(None, false)).unwrap();
+        }
+    }
+    let messages = (n / 4) * 4;
+    println!("| what | messages/s | ratio |");
+    println!("|---|---|---|");
+    for round in 0..3 {
+        // The client alone: fetch every partition to its end, count the records.
+        let t = Instant::now();
+        let mut from: Vec<(i32, i64)> = (0..4).map(|p| (p, 0)).collect();
+        let mut read = 0u64;
+        while read < messages {
+            for f in client.fetch(&input, &from, 1, 4 << 20, true).unwrap() {
+                let mut last = None;
+                batches(&f.records, |item| {
+                    if let Item::Record(info, _) = item {
+                        read += 1;
+                        last = Some(info.last_offset);
+                    }
+                    Ok(true)
+                })
+                .unwrap();
+                if let (Some(l), Some(slot)) = (last, from.iter_mut().find(|(p, _)| *p == f.partition)) {
+                    slot.1 = l + 1;
+                }
+            }
+        }
+        let alone = messages as f64 / t.elapsed().as_secs_f64();
+        // The source in a job, into nothing.
+        let job = Job::new("kafka-read");
+        job.source(KafkaSource::new(&broker, &input, |m| m.value.map(<[u8]>::len)).subtasks())
+            .sink(|_| Ok(DiscardSink));
+        let t = Instant::now();
+        let report = job.execute(RunConfig::default().workers(1)).unwrap();
+        assert_eq!(report.source_records, messages);
+        let source = messages as f64 / t.elapsed().as_secs_f64();
+        println!("| round {round}: fetch alone | {alone:.0} | |");
+        println!("| round {round}: source | {source:.0} | {:.2} |", source / alone);
+        // The sink, three guarantees in turn, each into a topic of its own.
+        let mut rates = Vec::new();
+        for delivery in [Delivery::None, Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
+            let out = format!("bench-out-{stamp}-{round}-{delivery}");
+            client.create_topic(&out, 4).unwrap();
+            let chk = tempfile::tempdir().unwrap();
+            let job = Job::new(format!("kafka-write-{round}-{delivery}"))
+                .with_checkpointing(CheckpointConfig::new(chk.path()).interval(Duration::from_millis(200)));
+            job.generator(Generator::new(|i, _| i).count(messages)).sink(
+                KafkaSink::new(&broker, &out, move |i: &u64| KafkaRecord { key: Some(i.to_le_bytes().to_vec()), value: value.to_vec() })
+                    .delivery(delivery)
+                    .subtasks(),
+            );
+            let t = Instant::now();
+            job.execute(RunConfig::default().workers(1)).unwrap();
+            rates.push((delivery, messages as f64 / t.elapsed().as_secs_f64()));
+        }
+        for (d, r) in &rates {
+            println!("| round {round}: sink {d} | {r:.0} | {:.2} |", r / rates[0].1);
+        }
+    }
+}
