@@ -82,9 +82,12 @@ fn main() {
             let job = Job::new(format!("kafka-write-{round}-{delivery}"))
                 .with_checkpointing(CheckpointConfig::new(chk.path()).interval(Duration::from_millis(200)));
             job.generator(Generator::new(|i, _| i).count(messages)).sink(
-                KafkaSink::new(&broker, &out, move |i: &u64| KafkaRecord { key: Some(i.to_le_bytes().to_vec()), value: value.to_vec() })
-                    .delivery(delivery)
-                    .subtasks(),
+                KafkaSink::new(&broker, &out, move |i: &u64| KafkaRecord {
+                    key: Some(i.to_le_bytes().to_vec()),
+                    value: value.to_vec(),
+                })
+                .delivery(delivery)
+                .subtasks(),
             );
             let t = Instant::now();
             job.execute(RunConfig::default().workers(1)).unwrap();

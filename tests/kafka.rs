@@ -393,3 +393,50 @@ fn a_sink_fenced_by_a_newer_producer_stops_and_commits_nothing_more() {
     assert_eq!(values.len(), n, "nothing committed twice");
     assert_eq!(values, (0..n as u64).collect::<Vec<_>>(), "a prefix of the input, without gaps");
 }
+
+/// Per-partition watermarks with an idle partition: partition 1 stops at 90 ms while
+/// partition 0 goes on (a message every 10 ms of event time, more while the test waits).
+/// Following the topic, windows up to 900 ms fire once partition 1 has been idle for its
+/// timeout (its stall does not hold the watermark back), and every window's count is the
+/// messages in it: none was late.
+#[test]
+fn an_idle_partition_stops_holding_the_watermark_back() {
+    let t = topic("watermarks", 2);
+    let mut client = KafkaClient::connect(broker()).unwrap();
+    for (p, last) in [(0, 990), (1, 90)] {
+        let mut b = BatchWriter::default();
+        for ts in (0..=last).step_by(10) {
+            b.push(ts, None, format!("{ts}").as_bytes());
+        }
+        client.produce(None, &t, p, b.finish(None, false)).unwrap();
+    }
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let job = Job::new("watermarks");
+    let into = got.clone();
+    job.source(
+        KafkaSource::new(broker(), &t, |m| Some(m.timestamp as u64))
+            .follow(true)
+            .watermarks(Duration::ZERO, Duration::from_millis(300))
+            .subtasks(),
+    )
+    .key_by(|_: &u64| 0u64)
+    .window(weir::Window::tumbling(100), |ts: &u64| *ts)
+    .count()
+    .map(|(_, w, c): (u64, weir::WindowBounds, u64)| (w.start, c))
+    .sink(move |_| Ok(CollectSink::new(into.clone())));
+    let handle = job.start(RunConfig::default().workers(1)).unwrap();
+    // Partition 0 stays live: each look adds one message to it, after 990 ms.
+    let mut next = 1_000;
+    crate::common::wait_until("the window at 800 ms", || {
+        let mut b = BatchWriter::default();
+        b.push(next, None, b"more");
+        client.produce(None, &t, 0, b.finish(None, false)).unwrap();
+        next += 10;
+        got.lock().unwrap().iter().any(|&(s, _)| s == 800)
+    });
+    handle.stop();
+    let mut windows = got.lock().unwrap().clone();
+    windows.sort_unstable();
+    let want: Vec<(u64, u64)> = (0..9).map(|w| (w * 100, if w == 0 { 20 } else { 10 })).collect();
+    assert_eq!(&windows[..9], &want[..], "windows 0..900 ms, each complete");
+}

@@ -319,6 +319,8 @@ pub(crate) struct SourceTask<T> {
     offsets: Vec<(u64, Vec<u8>)>,
     /// Whether this subtask counts among the attempt's sources in backlog.
     in_backlog: bool,
+    /// The source's own watermark last emitted ([`Source::watermark`]).
+    watermark: Timestamp,
 }
 
 impl<T> SourceTask<T> {
@@ -344,6 +346,7 @@ impl<T> SourceTask<T> {
             phase: Phase::Running,
             offsets: Vec::new(),
             in_backlog: false,
+            watermark: Timestamp::MIN,
         }
     }
 
@@ -440,6 +443,13 @@ impl<T: Send> Task for SourceTask<T> {
         if !self.buf.is_empty() {
             self.emitted.add(self.buf.len() as u64);
             self.out.batch(&mut self.buf)?;
+        }
+        if status != SourcePoll::Finished {
+            // A source's own watermark (per-partition sources), after the records below it.
+            if let Some(w) = self.source.watermark().filter(|&w| w > self.watermark) {
+                self.watermark = w;
+                self.out.watermark(w)?;
+            }
         }
         let backlog = status != SourcePoll::Finished && self.source.backlog();
         if backlog != self.in_backlog {

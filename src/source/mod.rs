@@ -72,6 +72,15 @@ pub trait Source<T>: Send {
         false
     }
 
+    /// The source's own watermark, asked after every poll: everything it emits later has a
+    /// timestamp above it (a source that reads several partitions, each in
+    /// order, knows this better than an operator after it: Flink's per-partition
+    /// watermarks). `None` (the default) leaves watermarks to the stream
+    /// ([`crate::Stream::with_watermarks`]). The task emits it when it advances.
+    fn watermark(&self) -> Option<crate::record::Timestamp> {
+        None
+    }
+
     /// Moves to a position returned by [`Source::offset`].
     fn seek(&mut self, _offset: &[u8]) -> Result<()> {
         Err(crate::Error::config("this source cannot be replayed from a checkpoint"))

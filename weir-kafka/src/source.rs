@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use weir::source::{Source, SourcePoll};
 use weir::{Error, Result, TaskContext};
@@ -60,7 +61,16 @@ pub struct KafkaSource<T> {
     topic: String,
     partitions: Option<Vec<i32>>,
     follow: bool,
+    watermarks: Option<Watermarks>,
     decode: Decode<T>,
+}
+
+/// Per-partition watermarks: how far a partition's timestamps may run out of order, and how
+/// long a partition without new messages waits before it stops holding the watermark back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Watermarks {
+    out_of_order_ms: u64,
+    idle_after_ns: u64,
 }
 
 impl<T> std::fmt::Debug for KafkaSource<T> {
@@ -88,6 +98,7 @@ impl<T: Send + 'static> KafkaSource<T> {
             topic: topic.into(),
             partitions: None,
             follow: false,
+            watermarks: None,
             decode: Arc::new(decode),
         }
     }
@@ -108,6 +119,20 @@ impl<T: Send + 'static> KafkaSource<T> {
         self
     }
 
+    /// Emits watermarks from the messages' timestamps (milliseconds), per partition as
+    /// Flink's `KafkaSource` does: each subtask's watermark is the lowest over its partitions
+    /// of the newest timestamp handed on, less `out_of_order` (how late a message may come
+    /// within its partition). A partition with no new message for `idle_after` of
+    /// processing time stops holding it back until it has one again. Event time downstream
+    /// must then be the same milliseconds ([`KafkaMessage::timestamp`]).
+    pub fn watermarks(mut self, out_of_order: Duration, idle_after: Duration) -> Self {
+        self.watermarks = Some(Watermarks {
+            out_of_order_ms: out_of_order.as_millis() as u64,
+            idle_after_ns: idle_after.as_nanos().min(u128::from(u64::MAX)) as u64,
+        });
+        self
+    }
+
     /// The factory of the source's subtasks, for [`weir::Job::source`].
     pub fn subtasks(self) -> impl Fn(&TaskContext) -> Result<KafkaSubtask<T>> + Send + 'static {
         move |ctx| KafkaSubtask::start(&self, ctx)
@@ -124,6 +149,10 @@ struct Cursor {
     emitted: i64,
     /// Bounded: the offset it ends at.
     end: Option<i64>,
+    /// The newest timestamp handed on (per-partition watermarks).
+    newest: Option<i64>,
+    /// When a fetch last brought records of it (job clock, ns).
+    last_data_ns: u64,
 }
 
 impl Cursor {
@@ -151,6 +180,13 @@ pub struct KafkaSubtask<T> {
     aborting: HashMap<i32, HashSet<i64>>,
     last_empty_fetch: Option<u64>,
     last_discovery: u64,
+    /// The job clock at the last poll (ns).
+    now_ns: u64,
+    watermarks: Option<Watermarks>,
+    /// The watermark as of the last poll.
+    watermark: Option<u64>,
+    /// Buffered records with their timestamps (per-partition watermarks).
+    timestamps: VecDeque<i64>,
 }
 
 impl<T> std::fmt::Debug for KafkaSubtask<T> {
@@ -196,6 +232,10 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             aborting: HashMap::new(),
             last_empty_fetch: None,
             last_discovery: ctx.now_ns(),
+            now_ns: ctx.now_ns(),
+            watermarks: source.watermarks,
+            watermark: None,
+            timestamps: VecDeque::new(),
         };
         me.cursors = me.new_cursors(&mine)?;
         Ok(me)
@@ -207,12 +247,19 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             return Ok(Vec::new());
         }
         let bounds = self.client.bounds(&self.topic, partitions, true)?;
-        let follow = self.follow;
+        let (follow, now) = (self.follow, self.now_ns);
         Ok(partitions
             .iter()
             .map(|&p| {
                 let (start, end) = bounds[&p];
-                Cursor { partition: p, fetched: start, emitted: start, end: (!follow).then_some(end) }
+                Cursor {
+                    partition: p,
+                    fetched: start,
+                    emitted: start,
+                    end: (!follow).then_some(end),
+                    newest: None,
+                    last_data_ns: now,
+                }
             })
             .collect())
     }
@@ -263,6 +310,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             let mut last = None;
             let decode = &self.decode;
             let buffered = &mut self.buffered;
+            let timestamps = &mut self.timestamps;
             batches(&part.records, |item| {
                 match item {
                     Item::Marker(info, marker) => {
@@ -294,6 +342,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
                         };
                         if let Some(t) = decode(&m) {
                             buffered.push_back((ci, r.offset, t));
+                            timestamps.push_back(r.timestamp);
                         }
                     }
                     Item::Record(..) => {}
@@ -302,6 +351,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             })?;
             if let Some(last) = last {
                 let cursor = &mut self.cursors[ci];
+                cursor.last_data_ns = self.now_ns;
                 cursor.fetched = cursor.fetched.max(last + 1);
                 if let Some(e) = cursor.end {
                     cursor.fetched = cursor.fetched.min(e);
@@ -318,12 +368,22 @@ impl<T: Send + 'static> KafkaSubtask<T> {
 
     fn decode_offsets(bytes: &[u8]) -> Result<Vec<Cursor>> {
         let v: Vec<(i32, i64, Option<i64>)> = weir::persist::from_bytes(bytes)?;
-        Ok(v.into_iter().map(|(partition, at, end)| Cursor { partition, fetched: at, emitted: at, end }).collect())
+        Ok(v.into_iter()
+            .map(|(partition, at, end)| Cursor {
+                partition,
+                fetched: at,
+                emitted: at,
+                end,
+                newest: None,
+                last_data_ns: 0,
+            })
+            .collect())
     }
 }
 
-impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
-    fn poll(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
+impl<T: Send + 'static> KafkaSubtask<T> {
+    /// Hands on up to `max` buffered records, fetching when none are buffered.
+    fn take(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
         if self.buffered.is_empty() {
             // Everything fetched was handed on (or skipped: markers, aborted records).
             for c in &mut self.cursors {
@@ -349,10 +409,53 @@ impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
         }
         for _ in 0..max {
             let Some((ci, offset, t)) = self.buffered.pop_front() else { break };
-            self.cursors[ci].emitted = offset + 1;
+            let c = &mut self.cursors[ci];
+            c.emitted = offset + 1;
+            if let Some(ts) = self.timestamps.pop_front() {
+                c.newest = Some(c.newest.map_or(ts, |n| n.max(ts)));
+            }
             out.push(t);
         }
         Ok(SourcePoll::Emitted)
+    }
+
+    /// After a restore: nothing buffered, and every partition counts as live (not idle) until
+    /// it has gone `idle_after` without data from now.
+    fn restarted(&mut self) {
+        self.timestamps.clear();
+        for c in &mut self.cursors {
+            c.last_data_ns = self.now_ns;
+        }
+    }
+
+    /// Per-partition watermarks: the lowest newest timestamp over the partitions that are not
+    /// idle (or done), less the allowed disorder; held where such a partition has none yet.
+    fn advance_watermark(&mut self) {
+        let Some(w) = self.watermarks else { return };
+        let now = self.now_ns;
+        let live = self.cursors.iter().filter(|c| !c.done() && now.saturating_sub(c.last_data_ns) < w.idle_after_ns);
+        let mut lowest = None;
+        for c in live {
+            let Some(newest) = c.newest else { return };
+            lowest = Some(lowest.map_or(newest, |l: i64| l.min(newest)));
+        }
+        if let Some(l) = lowest {
+            let wm = (l.max(0) as u64).saturating_sub(w.out_of_order_ms);
+            self.watermark = Some(self.watermark.map_or(wm, |old| old.max(wm)));
+        }
+    }
+}
+
+impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
+    fn watermark(&self) -> Option<u64> {
+        self.watermark
+    }
+
+    fn poll(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
+        self.now_ns = ctx.now_ns();
+        let polled = self.take(ctx, out, max);
+        self.advance_watermark();
+        polled
     }
 
     fn offset(&self) -> Option<Vec<u8>> {
@@ -361,6 +464,7 @@ impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
 
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
         self.cursors = Self::decode_offsets(offset)?;
+        self.restarted();
         self.buffered.clear();
         self.aborted.clear();
         self.aborting.clear();
@@ -379,6 +483,7 @@ impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
         self.subtask = subtask;
         self.parallelism = parallelism;
         self.cursors = all.into_iter().filter(|c| mine.contains(&c.partition)).collect();
+        self.restarted();
         self.buffered.clear();
         self.aborted.clear();
         self.aborting.clear();
