@@ -3,9 +3,9 @@
 //! source of truth: nothing is committed to Kafka), read `read_committed` (an aborted
 //! transaction's records are dropped by the broker's list of aborted transactions), bounded
 //! (to the end offsets the topic had when the job first started, kept in the checkpoint, so a
-//! resumed run ends where the first would have) or following the topic, and rescaled: a
+//! resumed run ends where the first would have) or following the topic, rescaled (a
 //! savepoint restored at another parallelism hands each partition to the subtask that owns it
-//! now.
+//! now), with per-partition watermarks that an idle partition stops holding back.
 //!
 //! May touch: `client`, `records`.
 
@@ -379,9 +379,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             })
             .collect())
     }
-}
 
-impl<T: Send + 'static> KafkaSubtask<T> {
     /// Hands on up to `max` buffered records, fetching when none are buffered.
     fn take(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
         if self.buffered.is_empty() {
@@ -488,9 +486,5 @@ impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
         self.aborted.clear();
         self.aborting.clear();
         Ok(())
-    }
-
-    fn backlog(&self) -> bool {
-        false
     }
 }
