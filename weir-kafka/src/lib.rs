@@ -21,8 +21,9 @@
 //! ```
 //!
 //! The modules, in the order data flows: [`wire`] (one connection), [`client`] (the
-//! requests), [`records`] (the batch format), [`source`], [`sink`], [`committed`] (reading a
-//! topic as the protocol defines what is committed), [`url`] (`kafka://` addresses).
+//! requests), [`records`] (the batch format), [`source`], [`log`] (what the sink needs of
+//! Kafka, and an in-memory model of it), [`sink`], [`committed`] (reading a topic as the
+//! protocol defines what is committed), [`url`] (`kafka://` addresses).
 //!
 //! May touch: `weir` (the public API).
 
@@ -31,6 +32,7 @@
 pub mod client;
 pub mod committed;
 mod error;
+pub mod log;
 pub mod records;
 pub mod sink;
 pub mod source;

@@ -29,6 +29,7 @@ use weir::snapshot::{CheckpointNotice, ForkedState, PersistedFork};
 use weir::{Result, TaskContext};
 
 use crate::client::{KafkaClient, ProducerIdentity};
+use crate::log::TransactionLog;
 use crate::records::BatchWriter;
 
 /// What a [`KafkaSink`] guarantees about its output after failures.
@@ -64,6 +65,9 @@ pub struct KafkaRecord {
 
 type Encode<T> = Arc<dyn Fn(&T) -> KafkaRecord + Send + Sync>;
 
+/// Opens a connection to the log the sink writes (a Kafka cluster, or a model of one).
+type Connect = Arc<dyn Fn() -> Result<Box<dyn TransactionLog>> + Send + Sync>;
+
 /// How long the coordinator keeps a transaction open before aborting it. A job down longer
 /// than this between a checkpoint and its commit loses that checkpoint's output (recovery
 /// then fails, naming it): Flink's `transaction.timeout.ms` as the model, and the broker's
@@ -89,7 +93,9 @@ pub const BATCH_BYTES: usize = 256 << 10;
 /// );
 /// ```
 pub struct KafkaSink<T> {
+    /// Where it writes, for messages (`host:port`).
     bootstrap: String,
+    connect: Connect,
     topic: String,
     delivery: Delivery,
     prefix: Option<String>,
@@ -116,8 +122,24 @@ impl<T: Send + 'static> KafkaSink<T> {
         topic: impl Into<String>,
         encode: impl Fn(&T) -> KafkaRecord + Send + Sync + 'static,
     ) -> Self {
+        let bootstrap: String = bootstrap.into();
+        let address = bootstrap.clone();
+        let connect: Connect =
+            Arc::new(move || KafkaClient::connect(&address).map(|c| Box::new(c) as Box<dyn TransactionLog>));
+        KafkaSink::over(bootstrap, connect, topic, encode)
+    }
+
+    /// Writes to `topic` of the log `connect` opens (named `name` in messages): a model of
+    /// Kafka ([`crate::log::TransactionModel`]) in tests.
+    pub fn over(
+        name: impl Into<String>,
+        connect: Arc<dyn Fn() -> Result<Box<dyn TransactionLog>> + Send + Sync>,
+        topic: impl Into<String>,
+        encode: impl Fn(&T) -> KafkaRecord + Send + Sync + 'static,
+    ) -> Self {
         KafkaSink {
-            bootstrap: bootstrap.into(),
+            bootstrap: name.into(),
+            connect,
             topic: topic.into(),
             delivery: Delivery::ExactlyOnce,
             prefix: None,
@@ -173,8 +195,8 @@ type SinkState = (u64, Vec<Pending>);
 
 /// One subtask of a [`KafkaSink`].
 pub struct KafkaSinkSubtask<T> {
-    client: KafkaClient,
-    bootstrap: String,
+    client: Box<dyn TransactionLog>,
+    connect: Connect,
     topic: String,
     delivery: Delivery,
     prefix: String,
@@ -237,12 +259,12 @@ pub fn murmur2(data: &[u8]) -> i32 {
 
 impl<T: Send + 'static> KafkaSinkSubtask<T> {
     fn start(sink: &KafkaSink<T>, ctx: &TaskContext) -> Result<Self> {
-        let mut client = KafkaClient::connect(&sink.bootstrap)?;
+        let mut client = (sink.connect)()?;
         let partitions = client.partitions(&sink.topic)?.len() as i32;
         let prefix = sink.prefix.clone().unwrap_or_else(|| default_prefix(&ctx.job, &sink.topic));
         Ok(KafkaSinkSubtask {
             client,
-            bootstrap: sink.bootstrap.clone(),
+            connect: sink.connect.clone(),
             topic: sink.topic.clone(),
             delivery: sink.delivery,
             prefix,
@@ -464,9 +486,9 @@ impl<T: Send + 'static> Sink<T> for KafkaSinkSubtask<T> {
         if rest.is_empty() {
             return Ok(());
         }
-        let bootstrap = self.bootstrap.clone();
+        let connect = self.connect.clone();
         self.ctx.on_job_success(move || {
-            let mut client = KafkaClient::connect(&bootstrap)?;
+            let mut client = connect()?;
             for (_, txn, pid, epoch) in rest {
                 client.end_txn(&txn, ProducerIdentity { id: pid, epoch }, true)?;
             }
