@@ -16,9 +16,10 @@
 //! - `None`: records are written as they come, flushed at the end.
 //!
 //! Records are sent in batches per partition; a partition is chosen by the key's murmur2
-//! hash, Kafka's own default partitioner (a record without a key goes round-robin).
+//! hash, Kafka's own default partitioner (a record without a key goes round-robin). The sink
+//! writes through a [`TransactionLog`]: a Kafka cluster, or the in-memory model of one.
 //!
-//! May touch: `client`, `records`.
+//! May touch: `client`, `log`, `records`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
