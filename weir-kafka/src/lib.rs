@@ -20,7 +20,7 @@
 //! job.execute(RunConfig::default()).unwrap();
 //! ```
 //!
-//! The modules, in the order data flows: [`wire`] (one connection), [`client`] (the
+//! The modules, in the order data flows: `wire` (one connection), [`client`] (the
 //! requests), [`records`] (the batch format), [`source`], [`log`] (what the sink needs of
 //! Kafka, and an in-memory model of it), [`sink`], [`committed`] (reading a topic as the
 //! protocol defines what is committed), [`url`] (`kafka://` addresses).

@@ -41,7 +41,7 @@ pub struct BatchInfo {
     pub producer_id: i64,
     /// Whether it belongs to a transaction.
     pub transactional: bool,
-    /// Whether it is a control batch; then [`BatchInfo::marker`] says which.
+    /// Whether it is a control batch (a transaction marker: [`Item::Marker`] says which).
     pub control: bool,
 }
 
