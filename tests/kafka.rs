@@ -118,6 +118,28 @@ fn committed_word_counts(topic: &str) -> HashMap<String, Vec<u64>> {
     got
 }
 
+/// The running counts a word count emits for `lines`: each word's 1, 2, …, n.
+fn running_counts<'a>(lines: impl IntoIterator<Item = &'a String>) -> HashMap<String, Vec<u64>> {
+    let mut totals: HashMap<&str, u64> = HashMap::new();
+    for w in lines.into_iter().flat_map(|l| l.split_whitespace()) {
+        *totals.entry(w).or_default() += 1;
+    }
+    totals.into_iter().map(|(w, n)| (w.to_string(), (1..=n).collect())).collect()
+}
+
+/// A word count's output topic holds exactly `expected` (each word's counts, any order), each
+/// count committed once, and no transaction open.
+fn assert_committed_counts(topic: &str, expected: HashMap<String, Vec<u64>>) {
+    let mut got = committed_word_counts(topic);
+    assert_eq!(got.len(), expected.len(), "distinct words");
+    for (w, mut want) in expected {
+        let mut counts = got.remove(&w).unwrap_or_else(|| panic!("{w} missing"));
+        counts.sort_unstable();
+        want.sort_unstable();
+        assert!(counts == want, "counts of {w} are not its running counts, each once");
+    }
+}
+
 fn value_text(m: &weir_kafka::KafkaMessage<'_>) -> Option<String> {
     m.value.map(|v| String::from_utf8_lossy(v).into_owned())
 }
@@ -214,10 +236,7 @@ fn bad_addresses_and_missing_topics_are_named() {
 #[test]
 fn a_killed_kafka_word_count_resumes_and_commits_every_count_once() {
     let lines = corpus_lines(2);
-    let mut expected: HashMap<&str, u64> = HashMap::new();
-    for w in lines.iter().flat_map(|l| l.split_whitespace()) {
-        *expected.entry(w).or_default() += 1;
-    }
+    let expected = running_counts(&lines);
     let (input, output) = (topic("lines", 3), topic("counts", 2));
     produce(&input, lines.clone());
     let chk = tempfile::tempdir().unwrap();
@@ -225,13 +244,7 @@ fn a_killed_kafka_word_count_resumes_and_commits_every_count_once() {
     let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
     let resumed = crate::crash::run_with_kills(std::path::Path::new(&from), std::path::Path::new(&to), &chk, &[], 4);
     assert!(resumed >= 2, "only {resumed} runs resumed from a checkpoint");
-    let mut got = committed_word_counts(&output);
-    assert_eq!(got.len(), expected.len(), "distinct words");
-    for (w, &n) in &expected {
-        let mut counts = got.remove(*w).unwrap_or_else(|| panic!("{w} missing"));
-        counts.sort_unstable();
-        assert!(counts == (1..=n).collect::<Vec<_>>(), "counts of {w} are not 1..={n} exactly once");
-    }
+    assert_committed_counts(&output, expected);
 }
 
 /// The command's bad Kafka addresses: a malformed one shows the form, an unreachable broker
@@ -280,16 +293,9 @@ fn two_processes_share_a_topic_by_partitions() {
     // `produce` deals line i to partition i % 4: the first process reads partitions 0 and 1.
     let mut expected: HashMap<String, Vec<u64>> = HashMap::new();
     for half in [0, 1] {
-        let mut counts: HashMap<&str, u64> = HashMap::new();
-        for (i, line) in lines.iter().enumerate() {
-            if (i % 4) / 2 == half {
-                for w in line.split_whitespace() {
-                    *counts.entry(w).or_default() += 1;
-                }
-            }
-        }
-        for (w, n) in counts {
-            expected.entry(w.to_string()).or_default().extend(1..=n);
+        let mine = lines.iter().enumerate().filter(|(i, _)| (i % 4) / 2 == half).map(|(_, l)| l);
+        for (w, counts) in running_counts(mine) {
+            expected.entry(w).or_default().extend(counts);
         }
     }
     let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
@@ -303,14 +309,7 @@ fn two_processes_share_a_topic_by_partitions() {
             });
         }
     });
-    let mut got = committed_word_counts(&output);
-    assert_eq!(got.len(), expected.len(), "distinct words");
-    for (w, mut want) in expected {
-        let mut counts = got.remove(&w).unwrap_or_else(|| panic!("{w} missing"));
-        counts.sort_unstable();
-        want.sort_unstable();
-        assert!(counts == want, "counts of {w}: each process's 1..=n, once");
-    }
+    assert_committed_counts(&output, expected);
 }
 
 /// A word count into Kafka whose newest checkpoint is damaged: recovery would fall back to
@@ -498,10 +497,7 @@ fn the_sink_protocol_is_exactly_once_over_the_transaction_model() {
 #[test]
 fn a_crash_between_pre_commit_and_commit_loses_no_kafka_output() {
     let lines = corpus_lines(1);
-    let mut expected: HashMap<&str, u64> = HashMap::new();
-    for w in lines.iter().flat_map(|l| l.split_whitespace()) {
-        *expected.entry(w).or_default() += 1;
-    }
+    let expected = running_counts(&lines);
     let (input, output) = (topic("precommit-in", 2), topic("precommit-out", 2));
     produce(&input, lines.clone());
     let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
@@ -519,11 +515,5 @@ fn a_crash_between_pre_commit_and_commit_loses_no_kafka_output() {
     let second = wordcount(&[]);
     let text = format!("{}{}", String::from_utf8_lossy(&second.stdout), String::from_utf8_lossy(&second.stderr));
     assert!(second.status.success() && text.contains("restored from checkpoint 3"), "{text}");
-    let mut got = committed_word_counts(&output);
-    assert_eq!(got.len(), expected.len(), "distinct words");
-    for (w, &n) in &expected {
-        let mut counts = got.remove(*w).unwrap_or_else(|| panic!("{w} missing"));
-        counts.sort_unstable();
-        assert!(counts == (1..=n).collect::<Vec<_>>(), "counts of {w} are not 1..={n} exactly once");
-    }
+    assert_committed_counts(&output, expected);
 }

@@ -101,11 +101,6 @@ impl KafkaClient {
         })
     }
 
-    /// The bootstrap address.
-    pub fn bootstrap(&self) -> &str {
-        &self.bootstrap
-    }
-
     fn conn(&mut self, addr: &str) -> Result<&mut Connection> {
         if !self.conns.contains_key(addr) {
             let c = Connection::open(addr)?;

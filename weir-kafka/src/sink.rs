@@ -351,25 +351,25 @@ impl<T: Send + 'static> KafkaSinkSubtask<T> {
 
     /// Sends partition `p`'s batch.
     fn send(&mut self, p: i32) -> Result<()> {
-        let Some(mut batch) = self.batches.remove(&p) else { return Ok(()) };
-        if batch.is_empty() {
+        // The writer stays in the map: its buffer is reused by the partition's next batch.
+        if self.batches.get(&p).is_none_or(BatchWriter::is_empty) {
             return Ok(());
         }
         if self.delivery != Delivery::ExactlyOnce {
-            let bytes = batch.finish(None, false);
+            let bytes = self.batches.get_mut(&p).expect("checked above").finish(None, false);
             return self.client.produce(None, &self.topic, p, bytes);
         }
-        let topic = self.topic.clone();
         self.open()?;
         let txn = self.txn.as_mut().expect("opened above");
         if txn.partitions.insert(p) {
-            self.client.add_partitions(&txn.id, txn.producer, &topic, &[p])?;
+            self.client.add_partitions(&txn.id, txn.producer, &self.topic, &[p])?;
         }
+        let batch = self.batches.get_mut(&p).expect("checked above");
         let seq = txn.sequences.entry(p).or_insert(0);
+        let records = batch.len() as i32;
         let bytes = batch.finish(Some((txn.producer.id, txn.producer.epoch, *seq)), true);
-        *seq = seq.wrapping_add(batch_len(&bytes));
-        let id = txn.id.clone();
-        self.client.produce(Some(&id), &topic, p, bytes)
+        *seq = seq.wrapping_add(records);
+        self.client.produce(Some(&txn.id), &self.topic, p, bytes)
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -393,11 +393,6 @@ impl<T: Send + 'static> KafkaSinkSubtask<T> {
     fn state(&self) -> SinkState {
         (self.next_number, self.pending.clone())
     }
-}
-
-/// The number of records in an encoded batch (its last offset delta plus one).
-fn batch_len(batch: &[u8]) -> i32 {
-    i32::from_be_bytes(batch[23..27].try_into().expect("a batch header")) + 1
 }
 
 impl<T: Send + 'static> Sink<T> for KafkaSinkSubtask<T> {
@@ -500,7 +495,7 @@ impl<T: Send + 'static> Sink<T> for KafkaSinkSubtask<T> {
 }
 
 /// The transactional id prefix a sink uses by default for `job` writing `topic`.
-pub fn default_prefix(job: &str, topic: &str) -> String {
+fn default_prefix(job: &str, topic: &str) -> String {
     format!("weir-{job}-{topic}")
 }
 

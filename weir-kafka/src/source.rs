@@ -9,7 +9,7 @@
 //!
 //! May touch: `client`, `records`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -172,10 +172,10 @@ pub struct KafkaSubtask<T> {
     subtask: usize,
     parallelism: usize,
     cursors: Vec<Cursor>,
-    /// Fetched records not handed on yet: (cursor index, offset, record).
-    buffered: VecDeque<(usize, i64, T)>,
+    /// Fetched records not handed on yet: (cursor index, offset, timestamp, record).
+    buffered: VecDeque<(usize, i64, i64, T)>,
     /// Aborted transactions the broker listed, per partition: (first offset, producer id).
-    aborted: HashMap<i32, Vec<(i64, i64)>>,
+    aborted: HashMap<i32, BTreeSet<(i64, i64)>>,
     /// Per partition: producers whose current transaction was aborted.
     aborting: HashMap<i32, HashSet<i64>>,
     last_empty_fetch: Option<u64>,
@@ -185,8 +185,6 @@ pub struct KafkaSubtask<T> {
     watermarks: Option<Watermarks>,
     /// The watermark as of the last poll.
     watermark: Option<u64>,
-    /// Buffered records with their timestamps (per-partition watermarks).
-    timestamps: VecDeque<i64>,
 }
 
 impl<T> std::fmt::Debug for KafkaSubtask<T> {
@@ -235,7 +233,6 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             now_ns: ctx.now_ns(),
             watermarks: source.watermarks,
             watermark: None,
-            timestamps: VecDeque::new(),
         };
         me.cursors = me.new_cursors(&mine)?;
         Ok(me)
@@ -298,19 +295,13 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             }
             let Some(ci) = self.cursors.iter().position(|c| c.partition == part.partition) else { continue };
             let aborted = self.aborted.entry(part.partition).or_default();
-            for a in part.aborted {
-                if !aborted.iter().any(|&(o, p)| (p, o) == a) {
-                    aborted.push((a.1, a.0));
-                }
-            }
-            aborted.sort_unstable();
+            aborted.extend(part.aborted.iter().map(|&(producer, first)| (first, producer)));
             let aborting = self.aborting.entry(part.partition).or_default();
             let cursor = &mut self.cursors[ci];
             let (next, end) = (cursor.fetched, cursor.end);
             let mut last = None;
             let decode = &self.decode;
             let buffered = &mut self.buffered;
-            let timestamps = &mut self.timestamps;
             batches(&part.records, |item| {
                 match item {
                     Item::Marker(info, marker) => {
@@ -325,7 +316,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
                             // Transactions aborted that began by this batch: their producers'
                             // batches are dropped until the abort marker.
                             while aborted.first().is_some_and(|&(o, _)| o <= info.last_offset) {
-                                aborting.insert(aborted.remove(0).1);
+                                aborting.extend(aborted.pop_first().map(|(_, producer)| producer));
                             }
                             if aborting.contains(&info.producer_id) {
                                 return Ok(false);
@@ -341,8 +332,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
                             value: r.value,
                         };
                         if let Some(t) = decode(&m) {
-                            buffered.push_back((ci, r.offset, t));
-                            timestamps.push_back(r.timestamp);
+                            buffered.push_back((ci, r.offset, r.timestamp, t));
                         }
                     }
                     Item::Record(..) => {}
@@ -406,21 +396,21 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             self.last_empty_fetch = None;
         }
         for _ in 0..max {
-            let Some((ci, offset, t)) = self.buffered.pop_front() else { break };
+            let Some((ci, offset, ts, t)) = self.buffered.pop_front() else { break };
             let c = &mut self.cursors[ci];
             c.emitted = offset + 1;
-            if let Some(ts) = self.timestamps.pop_front() {
-                c.newest = Some(c.newest.map_or(ts, |n| n.max(ts)));
-            }
+            c.newest = Some(c.newest.map_or(ts, |n| n.max(ts)));
             out.push(t);
         }
         Ok(SourcePoll::Emitted)
     }
 
-    /// After a restore: nothing buffered, and every partition counts as live (not idle) until
-    /// it has gone `idle_after` without data from now.
+    /// After a restore: nothing buffered or known of aborted transactions, and every
+    /// partition counts as live (not idle) until it has gone `idle_after` without data from now.
     fn restarted(&mut self) {
-        self.timestamps.clear();
+        self.buffered.clear();
+        self.aborted.clear();
+        self.aborting.clear();
         for c in &mut self.cursors {
             c.last_data_ns = self.now_ns;
         }
@@ -463,9 +453,6 @@ impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
         self.cursors = Self::decode_offsets(offset)?;
         self.restarted();
-        self.buffered.clear();
-        self.aborted.clear();
-        self.aborting.clear();
         Ok(())
     }
 
@@ -482,9 +469,6 @@ impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
         self.parallelism = parallelism;
         self.cursors = all.into_iter().filter(|c| mine.contains(&c.partition)).collect();
         self.restarted();
-        self.buffered.clear();
-        self.aborted.clear();
-        self.aborting.clear();
         Ok(())
     }
 }
