@@ -17,6 +17,7 @@ mod jobs;
 mod kafka;
 mod keyed_state;
 mod latest_sink;
+mod object_store;
 mod persist_derive;
 mod pipelines;
 mod process;

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::storage::ObjectStore;
 use crate::error::{Error, Result};
 use crate::snapshot::FaultInjector;
 
@@ -94,8 +95,11 @@ impl RestartStrategy {
 /// ```
 #[derive(Clone, Debug)]
 pub struct CheckpointConfig {
-    /// Where checkpoints are written (`chk-<n>/` folders).
+    /// Where checkpoints are written (`chk-<n>/` folders); with an object store, this
+    /// process's working copy of it.
     pub dir: PathBuf,
+    /// The object store the checkpoint directory is kept in ([`CheckpointConfig::in_store`]).
+    pub store: Option<Arc<dyn ObjectStore>>,
     /// Time between checkpoint triggers.
     pub interval: Duration,
     /// Time between checkpoint triggers while a source reports it is catching up on a backlog
@@ -147,6 +151,7 @@ impl CheckpointConfig {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         CheckpointConfig {
             dir: dir.into(),
+            store: None,
             interval: Duration::from_secs(1),
             interval_during_backlog: None,
             mode: CheckpointMode::ExactlyOnce,
@@ -165,6 +170,24 @@ impl CheckpointConfig {
             faults: None,
         }
     }
+
+    /// Checkpoints kept in object store `store` (S3 and its kind: the `weir-object-store`
+    /// crate opens `s3://BUCKET/PREFIX`), so a process started anywhere resumes from them.
+    /// Checkpoints are written to a working folder of this process first (under the system's
+    /// temporary directory; [`CheckpointConfig::dir`] names it) and go up as they complete;
+    /// at start the store's checkpoints come down into it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use weir::checkpoint::{CheckpointConfig, InMemoryObjectStore};
+    /// let cfg = CheckpointConfig::in_store(Arc::new(InMemoryObjectStore::default()));
+    /// cfg.validate().unwrap();
+    /// ```
+    pub fn in_store(store: Arc<dyn ObjectStore>) -> Self {
+        let dir = working_folder(&store.location());
+        CheckpointConfig { store: Some(store), ..CheckpointConfig::new(dir) }
+    }
+
     /// Sets the interval.
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
@@ -282,6 +305,10 @@ impl CheckpointConfig {
     pub(crate) fn check_live_change(&self, new: &CheckpointConfig) -> Result<()> {
         let fixed = [
             ("the checkpoint directory", self.dir != new.dir),
+            (
+                "the checkpoint store",
+                self.store.as_ref().map(|s| s.location()) != new.store.as_ref().map(|s| s.location()),
+            ),
             ("the checkpoint mode", self.mode != new.mode),
             ("incremental", self.incremental != new.incremental),
             ("allow_retracting_output", self.allow_retracting_output != new.allow_retracting_output),
@@ -347,8 +374,34 @@ impl CheckpointConfig {
                 return Err(Error::config("the back-off multiplier must be a finite number of at least 1"));
             }
         }
-        check_writable(&self.dir)
+        check_writable(&self.dir)?;
+        match &self.store {
+            Some(store) => super::storage::CheckpointMirror::new(store.clone()).probe(),
+            None => Ok(()),
+        }
     }
+}
+
+/// A working folder of this process for checkpoints kept in the store at `location`:
+/// `<tmp>/weir-checkpoints/<pid>-<n>-<location>`. Those of processes no longer running are
+/// removed (a process killed leaves its own).
+fn working_folder(location: &str) -> PathBuf {
+    static FOLDERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let root = std::env::temp_dir().join("weir-checkpoints");
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let pid = name.to_str().and_then(|n| n.split('-').next()).and_then(|p| p.parse::<u32>().ok());
+            let gone =
+                pid.is_some_and(|p| Path::new("/proc/self").exists() && !Path::new(&format!("/proc/{p}")).exists());
+            if gone {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let safe: String = location.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+    let n = FOLDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    root.join(format!("{}-{n}-{safe}", std::process::id()))
 }
 
 fn check_writable(dir: &Path) -> Result<()> {

@@ -778,6 +778,9 @@ impl CoordinatorCore {
             .storage
             .verify_including(id, &unverified)
             .map_err(|e| Error::Checkpoint(format!("its files did not verify when read back: {e}")))?;
+        // Then into the object store, if the directory is kept in one: a checkpoint a process
+        // elsewhere could not resume from must not be one transactions are committed under.
+        self.s.storage.publish(&metadata, &unverified)?;
         if let Some((_, req)) = self.unanswered.take_if(|(i, _)| *i == id) {
             self.stopped |= req.stop;
             let _ = req

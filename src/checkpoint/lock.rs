@@ -8,7 +8,9 @@
 //! deleted and re-created by another process, a network file system that does not honour
 //! `flock`): so before every checkpoint completion and every sink commit the owner reads the
 //! lock file back and goes on only while it still names this process and generation; the
-//! generation is also written into each checkpoint's `_metadata`.
+//! generation is also written into each checkpoint's `_metadata`. A directory kept in an
+//! object store is fenced there as well: the generation is claimed in the store, and the
+//! check fails once a newer claim exists (`storage::remote`).
 //!
 //! A `flock` belongs to an open file, and a child process this one is starting holds a copy
 //! of every open file until it has started its program (even with close-on-exec): closing the
@@ -22,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::storage::{encode_file, read_file, CheckpointStorage, FileIdentity, FileKind};
+use super::storage::{encode_file, read_file, CheckpointMirror, CheckpointStorage, FileIdentity, FileKind};
 use crate::error::{Error, Result};
 
 /// The lock file's name in a checkpoint directory.
@@ -44,6 +46,8 @@ pub struct DirectoryLock {
     /// Holds the `flock`, released when the lock is dropped.
     file: File,
     record: LockRecord,
+    /// The object store the directory is kept in, whose claims fence this process too.
+    mirror: Option<CheckpointMirror>,
 }
 
 fn read_record(path: &Path) -> Result<LockRecord> {
@@ -90,6 +94,7 @@ impl DirectoryLock {
             path: path.clone(),
             file,
             record: LockRecord { pid: std::process::id(), generation: 0, job: job.to_string() },
+            mirror: None,
         };
         let file = &lock.file;
         let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
@@ -119,6 +124,13 @@ impl DirectoryLock {
             .unwrap_or(0);
         let last = previous.and_then(|r| r.ok()).map_or(0, |r| r.generation);
         lock.record.generation = newest.max(last) + 1;
+        if let Some(m) = storage.mirror() {
+            // The store's claims fence processes on other machines, which this lock cannot see.
+            lock.record.generation = lock.record.generation.max(m.next_generation()?);
+            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+            m.claim(lock.record.generation, &format!("process {pid} on {} (job '{job}')", host.trim()))?;
+            lock.mirror = Some(m.clone());
+        }
         let json = serde_json::to_vec(&lock.record).map_err(|e| Error::Corrupt(e.to_string()))?;
         let bytes = encode_file(&FileIdentity::new(FileKind::Lock, storage.fingerprint(), 0, None), &json);
         (|| {
@@ -150,7 +162,10 @@ impl DirectoryLock {
             )))
         };
         match read_record(&self.path) {
-            Ok(r) if r == self.record => Ok(()),
+            Ok(r) if r == self.record => match &self.mirror {
+                Some(m) => m.check(self.record.generation),
+                None => Ok(()),
+            },
             Ok(r) => lost(format!(
                 "process {} (job '{}', generation {}) took over the directory",
                 r.pid, r.job, r.generation

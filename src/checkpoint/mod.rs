@@ -22,9 +22,9 @@ pub(crate) mod task;
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_RETAINED};
 pub use lock::{DirectoryLock, LOCK_FILE};
 pub use storage::{
-    load_dir, read_finished, read_metadata, ChannelAlignment, CheckpointMetadata, CheckpointStats, CheckpointStorage,
-    FinishedJob, LoadedCheckpoint, PartReuse, RecoveryPoint, SharedFile, SinkOutput, TaskFile, FINISHED_MARKER,
-    FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
+    load_dir, read_finished, read_metadata, ChannelAlignment, CheckpointMetadata, CheckpointMirror, CheckpointStats,
+    CheckpointStorage, FinishedJob, InMemoryObjectStore, LoadedCheckpoint, ObjectStore, PartReuse, RecoveryPoint,
+    SharedFile, SinkOutput, TaskFile, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
 };
 
 // The file format and the task side of a snapshot's writing: reachable for weir's benches,

@@ -108,7 +108,7 @@ pub(crate) fn recover_directory(
             )
         }));
     }
-    let storage = Arc::new(CheckpointStorage::for_job(&cfg.dir, fingerprint));
+    let storage = Arc::new(CheckpointStorage::of_config(cfg, fingerprint));
     // No checkpoint is being written now: shared pages of checkpoints that never completed
     // (a crash, an earlier attempt) can go.
     storage.remove_unreferenced_shared();

@@ -571,7 +571,10 @@ impl Supervised {
                 fingerprint: graph.fingerprint(),
                 description: graph.description.clone(),
             };
-            if let Err(e) = write_finished(&cfg.dir, &finished) {
+            let stored = cfg.store.clone().map(crate::checkpoint::CheckpointMirror::new);
+            if let Err(e) = write_finished(&cfg.dir, &finished)
+                .and_then(|_| stored.map_or(Ok(()), |m| m.publish_finished(&cfg.dir)))
+            {
                 return Some(Err(e));
             }
         }
@@ -845,7 +848,16 @@ impl Job {
         let mut notes = Vec::new();
         let lock = match &checkpointing {
             Some(cfg) => {
-                let storage = CheckpointStorage::for_job(&cfg.dir, &fingerprint);
+                let storage = CheckpointStorage::of_config(cfg, &fingerprint);
+                if let Some(m) = storage.mirror() {
+                    let ids = m.download_into(&cfg.dir)?;
+                    notes.push(format!(
+                        "checkpoint store {}: {} complete checkpoint(s) brought down into {}",
+                        m.location(),
+                        ids.len(),
+                        cfg.dir.display()
+                    ));
+                }
                 let (lock, note) = DirectoryLock::acquire(&storage, &self.name())?;
                 notes.extend(note);
                 Some(Arc::new(lock))

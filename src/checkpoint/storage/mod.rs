@@ -20,14 +20,16 @@
 //!
 //! The files by concept: [`format`] (the checksummed file format and atomic publication),
 //! [`metadata`] (`_metadata` and the statistics), [`task_file`] (what a task file holds),
-//! [`finished`] (the completion marker); this file is the directory's lifecycle (writing,
-//! finding, loading, retiring and discarding checkpoints).
+//! [`finished`] (the completion marker), [`remote`] (the directory kept in an object store as
+//! well); this file is the directory's lifecycle (writing, finding, loading, retiring and
+//! discarding checkpoints).
 //!
 //! May touch: `error`, `persist`, `snapshot`, `metrics`.
 
 mod finished;
 mod format;
 mod metadata;
+mod remote;
 mod task_file;
 #[cfg(test)]
 mod tests;
@@ -35,6 +37,7 @@ mod tests;
 pub use finished::{read_finished, write_finished, FinishedJob, FINISHED_MARKER};
 pub use format::*;
 pub use metadata::*;
+pub use remote::{CheckpointMirror, InMemoryObjectStore, ObjectStore};
 pub use task_file::*;
 
 use std::collections::HashSet;
@@ -55,6 +58,8 @@ pub const SHARED_DIR: &str = "shared";
 pub struct CheckpointStorage {
     dir: PathBuf,
     fingerprint: String,
+    /// The object store the directory is kept in as well, if any.
+    mirror: Option<CheckpointMirror>,
 }
 
 /// A checkpoint read back and verified.
@@ -79,13 +84,25 @@ pub struct RecoveryPoint {
 impl CheckpointStorage {
     /// Storage under `dir`, for reading (files it writes name no job).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        CheckpointStorage { dir: dir.into(), fingerprint: String::new() }
+        CheckpointStorage { dir: dir.into(), fingerprint: String::new(), mirror: None }
     }
 
     /// Storage under `dir` for the job with graph fingerprint `fingerprint`: every file it
     /// writes names that job.
     pub fn for_job(dir: impl Into<PathBuf>, fingerprint: &str) -> Self {
-        CheckpointStorage { dir: dir.into(), fingerprint: header_fingerprint(fingerprint) }
+        CheckpointStorage { dir: dir.into(), fingerprint: header_fingerprint(fingerprint), mirror: None }
+    }
+
+    /// The storage of `config`'s directory for the job with graph fingerprint `fingerprint`,
+    /// kept in `config`'s object store as well when it has one.
+    pub fn of_config(config: &crate::checkpoint::CheckpointConfig, fingerprint: &str) -> Self {
+        let mirror = config.store.clone().map(CheckpointMirror::new);
+        CheckpointStorage { mirror, ..Self::for_job(&config.dir, fingerprint) }
+    }
+
+    /// The object store the directory is kept in as well, if any.
+    pub fn mirror(&self) -> Option<&CheckpointMirror> {
+        self.mirror.as_ref()
     }
 
     /// The root folder.
@@ -148,6 +165,16 @@ impl CheckpointStorage {
     /// Makes checkpoint `metadata.checkpoint` exist: writes `_metadata` atomically.
     pub fn commit(&self, metadata: &CheckpointMetadata) -> Result<()> {
         write_metadata(&self.checkpoint_dir(metadata.checkpoint), metadata)
+    }
+
+    /// Puts committed and verified checkpoint `metadata.checkpoint` into the object store, if
+    /// the directory is kept in one (see [`CheckpointMirror::publish`]); until then it exists
+    /// here only.
+    pub fn publish(&self, metadata: &CheckpointMetadata, also: &HashSet<String>) -> Result<()> {
+        match &self.mirror {
+            Some(m) => m.publish(&self.dir, metadata, also),
+            None => Ok(()),
+        }
     }
 
     /// What the process dying in the middle of writing file `file` (of `bytes` bytes) of
@@ -386,30 +413,41 @@ impl CheckpointStorage {
     pub fn retain(&self, completed: &mut Vec<u64>, keep: usize, in_use: &HashSet<String>) -> Vec<String> {
         completed.sort_unstable();
         let mut candidates = HashSet::new();
+        let mut retired = Vec::new();
         while completed.len() > keep {
             let old = completed.remove(0);
+            retired.push(old);
             if let Ok(m) = self.metadata(old) {
                 candidates.extend(m.shared.into_iter().map(|s| s.file));
             }
             // Its own shared files may be needed by newer checkpoints: only the folder goes.
             let _ = std::fs::remove_dir_all(self.checkpoint_dir(old));
         }
+        let deleted = self.unneeded_shared(candidates, completed, in_use);
+        for f in &deleted {
+            let _ = std::fs::remove_file(self.dir.join(f));
+        }
+        if let Some(m) = &self.mirror {
+            m.retire(&retired, &deleted);
+        }
+        deleted
+    }
+
+    /// Which of `candidates` neither a checkpoint in `completed` nor `in_use` names, sorted:
+    /// none when what a retained checkpoint needs is unknown.
+    fn unneeded_shared(&self, candidates: HashSet<String>, completed: &[u64], in_use: &HashSet<String>) -> Vec<String> {
         if candidates.is_empty() {
             return Vec::new();
         }
         let mut needed = in_use.clone();
-        for &id in completed.iter() {
+        for &id in completed {
             match self.metadata(id) {
                 Ok(m) => needed.extend(m.shared.into_iter().map(|s| s.file)),
-                // What a retained checkpoint needs is unknown: delete nothing.
                 Err(_) => return Vec::new(),
             }
         }
         let mut deleted: Vec<String> = candidates.into_iter().filter(|f| !needed.contains(f)).collect();
         deleted.sort();
-        for f in &deleted {
-            let _ = std::fs::remove_file(self.dir.join(f));
-        }
         deleted
     }
 
@@ -437,6 +475,9 @@ impl CheckpointStorage {
             }
         }
         deleted.sort();
+        if let Some(m) = &self.mirror {
+            m.retire(&[], &deleted);
+        }
         deleted
     }
 }
