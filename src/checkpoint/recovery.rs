@@ -89,18 +89,20 @@ pub(crate) fn recover_directory(
     notes: &mut Vec<String>,
 ) -> Result<Recovered> {
     let fingerprint = job.fingerprint;
+    // Kept in an object store, the directory is the store (the folder is a working copy).
+    let shown = cfg.store.as_ref().map_or_else(|| cfg.dir.display().to_string(), |s| s.location());
     if let Some(finished) = read_finished(&cfg.dir)? {
         let marker = cfg.dir.join(FINISHED_MARKER);
         return Err(Error::config(if finished.fingerprint == fingerprint {
             format!(
                 "the job that used checkpoint directory {} already completed ({} exists); remove the directory to run it again",
-                cfg.dir.display(),
-                marker.display()
+                shown,
+                if cfg.store.is_some() { FINISHED_MARKER.to_string() } else { marker.display().to_string() }
             )
         } else {
             format!(
                 "checkpoint directory {} belongs to another job, which completed ('{}', graph fingerprint {}; this job is '{}', {}); choose another directory",
-                cfg.dir.display(),
+                shown,
                 finished.job,
                 finished.fingerprint,
                 job.name,
@@ -122,7 +124,7 @@ pub(crate) fn recover_directory(
         return Err(Error::config(format!(
             "checkpoint directory {} holds checkpoint {id} in format version {version}, and this weir reads \
              version {FORMAT_VERSION}: resume with the weir that wrote it, or remove the directory to start afresh",
-            cfg.dir.display(),
+            shown,
         )));
     }
     let found = storage.latest_valid_with(&|id| {
@@ -144,7 +146,7 @@ pub(crate) fn recover_directory(
         if c.metadata.fingerprint != fingerprint {
             return Err(Error::config(format!(
                 "checkpoint directory {} holds checkpoints of another job ('{}', graph fingerprint {}; this job is '{}', {})",
-                cfg.dir.display(),
+                shown,
                 c.metadata.job,
                 c.metadata.fingerprint,
                 job.name,

@@ -176,8 +176,11 @@ pub(crate) struct CheckpointsArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct CheckpointArgs {
-    /// Take checkpoints into this directory (checkpointing is off without it). A directory
-    /// with checkpoints of the same job resumes from the newest valid one.
+    /// Take checkpoints into this directory (checkpointing is off without it): a folder,
+    /// file:///FOLDER, or s3://BUCKET/PREFIX (endpoint and credentials from the standard AWS
+    /// environment variables: AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY). A directory with checkpoints of the same job resumes from the
+    /// newest valid one, wherever the process runs.
     #[arg(long)]
     pub(crate) checkpoint_dir: Option<PathBuf>,
     /// Milliseconds between checkpoints.
@@ -262,6 +265,17 @@ pub(crate) struct CheckpointArgs {
 }
 
 impl CheckpointArgs {
+    /// The local folder of --checkpoint-dir (`file://` taken off); `None` without one, or
+    /// when it is in an object store (`s3://`).
+    pub(crate) fn local_dir(&self) -> Option<PathBuf> {
+        let dir = self.checkpoint_dir.as_ref()?;
+        match dir.to_str() {
+            Some(s) if weir_object_store::S3Url::is_s3(s) => None,
+            Some(s) if s.starts_with("file://") => Some(PathBuf::from(&s["file://".len()..])),
+            _ => Some(dir.clone()),
+        }
+    }
+
     /// The failure points the hidden test flags ask for.
     #[cfg(feature = "testing")]
     pub(super) fn with_faults(&self, mut c: CheckpointConfig) -> CheckpointConfig {
@@ -316,8 +330,12 @@ impl CheckpointArgs {
             }
             return Ok(None);
         };
+        let c = match self.local_dir() {
+            Some(local) => CheckpointConfig::new(local),
+            None => CheckpointConfig::in_store(weir_object_store::open(&dir.to_string_lossy())?),
+        };
         #[allow(unused_mut)]
-        let mut c = CheckpointConfig::new(dir)
+        let mut c = c
             .unaligned(self.unaligned)
             .incremental(self.incremental)
             .allow_retracting_output(self.allow_retracting_output);

@@ -69,7 +69,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         .map_err(|e| Error::io("cannot resolve the output folder", &args.output, e))?;
     let description = format!("word count of {from} into {}", output.display());
     for (flag, other) in [
-        ("--checkpoint-dir", args.checkpoints.checkpoint_dir.as_ref()),
+        ("--checkpoint-dir", args.checkpoints.local_dir().as_ref()),
         ("--savepoint-dir", args.checkpoints.savepoint_dir.as_ref()),
     ] {
         let Some(other) = other else { continue };
@@ -86,8 +86,11 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     // A rerun with the same checkpoint directory resumes into the same output (the
     // two-phase-commit sink keeps what was committed and discards the rest), and so does a
     // restore (the plain file sink cuts each file back to its length at the savepoint).
-    let resuming =
-        args.checkpoints.restore.is_some() || args.checkpoints.checkpoint_dir.as_ref().is_some_and(|d| d.exists());
+    // (Checkpoints in an object store may hold this job's: the sink finds out as it starts.)
+    let in_store = args.checkpoints.checkpoint_dir.is_some() && args.checkpoints.local_dir().is_none();
+    let resuming = args.checkpoints.restore.is_some()
+        || in_store
+        || args.checkpoints.local_dir().as_ref().is_some_and(|d| d.exists());
     if let Ok(mut entries) = std::fs::read_dir(&args.output) {
         if entries.next().is_some() && !resuming {
             return Err(Error::config(format!(
@@ -122,7 +125,7 @@ fn run_job(
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);
     }
-    if let Some(dir) = &args.checkpoints.checkpoint_dir {
+    if let Some(dir) = &args.checkpoints.local_dir() {
         // A finished job is not run again; another job's finished directory is not reused.
         if let Some(finished) = weir::checkpoint::read_finished(dir)? {
             if finished.fingerprint != job.fingerprint() || finished.description != description {
