@@ -125,8 +125,9 @@ impl CheckpointMirror {
     }
 
     fn failed(&self, what: &str, key: &str, e: std::io::Error) -> Error {
+        let key = if key.is_empty() { "the objects" } else { key };
         Error::Io {
-            context: format!("cannot {what} {}/{key}", self.location().trim_end_matches('/')),
+            context: format!("cannot {what} {key} in checkpoint store {}", self.location()),
             path: None,
             source: e,
         }
