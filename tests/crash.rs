@@ -43,7 +43,7 @@ fn wordcount(input: &Path, out: &Path, chk: &Path, extra: &[&str]) -> Command {
     common::wordcount(input, out, chk, &args)
 }
 
-fn check_exactly_once(expected: &HashMap<String, u64>, out: &Path, what: &str) {
+pub(crate) fn check_exactly_once(expected: &HashMap<String, u64>, out: &Path, what: &str) {
     let mut got = committed_counts(out);
     assert_eq!(got.len(), expected.len(), "{what}: distinct words");
     for (w, &n) in expected {
@@ -63,6 +63,13 @@ fn check_nothing_missing(expected: &HashMap<String, u64>, out: &Path, what: &str
 
 /// Ids of the completed checkpoints in `chk`, ascending.
 pub(crate) fn complete_checkpoints(chk: &Path) -> Vec<u64> {
+    if let Some(url) = chk.to_str().filter(|c| c.starts_with("s3://")) {
+        let keys = common::s3::store(url).list("chk-").unwrap();
+        let mut ids: Vec<u64> =
+            keys.iter().filter_map(|k| k.strip_suffix("/_metadata")?.strip_prefix("chk-")?.parse().ok()).collect();
+        ids.sort_unstable();
+        return ids;
+    }
     let storage = CheckpointStorage::new(chk);
     storage.list().into_iter().filter(|&id| storage.is_complete(id)).collect()
 }
@@ -109,7 +116,10 @@ pub(crate) fn run_with_kills(input: &Path, out: &Path, chk: &Path, extra: &[&str
             }
         }
     }
-    assert!(chk.join("_finished").exists());
+    match chk.to_str().filter(|c| c.starts_with("s3://")) {
+        Some(url) => assert!(!common::s3::store(url).list("_finished").unwrap().is_empty(), "{url}: no _finished"),
+        None => assert!(chk.join("_finished").exists()),
+    }
     let rerun = wordcount(input, out, chk, extra).output().unwrap();
     assert!(rerun.status.success());
     assert!(String::from_utf8_lossy(&rerun.stdout).contains("already complete"), "a rerun says the job is complete");

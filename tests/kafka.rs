@@ -282,7 +282,7 @@ fn the_command_names_bad_kafka_addresses() {
 }
 
 /// Two `weir` processes share a four-partition topic (partitions 0,1 and 2,3), each with its
-/// own checkpoint directory, writing one output topic; one is killed twice and resumes. Each
+/// own checkpoint prefix in S3, writing one output topic; one is killed twice and resumes. Each
 /// counts the words of its own partitions (no shuffle between processes), exactly once, and
 /// neither fences the other's transactions.
 #[test]
@@ -299,13 +299,16 @@ fn two_processes_share_a_topic_by_partitions() {
         }
     }
     let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    // Each process's checkpoints in a prefix of its own in S3 (moto): the killed one resumes
+    // as a new process with a new working folder, from the store alone.
+    let prefixes = [crate::common::s3::checkpoint_url("shared"), crate::common::s3::checkpoint_url("shared")];
     std::thread::scope(|s| {
         for (i, (parts, kills)) in [("0,1", 2), ("2,3", 0)].into_iter().enumerate() {
-            let (from, to, chk) = (&from, &to, dirs[i].path().join("chk"));
+            let (from, to, chk) = (&from, &to, std::path::Path::new(&prefixes[i]));
             s.spawn(move || {
                 let (from, to) = (std::path::Path::new(from), std::path::Path::new(to));
-                crate::crash::run_with_kills(from, to, &chk, &["--partitions", parts], kills);
+                let resumed = crate::crash::run_with_kills(from, to, chk, &["--partitions", parts], kills);
+                assert!(kills == 0 || resumed >= 1, "the killed process never resumed from {}", chk.display());
             });
         }
     });

@@ -133,3 +133,46 @@ fn a_second_process_on_the_same_store_fences_the_first() {
     second.wait().unwrap();
     assert_eq!(committed(out.path()), committed(expected_out.path()), "the output is the second process's, once");
 }
+
+/// `weir wordcount` with `--checkpoint-dir s3://…` on a real S3 server (moto), SIGKILLed as
+/// its checkpoints complete: every run after a kill is a new process with a new working
+/// folder, so each resumes from the store alone (incremental checkpoints too: their shared
+/// files come down with them). Every count is committed exactly once.
+#[test]
+fn a_killed_word_count_resumes_from_s3_every_time() {
+    let input = tempfile::tempdir().unwrap();
+    let expected = crate::crash::write_corpus(input.path());
+    for (what, extra) in [("full", &[][..]), ("incremental", &["--incremental"][..])] {
+        let out = tempfile::tempdir().unwrap();
+        let chk = common::s3::checkpoint_url("wordcount");
+        let resumed = crate::crash::run_with_kills(input.path(), out.path(), Path::new(&chk), extra, 3);
+        assert!(resumed >= 2, "{what}: only {resumed} runs resumed from a checkpoint in {chk}");
+        crate::crash::check_exactly_once(&expected, out.path(), what);
+        let left = common::s3::store(&chk).list("chk-").unwrap();
+        let complete = left.iter().filter(|k| k.ends_with("/_metadata")).count();
+        assert!(complete <= weir::checkpoint::DEFAULT_RETAINED, "{what}: retention left {left:?}");
+    }
+}
+
+/// Bad S3 addresses and stores: named at once, non-zero exit, no panic, nothing written.
+#[test]
+fn bad_s3_addresses_and_stores_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a b\n").unwrap();
+    let run = |chk: &str, env: &[(&str, &str)]| {
+        let out = dir.path().join(format!("out-{}", chk.len() + env.len()));
+        let o = common::wordcount(&input, &out, Path::new(chk), &[]).envs(env.iter().copied()).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(!o.status.success() && !text.contains("panicked"), "{chk}: {text}");
+        text
+    };
+    let text = run("s3://X/p", &[]);
+    assert!(text.contains("'s3://X/p' is not an S3 address") && text.contains("s3://BUCKET/PREFIX"), "{text}");
+    let missing = common::s3::checkpoint_url("missing").replace("missing-", "absent-");
+    let text = run(&missing, &[]);
+    assert!(text.contains("NoSuchBucket") && text.contains(&missing[..missing.len() - 4]), "{text}");
+    // Port 1: nothing listens there.
+    let text = run(&common::s3::checkpoint_url("unreachable"), &[("AWS_ENDPOINT_URL", "http://127.0.0.1:1")]);
+    assert!(text.contains("http://127.0.0.1:1") && text.contains("cannot list"), "{text}");
+}

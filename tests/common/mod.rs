@@ -11,6 +11,8 @@ use weir::sink::CommittedOutput;
 use weir::source::Generator;
 use weir::JobHandle;
 
+pub mod s3;
+
 /// `weir wordcount` on 2 workers with checkpoints into `chk`, with `args` (settings, then
 /// anything else), its output captured.
 pub fn wordcount(input: &Path, out: &Path, chk: &Path, args: &[&str]) -> Command {
@@ -26,6 +28,9 @@ pub fn wordcount(input: &Path, out: &Path, chk: &Path, args: &[&str]) -> Command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if chk.to_string_lossy().starts_with("s3://") {
+        c.envs(s3::env());
+    }
     c
 }
 

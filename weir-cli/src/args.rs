@@ -265,6 +265,25 @@ pub(crate) struct CheckpointArgs {
 }
 
 impl CheckpointArgs {
+    /// The completion marker of --checkpoint-dir, if a job finished there (read from the
+    /// store, for one in an object store).
+    pub(crate) fn finished(&self) -> weir::Result<Option<weir::checkpoint::FinishedJob>> {
+        let Some(dir) = &self.checkpoint_dir else { return Ok(None) };
+        if let Some(local) = self.local_dir() {
+            return weir::checkpoint::read_finished(&local);
+        }
+        let store = weir_object_store::open(&dir.to_string_lossy())?;
+        let scratch = std::env::temp_dir().join(format!("weir-finished-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch).map_err(|e| Error::io("cannot create a temporary folder", &scratch, e))?;
+        let marker = scratch.join(weir::checkpoint::FINISHED_MARKER);
+        let found = store
+            .download(weir::checkpoint::FINISHED_MARKER, &marker)
+            .map_err(|e| Error::Io { context: format!("cannot read {}", store.location()), path: None, source: e })
+            .and_then(|there| if there { weir::checkpoint::read_finished(&scratch) } else { Ok(None) });
+        let _ = std::fs::remove_dir_all(&scratch);
+        found
+    }
+
     /// The local folder of --checkpoint-dir (`file://` taken off); `None` without one, or
     /// when it is in an object store (`s3://`).
     pub(crate) fn local_dir(&self) -> Option<PathBuf> {

@@ -125,9 +125,9 @@ fn run_job(
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);
     }
-    if let Some(dir) = &args.checkpoints.local_dir() {
+    if let Some(dir) = &args.checkpoints.checkpoint_dir {
         // A finished job is not run again; another job's finished directory is not reused.
-        if let Some(finished) = weir::checkpoint::read_finished(dir)? {
+        if let Some(finished) = args.checkpoints.finished()? {
             if finished.fingerprint != job.fingerprint() || finished.description != description {
                 return Err(Error::config(format!(
                     "checkpoint directory {} holds another job, which completed: '{}' ({}, graph fingerprint {}); this \

@@ -81,23 +81,40 @@ pub struct S3Store {
 /// `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, ...). Nothing is sent yet: the
 /// checkpoint configuration checks the store when the job starts.
 pub fn open(url: &str) -> Result<Arc<dyn weir::checkpoint::ObjectStore>> {
-    Ok(Arc::new(S3Store::open(S3Url::parse(url)?)?))
+    open_with(url, std::env::vars())
+}
+
+/// [`open`], with settings named as the AWS environment variables are (`AWS_ENDPOINT_URL`,
+/// `AWS_ACCESS_KEY_ID`, ...) taken from `settings` instead of the environment.
+pub fn open_with(
+    url: &str,
+    settings: impl IntoIterator<Item = (String, String)>,
+) -> Result<Arc<dyn weir::checkpoint::ObjectStore>> {
+    Ok(Arc::new(S3Store::open(S3Url::parse(url)?, settings)?))
 }
 
 impl S3Store {
-    /// The store for `url`, configured from the environment.
-    pub fn open(url: S3Url) -> Result<S3Store> {
+    /// The store for `url`, configured by `settings` (the AWS environment variables, or the
+    /// same names from elsewhere).
+    pub fn open(url: S3Url, settings: impl IntoIterator<Item = (String, String)>) -> Result<S3Store> {
         // reqwest's rustls takes the process's provider; one already installed is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder = AmazonS3Builder::from_env().with_bucket_name(&url.bucket);
-        let endpoint = std::env::var("AWS_ENDPOINT_URL_S3")
-            .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
-            .or_else(|_| std::env::var("AWS_ENDPOINT"))
-            .unwrap_or_else(|_| "https://s3.amazonaws.com".into());
+        let settings: std::collections::HashMap<String, String> =
+            settings.into_iter().filter(|(k, _)| k.starts_with("AWS_")).collect();
+        let mut builder = AmazonS3Builder::new().with_bucket_name(&url.bucket);
+        for (key, value) in &settings {
+            if let Ok(key) = key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
+                builder = builder.with_config(key, value);
+            }
+        }
+        let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+            .iter()
+            .find_map(|k| settings.get(*k).cloned())
+            .unwrap_or_else(|| "https://s3.amazonaws.com".into());
         if endpoint.starts_with("http://") {
             builder = builder.with_allow_http(true);
         }
-        if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
+        if !settings.contains_key("AWS_REGION") && !settings.contains_key("AWS_DEFAULT_REGION") {
             builder = builder.with_region("us-east-1");
         }
         // A store that does not answer is named within seconds, not after minutes of retries.

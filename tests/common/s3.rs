@@ -1,0 +1,68 @@
+//! A real S3 server for the tests: moto (`pip install "moto[server]"`), started once per test
+//! binary on loopback and stopped when the binary exits, or the one `WEIR_TEST_S3` names
+//! (`.ci/run` starts it). Each test makes a bucket of its own.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+
+use weir::checkpoint::ObjectStore;
+
+/// The S3 endpoint, `http://127.0.0.1:PORT`.
+pub fn endpoint() -> &'static str {
+    static ENDPOINT: OnceLock<String> = OnceLock::new();
+    ENDPOINT.get_or_init(|| {
+        if let Ok(url) = std::env::var("WEIR_TEST_S3") {
+            return url;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let script = format!(
+            "python3 -m moto.server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
+             while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill $m",
+            me = std::process::id()
+        );
+        drop(Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap());
+        let addr = format!("127.0.0.1:{port}");
+        super::wait_until("the S3 server (moto) answers; `pip install \"moto[server]\"` installs it", || {
+            request(&addr, "GET", "/").is_some()
+        });
+        format!("http://{addr}")
+    })
+}
+
+/// The settings a process needs to reach the server (as AWS environment variables).
+pub fn env() -> Vec<(String, String)> {
+    [
+        ("AWS_ENDPOINT_URL", endpoint()),
+        ("AWS_ACCESS_KEY_ID", "weir-test"),
+        ("AWS_SECRET_ACCESS_KEY", "weir-test"),
+        ("AWS_REGION", "us-east-1"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into()
+}
+
+/// A new empty bucket; returns `s3://BUCKET/PREFIX` for a checkpoint directory in it.
+pub fn checkpoint_url(name: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let bucket = format!("{name}-{}-{n}", std::process::id());
+    let addr = endpoint().trim_start_matches("http://");
+    let status = request(addr, "PUT", &format!("/{bucket}")).expect("the S3 server answers");
+    assert!(status.starts_with("HTTP/1.1 200"), "creating bucket {bucket}: {status}");
+    format!("s3://{bucket}/job")
+}
+
+/// The store at `url` (`s3://…`), as the engine reaches it.
+pub fn store(url: &str) -> Arc<dyn ObjectStore> {
+    weir_object_store::open_with(url, env()).unwrap()
+}
+
+/// One plain HTTP request (moto checks no signature); its status line.
+fn request(addr: &str, method: &str, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    answer.lines().next().map(str::to_string)
+}
