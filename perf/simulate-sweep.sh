@@ -12,7 +12,7 @@
 #   perf/simulate-sweep.sh [A..B] [JOBS] [MODES]
 set -u
 seeds=${1:-0..6000}
-jobs=${2:-wordcount window join keyed timers sessions owned embedded}
+jobs=${2:-wordcount window join keyed timers sessions owned kafka embedded}
 modes=${3:-aligned unaligned aligned-timeout at-least-once adaptive}
 built=$(cd "$(dirname "$0")/.." && pwd)/target/release/weir
 [ -x "$built" ] || { echo "no $built: run cargo build --release first" >&2; exit 2; }

@@ -103,8 +103,11 @@ pub enum RestoreView<'a> {
     },
 }
 
+/// Tries of a job-success hook that fails retryably ([`TaskContext::on_job_success`]).
+pub(crate) const SUCCESS_TRIES: u32 = 5;
+
 /// Work registered with [`TaskContext::on_job_success`].
-type SuccessHook = Box<dyn FnOnce() -> crate::Result<()> + Send>;
+type SuccessHook = Box<dyn FnMut() -> crate::Result<()> + Send>;
 
 /// What an attempt restores from, for sinks that must decide whether removing output is a
 /// loss.
@@ -199,12 +202,24 @@ impl AttemptScope {
     }
 
     /// Runs the registered work: called once every task of the attempt has finished. Every
-    /// hook runs; the first error is returned (the job then fails).
+    /// hook runs, one that fails retryably again (up to [`SUCCESS_TRIES`] times in all); the
+    /// first error is returned (the job then fails).
+    ///
+    /// Retried here, not by a failover: a failover would restore the last checkpoint and
+    /// write again what the hooks that did succeed (another sink's final commit, or part of
+    /// this one's, its answer lost) already committed.
     pub(crate) fn succeed(&self) -> crate::Result<()> {
         let hooks = std::mem::take(&mut *self.on_success.lock().unwrap_or_else(|e| e.into_inner()));
         let mut first = Ok(());
-        for h in hooks {
-            if let Err(e) = h() {
+        for mut h in hooks {
+            let mut tries = 1;
+            let result = loop {
+                match h() {
+                    Err(e) if e.is_retryable() && tries < SUCCESS_TRIES => tries += 1,
+                    r => break r,
+                }
+            };
+            if let Err(e) = result {
                 if first.is_ok() {
                     first = Err(e);
                 }
@@ -255,9 +270,11 @@ impl TaskContext {
     }
 
     /// Registers work that runs only if this attempt of the job finishes successfully (a
-    /// transactional sink's final commit, say). A failed attempt drops it; an error from it
-    /// fails the job (and no completion marker is written).
-    pub fn on_job_success(&self, f: impl FnOnce() -> crate::Result<()> + Send + 'static) {
+    /// transactional sink's final commit, say). A failed attempt drops it. A retryable error
+    /// (an I/O error) runs it again, so it must be idempotent and go on where it stopped (a
+    /// commit repeated is done); another error, or the last try's, fails the job (and no
+    /// completion marker is written).
+    pub fn on_job_success(&self, f: impl FnMut() -> crate::Result<()> + Send + 'static) {
         self.attempt.on_success.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(f));
     }
 

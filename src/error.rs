@@ -58,6 +58,10 @@ pub enum Error {
     /// This process no longer owns its checkpoint directory (another process took it over):
     /// it must not complete checkpoints or commit output. Not retryable.
     Fenced(String),
+    /// Recovery fell back past damaged checkpoints, and a sink's output committed under them
+    /// cannot be withdrawn (a Kafka topic): resuming would write it twice. Refused, naming
+    /// them; nothing was written. Not retryable.
+    OutputCannotBeWithdrawn(String),
 }
 
 impl Error {
@@ -92,6 +96,7 @@ impl fmt::Display for Error {
             Error::Checkpoint(m) => write!(f, "checkpoint failed: {m}"),
             Error::Cancelled => write!(f, "the job was cancelled"),
             Error::Fenced(m) => write!(f, "lost ownership of the checkpoint directory: {m}"),
+            Error::OutputCannotBeWithdrawn(m) => write!(f, "{m}"),
             Error::IncompatibleState { job, operator, checkpoint, detail } => {
                 let from = checkpoint.map_or_else(|| "the savepoint".to_string(), |c| format!("checkpoint {c}"));
                 write!(

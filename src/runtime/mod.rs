@@ -525,32 +525,34 @@ impl Supervised {
             let cancelled = self.shared.control.cancel.load(Ordering::SeqCst);
             let restarts = self.progress().restarts;
             let strategy = self.job.graph.borrow().checkpointing.as_ref().map(|c| c.restart);
-            let delay = strategy.and_then(|s| s.delay(restarts));
-            return match delay {
-                Some(delay) if e.is_retryable() && !cancelled => {
-                    self.progress().notes.push(format!("restart {} after: {e}", restarts + 1));
-                    std::thread::sleep(delay);
-                    let mut notes = Vec::new();
-                    let next = start_attempt(&self.job, &self.config, &self.shared, &mut notes);
-                    let mut progress = self.progress();
-                    progress.restarts += 1;
-                    progress.notes.append(&mut notes);
-                    match next {
-                        Ok(next) => {
-                            progress.attempt = Some(next);
-                            if self.shared.control.cancel.load(Ordering::SeqCst) {
-                                // Cancelled while it started: stop it at once.
-                                for p in &progress.attempt.as_ref().expect("just set").parkers {
-                                    p.unpark_now();
-                                }
+            let (mut e, mut restarts) = (e, restarts);
+            // A restart whose start fails retryably (a sink's restore that met a lost
+            // request) is a failure like any other: the strategy decides whether to go on.
+            loop {
+                let delay = strategy.and_then(|s| s.delay(restarts));
+                let Some(delay) = delay.filter(|_| e.is_retryable() && !cancelled) else { return Some(Err(e)) };
+                self.progress().notes.push(format!("restart {} after: {e}", restarts + 1));
+                std::thread::sleep(delay);
+                let mut notes = Vec::new();
+                let next = start_attempt(&self.job, &self.config, &self.shared, &mut notes);
+                let mut progress = self.progress();
+                progress.restarts += 1;
+                restarts = progress.restarts;
+                progress.notes.append(&mut notes);
+                match next {
+                    Ok(next) => {
+                        progress.attempt = Some(next);
+                        if self.shared.control.cancel.load(Ordering::SeqCst) {
+                            // Cancelled while it started: stop it at once.
+                            for p in &progress.attempt.as_ref().expect("just set").parkers {
+                                p.unpark_now();
                             }
-                            None
                         }
-                        Err(e) => Some(Err(e)),
+                        return None;
                     }
+                    Err(next) => e = next,
                 }
-                _ => Some(Err(e)),
-            };
+            }
         }
         if !a.state.completed() {
             return Some(Err(Error::Cancelled));

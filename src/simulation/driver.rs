@@ -141,10 +141,13 @@ where
     O: Into<SimOutput<T>>,
 {
     let name = seed.map_or_else(|| "the golden run".to_string(), |s| format!("seed {s}"));
-    let (job, out) = build_job(build, &name)?;
-    let (out, mut host) = match out {
-        SimOutput::Committed(out) => (Some(out), None),
-        SimOutput::Host(host) => (None, Some(host)),
+    // Failure-free runs (the golden one and the reordered one) have no golden figures.
+    let faults_from = seed.filter(|_| golden.is_some());
+    let (job, out) = super::with_fault_seed(faults_from, || build_job(build, &name))?;
+    let (out, mut host, read) = match out {
+        SimOutput::Committed(out) => (Some(out), None, None),
+        SimOutput::Host(host) => (None, Some(host), None),
+        SimOutput::Read(read) => (None, None, Some(read)),
     };
     // Rescales are drawn for a job whose operators share one parallelism (the rescale gives
     // them all another).
@@ -155,7 +158,9 @@ where
     };
     let mut schedule = Schedule::new(seed, golden, uniform.filter(|_| options.rescale));
     let subtasks = job.graph.borrow().nodes.iter().map(|n| n.parallelism).sum();
-    let mut job = job.with_checkpointing(schedule.config(dir, options, subtasks));
+    // Output that cannot be withdrawn must not be written twice: recovery past damage refuses.
+    let config = schedule.config(dir, options, subtasks).allow_retracting_output(read.is_none());
+    let mut job = job.with_checkpointing(config);
     // A start from a savepoint continues in a directory of its own.
     let mut dir = dir.to_path_buf();
     let mut directories = vec![dir.clone()];
@@ -214,6 +219,17 @@ where
             let prepared = prepare_attempt(&job, &run_config, &env, &shared, &mut notes);
             let prepared = match prepared {
                 Ok(p) => p,
+                // A start that failed retryably (a sink's restore met a lost request) is a
+                // failover like any other.
+                Err(e) if e.is_retryable() && restarts < MAX_RESTARTS => {
+                    stats.failovers += 1;
+                    restarts += 1;
+                    continue;
+                }
+                Err(Error::OutputCannotBeWithdrawn(_)) if damages && read.is_some() => {
+                    stats.refusals += 1;
+                    break 'processes Ok(());
+                }
                 Err(e) => break 'processes Err(format!("the job could not start: {e}")),
             };
             let fail_soon = schedule.take(|f| *f == Fault::FailsAfterRestore(restarts)).is_some();
@@ -320,6 +336,10 @@ where
                 AttemptEnd::Failed(e @ Error::OperatorPanicked { .. }) if !is_injected(&e) => {
                     break 'processes Err(format!("a task panicked: {e}"));
                 }
+                AttemptEnd::Failed(Error::OutputCannotBeWithdrawn(_)) if damages && read.is_some() => {
+                    stats.refusals += 1;
+                    break 'processes Ok(());
+                }
                 AttemptEnd::Failed(e) if e.is_retryable() && restarts < MAX_RESTARTS => {
                     stats.failovers += 1;
                     restarts += 1;
@@ -338,10 +358,11 @@ where
         n => Err(format!("{n} committed transactions were withdrawn, and no checkpoint was damaged")),
     });
     let output = result.map(|()| {
-        let mut records = match (&out, &host) {
-            (Some(out), _) => out.records(),
-            (None, Some(host)) => host.log().handled.clone(),
-            (None, None) => unreachable!("a job has its output or its host"),
+        let mut records = match (&out, &host, &read) {
+            (Some(out), _, _) => out.records(),
+            (None, Some(host), _) => host.log().handled.clone(),
+            (None, None, Some(read)) => read(),
+            (None, None, None) => unreachable!("a job has its output, its host or its reader"),
         };
         records.sort();
         records

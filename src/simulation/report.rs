@@ -21,6 +21,9 @@ pub struct RunStats {
     /// Committed transactions withdrawn and computed again (damage reached a checkpoint
     /// whose output was committed).
     pub retractions: u64,
+    /// Recoveries refused because damage reached a checkpoint whose output cannot be
+    /// withdrawn (`Error::OutputCannotBeWithdrawn`): the expected end of such a run.
+    pub refusals: u64,
     /// Faults the schedule injected.
     pub faults: Vec<String>,
 }

@@ -467,7 +467,7 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
         rest.push((super::FINAL_TXN, std::mem::take(&mut self.current)));
         let shared = self.shared.clone();
         self.ctx.on_job_success(move || {
-            for (txn, records) in rest {
+            for (txn, records) in std::mem::take(&mut rest) {
                 shared.release(txn, records);
             }
             Ok(())

@@ -201,7 +201,7 @@ impl<T: Record> Sink<T> for TransactionalCollectSink<T> {
         rest.push((super::FINAL_TXN, std::mem::take(&mut self.current)));
         let (out, subtask) = (self.out.clone(), self.ctx.subtask);
         self.ctx.on_job_success(move || {
-            for (txn, records) in rest {
+            for (txn, records) in std::mem::take(&mut rest) {
                 out.publish(subtask, txn, records);
             }
             Ok(())

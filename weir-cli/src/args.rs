@@ -47,8 +47,10 @@ pub(crate) enum Command {
 pub(crate) struct SimulateArgs {
     /// The job: wordcount, window, join, keyed, timers (a process function with event-time
     /// timers and a side output), sessions (session windows), owned (records that own heap memory,
-    /// through every built-in operator) or embedded (a host program feeding a push source and
-    /// reading an exactly-once pull sink, restarted with the job after a crash).
+    /// through every built-in operator), kafka (running counts into the exactly-once Kafka sink
+    /// over a model of a transactional log that loses requests and answers) or embedded (a host
+    /// program feeding a push source and reading an exactly-once pull sink, restarted with the
+    /// job after a crash).
     #[arg(long)]
     pub(crate) job: weir_jobs::simulated::SimJob,
     /// aligned, unaligned, aligned-timeout, at-least-once or adaptive.

@@ -42,8 +42,8 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
     println!("{}", report.summary());
     eprintln!(
         "{:.0} seeds/s; per seed on average {} steps, {:.1} failovers, {:.1} crashes, {:.1} checkpoints; {} checkpoints \
-         resumed a failed one, reusing {} task parts; {} committed transactions withdrawn after damage; the golden \
-         run: {} records, {} checkpoints",
+         resumed a failed one, reusing {} task parts; {} committed transactions withdrawn after damage; {} recoveries \
+         refused after damage (output that cannot be withdrawn); the golden run: {} records, {} checkpoints",
         report.seeds.len() as f64 / elapsed.max(1e-9),
         report.seeds.iter().map(|s| s.stats.steps).sum::<u64>() / report.seeds.len() as u64,
         report.seeds.iter().map(|s| s.stats.failovers as f64).sum::<f64>() / report.seeds.len() as f64,
@@ -52,6 +52,7 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
         report.seeds.iter().map(|s| s.stats.resumed).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.parts_reused).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.retractions).sum::<u64>(),
+        report.seeds.iter().map(|s| s.stats.refusals).sum::<u64>(),
         report.golden_records,
         report.golden.checkpoints,
     );

@@ -47,6 +47,12 @@ pub enum SimJob {
     /// Event-time session windows, merging as records bridge sessions (session state merged
     /// across checkpoints and restores).
     Sessions,
+    /// Running counts per key into Kafka through the exactly-once transactional sink, over an
+    /// in-memory model of a partitioned transactional log (producer ids and epochs, fencing,
+    /// commit and abort markers) that, under a seed, loses requests and answers. The output is
+    /// what the log holds as committed when the run ends; damage to a checkpoint whose output
+    /// was committed must end in the sink's refusal (Kafka output cannot be withdrawn).
+    Kafka,
     /// An embedded job: a host program sends events through a push source (an async host,
     /// its futures polled between the job's steps) and takes running counts from an
     /// exactly-once pull sink into a log of its own. After a process crash the program starts
@@ -57,7 +63,7 @@ pub enum SimJob {
 
 impl SimJob {
     /// Every job, in the order `weir simulate` lists them.
-    pub const ALL: [SimJob; 8] = [
+    pub const ALL: [SimJob; 9] = [
         SimJob::Wordcount,
         SimJob::Window,
         SimJob::Join,
@@ -65,6 +71,7 @@ impl SimJob {
         SimJob::Owned,
         SimJob::Timers,
         SimJob::Sessions,
+        SimJob::Kafka,
         SimJob::Embedded,
     ];
 
@@ -73,7 +80,7 @@ impl SimJob {
     /// ([`weir::simulation::SimOptions::rescale`]). The keyed, owned and timer jobs' results depend on
     /// the order in which a key's records arrive, which the source's parallelism decides.
     pub fn rescales(self) -> bool {
-        matches!(self, SimJob::Wordcount | SimJob::Window | SimJob::Join | SimJob::Sessions)
+        matches!(self, SimJob::Wordcount | SimJob::Window | SimJob::Join | SimJob::Sessions | SimJob::Kafka)
     }
 
     /// How a seed's output must compare with the golden run's in `mode`. Under at-least-once
@@ -158,6 +165,7 @@ impl fmt::Display for SimJob {
             SimJob::Owned => "owned",
             SimJob::Timers => "timers",
             SimJob::Sessions => "sessions",
+            SimJob::Kafka => "kafka",
             SimJob::Embedded => "embedded",
         })
     }
@@ -188,6 +196,31 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> (Job, SimO
             let host =
                 EmbeddedHost { sender: Some(sender), closing: None, receiver, next: None, log: HostLog::default() };
             return (job, SimOutput::Host(Box::new(host)));
+        }
+        SimJob::Kafka => {
+            use weir_kafka::log::{TransactionLog, TransactionModel};
+            // About one request in 40 lost (or its answer), at most 3 a run: each a failover.
+            let model = match weir::simulation::fault_seed() {
+                Some(seed) => TransactionModel::losing_requests(seed, 40, 3),
+                None => TransactionModel::default(),
+            };
+            model.create_topic("counts", 3);
+            let log = model.clone();
+            let connect = std::sync::Arc::new(move || Ok(Box::new(log.clone()) as Box<dyn TransactionLog>));
+            job.generator(Generator::new(|i, _| mix(i) % 23).count(EVENTS))
+                .key_by(|k: &u64| *k)
+                .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, c: &u64| (*k, *c))
+                .named("count")
+                .sink(
+                    weir_kafka::KafkaSink::over("model", connect, "counts", |r: &(u64, u64)| weir_kafka::KafkaRecord {
+                        key: Some(r.0.to_le_bytes().to_vec()),
+                        value: r.1.to_le_bytes().to_vec(),
+                    })
+                    .batch_bytes(256)
+                    .subtasks(),
+                );
+            let read = move || committed_counts(&model);
+            return (job, SimOutput::Read(Box::new(read)));
         }
         SimJob::Wordcount => job
             .text(TextSource::open(corpus.expect("word count has a corpus")).expect("the corpus was just written"))
@@ -602,4 +635,23 @@ fn write_corpus(dir: &Path) -> Result<PathBuf> {
         std::fs::write(&path, text).map_err(|e| Error::io("cannot write the corpus", &path, e))?;
     }
     Ok(corpus)
+}
+
+/// The (key, count, 0) rows the model's topic holds as committed.
+fn committed_counts(model: &weir_kafka::log::TransactionModel) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let le = |b: Option<&[u8]>| b.and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(u64::MAX);
+    for batch in model.committed("counts") {
+        let walked = weir_kafka::records::batches(&batch, |item| {
+            if let weir_kafka::records::Item::Record(_, r) = item {
+                rows.push((le(r.key), le(r.value), 0));
+            }
+            Ok(true)
+        });
+        if walked.is_err() {
+            // A batch the model holds that does not decode: a row no golden run has.
+            rows.push((u64::MAX, u64::MAX, u64::MAX));
+        }
+    }
+    rows
 }

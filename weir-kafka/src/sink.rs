@@ -321,7 +321,7 @@ impl<T: Send + 'static> KafkaSinkSubtask<T> {
         }
         let from = recovery.restored.map_or("the start".to_string(), |k| format!("checkpoint {k}"));
         if !recovery.allow_retracting_output {
-            return Err(weir::Error::config(format!(
+            return Err(weir::Error::OutputCannotBeWithdrawn(format!(
                 "recovery from {from} would write to Kafka topic '{}' again what later checkpoints committed ({}); \
                  Kafka output cannot be withdrawn. Nothing was written. To go on and accept those records twice, \
                  allow retracting output (weir: --allow-retracting-output; CheckpointConfig::allow_retracting_output)",
@@ -484,9 +484,12 @@ impl<T: Send + 'static> Sink<T> for KafkaSinkSubtask<T> {
         }
         let connect = self.connect.clone();
         self.ctx.on_job_success(move || {
+            // Tried again after a lost answer: from the first not known to be committed (a
+            // commit repeated is done).
             let mut client = connect()?;
-            for (_, txn, pid, epoch) in rest {
-                client.end_txn(&txn, ProducerIdentity { id: pid, epoch }, true)?;
+            while let Some((_, txn, pid, epoch)) = rest.first() {
+                client.end_txn(txn, ProducerIdentity { id: *pid, epoch: *epoch }, true)?;
+                rest.remove(0);
             }
             Ok(())
         });
