@@ -206,3 +206,46 @@ fn a_real_full_disk_declines_checkpoints_and_recovery_uses_one_that_fitted() {
         storage.load(id).unwrap_or_else(|e| panic!("checkpoint {id} left on the full disk is damaged: {e}"));
     }
 }
+
+/// A sink whose opening fails once with an I/O error, on the attempt after the first failure
+/// (a transactional sink's restore meeting a lost request, say): that start's failure is one
+/// more the restart strategy handles, and the job completes. (It used to end the job, with
+/// restarts left.)
+#[test]
+fn a_restart_whose_start_fails_retryably_is_restarted_again() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    struct Counting(Arc<AtomicU32>);
+    impl weir::sink::Sink<u64> for Counting {
+        fn write(&mut self, records: &mut Vec<u64>) -> weir::Result<()> {
+            self.0.fetch_add(records.len() as u32, Ordering::Relaxed);
+            records.clear();
+            Ok(())
+        }
+    }
+    const N: u64 = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultInjector::new(vec![Fault::AtRecord { operator: "copy".into(), nth: N / 2 }]);
+    let config = CheckpointConfig::new(dir.path())
+        .interval(Duration::from_millis(5))
+        .restart(RestartStrategy::FixedDelay { attempts: 5, delay: Duration::from_millis(1) })
+        .faults(faults);
+    let job = Job::new("flaky-sink").with_checkpointing(config);
+    let (opened, written) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let (o, w) = (opened.clone(), written.clone());
+    job.generator(Generator::new(|i, _| i).count(N)).map(|i| i).named("copy").sink(move |_ctx| {
+        match o.fetch_add(1, Ordering::SeqCst) {
+            1 => Err(Error::Io {
+                context: "cannot reach the sink's store".into(),
+                path: None,
+                source: std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer"),
+            }),
+            _ => Ok(Counting(w.clone())),
+        }
+    });
+    let report = job.execute(RunConfig::default().workers(1)).unwrap();
+    assert_eq!(opened.load(Ordering::SeqCst), 3, "opened at the start, failed once, opened again");
+    assert_eq!(report.restarts, 2);
+    assert!(written.load(Ordering::Relaxed) as u64 >= N);
+}
