@@ -1,11 +1,11 @@
 #!/bin/bash
 # The simulator gate for a change to the barrier protocol, recovery or a sink: every simulated
-# job x mode x parallelism 1-4 x full/incremental checkpoints (8 x 5 x 4 x 2 = 320
+# job x mode x parallelism 1-4 x full/incremental checkpoints (9 x 5 x 4 x 2 = 360
 # combinations), each over the same range of seeds, on every core. Prints each seed that
 # differs from the golden run (with the command that reruns it), one line per combination
 # that had any, and the totals; exits non-zero if any seed differed or a run failed.
 #
-# The default, 6,000 seeds per combination (1.92 million in all), finds a bug that shows in 1
+# The default, 6,000 seeds per combination (2.16 million in all), finds a bug that shows in 1
 # seed in 2,000 of one combination with probability 1 - (1 - 1/2000)^6000 = 95%. On this
 # 2-core machine it takes about an hour; a quicker look: perf/simulate-sweep.sh 0..500.
 # Needs `cargo build --release` first.
