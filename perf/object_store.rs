@@ -24,7 +24,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// The completed checkpoints of one run (the first, while state still grows, left out).
 fn run(config: CheckpointConfig, keys: u64, name: &str) -> Vec<CheckpointStats> {
     let job = Job::new(name).with_parallelism(2).with_checkpointing(config.interval(Duration::from_millis(200)));
-    job.generator(Generator::new(move |i, _| (i % keys, i)).count(keys * 12))
+    job.generator(Generator::new(move |i, _| (i % keys, i)).count(keys * 40))
         .key_by(|e: &(u64, u64)| e.0)
         .aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s))
         .sink(|_| Ok(DiscardSink));
@@ -39,8 +39,10 @@ fn main() {
         std::process::exit(2);
     };
     let keys: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
-    println!("| round | kind | where | checkpoints | median duration ms | median async ms | median state MB | duration store / disk |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| round | kind | where | checkpoints | median duration ms | median async ms | median upload ms | median state MB | duration store / disk |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     for round in 0..3 {
         for incremental in [false, true] {
             let kind = if incremental { "incremental" } else { "full" };
@@ -53,13 +55,18 @@ fn main() {
                 (
                     median(s.iter().map(|c| c.duration_ms).collect()),
                     median(s.iter().map(|c| c.async_ms).collect()),
+                    median(s.iter().map(|c| c.upload_ms.unwrap_or(0.0)).collect()),
                     median(s.iter().map(|c| c.state_bytes as f64 / 1e6).collect()),
                 )
             };
-            let (ld, la, lb) = figures(&local);
-            let (rd, ra, rb) = figures(&remote);
-            println!("| {round} | {kind} | disk | {} | {ld:.1} | {la:.1} | {lb:.1} | |", local.len());
-            println!("| {round} | {kind} | store | {} | {rd:.1} | {ra:.1} | {rb:.1} | {:.2} |", remote.len(), rd / ld);
+            let (ld, la, lu, lb) = figures(&local);
+            let (rd, ra, ru, rb) = figures(&remote);
+            println!("| {round} | {kind} | disk | {} | {ld:.1} | {la:.1} | {lu:.1} | {lb:.1} | |", local.len());
+            println!(
+                "| {round} | {kind} | store | {} | {rd:.1} | {ra:.1} | {ru:.1} | {rb:.1} | {:.2} |",
+                remote.len(),
+                rd / ld
+            );
         }
     }
 }

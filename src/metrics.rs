@@ -257,6 +257,11 @@ pub struct CheckpointStats {
     /// See `resumed_from`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<PartReuse>,
+    /// With the checkpoint directory in an object store: the time its files took to go up,
+    /// part of `duration_ms` (the checkpoint completes once `_metadata` is in the store). The
+    /// statistics in `_metadata` itself are taken before it goes up, without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_ms: Option<f64>,
 }
 
 /// One task's part in a checkpoint that resumed a failed one.

@@ -721,6 +721,7 @@ impl CoordinatorCore {
             },
             resumed_from: p.resumes.as_ref().map(|r| r.0),
             parts: p.resumes.as_ref().map_or_else(Vec::new, |(from, kept)| self.part_reuse(&p.acks, *from, kept)),
+            upload_ms: None,
         };
         let mut tasks: Vec<TaskFile> = self
             .s
@@ -780,7 +781,13 @@ impl CoordinatorCore {
             .map_err(|e| Error::Checkpoint(format!("its files did not verify when read back: {e}")))?;
         // Then into the object store, if the directory is kept in one: a checkpoint a process
         // elsewhere could not resume from must not be one transactions are committed under.
+        let uploading = self.s.clock.now_ns();
         self.s.storage.publish(&metadata, &unverified)?;
+        let mut stats = stats;
+        if self.s.storage.mirror().is_some() {
+            let upload_ms = ms(self.s.clock.now_ns().saturating_sub(uploading));
+            (stats.upload_ms, stats.duration_ms) = (Some(upload_ms), stats.duration_ms + upload_ms);
+        }
         if let Some((_, req)) = self.unanswered.take_if(|(i, _)| *i == id) {
             self.stopped |= req.stop;
             let _ = req

@@ -51,7 +51,8 @@ pub fn stats_cells(s: &CheckpointStats) -> Vec<String> {
 
 /// A table of checkpoint statistics, one row per checkpoint (for the command line). With
 /// adaptive alignment, a column counts the input channels aligned and captured; where a
-/// checkpoint resumed a failed one, a last column counts the task parts it reused.
+/// checkpoint resumed a failed one, a column counts the task parts it reused; with the
+/// directory in an object store, a last column says how long its files took to go up.
 pub fn stats_table(stats: &[CheckpointStats]) -> String {
     let mut header = vec!["id"];
     header.extend(STATS_COLUMNS);
@@ -62,6 +63,10 @@ pub fn stats_table(stats: &[CheckpointStats]) -> String {
     let resumed = stats.iter().any(|s| s.resumed_from.is_some());
     if resumed {
         header.push("parts reused");
+    }
+    let uploaded = stats.iter().any(|s| s.upload_ms.is_some());
+    if uploaded {
+        header.push("upload");
     }
     let rows: Vec<Vec<String>> = stats
         .iter()
@@ -74,7 +79,13 @@ pub fn stats_table(stats: &[CheckpointStats]) -> String {
                 }
                 None => "-".to_string(),
             });
-            std::iter::once(s.id.to_string()).chain(stats_cells(s)).chain(channels).chain(reused).collect()
+            let upload = uploaded.then(|| s.upload_ms.map_or_else(|| "-".to_string(), |ms| format!("{ms:.2} ms")));
+            std::iter::once(s.id.to_string())
+                .chain(stats_cells(s))
+                .chain(channels)
+                .chain(reused)
+                .chain(upload)
+                .collect()
         })
         .collect();
     table(&header, &rows)
