@@ -5,6 +5,7 @@
 //! in `kafka.rs`'s word count tests, through the command.)
 
 use crate::common;
+use crate::common::PausingSource;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,14 +14,21 @@ use std::time::Duration;
 
 use weir::checkpoint::{CheckpointConfig, InMemoryObjectStore, ObjectStore, RestartStrategy};
 use weir::snapshot::{Fault, FaultInjector};
-use weir::source::Generator;
 use weir::{Error, Job, RunConfig};
 
 const N: u64 = 20_000;
 
-/// A keyed running sum written to transactional files in `out`, checkpointed into `store`;
-/// with `fail`, it fails at record `N / 2` of the sum with no restart (the process is lost).
-fn job(store: &Arc<dyn ObjectStore>, out: &Path, fail: bool, incremental: bool, rate: f64) -> (Job, CheckpointConfig) {
+/// A keyed running sum written to transactional files in `out`, checkpointed into `store`,
+/// its source stopping at `pauses` until so many checkpoints completed there (no rate tuned
+/// to the machine); with `fail`, it fails at record `N / 2` of the sum with no restart (the
+/// process is lost).
+fn job(
+    store: &Arc<dyn ObjectStore>,
+    out: &Path,
+    fail: bool,
+    incremental: bool,
+    pauses: &[(u64, u32)],
+) -> (Job, CheckpointConfig) {
     let faults =
         FaultInjector::new(if fail { vec![Fault::AtRecord { operator: "sum".into(), nth: N / 2 }] } else { vec![] });
     let config = CheckpointConfig::in_store(store.clone())
@@ -29,7 +37,8 @@ fn job(store: &Arc<dyn ObjectStore>, out: &Path, fail: bool, incremental: bool, 
         .restart(RestartStrategy::None)
         .faults(faults);
     let job = Job::new("keyed").with_parallelism(2).with_checkpointing(config.clone());
-    job.generator(Generator::new(|i, _| (i % 10, i)).count(N).rate(rate))
+    let pauses = pauses.to_vec();
+    job.source(move |ctx| Ok(PausingSource::new(|i| (i % 10, i), N, &pauses, ctx)))
         .key_by(|e: &(u64, u64)| e.0)
         .aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s))
         .named("sum")
@@ -61,23 +70,21 @@ fn a_lost_process_resumes_from_the_store_in_a_fresh_folder_with_the_failure_free
     for incremental in [false, true] {
         let (expected_out, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let clean: Arc<dyn ObjectStore> = Arc::new(InMemoryObjectStore::default());
-        job(&clean, expected_out.path(), false, incremental, 400_000.0)
-            .0
-            .execute(RunConfig::default().workers(2))
-            .unwrap();
+        job(&clean, expected_out.path(), false, incremental, &[]).0.execute(RunConfig::default().workers(2)).unwrap();
         let expected = committed(expected_out.path());
         assert_eq!(expected.len() as u64, N, "one line per record");
 
         let memory = Arc::new(InMemoryObjectStore::default());
         let store: Arc<dyn ObjectStore> = memory.clone();
-        let (first, first_config) = job(&store, out.path(), true, incremental, 400_000.0);
+        // Two checkpoints complete at N / 4, before the failure at N / 2.
+        let (first, first_config) = job(&store, out.path(), true, incremental, &[(N / 4, 2)]);
         assert!(first.execute(RunConfig::default().workers(2)).is_err(), "the injected failure ends the first run");
         let in_store: Vec<String> = keys(&memory, "chk-").into_iter().filter(|k| k.ends_with("/_metadata")).collect();
         assert!(!in_store.is_empty(), "complete checkpoints went up to the store");
         // The machine is lost: nothing local survives.
         std::fs::remove_dir_all(&first_config.dir).unwrap();
 
-        let (second, second_config) = job(&store, out.path(), false, incremental, 400_000.0);
+        let (second, second_config) = job(&store, out.path(), false, incremental, &[]);
         assert_ne!(second_config.dir, first_config.dir, "a fresh working folder");
         let mut handle = second.start(RunConfig::default().workers(2)).unwrap();
         let notes = handle.notes();
@@ -105,7 +112,7 @@ fn a_lost_process_resumes_from_the_store_in_a_fresh_folder_with_the_failure_free
             assert!(named.contains(&f), "{f} is named by no retained checkpoint");
         }
         // A rerun sees the finished job from the store alone.
-        let (third, _) = job(&store, out.path(), false, incremental, 400_000.0);
+        let (third, _) = job(&store, out.path(), false, incremental, &[]);
         let err = third.execute(RunConfig::default().workers(2)).unwrap_err().to_string();
         assert!(err.contains("already completed"), "{err}");
     }
@@ -115,16 +122,16 @@ fn a_lost_process_resumes_from_the_store_in_a_fresh_folder_with_the_failure_free
 fn a_second_process_on_the_same_store_fences_the_first() {
     let (expected_out, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let clean: Arc<dyn ObjectStore> = Arc::new(InMemoryObjectStore::default());
-    job(&clean, expected_out.path(), false, false, 400_000.0).0.execute(RunConfig::default().workers(1)).unwrap();
+    job(&clean, expected_out.path(), false, false, &[]).0.execute(RunConfig::default().workers(1)).unwrap();
     let memory = Arc::new(InMemoryObjectStore::default());
     let store: Arc<dyn ObjectStore> = memory.clone();
-    // Slow enough to be running when the second one starts.
-    let (a, _) = job(&store, out.path(), false, false, 2_000.0);
+    // Held at N / 2 for good (checkpointing all the while): running when the second starts.
+    let (a, _) = job(&store, out.path(), false, false, &[(N / 2, u32::MAX)]);
     let mut first = a.start(RunConfig::default().workers(1)).unwrap();
     common::wait_until("a checkpoint of the first process", || {
         keys(&memory, "chk-").iter().any(|k| k.ends_with("/_metadata"))
     });
-    let (b, _) = job(&store, out.path(), false, false, 400_000.0);
+    let (b, _) = job(&store, out.path(), false, false, &[]);
     let mut second = b.start(RunConfig::default().workers(1)).unwrap();
     match first.wait() {
         Err(Error::Fenced(why)) => assert!(why.contains("took checkpoint prefix memory:// over"), "{why}"),
