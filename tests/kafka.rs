@@ -105,8 +105,8 @@ fn corpus_lines(files: usize) -> Vec<String> {
 
 /// Every word's counts in a word count's output topic (`word<TAB>count` messages keyed by the
 /// word), as committed; asserts no transaction is left open.
-fn committed_word_counts(topic: &str) -> HashMap<String, Vec<u64>> {
-    let contents = read_topic(broker(), topic).unwrap();
+fn committed_word_counts(bootstrap: &str, topic: &str) -> HashMap<String, Vec<u64>> {
+    let contents = read_topic(bootstrap, topic).unwrap();
     assert_eq!(contents.open, 0, "no transaction is left open");
     let mut got: HashMap<String, Vec<u64>> = HashMap::new();
     for m in &contents.committed {
@@ -130,7 +130,12 @@ fn running_counts<'a>(lines: impl IntoIterator<Item = &'a String>) -> HashMap<St
 /// A word count's output topic holds exactly `expected` (each word's counts, any order), each
 /// count committed once, and no transaction open.
 fn assert_committed_counts(topic: &str, expected: HashMap<String, Vec<u64>>) {
-    let mut got = committed_word_counts(topic);
+    assert_committed_counts_at(broker(), topic, expected)
+}
+
+/// [`assert_committed_counts`] of a topic on the broker at `bootstrap`.
+fn assert_committed_counts_at(bootstrap: &str, topic: &str, expected: HashMap<String, Vec<u64>>) {
+    let mut got = committed_word_counts(bootstrap, topic);
     assert_eq!(got.len(), expected.len(), "distinct words");
     for (w, mut want) in expected {
         let mut counts = got.remove(&w).unwrap_or_else(|| panic!("{w} missing"));
@@ -519,4 +524,137 @@ fn a_crash_between_pre_commit_and_commit_loses_no_kafka_output() {
     let text = format!("{}{}", String::from_utf8_lossy(&second.stdout), String::from_utf8_lossy(&second.stderr));
     assert!(second.status.success() && text.contains("restored from checkpoint 3"), "{text}");
     assert_committed_counts(&output, expected);
+}
+
+/// A TCP proxy in front of a broker that can cut every connection and refuse new ones (the
+/// broker gone, as in a restart or a network partition), and let them through again.
+struct Proxy {
+    port: u16,
+    down: Arc<std::sync::atomic::AtomicBool>,
+    /// Connections refused while down.
+    refused: Arc<std::sync::atomic::AtomicU32>,
+    live: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(port: u16, to: String) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let proxy = Proxy { port, down: Arc::default(), refused: Arc::default(), live: Arc::default() };
+        let (down, refused, live) = (proxy.down.clone(), proxy.refused.clone(), proxy.live.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if down.load(Ordering::SeqCst) {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    continue; // dropped: the client sees its connection closed
+                }
+                let Ok(server) = std::net::TcpStream::connect(&to) else { continue };
+                let mut streams = live.lock().unwrap();
+                streams.extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        proxy
+    }
+
+    /// Cuts every connection and refuses new ones until `up`.
+    fn down(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.live.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn up(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn refused(&self) -> u32 {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A broker of its own, reached only through a proxy (it advertises the proxy's address, so
+/// every connection a client makes goes through it); stopped when the test binary exits.
+fn broker_behind_proxy() -> Proxy {
+    let (port, proxy_port) = (free_port(), free_port());
+    let script = format!(
+        "{} broker --listener-url tcp://127.0.0.1:{port} --advertised-listener-url tcp://127.0.0.1:{proxy_port} \
+         --storage-engine memory://tansu/ >/dev/null 2>&1 & t=$!; while kill -0 {me} 2>/dev/null; do sleep 0.5; done; \
+         kill $t",
+        tansu_binary(),
+        me = std::process::id()
+    );
+    drop(Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap());
+    let proxy = Proxy::start(proxy_port, format!("127.0.0.1:{port}"));
+    let addr = format!("127.0.0.1:{proxy_port}");
+    crate::common::wait_until("the proxied broker accepts connections", || KafkaClient::connect(&addr).is_ok());
+    proxy
+}
+
+/// The broker goes away under a running Kafka → Kafka word count, as its first checkpoint
+/// completes: every connection cut, new ones refused, until the job has tried to reconnect a
+/// few times; then it is back. The source and the sink retry, the job fails over (and, if
+/// its restarts run out first, the command is run again, as a user would): every count is
+/// committed exactly once.
+#[test]
+fn a_broker_outage_under_a_running_job_loses_and_duplicates_nothing() {
+    let proxy = broker_behind_proxy();
+    let addr = format!("127.0.0.1:{}", proxy.port);
+    let lines = corpus_lines(2);
+    let expected = running_counts(&lines);
+    let (input, output) = (format!("outage-in-{}", std::process::id()), format!("outage-out-{}", std::process::id()));
+    let mut client = KafkaClient::connect(&addr).unwrap();
+    client.create_topic(&input, 2).unwrap();
+    client.create_topic(&output, 2).unwrap();
+    let mut batches = [BatchWriter::default(), BatchWriter::default()];
+    for (i, l) in lines.iter().enumerate() {
+        batches[i % 2].push(1_000 + i as i64, None, l.as_bytes());
+    }
+    for (p, mut b) in batches.into_iter().enumerate() {
+        client.produce(None, &input, p as i32, b.finish(None, false)).unwrap();
+    }
+    let chk = tempfile::tempdir().unwrap();
+    let chk = chk.path().join("chk");
+    let (from, to) = (format!("kafka://{addr}/{input}"), format!("kafka://{addr}/{output}"));
+    let (from, to) = (std::path::Path::new(&from), std::path::Path::new(&to));
+    let mut outage = false;
+    let mut runs = 0;
+    loop {
+        runs += 1;
+        assert!(runs <= 6, "the job did not complete in {runs} runs");
+        let mut child = crate::common::wordcount(from, to, &chk, &["--interval-ms", "50"]).spawn().unwrap();
+        if !outage {
+            crate::common::wait_until("a checkpoint, or the job's end", || {
+                !crate::crash::complete_checkpoints(&chk).is_empty() || child.try_wait().unwrap().is_some()
+            });
+            outage = true;
+            let before = proxy.refused();
+            proxy.down();
+            // Down until the job has come back for the broker three times (on an event: how
+            // long that takes is the machine's business).
+            crate::common::wait_until("the job reconnecting", || {
+                proxy.refused() >= before + 3 || child.try_wait().unwrap().is_some()
+            });
+            proxy.up();
+        }
+        let o = child.wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(!text.contains("panicked"), "run {runs}: {text}");
+        if !o.status.success() {
+            eprintln!("broker outage: run {runs} failed: {}", text.lines().last().unwrap_or_default());
+        }
+        if o.status.success() {
+            break;
+        }
+    }
+    assert!(proxy.refused() >= 3, "the outage reached the job");
+    eprintln!("broker outage: the job completed in {runs} run(s); {} connections refused", proxy.refused());
+    assert_committed_counts_at(&addr, &output, expected);
 }
