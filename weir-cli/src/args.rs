@@ -171,8 +171,9 @@ pub(crate) struct BenchArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct CheckpointsArgs {
-    /// A checkpoint directory (holding chk-<n> folders), a savepoint directory (holding
-    /// savepoint-<n> folders), or one chk-<n> or savepoint-<n> folder.
+    /// A checkpoint directory (holding chk-<n> folders; s3://BUCKET/PREFIX for one in an
+    /// object store: its complete checkpoints), a savepoint directory (holding savepoint-<n>
+    /// folders), or one chk-<n> or savepoint-<n> folder.
     pub(crate) dir: PathBuf,
 }
 

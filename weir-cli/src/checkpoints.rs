@@ -6,7 +6,24 @@ use weir::Error;
 use crate::args::*;
 
 pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
-    let found = weir::checkpoint::inspect(&args.dir)?;
+    // A directory in an object store is read from a copy of its complete checkpoints.
+    let url = args.dir.to_str().filter(|d| weir_object_store::S3Url::is_s3(d));
+    let copy = match url {
+        Some(url) => {
+            let copy = std::env::temp_dir().join(format!("weir-checkpoints-listing-{}", std::process::id()));
+            let mirror = weir::checkpoint::CheckpointMirror::new(weir_object_store::open(url)?);
+            mirror.download_into(&copy).inspect_err(|_| {
+                let _ = std::fs::remove_dir_all(&copy);
+            })?;
+            Some(copy)
+        }
+        None => None,
+    };
+    let found = weir::checkpoint::inspect(copy.as_deref().unwrap_or(&args.dir));
+    if let Some(copy) = &copy {
+        let _ = std::fs::remove_dir_all(copy);
+    }
+    let found = found?;
     if found.is_empty() {
         println!("no checkpoints in {}", args.dir.display());
         return Ok(());
