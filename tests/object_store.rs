@@ -158,6 +158,16 @@ fn a_killed_word_count_resumes_from_s3_every_time() {
         let left = common::s3::store(&chk).list("chk-").unwrap();
         let complete = left.iter().filter(|k| k.ends_with("/_metadata")).count();
         assert!(complete <= weir::checkpoint::DEFAULT_RETAINED, "{what}: retention left {left:?}");
+        // `weir checkpoints` reads the store: its checkpoints valid, the job finished.
+        let listing = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["checkpoints", &chk])
+            .envs(common::s3::env())
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&listing.stdout);
+        assert!(listing.status.success(), "{}", String::from_utf8_lossy(&listing.stderr));
+        assert_eq!(table.lines().filter(|l| l.contains(" valid |")).count(), complete, "{table}");
+        assert!(table.contains("the job 'wordcount' finished"), "{table}");
     }
 }
 
