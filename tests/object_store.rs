@@ -193,3 +193,45 @@ fn bad_s3_addresses_and_stores_are_named() {
     let text = run(&common::s3::checkpoint_url("unreachable"), &[("AWS_ENDPOINT_URL", "http://127.0.0.1:1")]);
     assert!(text.contains("http://127.0.0.1:1") && text.contains("cannot list"), "{text}");
 }
+
+/// Stopped with a savepoint into S3 (`--savepoint-dir s3://…`, SIGTERM as its first checkpoint
+/// completes), the word count is resumed from the store (`--restore s3://…/savepoint-<n>`) by
+/// a new process with a new checkpoint prefix: every count exactly once.
+#[test]
+fn a_savepoint_in_s3_resumes_in_a_new_process() {
+    let input = tempfile::tempdir().unwrap();
+    let expected = crate::crash::write_corpus(input.path());
+    let out = tempfile::tempdir().unwrap();
+    let (chk, savepoints) = (common::s3::checkpoint_url("stop"), common::s3::checkpoint_url("savepoints"));
+    let args = ["--parallelism", "2", "--interval-ms", "15", "--savepoint-dir", &savepoints];
+    let mut first = common::wordcount(input.path(), out.path(), Path::new(&chk), &args).spawn().unwrap();
+    common::wait_until("a checkpoint in the store, or the job's end", || {
+        !crate::crash::complete_checkpoints(Path::new(&chk)).is_empty() || first.try_wait().unwrap().is_some()
+    });
+    std::process::Command::new("kill").args(["-TERM", &first.id().to_string()]).status().unwrap();
+    let o = first.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{text}");
+    if text.contains("finished instead") {
+        // The input ended first (a fast machine): nothing is left to resume, and the output
+        // is complete.
+        crate::crash::check_exactly_once(&expected, out.path(), "finished before the savepoint");
+        eprintln!("the job finished before its savepoint: nothing to resume");
+        return;
+    }
+    let restore = text
+        .lines()
+        .find_map(|l| l.strip_prefix("resume with --restore "))
+        .unwrap_or_else(|| panic!("no savepoint named: {text}"))
+        .to_string();
+    assert!(restore.starts_with(&savepoints) && restore.contains("/savepoint-"), "{restore}");
+    let keys = common::s3::store(&savepoints).list("savepoint-").unwrap();
+    assert!(keys.iter().any(|k| k.ends_with("/_metadata")), "the savepoint is in the store: {keys:?}");
+    // Elsewhere: a new checkpoint prefix, the savepoint from the store.
+    let fresh = common::s3::checkpoint_url("resumed");
+    let args = ["--parallelism", "2", "--interval-ms", "15", "--restore", &restore];
+    let o = common::wordcount(input.path(), out.path(), Path::new(&fresh), &args).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() && text.contains("restoring savepoint"), "{text}");
+    crate::crash::check_exactly_once(&expected, out.path(), "resumed from a savepoint in S3");
+}

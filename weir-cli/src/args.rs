@@ -223,15 +223,16 @@ pub(crate) struct CheckpointArgs {
     /// Completed checkpoints to keep.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub(crate) retain: Option<u64>,
-    /// Ctrl-C or SIGTERM stops the job with a savepoint in this directory (needs
-    /// --checkpoint-dir).
+    /// Ctrl-C or SIGTERM stops the job with a savepoint in this directory, a folder or
+    /// s3://BUCKET/PREFIX (needs --checkpoint-dir).
     #[arg(long)]
     pub(crate) savepoint_dir: Option<PathBuf>,
     /// Milliseconds the savepoint of --savepoint-dir may take before it fails (default
     /// 600000), apart from --checkpoint-timeout-ms.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) savepoint_timeout_ms: Option<u64>,
-    /// Start from this savepoint (savepoint-<n>) or checkpoint (chk-<n>) folder.
+    /// Start from this savepoint (savepoint-<n>) or checkpoint (chk-<n>) folder, or one in an
+    /// object store (s3://BUCKET/PREFIX/savepoint-<n>).
     #[arg(long)]
     pub(crate) restore: Option<PathBuf>,
     /// With --restore: drop state of operators this job lacks instead of refusing it.

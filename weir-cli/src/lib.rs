@@ -9,6 +9,7 @@ mod checkpoints;
 mod default_job;
 mod nexmark;
 mod simulate;
+mod stored;
 mod supervisor;
 mod wordcount;
 

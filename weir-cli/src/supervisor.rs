@@ -62,7 +62,7 @@ pub(crate) fn supervise(
     mut handle: JobHandle,
     limit: Option<Duration>,
     progress: bool,
-    savepoint_dir: Option<&std::path::Path>,
+    savepoint_dir: Option<&crate::stored::SavepointDir>,
 ) -> weir::Result<Option<JobReport>> {
     SUPERVISED.store(true, Ordering::SeqCst);
     let presses = &STOP_REQUESTS;
@@ -81,13 +81,14 @@ pub(crate) fn supervise(
         if n >= 1 && !stopped {
             if let Some(dir) = savepoint_dir {
                 bar.println("stopping with a savepoint…");
-                let stopped = handle.stop_with_savepoint(dir);
+                let stopped = handle.stop_with_savepoint(dir.folder());
                 bar.finish_and_clear();
                 return match stopped? {
                     weir::Stopped::Savepoint(path) => {
-                        println!("stopped with savepoint {}", path.display());
+                        let kept = dir.keep(&path)?;
+                        println!("stopped with savepoint {kept}");
                         println!("the output it covers is committed");
-                        println!("resume with --restore {}", path.display());
+                        println!("resume with --restore {kept}");
                         Ok(None)
                     }
                     weir::Stopped::Finished(report) => {

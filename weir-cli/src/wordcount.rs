@@ -70,7 +70,10 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let description = format!("word count of {from} into {}", output.display());
     for (flag, other) in [
         ("--checkpoint-dir", args.checkpoints.local_dir().as_ref()),
-        ("--savepoint-dir", args.checkpoints.savepoint_dir.as_ref()),
+        (
+            "--savepoint-dir",
+            args.checkpoints.savepoint_dir.as_ref().filter(|d| !d.to_string_lossy().starts_with("s3://")),
+        ),
     ] {
         let Some(other) = other else { continue };
         let other = std::path::absolute(other).map_err(|e| Error::io("cannot resolve the folder", other, e))?;
@@ -150,18 +153,15 @@ fn run_job(
             return Ok(());
         }
     }
-    if let Some(dir) = &args.checkpoints.savepoint_dir {
-        // Found out now, not when Ctrl-C asks for the savepoint.
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create the savepoint directory", dir, e))?;
-    }
+    // Found out now, not when Ctrl-C asks for the savepoint.
+    let savepoints = args.checkpoints.savepoint_dir.as_deref().map(crate::stored::SavepointDir::open).transpose()?;
     if let Some(path) = &args.checkpoints.restore {
-        job = job.restore_from(path, args.checkpoints.allow_non_restored_state);
+        job = job.restore_from(crate::stored::restorable(path)?, args.checkpoints.allow_non_restored_state);
     } else if args.checkpoints.allow_non_restored_state {
         return Err(Error::config("--allow-non-restored-state needs --restore"));
     }
     let handle = announce_restores(job).start(config)?;
-    let Some(report) = supervise(handle, None, !args.runtime.no_progress, args.checkpoints.savepoint_dir.as_deref())?
-    else {
+    let Some(report) = supervise(handle, None, !args.runtime.no_progress, savepoints.as_ref())? else {
         return Ok(());
     };
     print!("{}", report.summary_table());

@@ -212,6 +212,38 @@ impl CheckpointMirror {
         result
     }
 
+    /// Puts every file of folder `from` (a savepoint: a flat folder) into the store under
+    /// `key` (`<key>/<file>`), `_metadata` last, so that it is complete once that is there.
+    pub fn upload_folder(&self, from: &Path, key: &str) -> Result<()> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(from)
+            .map_err(|e| Error::io("cannot list the folder", from, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file())
+            .collect();
+        files.sort_by_key(|p| p.file_name().is_some_and(|n| n == METADATA_FILE));
+        for f in files {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let k = format!("{}/{name}", key.trim_end_matches('/'));
+            self.store.upload(&k, &f).map_err(|e| self.failed("upload", &k, e))?;
+        }
+        Ok(())
+    }
+
+    /// Brings every object under `key` (`<key>/<file>`) down into folder `to`, `_metadata`
+    /// last. Returns how many there were.
+    pub fn download_folder(&self, key: &str, to: &Path) -> Result<usize> {
+        let prefix = if key.is_empty() { String::new() } else { format!("{}/", key.trim_end_matches('/')) };
+        let mut keys = self.store.list(&prefix).map_err(|e| self.failed("list", &prefix, e))?;
+        keys.retain(|k| !k[prefix.len()..].contains('/'));
+        keys.sort_by_key(|k| k.ends_with(METADATA_FILE));
+        std::fs::create_dir_all(to).map_err(|e| Error::io("cannot create the folder", to, e))?;
+        for k in &keys {
+            let path = to.join(&k[prefix.len()..]);
+            self.store.download(k, &path).map_err(|e| self.failed("download", k, e))?;
+        }
+        Ok(keys.len())
+    }
+
     /// Leaves the completion marker written in `dir` in the store too.
     pub fn publish_finished(&self, dir: &Path) -> Result<()> {
         self.store
@@ -304,6 +336,20 @@ mod tests {
         assert!(matches!(a.check(1), Err(Error::Fenced(_))), "the older owner sees the newer claim");
         b.check(2).unwrap();
         assert_eq!(store.list(GENERATIONS).unwrap().len(), 1, "older claims go");
+    }
+
+    #[test]
+    fn a_folder_goes_up_and_comes_down_whole() {
+        let mirror = CheckpointMirror::new(Arc::new(InMemoryObjectStore::default()));
+        let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(from.path().join("task-0.state"), b"state").unwrap();
+        std::fs::write(from.path().join(METADATA_FILE), b"meta").unwrap();
+        mirror.upload_folder(from.path(), "savepoints/savepoint-3").unwrap();
+        assert_eq!(mirror.download_folder("savepoints", to.path()).unwrap(), 0, "only the folder's own objects");
+        let back = to.path().join("savepoint-3");
+        assert_eq!(mirror.download_folder("savepoints/savepoint-3", &back).unwrap(), 2);
+        assert_eq!(std::fs::read(back.join("task-0.state")).unwrap(), b"state");
+        assert_eq!(std::fs::read(back.join(METADATA_FILE)).unwrap(), b"meta");
     }
 
     #[test]

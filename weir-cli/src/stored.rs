@@ -1,0 +1,78 @@
+//! Savepoints in an object store on the command line: `--savepoint-dir s3://BUCKET/PREFIX`
+//! (a stop-with-savepoint is taken into a working folder, then goes up whole as
+//! `PREFIX/savepoint-<n>/`, `_metadata` last) and `--restore s3://BUCKET/PREFIX/savepoint-<n>`
+//! (brought down into a working folder, then restored as a local one).
+
+use std::path::{Path, PathBuf};
+
+use weir::checkpoint::CheckpointMirror;
+use weir::{Error, Result};
+use weir_object_store::S3Url;
+
+/// Where a stop-with-savepoint goes.
+pub(crate) enum SavepointDir {
+    /// A local folder.
+    Local(PathBuf),
+    /// An object store: taken into `staging`, then put under the store's prefix.
+    Stored { url: String, mirror: CheckpointMirror, staging: PathBuf },
+}
+
+impl SavepointDir {
+    /// `dir` as a savepoint directory: a store's is checked now (a listing), a folder is
+    /// created now, so a bad one is found at start, not when the savepoint is asked for.
+    pub(crate) fn open(dir: &Path) -> Result<SavepointDir> {
+        match dir.to_str().filter(|d| S3Url::is_s3(d)) {
+            Some(url) => {
+                let mirror = CheckpointMirror::new(weir_object_store::open(url)?);
+                mirror.probe()?;
+                let staging = std::env::temp_dir().join(format!("weir-savepoints-{}", std::process::id()));
+                Ok(SavepointDir::Stored { url: url.trim_end_matches('/').to_string(), mirror, staging })
+            }
+            None => {
+                std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create the savepoint directory", dir, e))?;
+                Ok(SavepointDir::Local(dir.to_path_buf()))
+            }
+        }
+    }
+
+    /// The folder the savepoint is taken into.
+    pub(crate) fn folder(&self) -> &Path {
+        match self {
+            SavepointDir::Local(dir) => dir,
+            SavepointDir::Stored { staging, .. } => staging,
+        }
+    }
+
+    /// Where the savepoint taken into `taken` (a folder under [`SavepointDir::folder`]) is for
+    /// good: itself, or, put into the store, its address there.
+    pub(crate) fn keep(&self, taken: &Path) -> Result<String> {
+        match self {
+            SavepointDir::Local(_) => Ok(taken.display().to_string()),
+            SavepointDir::Stored { url, mirror, staging } => {
+                let name = taken.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+                mirror.upload_folder(taken, &name)?;
+                let _ = std::fs::remove_dir_all(staging);
+                Ok(format!("{url}/{name}"))
+            }
+        }
+    }
+}
+
+/// The folder to restore `path` from: itself, or for `s3://BUCKET/PREFIX/savepoint-<n>` (or
+/// `chk-<n>`), a working folder it was brought down into.
+pub(crate) fn restorable(path: &Path) -> Result<PathBuf> {
+    let Some(url) = path.to_str().filter(|p| S3Url::is_s3(p)) else { return Ok(path.to_path_buf()) };
+    let url = url.trim_end_matches('/');
+    let name = url.rsplit_once('/').map(|(_, n)| n).unwrap_or_default();
+    if !(name.starts_with("savepoint-") || name.starts_with("chk-")) {
+        return Err(Error::config(format!(
+            "{url} is not a savepoint or checkpoint in a store: expected s3://BUCKET/PREFIX/savepoint-<n> (or chk-<n>)"
+        )));
+    }
+    let mirror = CheckpointMirror::new(weir_object_store::open(url)?);
+    let to = std::env::temp_dir().join(format!("weir-restore-{}", std::process::id())).join(name);
+    if mirror.download_folder("", &to)? == 0 {
+        return Err(Error::config(format!("{url} holds nothing: no savepoint or checkpoint there")));
+    }
+    Ok(to)
+}
