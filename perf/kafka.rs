@@ -1,6 +1,7 @@
 //! The Kafka connector against a running broker (`cargo bench --bench kafka -- HOST:PORT
 //! [MESSAGES]`): the source's read rate at parallelism 1 (against the broker's own fetch
-//! rate, the client reading the same partitions alone with no job around it), and the sink's
+//! rate, the client reading the same partitions alone with no job around it, and with
+//! `--features rdkafka`, against librdkafka's consumer reading them alone), and the sink's
 //! write rate exactly once against at least once and none, alternating in one run so the
 //! ratios share the machine's load. Prints one table; `cat /proc/loadavg` beside it says how
 //! busy the machine was.
@@ -73,6 +74,12 @@ fn main() {
         let source = messages as f64 / t.elapsed().as_secs_f64();
         println!("| round {round}: fetch alone | {alone:.0} | |");
         println!("| round {round}: source | {source:.0} | {:.2} |", source / alone);
+        #[cfg(feature = "rdkafka")]
+        {
+            let consumer = rdkafka_rate(&broker, &input, messages);
+            println!("| round {round}: rdkafka's consumer alone | {consumer:.0} | |");
+            println!("| round {round}: source / rdkafka's consumer | | {:.2} |", source / consumer);
+        }
         // The sink, three guarantees in turn, each into a topic of its own.
         let mut rates = Vec::new();
         for delivery in [Delivery::None, Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
@@ -97,4 +104,37 @@ fn main() {
             println!("| round {round}: sink {d} | {r:.0} | {:.2} |", r / rates[0].1);
         }
     }
+}
+
+/// Messages a second `rdkafka` (librdkafka) consumer reads, assigned every partition from the
+/// beginning (`read_committed`, no group), the payloads touched and dropped.
+#[cfg(feature = "rdkafka")]
+fn rdkafka_rate(broker: &str, topic: &str, messages: u64) -> f64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", format!("weir-bench-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut partitions = TopicPartitionList::new();
+    for p in 0..4 {
+        partitions.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&partitions).unwrap();
+    let t = Instant::now();
+    let mut read = 0u64;
+    while read < messages {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                read += 1;
+                std::hint::black_box(m.payload().map(<[u8]>::len));
+            }
+            Some(Err(e)) => panic!("rdkafka: {e}"),
+            None => {}
+        }
+    }
+    messages as f64 / t.elapsed().as_secs_f64()
 }
