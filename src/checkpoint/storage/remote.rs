@@ -107,6 +107,9 @@ impl ObjectStore for InMemoryObjectStore {
 
 const GENERATIONS: &str = "_generations/";
 
+/// Files of one checkpoint uploaded at once.
+const PARALLEL_UPLOADS: usize = 8;
+
 /// The remote side of a checkpoint directory: what goes up, comes down, and who may write.
 #[derive(Debug, Clone)]
 pub struct CheckpointMirror {
@@ -178,20 +181,18 @@ impl CheckpointMirror {
     pub fn publish(&self, dir: &Path, metadata: &CheckpointMetadata, also: &HashSet<String>) -> Result<()> {
         let id = metadata.checkpoint;
         let folder = format!("chk-{id}");
-        let mut sent = Vec::new();
+        let mut sent: Vec<String> = metadata.tasks.iter().map(|t| format!("{folder}/{}", t.file)).collect();
+        sent.extend(
+            metadata
+                .shared
+                .iter()
+                .filter(|s| {
+                    parse_shared_name(&s.file).is_some_and(|(written_by, _)| written_by == id) || also.contains(&s.file)
+                })
+                .map(|s| s.file.clone()),
+        );
         let result = (|| {
-            for t in &metadata.tasks {
-                let key = format!("{folder}/{}", t.file);
-                self.store.upload(&key, &dir.join(&key)).map_err(|e| self.failed("upload", &key, e))?;
-                sent.push(key);
-            }
-            for s in &metadata.shared {
-                let own = parse_shared_name(&s.file).is_some_and(|(written_by, _)| written_by == id);
-                if own || also.contains(&s.file) {
-                    self.store.upload(&s.file, &dir.join(&s.file)).map_err(|e| self.failed("upload", &s.file, e))?;
-                    sent.push(s.file.clone());
-                }
-            }
+            self.upload_all(dir, &sent)?;
             let key = format!("{folder}/{METADATA_FILE}");
             let path = dir.join(&key);
             let bytes = std::fs::read(&path).map_err(|e| Error::io("cannot read checkpoint metadata", &path, e))?;
@@ -242,6 +243,23 @@ impl CheckpointMirror {
             self.store.download(k, &path).map_err(|e| self.failed("download", k, e))?;
         }
         Ok(keys.len())
+    }
+
+    /// Uploads `keys` (each the file `dir/<key>`), up to [`PARALLEL_UPLOADS`] at once: the
+    /// files are independent, and one request at a time leaves the store's bandwidth idle.
+    fn upload_all(&self, dir: &Path, keys: &[String]) -> Result<()> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let upload = || -> Result<()> {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(key) = keys.get(i) else { return Ok(()) };
+                self.store.upload(key, &dir.join(key)).map_err(|e| self.failed("upload", key, e))?;
+            }
+        };
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..PARALLEL_UPLOADS.min(keys.len())).map(|_| s.spawn(upload)).collect();
+            workers.into_iter().try_for_each(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        })
     }
 
     /// Leaves the completion marker written in `dir` in the store too.
