@@ -148,9 +148,16 @@ pub const DEFAULT_RETAINED: usize = 2;
 
 impl CheckpointConfig {
     /// Exactly-once aligned checkpoints into `dir` every second, with Flink-like defaults.
+    /// `dir` is a folder, or `file:///FOLDER` (the same folder); a directory in an object
+    /// store is [`CheckpointConfig::in_store`]'s.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir: PathBuf = dir.into();
+        let dir = match dir.to_str().and_then(|d| d.strip_prefix("file://")) {
+            Some(folder) => PathBuf::from(folder),
+            None => dir,
+        };
         CheckpointConfig {
-            dir: dir.into(),
+            dir,
             store: None,
             interval: Duration::from_secs(1),
             interval_during_backlog: None,
@@ -323,6 +330,15 @@ impl CheckpointConfig {
 
     /// Checks the settings, and that the directory can be created and written.
     pub fn validate(&self) -> Result<()> {
+        if self.store.is_none() {
+            if let Some(url) = self.dir.to_str().filter(|d| d.contains("://")) {
+                return Err(Error::config(format!(
+                    "checkpoint directory '{url}' is an address, not a folder: for one in an object store use \
+                     CheckpointConfig::in_store(weir_object_store::open(\"{url}\")?) (the weir-object-store crate); \
+                     file:///FOLDER is the folder itself"
+                )));
+            }
+        }
         if self.interval.is_zero() {
             return Err(Error::config("the checkpoint interval must be greater than zero"));
         }
@@ -437,6 +453,16 @@ mod tests {
         for cfg in bad {
             assert!(cfg.validate().is_err(), "{cfg:?} should be refused");
         }
+    }
+
+    #[test]
+    fn a_file_url_is_the_folder_and_another_address_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = CheckpointConfig::new(format!("file://{}", dir.path().display()));
+        assert_eq!(cfg.dir, dir.path());
+        cfg.validate().unwrap();
+        let e = CheckpointConfig::new("s3://bucket/prefix").validate().unwrap_err().to_string();
+        assert!(e.contains("'s3://bucket/prefix' is an address") && e.contains("in_store"), "{e}");
     }
 
     #[test]
