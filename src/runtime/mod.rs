@@ -522,13 +522,13 @@ impl Supervised {
     /// restart (returns `None`), or returns the job's result.
     fn settle(&self, a: Attempt) -> Option<Result<JobReport>> {
         if let Some(e) = a.state.take_error() {
-            let cancelled = self.shared.control.cancel.load(Ordering::SeqCst);
             let restarts = self.progress().restarts;
             let strategy = self.job.graph.borrow().checkpointing.as_ref().map(|c| c.restart);
             let (mut e, mut restarts) = (e, restarts);
             // A restart whose start fails retryably (a sink's restore that met a lost
             // request) is a failure like any other: the strategy decides whether to go on.
             loop {
+                let cancelled = self.shared.control.cancel.load(Ordering::SeqCst);
                 let delay = strategy.and_then(|s| s.delay(restarts));
                 let Some(delay) = delay.filter(|_| e.is_retryable() && !cancelled) else { return Some(Err(e)) };
                 self.progress().notes.push(format!("restart {} after: {e}", restarts + 1));
