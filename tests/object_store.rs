@@ -235,3 +235,20 @@ fn a_savepoint_in_s3_resumes_in_a_new_process() {
     assert!(o.status.success() && text.contains("restoring savepoint"), "{text}");
     crate::crash::check_exactly_once(&expected, out.path(), "resumed from a savepoint in S3");
 }
+
+/// A file larger than one part (16 MiB) goes up in parts (S3's multipart upload) and comes
+/// back byte for byte; a missing object is `false`, not an error.
+#[test]
+fn a_large_file_goes_up_in_parts_and_comes_back_whole() {
+    let store = common::s3::store(&common::s3::checkpoint_url("large"));
+    let dir = tempfile::tempdir().unwrap();
+    let (from, to) = (dir.path().join("big"), dir.path().join("back"));
+    let bytes: Vec<u8> = (0..40u64 << 20).map(|i| weir::prng::mix(i) as u8).collect();
+    std::fs::write(&from, &bytes).unwrap();
+    store.upload("chk-1/task-0.state", &from).unwrap();
+    assert!(store.download("chk-1/task-0.state", &to).unwrap());
+    assert!(std::fs::read(&to).unwrap() == bytes, "the same 40 MiB came back");
+    assert!(!store.download("chk-1/no-such", &dir.path().join("none")).unwrap());
+    store.delete("chk-1/task-0.state").unwrap();
+    assert!(store.list("chk-1/").unwrap().is_empty());
+}
