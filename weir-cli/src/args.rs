@@ -277,7 +277,7 @@ impl CheckpointArgs {
             return weir::checkpoint::read_finished(&local);
         }
         let store = weir_object_store::open(&dir.to_string_lossy())?;
-        let scratch = std::env::temp_dir().join(format!("weir-finished-{}", std::process::id()));
+        let scratch = scratch_dir("finished");
         std::fs::create_dir_all(&scratch).map_err(|e| Error::io("cannot create a temporary folder", &scratch, e))?;
         let marker = scratch.join(weir::checkpoint::FINISHED_MARKER);
         let found = store
@@ -505,11 +505,11 @@ pub(crate) fn refuse_checkpoint_flags_without_checkpoints(
     }
 }
 
-/// A fresh folder name under the system's temporary directory for a benchmark's checkpoints
-/// (removed by the caller afterwards).
-pub(crate) fn scratch_checkpoint_dir(command: &str) -> PathBuf {
+/// A fresh folder name under the system's temporary directory for `what` (a benchmark's
+/// checkpoints, a copy of a store's files; removed by the caller afterwards).
+pub(crate) fn scratch_dir(what: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    std::env::temp_dir().join(format!("weir-{command}-{}-{nanos}", std::process::id()))
+    std::env::temp_dir().join(format!("weir-{what}-{}-{nanos}", std::process::id()))
 }
 
 /// Milliseconds between checkpoints when a benchmark is not told.

@@ -33,7 +33,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     let interval_ms = args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS);
     let (config, parallelism) = args.runtime.config();
     let temporary = args.checkpoint_dir.is_none() && args.checkpoint != CheckpointChoice::None;
-    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| scratch_checkpoint_dir("bench"));
+    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| scratch_dir("bench"));
     if let Some(json) = &args.json {
         // Refuse an unwritable destination before running for minutes.
         std::fs::write(json, b"").map_err(|e| Error::io("cannot write the JSON results", json, e))?;

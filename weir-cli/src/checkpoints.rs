@@ -10,7 +10,7 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
     let url = args.dir.to_str().filter(|d| weir_object_store::S3Url::is_s3(d));
     let copy = match url {
         Some(url) => {
-            let copy = std::env::temp_dir().join(format!("weir-checkpoints-listing-{}", std::process::id()));
+            let copy = scratch_dir("checkpoints-listing");
             let mirror = weir::checkpoint::CheckpointMirror::new(weir_object_store::open(url)?);
             mirror.download_into(&copy).inspect_err(|_| {
                 let _ = std::fs::remove_dir_all(&copy);

@@ -35,7 +35,7 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let workers = config.effective_workers();
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
-    let checkpoint_dir = scratch_checkpoint_dir("nexmark");
+    let checkpoint_dir = scratch_dir("nexmark");
     let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS));
     if let Some(c) = args.checkpoint.config(
         &checkpoint_dir,

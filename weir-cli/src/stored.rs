@@ -25,7 +25,7 @@ impl SavepointDir {
             Some(url) => {
                 let mirror = CheckpointMirror::new(weir_object_store::open(url)?);
                 mirror.probe()?;
-                let staging = std::env::temp_dir().join(format!("weir-savepoints-{}", std::process::id()));
+                let staging = crate::args::scratch_dir("savepoints");
                 Ok(SavepointDir::Stored { url: url.trim_end_matches('/').to_string(), mirror, staging })
             }
             None => {
@@ -70,7 +70,7 @@ pub(crate) fn restorable(path: &Path) -> Result<PathBuf> {
         )));
     }
     let mirror = CheckpointMirror::new(weir_object_store::open(url)?);
-    let to = std::env::temp_dir().join(format!("weir-restore-{}", std::process::id())).join(name);
+    let to = crate::args::scratch_dir("restore").join(name);
     if mirror.download_folder("", &to)? == 0 {
         return Err(Error::config(format!("{url} holds nothing: no savepoint or checkpoint there")));
     }

@@ -6,6 +6,7 @@ use weir::source::TextSource;
 use weir::Error;
 use weir_jobs::wordcount::{wordcount_between, WordInput, WordOutput};
 use weir_kafka::{Delivery, KafkaUrl};
+use weir_object_store::S3Url;
 
 use crate::args::*;
 use crate::supervisor::*;
@@ -70,10 +71,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let description = format!("word count of {from} into {}", output.display());
     for (flag, other) in [
         ("--checkpoint-dir", args.checkpoints.local_dir().as_ref()),
-        (
-            "--savepoint-dir",
-            args.checkpoints.savepoint_dir.as_ref().filter(|d| !d.to_string_lossy().starts_with("s3://")),
-        ),
+        ("--savepoint-dir", args.checkpoints.savepoint_dir.as_ref().filter(|d| !S3Url::is_s3(&d.to_string_lossy()))),
     ] {
         let Some(other) = other else { continue };
         let other = std::path::absolute(other).map_err(|e| Error::io("cannot resolve the folder", other, e))?;
