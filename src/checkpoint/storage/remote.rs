@@ -149,11 +149,12 @@ impl CheckpointMirror {
         let keys = self.store.list("").map_err(|e| self.failed("list", "", e))?;
         let complete: BTreeSet<u64> =
             keys.iter().filter_map(|k| checkpoint_of(k).filter(|_| k.ends_with(METADATA_FILE))).collect();
+        let shared = format!("{SHARED_DIR}/");
         let mut wanted: Vec<&String> = keys
             .iter()
             .filter(|k| {
                 k.as_str() == FINISHED_MARKER
-                    || k.starts_with(&format!("{SHARED_DIR}/"))
+                    || k.starts_with(&shared)
                     || checkpoint_of(k).is_some_and(|id| complete.contains(&id))
             })
             .collect();
@@ -181,8 +182,8 @@ impl CheckpointMirror {
     pub fn publish(&self, dir: &Path, metadata: &CheckpointMetadata, also: &HashSet<String>) -> Result<()> {
         let id = metadata.checkpoint;
         let folder = format!("chk-{id}");
-        let mut sent: Vec<String> = metadata.tasks.iter().map(|t| format!("{folder}/{}", t.file)).collect();
-        sent.extend(
+        let mut files: Vec<String> = metadata.tasks.iter().map(|t| format!("{folder}/{}", t.file)).collect();
+        files.extend(
             metadata
                 .shared
                 .iter()
@@ -192,7 +193,7 @@ impl CheckpointMirror {
                 .map(|s| s.file.clone()),
         );
         let result = (|| {
-            self.upload_all(dir, &sent)?;
+            self.upload_all(dir, &files)?;
             let key = format!("{folder}/{METADATA_FILE}");
             let path = dir.join(&key);
             let bytes = std::fs::read(&path).map_err(|e| Error::io("cannot read checkpoint metadata", &path, e))?;
@@ -206,7 +207,7 @@ impl CheckpointMirror {
             Ok(())
         })();
         if result.is_err() {
-            for key in sent {
+            for key in files {
                 let _ = self.store.delete(&key);
             }
         }
