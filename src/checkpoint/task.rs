@@ -220,6 +220,15 @@ impl CommitsApplied {
         self.newest.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|&&n| n >= id).count() >= tasks
     }
 
+    /// The newest checkpoint all `tasks` tasks applied the completion of, if any.
+    pub(crate) fn newest_everywhere(&self, tasks: usize) -> Option<u64> {
+        let newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
+        if newest.len() < tasks {
+            return None;
+        }
+        newest.values().min().copied()
+    }
+
     /// Waits until `tasks` tasks applied checkpoint `id`'s completion, for at most `limit` or
     /// until `ended()` (the attempt's workers are gone). Returns whether they did.
     pub(crate) fn wait(&self, id: u64, tasks: usize, ended: impl Fn() -> bool, limit: Duration) -> bool {

@@ -380,7 +380,7 @@ impl<T> SourceTask<T> {
             CheckpointNotice::Complete(id) => {
                 let covered = self.offsets.partition_point(|(c, _)| *c <= id);
                 if let Some((_, offset)) = self.offsets.drain(..covered).next_back() {
-                    self.source.checkpoint_complete(&offset);
+                    self.source.checkpoint_complete(id, &offset);
                 }
             }
             CheckpointNotice::Aborted(id) => self.offsets.retain(|(c, _)| *c != id),

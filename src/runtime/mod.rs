@@ -402,6 +402,17 @@ impl JobHandle {
         Ok(())
     }
 
+    /// The newest checkpoint whose completion every task of the running attempt applied: its
+    /// sinks committed the output it covers, and its sources learned it
+    /// ([`crate::source::Source::checkpoint_complete`]). Offsets a source hands to the outside
+    /// (a Kafka consumer group's) are safe to publish up to it. `None` before the first, and
+    /// while the job restarts.
+    pub fn applied_checkpoint(&self) -> Option<u64> {
+        let progress = self.progress();
+        let attempt = progress.attempt.as_ref()?;
+        attempt.commits.as_ref()?.newest_everywhere(attempt.task_count)
+    }
+
     /// Statistics of the checkpoints completed so far.
     pub fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
         self.run.checkpoint_stats()

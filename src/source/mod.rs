@@ -58,10 +58,10 @@ pub trait Source<T>: Send {
         self.offset().is_some()
     }
 
-    /// The checkpoint that recorded `offset` (what [`Source::offset`] returned at its barrier)
-    /// completed: nothing before `offset` will be replayed again, so a source that buffers
+    /// Checkpoint `id` completed, which recorded `offset` (what [`Source::offset`] returned at
+    /// its barrier): nothing before `offset` will be replayed again, so a source that buffers
     /// events for replay may drop them.
-    fn checkpoint_complete(&mut self, _offset: &[u8]) {}
+    fn checkpoint_complete(&mut self, _id: u64, _offset: &[u8]) {}
 
     /// Whether the source is catching up on a backlog (far behind the newest input it could
     /// read), asked after every poll. While any source is, checkpoints come at

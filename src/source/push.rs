@@ -493,7 +493,7 @@ impl<T: Clone + Send> Source<T> for PushSource<T> {
         Ok(())
     }
 
-    fn checkpoint_complete(&mut self, offset: &[u8]) {
+    fn checkpoint_complete(&mut self, _id: u64, offset: &[u8]) {
         let Ok(bytes) = <[u8; 8]>::try_from(offset) else { return };
         let covered = u64::from_le_bytes(bytes);
         let log = self.log.as_mut().expect("held for the source's life");
@@ -549,7 +549,7 @@ mod tests {
         src.poll(&ctx, &mut out, 10).unwrap();
         assert_eq!(out, vec![10, 11, 12, 13], "the replay buffer holds 4 events");
         assert_eq!(src.poll(&ctx, &mut Vec::new(), 10).unwrap(), SourcePoll::Idle, "full: backpressure");
-        src.checkpoint_complete(&checkpoint);
+        src.checkpoint_complete(1, &checkpoint);
         drop(src); // the attempt fails
         let mut again = source(&factory, &ctx, true);
         again.seek(&checkpoint).unwrap();

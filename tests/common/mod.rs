@@ -142,7 +142,7 @@ impl<T: Send> weir::source::Source<T> for PausingSource<T> {
         self.next = u64::from_le_bytes(offset.try_into().map_err(|_| weir::Error::Corrupt("offset".into()))?);
         Ok(())
     }
-    fn checkpoint_complete(&mut self, offset: &[u8]) {
+    fn checkpoint_complete(&mut self, _id: u64, offset: &[u8]) {
         let at = u64::from_le_bytes(offset.try_into().expect("an offset this source wrote"));
         if self.pauses.first().is_some_and(|&(pause, _)| at >= pause.min(self.count)) {
             self.completed += 1;
