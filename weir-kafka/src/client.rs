@@ -70,8 +70,8 @@ pub struct KafkaClient {
     leaders: HashMap<(String, i32), i32>,
     /// Partition counts by topic.
     partitions: HashMap<String, i32>,
-    /// Transaction coordinators by transactional id.
-    coordinators: HashMap<String, String>,
+    /// Coordinators by (key type: 0 a consumer group, 1 a transactional id; key).
+    coordinators: HashMap<(i8, String), String>,
 }
 
 impl std::fmt::Debug for KafkaClient {
@@ -112,7 +112,7 @@ impl KafkaClient {
     /// Runs `f` against the connection to `addr()` up to [`ATTEMPTS`] times: after a network
     /// error the connection is dropped and the cached metadata forgotten (so `addr` is looked
     /// up again), after a transient broker error it waits a little.
-    fn retrying<X>(
+    pub(crate) fn retrying<X>(
         &mut self,
         what: &str,
         mut addr: impl FnMut(&mut Self) -> Result<String>,
@@ -414,7 +414,18 @@ impl KafkaClient {
 
     /// The address of the transaction coordinator of `transactional_id`.
     fn coordinator(&mut self, transactional_id: &str) -> Result<String> {
-        if let Some(a) = self.coordinators.get(transactional_id) {
+        self.coordinator_of(transactional_id, 1)
+    }
+
+    /// The address of the coordinator of consumer group `group`.
+    pub(crate) fn group_coordinator(&mut self, group: &str) -> Result<String> {
+        self.coordinator_of(group, 0)
+    }
+
+    /// The coordinator of `key`: a consumer group (`key_type` 0) or a transactional id (1).
+    fn coordinator_of(&mut self, key: &str, key_type: i8) -> Result<String> {
+        let cached = (key_type, key.to_string());
+        if let Some(a) = self.coordinators.get(&cached) {
             return Ok(a.clone());
         }
         let bootstrap = self.bootstrap.clone();
@@ -423,13 +434,13 @@ impl KafkaClient {
             |_| Ok(bootstrap.clone()),
             |c| {
                 let mut request = FindCoordinatorRequest::default();
-                request.key = name(transactional_id);
-                request.key_type = 1;
+                request.key = name(key);
+                request.key_type = key_type;
                 let r = c.call(&request)?;
                 Ok(if r.error_code == 0 { Ok(format!("{}:{}", r.host.as_str(), r.port)) } else { Err(r.error_code) })
             },
         )?;
-        self.coordinators.insert(transactional_id.to_string(), addr.clone());
+        self.coordinators.insert(cached, addr.clone());
         Ok(addr)
     }
 

@@ -23,7 +23,9 @@
 //! The modules, in the order data flows: `wire` (one connection), [`client`] (the
 //! requests), [`records`] (the batch format), [`source`], [`log`] (what the sink needs of
 //! Kafka, and an in-memory model of it), [`sink`], [`committed`] (reading a topic as the
-//! protocol defines what is committed), [`url`] (`kafka://` addresses).
+//! protocol defines what is committed), [`url`] (`kafka://` addresses), and beside them
+//! [`group`] (a consumer group's membership, for processes that let Kafka share the
+//! partitions out).
 //!
 //! May touch: `weir` (the public API).
 
@@ -32,6 +34,7 @@
 pub mod client;
 pub mod committed;
 mod error;
+pub mod group;
 pub mod log;
 pub mod records;
 pub mod sink;
@@ -41,6 +44,7 @@ mod wire;
 
 pub use client::KafkaClient;
 pub use committed::{read_topic, TopicContents};
+pub use group::{CompletedOffsets, ConsumerGroup, GroupState};
 pub use sink::{Delivery, KafkaRecord, KafkaSink, KafkaSinkSubtask};
-pub use source::{KafkaMessage, KafkaSource, KafkaSubtask};
+pub use source::{Assignment, KafkaMessage, KafkaSource, KafkaSubtask};
 pub use url::KafkaUrl;

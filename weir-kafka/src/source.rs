@@ -17,6 +17,7 @@ use weir::source::{Source, SourcePoll};
 use weir::{Error, Result, TaskContext};
 
 use crate::client::KafkaClient;
+use crate::group::CompletedOffsets;
 use crate::records::{batches, Item, Marker};
 
 /// A record as the source hands it to the decoding function.
@@ -60,9 +61,22 @@ pub struct KafkaSource<T> {
     bootstrap: String,
     topic: String,
     partitions: Option<Vec<i32>>,
+    assignment: Option<Assignment>,
     follow: bool,
     watermarks: Option<Watermarks>,
     decode: Decode<T>,
+}
+
+/// The partitions a consumer group handed this process, for [`KafkaSource::assigned`].
+#[derive(Clone, Debug, Default)]
+pub struct Assignment {
+    /// The partitions.
+    pub partitions: Vec<i32>,
+    /// Where to start those that this job's checkpoints do not hold (the group's committed
+    /// offsets: where the member that had them stopped); the others from their start.
+    pub committed: HashMap<i32, i64>,
+    /// Where the subtasks record the offsets of completed checkpoints, for the group.
+    pub completed: CompletedOffsets,
 }
 
 /// Per-partition watermarks: how far a partition's timestamps may run out of order, and how
@@ -97,6 +111,7 @@ impl<T: Send + 'static> KafkaSource<T> {
             bootstrap: bootstrap.into(),
             topic: topic.into(),
             partitions: None,
+            assignment: None,
             follow: false,
             watermarks: None,
             decode: Arc::new(decode),
@@ -109,6 +124,21 @@ impl<T: Send + 'static> KafkaSource<T> {
         p.sort_unstable();
         p.dedup();
         self.partitions = Some(p);
+        self
+    }
+
+    /// Reads the partitions a consumer group handed this process ([`crate::group`]), which
+    /// may differ from those its checkpoints hold: a restored partition no longer assigned is
+    /// dropped, an assigned one the checkpoints lack starts at the group's committed offset.
+    /// Each partition goes to subtask `partition % parallelism`, so it stays with its subtask
+    /// whatever else the group hands over. Every completed checkpoint's offsets go to
+    /// `assignment.completed`.
+    pub fn assigned(mut self, assignment: Assignment) -> Self {
+        let mut partitions = assignment.partitions.clone();
+        partitions.sort_unstable();
+        partitions.dedup();
+        self.partitions = Some(partitions);
+        self.assignment = Some(assignment);
         self
     }
 
@@ -167,6 +197,9 @@ pub struct KafkaSubtask<T> {
     topic: String,
     /// All partitions read (explicitly given, or the topic's).
     explicit: Option<Vec<i32>>,
+    /// Handed out by a consumer group: where the partitions the checkpoints lack start, and
+    /// where completed checkpoints' offsets go.
+    assignment: Option<(HashMap<i32, i64>, CompletedOffsets)>,
     follow: bool,
     decode: Decode<T>,
     subtask: usize,
@@ -215,11 +248,11 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             }
         }
         let all = source.partitions.clone().unwrap_or(topic_partitions);
-        let mine = owned(&all, ctx.subtask, ctx.parallelism);
         let mut me = KafkaSubtask {
             client,
             topic: source.topic.clone(),
             explicit: source.partitions.clone(),
+            assignment: source.assignment.as_ref().map(|a| (a.committed.clone(), a.completed.clone())),
             follow: source.follow,
             decode: source.decode.clone(),
             subtask: ctx.subtask,
@@ -234,10 +267,36 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             watermarks: source.watermarks,
             watermark: None,
         };
+        let mine = me.owned(&all);
         me.cursors = me.new_cursors(&mine)?;
         Ok(me)
     }
 
+    /// Which of `all` (sorted) this subtask reads: under a consumer group's assignment
+    /// partition `p` is subtask `p % parallelism`'s (it stays there whatever the group hands
+    /// over), otherwise every `parallelism`-th.
+    fn owned(&self, all: &[i32]) -> Vec<i32> {
+        if self.assignment.is_some() {
+            all.iter().copied().filter(|&p| p.rem_euclid(self.parallelism as i32) as usize == self.subtask).collect()
+        } else {
+            owned(all, self.subtask, self.parallelism)
+        }
+    }
+
+    /// Under a consumer group's assignment, restored `cursors` as far as the group still
+    /// hands their partitions to this subtask, and the partitions it hands over that they
+    /// lack (from the group's committed offsets). Otherwise `cursors` as they are.
+    fn reconciled(&mut self, cursors: Vec<Cursor>) -> Result<Vec<Cursor>> {
+        let Some(assigned) = self.explicit.clone().filter(|_| self.assignment.is_some()) else {
+            return Ok(cursors);
+        };
+        let mine = self.owned(&assigned);
+        let mut kept: Vec<Cursor> = cursors.into_iter().filter(|c| mine.contains(&c.partition)).collect();
+        let missing: Vec<i32> = mine.into_iter().filter(|p| kept.iter().all(|c| c.partition != *p)).collect();
+        kept.extend(self.new_cursors(&missing)?);
+        kept.sort_by_key(|c| c.partition);
+        Ok(kept)
+    }
     /// Cursors at the start of `partitions` (and, bounded, their current committed ends).
     fn new_cursors(&mut self, partitions: &[i32]) -> Result<Vec<Cursor>> {
         if partitions.is_empty() {
@@ -245,10 +304,12 @@ impl<T: Send + 'static> KafkaSubtask<T> {
         }
         let bounds = self.client.bounds(&self.topic, partitions, true)?;
         let (follow, now) = (self.follow, self.now_ns);
+        let committed = self.assignment.as_ref().map(|(c, _)| c);
         Ok(partitions
             .iter()
             .map(|&p| {
-                let (start, end) = bounds[&p];
+                let (earliest, end) = bounds[&p];
+                let start = committed.and_then(|c| c.get(&p).copied()).unwrap_or(earliest);
                 Cursor {
                     partition: p,
                     fetched: start,
@@ -269,8 +330,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
         }
         let all = self.client.partitions(&self.topic)?;
         let known: HashSet<i32> = self.cursors.iter().map(|c| c.partition).collect();
-        let new: Vec<i32> =
-            owned(&all, self.subtask, self.parallelism).into_iter().filter(|p| !known.contains(p)).collect();
+        let new: Vec<i32> = self.owned(&all).into_iter().filter(|p| !known.contains(p)).collect();
         let added = self.new_cursors(&new)?;
         self.cursors.extend(added);
         Ok(())
@@ -450,8 +510,18 @@ impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
         Some(Self::encode_offsets(&self.cursors))
     }
 
+    fn checkpoint_complete(&mut self, id: u64, offset: &[u8]) {
+        if let Some((_, completed)) = &self.assignment {
+            // The offsets this subtask encoded itself: they decode.
+            if let Ok(cursors) = Self::decode_offsets(offset) {
+                completed.record(id, cursors.iter().map(|c| (c.partition, c.emitted)));
+            }
+        }
+    }
+
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
-        self.cursors = Self::decode_offsets(offset)?;
+        let restored = Self::decode_offsets(offset)?;
+        self.cursors = self.reconciled(restored)?;
         self.restarted();
         Ok(())
     }
@@ -464,10 +534,11 @@ impl<T: Send + 'static> Source<T> for KafkaSubtask<T> {
         all.sort_by_key(|c| c.partition);
         all.dedup_by_key(|c| c.partition);
         let partitions: Vec<i32> = all.iter().map(|c| c.partition).collect();
-        let mine: HashSet<i32> = owned(&partitions, subtask, parallelism).into_iter().collect();
         self.subtask = subtask;
         self.parallelism = parallelism;
-        self.cursors = all.into_iter().filter(|c| mine.contains(&c.partition)).collect();
+        let mine: HashSet<i32> = self.owned(&partitions).into_iter().collect();
+        let restored = all.into_iter().filter(|c| mine.contains(&c.partition)).collect();
+        self.cursors = self.reconciled(restored)?;
         self.restarted();
         Ok(())
     }

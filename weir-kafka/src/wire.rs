@@ -36,6 +36,13 @@ fn newest_known(api: ApiKey) -> i16 {
         ApiKey::AddPartitionsToTxn => 3,
         ApiKey::EndTxn => 4,
         ApiKey::CreateTopics => 7,
+        ApiKey::JoinGroup => 5,
+        ApiKey::SyncGroup => 3,
+        ApiKey::Heartbeat => 3,
+        // 3 and on: members leave by a list (the field version 3 needs).
+        ApiKey::LeaveGroup => 3,
+        ApiKey::OffsetCommit => 7,
+        ApiKey::OffsetFetch => 7,
         _ => 0,
     }
 }
@@ -67,6 +74,12 @@ apis!(
     InitProducerId: InitProducerIdRequest => InitProducerIdResponse,
     AddPartitionsToTxn: AddPartitionsToTxnRequest => AddPartitionsToTxnResponse,
     EndTxn: EndTxnRequest => EndTxnResponse,
+    JoinGroup: JoinGroupRequest => JoinGroupResponse,
+    SyncGroup: SyncGroupRequest => SyncGroupResponse,
+    Heartbeat: HeartbeatRequest => HeartbeatResponse,
+    LeaveGroup: LeaveGroupRequest => LeaveGroupResponse,
+    OffsetCommit: OffsetCommitRequest => OffsetCommitResponse,
+    OffsetFetch: OffsetFetchRequest => OffsetFetchResponse,
 );
 
 /// A connection to one broker.
