@@ -284,6 +284,33 @@ fn the_command_names_bad_kafka_addresses() {
     assert!(text.contains("'x' is not a partition number"), "{text}");
     let text = run_with(&format!("kafka://{}/{input}", broker()), &out_dir, &["--partitions", "5"]);
     assert!(text.contains("has no partition 5"), "{text}");
+    // A consumer group: what it needs, named.
+    let from = format!("kafka://{}/{input}", broker());
+    let chk = out.path().join("chk").display().to_string();
+    let cases: [(&str, Vec<&str>, &str); 6] = [
+        (
+            file.to_str().unwrap(),
+            vec!["--group", "g", "--follow", "--checkpoint-dir", &chk],
+            "--group needs a Kafka input",
+        ),
+        (&from, vec!["--group", "g", "--follow"], "--group needs --checkpoint-dir"),
+        (&from, vec!["--group", "g", "--checkpoint-dir", &chk], "--group needs --follow"),
+        (&from, vec!["--group", "g", "--partitions", "0", "--follow", "--checkpoint-dir", &chk], "cannot be used with"),
+        (
+            &from,
+            vec!["--group", "g", "--follow", "--checkpoint-dir", &chk, "--restore", &chk],
+            "--group takes no --restore",
+        ),
+        (
+            "kafka://127.0.0.1:1/words",
+            vec!["--group", "g", "--follow", "--checkpoint-dir", &chk],
+            "cannot connect to Kafka broker 127.0.0.1:1",
+        ),
+    ];
+    for (from, flags, says) in cases {
+        let text = run_with(from, &out_dir, &flags);
+        assert!(text.contains(says), "{flags:?}: {text}");
+    }
 }
 
 /// Two `weir` processes share a four-partition topic (partitions 0,1 and 2,3), each with its
@@ -657,4 +684,143 @@ fn a_broker_outage_under_a_running_job_loses_and_duplicates_nothing() {
     assert!(proxy.refused() >= 3, "the outage reached the job");
     eprintln!("broker outage: the job completed in {runs} run(s); {} connections refused", proxy.refused());
     assert_committed_counts_at(&addr, &output, expected);
+}
+
+/// The group protocol against Tansu: a lone member gets every partition; a second one joining
+/// makes the first hear that the group changes, and after both join again they split the
+/// partitions by name; offsets committed are read back; a member leaving hands its
+/// partitions to the other.
+#[test]
+fn consumer_group_members_share_the_partitions_by_name() {
+    use std::collections::BTreeMap;
+    use weir_kafka::{ConsumerGroup, GroupState};
+    let t = topic("group", 4);
+    let group = format!("{t}-g");
+    let mut a = ConsumerGroup::join(broker(), &group, &t, "a").unwrap();
+    assert_eq!(a.partitions(), &[0, 1, 2, 3]);
+    let (g, tt) = (group.clone(), t.clone());
+    let b = std::thread::spawn(move || ConsumerGroup::join(broker(), &g, &tt, "b").unwrap());
+    crate::common::wait_until("a hears that b joins", || a.heartbeat().unwrap() == GroupState::Changing);
+    // Handing over: what a had reached, committed before it joins again.
+    a.commit(&BTreeMap::from([(2, 5), (3, 7)])).unwrap();
+    a.rejoin().unwrap();
+    let mut b = b.join().unwrap();
+    assert_eq!((a.partitions(), b.partitions()), (&[0, 1][..], &[2, 3][..]), "ranges by name");
+    assert_eq!(a.heartbeat().unwrap(), GroupState::Stable);
+    assert_eq!(b.committed().unwrap(), HashMap::from([(2, 5), (3, 7)]), "b starts where a stopped");
+    b.leave().unwrap();
+    crate::common::wait_until("a hears that b left", || a.heartbeat().unwrap() == GroupState::Changing);
+    a.rejoin().unwrap();
+    assert_eq!(a.partitions(), &[0, 1, 2, 3]);
+}
+
+/// A `weir wordcount --group` process, its standard output and error collected as it runs.
+struct Member {
+    child: std::process::Child,
+    text: Arc<Mutex<String>>,
+}
+
+impl Member {
+    fn start(from: &str, to: &str, chk: &std::path::Path, group: &str, interval_ms: &str) -> Member {
+        let mut child = crate::common::wordcount(
+            std::path::Path::new(from),
+            std::path::Path::new(to),
+            chk,
+            &["--group", group, "--follow", "--parallelism", "2", "--interval-ms", interval_ms],
+        )
+        .spawn()
+        .unwrap();
+        let text = Arc::new(Mutex::new(String::new()));
+        for pipe in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let text = text.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok) {
+                    let mut t = text.lock().unwrap();
+                    t.push_str(&line);
+                    t.push('\n');
+                }
+            });
+        }
+        Member { child, text }
+    }
+
+    fn said(&self, what: &str) -> usize {
+        self.text.lock().unwrap().matches(what).count()
+    }
+
+    fn wait_to_say(&mut self, what: &str, times: usize) {
+        crate::common::wait_until(what, || {
+            assert!(self.child.try_wait().unwrap().is_none(), "the member ended: {}", self.text.lock().unwrap());
+            self.said(what) >= times
+        });
+    }
+}
+
+/// Lines of words no other line has: each word's only count is 1, so the output shows any
+/// line lost (a word missing) or read twice (a count repeated), whichever process read it.
+fn unique_lines(batch: usize, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("b{batch}x{i} b{batch}y{i} b{batch}z{i}")).collect()
+}
+
+/// Two `weir wordcount --group` processes share a topic's four partitions through a consumer
+/// group: the first alone reads all four, taking no checkpoint (a minute apart); the second
+/// joining makes the first stop with a savepoint and hand two over, which the second starts
+/// exactly where the savepoint left them (the group's offsets, committed at the hand-over:
+/// nothing else told the group); the first, SIGKILLed and started again from its checkpoint
+/// directory, gets its two back. Every line's words are committed exactly once, and after both
+/// leave (SIGTERM), the group's committed offsets are the topic's ends.
+#[test]
+fn processes_in_a_consumer_group_hand_partitions_over_exactly_once() {
+    let (input, output) = (topic("group-in", 4), topic("group-out", 2));
+    let group = format!("{input}-wordcount");
+    let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));
+    let dirs = tempfile::tempdir().unwrap();
+    let (chk_a, chk_b) = (dirs.path().join("a"), dirs.path().join("b"));
+    let mut lines = unique_lines(0, 400);
+    produce(&input, lines.clone());
+    let mut a = Member::start(&from, &to, &chk_a, &group, "60000");
+    a.wait_to_say("reads partitions 0,1,2,3", 1);
+    let mut b = Member::start(&from, &to, &chk_b, &group, "100");
+    a.wait_to_say("reads partitions 0,1\n", 1);
+    b.wait_to_say("reads partitions 2,3", 1);
+    lines.extend(unique_lines(1, 400));
+    produce(&input, unique_lines(1, 400));
+    // Killed while it reads (its output since the savepoint uncommitted), and started again at
+    // once, under the same name.
+    let before = crate::crash::complete_checkpoints(&chk_b).last().copied();
+    crate::common::wait_until("b completes a checkpoint", || {
+        crate::crash::complete_checkpoints(&chk_b).last().copied() != before
+    });
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let mut a = Member::start(&from, &to, &chk_a, &group, "100");
+    a.wait_to_say("reads partitions 0,1\n", 1);
+    b.wait_to_say("reads partitions 2,3", 2);
+    lines.extend(unique_lines(2, 400));
+    produce(&input, unique_lines(2, 400));
+    let words = lines.len() * 3;
+    crate::common::wait_until("every line's words are committed", || {
+        let got = read_topic(broker(), &output).unwrap().committed.len();
+        assert!(got <= words, "{got} counts committed for {words} words: some twice");
+        got == words
+    });
+    for m in [&a, &b] {
+        std::process::Command::new("kill").args(["-TERM", &m.child.id().to_string()]).status().unwrap();
+    }
+    for mut m in [a, b] {
+        let status = m.child.wait().unwrap();
+        crate::common::wait_until("the member says it left", || m.said("left consumer group") == 1);
+        assert!(status.success(), "{}", m.text.lock().unwrap());
+    }
+    let expected: HashMap<String, Vec<u64>> =
+        lines.iter().flat_map(|l| l.split(' ')).map(|w| (w.to_string(), vec![1])).collect();
+    assert_committed_counts(&output, expected);
+    // Both left with their offsets committed: a newcomer would start at the topic's ends.
+    let mut client = KafkaClient::connect(broker()).unwrap();
+    let ends = client.bounds(&input, &[0, 1, 2, 3], true).unwrap();
+    let ends: HashMap<i32, i64> = ends.into_iter().map(|(p, (_, end))| (p, end)).collect();
+    assert_eq!(weir_kafka::group::committed_offsets(&mut client, &group, &input, &[0, 1, 2, 3]).unwrap(), ends);
 }

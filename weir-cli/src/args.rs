@@ -465,8 +465,16 @@ pub(crate) struct WordcountArgs {
     /// With a Kafka input: read only these partitions of it (a comma-separated list, say
     /// 0,1), as one of several processes that share the topic. Each process then needs its own
     /// --checkpoint-dir; their output transactions are told apart by the partitions.
-    #[arg(long, value_parser = partition_list)]
+    #[arg(long, value_parser = partition_list, conflicts_with = "group")]
     pub(crate) partitions: Option<PartitionList>,
+    /// With a Kafka input and --follow: read the partitions Kafka consumer group GROUP hands
+    /// this process, as one of several that share the topic (each with its own
+    /// --checkpoint-dir, which is also its name in the group: started again from the same
+    /// directory, a process gets the same partitions). When the group changes, the process
+    /// stops with a savepoint, commits its offsets to the group and goes on with its new
+    /// partitions; the offsets of every checkpoint whose output is committed go to the group.
+    #[arg(long, value_name = "GROUP")]
+    pub(crate) group: Option<String>,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
     #[command(flatten)]

@@ -7,6 +7,7 @@ mod args;
 mod bench;
 mod checkpoints;
 mod default_job;
+mod group;
 mod nexmark;
 mod simulate;
 mod stored;

@@ -59,11 +59,38 @@ pub(crate) fn show_notes(handle: &JobHandle, bar: &indicatif::ProgressBar, shown
 /// Watches a running job: progress line, Ctrl-C, and an optional time limit.
 /// Returns `None` when Ctrl-C stopped the job with a savepoint (after saying where).
 pub(crate) fn supervise(
-    mut handle: JobHandle,
+    handle: JobHandle,
     limit: Option<Duration>,
     progress: bool,
     savepoint_dir: Option<&crate::stored::SavepointDir>,
 ) -> weir::Result<Option<JobReport>> {
+    match supervise_with(handle, limit, progress, savepoint_dir, &mut |_| Ok(false))? {
+        Supervised::Finished(report) => Ok(Some(report)),
+        Supervised::Savepoint | Supervised::HandedOver => Ok(None),
+    }
+}
+
+/// How a supervised job ended.
+pub(crate) enum Supervised {
+    /// It ran to its end (or failed: then `supervise_with` returns the error).
+    Finished(JobReport),
+    /// Ctrl-C stopped it with a savepoint.
+    Savepoint,
+    /// `hand_over` asked it to stop: stopped with a savepoint, its output committed, and the
+    /// savepoint's checkpoint the latest in its checkpoint directory.
+    HandedOver,
+}
+
+/// [`supervise`], asking `hand_over` after every look at the job whether to stop it with a
+/// savepoint now (a consumer group changing under it, or a member asked to leave: it sees
+/// Ctrl-C first, in [`STOP_REQUESTS`]).
+pub(crate) fn supervise_with(
+    mut handle: JobHandle,
+    limit: Option<Duration>,
+    progress: bool,
+    savepoint_dir: Option<&crate::stored::SavepointDir>,
+    hand_over: &mut dyn FnMut(&JobHandle) -> weir::Result<bool>,
+) -> weir::Result<Supervised> {
     SUPERVISED.store(true, Ordering::SeqCst);
     let presses = &STOP_REQUESTS;
     let bar = if progress { indicatif::ProgressBar::new_spinner() } else { indicatif::ProgressBar::hidden() };
@@ -77,6 +104,18 @@ pub(crate) fn supervise(
         }
         show_notes(&handle, &bar, &mut notes_shown);
         std::thread::sleep(Duration::from_millis(100));
+        if !stopped && hand_over(&handle)? {
+            bar.println("handing over: stopping with a savepoint…");
+            let scratch = crate::args::scratch_dir("handover");
+            let stopped = handle.stop_with_savepoint(&scratch);
+            bar.finish_and_clear();
+            // The savepoint's copy is not needed: its checkpoint is in the checkpoint directory.
+            let _ = std::fs::remove_dir_all(&scratch);
+            return match stopped? {
+                weir::Stopped::Savepoint(_) => Ok(Supervised::HandedOver),
+                weir::Stopped::Finished(report) => Ok(Supervised::Finished(report)),
+            };
+        }
         let n = presses.load(Ordering::SeqCst);
         if n >= 1 && !stopped {
             if let Some(dir) = savepoint_dir {
@@ -89,14 +128,14 @@ pub(crate) fn supervise(
                         println!("stopped with savepoint {kept}");
                         println!("the output it covers is committed");
                         println!("resume with --restore {kept}");
-                        Ok(None)
+                        Ok(Supervised::Savepoint)
                     }
                     weir::Stopped::Finished(report) => {
                         println!(
                             "the job was already reaching the end of its input, so it finished instead of taking a \
                              savepoint (no savepoint: nothing is left to resume)"
                         );
-                        Ok(Some(report))
+                        Ok(Supervised::Finished(report))
                     }
                 };
             }
@@ -136,5 +175,5 @@ pub(crate) fn supervise(
     for failure in handle.checkpoint_failures() {
         eprintln!("{failure}");
     }
-    result.map(Some)
+    result.map(Supervised::Finished)
 }

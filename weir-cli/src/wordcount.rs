@@ -4,9 +4,11 @@
 use weir::metrics::group_digits;
 use weir::source::TextSource;
 use weir::Error;
-use weir_jobs::wordcount::{wordcount_between, WordInput, WordOutput};
+use weir_jobs::wordcount::{wordcount_between, KafkaPartitions, WordInput, WordOutput};
 use weir_kafka::{Delivery, KafkaUrl};
 use weir_object_store::S3Url;
+
+use std::sync::atomic::Ordering;
 
 use crate::args::*;
 use crate::supervisor::*;
@@ -24,9 +26,32 @@ fn kafka_url(arg: &std::path::Path) -> weir::Result<Option<KafkaUrl>> {
 pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let (kafka_in, kafka_out) = (kafka_url(&args.input)?, kafka_url(&args.output)?);
     let (config, parallelism) = args.runtime.config();
-    let transactional = args.checkpoints.checkpoint_dir.is_some();
     if args.partitions.is_some() && kafka_in.is_none() {
         return Err(Error::config("--partitions needs a Kafka input (--input kafka://HOST:PORT/TOPIC)"));
+    }
+    if let Some(group) = &args.group {
+        let Some(topic) = &kafka_in else {
+            return Err(Error::config("--group needs a Kafka input (--input kafka://HOST:PORT/TOPIC)"));
+        };
+        let Some(dir) = &args.checkpoints.checkpoint_dir else {
+            return Err(Error::config(
+                "--group needs --checkpoint-dir: a process's offsets live in its checkpoints, and the directory is \
+                 its name in the group",
+            ));
+        };
+        if !args.follow {
+            return Err(Error::config(
+                "--group needs --follow: a consumer group shares a topic that keeps growing (to read fixed \
+                 partitions to their ends, give --partitions)",
+            ));
+        }
+        if args.checkpoints.restore.is_some() || args.checkpoints.savepoint_dir.is_some() {
+            return Err(Error::config(
+                "--group takes no --restore or --savepoint-dir: a member resumes from its --checkpoint-dir (Ctrl-C \
+                 leaves the group with a savepoint there), and partitions new to it start from the group's offsets",
+            ));
+        }
+        return run_in_group(args, topic, group, dir, kafka_out.as_ref(), config, parallelism);
     }
     let (input, bytes, from) = match &kafka_in {
         Some(topic) => {
@@ -35,6 +60,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
                 Some(p) => format!("{topic} (partitions {})", join(p, ",")),
                 None => topic.to_string(),
             };
+            let partitions = partitions.map_or(KafkaPartitions::All, KafkaPartitions::Only);
             (WordInput::Kafka { topic: topic.clone(), partitions, follow: args.follow }, None, from)
         }
         None => {
@@ -45,9 +71,6 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         }
     };
     if let Some(topic) = kafka_out {
-        // Exactly once with checkpoints (a Kafka transaction per checkpoint), as the files are.
-        let delivery = if transactional { Delivery::ExactlyOnce } else { Delivery::None };
-        let description = format!("word count of {from} into {topic}");
         // One prefix per input: processes that share the output topic over parts of the
         // input must not fence each other's transactions.
         let source = match (&kafka_in, &args.partitions) {
@@ -55,17 +78,79 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
             (Some(t), None) => t.topic.clone(),
             (None, _) => "files".to_string(),
         };
-        let transactional_id_prefix = format!("weir-wordcount-{}-from-{source}", topic.topic);
-        let output = WordOutput::Kafka { topic: topic.clone(), delivery, transactional_id_prefix };
-        return run_job(
-            args,
-            wordcount_between(input, output, parallelism),
-            description,
-            config,
-            bytes,
-            &topic.to_string(),
-        );
+        let (output, description, written) = kafka_output(args, &topic, &from, &source);
+        let job = wordcount_between(input, output, parallelism);
+        return run_job(args, job, description, config, bytes, &written, None).map(|_| ());
     }
+    let (output, description, written) = file_output(args, &from)?;
+    run_job(args, wordcount_between(input, output, parallelism), description, config, bytes, &written, None).map(|_| ())
+}
+
+/// Word count into Kafka topic `topic`: exactly once with checkpoints (a Kafka transaction
+/// per checkpoint), as the files are; `source` tells this process's transactional ids apart
+/// from those of others writing the topic.
+fn kafka_output(args: &WordcountArgs, topic: &KafkaUrl, from: &str, source: &str) -> (WordOutput, String, String) {
+    let transactional = args.checkpoints.checkpoint_dir.is_some();
+    let delivery = if transactional { Delivery::ExactlyOnce } else { Delivery::None };
+    let transactional_id_prefix = format!("weir-wordcount-{}-from-{source}", topic.topic);
+    let output = WordOutput::Kafka { topic: topic.clone(), delivery, transactional_id_prefix };
+    (output, format!("word count of {from} into {topic}"), topic.to_string())
+}
+
+/// `weir wordcount --group`: runs the job on the partitions the group hands this process,
+/// again after every change of the group, until it ends or Ctrl-C stops it.
+fn run_in_group(
+    args: &WordcountArgs,
+    topic: &KafkaUrl,
+    group: &str,
+    dir: &std::path::Path,
+    kafka_out: Option<&KafkaUrl>,
+    config: weir::RunConfig,
+    parallelism: usize,
+) -> weir::Result<()> {
+    let name = crate::group::member_name(dir);
+    let mut session = crate::group::GroupSession::join(topic, group, &name)?;
+    let from = format!("{topic} (consumer group {group})");
+    loop {
+        let assignment = session.assignment()?;
+        let input =
+            WordInput::Kafka { topic: topic.clone(), partitions: KafkaPartitions::Group(assignment), follow: true };
+        let (output, description, written) = match kafka_out {
+            // The transactional ids are this member's, whatever partitions it has.
+            Some(out) => {
+                kafka_output(args, out, &from, &format!("{}-group-{group}-{}", topic.topic, crate::group::tag(&name)))
+            }
+            None => file_output(args, &from)?,
+        };
+        let job = wordcount_between(input, output, parallelism);
+        match run_job(args, job, description, config, None, &written, Some(&mut session))? {
+            Ran::HandedOver if STOP_REQUESTS.load(Ordering::SeqCst) > 0 => {
+                session.commit_all()?;
+                session.leave()?;
+                println!(
+                    "left consumer group '{group}': the output this process's partitions had reached is committed, \
+                     and so are their offsets in the group; run again with --checkpoint-dir {} to rejoin",
+                    dir.display()
+                );
+                return Ok(());
+            }
+            Ran::HandedOver => {
+                session.commit_all()?;
+                session.rejoin()?;
+            }
+            Ran::Ended { output_committed } => {
+                if output_committed {
+                    session.commit_all()?;
+                }
+                return session.leave();
+            }
+        }
+    }
+}
+
+/// Word count into the output folder: checks it may be written, and says what goes there.
+fn file_output(args: &WordcountArgs, from: &str) -> weir::Result<(WordOutput, String, String)> {
+    let transactional = args.checkpoints.checkpoint_dir.is_some();
     let output = std::path::absolute(&args.output)
         .map_err(|e| Error::io("cannot resolve the output folder", &args.output, e))?;
     let description = format!("word count of {from} into {}", output.display());
@@ -108,12 +193,22 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         args.output.display(),
         if transactional { " (committed files only; hidden ones are in progress)" } else { "" }
     );
-    run_job(args, wordcount_between(input, output, parallelism), description, config, bytes, &written)
+    Ok((output, description, written))
+}
+
+/// How [`run_job`] ended.
+enum Ran {
+    /// The job ended: finished (`output_committed`), stopped with a savepoint, or found
+    /// complete already.
+    Ended { output_committed: bool },
+    /// The consumer group changed: the job stopped with a savepoint, its output committed.
+    HandedOver,
 }
 
 /// Runs word count `job` (described as `description`) under the command's checkpoint flags:
 /// a finished checkpoint directory is not run again, a restore is honoured, the report says
-/// how much came in (`bytes`, for files) and where it went (`written`).
+/// how much came in (`bytes`, for files) and where it went (`written`). A member of a
+/// consumer group (`group`) hands over when the group changes.
 fn run_job(
     args: &WordcountArgs,
     job: weir::Job,
@@ -121,7 +216,8 @@ fn run_job(
     config: weir::RunConfig,
     bytes: Option<u64>,
     written: &str,
-) -> weir::Result<()> {
+    group: Option<&mut crate::group::GroupSession>,
+) -> weir::Result<Ran> {
     let mut job = job.with_description(description.clone());
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);
@@ -148,7 +244,7 @@ fn run_job(
                 args.output.display(),
                 dir.display()
             );
-            return Ok(());
+            return Ok(Ran::Ended { output_committed: false });
         }
     }
     // Found out now, not when Ctrl-C asks for the savepoint.
@@ -159,8 +255,15 @@ fn run_job(
         return Err(Error::config("--allow-non-restored-state needs --restore"));
     }
     let handle = announce_restores(job).start(config)?;
-    let Some(report) = supervise(handle, None, !args.runtime.no_progress, savepoints.as_ref())? else {
-        return Ok(());
+    let progress = !args.runtime.no_progress;
+    let supervised = match group {
+        Some(g) => supervise_with(handle, None, progress, savepoints.as_ref(), &mut |h| g.tick(h))?,
+        None => supervise_with(handle, None, progress, savepoints.as_ref(), &mut |_| Ok(false))?,
+    };
+    let report = match supervised {
+        Supervised::Finished(report) => report,
+        Supervised::Savepoint => return Ok(Ran::Ended { output_committed: true }),
+        Supervised::HandedOver => return Ok(Ran::HandedOver),
     };
     print!("{}", report.summary_table());
     if args.checkpoints.checkpoint_dir.is_some() {
@@ -175,5 +278,5 @@ fn run_job(
         None => format!("{} messages", group_digits(report.source_records)),
     };
     println!("input: {input}; words: {}; output: {written}", group_digits(report.sink_records));
-    Ok(())
+    Ok(Ran::Ended { output_committed: true })
 }

@@ -9,7 +9,7 @@ use weir::operator::window::{Window, WindowBounds};
 use weir::pipeline::Job;
 use weir::record::Word;
 use weir::source::{Generator, TextSource};
-use weir_kafka::{Delivery, KafkaRecord, KafkaSink, KafkaSource, KafkaUrl};
+use weir_kafka::{Assignment, Delivery, KafkaRecord, KafkaSink, KafkaSource, KafkaUrl};
 
 /// An event of the default job: a key and the time it was created (also its event time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, weir::Persist)]
@@ -123,11 +123,22 @@ pub enum WordInput {
     Kafka {
         /// The topic.
         topic: KafkaUrl,
-        /// Only these partitions (one of several processes sharing the topic), or all.
-        partitions: Option<Vec<i32>>,
+        /// Which partitions.
+        partitions: KafkaPartitions,
         /// Keep reading as the topic grows.
         follow: bool,
     },
+}
+
+/// Which partitions of a Kafka topic word count reads.
+#[derive(Debug)]
+pub enum KafkaPartitions {
+    /// All of them (and, followed, those added later).
+    All,
+    /// These (one of several processes sharing the topic).
+    Only(Vec<i32>),
+    /// Those a consumer group handed this process.
+    Group(Assignment),
 }
 
 /// Where word count writes its counts.
@@ -168,9 +179,11 @@ pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usiz
         WordInput::Kafka { topic, partitions, follow } => {
             let mut source =
                 KafkaSource::new(&topic.bootstrap, &topic.topic, |m| m.value.map(<[u8]>::to_vec)).follow(follow);
-            if let Some(p) = partitions {
-                source = source.partitions(p);
-            }
+            source = match partitions {
+                KafkaPartitions::All => source,
+                KafkaPartitions::Only(p) => source.partitions(p),
+                KafkaPartitions::Group(assignment) => source.assigned(assignment),
+            };
             job.source(source.subtasks())
         }
         .named("kafka")
