@@ -171,7 +171,8 @@ fn a_killed_word_count_resumes_from_s3_every_time() {
     }
 }
 
-/// Bad S3 addresses and stores: named at once, non-zero exit, no panic, nothing written.
+/// Bad S3 addresses and stores (malformed, a missing bucket, an unreachable endpoint, a bucket
+/// without permission): named at once, non-zero exit, no panic, nothing written.
 #[test]
 fn bad_s3_addresses_and_stores_are_named() {
     let dir = tempfile::tempdir().unwrap();
@@ -192,6 +193,11 @@ fn bad_s3_addresses_and_stores_are_named() {
     // Port 1: nothing listens there.
     let text = run(&common::s3::checkpoint_url("unreachable"), &[("AWS_ENDPOINT_URL", "http://127.0.0.1:1")]);
     assert!(text.contains("http://127.0.0.1:1") && text.contains("cannot list"), "{text}");
+    // A bucket these credentials may not use: the store's refusal, named.
+    let (endpoint, denied) = common::s3::denying();
+    let text = run(&denied, &[("AWS_ENDPOINT_URL", &endpoint)]);
+    assert!(text.contains("s3://denied/job") && text.contains("403 Forbidden"), "{text}");
+    assert!(text.contains("InvalidAccessKeyId"), "{text}");
 }
 
 /// Stopped with a savepoint into S3 (`--savepoint-dir s3://…`, SIGTERM as its first checkpoint

@@ -11,23 +11,37 @@ use weir::checkpoint::ObjectStore;
 /// The S3 endpoint, `http://127.0.0.1:PORT`.
 pub fn endpoint() -> &'static str {
     static ENDPOINT: OnceLock<String> = OnceLock::new();
-    ENDPOINT.get_or_init(|| {
-        if let Ok(url) = std::env::var("WEIR_TEST_S3") {
-            return url;
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let script = format!(
-            "python3 -m moto.server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
-             while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill $m",
-            me = std::process::id()
-        );
-        drop(Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap());
-        let addr = format!("127.0.0.1:{port}");
-        super::wait_until("the S3 server (moto) answers; `pip install \"moto[server]\"` installs it", || {
-            request(&addr, "GET", "/").is_some()
-        });
-        format!("http://{addr}")
+    ENDPOINT.get_or_init(|| match std::env::var("WEIR_TEST_S3") {
+        Ok(url) => url,
+        Err(_) => start_moto(""),
     })
+}
+
+/// Starts a moto on a free port of loopback with environment `settings` (`K=V …`), stopped
+/// when the test binary exits; returns its endpoint once it answers.
+fn start_moto(settings: &str) -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let script = format!(
+        "{settings} python3 -m moto.server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
+         while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill $m",
+        me = std::process::id()
+    );
+    drop(Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap());
+    let addr = format!("127.0.0.1:{port}");
+    super::wait_until("the S3 server (moto) answers; `pip install \"moto[server]\"` installs it", || {
+        std::net::TcpStream::connect(&addr).is_ok()
+    });
+    format!("http://{addr}")
+}
+
+/// A moto of its own that checks credentials (which the tests' are not), after one request
+/// that creates bucket `denied`: its endpoint, and `s3://denied/job`, a checkpoint directory
+/// in a bucket the tests have no permission for.
+pub fn denying() -> (String, String) {
+    let endpoint = start_moto("INITIAL_NO_AUTH_ACTION_COUNT=1");
+    let status = request(endpoint.trim_start_matches("http://"), "PUT", "/denied").expect("moto answers");
+    assert!(status.starts_with("HTTP/1.1 200"), "creating bucket denied: {status}");
+    (endpoint, "s3://denied/job".to_string())
 }
 
 /// The settings a process needs to reach the server (as AWS environment variables).
