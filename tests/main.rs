@@ -26,5 +26,6 @@ mod recovery;
 mod savepoints;
 mod simulation;
 mod tidy;
+mod tracing_events;
 mod two_inputs;
 mod windows;

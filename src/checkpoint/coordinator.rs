@@ -57,6 +57,15 @@ pub(crate) struct SavepointRequest {
     pub(crate) stop: bool,
 }
 
+/// What a job's handle asks the coordinator for.
+pub(crate) enum CoordinatorRequest {
+    /// A savepoint.
+    Savepoint(SavepointRequest),
+    /// A checkpoint now, as the configuration makes them (Flink's `flink checkpoint`): the
+    /// reply is its id once it completed, or why it failed.
+    Checkpoint(Sender<Result<u64, String>>),
+}
+
 /// Where a process may be made to die on the coordinator's path (fault injection: the
 /// `testing` feature's [`crate::snapshot::FaultInjector`], and the simulator).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +145,8 @@ struct Pending {
     inflight_budget: Option<u64>,
     acks: HashMap<usize, TaskDone>,
     savepoint: Option<SavepointRequest>,
+    /// Who asked for a checkpoint now and got this one.
+    requested: Vec<Sender<Result<u64, String>>>,
     /// The failed checkpoint whose parts were kept when this one was triggered, and the tasks
     /// whose parts they are.
     resumes: Option<(u64, HashSet<usize>)>,
@@ -171,6 +182,11 @@ pub(crate) struct CoordinatorCore {
     /// The request of a savepoint whose checkpoint left the pending ones (it completed or
     /// failed) and that is not answered yet: answered with its checkpoint's fate, in words.
     unanswered: Option<(u64, SavepointRequest)>,
+    /// Checkpoints asked for now, not yet triggered.
+    requested: Vec<Sender<Result<u64, String>>>,
+    /// Who asked for checkpoints that left the pending ones, by checkpoint: answered with its
+    /// fate.
+    requested_unanswered: HashMap<u64, Vec<Sender<Result<u64, String>>>>,
     /// Shared files retention deleted in this attempt: a checkpoint referring to one fails.
     deleted_shared: HashSet<String>,
     /// Checkpoints aborted in this attempt, and when: other tasks may still be writing their
@@ -208,6 +224,8 @@ impl CoordinatorCore {
             final_id: None,
             savepoints: VecDeque::new(),
             unanswered: None,
+            requested: Vec::new(),
+            requested_unanswered: HashMap::new(),
             deleted_shared: HashSet::new(),
             aborted: BTreeMap::new(),
             halted: false,
@@ -247,6 +265,22 @@ impl CoordinatorCore {
     /// A savepoint was asked for: it is triggered at the next tick.
     pub(crate) fn on_savepoint(&mut self, request: SavepointRequest) {
         self.savepoints.push_back(request);
+    }
+
+    /// A request from the job's handle: a savepoint, or a checkpoint now (triggered at the
+    /// next tick that has room for one, however long since the last).
+    pub(crate) fn on_request(&mut self, request: CoordinatorRequest) {
+        match request {
+            CoordinatorRequest::Savepoint(r) => self.on_savepoint(r),
+            CoordinatorRequest::Checkpoint(reply) => self.requested.push(reply),
+        }
+    }
+
+    /// Tells everyone waiting for a checkpoint now that none can be taken.
+    fn refuse_requested(&mut self, why: &str) {
+        for reply in self.requested.drain(..) {
+            let _ = reply.send(Err(why.to_string()));
+        }
     }
 
     /// The attempt is over (the job ended, failed or was cancelled), and no snapshot write
@@ -397,12 +431,14 @@ impl CoordinatorCore {
             for req in self.savepoints.drain(..) {
                 let _ = req.reply.send(Err("the job is finishing: some of its tasks already ended".into()));
             }
+            self.refuse_requested("the job is finishing: some of its tasks already ended");
             return;
         }
         if self.stopped {
             for req in self.savepoints.drain(..) {
                 let _ = req.reply.send(Err("the job is stopping with a savepoint".into()));
             }
+            self.refuse_requested("the job is stopping with a savepoint");
             return;
         }
         if self.s.end.input_ended.load(Ordering::SeqCst) {
@@ -410,6 +446,7 @@ impl CoordinatorCore {
             for req in self.savepoints.drain(..) {
                 let _ = req.reply.send(Err("the job is finishing: its input has ended".into()));
             }
+            self.refuse_requested("the job is finishing: its input has ended");
             return;
         }
         if let Some(f) = self.final_id.filter(|f| !self.pending.contains_key(f)) {
@@ -436,6 +473,7 @@ impl CoordinatorCore {
             for req in self.savepoints.drain(..) {
                 let _ = req.reply.send(Err("the job is finishing: its final checkpoint is in progress".into()));
             }
+            self.refuse_requested("the job is finishing: its final checkpoint is in progress");
         }
         let final_due = self.sources > 0
             && self.s.end.sources_at_end.load(Ordering::SeqCst) >= self.sources
@@ -452,8 +490,12 @@ impl CoordinatorCore {
         }
         let next_trigger_ns = self.next_trigger_ns();
         let config = &self.s.config;
+        // Asked for now: neither the interval nor the minimum pause holds it back.
+        let asked = !self.requested.is_empty();
         let paused = self.last_completion_ns.is_some_and(|t| now < t.saturating_add(ns(config.min_pause)));
-        let due = now >= next_trigger_ns && self.pending.len() < config.max_concurrent && !paused && !savepoint_pending;
+        let due = (asked || (now >= next_trigger_ns && !paused))
+            && self.pending.len() < config.max_concurrent
+            && !savepoint_pending;
         if savepoint.is_none() && !due && !final_due {
             return;
         }
@@ -487,6 +529,13 @@ impl CoordinatorCore {
         for t in self.s.tasks.iter().filter(|t| t.2) {
             self.out.push(Command::Send(t.0, TaskControl::Trigger(barrier)));
         }
+        tracing::info!(
+            job = %self.s.job,
+            checkpoint = id,
+            unaligned = barrier.unaligned,
+            savepoint = barrier.savepoint,
+            "checkpoint triggered"
+        );
         // A savepoint has its own timeout: it must not fail for the reason ordinary checkpoints
         // expire (a slow job), when a user is stopping the job with it.
         let timeout = if barrier.savepoint { self.s.config.savepoint_timeout } else { self.s.config.timeout };
@@ -513,6 +562,7 @@ impl CoordinatorCore {
                 alignment_timeout_ns,
                 inflight_budget,
                 acks: HashMap::new(),
+                requested: if barrier.savepoint { Vec::new() } else { std::mem::take(&mut self.requested) },
                 savepoint,
                 resumes: self.kept.as_ref().map(|k| (k.id, k.parts.keys().copied().collect())),
             },
@@ -567,11 +617,17 @@ impl CoordinatorCore {
         if let Some(req) = p.savepoint.take() {
             self.unanswered = Some((id, req));
         }
+        if !p.requested.is_empty() {
+            self.requested_unanswered.insert(id, std::mem::take(&mut p.requested));
+        }
         Some(p)
     }
 
     /// Tells whoever asked for the savepoint of checkpoint `id` (if it was one) why it failed.
     fn answer_savepoint(&mut self, id: u64, reason: &str) {
+        for reply in self.requested_unanswered.remove(&id).unwrap_or_default() {
+            let _ = reply.send(Err(format!("checkpoint {id} failed: {reason}")));
+        }
         if let Some((_, req)) = self.unanswered.take_if(|(i, _)| *i == id) {
             let _ = req.reply.send(Err(format!(
                 "its checkpoint ({id}) failed: {reason}{}",
@@ -586,6 +642,7 @@ impl CoordinatorCore {
     }
 
     fn record_failure(&self, id: u64, reason: &str) {
+        tracing::warn!(job = %self.s.job, checkpoint = id, reason, "checkpoint failed");
         self.s.failures.lock().unwrap_or_else(|e| e.into_inner()).push(format!("checkpoint {id} failed: {reason}"));
     }
 
@@ -818,7 +875,18 @@ impl CoordinatorCore {
             return Err(Error::Cancelled);
         }
         self.notify(CheckpointNotice::Complete(id));
+        tracing::info!(
+            job = %self.s.job,
+            checkpoint = id,
+            duration_ms = stats.duration_ms,
+            alignment = stats.alignment,
+            state_bytes = stats.state_bytes,
+            "checkpoint completed"
+        );
         self.s.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
+        for reply in self.requested_unanswered.remove(&id).unwrap_or_default() {
+            let _ = reply.send(Ok(id));
+        }
         Ok(())
     }
 }
@@ -829,7 +897,7 @@ pub(crate) fn run_thread(
     mut core: CoordinatorCore,
     tasks: Vec<TaskEndpoint>,
     acks: Receiver<TaskAck>,
-    savepoints: Receiver<SavepointRequest>,
+    requests: Receiver<CoordinatorRequest>,
     shutdown: Arc<AtomicBool>,
     writer: Arc<dyn SnapshotWriter>,
     fail: Box<dyn Fn(Error) + Send>,
@@ -870,8 +938,8 @@ pub(crate) fn run_thread(
         for ack in events {
             dispatch(core.on_ack(ack, clock.now_ns()));
         }
-        for req in savepoints.try_iter() {
-            core.on_savepoint(req);
+        for req in requests.try_iter() {
+            core.on_request(req);
         }
         dispatch(core.on_tick(clock.now_ns()));
         if core.is_halted() {
@@ -1068,6 +1136,36 @@ mod tests {
         assert!(stats.parts[0].reused && stats.parts[0].why_not.is_none(), "{:?}", stats.parts);
         assert_eq!(stats.parts[1].why_not.as_deref(), Some("it had not completed its part of checkpoint 1"));
         assert!(!c.s.storage.checkpoint_dir(1).exists(), "the kept folder goes once a later checkpoint completed");
+    }
+
+    /// A checkpoint asked for now (the control endpoint's `checkpoint`) is triggered at the
+    /// next tick, long before the interval, and answered with its id when it completes; one
+    /// that fails is answered with why.
+    #[test]
+    fn a_checkpoint_asked_for_is_taken_at_once_and_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = core_with(CheckpointConfig::new(dir.path().join("chk")).interval(Duration::from_secs(3600)));
+        let ms = 1_000_000;
+        assert!(triggered(&c.on_tick(ms)).is_empty(), "an hour's interval");
+        let (reply, answer) = std::sync::mpsc::channel();
+        c.on_request(CoordinatorRequest::Checkpoint(reply));
+        let asked = triggered(&c.on_tick(2 * ms));
+        assert_eq!(asked.len(), 1);
+        assert!(answer.try_recv().is_err(), "not answered before it completes");
+        let a = ack(&c, 0, asked[0]);
+        c.on_ack(a, 3 * ms);
+        let b = ack(&c, 1, asked[0]);
+        assert_eq!(completed(&c.on_ack(b, 4 * ms)), vec![asked[0].id]);
+        assert_eq!(answer.try_recv().unwrap(), Ok(asked[0].id));
+        // Asked again, and declined by a task: the answer says why.
+        let (reply, answer) = std::sync::mpsc::channel();
+        c.on_request(CoordinatorRequest::Checkpoint(reply));
+        let second = triggered(&c.on_tick(5 * ms));
+        assert_eq!(second.len(), 1);
+        let declined = TaskAck { checkpoint: second[0].id, task: 1, result: Err(Error::Checkpoint("no room".into())) };
+        c.on_ack(declined, 6 * ms);
+        let why = answer.try_recv().unwrap().unwrap_err();
+        assert!(why.contains(&format!("checkpoint {} failed", second[0].id)) && why.contains("no room"), "{why}");
     }
 
     /// Found by the simulator: a stop-with-savepoint let later checkpoints (the final one

@@ -133,6 +133,7 @@ pub(crate) fn recover_directory(
         }
     })?;
     for (id, why) in &found.skipped {
+        tracing::warn!(checkpoint = id, reason = %why, "checkpoint damaged, skipped");
         notes.push(format!("checkpoint {id} is damaged and was skipped: {why}"));
     }
     let mut recovery = Recovery {
@@ -154,6 +155,7 @@ pub(crate) fn recover_directory(
             )));
         }
         check_outputs(&c.metadata, job, &cfg.dir)?;
+        tracing::info!(checkpoint = c.metadata.checkpoint, job = %job.name, "restored from checkpoint");
         notes.push(format!("restored from checkpoint {}", c.metadata.checkpoint));
         // Every complete checkpoint up to the restored one takes part in retention.
         completed =

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::coordinator::{run_thread, CoordinatorCore, CoordinatorSetup, CrashSchedule, SavepointRequest};
+use crate::checkpoint::coordinator::{
+    run_thread, CoordinatorCore, CoordinatorRequest, CoordinatorSetup, CrashSchedule, SavepointRequest,
+};
 use crate::checkpoint::recovery::{recover_directory, restore_from_savepoint, JobIdentity};
 use crate::checkpoint::task::{CommitsApplied, PoolWriter, SnapshotWriter, DEFAULT_QUEUE_LIMIT_WRITES};
 use crate::checkpoint::{
@@ -148,7 +150,8 @@ struct Attempt {
     parkers: Vec<Arc<Parker>>,
     scope: Arc<AttemptScope>,
     coordinator: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
-    savepoints: Option<std::sync::mpsc::Sender<SavepointRequest>>,
+    /// Savepoints and checkpoints asked for from outside go to the coordinator here.
+    requests: Option<std::sync::mpsc::Sender<CoordinatorRequest>>,
     /// Which tasks applied which checkpoint's completion (with checkpointing).
     commits: Option<Arc<CommitsApplied>>,
     /// Tasks in the attempt.
@@ -291,6 +294,34 @@ impl JobHandle {
         self.take_savepoint(dir, false).map(|(_, path)| path)
     }
 
+    /// Takes a checkpoint now, as the configuration makes them, however long since the last
+    /// (Flink's `flink checkpoint`), and waits for it: its id once it completed, or why it
+    /// failed. The job goes on either way.
+    pub fn trigger_checkpoint(&self) -> Result<u64> {
+        let timeout = match &self.run.job.graph.borrow().checkpointing {
+            Some(c) => c.timeout,
+            None => return Err(Error::config("the job takes no checkpoints: configure it with with_checkpointing")),
+        };
+        let sender = self.progress().attempt.as_ref().and_then(|a| a.requests.clone()).ok_or_else(|| {
+            Error::Checkpoint("no checkpoint was taken: the job is not running (it ended, or is restarting)".into())
+        })?;
+        let (reply, answer) = std::sync::mpsc::channel();
+        sender
+            .send(CoordinatorRequest::Checkpoint(reply))
+            .map_err(|_| Error::Checkpoint("the job ended before the checkpoint was taken".into()))?;
+        // It may wait for a checkpoint in flight to make room, and then takes its own timeout.
+        match answer.recv_timeout(timeout * 2 + Duration::from_secs(10)) {
+            Ok(Ok(id)) => Ok(id),
+            Ok(Err(reason)) => Err(Error::Checkpoint(reason)),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Checkpoint(
+                "the checkpoint was not taken: the job's attempt ended (it finished, failed, or restarts)".into(),
+            )),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                Err(Error::Checkpoint(format!("no answer within {:?}", timeout * 2 + Duration::from_secs(10))))
+            }
+        }
+    }
+
     /// Whether the current attempt is finishing: its final checkpoint started (every source
     /// is at the end of its input) or completed and the sources are ending their streams (or,
     /// without checkpointing, a task has finished); no savepoint can be taken any more.
@@ -312,12 +343,12 @@ impl JobHandle {
         };
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create the savepoint directory", &dir, e))?;
-        let sender = self.progress().attempt.as_ref().and_then(|a| a.savepoints.clone()).ok_or_else(|| {
+        let sender = self.progress().attempt.as_ref().and_then(|a| a.requests.clone()).ok_or_else(|| {
             Error::Checkpoint("the savepoint failed: the job is not running (it ended, or is restarting)".into())
         })?;
         let (reply, answer) = std::sync::mpsc::channel();
         sender
-            .send(SavepointRequest { dir, reply, stop })
+            .send(CoordinatorRequest::Savepoint(SavepointRequest { dir, reply, stop }))
             .map_err(|_| Error::Checkpoint("the job ended before the savepoint was taken".into()))?;
         // The coordinator answers within the savepoint's timeout (it expires it then); the
         // margin covers writing the savepoint's copy.
@@ -542,6 +573,7 @@ impl Supervised {
                 let cancelled = self.shared.control.cancel.load(Ordering::SeqCst);
                 let delay = strategy.and_then(|s| s.delay(restarts));
                 let Some(delay) = delay.filter(|_| e.is_retryable() && !cancelled) else { return Some(Err(e)) };
+                tracing::warn!(job = %self.job.graph.borrow().name, restart = restarts + 1, cause = %e, "job restarts");
                 self.progress().notes.push(format!("restart {} after: {e}", restarts + 1));
                 std::thread::sleep(delay);
                 let mut notes = Vec::new();
@@ -775,12 +807,12 @@ fn start_attempt(
     let name = job.graph.borrow().name.clone();
     let task_count = prepared.tasks.len();
     let scope = prepared.scope;
-    let (mut savepoints, mut commits) = (None, None);
+    let (mut requests, mut commits) = (None, None);
     let coordinator = match prepared.coordinator {
         Some(c) => {
             let shutdown = Arc::new(AtomicBool::new(false));
-            let (savepoint_tx, savepoint_rx) = std::sync::mpsc::channel();
-            savepoints = Some(savepoint_tx);
+            let (request_tx, request_rx) = std::sync::mpsc::channel();
+            requests = Some(request_tx);
             commits = Some(c.commits);
             let fail_state = state.clone();
             let stop = shutdown.clone();
@@ -791,7 +823,7 @@ fn start_attempt(
                         c.core,
                         c.endpoints,
                         c.acks,
-                        savepoint_rx,
+                        request_rx,
                         stop,
                         c.writer,
                         Box::new(move |e| fail_state.fail(e)),
@@ -834,7 +866,7 @@ fn start_attempt(
             .map_err(|e| Error::Io { context: "cannot start a worker thread".into(), path: None, source: e })?;
         threads.push(t);
     }
-    Ok(Attempt { threads, state, parkers, scope, coordinator, savepoints, commits, task_count, exited })
+    Ok(Attempt { threads, state, parkers, scope, coordinator, requests, commits, task_count, exited })
 }
 
 /// Counts a worker thread as exited when it is dropped at the thread's end, however the
