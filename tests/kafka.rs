@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::common::Running;
 use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
 use weir::sink::CollectSink;
 use weir::snapshot::{Fault, FaultInjector};
@@ -717,48 +718,17 @@ fn consumer_group_members_share_the_partitions_by_name() {
     assert_eq!(a.partitions(), &[0, 1, 2, 3]);
 }
 
-/// A `weir wordcount --group` process, its standard output and error collected as it runs.
-struct Member {
-    child: std::process::Child,
-    text: Arc<Mutex<String>>,
-}
+/// A `weir wordcount --group` process.
+struct Member;
 
 impl Member {
-    fn start(from: &str, to: &str, chk: &std::path::Path, group: &str, interval_ms: &str) -> Member {
-        let mut child = crate::common::wordcount(
+    fn start(from: &str, to: &str, chk: &std::path::Path, group: &str, interval_ms: &str) -> Running {
+        Running::start(crate::common::wordcount(
             std::path::Path::new(from),
             std::path::Path::new(to),
             chk,
             &["--group", group, "--follow", "--parallelism", "2", "--interval-ms", interval_ms],
-        )
-        .spawn()
-        .unwrap();
-        let text = Arc::new(Mutex::new(String::new()));
-        for pipe in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let text = text.clone();
-            std::thread::spawn(move || {
-                for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok) {
-                    let mut t = text.lock().unwrap();
-                    t.push_str(&line);
-                    t.push('\n');
-                }
-            });
-        }
-        Member { child, text }
-    }
-
-    fn said(&self, what: &str) -> usize {
-        self.text.lock().unwrap().matches(what).count()
-    }
-
-    fn wait_to_say(&mut self, what: &str, times: usize) {
-        crate::common::wait_until(what, || {
-            assert!(self.child.try_wait().unwrap().is_none(), "the member ended: {}", self.text.lock().unwrap());
-            self.said(what) >= times
-        });
+        ))
     }
 }
 

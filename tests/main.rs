@@ -9,6 +9,7 @@ mod common;
 mod backpressure;
 mod checkpoint_dirs;
 mod cli;
+mod control;
 mod crash;
 mod embedded;
 mod integrity;

@@ -160,6 +160,190 @@ struct Attempt {
     exited: Arc<std::sync::atomic::AtomicUsize>,
 }
 
+/// A view of a running job beside its [`JobHandle`] ([`JobHandle::controller`]), cheap to
+/// clone and to share between threads: what a control endpoint or a dashboard asks of a job.
+#[derive(Clone)]
+pub struct JobController {
+    run: Arc<Supervised>,
+}
+
+impl std::fmt::Debug for JobController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobController").field("job", &self.name()).finish_non_exhaustive()
+    }
+}
+
+// A control endpoint's threads share the controller: checked when the crate compiles.
+const _: fn() = || {
+    fn shared<T: Send + Sync + Clone>() {}
+    shared::<JobController>();
+};
+
+impl JobController {
+    fn progress(&self) -> std::sync::MutexGuard<'_, RunProgress> {
+        self.run.progress()
+    }
+
+    /// The job's name.
+    pub fn name(&self) -> String {
+        self.run.job.graph.borrow().name.clone()
+    }
+
+    /// The checkpoint configuration in force, if the job takes checkpoints.
+    pub fn checkpoint_config(&self) -> Option<CheckpointConfig> {
+        self.run.job.graph.borrow().checkpointing.clone()
+    }
+
+    /// Live metrics.
+    pub fn metrics(&self) -> &Arc<JobMetrics> {
+        &self.run.shared.metrics
+    }
+
+    /// Time since the job started.
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.run.started.elapsed()
+    }
+
+    /// Restarts so far.
+    pub fn restarts(&self) -> u32 {
+        self.progress().restarts
+    }
+
+    /// Whether the job has ended for good.
+    pub fn is_finished(&self) -> bool {
+        self.progress().over
+    }
+
+    /// Workers the job runs on.
+    pub fn workers(&self) -> usize {
+        self.run.workers
+    }
+
+    /// Takes a savepoint now: an aligned checkpoint, copied complete into
+    /// `<dir>/savepoint-<id>/`, and returns that folder. The job goes on. Needs checkpointing
+    /// (the savepoint is written through the checkpoint coordinator).
+    pub fn trigger_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+        self.take_savepoint(dir, false).map(|(_, path)| path)
+    }
+    /// Takes a checkpoint now, as the configuration makes them, however long since the last
+    /// (Flink's `flink checkpoint`), and waits for it: its id once it completed, or why it
+    /// failed. The job goes on either way.
+    pub fn trigger_checkpoint(&self) -> Result<u64> {
+        let timeout = match &self.run.job.graph.borrow().checkpointing {
+            Some(c) => c.timeout,
+            None => return Err(Error::config("the job takes no checkpoints: configure it with with_checkpointing")),
+        };
+        let sender = self.progress().attempt.as_ref().and_then(|a| a.requests.clone()).ok_or_else(|| {
+            Error::Checkpoint("no checkpoint was taken: the job is not running (it ended, or is restarting)".into())
+        })?;
+        let (reply, answer) = std::sync::mpsc::channel();
+        sender
+            .send(CoordinatorRequest::Checkpoint(reply))
+            .map_err(|_| Error::Checkpoint("the job ended before the checkpoint was taken".into()))?;
+        // It may wait for a checkpoint in flight to make room, and then takes its own timeout.
+        match answer.recv_timeout(timeout * 2 + Duration::from_secs(10)) {
+            Ok(Ok(id)) => Ok(id),
+            Ok(Err(reason)) => Err(Error::Checkpoint(reason)),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Checkpoint(
+                "the checkpoint was not taken: the job's attempt ended (it finished, failed, or restarts)".into(),
+            )),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                Err(Error::Checkpoint(format!("no answer within {:?}", timeout * 2 + Duration::from_secs(10))))
+            }
+        }
+    }
+    pub(crate) fn take_savepoint(
+        &self,
+        dir: impl Into<std::path::PathBuf>,
+        stop: bool,
+    ) -> Result<(u64, std::path::PathBuf)> {
+        let timeout = match &self.run.job.graph.borrow().checkpointing {
+            Some(c) => c.savepoint_timeout,
+            None => {
+                return Err(Error::config("savepoints need checkpointing: configure the job with with_checkpointing"))
+            }
+        };
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create the savepoint directory", &dir, e))?;
+        let sender = self.progress().attempt.as_ref().and_then(|a| a.requests.clone()).ok_or_else(|| {
+            Error::Checkpoint("the savepoint failed: the job is not running (it ended, or is restarting)".into())
+        })?;
+        let (reply, answer) = std::sync::mpsc::channel();
+        sender
+            .send(CoordinatorRequest::Savepoint(SavepointRequest { dir, reply, stop }))
+            .map_err(|_| Error::Checkpoint("the job ended before the savepoint was taken".into()))?;
+        // The coordinator answers within the savepoint's timeout (it expires it then); the
+        // margin covers writing the savepoint's copy.
+        match answer.recv_timeout(timeout + Duration::from_secs(60)) {
+            Ok(Ok(taken)) => Ok(taken),
+            Ok(Err(reason)) => Err(Error::Checkpoint(format!("the savepoint failed: {reason}"))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Checkpoint(
+                "the savepoint failed: the job ended (it failed, or was cancelled) before the savepoint completed"
+                    .into(),
+            )),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::Checkpoint(format!(
+                "the savepoint failed: no answer within {:?} (its timeout, and a minute to copy it)",
+                timeout + Duration::from_secs(60)
+            ))),
+        }
+    }
+    /// Changes the checkpoint configuration of the running job: `change` gets the one in force
+    /// and returns the new one, which applies to the checkpoints triggered from the next
+    /// coordinator tick on (and after a restart). What a running job can change: interval,
+    /// interval during backlog, checkpoint timeout, minimum pause, concurrent checkpoints,
+    /// tolerable failures, checkpoints retained, the restart strategy, and how barriers go
+    /// (unaligned, the aligned-checkpoint timeout, the in-flight budget). A change to anything
+    /// else (mode, incremental, directory, allow_retracting_output) or an invalid configuration
+    /// is refused with an error naming it, and the job keeps its configuration. Each
+    /// checkpoint's statistics record the configuration it ran under.
+    ///
+    /// ```no_run
+    /// # fn f(handle: &weir::JobHandle) -> weir::Result<()> {
+    /// use std::time::Duration;
+    /// handle.update_checkpoints(|c| c.interval(Duration::from_secs(5)))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn update_checkpoints(&self, change: impl FnOnce(CheckpointConfig) -> CheckpointConfig) -> Result<()> {
+        let mut graph = self.run.job.graph.borrow_mut();
+        let Some(current) = graph.checkpointing.clone() else {
+            return Err(Error::config("the job takes no checkpoints: there is no checkpoint configuration to change"));
+        };
+        let new = change(current.clone());
+        current.check_live_change(&new)?;
+        graph.checkpointing = Some(new.clone());
+        *self.run.shared.checkpoint_update.lock().unwrap_or_else(|e| e.into_inner()) = Some(new);
+        Ok(())
+    }
+    /// The newest checkpoint whose completion every task of the running attempt applied: its
+    /// sinks committed the output it covers, and its sources learned it
+    /// ([`crate::source::Source::checkpoint_complete`]). Offsets a source hands to the outside
+    /// (a Kafka consumer group's) are safe to publish up to it. `None` before the first, and
+    /// while the job restarts.
+    pub fn applied_checkpoint(&self) -> Option<u64> {
+        let progress = self.progress();
+        let attempt = progress.attempt.as_ref()?;
+        attempt.commits.as_ref()?.newest_everywhere(attempt.task_count)
+    }
+    /// Statistics of the checkpoints completed so far.
+    pub fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
+        self.run.checkpoint_stats()
+    }
+    /// Messages about recovery (restarts, restored checkpoints, damaged ones skipped), oldest
+    /// first, including those of the attempt running now.
+    pub fn notes(&self) -> Vec<String> {
+        let progress = self.progress();
+        let mut notes = progress.notes.clone();
+        if let Some(a) = &progress.attempt {
+            notes.extend(a.scope.notes.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned());
+        }
+        notes
+    }
+    /// Why checkpoints failed (declined, expired, failed to write), oldest first.
+    pub fn checkpoint_failures(&self) -> Vec<String> {
+        self.run.shared.checkpoint_failures.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// How [`JobHandle::stop_with_savepoint`] ended the job.
 #[derive(Debug)]
 pub enum Stopped {
@@ -287,41 +471,6 @@ impl JobHandle {
         self.progress().restarts
     }
 
-    /// Takes a savepoint now: an aligned checkpoint, copied complete into
-    /// `<dir>/savepoint-<id>/`, and returns that folder. The job goes on. Needs checkpointing
-    /// (the savepoint is written through the checkpoint coordinator).
-    pub fn trigger_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<std::path::PathBuf> {
-        self.take_savepoint(dir, false).map(|(_, path)| path)
-    }
-
-    /// Takes a checkpoint now, as the configuration makes them, however long since the last
-    /// (Flink's `flink checkpoint`), and waits for it: its id once it completed, or why it
-    /// failed. The job goes on either way.
-    pub fn trigger_checkpoint(&self) -> Result<u64> {
-        let timeout = match &self.run.job.graph.borrow().checkpointing {
-            Some(c) => c.timeout,
-            None => return Err(Error::config("the job takes no checkpoints: configure it with with_checkpointing")),
-        };
-        let sender = self.progress().attempt.as_ref().and_then(|a| a.requests.clone()).ok_or_else(|| {
-            Error::Checkpoint("no checkpoint was taken: the job is not running (it ended, or is restarting)".into())
-        })?;
-        let (reply, answer) = std::sync::mpsc::channel();
-        sender
-            .send(CoordinatorRequest::Checkpoint(reply))
-            .map_err(|_| Error::Checkpoint("the job ended before the checkpoint was taken".into()))?;
-        // It may wait for a checkpoint in flight to make room, and then takes its own timeout.
-        match answer.recv_timeout(timeout * 2 + Duration::from_secs(10)) {
-            Ok(Ok(id)) => Ok(id),
-            Ok(Err(reason)) => Err(Error::Checkpoint(reason)),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Checkpoint(
-                "the checkpoint was not taken: the job's attempt ended (it finished, failed, or restarts)".into(),
-            )),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                Err(Error::Checkpoint(format!("no answer within {:?}", timeout * 2 + Duration::from_secs(10))))
-            }
-        }
-    }
-
     /// Whether the current attempt is finishing: its final checkpoint started (every source
     /// is at the end of its input) or completed and the sources are ending their streams (or,
     /// without checkpointing, a task has finished); no savepoint can be taken any more.
@@ -334,45 +483,13 @@ impl JobHandle {
         })
     }
 
-    fn take_savepoint(&self, dir: impl Into<std::path::PathBuf>, stop: bool) -> Result<(u64, std::path::PathBuf)> {
-        let timeout = match &self.run.job.graph.borrow().checkpointing {
-            Some(c) => c.savepoint_timeout,
-            None => {
-                return Err(Error::config("savepoints need checkpointing: configure the job with with_checkpointing"))
-            }
-        };
-        let dir = dir.into();
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create the savepoint directory", &dir, e))?;
-        let sender = self.progress().attempt.as_ref().and_then(|a| a.requests.clone()).ok_or_else(|| {
-            Error::Checkpoint("the savepoint failed: the job is not running (it ended, or is restarting)".into())
-        })?;
-        let (reply, answer) = std::sync::mpsc::channel();
-        sender
-            .send(CoordinatorRequest::Savepoint(SavepointRequest { dir, reply, stop }))
-            .map_err(|_| Error::Checkpoint("the job ended before the savepoint was taken".into()))?;
-        // The coordinator answers within the savepoint's timeout (it expires it then); the
-        // margin covers writing the savepoint's copy.
-        match answer.recv_timeout(timeout + Duration::from_secs(60)) {
-            Ok(Ok(taken)) => Ok(taken),
-            Ok(Err(reason)) => Err(Error::Checkpoint(format!("the savepoint failed: {reason}"))),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Checkpoint(
-                "the savepoint failed: the job ended (it failed, or was cancelled) before the savepoint completed"
-                    .into(),
-            )),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::Checkpoint(format!(
-                "the savepoint failed: no answer within {:?} (its timeout, and a minute to copy it)",
-                timeout + Duration::from_secs(60)
-            ))),
-        }
-    }
-
     /// Takes a savepoint, waits until every sink has committed the transactions it covers,
     /// then stops every worker without draining (no further output after the savepoint; a job
     /// restored from it produces that). If the job is already finishing
     /// ([`JobHandle::is_finishing`]), it is stopped gracefully and finishes instead. Says which
     /// it did.
     pub fn stop_with_savepoint(self, dir: impl Into<std::path::PathBuf>) -> Result<Stopped> {
-        let (id, path) = match self.take_savepoint(dir, true) {
+        let (id, path) = match self.controller().take_savepoint(dir, true) {
             Ok(taken) => taken,
             Err(_) if self.is_finishing() => {
                 self.stop();
@@ -405,43 +522,33 @@ impl JobHandle {
         }
     }
 
-    /// Changes the checkpoint configuration of the running job: `change` gets the one in force
-    /// and returns the new one, which applies to the checkpoints triggered from the next
-    /// coordinator tick on (and after a restart). What a running job can change: interval,
-    /// interval during backlog, checkpoint timeout, minimum pause, concurrent checkpoints,
-    /// tolerable failures, checkpoints retained, the restart strategy, and how barriers go
-    /// (unaligned, the aligned-checkpoint timeout, the in-flight budget). A change to anything
-    /// else (mode, incremental, directory, allow_retracting_output) or an invalid configuration
-    /// is refused with an error naming it, and the job keeps its configuration. Each
-    /// checkpoint's statistics record the configuration it ran under.
-    ///
-    /// ```no_run
-    /// # fn f(handle: &weir::JobHandle) -> weir::Result<()> {
-    /// use std::time::Duration;
-    /// handle.update_checkpoints(|c| c.interval(Duration::from_secs(5)))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn update_checkpoints(&self, change: impl FnOnce(CheckpointConfig) -> CheckpointConfig) -> Result<()> {
-        let mut graph = self.run.job.graph.borrow_mut();
-        let Some(current) = graph.checkpointing.clone() else {
-            return Err(Error::config("the job takes no checkpoints: there is no checkpoint configuration to change"));
-        };
-        let new = change(current.clone());
-        current.check_live_change(&new)?;
-        graph.checkpointing = Some(new.clone());
-        *self.run.shared.checkpoint_update.lock().unwrap_or_else(|e| e.into_inner()) = Some(new);
-        Ok(())
+    /// A view of the running job that others may hold beside this handle (a control
+    /// endpoint, a dashboard): checkpoints and savepoints on demand, the live configuration,
+    /// statistics and metrics. It outlives the job harmlessly (then it answers that the job is
+    /// not running).
+    pub fn controller(&self) -> JobController {
+        JobController { run: self.run.clone() }
     }
 
-    /// The newest checkpoint whose completion every task of the running attempt applied: its
-    /// sinks committed the output it covers, and its sources learned it
-    /// ([`crate::source::Source::checkpoint_complete`]). Offsets a source hands to the outside
-    /// (a Kafka consumer group's) are safe to publish up to it. `None` before the first, and
-    /// while the job restarts.
+    /// Takes a savepoint now ([`JobController::trigger_savepoint`]).
+    pub fn trigger_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+        self.controller().trigger_savepoint(dir)
+    }
+
+    /// Takes a checkpoint now ([`JobController::trigger_checkpoint`]).
+    pub fn trigger_checkpoint(&self) -> Result<u64> {
+        self.controller().trigger_checkpoint()
+    }
+
+    /// Changes the checkpoint configuration of the running job
+    /// ([`JobController::update_checkpoints`]).
+    pub fn update_checkpoints(&self, change: impl FnOnce(CheckpointConfig) -> CheckpointConfig) -> Result<()> {
+        self.controller().update_checkpoints(change)
+    }
+
+    /// The newest checkpoint every task applied ([`JobController::applied_checkpoint`]).
     pub fn applied_checkpoint(&self) -> Option<u64> {
-        let progress = self.progress();
-        let attempt = progress.attempt.as_ref()?;
-        attempt.commits.as_ref()?.newest_everywhere(attempt.task_count)
+        self.controller().applied_checkpoint()
     }
 
     /// Statistics of the checkpoints completed so far.
@@ -449,20 +556,14 @@ impl JobHandle {
         self.run.checkpoint_stats()
     }
 
-    /// Messages about recovery (restarts, restored checkpoints, damaged ones skipped), oldest
-    /// first, including those of the attempt running now.
+    /// Messages about recovery ([`JobController::notes`]).
     pub fn notes(&self) -> Vec<String> {
-        let progress = self.progress();
-        let mut notes = progress.notes.clone();
-        if let Some(a) = &progress.attempt {
-            notes.extend(a.scope.notes.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned());
-        }
-        notes
+        self.controller().notes()
     }
 
     /// Why checkpoints failed (declined, expired, failed to write), oldest first.
     pub fn checkpoint_failures(&self) -> Vec<String> {
-        self.run.shared.checkpoint_failures.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.controller().checkpoint_failures()
     }
 
     /// The job's result once it has ended for good (returned once); `None` while it runs or

@@ -149,3 +149,52 @@ impl<T: Send> weir::source::Source<T> for PausingSource<T> {
         }
     }
 }
+
+/// A `weir` process running in the background, its standard output and error collected as
+/// it runs (both into one text).
+pub struct Running {
+    pub child: std::process::Child,
+    pub text: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Running {
+    /// Spawns `command` (its output piped).
+    pub fn start(mut command: Command) -> Running {
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        for pipe in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let text = text.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok) {
+                    let mut t = text.lock().unwrap();
+                    t.push_str(&line);
+                    t.push('\n');
+                }
+            });
+        }
+        Running { child, text }
+    }
+
+    /// How many times it has said `what` so far.
+    pub fn said(&self, what: &str) -> usize {
+        self.text.lock().unwrap().matches(what).count()
+    }
+
+    /// Waits until it has said `what` `times` times (failing if it ends first).
+    pub fn wait_to_say(&mut self, what: &str, times: usize) {
+        wait_until(what, || {
+            assert!(self.child.try_wait().unwrap().is_none(), "the process ended: {}", self.text.lock().unwrap());
+            self.said(what) >= times
+        });
+    }
+
+    /// The first word after `prefix` in what it said.
+    pub fn word_after(&self, prefix: &str) -> Option<String> {
+        let t = self.text.lock().unwrap();
+        let at = t.find(prefix)? + prefix.len();
+        t[at..].split_whitespace().next().map(str::to_string)
+    }
+}

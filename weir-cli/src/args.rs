@@ -41,6 +41,48 @@ pub(crate) enum Command {
     /// that differs with the command that reruns it, and `N seeds, F differ from the golden
     /// run`; exits non-zero when any differs.
     Simulate(SimulateArgs),
+    /// Asks a running job's control endpoint (--control of the command running it): take a
+    /// checkpoint or a savepoint, stop with a savepoint, change the checkpoint configuration,
+    /// list checkpoints, read metrics.
+    Control(ControlArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ControlArgs {
+    /// The endpoint, HOST:PORT (or http://HOST:PORT).
+    pub(crate) addr: String,
+    #[command(subcommand)]
+    pub(crate) request: ControlRequest,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum ControlRequest {
+    /// Takes a checkpoint now and waits for it: its id.
+    Checkpoint,
+    /// Takes a savepoint into DIR, the job going on: its folder.
+    Savepoint {
+        /// The folder the savepoint goes into (created).
+        dir: PathBuf,
+    },
+    /// Stops the job with a savepoint into DIR: its folder.
+    Stop {
+        /// The folder the savepoint goes into (created).
+        dir: PathBuf,
+    },
+    /// Shows the checkpoint configuration in force, or changes it: KEY=VALUE … (all or
+    /// nothing), keys interval-ms, interval-during-backlog-ms, checkpoint-timeout-ms,
+    /// min-pause-ms, max-concurrent, tolerable-failures, retain, unaligned,
+    /// alignment-timeout-ms, inflight-budget-bytes.
+    Config {
+        /// KEY=VALUE settings; none shows the configuration.
+        settings: Vec<String>,
+    },
+    /// Lists the completed checkpoints with their statistics.
+    Checkpoints,
+    /// The job's metrics, in Prometheus's text format.
+    Metrics,
+    /// The job: name, uptime, records, restarts.
+    Job,
 }
 
 #[derive(Args, Debug)]
@@ -424,6 +466,34 @@ pub(crate) struct RuntimeArgs {
     /// Hide the live progress line.
     #[arg(long)]
     pub(crate) no_progress: bool,
+    /// Serve the control endpoint at HOST:PORT (port 0 picks one; the address is printed):
+    /// checkpoints and savepoints on demand, stop with a savepoint, the live checkpoint
+    /// configuration, statistics, Prometheus metrics. `weir control ADDR …` is its client.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) control: Option<String>,
+    /// Let --control serve off loopback (anyone who reaches it can stop the job).
+    #[arg(long, requires = "control")]
+    pub(crate) control_public: bool,
+}
+
+impl RuntimeArgs {
+    /// The control endpoint's address the flags ask for, bound now: before the job starts, so
+    /// that a bad address stops nothing that ran.
+    pub(crate) fn bind_control(&self) -> weir::Result<Option<crate::control::ControlBinding>> {
+        self.control.as_deref().map(|a| crate::control::ControlBinding::bind(a, self.control_public)).transpose()
+    }
+}
+
+/// Serves the control endpoint `binding` asks for on `handle`'s job (said on standard error,
+/// with its address).
+pub(crate) fn serve_control(
+    binding: Option<crate::control::ControlBinding>,
+    handle: &weir::JobHandle,
+) -> weir::Result<Option<crate::control::ControlEndpoint>> {
+    let Some(binding) = binding else { return Ok(None) };
+    let endpoint = binding.serve(handle.controller())?;
+    eprintln!("control endpoint: http://{} (weir control {} …)", endpoint.addr(), endpoint.addr());
+    Ok(Some(endpoint))
 }
 
 #[derive(Args, Debug)]

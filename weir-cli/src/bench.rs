@@ -65,8 +65,11 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
             .unwrap_or_else(|| "as fast as possible".into()),
         args.duration_s
     );
+    let binding = args.runtime.bind_control()?;
     let handle = announce_restores(bench.job()?).start(config)?;
-    let report = supervise(handle, Some(Duration::from_secs_f64(args.duration_s)), !args.runtime.no_progress, None);
+    let control = serve_control(binding, &handle)?;
+    let limit = Some(Duration::from_secs_f64(args.duration_s));
+    let report = supervise(handle, limit, !args.runtime.no_progress, None, control.as_ref());
     if temporary {
         let _ = std::fs::remove_dir_all(&checkpoint_dir);
     }

@@ -20,9 +20,14 @@ pub(crate) fn run_default(args: &DefaultArgs) -> weir::Result<()> {
         args.rate.map(|r| format!("{} events/s", group_digits(r as u64))).unwrap_or_else(|| "as fast as possible".into()),
         args.duration_s
     );
+    let binding = args.runtime.bind_control()?;
     let handle = announce_restores(job.build()).start(config)?;
-    let report = supervise(handle, Some(Duration::from_secs_f64(args.duration_s)), !args.runtime.no_progress, None)?
-        .expect("the default job stops without a savepoint");
+    let control = serve_control(binding, &handle)?;
+    let limit = Some(Duration::from_secs_f64(args.duration_s));
+    // Stopped with a savepoint through the control endpoint: said where, nothing to report.
+    let Some(report) = supervise(handle, limit, !args.runtime.no_progress, None, control.as_ref())? else {
+        return Ok(());
+    };
     print!("{}", report.summary_table());
     if report.latency_ns.as_ref().is_some_and(|h| !h.is_empty()) {
         println!("latency: from the instant a window is complete (event time = creation time) to the sink");

@@ -6,8 +6,11 @@
 mod args;
 mod bench;
 mod checkpoints;
+pub mod control;
+mod control_client;
 mod default_job;
 mod group;
+mod metrics_text;
 mod nexmark;
 mod simulate;
 mod stored;
@@ -24,7 +27,7 @@ use supervisor::install_stop_handler;
 /// The `weir` command: parses the arguments, runs the command, and says how it ended.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(cli.command, Some(Command::Checkpoints(_) | Command::Simulate(_))) {
+    if !matches!(cli.command, Some(Command::Checkpoints(_) | Command::Simulate(_) | Command::Control(_))) {
         // From the first instant of a command that runs a job: a restart restores its state
         // before the job runs (seconds, for much state), and a SIGTERM then must not kill it.
         install_stop_handler();
@@ -35,6 +38,7 @@ pub fn main() -> ExitCode {
         Some(Command::Checkpoints(args)) => checkpoints::list_checkpoints(&args),
         Some(Command::Bench(args)) => bench::run_bench(&args),
         Some(Command::Nexmark(args)) => nexmark::run_nexmark(&args),
+        Some(Command::Control(args)) => control_client::run_control(&args),
         Some(Command::Simulate(args)) => match simulate::run_simulate(&args) {
             // The differing seeds and the summary are printed.
             Ok(all_equal) => return if all_equal { ExitCode::SUCCESS } else { ExitCode::FAILURE },

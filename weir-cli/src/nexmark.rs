@@ -69,9 +69,13 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         args.checkpoint,
         if args.incremental { " (incremental)" } else { "" }
     );
-    let report = supervise(announce_restores(job).start(config)?, None, !args.runtime.no_progress, None);
+    let binding = args.runtime.bind_control()?;
+    let handle = announce_restores(job).start(config)?;
+    let control = serve_control(binding, &handle)?;
+    let report = supervise(handle, None, !args.runtime.no_progress, None, control.as_ref());
     let _ = std::fs::remove_dir_all(&checkpoint_dir);
-    let report = report?.expect("no savepoint was asked for");
+    // Stopped with a savepoint through the control endpoint: said where, nothing to report.
+    let Some(report) = report? else { return Ok(()) };
     print!("{}", report.summary_table());
     // Not the sources' records: q8 reads the event stream twice (people and auctions).
     let events_per_s = args.events as f64 / report.elapsed.as_secs_f64().max(1e-9);

@@ -8,6 +8,8 @@ use std::time::Duration;
 use weir::metrics::group_digits;
 use weir::{Job, JobHandle, JobReport};
 
+use crate::control::ControlEndpoint;
+
 /// Ctrl-C presses (and SIGTERMs) so far: the first stops the job gracefully, the second
 /// cancels it. Counted from the start of the process ([`install_stop_handler`]).
 pub(crate) static STOP_REQUESTS: AtomicUsize = AtomicUsize::new(0);
@@ -63,10 +65,34 @@ pub(crate) fn supervise(
     limit: Option<Duration>,
     progress: bool,
     savepoint_dir: Option<&crate::stored::SavepointDir>,
+    control: Option<&ControlEndpoint>,
 ) -> weir::Result<Option<JobReport>> {
-    match supervise_with(handle, limit, progress, savepoint_dir, &mut |_| Ok(false))? {
+    match supervise_with(handle, limit, progress, savepoint_dir, control, &mut |_| Ok(false))? {
         Supervised::Finished(report) => Ok(Some(report)),
         Supervised::Savepoint | Supervised::HandedOver => Ok(None),
+    }
+}
+
+/// Says how a stop with a savepoint into `dir` ended (and where the savepoint is kept).
+fn stopped_with_savepoint(
+    dir: &crate::stored::SavepointDir,
+    outcome: weir::Result<weir::Stopped>,
+) -> weir::Result<(Supervised, String)> {
+    match outcome? {
+        weir::Stopped::Savepoint(path) => {
+            let kept = dir.keep(&path)?;
+            println!("stopped with savepoint {kept}");
+            println!("the output it covers is committed");
+            println!("resume with --restore {kept}");
+            Ok((Supervised::Savepoint, kept))
+        }
+        weir::Stopped::Finished(report) => {
+            println!(
+                "the job was already reaching the end of its input, so it finished instead of taking a savepoint \
+                 (no savepoint: nothing is left to resume)"
+            );
+            Ok((Supervised::Finished(report), String::new()))
+        }
     }
 }
 
@@ -74,7 +100,7 @@ pub(crate) fn supervise(
 pub(crate) enum Supervised {
     /// It ran to its end (or failed: then `supervise_with` returns the error).
     Finished(JobReport),
-    /// Ctrl-C stopped it with a savepoint.
+    /// Ctrl-C (or the control endpoint) stopped it with a savepoint.
     Savepoint,
     /// `hand_over` asked it to stop: stopped with a savepoint, its output committed, and the
     /// savepoint's checkpoint the latest in its checkpoint directory.
@@ -83,12 +109,13 @@ pub(crate) enum Supervised {
 
 /// [`supervise`], asking `hand_over` after every look at the job whether to stop it with a
 /// savepoint now (a consumer group changing under it, or a member asked to leave: it sees
-/// Ctrl-C first, in [`STOP_REQUESTS`]).
+/// Ctrl-C first, in [`STOP_REQUESTS`]), and carrying out the stops `control` is asked for.
 pub(crate) fn supervise_with(
     mut handle: JobHandle,
     limit: Option<Duration>,
     progress: bool,
     savepoint_dir: Option<&crate::stored::SavepointDir>,
+    control: Option<&ControlEndpoint>,
     hand_over: &mut dyn FnMut(&JobHandle) -> weir::Result<bool>,
 ) -> weir::Result<Supervised> {
     SUPERVISED.store(true, Ordering::SeqCst);
@@ -116,28 +143,40 @@ pub(crate) fn supervise_with(
                 weir::Stopped::Finished(report) => Ok(Supervised::Finished(report)),
             };
         }
+        if let Some(request) = control.and_then(ControlEndpoint::stop_request) {
+            if stopped {
+                let _ = request.reply.send(Err("the job is already stopping".into()));
+            } else {
+                bar.println(format!(
+                    "stopping with a savepoint into {} (asked by the control endpoint)…",
+                    request.dir.display()
+                ));
+                let dir = match crate::stored::SavepointDir::open(&request.dir) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        // A folder that cannot be made: the job goes on.
+                        let _ = request.reply.send(Err(e.to_string()));
+                        continue;
+                    }
+                };
+                let outcome = handle.stop_with_savepoint(dir.folder());
+                bar.finish_and_clear();
+                let ended = stopped_with_savepoint(&dir, outcome);
+                let _ = request.reply.send(match &ended {
+                    Ok((Supervised::Savepoint, kept)) => Ok(kept.clone()),
+                    Ok(_) => Err("the job was reaching the end of its input: it finished instead".into()),
+                    Err(e) => Err(e.to_string()),
+                });
+                return ended.map(|(s, _)| s);
+            }
+        }
         let n = presses.load(Ordering::SeqCst);
         if n >= 1 && !stopped {
             if let Some(dir) = savepoint_dir {
                 bar.println("stopping with a savepoint…");
-                let stopped = handle.stop_with_savepoint(dir.folder());
+                let outcome = handle.stop_with_savepoint(dir.folder());
                 bar.finish_and_clear();
-                return match stopped? {
-                    weir::Stopped::Savepoint(path) => {
-                        let kept = dir.keep(&path)?;
-                        println!("stopped with savepoint {kept}");
-                        println!("the output it covers is committed");
-                        println!("resume with --restore {kept}");
-                        Ok(Supervised::Savepoint)
-                    }
-                    weir::Stopped::Finished(report) => {
-                        println!(
-                            "the job was already reaching the end of its input, so it finished instead of taking a \
-                             savepoint (no savepoint: nothing is left to resume)"
-                        );
-                        Ok(Supervised::Finished(report))
-                    }
-                };
+                return stopped_with_savepoint(dir, outcome).map(|(s, _)| s);
             }
             bar.println("Ctrl-C: stopping (press again to cancel)");
             handle.stop();

@@ -254,11 +254,13 @@ fn run_job(
     } else if args.checkpoints.allow_non_restored_state {
         return Err(Error::config("--allow-non-restored-state needs --restore"));
     }
+    let binding = args.runtime.bind_control()?;
     let handle = announce_restores(job).start(config)?;
-    let progress = !args.runtime.no_progress;
+    let control = serve_control(binding, &handle)?;
+    let (progress, control) = (!args.runtime.no_progress, control.as_ref());
     let supervised = match group {
-        Some(g) => supervise_with(handle, None, progress, savepoints.as_ref(), &mut |h| g.tick(h))?,
-        None => supervise_with(handle, None, progress, savepoints.as_ref(), &mut |_| Ok(false))?,
+        Some(g) => supervise_with(handle, None, progress, savepoints.as_ref(), control, &mut |h| g.tick(h))?,
+        None => supervise_with(handle, None, progress, savepoints.as_ref(), control, &mut |_| Ok(false))?,
     };
     let report = match supervised {
         Supervised::Finished(report) => report,

@@ -1,0 +1,120 @@
+//! The control endpoint (`--control`) driven by its client (`weir control ADDR …`) while a
+//! word count runs: a checkpoint and a savepoint on demand, the live configuration changed
+//! (and bad changes refused, the job going on), statistics and metrics, then a stop with a
+//! savepoint that a new run resumes from; and the endpoint's bad addresses refused.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::{self, Running};
+
+/// `weir control ADDR args…`: whether it succeeded, and what it printed (stdout, stderr).
+fn control(addr: &str, args: &[&str]) -> (bool, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_weir")).arg("control").arg(addr).args(args).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!text.contains("panicked"), "{text}");
+    (o.status.success(), text)
+}
+
+#[test]
+fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("log.txt");
+    let lines: Vec<String> = (0..2000).map(|i| format!("w{} x{}", i % 50, i % 7)).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    // Followed, the log keeps the job running until it is told to stop.
+    let mut job = Running::start(common::wordcount(
+        &input,
+        &out,
+        &chk,
+        &["--follow", "--interval-ms", "3600000", "--control", "127.0.0.1:0"],
+    ));
+    job.wait_to_say("control endpoint: http://", 1);
+    let addr = job.word_after("control endpoint: http://").unwrap();
+
+    let (ok, text) = control(&addr, &["checkpoint"]);
+    assert!(ok && text.contains("\"checkpoint\":"), "{text}");
+    let (ok, text) = control(&addr, &["config", "interval-ms=200", "min-pause-ms=10"]);
+    assert!(ok && text.contains("\"interval-ms\": 200") && text.contains("\"min-pause-ms\": 10"), "{text}");
+    // Bad changes: refused whole, named, the job going on with its configuration.
+    for (bad, says) in [
+        ("bogus=1", "unknown configuration key 'bogus'"),
+        ("interval-ms=soon", "'soon' is not a whole number"),
+        ("incremental=true", "fixed for the job's life"),
+        ("max-concurrent=0", "at least one concurrent checkpoint"),
+    ] {
+        let (ok, text) = control(&addr, &["config", "retain=9", bad]);
+        assert!(!ok && text.contains(says) && text.contains("400"), "{bad}: {text}");
+    }
+    let (_, text) = control(&addr, &["config"]);
+    assert!(text.contains("\"retain\": 2") && text.contains("\"interval-ms\": 200"), "{text}");
+    // A savepoint with the job running, and one whose folder cannot be made.
+    let (ok, text) = control(&addr, &["savepoint", dir.path().join("sp").to_str().unwrap()]);
+    assert!(ok && text.contains("savepoint-"), "{text}");
+    let blocked = dir.path().join("file");
+    std::fs::write(&blocked, "").unwrap();
+    let (ok, text) = control(&addr, &["savepoint", blocked.join("sp").to_str().unwrap()]);
+    assert!(!ok && text.contains("cannot create the savepoint directory"), "{text}");
+    // Checkpoints come every 200 ms now (the hour's interval would have given none), and the
+    // metrics count them and every word.
+    let metric = |name: &str| -> f64 {
+        let (ok, text) = control(&addr, &["metrics"]);
+        assert!(ok && text.contains("# TYPE weir_source_records_total counter"), "{text}");
+        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    common::wait_until("checkpoints at the new interval", || metric("weir_checkpoints_completed_total") >= 5.0);
+    common::wait_until("every word counted", || metric("weir_sink_records_total{job=\"wordcount\"}") == 4000.0);
+    let (ok, text) = control(&addr, &["checkpoints"]);
+    assert!(ok && text.contains("checkpoints completed: ") && text.contains("duration"), "{text}");
+    let (ok, text) = control(&addr, &["job"]);
+    assert!(ok && text.contains("\"finished\": false"), "{text}");
+    let (ok, text) = control(&addr, &["nonsense"]);
+    assert!(!ok && text.contains("unexpected argument 'nonsense'"), "{text}");
+
+    // Stopped with a savepoint: the process ends, and a new run resumes from it.
+    let sp = dir.path().join("final");
+    let (ok, text) = control(&addr, &["stop", sp.to_str().unwrap()]);
+    assert!(ok && text.contains("savepoint-"), "{text}");
+    let status = job.child.wait().unwrap();
+    assert!(status.success() && job.said("stopped with savepoint") == 1, "{}", job.text.lock().unwrap());
+    let (ok, text) = control(&addr, &["job"]);
+    assert!(!ok && text.contains("cannot reach the control endpoint"), "{text}");
+    let savepoint = std::fs::read_dir(&sp).unwrap().next().unwrap().unwrap().path();
+    assert!(savepoint.join("_metadata").exists());
+    let resumed =
+        common::wordcount(&input, &out, &dir.path().join("chk2"), &["--restore", savepoint.to_str().unwrap()])
+            .output()
+            .unwrap();
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let mut expected = std::collections::HashMap::new();
+    for w in lines.iter().flat_map(|l| l.split(' ')) {
+        *expected.entry(w.to_string()).or_insert(0u64) += 1;
+    }
+    crate::crash::check_exactly_once(&expected, &out, "resumed from the stop's savepoint");
+}
+
+#[test]
+fn bad_control_addresses_are_refused_before_the_job_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a b\n").unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    for (i, (flags, says)) in [
+        (vec!["--control", "0.0.0.0:0"], "is not on loopback"),
+        (vec!["--control", taken.as_str()], "cannot serve the control endpoint at"),
+        (vec!["--control", "nowhere"], "is not HOST:PORT"),
+        (vec!["--control-public"], "--control <HOST:PORT>"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = dir.path().join(format!("out{i}"));
+        let o = common::wordcount(&input, &out, &dir.path().join(format!("chk{i}")), &flags).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(!o.status.success() && text.contains(says) && !text.contains("panicked"), "{flags:?}: {text}");
+    }
+    assert!(!Path::new(&dir.path().join("out0")).exists());
+}

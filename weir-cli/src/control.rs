@@ -1,0 +1,366 @@
+//! The control endpoint: an HTTP server beside a running job (Flink's REST API and its
+//! `flink checkpoint|savepoint|stop` as the model), off unless asked for, on loopback unless
+//! explicitly allowed elsewhere. It takes a checkpoint or a savepoint with the job running,
+//! stops the job with a savepoint (through whoever supervises the job, who owns its handle),
+//! changes the live checkpoint configuration, lists the checkpoints with their statistics, and
+//! serves metrics in Prometheus's text format. A bad request gets a status and a message; the
+//! job keeps running. `weir control ADDR …` is its client ([`crate::control_client`]).
+//!
+//! | request | what |
+//! |---|---|
+//! | `GET /job` | the job: name, uptime, workers, records, restarts (JSON) |
+//! | `POST /checkpoints` | a checkpoint now: `{"checkpoint": id}` once complete |
+//! | `GET /checkpoints` | completed checkpoints' statistics and failures (JSON) |
+//! | `POST /savepoints?dir=DIR` | a savepoint, the job going on: `{"savepoint": path}` |
+//! | `POST /stop?dir=DIR` | stop with a savepoint: `{"savepoint": path}` |
+//! | `GET /config` | the checkpoint configuration in force (JSON, the keys below) |
+//! | `POST /config?KEY=VALUE…` | changes it, all or nothing |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! May touch: the job's [`JobController`]; the supervisor through [`StopRequest`]s.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use weir::checkpoint::CheckpointConfig;
+use weir::{Error, JobController};
+
+/// A stop-with-savepoint asked for through the endpoint, for the job's supervisor to carry out
+/// (it owns the job's handle); it answers with the savepoint's folder, or why it failed.
+#[derive(Debug)]
+pub struct StopRequest {
+    /// Where the savepoint goes.
+    pub dir: PathBuf,
+    /// The answer.
+    pub reply: Sender<Result<String, String>>,
+}
+
+/// A running control endpoint; dropped, it stops serving.
+#[derive(Debug)]
+pub struct ControlEndpoint {
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    stops: Mutex<Receiver<StopRequest>>,
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+struct Shared {
+    job: JobController,
+    stops: Arc<Mutex<Sender<StopRequest>>>,
+}
+
+/// The control endpoint's address, bound before the job starts (a bad address or one in use
+/// is found before anything runs); [`ControlBinding::serve`] then serves the job there.
+#[derive(Debug)]
+pub struct ControlBinding {
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+}
+
+impl ControlBinding {
+    /// Binds `addr` (`HOST:PORT`; port 0 picks a free one). An address off loopback is
+    /// refused unless `public` (anyone who reaches it can stop the job). An address in use is
+    /// an error naming it.
+    pub fn bind(addr: &str, public: bool) -> weir::Result<ControlBinding> {
+        let resolved: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| Error::config(format!("control endpoint address '{addr}' is not HOST:PORT: {e}")))?
+            .collect();
+        let Some(&first) = resolved.first() else {
+            return Err(Error::config(format!("control endpoint address '{addr}' resolves to nothing")));
+        };
+        if !public && !resolved.iter().all(|a| a.ip().is_loopback()) {
+            return Err(Error::config(format!(
+                "control endpoint address '{addr}' is not on loopback: anyone who reaches it can stop the job. \
+                 Give --control-public to serve there anyway"
+            )));
+        }
+        let cannot = |e: std::io::Error| Error::config(format!("cannot serve the control endpoint at {addr}: {e}"));
+        let listener = std::net::TcpListener::bind(first).map_err(cannot)?;
+        listener.set_nonblocking(true).map_err(cannot)?;
+        let addr = listener.local_addr().map_err(cannot)?;
+        Ok(ControlBinding { listener, addr })
+    }
+
+    /// Where it will serve.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves `job` from now on.
+    pub fn serve(self, job: JobController) -> weir::Result<ControlEndpoint> {
+        let ControlBinding { listener, addr } = self;
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel();
+        let shared = Shared { job, stops: Arc::new(Mutex::new(stop_tx)) };
+        let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .map_err(|e| Error::config(format!("cannot start the control endpoint's runtime: {e}")))?;
+        let thread = std::thread::Builder::new()
+            .name("weir-control".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
+                    let _ = axum::serve(listener, router(shared))
+                        .with_graceful_shutdown(async move {
+                            let _ = shutdown_rx.await;
+                        })
+                        .await;
+                });
+            })
+            .map_err(|e| Error::config(format!("cannot start the control endpoint's thread: {e}")))?;
+        Ok(ControlEndpoint { addr, shutdown: Some(shutdown), thread: Some(thread), stops: Mutex::new(stop_rx) })
+    }
+}
+
+impl ControlEndpoint {
+    /// Serves `job` at `addr` ([`ControlBinding::bind`], then [`ControlBinding::serve`]).
+    pub fn start(addr: &str, public: bool, job: JobController) -> weir::Result<ControlEndpoint> {
+        ControlBinding::bind(addr, public)?.serve(job)
+    }
+
+    /// Where it serves.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A stop-with-savepoint asked for since the last call, if any: the supervisor's to carry
+    /// out and answer.
+    pub fn stop_request(&self) -> Option<StopRequest> {
+        self.stops.lock().unwrap_or_else(|e| e.into_inner()).try_recv().ok()
+    }
+}
+
+impl Drop for ControlEndpoint {
+    fn drop(&mut self) {
+        if let Some(s) = self.shutdown.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/job", get(job))
+        .route("/checkpoints", get(checkpoints).post(checkpoint_now))
+        .route("/savepoints", post(savepoint))
+        .route("/stop", post(stop))
+        .route("/config", get(config).post(change_config))
+        .route("/metrics", get(metrics))
+        .fallback(|| async {
+            refuse(
+                StatusCode::NOT_FOUND,
+                "no such request: GET /job, /checkpoints, /config, /metrics; POST /checkpoints, /savepoints?dir=DIR, \
+                 /stop?dir=DIR, /config?KEY=VALUE",
+            )
+        })
+        .with_state(shared)
+}
+
+/// An error answer: the status and a message (`{"error": …}`).
+fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
+    Refusal(status, message.into()).into_response()
+}
+
+/// A request refused: its status and why.
+struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+fn json(value: serde_json::Value) -> Response {
+    axum::Json(value).into_response()
+}
+
+/// Runs blocking work (a checkpoint's wait) off the server's thread.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, Refusal> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, format!("the request's work failed: {e}")))
+}
+
+async fn job(State(s): State<Shared>) -> Response {
+    let m = s.job.metrics();
+    json(serde_json::json!({
+        "name": s.job.name(),
+        "uptime_s": s.job.elapsed().as_secs_f64(),
+        "workers": s.job.workers(),
+        "source_records": m.source_records(),
+        "sink_records": m.sink_records(),
+        "late_records": m.late_records(),
+        "restarts": s.job.restarts(),
+        "finished": s.job.is_finished(),
+        "checkpointing": s.job.checkpoint_config().is_some(),
+    }))
+}
+
+async fn checkpoints(State(s): State<Shared>) -> Response {
+    json(serde_json::json!({
+        "completed": s.job.checkpoint_stats(),
+        "failures": s.job.checkpoint_failures(),
+    }))
+}
+
+async fn checkpoint_now(State(s): State<Shared>) -> Response {
+    match blocking(move || s.job.trigger_checkpoint()).await {
+        Ok(Ok(id)) => json(serde_json::json!({ "checkpoint": id })),
+        Ok(Err(e)) => refuse(StatusCode::CONFLICT, e.to_string()),
+        Err(r) => r.into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct DirQuery {
+    dir: Option<String>,
+}
+
+/// The `dir` of a savepoint request, or the answer that it is missing.
+fn savepoint_dir(q: &DirQuery) -> Result<PathBuf, Refusal> {
+    match q.dir.as_deref().filter(|d| !d.is_empty()) {
+        Some(d) => Ok(PathBuf::from(d)),
+        None => Err(Refusal(StatusCode::BAD_REQUEST, "a savepoint needs ?dir=DIR: the folder it goes into".into())),
+    }
+}
+
+async fn savepoint(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Response {
+    let dir = match savepoint_dir(&q) {
+        Ok(d) => d,
+        Err(r) => return r.into_response(),
+    };
+    let taken = blocking(move || {
+        let dir = crate::stored::SavepointDir::open(&dir)?;
+        let path = s.job.trigger_savepoint(dir.folder())?;
+        dir.keep(&path)
+    });
+    match taken.await {
+        Ok(Ok(kept)) => json(serde_json::json!({ "savepoint": kept })),
+        Ok(Err(e)) => refuse(StatusCode::CONFLICT, e.to_string()),
+        Err(r) => r.into_response(),
+    }
+}
+
+async fn stop(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Response {
+    let dir = match savepoint_dir(&q) {
+        Ok(d) => d,
+        Err(r) => return r.into_response(),
+    };
+    let (reply, answer) = std::sync::mpsc::channel();
+    let sent = s.stops.lock().unwrap_or_else(|e| e.into_inner()).send(StopRequest { dir, reply });
+    if sent.is_err() {
+        return refuse(StatusCode::CONFLICT, "the job is not supervised any more (it is ending)");
+    }
+    // The supervisor looks every 100 ms; the savepoint takes its own timeout.
+    match blocking(move || answer.recv_timeout(Duration::from_secs(3600))).await {
+        Ok(Ok(Ok(path))) => json(serde_json::json!({ "savepoint": path })),
+        Ok(Ok(Err(why))) => refuse(StatusCode::CONFLICT, why),
+        Ok(Err(_)) => refuse(StatusCode::CONFLICT, "the job ended before it could stop with a savepoint"),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// The configuration keys a running job takes, in Flink's vocabulary (and the command's
+/// flags'), with their values in `c`.
+fn config_values(c: &CheckpointConfig) -> serde_json::Value {
+    let ms = |d: Duration| d.as_millis() as u64;
+    serde_json::json!({
+        "interval-ms": ms(c.interval),
+        "interval-during-backlog-ms": c.interval_during_backlog.map(ms),
+        "checkpoint-timeout-ms": ms(c.timeout),
+        "min-pause-ms": ms(c.min_pause),
+        "max-concurrent": c.max_concurrent,
+        "tolerable-failures": c.tolerable_failures,
+        "retain": c.retained,
+        "unaligned": c.unaligned,
+        "alignment-timeout-ms": c.alignment_timeout.map(ms),
+        "inflight-budget-bytes": c.inflight_budget,
+        // Fixed for the job's life: shown, refused as changes.
+        "mode": format!("{:?}", c.mode),
+        "incremental": c.incremental,
+    })
+}
+
+/// `c` with `key` set to `value`, or what is wrong with them.
+pub(crate) fn apply_setting(mut c: CheckpointConfig, key: &str, value: &str) -> Result<CheckpointConfig, String> {
+    let number = || value.parse::<u64>().map_err(|_| format!("{key}: '{value}' is not a whole number"));
+    let optional = || match value {
+        "none" | "off" => Ok(None),
+        _ => number().map(Some),
+    };
+    let ms = Duration::from_millis;
+    match key {
+        "interval-ms" => c.interval = ms(number()?.max(1)),
+        "interval-during-backlog-ms" => c.interval_during_backlog = optional()?.map(ms),
+        "checkpoint-timeout-ms" => c.timeout = ms(number()?),
+        "min-pause-ms" => c.min_pause = ms(number()?),
+        "max-concurrent" => c.max_concurrent = number()? as usize,
+        "tolerable-failures" => c.tolerable_failures = number()?.min(u64::from(u32::MAX)) as u32,
+        "retain" => c.retained = number()? as usize,
+        "unaligned" => {
+            c.unaligned = value.parse().map_err(|_| format!("unaligned: '{value}' is not true or false"))?;
+        }
+        "alignment-timeout-ms" => c.alignment_timeout = optional()?.map(ms),
+        "inflight-budget-bytes" => c.inflight_budget = optional()?,
+        "mode" | "incremental" => {
+            return Err(format!("{key} is fixed for the job's life (a running job cannot change it)"));
+        }
+        _ => {
+            return Err(format!(
+                "unknown configuration key '{key}': one of interval-ms, interval-during-backlog-ms, \
+                 checkpoint-timeout-ms, min-pause-ms, max-concurrent, tolerable-failures, retain, unaligned, \
+                 alignment-timeout-ms, inflight-budget-bytes"
+            ));
+        }
+    }
+    Ok(c)
+}
+
+async fn config(State(s): State<Shared>) -> Response {
+    match s.job.checkpoint_config() {
+        Some(c) => json(config_values(&c)),
+        None => refuse(StatusCode::CONFLICT, "the job takes no checkpoints"),
+    }
+}
+
+async fn change_config(State(s): State<Shared>, Query(q): Query<Vec<(String, String)>>) -> Response {
+    if q.is_empty() {
+        return refuse(StatusCode::BAD_REQUEST, "nothing to change: give KEY=VALUE (GET /config lists the keys)");
+    }
+    let Some(current) = s.job.checkpoint_config() else {
+        return refuse(StatusCode::CONFLICT, "the job takes no checkpoints: there is no configuration to change");
+    };
+    // Checked whole before anything applies: all or nothing.
+    let mut new = current;
+    for (k, v) in &q {
+        new = match apply_setting(new, k, v) {
+            Ok(c) => c,
+            Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
+        };
+    }
+    match s.job.update_checkpoints(|_| new) {
+        Ok(()) => json(config_values(&s.job.checkpoint_config().expect("it has one"))),
+        Err(e) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+async fn metrics(State(s): State<Shared>) -> Response {
+    let text = crate::metrics_text::render(&s.job);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}

@@ -1,0 +1,135 @@
+//! `weir control ADDR …`: the control endpoint's client ([`crate::control`]). One HTTP/1.1
+//! request per command over a plain connection; the answer is printed as it comes (JSON, or
+//! Prometheus text), an error answer as `error: …` with a non-zero exit.
+//!
+//! May touch: `args`.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use weir::Error;
+
+use crate::args::{ControlArgs, ControlRequest};
+
+/// How long the client waits for an answer: a checkpoint or savepoint answers when done.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Percent-encodes a query value.
+fn encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+pub(crate) fn run_control(args: &ControlArgs) -> weir::Result<()> {
+    let (method, target) = match &args.request {
+        ControlRequest::Checkpoint => ("POST", "/checkpoints".to_string()),
+        ControlRequest::Savepoint { dir } => ("POST", format!("/savepoints?dir={}", encode(&absolute(dir)?))),
+        ControlRequest::Stop { dir } => ("POST", format!("/stop?dir={}", encode(&absolute(dir)?))),
+        ControlRequest::Config { settings } if settings.is_empty() => ("GET", "/config".to_string()),
+        ControlRequest::Config { settings } => {
+            let mut query = Vec::new();
+            for s in settings {
+                let Some((k, v)) = s.split_once('=') else {
+                    return Err(Error::config(format!("'{s}' is not KEY=VALUE")));
+                };
+                query.push(format!("{}={}", encode(k), encode(v)));
+            }
+            ("POST", format!("/config?{}", query.join("&")))
+        }
+        ControlRequest::Checkpoints => ("GET", "/checkpoints".to_string()),
+        ControlRequest::Metrics => ("GET", "/metrics".to_string()),
+        ControlRequest::Job => ("GET", "/job".to_string()),
+    };
+    let (status, body) = request(&args.addr, method, &target)?;
+    if (200..300).contains(&status) {
+        print!("{}", shown(&args.request, &body));
+        return Ok(());
+    }
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+        .unwrap_or(body);
+    Err(Error::config(format!("the control endpoint at {} answered {status}: {message}", args.addr)))
+}
+
+/// An answer as the command shows it: checkpoints as the checkpoint table (and the failures
+/// below it), other JSON indented, text as it came.
+fn shown(request: &ControlRequest, body: &str) -> String {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(body) else {
+        return if body.ends_with('\n') { body.to_string() } else { format!("{body}\n") };
+    };
+    if matches!(request, ControlRequest::Checkpoints) {
+        let stats: Vec<weir::metrics::CheckpointStats> =
+            value.get("completed").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
+        let mut out = format!("checkpoints completed: {}\n", stats.len());
+        if !stats.is_empty() {
+            out.push_str(&weir::checkpoint::stats_table(&stats));
+        }
+        for f in value.get("failures").and_then(|f| f.as_array()).into_iter().flatten() {
+            out.push_str(&format!("{}\n", f.as_str().unwrap_or_default()));
+        }
+        return out;
+    }
+    format!("{}\n", serde_json::to_string_pretty(&value).unwrap_or_else(|_| body.to_string()))
+}
+
+/// A folder the job's process can find whatever its working folder.
+fn absolute(dir: &std::path::Path) -> weir::Result<String> {
+    let d = std::path::absolute(dir).map_err(|e| Error::io("cannot resolve the folder", dir, e))?;
+    Ok(d.display().to_string())
+}
+
+/// Sends one request to the endpoint at `addr`; its status and body.
+fn request(addr: &str, method: &str, target: &str) -> weir::Result<(u16, String)> {
+    let host = addr.trim_start_matches("http://").trim_end_matches('/');
+    let unreachable = |e: std::io::Error| Error::config(format!("cannot reach the control endpoint at {addr}: {e}"));
+    let sock = host
+        .to_socket_addrs()
+        .map_err(|e| Error::config(format!("control endpoint address '{addr}' is not HOST:PORT: {e}")))?
+        .next()
+        .ok_or_else(|| Error::config(format!("control endpoint address '{addr}' resolves to nothing")))?;
+    let mut s = TcpStream::connect_timeout(&sock, Duration::from_secs(5)).map_err(unreachable)?;
+    s.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(unreachable)?;
+    write!(s, "{method} {target} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .map_err(unreachable)?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).map_err(unreachable)?;
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| {
+        Error::config(format!("the control endpoint at {addr} answered something that is not HTTP: {head}"))
+    })?;
+    // The server answers with a length or closes; chunked bodies are decoded.
+    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
+    Ok((status, if chunked { dechunk(body) } else { body.to_string() }))
+}
+
+/// The body of a chunked answer.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_encoded_and_chunks_joined() {
+        assert_eq!(encode("/tmp/a b&c=d"), "/tmp/a%20b%26c%3Dd");
+        assert_eq!(dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), "hello world");
+    }
+}

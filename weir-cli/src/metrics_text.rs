@@ -1,0 +1,80 @@
+//! A running job's metrics in Prometheus's text exposition format (version 0.0.4, which
+//! OpenMetrics scrapers read too): counters of records, restarts and checkpoints, and gauges
+//! of the newest checkpoint's statistics and the state's memory. Read from the job's counters
+//! and statistics as they are when scraped: nothing on the record path.
+//!
+//! May touch: the job's [`JobController`].
+
+use std::fmt::Write;
+
+use weir::JobController;
+
+/// One metric family: its help, type and samples (`labels`, value).
+struct Family<'a> {
+    out: &'a mut String,
+    job: String,
+}
+
+impl Family<'_> {
+    fn metric(&mut self, name: &str, kind: &str, help: &str, value: f64) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+        let _ = writeln!(self.out, "{name}{{job=\"{}\"}} {value}", self.job);
+    }
+}
+
+/// Escapes a label value (backslash, quote, newline).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The metrics of `job`, as text.
+pub(crate) fn render(job: &JobController) -> String {
+    let mut out = String::new();
+    let m = job.metrics();
+    let mut f = Family { out: &mut out, job: label(&job.name()) };
+    f.metric("weir_source_records_total", "counter", "Records the job's sources emitted.", m.source_records() as f64);
+    f.metric("weir_sink_records_total", "counter", "Records the job's sinks received.", m.sink_records() as f64);
+    f.metric("weir_late_records_total", "counter", "Late records windows dropped.", m.late_records() as f64);
+    f.metric("weir_restarts_total", "counter", "Restarts after failures.", f64::from(job.restarts()));
+    f.metric("weir_uptime_seconds", "gauge", "Time since the job started.", job.elapsed().as_secs_f64());
+    f.metric("weir_workers", "gauge", "Worker threads the job runs on.", job.workers() as f64);
+    f.metric(
+        "weir_state_memory_bytes",
+        "gauge",
+        "Memory held by keyed state pages in this process.",
+        weir::state::state_memory_bytes() as f64,
+    );
+    if job.checkpoint_config().is_some() {
+        let stats = job.checkpoint_stats();
+        let failures = job.checkpoint_failures();
+        f.metric("weir_checkpoints_completed_total", "counter", "Checkpoints completed.", stats.len() as f64);
+        f.metric("weir_checkpoints_failed_total", "counter", "Checkpoints that failed.", failures.len() as f64);
+        if let Some(last) = stats.last() {
+            let gauges: [(&str, &str, f64); 8] = [
+                ("weir_last_checkpoint_id", "Id of the newest completed checkpoint.", last.id as f64),
+                ("weir_last_checkpoint_duration_ms", "Its duration, trigger to completion.", last.duration_ms),
+                ("weir_last_checkpoint_start_delay_ms", "Its barriers' delay to the tasks.", last.start_delay_ms),
+                ("weir_last_checkpoint_alignment_ms", "Its longest alignment.", last.alignment_ms),
+                ("weir_last_checkpoint_sync_ms", "Its longest synchronous part.", last.sync_ms),
+                ("weir_last_checkpoint_async_ms", "Its longest asynchronous part.", last.async_ms),
+                ("weir_last_checkpoint_state_bytes", "The state it holds.", last.state_bytes as f64),
+                ("weir_last_checkpoint_inflight_bytes", "The in-flight data it holds.", last.inflight_bytes as f64),
+            ];
+            for (name, help, value) in gauges {
+                f.metric(name, "gauge", help, value);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::label;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
