@@ -73,14 +73,9 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     if temporary {
         let _ = std::fs::remove_dir_all(&checkpoint_dir);
     }
-    let report = report?.expect("a benchmark stops without a savepoint");
-    print!("{}", report.summary_table());
-    if args.checkpoint != CheckpointChoice::None {
-        println!("checkpoints completed: {}", report.checkpoints.len());
-        if !report.checkpoints.is_empty() {
-            print!("{}", weir::checkpoint::stats_table(&report.checkpoints));
-        }
-    }
+    // Stopped with a savepoint through the control endpoint: said where, nothing to report.
+    let Some(report) = report? else { return Ok(()) };
+    crate::runner::print_report(&report, args.checkpoint != CheckpointChoice::None);
     if let Some(json) = &args.json {
         let result = BenchResult::new(&bench, &report);
         std::fs::write(json, result.to_json()).map_err(|e| Error::io("cannot write the JSON results", json, e))?;

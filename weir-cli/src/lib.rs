@@ -2,6 +2,10 @@
 //! listings and the simulator. [`main`] parses the arguments (`args`) and hands each command to
 //! its runner (a module per command), which builds its job from `weir-jobs`, runs it under
 //! the supervisor (`supervisor`: progress, Ctrl-C, the report) and prints its tables.
+//!
+//! As a library: [`Runner`] runs a program's own job with the same handling (progress,
+//! Ctrl-C stop-with-savepoint, the control endpoint, the report), and [`control`] serves the
+//! control endpoint on any job.
 
 mod args;
 mod bench;
@@ -12,12 +16,15 @@ mod default_job;
 mod group;
 mod metrics_text;
 mod nexmark;
+mod runner;
 mod simulate;
 mod stored;
 mod supervisor;
 mod wordcount;
 
 use std::process::ExitCode;
+
+pub use runner::Runner;
 
 use clap::Parser;
 

@@ -267,13 +267,7 @@ fn run_job(
         Supervised::Savepoint => return Ok(Ran::Ended { output_committed: true }),
         Supervised::HandedOver => return Ok(Ran::HandedOver),
     };
-    print!("{}", report.summary_table());
-    if args.checkpoints.checkpoint_dir.is_some() {
-        println!("checkpoints completed: {}", report.checkpoints.len());
-        if !report.checkpoints.is_empty() {
-            print!("{}", weir::checkpoint::stats_table(&report.checkpoints));
-        }
-    }
+    crate::runner::print_report(&report, args.checkpoints.checkpoint_dir.is_some());
     let secs = report.elapsed.as_secs_f64().max(1e-9);
     let input = match bytes {
         Some(bytes) => format!("{} bytes ({:.1} MB/s)", group_digits(bytes), bytes as f64 / secs / 1e6),

@@ -101,6 +101,11 @@ impl Job {
         self
     }
 
+    /// The checkpoint configuration, if checkpointing is on.
+    pub fn checkpointing(&self) -> Option<crate::checkpoint::CheckpointConfig> {
+        self.graph.borrow().checkpointing.clone()
+    }
+
     /// Starts the job from a savepoint (or a checkpoint folder, `chk-<n>`). Operators are
     /// matched by name: give the operators with state stable names with `named`. State for
     /// an operator this job lacks is refused unless `allow_non_restored_state` is true. A

@@ -1,0 +1,109 @@
+//! Any job of a program's own with the command's handling ([`Runner`]): the progress line,
+//! Ctrl-C and SIGTERM (the first stops the job, with a savepoint where a savepoint folder is
+//! given; the second cancels it), the control endpoint, and the report with the checkpoint
+//! table at the end, as `weir wordcount` has them.
+//!
+//! May touch: `supervisor`, `control`, `stored`.
+
+use std::path::PathBuf;
+
+use weir::{Job, JobReport, RunConfig};
+
+use crate::control::ControlBinding;
+use crate::supervisor::{announce_restores, install_stop_handler, supervise};
+
+/// Runs a program's own job as the `weir` command runs its jobs.
+///
+/// ```no_run
+/// use weir::{Job, RunConfig};
+/// use weir::checkpoint::CheckpointConfig;
+/// use weir::source::Generator;
+///
+/// let job = Job::new("mine").with_checkpointing(CheckpointConfig::new("chk"));
+/// job.generator(Generator::new(|i, _| i).count(1_000_000)).discard();
+/// let report = weir_cli::Runner::new()
+///     .control("127.0.0.1:8081")
+///     .savepoint_dir("savepoints")
+///     .run(job, RunConfig::default())
+///     .unwrap();
+/// # drop(report);
+/// ```
+#[derive(Debug, Default)]
+pub struct Runner {
+    control: Option<String>,
+    binding: Option<ControlBinding>,
+    control_public: bool,
+    savepoint_dir: Option<PathBuf>,
+    quiet: bool,
+}
+
+impl Runner {
+    /// Progress line and report on, no control endpoint, Ctrl-C stops the job gracefully.
+    pub fn new() -> Runner {
+        Runner::default()
+    }
+
+    /// Serves the control endpoint at `addr` (`HOST:PORT`, on loopback; port 0 picks one, and
+    /// the address is said on standard error).
+    pub fn control(mut self, addr: impl Into<String>) -> Runner {
+        self.control = Some(addr.into());
+        self
+    }
+
+    /// Serves the control endpoint at an address the program bound itself (and so knows,
+    /// port 0 included).
+    pub fn control_at(mut self, binding: ControlBinding) -> Runner {
+        self.binding = Some(binding);
+        self
+    }
+
+    /// Lets the control endpoint serve off loopback (anyone who reaches it can stop the job).
+    pub fn control_public(mut self, public: bool) -> Runner {
+        self.control_public = public;
+        self
+    }
+
+    /// Ctrl-C stops the job with a savepoint into `dir` (a folder, or `s3://BUCKET/PREFIX`).
+    pub fn savepoint_dir(mut self, dir: impl Into<PathBuf>) -> Runner {
+        self.savepoint_dir = Some(dir.into());
+        self
+    }
+
+    /// No progress line and no report (the job's notes still go to standard error).
+    pub fn quiet(mut self, quiet: bool) -> Runner {
+        self.quiet = quiet;
+        self
+    }
+
+    /// Runs `job` to its end. Returns its report, or `None` when it was stopped with a
+    /// savepoint (Ctrl-C with a savepoint folder, or the control endpoint's `stop`), after
+    /// saying where the savepoint is.
+    pub fn run(self, job: Job, config: RunConfig) -> weir::Result<Option<JobReport>> {
+        install_stop_handler();
+        let binding = match self.binding {
+            Some(b) => Some(b),
+            None => self.control.as_deref().map(|addr| ControlBinding::bind(addr, self.control_public)).transpose()?,
+        };
+        let savepoints = self.savepoint_dir.as_deref().map(crate::stored::SavepointDir::open).transpose()?;
+        let checkpointing = job.checkpointing().is_some();
+        let handle = announce_restores(job).start(config)?;
+        let control = crate::args::serve_control(binding, &handle)?;
+        let report = supervise(handle, None, !self.quiet, savepoints.as_ref(), control.as_ref())?;
+        if let Some(report) = report.as_ref().filter(|_| !self.quiet) {
+            print_report(report, checkpointing);
+        }
+        Ok(report)
+    }
+}
+
+/// The end-of-job report: the summary table and, for a job with checkpoints, the checkpoint
+/// table.
+pub(crate) fn print_report(report: &JobReport, checkpointing: bool) {
+    print!("{}", report.summary_table());
+    if checkpointing {
+        println!("checkpoints completed: {}", report.checkpoints.len());
+        if !report.checkpoints.is_empty() {
+            print!("{}", weir::checkpoint::stats_table(&report.checkpoints));
+        }
+    }
+}
