@@ -129,14 +129,22 @@ impl JobReport {
         self.source_records as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// A human-readable summary table.
+    /// A human-readable summary table: throughput in source records per second, latency
+    /// percentiles in one unit.
     pub fn summary_table(&self) -> String {
+        self.summary_table_counting("records", self.source_records)
+    }
+
+    /// [`JobReport::summary_table`] with the throughput in `count` `what`s per second instead
+    /// (word count's words, say, where a source record is a block of text).
+    pub fn summary_table_counting(&self, what: &str, count: u64) -> String {
+        let per_s = count as f64 / self.elapsed.as_secs_f64().max(1e-9);
         let mut rows: Vec<(String, String)> = vec![
             ("workers".into(), self.workers.to_string()),
             ("elapsed".into(), format!("{:.2} s", self.elapsed.as_secs_f64())),
             ("records (sources)".into(), group_digits(self.source_records)),
             ("records (sinks)".into(), group_digits(self.sink_records)),
-            ("throughput".into(), format!("{} records/s", group_digits(self.throughput_rps() as u64))),
+            ("throughput".into(), format!("{} {what}/s", group_digits(per_s as u64))),
         ];
         if self.restarts > 0 {
             rows.push(("restarts after failures".into(), self.restarts.to_string()));
@@ -146,10 +154,12 @@ impl JobReport {
         }
         if let Some(h) = &self.latency_ns {
             rows.push(("latency samples".into(), group_digits(h.len())));
+            // One unit for every latency row, the one that suits the largest.
+            let unit = TimeUnit::for_ns(h.max());
             for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
-                rows.push((format!("latency {name}"), format_ns(h.value_at_quantile(q))));
+                rows.push((format!("latency {name}"), unit.format(h.value_at_quantile(q))));
             }
-            rows.push(("latency max".into(), format_ns(h.max())));
+            rows.push(("latency max".into(), unit.format(h.max())));
         }
         let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         let v = rows.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
@@ -160,6 +170,41 @@ impl JobReport {
         }
         out.push_str(&line);
         out
+    }
+}
+
+/// A unit to show durations in, so that values side by side compare at a glance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeUnit {
+    /// Nanoseconds.
+    Ns,
+    /// Microseconds.
+    Us,
+    /// Milliseconds.
+    Ms,
+    /// Seconds.
+    S,
+}
+
+impl TimeUnit {
+    /// The unit [`format_ns`] picks for `ns`.
+    pub fn for_ns(ns: u64) -> TimeUnit {
+        match ns {
+            0..=9_999 => TimeUnit::Ns,
+            10_000..=9_999_999 => TimeUnit::Us,
+            10_000_000..=9_999_999_999 => TimeUnit::Ms,
+            _ => TimeUnit::S,
+        }
+    }
+
+    /// `ns` in this unit.
+    pub fn format(self, ns: u64) -> String {
+        match self {
+            TimeUnit::Ns => format!("{ns} ns"),
+            TimeUnit::Us => format!("{:.1} µs", ns as f64 / 1e3),
+            TimeUnit::Ms => format!("{:.2} ms", ns as f64 / 1e6),
+            TimeUnit::S => format!("{:.2} s", ns as f64 / 1e9),
+        }
     }
 }
 
@@ -178,12 +223,7 @@ pub fn group_digits(n: u64) -> String {
 
 /// A duration in nanoseconds with a readable unit.
 pub fn format_ns(ns: u64) -> String {
-    match ns {
-        0..=9_999 => format!("{ns} ns"),
-        10_000..=9_999_999 => format!("{:.1} µs", ns as f64 / 1e3),
-        10_000_000..=9_999_999_999 => format!("{:.1} ms", ns as f64 / 1e6),
-        _ => format!("{:.2} s", ns as f64 / 1e9),
-    }
+    TimeUnit::for_ns(ns).format(ns)
 }
 
 /// One input channel's part in an adaptive checkpoint at its task.
@@ -299,6 +339,32 @@ mod tests {
         m.merge_latency(&h);
         m.merge_latency(&h);
         assert_eq!(m.latency().unwrap().len(), 2);
+    }
+
+    /// The report said `2762.8 µs` beside `34.9 ms`: every latency row now shares the unit of
+    /// the largest, and word count's throughput counts words.
+    #[test]
+    fn one_latency_unit_per_table() {
+        let mut h = new_latency_histogram();
+        h.record(2_762_800).unwrap();
+        h.record(34_900_000).unwrap();
+        let report = JobReport {
+            source_records: 10,
+            sink_records: 4_000,
+            late_records: 0,
+            elapsed: Duration::from_secs(2),
+            workers: 1,
+            latency_ns: Some(h),
+            checkpoints: Vec::new(),
+            restarts: 0,
+        };
+        let table = report.summary_table();
+        let latency: Vec<&str> = table.lines().filter(|l| l.contains("latency p") || l.contains("max")).collect();
+        assert_eq!(latency.len(), 4, "{table}");
+        assert!(latency.iter().all(|l| l.trim_end_matches(" |").ends_with(" ms")), "{table}");
+        assert!(table.contains("2.76 ms") && !table.contains("µs"), "{table}");
+        assert!(table.contains("5 records/s"), "{table}");
+        assert!(report.summary_table_counting("words", 4_000).contains("2,000 words/s"));
     }
 
     #[test]

@@ -196,6 +196,12 @@ fn wordcount_with_checkpoints_and_the_checkpoints_command() {
     }
     assert!(o.status.success(), "{t}");
     assert!(t.contains("valid"), "{t}");
+    // The completion marker is said below the table, not as a row whose status is its
+    // description (which made the status column 105 characters wide).
+    let marker = t.lines().find(|l| l.contains("finished")).unwrap_or_else(|| panic!("{t}"));
+    assert!(marker.starts_with("_finished: the job 'wordcount' finished"), "{t}");
+    let status_width = t.lines().next().unwrap().split('+').nth(2).unwrap().len();
+    assert!(status_width < 20, "{t}");
     // Damage one state file: the checkpoint is reported damaged, with a non-zero exit.
     let chk_dir = std::fs::read_dir(&chk).unwrap().map(|e| e.unwrap().path()).find(|p| p.is_dir()).unwrap();
     let state = std::fs::read_dir(&chk_dir)
@@ -624,4 +630,28 @@ fn simulate_runs_seeds_and_refuses_bad_input() {
         full.extend(args);
         assert_refused(&full, needle);
     }
+}
+
+/// `--help` listed neither the backlog and mixed workloads nor the modes nexmark and simulate
+/// take: every flag with a fixed set of values now lists them all, from the values themselves.
+#[test]
+fn help_lists_every_value_a_flag_takes() {
+    let help = |cmd: &str| text_of(&weir(&[cmd, "--help"]));
+    let bench = help("bench");
+    for w in weir_jobs::bench::Workload::ALL {
+        assert!(bench.contains(&format!("{w}")), "bench --help lacks workload {w}: {bench}");
+    }
+    let nexmark = help("nexmark");
+    for c in weir_jobs::bench::CheckpointChoice::ALL {
+        assert!(nexmark.contains(&format!("{c}")), "nexmark --help lacks --checkpoint {c}: {nexmark}");
+    }
+    let simulate = help("simulate");
+    for m in weir::simulation::SimMode::ALL {
+        assert!(simulate.contains(&format!("{m}")), "simulate --help lacks --mode {m}: {simulate}");
+    }
+    for j in weir_jobs::simulated::SimJob::ALL {
+        assert!(simulate.contains(&format!("{j}")), "simulate --help lacks --job {j}: {simulate}");
+    }
+    assert!(bench
+        .contains("[possible values: stateless, keyed, window, join, backpressure, sparse-window, backlog, mixed]"));
 }

@@ -93,10 +93,12 @@ pub(crate) struct SimulateArgs {
     /// over a model of a transactional log that loses requests and answers) or embedded (a host
     /// program feeding a push source and reading an exactly-once pull sink, restarted with the
     /// job after a crash).
-    #[arg(long)]
+    #[arg(long, value_parser = listed(&weir_jobs::simulated::SimJob::ALL))]
     pub(crate) job: weir_jobs::simulated::SimJob,
-    /// aligned, unaligned, aligned-timeout, at-least-once or adaptive.
-    #[arg(long, default_value = "aligned")]
+    /// How checkpoints go: aligned, unaligned, aligned-timeout (aligned, turning unaligned
+    /// where a task waits too long), at-least-once, or adaptive (unaligned within an
+    /// in-flight budget).
+    #[arg(long, default_value = "aligned", value_parser = listed(&weir::simulation::SimMode::ALL))]
     pub(crate) mode: weir::simulation::SimMode,
     /// Incremental checkpoints.
     #[arg(long)]
@@ -134,7 +136,7 @@ pub(crate) struct NexmarkArgs {
     /// channel and auction statistics), q18 (last bid), q19 (top 10 bids), q20 (expanded bids),
     /// q21 (channel id), q22 (URL directories); q10 (log to a file system) writes every bid
     /// under --output, partitioned by day and minute (--check reads the files back).
-    #[arg(long)]
+    #[arg(long, value_parser = listed(&weir_jobs::nexmark::Query::ALL))]
     pub(crate) query: weir_jobs::nexmark::Query,
     /// Where q10 writes its files (`dt=YYYY-MM-DD/hm=HH:MM/part-<subtask>`; q10 only).
     #[arg(long)]
@@ -145,8 +147,10 @@ pub(crate) struct NexmarkArgs {
     /// Events per second in all (default: as fast as possible).
     #[arg(long, allow_negative_numbers = true, value_parser = rate_per_s)]
     pub(crate) rate: Option<f64>,
-    /// none | aligned | unaligned | at-least-once.
-    #[arg(long, default_value = "none")]
+    /// How the query checkpoints: none, aligned, unaligned, at-least-once, aligned-timeout
+    /// (aligned, turning unaligned after --alignment-timeout-ms) or adaptive (unaligned
+    /// barriers, a checkpoint's in-flight data kept under --inflight-budget-bytes).
+    #[arg(long, default_value = "none", value_parser = listed(&weir_jobs::bench::CheckpointChoice::ALL))]
     pub(crate) checkpoint: weir_jobs::bench::CheckpointChoice,
     /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -166,13 +170,15 @@ pub(crate) struct NexmarkArgs {
 pub(crate) struct BenchArgs {
     /// stateless | keyed | window | join | backpressure (a sink spending --sink-cost-ns per
     /// record, so the rings fill up) | sparse-window (Flink's W3: a 1 s window count where every
-    /// (key, window) gets one event).
-    #[arg(long, default_value = "keyed")]
+    /// (key, window) gets one event) | backlog (half the events on one hot key whose subtask
+    /// spends --sink-cost-ns each and lags: a sink aligning a lagging and a moving input) |
+    /// mixed (the backlog pipeline beside one whose rings are full but drain in milliseconds).
+    #[arg(long, default_value = "keyed", value_parser = listed(&weir_jobs::bench::Workload::ALL))]
     pub(crate) workload: weir_jobs::bench::Workload,
     /// none | aligned | unaligned | at-least-once | aligned-timeout (aligned, turning
     /// unaligned after --alignment-timeout-ms) | adaptive (unaligned barriers, a checkpoint's
     /// in-flight data kept under --inflight-budget-bytes).
-    #[arg(long, default_value = "none")]
+    #[arg(long, default_value = "none", value_parser = listed(&weir_jobs::bench::CheckpointChoice::ALL))]
     pub(crate) checkpoint: weir_jobs::bench::CheckpointChoice,
     /// With --checkpoint adaptive: the in-flight budget of a checkpoint, in bytes (default 1 MiB).
     #[arg(long)]
@@ -549,6 +555,19 @@ pub(crate) struct WordcountArgs {
     pub(crate) runtime: RuntimeArgs,
     #[command(flatten)]
     pub(crate) checkpoints: CheckpointArgs,
+}
+
+/// A parser for a flag whose values are `all` (each shown as it displays): `--help` lists
+/// every one, and a wrong one is refused with the list.
+fn listed<T>(all: &[T]) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + std::fmt::Display + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Display,
+{
+    use clap::builder::TypedValueParser;
+    // Parsed once per flag per run: the names live as long as the process.
+    let names: Vec<&'static str> = all.iter().map(|v| &*Box::leak(v.to_string().into_boxed_str())).collect();
+    clap::builder::PossibleValuesParser::new(names).try_map(|s: String| s.parse::<T>().map_err(|e| e.to_string()))
 }
 
 /// Kafka partitions, sorted, each once.

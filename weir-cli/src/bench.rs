@@ -75,7 +75,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     }
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.
     let Some(report) = report? else { return Ok(()) };
-    crate::runner::print_report(&report, args.checkpoint != CheckpointChoice::None);
+    crate::runner::print_report(&report, args.checkpoint != CheckpointChoice::None, None);
     if let Some(json) = &args.json {
         let result = BenchResult::new(&bench, &report);
         std::fs::write(json, result.to_json()).map_err(|e| Error::io("cannot write the JSON results", json, e))?;

@@ -30,6 +30,8 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
     }
     let mut rows = Vec::new();
     let mut damaged = 0;
+    // The completion marker is said below the table: its description would widen a column.
+    let mut finished = Vec::new();
     for (name, status) in &found {
         let mut row = vec![name.clone()];
         match status {
@@ -51,16 +53,20 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
             }
             CheckpointStatus::Finished(f) => {
                 let what = if f.description.is_empty() { String::new() } else { format!(": {}", f.description) };
-                row.push(format!("the job '{}' finished{what}", f.job));
-                row.push(String::new());
-                row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
+                finished.push(format!("{name}: the job '{}' finished{what}", f.job));
+                continue;
             }
         }
         rows.push(row);
     }
     let mut header = vec!["folder", "status", "job (its sinks' output)"];
     header.extend(weir::checkpoint::STATS_COLUMNS);
-    print!("{}", weir::checkpoint::table(&header, &rows));
+    if !rows.is_empty() {
+        print!("{}", weir::checkpoint::table(&header, &rows));
+    }
+    for line in finished {
+        println!("{line}");
+    }
     if damaged > 0 {
         return Err(Error::Corrupt(format!(
             "{damaged} damaged checkpoint folder(s) or file(s) in {}",

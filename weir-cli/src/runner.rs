@@ -90,16 +90,19 @@ impl Runner {
         let control = crate::args::serve_control(binding, &handle)?;
         let report = supervise(handle, None, !self.quiet, savepoints.as_ref(), control.as_ref())?;
         if let Some(report) = report.as_ref().filter(|_| !self.quiet) {
-            print_report(report, checkpointing);
+            print_report(report, checkpointing, None);
         }
         Ok(report)
     }
 }
 
-/// The end-of-job report: the summary table and, for a job with checkpoints, the checkpoint
-/// table.
-pub(crate) fn print_report(report: &JobReport, checkpointing: bool) {
-    print!("{}", report.summary_table());
+/// The end-of-job report: the summary table (its throughput in `counting`'s unit, if given,
+/// else source records) and, for a job with checkpoints, the checkpoint table.
+pub(crate) fn print_report(report: &JobReport, checkpointing: bool, counting: Option<(&str, u64)>) {
+    match counting {
+        Some((what, count)) => print!("{}", report.summary_table_counting(what, count)),
+        None => print!("{}", report.summary_table()),
+    }
     if checkpointing {
         println!("checkpoints completed: {}", report.checkpoints.len());
         if !report.checkpoints.is_empty() {

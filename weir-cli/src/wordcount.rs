@@ -267,7 +267,10 @@ fn run_job(
         Supervised::Savepoint => return Ok(Ran::Ended { output_committed: true }),
         Supervised::HandedOver => return Ok(Ran::HandedOver),
     };
-    crate::runner::print_report(&report, args.checkpoints.checkpoint_dir.is_some());
+    // A source record is a block of text (or a Kafka message); the sinks get one count per
+    // word: the headline counts words.
+    let words = Some(("words", report.sink_records));
+    crate::runner::print_report(&report, args.checkpoints.checkpoint_dir.is_some(), words);
     let secs = report.elapsed.as_secs_f64().max(1e-9);
     let input = match bytes {
         Some(bytes) => format!("{} bytes ({:.1} MB/s)", group_digits(bytes), bytes as f64 / secs / 1e6),
