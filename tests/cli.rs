@@ -655,3 +655,35 @@ fn help_lists_every_value_a_flag_takes() {
     assert!(bench
         .contains("[possible values: stateless, keyed, window, join, backpressure, sparse-window, backlog, mixed]"));
 }
+
+/// The documented default in-flight budget (1 MiB) was refused on the default rings of the
+/// backpressure workload (they hold 512 KiB): the default now fits the job's rings, and the
+/// adaptive checkpoints complete. A budget given explicitly is still checked.
+#[test]
+fn the_default_inflight_budget_fits_the_default_rings() {
+    let o = weir(&[
+        "bench",
+        "--workload",
+        "backpressure",
+        "--checkpoint",
+        "adaptive",
+        "--duration-s",
+        "1.5",
+        "--no-progress",
+    ]);
+    let t = text_of(&o);
+    assert!(o.status.success() && t.contains("checkpoints completed:"), "{t}");
+    let o = weir(&[
+        "bench",
+        "--workload",
+        "backpressure",
+        "--checkpoint",
+        "adaptive",
+        "--inflight-budget-bytes",
+        "1048576",
+        "--duration-s",
+        "1",
+        "--no-progress",
+    ]);
+    assert!(!o.status.success() && text_of(&o).contains("above what the job's rings hold"), "{}", text_of(&o));
+}

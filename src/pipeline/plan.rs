@@ -309,17 +309,39 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
     Ok(PhysicalPlan { tasks, endpoints })
 }
 
+/// What the job's rings hold at most, in bytes, with `capacity` entries a ring: `None` when
+/// that is not bounded (a record type that owns heap memory crosses a ring) or there is no
+/// ring (everything chained).
+pub(crate) fn ring_bytes(graph: &Graph, capacity: usize) -> Option<u64> {
+    let mut bytes = 0u64;
+    let mut rings = 0;
+    for (e, edge) in graph.edges.iter().enumerate() {
+        if is_chained(graph, e) {
+            continue;
+        }
+        let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
+        let channels = if effective(graph, e) == Partitioning::Forward {
+            to.parallelism
+        } else {
+            from.parallelism * to.parallelism
+        };
+        let entry = edge.make_channels.as_ref()?.entry_bytes?;
+        bytes += (channels * capacity * entry) as u64;
+        rings += 1;
+    }
+    (rings > 0).then_some(bytes)
+}
+
 /// An in-flight budget the job's rings could never fill would never align a channel: it is
-/// refused, as is one for a job without rings (everything chained). What the rings hold is
-/// bounded for records that own no heap memory (their encoding is no larger than an entry);
-/// a job with records that do is not checked.
+/// refused. What the rings hold is bounded for records that own no heap memory (their
+/// encoding is no larger than an entry); a job with records that do is not checked.
 fn check_inflight_budget(graph: &Graph, capacity: usize, rings: &[(usize, Option<usize>)]) -> Result<()> {
     let Some(budget) = graph.checkpointing.as_ref().and_then(|c| c.inflight_budget) else { return Ok(()) };
     if rings.iter().any(|(_, b)| b.is_none()) {
         return Ok(());
     }
     let entries: usize = rings.iter().map(|(c, _)| c * capacity).sum();
-    let bytes: u64 = rings.iter().map(|(c, b)| (c * capacity * b.unwrap_or(0)) as u64).sum();
+    let bytes = ring_bytes(graph, capacity).unwrap_or(0);
     if budget > bytes {
         return Err(Error::config(format!(
             "the in-flight budget of {budget} bytes is above what the job's rings hold ({entries} entries, at most \

@@ -66,7 +66,11 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         args.duration_s
     );
     let binding = args.runtime.bind_control()?;
-    let handle = announce_restores(bench.job()?).start(config)?;
+    let mut job = bench.job()?;
+    if args.inflight_budget_bytes.is_none() {
+        job = weir_jobs::bench::fit_inflight_budget(job, config.ring_capacity);
+    }
+    let handle = announce_restores(job).start(config)?;
     let control = serve_control(binding, &handle)?;
     let limit = Some(Duration::from_secs_f64(args.duration_s));
     let report = supervise(handle, limit, !args.runtime.no_progress, None, control.as_ref());

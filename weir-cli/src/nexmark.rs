@@ -70,6 +70,7 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         if args.incremental { " (incremental)" } else { "" }
     );
     let binding = args.runtime.bind_control()?;
+    let job = weir_jobs::bench::fit_inflight_budget(job, config.ring_capacity);
     let handle = announce_restores(job).start(config)?;
     let control = serve_control(binding, &handle)?;
     let report = supervise(handle, None, !args.runtime.no_progress, None, control.as_ref());

@@ -109,8 +109,21 @@ pub enum CheckpointChoice {
 /// The aligned-checkpoint timeout of `aligned-timeout` unless told otherwise.
 pub const DEFAULT_ALIGNMENT_TIMEOUT: Duration = Duration::from_millis(10);
 
-/// The in-flight budget of `adaptive` unless told otherwise: 1 MiB.
+/// The in-flight budget of `adaptive` unless told otherwise: 1 MiB, or half of what `job`'s
+/// rings hold where that is less ([`fit_inflight_budget`]).
 pub const DEFAULT_INFLIGHT_BUDGET: u64 = 1 << 20;
+
+/// `job` with the default in-flight budget fitted to its rings (of `ring_capacity` entries):
+/// 1 MiB was refused on the default rings of the backpressure workload, which hold 512 KiB.
+/// A job without a budget is returned as it is.
+pub fn fit_inflight_budget(job: Job, ring_capacity: usize) -> Job {
+    let Some(config) = job.checkpointing().filter(|c| c.inflight_budget.is_some()) else { return job };
+    let budget = match job.ring_bytes(ring_capacity) {
+        Some(bytes) => DEFAULT_INFLIGHT_BUDGET.min(bytes / 2).max(1),
+        None => DEFAULT_INFLIGHT_BUDGET,
+    };
+    job.with_checkpointing(config.inflight_budget(budget))
+}
 
 impl CheckpointChoice {
     /// Every choice, in the order reports list them.

@@ -101,6 +101,15 @@ impl Job {
         self
     }
 
+    /// What the job's rings hold at most, in bytes, with `ring_capacity` entries a ring
+    /// ([`crate::RunConfig::ring_capacity`]): the largest in-flight data an unaligned checkpoint
+    /// can store, and so the bound on a useful in-flight budget
+    /// ([`crate::checkpoint::CheckpointConfig::inflight_budget`]). `None` when a record type that
+    /// owns heap memory crosses a ring (then it is not bounded), or nothing does.
+    pub fn ring_bytes(&self, ring_capacity: usize) -> Option<u64> {
+        crate::pipeline::plan::ring_bytes(&self.graph.borrow(), ring_capacity)
+    }
+
     /// The checkpoint configuration, if checkpointing is on.
     pub fn checkpointing(&self) -> Option<crate::checkpoint::CheckpointConfig> {
         self.graph.borrow().checkpointing.clone()
