@@ -687,3 +687,39 @@ fn the_default_inflight_budget_fits_the_default_rings() {
     ]);
     assert!(!o.status.success() && text_of(&o).contains("above what the job's rings hold"), "{}", text_of(&o));
 }
+
+/// The checkpoint lab: aligned and unaligned take turns checkpoint by checkpoint in one
+/// running job (through its live configuration), reported per mode and as ratios of
+/// consecutive checkpoints; the unaligned ones store in-flight data, the aligned ones none.
+#[test]
+fn the_checkpoint_lab_alternates_modes_inside_one_run() {
+    let o = weir(&[
+        "bench",
+        "--workload",
+        "backpressure",
+        "--checkpoint",
+        "alternate:aligned,unaligned",
+        "--interval-ms",
+        "100",
+        "--duration-s",
+        "2",
+        "--no-progress",
+    ]);
+    let t = text_of(&o);
+    assert!(o.status.success(), "{t}");
+    let lab = &t[t.find("the checkpoint lab (alternate:aligned,unaligned)").unwrap_or_else(|| panic!("{t}"))..];
+    let row = |mode: &str| lab.lines().find(|l| l.starts_with(&format!("| {mode:>9} |"))).map(str::to_string);
+    let (aligned, unaligned) = (row("aligned").expect(&t), row("unaligned").expect(&t));
+    let cells = |r: &str| r.split('|').map(|c| c.trim().to_string()).collect::<Vec<_>>();
+    assert_eq!(cells(&aligned)[5], "0", "aligned checkpoints store no in-flight data: {lab}");
+    assert_ne!(cells(&unaligned)[5], "0", "unaligned ones under backpressure do: {lab}");
+    assert!(lab.contains("| unaligned ÷ aligned |"), "{lab}");
+    for (bad, says) in [
+        ("alternate:aligned", "needs two modes or more"),
+        ("alternate:none,aligned", "'none' cannot take turns"),
+        ("alternate:aligned,sideways", "sideways"),
+    ] {
+        let o = weir(&["bench", "--checkpoint", bad, "--duration-s", "1"]);
+        assert!(!o.status.success() && text_of(&o).contains(says), "{bad}: {}", text_of(&o));
+    }
+}

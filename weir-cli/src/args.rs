@@ -177,10 +177,14 @@ pub(crate) struct BenchArgs {
     pub(crate) workload: weir_jobs::bench::Workload,
     /// none | aligned | unaligned | at-least-once | aligned-timeout (aligned, turning
     /// unaligned after --alignment-timeout-ms) | adaptive (unaligned barriers, a checkpoint's
-    /// in-flight data kept under --inflight-budget-bytes).
-    #[arg(long, default_value = "none", value_parser = listed(&weir_jobs::bench::CheckpointChoice::ALL))]
-    pub(crate) checkpoint: weir_jobs::bench::CheckpointChoice,
-    /// With --checkpoint adaptive: the in-flight budget of a checkpoint, in bytes (default 1 MiB).
+    /// in-flight data kept under --inflight-budget-bytes) | alternate:MODE,MODE… (the
+    /// checkpoint lab: aligned, unaligned, aligned-timeout and adaptive taking turns checkpoint
+    /// by checkpoint in one running job, reported per mode and as ratios of consecutive
+    /// checkpoints, which share the load of the moment).
+    #[arg(long, default_value = "none", value_parser = checkpoint_plan)]
+    pub(crate) checkpoint: CheckpointPlan,
+    /// With --checkpoint adaptive: the in-flight budget of a checkpoint, in bytes (default:
+    /// half of what the job's rings hold, at most 1 MiB).
     #[arg(long)]
     pub(crate) inflight_budget_bytes: Option<u64>,
     /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
@@ -555,6 +559,54 @@ pub(crate) struct WordcountArgs {
     pub(crate) runtime: RuntimeArgs,
     #[command(flatten)]
     pub(crate) checkpoints: CheckpointArgs,
+}
+
+/// `weir bench --checkpoint`: one way of checkpointing, or several taking turns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CheckpointPlan {
+    /// The modes, in turn (one: no alternation).
+    pub(crate) modes: Vec<weir_jobs::bench::CheckpointChoice>,
+}
+
+impl CheckpointPlan {
+    /// The mode the job starts with.
+    pub(crate) fn first(&self) -> weir_jobs::bench::CheckpointChoice {
+        self.modes[0]
+    }
+
+    /// Whether `mode` is among the plan's.
+    pub(crate) fn uses(&self, mode: weir_jobs::bench::CheckpointChoice) -> bool {
+        self.modes.contains(&mode)
+    }
+}
+
+impl std::fmt::Display for CheckpointPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.modes.as_slice() {
+            [one] => write!(f, "{one}"),
+            many => write!(f, "alternate:{}", many.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(",")),
+        }
+    }
+}
+
+/// A checkpoint choice, or `alternate:` and two or more of those a running job can switch
+/// between (its live configuration: aligned, unaligned, aligned-timeout, adaptive).
+fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
+    use weir_jobs::bench::CheckpointChoice;
+    let Some(list) = s.strip_prefix("alternate:") else {
+        return s.parse::<CheckpointChoice>().map(|m| CheckpointPlan { modes: vec![m] });
+    };
+    let modes = list.split(',').map(|m| m.trim().parse::<CheckpointChoice>()).collect::<Result<Vec<_>, _>>()?;
+    if let Some(m) = modes.iter().find(|m| matches!(m, CheckpointChoice::None | CheckpointChoice::AtLeastOnce)) {
+        return Err(format!(
+            "'{m}' cannot take turns: a running job switches between aligned, unaligned, aligned-timeout and \
+             adaptive only"
+        ));
+    }
+    if modes.len() < 2 || modes.iter().all(|m| *m == modes[0]) {
+        return Err(format!("alternate:{list} needs two modes or more, say alternate:aligned,unaligned"));
+    }
+    Ok(CheckpointPlan { modes })
 }
 
 /// A parser for a flag whose values are `all` (each shown as it displays): `--help` lists

@@ -118,11 +118,17 @@ pub const DEFAULT_INFLIGHT_BUDGET: u64 = 1 << 20;
 /// A job without a budget is returned as it is.
 pub fn fit_inflight_budget(job: Job, ring_capacity: usize) -> Job {
     let Some(config) = job.checkpointing().filter(|c| c.inflight_budget.is_some()) else { return job };
-    let budget = match job.ring_bytes(ring_capacity) {
+    let budget = default_inflight_budget(&job, ring_capacity);
+    job.with_checkpointing(config.inflight_budget(budget))
+}
+
+/// The default in-flight budget of `job` with rings of `ring_capacity` entries: half of what
+/// they hold, at most [`DEFAULT_INFLIGHT_BUDGET`].
+pub fn default_inflight_budget(job: &Job, ring_capacity: usize) -> u64 {
+    match job.ring_bytes(ring_capacity) {
         Some(bytes) => DEFAULT_INFLIGHT_BUDGET.min(bytes / 2).max(1),
         None => DEFAULT_INFLIGHT_BUDGET,
-    };
-    job.with_checkpointing(config.inflight_budget(budget))
+    }
 }
 
 impl CheckpointChoice {

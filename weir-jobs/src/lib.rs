@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod lab;
 pub mod nexmark;
 pub mod simulated;
 pub mod wordcount;
