@@ -155,7 +155,7 @@ impl JobReport {
         if let Some(h) = &self.latency_ns {
             rows.push(("latency samples".into(), group_digits(h.len())));
             // One unit for every latency row, the one that suits the largest.
-            let unit = TimeUnit::for_ns(h.max());
+            let unit = TimeUnit::for_largest(h.max());
             for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
                 rows.push((format!("latency {name}"), unit.format(h.value_at_quantile(q))));
             }
@@ -193,6 +193,16 @@ impl TimeUnit {
             0..=9_999 => TimeUnit::Ns,
             10_000..=9_999_999 => TimeUnit::Us,
             10_000_000..=9_999_999_999 => TimeUnit::Ms,
+            _ => TimeUnit::S,
+        }
+    }
+
+    /// The unit for a column of values whose largest is `ns`: it shows below 1000.
+    pub fn for_largest(ns: u64) -> TimeUnit {
+        match ns {
+            0..=999 => TimeUnit::Ns,
+            1_000..=999_999 => TimeUnit::Us,
+            1_000_000..=999_999_999 => TimeUnit::Ms,
             _ => TimeUnit::S,
         }
     }

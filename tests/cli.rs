@@ -723,3 +723,19 @@ fn the_checkpoint_lab_alternates_modes_inside_one_run() {
         assert!(!o.status.success() && text_of(&o).contains(says), "{bad}: {}", text_of(&o));
     }
 }
+
+/// `cargo run --release` (no command) showed a window count with no checkpoint at all: the
+/// default job now takes checkpoints (their table) and ends with the checkpoint lab under
+/// backpressure, aligned against unaligned in one running job.
+#[test]
+fn the_default_job_shows_checkpoints_and_aligned_against_unaligned() {
+    let o = weir(&["--duration-s", "3", "--workers", "2", "--no-progress"]);
+    let t = text_of(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("checkpoints completed: ") && !t.contains("checkpoints completed: 0"), "{t}");
+    assert!(t.contains("the checkpoint lab:") && t.contains("| unaligned ÷ aligned |"), "{t}");
+    let latency: Vec<&str> =
+        t.lines().filter(|l| l.starts_with("| latency p") || l.starts_with("| latency max")).collect();
+    let unit = |l: &str| l.trim_end_matches(" |").rsplit(' ').next().unwrap().to_string();
+    assert!(latency.windows(2).all(|w| unit(w[0]) == unit(w[1])), "one latency unit: {latency:?}");
+}
