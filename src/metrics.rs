@@ -44,9 +44,45 @@ pub fn new_latency_histogram() -> Histogram<u64> {
         .expect("static histogram bounds are valid")
 }
 
+/// One operator subtask's live figures, written by its task alone (per batch, not per
+/// record), read by whoever scrapes them.
+#[derive(Debug)]
+pub struct OperatorMetrics {
+    /// The operator's name.
+    pub operator: Arc<str>,
+    /// The subtask.
+    pub subtask: usize,
+    records_in: Counter,
+    /// The newest watermark it received (`u64::MAX`: none yet).
+    watermark: CachePadded<AtomicU64>,
+}
+
+impl OperatorMetrics {
+    /// Records it received so far (over every attempt of the job).
+    pub fn records_in(&self) -> u64 {
+        self.records_in.get()
+    }
+
+    /// The newest watermark it received, if any.
+    pub fn watermark(&self) -> Option<u64> {
+        Some(self.watermark.load(Ordering::Relaxed)).filter(|&w| w != u64::MAX)
+    }
+
+    #[inline]
+    pub(crate) fn received(&self, n: usize) {
+        self.records_in.add(n as u64);
+    }
+
+    #[inline]
+    pub(crate) fn watermarked(&self, w: u64) {
+        self.watermark.store(w, Ordering::Relaxed);
+    }
+}
+
 /// Metrics shared by every subtask of a job.
 #[derive(Default)]
 pub struct JobMetrics {
+    operators: Mutex<Vec<Arc<OperatorMetrics>>>,
     sources: Mutex<Vec<Arc<Counter>>>,
     sinks: Mutex<Vec<Arc<Counter>>>,
     late: Mutex<Vec<Arc<Counter>>>,
@@ -64,6 +100,28 @@ fn total(list: &Mutex<Vec<Arc<Counter>>>) -> u64 {
 }
 
 impl JobMetrics {
+    /// The live figures of subtask `subtask` of `operator` (the same ones again after a
+    /// restart: they count over the job's life).
+    pub fn operator(&self, operator: &Arc<str>, subtask: usize) -> Arc<OperatorMetrics> {
+        let mut all = self.operators.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = all.iter().find(|m| m.operator == *operator && m.subtask == subtask) {
+            return m.clone();
+        }
+        let m = Arc::new(OperatorMetrics {
+            operator: operator.clone(),
+            subtask,
+            records_in: Counter::default(),
+            watermark: CachePadded::new(AtomicU64::new(u64::MAX)),
+        });
+        all.push(m.clone());
+        m
+    }
+
+    /// Every operator subtask's live figures, in the order they started.
+    pub fn operators(&self) -> Vec<Arc<OperatorMetrics>> {
+        self.operators.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// A counter of records emitted by one source subtask.
     pub fn source_counter(&self) -> Arc<Counter> {
         register(&self.sources)

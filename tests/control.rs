@@ -68,6 +68,14 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
     common::wait_until("every word counted", || metric("weir_sink_records_total{job=\"wordcount\"}") == 4000.0);
     let (ok, text) = control(&addr, &["checkpoints"]);
     assert!(ok && text.contains("checkpoints completed: ") && text.contains("duration"), "{text}");
+    // Per operator subtask: the counting operator received every word, over its subtasks.
+    let (_, text) = control(&addr, &["metrics"]);
+    let counted: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("weir_operator_records_in_total{job=\"wordcount\",operator=\"count\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(counted, 4000.0, "{text}");
     let (ok, text) = control(&addr, &["job"]);
     assert!(ok && text.contains("\"finished\": false"), "{text}");
     let (ok, text) = control(&addr, &["nonsense"]);

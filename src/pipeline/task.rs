@@ -83,6 +83,8 @@ fn guard<R>(ctx: &TaskContext, f: impl FnOnce() -> Result<R>) -> Result<R> {
 pub(crate) struct Guarded<C> {
     ctx: TaskContext,
     inner: C,
+    /// Its records in and watermark, for the metrics endpoint.
+    metrics: Arc<crate::metrics::OperatorMetrics>,
     #[cfg(debug_assertions)]
     seen: [StreamInvariants; 2],
     /// The last barrier the operator took (one sequence for both inputs of a two-input one).
@@ -135,9 +137,11 @@ macro_rules! check_stream {
 
 impl<C> Guarded<C> {
     pub(crate) fn new(ctx: TaskContext, inner: C) -> Self {
+        let metrics = ctx.metrics.operator(&ctx.operator, ctx.subtask);
         Guarded {
             ctx,
             inner,
+            metrics,
             #[cfg(debug_assertions)]
             seen: Default::default(),
             #[cfg(debug_assertions)]
@@ -175,6 +179,7 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
         check_stream!(self, 0, records);
         self.count_for_faults(records.len())?;
+        self.metrics.received(records.len());
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.batch(records))
     }
@@ -197,6 +202,7 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
     }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
         check_stream!(self, 0, watermark, watermark);
+        self.metrics.watermarked(watermark);
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.watermark(watermark))
     }
@@ -235,12 +241,14 @@ impl<A, B, O: TwoInputOperator<A, B>> TwoInputOperator<A, B> for Guarded<O> {
     fn batch1(&mut self, records: &mut Vec<A>) -> Result<()> {
         check_stream!(self, 0, records);
         self.count_for_faults(records.len())?;
+        self.metrics.received(records.len());
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.batch1(records))
     }
     fn batch2(&mut self, records: &mut Vec<B>) -> Result<()> {
         check_stream!(self, 1, records);
         self.count_for_faults(records.len())?;
+        self.metrics.received(records.len());
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.batch2(records))
     }

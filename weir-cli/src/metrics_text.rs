@@ -17,9 +17,17 @@ struct Family<'a> {
 
 impl Family<'_> {
     fn metric(&mut self, name: &str, kind: &str, help: &str, value: f64) {
+        self.labelled(name, kind, help, std::iter::once((String::new(), value)));
+    }
+
+    /// A family with a sample per label set (`extra` labels after the job's, `k="v",…`).
+    fn labelled(&mut self, name: &str, kind: &str, help: &str, samples: impl Iterator<Item = (String, f64)>) {
         let _ = writeln!(self.out, "# HELP {name} {help}");
         let _ = writeln!(self.out, "# TYPE {name} {kind}");
-        let _ = writeln!(self.out, "{name}{{job=\"{}\"}} {value}", self.job);
+        for (extra, value) in samples {
+            let sep = if extra.is_empty() { "" } else { "," };
+            let _ = writeln!(self.out, "{name}{{job=\"{}\"{sep}{extra}}} {value}", self.job);
+        }
     }
 }
 
@@ -44,6 +52,21 @@ pub(crate) fn render(job: &JobController) -> String {
         "gauge",
         "Memory held by keyed state pages in this process.",
         weir::state::state_memory_bytes() as f64,
+    );
+    let operators = m.operators();
+    let at =
+        |o: &weir::metrics::OperatorMetrics| format!("operator=\"{}\",subtask=\"{}\"", label(&o.operator), o.subtask);
+    f.labelled(
+        "weir_operator_records_in_total",
+        "counter",
+        "Records an operator subtask received.",
+        operators.iter().map(|o| (at(o), o.records_in() as f64)),
+    );
+    f.labelled(
+        "weir_operator_watermark",
+        "gauge",
+        "The newest watermark a one-input operator subtask received (event time).",
+        operators.iter().filter_map(|o| o.watermark().map(|w| (at(o), w as f64))),
     );
     if job.checkpoint_config().is_some() {
         let stats = job.checkpoint_stats();
