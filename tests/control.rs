@@ -9,7 +9,7 @@ use std::process::Command;
 use crate::common::{self, Running};
 
 /// `weir control ADDR args…`: whether it succeeded, and what it printed (stdout, stderr).
-fn control(addr: &str, args: &[&str]) -> (bool, String) {
+pub(crate) fn control(addr: &str, args: &[&str]) -> (bool, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_weir")).arg("control").arg(addr).args(args).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(!text.contains("panicked"), "{text}");

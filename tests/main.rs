@@ -11,6 +11,7 @@ mod checkpoint_dirs;
 mod cli;
 mod control;
 mod crash;
+mod dashboard;
 mod embedded;
 mod integrity;
 mod io_faults;

@@ -8,6 +8,7 @@
 //!
 //! | request | what |
 //! |---|---|
+//! | `GET /` | the dashboard: one page, its script bundled (`dashboard.html`), that reads the rest |
 //! | `GET /job` | the job: name, uptime, workers, records, restarts (JSON) |
 //! | `POST /checkpoints` | a checkpoint now: `{"checkpoint": id}` once complete |
 //! | `GET /checkpoints` | completed checkpoints' statistics and failures (JSON) |
@@ -156,6 +157,7 @@ impl Drop for ControlEndpoint {
 
 fn router(shared: Shared) -> Router {
     Router::new()
+        .route("/", get(dashboard))
         .route("/job", get(job))
         .route("/checkpoints", get(checkpoints).post(checkpoint_now))
         .route("/savepoints", post(savepoint))
@@ -165,7 +167,8 @@ fn router(shared: Shared) -> Router {
         .fallback(|| async {
             refuse(
                 StatusCode::NOT_FOUND,
-                "no such request: GET /job, /checkpoints, /config, /metrics; POST /checkpoints, /savepoints?dir=DIR, \
+                "no such request: GET / (the dashboard), /job, /checkpoints, /config, /metrics; POST /checkpoints, \
+                 /savepoints?dir=DIR, \
                  /stop?dir=DIR, /config?KEY=VALUE",
             )
         })
@@ -195,6 +198,12 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, format!("the request's work failed: {e}")))
+}
+
+/// The dashboard: throughput, the operators' records and watermarks, the checkpoint history
+/// (durations by how their barriers went, and each one's tasks), refreshed every second.
+async fn dashboard() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], include_str!("dashboard.html")).into_response()
 }
 
 async fn job(State(s): State<Shared>) -> Response {

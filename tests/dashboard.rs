@@ -1,0 +1,79 @@
+//! The dashboard (`GET /` of the control endpoint) in a real headless browser: Debian's
+//! `chromium`, which `.ci/run` installs (and names in `WEIR_TEST_CHROMIUM`, so that there its
+//! absence fails). The page, its script run, shows a running job's operators and checkpoint
+//! history, aligned and unaligned checkpoints of the lab told apart, and renders to a
+//! screenshot.
+
+use std::process::Command;
+
+use crate::common::{self, Running};
+use crate::control::control;
+
+/// The browser: `WEIR_TEST_CHROMIUM`, or `chromium` on the path; `None` (the test says it did
+/// not run) where neither is and the variable is unset.
+fn chromium() -> Option<String> {
+    if let Ok(path) = std::env::var("WEIR_TEST_CHROMIUM") {
+        return Some(path);
+    }
+    let found = Command::new("sh").args(["-c", "command -v chromium"]).output().ok()?;
+    found.status.success().then(|| String::from_utf8_lossy(&found.stdout).trim().to_string())
+}
+
+/// Runs the browser headless on `url` with `what` (`--dump-dom`, `--screenshot=…`), letting the
+/// page's script run for four seconds of its (virtual) time.
+fn browse(browser: &str, url: &str, what: &str) -> std::process::Output {
+    Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,1400"])
+        .args(["--virtual-time-budget=4000", what, url])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
+    let Some(browser) = chromium() else {
+        eprintln!("the dashboard test did not run: no chromium (apt-get install chromium; .ci/run installs it)");
+        return;
+    };
+    let mut job = Running::start({
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+        c.args(["bench", "--workload", "backpressure", "--checkpoint", "alternate:aligned,unaligned"])
+            .args(["--interval-ms", "100", "--duration-s", "120", "--workers", "2", "--no-progress"])
+            .args(["--control", "127.0.0.1:0"]);
+        c
+    });
+    job.wait_to_say("control endpoint: http://", 1);
+    let addr = job.word_after("control endpoint: http://").unwrap();
+    common::wait_until("six checkpoints", || {
+        let (_, text) = control(&addr, &["metrics"]);
+        text.lines()
+            .find(|l| l.starts_with("weir_checkpoints_completed_total"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .is_some_and(|n| n >= 6.0)
+    });
+    let url = format!("http://{addr}/");
+    let dom = browse(&browser, &url, "--dump-dom");
+    let dom = String::from_utf8_lossy(&dom.stdout).to_string();
+    assert!(dom.contains("bench-backpressure"), "the job's name: {dom}");
+    assert!(dom.contains("<td>sink-3</td>"), "the operators' table: {dom}");
+    let history = &dom[dom.find("id=\"history\"").expect("the history table")..];
+    let rows = history[..history.find("</table>").unwrap()].matches("<tr data-id=").count();
+    assert!(rows >= 6, "{rows} rows of checkpoint history: {history}");
+    assert!(history.contains("<td>aligned</td>") && history.contains("<td>unaligned</td>"), "{history}");
+    assert!(dom.contains("class=\"aligned\"") && dom.contains("class=\"unaligned\""), "the duration bars: {dom}");
+    assert!(dom.contains("<span id=\"error\"></span>"), "the page reached the job: {dom}");
+    // Rendered: a PNG of the window's size, far from blank (a blank page compresses to a few KB).
+    let shot = std::env::temp_dir().join(format!("weir-dashboard-{}.png", std::process::id()));
+    let taken = browse(&browser, &url, &format!("--screenshot={}", shot.display()));
+    assert!(taken.status.success(), "{}", String::from_utf8_lossy(&taken.stderr));
+    let png = std::fs::read(&shot).unwrap();
+    let _ = std::fs::remove_file(&shot);
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let (w, h) =
+        (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()));
+    assert_eq!((w, h), (1000, 1400));
+    assert!(png.len() > 50_000, "a screenshot of {} bytes: a blank page?", png.len());
+    let (ok, text) = control(&addr, &["stop", std::env::temp_dir().join("weir-dashboard-sp").to_str().unwrap()]);
+    assert!(ok, "{text}");
+    assert!(job.child.wait().unwrap().success());
+}
