@@ -151,3 +151,25 @@ fn a_programs_own_job_gets_the_commands_handling() {
     assert!(run.join().unwrap().unwrap().is_none(), "stopped with a savepoint: no report");
     assert!(sp.join("savepoint-2").join("_metadata").exists());
 }
+
+/// Latency stayed empty until subtasks ended: a running benchmark's metrics now carry its
+/// latency quantiles while it runs.
+#[test]
+fn latency_is_in_the_metrics_while_the_job_runs() {
+    let mut job = Running::start({
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+        c.args(["bench", "--workload", "window", "--duration-s", "120", "--workers", "2", "--no-progress"])
+            .args(["--control", "127.0.0.1:0"]);
+        c
+    });
+    job.wait_to_say("control endpoint: http://", 1);
+    let addr = job.word_after("control endpoint: http://").unwrap();
+    common::wait_until("latency in the metrics", || {
+        let (_, text) = control(&addr, &["metrics"]);
+        text.contains("# TYPE weir_latency_seconds summary") && text.contains("quantile=\"0.99\"")
+    });
+    let (ok, text) = control(&addr, &["job"]);
+    assert!(ok && text.contains("\"finished\": false"), "still running: {text}");
+    job.child.kill().unwrap();
+    job.child.wait().unwrap();
+}

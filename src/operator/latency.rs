@@ -1,6 +1,7 @@
 //! The latency probe: records, for every record passing, the time since the event was created
 //! (read from the record by a user function, on the job's clock) into a per-subtask HDR
-//! histogram, merged into the job's metrics at end of stream.
+//! histogram, merged into the job's metrics every [`PUBLISH_NS`] of the job's clock (so the
+//! metrics endpoint shows latency while the job runs) and at end of stream.
 
 use hdrhistogram::Histogram;
 
@@ -10,16 +11,33 @@ use crate::error::Result;
 use crate::metrics::new_latency_histogram;
 use crate::record::Timestamp;
 
+/// How often a probe hands what it recorded to the job's metrics (one lock a probe a tenth of a
+/// second: nothing on the record path).
+const PUBLISH_NS: u64 = 100_000_000;
+
 pub(crate) struct LatencyProbe<F, T> {
     created_ns: F,
     ctx: TaskContext,
+    /// What it recorded since it last handed it on.
     histogram: Histogram<u64>,
+    /// When it last handed it on (job clock).
+    published_ns: u64,
     next: Box<dyn Collector<T>>,
 }
 
 impl<F, T> LatencyProbe<F, T> {
     pub(crate) fn new(created_ns: F, ctx: TaskContext, next: Box<dyn Collector<T>>) -> Self {
-        LatencyProbe { created_ns, ctx, histogram: new_latency_histogram(), next }
+        let published_ns = ctx.now_ns();
+        LatencyProbe { created_ns, ctx, histogram: new_latency_histogram(), published_ns, next }
+    }
+
+    /// Hands what it recorded to the job's metrics, and starts afresh.
+    fn publish(&mut self, now: u64) {
+        if !self.histogram.is_empty() {
+            self.ctx.metrics.merge_latency(&self.histogram);
+            self.histogram.reset();
+        }
+        self.published_ns = now;
     }
 }
 
@@ -45,13 +63,16 @@ impl<T: Send, F: Fn(&T) -> u64 + Send> Collector<T> for LatencyProbe<F, T> {
         if let Some((value, n)) = run {
             let _ = self.histogram.record_n(value, n);
         }
+        if now.saturating_sub(self.published_ns) >= PUBLISH_NS {
+            self.publish(now);
+        }
         self.next.batch(records)
     }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
         self.next.watermark(watermark)
     }
     fn end(&mut self) -> Result<()> {
-        self.ctx.metrics.merge_latency(&self.histogram);
+        self.publish(self.ctx.now_ns());
         self.next.end()
     }
     fn next_control(&mut self) -> Option<&mut dyn crate::collector::CollectorControl> {
@@ -84,5 +105,25 @@ mod tests {
         assert_eq!(h.count_between(2, u64::MAX), 5, "the five records created at 0");
         let passed = rec.lock().unwrap().records.clone();
         assert_eq!(passed, batches.concat(), "records pass unchanged, in order");
+    }
+
+    /// Latency stayed empty until subtasks ended: a probe now hands its records on every tenth
+    /// of a second of the job's clock, before the end, each record once.
+    #[test]
+    fn latency_is_seen_while_the_job_runs() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let time = Arc::new(AtomicU64::new(0));
+        let mut ctx = TaskContext::for_test("latency", 0, 1);
+        ctx.clock = crate::context::Clock::manual(time.clone());
+        let rec = Arc::new(Mutex::new(Recorder::<u64>::default()));
+        let mut probe = LatencyProbe::new(|&created: &u64| created, ctx.clone(), Box::new(rec));
+        probe.batch(&mut vec![0, 0]).unwrap();
+        assert!(ctx.metrics.latency().is_none(), "not yet a tenth of a second");
+        time.store(PUBLISH_NS, Ordering::SeqCst);
+        probe.batch(&mut vec![0]).unwrap();
+        assert_eq!(ctx.metrics.latency().unwrap().len(), 3, "seen while running");
+        probe.batch(&mut vec![0]).unwrap();
+        probe.end().unwrap();
+        assert_eq!(ctx.metrics.latency().unwrap().len(), 4, "each record once");
     }
 }

@@ -68,6 +68,19 @@ pub(crate) fn render(job: &JobController) -> String {
         "The newest watermark a one-input operator subtask received (event time).",
         operators.iter().filter_map(|o| o.watermark().map(|w| (at(o), w as f64))),
     );
+    if let Some(h) = m.latency().filter(|h| !h.is_empty()) {
+        // A summary: the quantiles since the job started, as the probes hand them on (every
+        // tenth of a second).
+        let name = "weir_latency_seconds";
+        let _ = writeln!(f.out, "# HELP {name} Event creation to sink, where the job measures it.");
+        let _ = writeln!(f.out, "# TYPE {name} summary");
+        for q in [0.5, 0.99, 0.999] {
+            let v = h.value_at_quantile(q) as f64 / 1e9;
+            let _ = writeln!(f.out, "{name}{{job=\"{}\",quantile=\"{q}\"}} {v}", f.job);
+        }
+        let _ = writeln!(f.out, "{name}_sum{{job=\"{}\"}} {}", f.job, h.mean() * h.len() as f64 / 1e9);
+        let _ = writeln!(f.out, "{name}_count{{job=\"{}\"}} {}", f.job, h.len());
+    }
     if job.checkpoint_config().is_some() {
         let stats = job.checkpoint_stats();
         let failures = job.checkpoint_failures();
