@@ -79,10 +79,39 @@ impl OperatorMetrics {
     }
 }
 
+/// How full one operator subtask's input rings are: per channel, the entries waiting in it when
+/// the subtask last read it (a full ring means its producer waits: backpressure). Written by
+/// the subtask at each read of a channel, read by whoever scrapes them.
+#[derive(Debug)]
+pub struct InputFill {
+    /// The operator's name.
+    pub operator: Arc<str>,
+    /// The subtask.
+    pub subtask: usize,
+    /// Which of the operator's inputs (0, or 1 for a two-input operator's second).
+    pub input: usize,
+    /// Entries a ring holds.
+    pub capacity: usize,
+    waiting: Vec<CachePadded<AtomicU64>>,
+}
+
+impl InputFill {
+    /// Per channel, the entries waiting when it was last read.
+    pub fn waiting(&self) -> Vec<u64> {
+        self.waiting.iter().map(|w| w.load(Ordering::Relaxed)).collect()
+    }
+
+    #[inline]
+    pub(crate) fn saw(&self, channel: usize, entries: usize) {
+        self.waiting[channel].store(entries as u64, Ordering::Relaxed);
+    }
+}
+
 /// Metrics shared by every subtask of a job.
 #[derive(Default)]
 pub struct JobMetrics {
     operators: Mutex<Vec<Arc<OperatorMetrics>>>,
+    inputs: Mutex<Vec<Arc<InputFill>>>,
     sources: Mutex<Vec<Arc<Counter>>>,
     sinks: Mutex<Vec<Arc<Counter>>>,
     late: Mutex<Vec<Arc<Counter>>>,
@@ -115,6 +144,34 @@ impl JobMetrics {
         });
         all.push(m.clone());
         m
+    }
+
+    /// The fill of input `input` of subtask `subtask` of `operator`, of `channels` rings of
+    /// `capacity` entries (the same one again after a restart).
+    pub fn input_fill(
+        &self,
+        operator: &Arc<str>,
+        subtask: usize,
+        input: usize,
+        channels: usize,
+        capacity: usize,
+    ) -> Arc<InputFill> {
+        let mut all = self.inputs.lock().unwrap_or_else(|e| e.into_inner());
+        let same = |f: &&Arc<InputFill>| {
+            f.operator == *operator && f.subtask == subtask && f.input == input && f.waiting.len() == channels
+        };
+        if let Some(f) = all.iter().find(same) {
+            return f.clone();
+        }
+        let waiting = (0..channels).map(|_| CachePadded::new(AtomicU64::new(0))).collect();
+        let f = Arc::new(InputFill { operator: operator.clone(), subtask, input, capacity, waiting });
+        all.push(f.clone());
+        f
+    }
+
+    /// Every operator subtask's input fill, in the order they started.
+    pub fn input_fills(&self) -> Vec<Arc<InputFill>> {
+        self.inputs.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Every operator subtask's live figures, in the order they started.

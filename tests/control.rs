@@ -173,3 +173,26 @@ fn latency_is_in_the_metrics_while_the_job_runs() {
     job.child.kill().unwrap();
     job.child.wait().unwrap();
 }
+
+/// Backpressure, as the metrics show it: the slow sink of the backpressure workload keeps the
+/// input rings of its task (rebalance → latency → sink, chained: named by its first operator)
+/// full.
+#[test]
+fn the_metrics_show_where_the_rings_are_full() {
+    let mut job = Running::start({
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+        c.args(["bench", "--workload", "backpressure", "--duration-s", "120", "--workers", "2", "--no-progress"])
+            .args(["--control", "127.0.0.1:0"]);
+        c
+    });
+    job.wait_to_say("control endpoint: http://", 1);
+    let addr = job.word_after("control endpoint: http://").unwrap();
+    common::wait_until("a full input ring at the sink", || {
+        let (_, text) = control(&addr, &["metrics"]);
+        text.lines()
+            .filter(|l| l.starts_with("weir_input_ring_fill_ratio{job=\"bench-backpressure\",operator=\"rebalance"))
+            .any(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() > 0.9)
+    });
+    job.child.kill().unwrap();
+    job.child.wait().unwrap();
+}

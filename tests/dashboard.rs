@@ -56,6 +56,7 @@ fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
     let dom = String::from_utf8_lossy(&dom.stdout).to_string();
     assert!(dom.contains("bench-backpressure"), "the job's name: {dom}");
     assert!(dom.contains("<td>sink-3</td>"), "the operators' table: {dom}");
+    assert!(dom.contains(" %</td>"), "the input rings' fill (backpressure): {dom}");
     let history = &dom[dom.find("id=\"history\"").expect("the history table")..];
     let rows = history[..history.find("</table>").unwrap()].matches("<tr data-id=").count();
     assert!(rows >= 6, "{rows} rows of checkpoint history: {history}");

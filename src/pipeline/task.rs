@@ -556,6 +556,8 @@ impl<T: Send + Persist> Task for OneInputTask<T> {
             barriers::before_poll(cp, gate, id, head)?;
         }
         if !self.head.drain()? {
+            // Backpressured: the input rings fill while the gate is not read; say so.
+            self.gate.count_turn();
             return Ok(TaskPoll::Idle);
         }
         if self.phase == Phase::Ending {
@@ -657,6 +659,8 @@ impl<A: Send + Persist, B: Send + Persist> Task for TwoInputTask<A, B> {
             }
         }
         if !self.op.drain()? {
+            self.gates.left.count_turn();
+            self.gates.right.count_turn();
             return Ok(TaskPoll::Idle);
         }
         if self.phase == Phase::Ending {

@@ -68,6 +68,21 @@ pub(crate) fn render(job: &JobController) -> String {
         "The newest watermark a one-input operator subtask received (event time).",
         operators.iter().filter_map(|o| o.watermark().map(|w| (at(o), w as f64))),
     );
+    let fills = m.input_fills();
+    f.labelled(
+        "weir_input_ring_fill_ratio",
+        "gauge",
+        "How full an input ring of an operator subtask was when last looked at (1: its producer waits, backpressure).",
+        fills.iter().flat_map(|fill| {
+            let labels =
+                format!("operator=\"{}\",subtask=\"{}\",input=\"{}\"", label(&fill.operator), fill.subtask, fill.input);
+            let capacity = fill.capacity.max(1) as f64;
+            fill.waiting()
+                .into_iter()
+                .enumerate()
+                .map(move |(channel, waiting)| (format!("{labels},channel=\"{channel}\""), waiting as f64 / capacity))
+        }),
+    );
     if let Some(h) = m.latency().filter(|h| !h.is_empty()) {
         // A summary: the quantiles since the job started, as the probes hand them on (every
         // tenth of a second).

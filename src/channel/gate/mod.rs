@@ -129,7 +129,16 @@ pub(crate) struct InputGate<T> {
     /// With unaligned checkpoints: how records are handed on in slices short enough that a
     /// priority barrier waits for one slice, not for a chunk, of the task's work.
     slicing: Option<RecordSlicing>,
+    /// Where the gate says, every [`FILL_EVERY_POLLS`] polls, how full each ring is (the
+    /// metrics' backpressure).
+    fill: Option<Arc<crate::metrics::InputFill>>,
+    polls: u32,
 }
+
+/// How often a gate reports its rings' fill: one look at every channel each this many polls
+/// (each reads up to a batch from every channel), off the per-chunk path (where it cost the keyed
+/// exchange 2 instructions a record).
+const FILL_EVERY_POLLS: u32 = 64;
 
 impl<T: Persist> InputGate<T> {
     pub(crate) fn new(channels: Vec<ChannelReader<T>>) -> Self {
@@ -154,7 +163,37 @@ impl<T: Persist> InputGate<T> {
             stop_at: vec![None; n],
             replay: std::collections::VecDeque::new(),
             slicing: None,
+            fill: None,
+            polls: 0,
         }
+    }
+
+    /// Counts a turn of the task (a poll of the gate, or one the task skipped because its
+    /// output is full, while the rings fill): every [`FILL_EVERY_POLLS`] turns, reports the
+    /// rings' fill.
+    #[inline]
+    pub(crate) fn count_turn(&mut self) {
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls.is_multiple_of(FILL_EVERY_POLLS) {
+            self.report_fill_now();
+        }
+    }
+
+    #[cold]
+    fn report_fill_now(&self) {
+        if let Some(fill) = &self.fill {
+            for (i, ch) in self.channels.iter().enumerate() {
+                fill.saw(i, ch.consumer.slots());
+            }
+        }
+    }
+
+    /// Reports how full the rings are at each read into `metrics`, as input `input` of the
+    /// task of `ctx`.
+    pub(crate) fn report_fill(&mut self, ctx: &crate::context::TaskContext, input: usize) {
+        let capacity = self.channels[0].consumer.buffer().capacity();
+        let n = self.channels.len();
+        self.fill = Some(ctx.metrics.input_fill(&ctx.operator, ctx.subtask, input, n, capacity));
     }
 
     /// Hands records on in slices of about [`SLICE_NS`] of work (timed on `clock`), looking
@@ -223,6 +262,7 @@ impl<T: Persist> InputGate<T> {
         if self.carrying {
             self.forget_stale_carried();
         }
+        self.count_turn();
         let n = self.channels.len();
         let mut consumed = 0usize;
         for step in 0..n {

@@ -87,6 +87,7 @@ pub(super) fn make_one_input_task<T: Record>() -> crate::pipeline::graph::MakeTa
     Box::new(|ctx, readers, head, budget, checkpointing| {
         let (channels, route) = EdgeInput::join(readers.into_iter().map(|(_, r)| downcast_readers::<T>(r)));
         let mut gate = InputGate::new(channels);
+        gate.report_fill(ctx, 0);
         replay_inflight(ctx, 0, &mut gate, &route)?;
         Ok(Box::new(OneInputTask::new(ctx, gate, downcast_collector::<T>(head), budget, checkpointing))
             as Box<dyn Task>)
@@ -259,6 +260,8 @@ impl<T: Record> Stream<T> {
                 }
                 let ((left, left_route), (right, right_route)) = (EdgeInput::join(left), EdgeInput::join(right));
                 let (mut left, mut right) = (InputGate::new(left), InputGate::new(right));
+                left.report_fill(ctx, 0);
+                right.report_fill(ctx, 1);
                 replay_inflight(ctx, 0, &mut left, &left_route)?;
                 replay_inflight(ctx, 1, &mut right, &right_route)?;
                 Ok(Box::new(TwoInputTask::new(ctx, left, right, downcast_two::<T, R>(head), budget, checkpointing))
