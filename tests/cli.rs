@@ -226,6 +226,7 @@ fn checkpoint_flags_are_checked() {
     let base = ["wordcount", "--input", input.to_str().unwrap(), "--output"];
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--interval-ms", "5"], "needs --checkpoint-dir"),
+        (vec!["--min-pause-ms", "5"], "--min-pause-ms needs --checkpoint-dir"),
         (vec!["--checkpoint-dir", "/proc/no-such-place", "--interval-ms", "5"], "checkpoint directory"),
         (vec!["--checkpoint-dir", "CHK", "--interval-ms", "0"], "--interval-ms"),
         (vec!["--checkpoint-dir", "CHK", "--mode", "sometimes"], "--mode"),

@@ -28,13 +28,15 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
         &input,
         &out,
         &chk,
-        &["--follow", "--interval-ms", "3600000", "--control", "127.0.0.1:0"],
+        &["--follow", "--interval-ms", "3600000", "--min-pause-ms", "7", "--control", "127.0.0.1:0"],
     ));
     job.wait_to_say("control endpoint: http://", 1);
     let addr = job.word_after("control endpoint: http://").unwrap();
 
     let (ok, text) = control(&addr, &["checkpoint"]);
     assert!(ok && text.contains("\"checkpoint\":"), "{text}");
+    let (_, text) = control(&addr, &["config"]);
+    assert!(text.contains("\"min-pause-ms\": 7"), "the command's --min-pause-ms: {text}");
     let (ok, text) = control(&addr, &["config", "interval-ms=200", "min-pause-ms=10"]);
     assert!(ok && text.contains("\"interval-ms\": 200") && text.contains("\"min-pause-ms\": 10"), "{text}");
     // Bad changes: refused whole, named, the job going on with its configuration.

@@ -265,6 +265,11 @@ pub(crate) struct CheckpointArgs {
     /// Checkpoints in flight at once.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub(crate) max_concurrent: Option<u64>,
+    /// Milliseconds at least between a checkpoint's completion and the next one's start
+    /// (Flink's minimum pause; default 0), so a slow checkpoint does not leave the job no time
+    /// between checkpoints.
+    #[arg(long)]
+    pub(crate) min_pause_ms: Option<u64>,
     /// Milliseconds a checkpoint may take before it expires (default 600000); the next one
     /// reuses the parts its tasks had completed where nothing in them changed.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -393,6 +398,7 @@ impl CheckpointArgs {
                 ("--alignment-timeout-ms", self.alignment_timeout_ms.is_some()),
                 ("--inflight-budget-bytes", self.inflight_budget_bytes.is_some()),
                 ("--max-concurrent", self.max_concurrent.is_some()),
+                ("--min-pause-ms", self.min_pause_ms.is_some()),
                 ("--checkpoint-timeout-ms", self.checkpoint_timeout_ms.is_some()),
                 ("--tolerable-failures", self.tolerable_failures.is_some()),
                 ("--retain", self.retain.is_some()),
@@ -435,6 +441,9 @@ impl CheckpointArgs {
         }
         if let Some(n) = self.max_concurrent {
             c = c.max_concurrent(n as usize);
+        }
+        if let Some(ms) = self.min_pause_ms {
+            c = c.min_pause(Duration::from_millis(ms));
         }
         if let Some(ms) = self.checkpoint_timeout_ms {
             c = c.timeout(Duration::from_millis(ms));
