@@ -9,6 +9,16 @@ use std::process::Command;
 use crate::common::{self, Running};
 
 /// `weir control ADDR args…`: whether it succeeded, and what it printed (stdout, stderr).
+/// `weir bench ARGS --control 127.0.0.1:0` running, and its endpoint's address.
+pub(crate) fn bench_with_control(args: &[&str]) -> (Running, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+    c.arg("bench").args(args).args(["--workers", "2", "--no-progress", "--control", "127.0.0.1:0"]);
+    let mut job = Running::start(c);
+    job.wait_to_say("control endpoint: http://", 1);
+    let addr = job.word_after("control endpoint: http://").unwrap();
+    (job, addr)
+}
+
 pub(crate) fn control(addr: &str, args: &[&str]) -> (bool, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_weir")).arg("control").arg(addr).args(args).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
@@ -158,14 +168,7 @@ fn a_programs_own_job_gets_the_commands_handling() {
 /// latency quantiles while it runs.
 #[test]
 fn latency_is_in_the_metrics_while_the_job_runs() {
-    let mut job = Running::start({
-        let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-        c.args(["bench", "--workload", "window", "--duration-s", "120", "--workers", "2", "--no-progress"])
-            .args(["--control", "127.0.0.1:0"]);
-        c
-    });
-    job.wait_to_say("control endpoint: http://", 1);
-    let addr = job.word_after("control endpoint: http://").unwrap();
+    let (mut job, addr) = bench_with_control(&["--workload", "window", "--duration-s", "120"]);
     common::wait_until("latency in the metrics", || {
         let (_, text) = control(&addr, &["metrics"]);
         text.contains("# TYPE weir_latency_seconds summary") && text.contains("quantile=\"0.99\"")
@@ -181,14 +184,7 @@ fn latency_is_in_the_metrics_while_the_job_runs() {
 /// full.
 #[test]
 fn the_metrics_show_where_the_rings_are_full() {
-    let mut job = Running::start({
-        let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-        c.args(["bench", "--workload", "backpressure", "--duration-s", "120", "--workers", "2", "--no-progress"])
-            .args(["--control", "127.0.0.1:0"]);
-        c
-    });
-    job.wait_to_say("control endpoint: http://", 1);
-    let addr = job.word_after("control endpoint: http://").unwrap();
+    let (mut job, addr) = bench_with_control(&["--workload", "backpressure", "--duration-s", "120"]);
     common::wait_until("a full input ring at the sink", || {
         let (_, text) = control(&addr, &["metrics"]);
         text.lines()

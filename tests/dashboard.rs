@@ -6,8 +6,8 @@
 
 use std::process::Command;
 
-use crate::common::{self, Running};
-use crate::control::control;
+use crate::common;
+use crate::control::{bench_with_control, control};
 
 /// The browser: `WEIR_TEST_CHROMIUM`, or `chromium` on the path; `None` (the test says it did
 /// not run) where neither is and the variable is unset.
@@ -35,15 +35,16 @@ fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
         eprintln!("the dashboard test did not run: no chromium (apt-get install chromium; .ci/run installs it)");
         return;
     };
-    let mut job = Running::start({
-        let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
-        c.args(["bench", "--workload", "backpressure", "--checkpoint", "alternate:aligned,unaligned"])
-            .args(["--interval-ms", "100", "--duration-s", "120", "--workers", "2", "--no-progress"])
-            .args(["--control", "127.0.0.1:0"]);
-        c
-    });
-    job.wait_to_say("control endpoint: http://", 1);
-    let addr = job.word_after("control endpoint: http://").unwrap();
+    let (mut job, addr) = bench_with_control(&[
+        "--workload",
+        "backpressure",
+        "--checkpoint",
+        "alternate:aligned,unaligned",
+        "--interval-ms",
+        "100",
+        "--duration-s",
+        "120",
+    ]);
     common::wait_until("six checkpoints", || {
         let (_, text) = control(&addr, &["metrics"]);
         text.lines()

@@ -453,7 +453,7 @@ impl JobHandle {
     /// cancelled): [`JobHandle::try_finish`] then returns its result. Failovers happen on
     /// their own meanwhile.
     pub fn is_finished(&self) -> bool {
-        self.progress().over
+        self.controller().is_finished()
     }
 
     /// Live metrics.
@@ -463,12 +463,12 @@ impl JobHandle {
 
     /// Time since the job started.
     pub fn elapsed(&self) -> std::time::Duration {
-        self.run.started.elapsed()
+        self.controller().elapsed()
     }
 
     /// Restarts so far.
     pub fn restarts(&self) -> u32 {
-        self.progress().restarts
+        self.controller().restarts()
     }
 
     /// Whether the current attempt is finishing: its final checkpoint started (every source
