@@ -14,7 +14,7 @@
 //! Each side keeps its own `u64` sequence counter (entries written / read), since rtrb exposes
 //! none; unaligned checkpoints will name ring positions with them.
 //!
-//! May touch: `collector`, `context`, `error`, `persist`, `record`, `snapshot`, `wake`.
+//! May touch: `collector`, `context`, `error`, `metrics`, `persist`, `record`, `snapshot`, `wake`.
 
 mod gate;
 mod partition;

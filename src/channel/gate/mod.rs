@@ -7,7 +7,8 @@
 //! checkpoints, adaptive alignment's deferral, and the replay of restored in-flight data) and
 //! [`slicing`] (records handed on in slices short enough for a priority barrier).
 //!
-//! May touch: `collector`, `context`, `error`, `persist`, `record`, `snapshot`.
+//! May touch: `collector`, `context`, `error`, `metrics` (how full its rings are),
+//! `persist`, `record`, `snapshot`.
 
 mod capture;
 mod slicing;
