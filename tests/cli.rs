@@ -740,3 +740,41 @@ fn the_default_job_shows_checkpoints_and_aligned_against_unaligned() {
     let unit = |l: &str| l.trim_end_matches(" |").rsplit(' ').next().unwrap().to_string();
     assert!(latency.windows(2).all(|w| unit(w[0]) == unit(w[1])), "one latency unit: {latency:?}");
 }
+
+/// nexmark had no --checkpoint-dir and no command a --min-pause-ms: both now, with the same
+/// names as wordcount's, and refused without checkpoints.
+#[test]
+fn nexmark_and_bench_take_the_checkpoint_dir_and_minimum_pause() {
+    let dir = tempfile::tempdir().unwrap();
+    let chk = dir.path().join("chk");
+    let o = weir(&[
+        "nexmark",
+        "--query",
+        "q5",
+        "--events",
+        "300000",
+        "--checkpoint",
+        "aligned",
+        "--interval-ms",
+        "20",
+        "--min-pause-ms",
+        "5",
+        "--checkpoint-dir",
+        chk.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--no-progress",
+    ]);
+    assert!(o.status.success(), "{}", text_of(&o));
+    assert!(chk.exists(), "the checkpoints stay where they were asked to go");
+    let listing = text_of(&weir(&["checkpoints", chk.to_str().unwrap()]));
+    assert!(listing.contains("valid") || listing.contains("no checkpoints"), "{listing}");
+    for args in [
+        vec!["nexmark", "--query", "q5", "--checkpoint-dir", "x"],
+        vec!["nexmark", "--query", "q5", "--min-pause-ms", "5"],
+        vec!["bench", "--min-pause-ms", "5"],
+    ] {
+        let o = weir(&args);
+        assert!(!o.status.success() && text_of(&o).contains("needs --checkpoint"), "{args:?}: {}", text_of(&o));
+    }
+}

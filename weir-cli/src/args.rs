@@ -159,6 +159,14 @@ pub(crate) struct NexmarkArgs {
     /// the queries whose state grows, q16-q20; needs --checkpoint).
     #[arg(long)]
     pub(crate) incremental: bool,
+    /// Milliseconds at least between a checkpoint's completion and the next one's start
+    /// (default 0; needs --checkpoint).
+    #[arg(long)]
+    pub(crate) min_pause_ms: Option<u64>,
+    /// Where checkpoints go (default: a temporary folder, removed afterwards; needs
+    /// --checkpoint).
+    #[arg(long)]
+    pub(crate) checkpoint_dir: Option<PathBuf>,
     /// Compare the results with a sequential implementation (at most 2,000,000 events).
     #[arg(long)]
     pub(crate) check: bool,
@@ -217,6 +225,10 @@ pub(crate) struct BenchArgs {
     /// --checkpoint).
     #[arg(long)]
     pub(crate) checkpoint_dir: Option<PathBuf>,
+    /// Milliseconds at least between a checkpoint's completion and the next one's start
+    /// (default 0; needs --checkpoint).
+    #[arg(long)]
+    pub(crate) min_pause_ms: Option<u64>,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
 }
@@ -647,6 +659,14 @@ fn partition_list(s: &str) -> Result<PartitionList, String> {
     parts.sort_unstable();
     parts.dedup();
     Ok(PartitionList(parts))
+}
+
+/// `job` with a minimum pause of `ms` between checkpoints, if given (it takes checkpoints).
+pub(crate) fn with_min_pause(job: weir::Job, ms: Option<u64>) -> weir::Job {
+    match (ms, job.checkpointing()) {
+        (Some(ms), Some(c)) => job.with_checkpointing(c.min_pause(Duration::from_millis(ms))),
+        _ => job,
+    }
 }
 
 /// Refuses checkpoint flags given to a benchmark that takes no checkpoints (they would be

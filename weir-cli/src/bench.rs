@@ -16,6 +16,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
             ("--interval-ms", args.interval_ms.is_some()),
             ("--checkpoint-dir", args.checkpoint_dir.is_some()),
             ("--max-concurrent", args.max_concurrent.is_some()),
+            ("--min-pause-ms", args.min_pause_ms.is_some()),
         ],
     )?;
     if args.alignment_timeout_ms.is_some() && !args.checkpoint.uses(CheckpointChoice::AlignedTimeout) {
@@ -71,6 +72,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     if args.inflight_budget_bytes.is_none() {
         job = weir_jobs::bench::fit_inflight_budget(job, config.ring_capacity);
     }
+    job = with_min_pause(job, args.min_pause_ms);
     // The checkpoint lab: the modes take turns through the live configuration.
     let mut lab = (args.checkpoint.modes.len() > 1).then(|| {
         let budget = args

@@ -13,7 +13,12 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     const MAX_CHECKED: u64 = 2_000_000;
     refuse_checkpoint_flags_without_checkpoints(
         args.checkpoint,
-        &[("--interval-ms", args.interval_ms.is_some()), ("--incremental", args.incremental)],
+        &[
+            ("--interval-ms", args.interval_ms.is_some()),
+            ("--incremental", args.incremental),
+            ("--min-pause-ms", args.min_pause_ms.is_some()),
+            ("--checkpoint-dir", args.checkpoint_dir.is_some()),
+        ],
     )?;
     if args.check && args.events > MAX_CHECKED {
         return Err(Error::config(format!(
@@ -35,7 +40,7 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let workers = config.effective_workers();
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
-    let checkpoint_dir = scratch_dir("nexmark");
+    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| scratch_dir("nexmark"));
     let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS));
     if let Some(c) = args.checkpoint.config(
         &checkpoint_dir,
@@ -70,11 +75,13 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         if args.incremental { " (incremental)" } else { "" }
     );
     let binding = args.runtime.bind_control()?;
-    let job = weir_jobs::bench::fit_inflight_budget(job, config.ring_capacity);
+    let job = with_min_pause(weir_jobs::bench::fit_inflight_budget(job, config.ring_capacity), args.min_pause_ms);
     let handle = announce_restores(job).start(config)?;
     let control = serve_control(binding, &handle)?;
     let report = supervise(handle, None, !args.runtime.no_progress, None, control.as_ref());
-    let _ = std::fs::remove_dir_all(&checkpoint_dir);
+    if args.checkpoint_dir.is_none() {
+        let _ = std::fs::remove_dir_all(&checkpoint_dir);
+    }
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.
     let Some(report) = report? else { return Ok(()) };
     print!("{}", report.summary_table());
