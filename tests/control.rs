@@ -19,6 +19,15 @@ pub(crate) fn bench_with_control(args: &[&str]) -> (Running, String) {
     (job, addr)
 }
 
+/// The value of the first sample whose line starts with `name` in the metrics of the endpoint
+/// at `addr`.
+pub(crate) fn metric(addr: &str, name: &str) -> f64 {
+    let (ok, text) = control(addr, &["metrics"]);
+    assert!(ok && text.contains("# TYPE weir_source_records_total counter"), "{text}");
+    let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} in {text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 pub(crate) fn control(addr: &str, args: &[&str]) -> (bool, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_weir")).arg("control").arg(addr).args(args).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
@@ -70,12 +79,7 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
     assert!(!ok && text.contains("cannot create the savepoint directory"), "{text}");
     // Checkpoints come every 200 ms now (the hour's interval would have given none), and the
     // metrics count them and every word.
-    let metric = |name: &str| -> f64 {
-        let (ok, text) = control(&addr, &["metrics"]);
-        assert!(ok && text.contains("# TYPE weir_source_records_total counter"), "{text}");
-        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} in {text}"));
-        line.rsplit(' ').next().unwrap().parse().unwrap()
-    };
+    let metric = |name: &str| metric(&addr, name);
     common::wait_until("checkpoints at the new interval", || metric("weir_checkpoints_completed_total") >= 5.0);
     common::wait_until("every word counted", || metric("weir_sink_records_total{job=\"wordcount\"}") == 4000.0);
     let (ok, text) = control(&addr, &["checkpoints"]);

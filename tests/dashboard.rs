@@ -7,7 +7,7 @@
 use std::process::Command;
 
 use crate::common;
-use crate::control::{bench_with_control, control};
+use crate::control::{bench_with_control, control, metric};
 
 /// The browser: `WEIR_TEST_CHROMIUM`, or `chromium` on the path; `None` (the test says it did
 /// not run) where neither is and the variable is unset.
@@ -45,13 +45,7 @@ fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
         "--duration-s",
         "120",
     ]);
-    common::wait_until("six checkpoints", || {
-        let (_, text) = control(&addr, &["metrics"]);
-        text.lines()
-            .find(|l| l.starts_with("weir_checkpoints_completed_total"))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .is_some_and(|n| n >= 6.0)
-    });
+    common::wait_until("six checkpoints", || metric(&addr, "weir_checkpoints_completed_total") >= 6.0);
     let url = format!("http://{addr}/");
     let dom = browse(&browser, &url, "--dump-dom");
     let dom = String::from_utf8_lossy(&dom.stdout).to_string();

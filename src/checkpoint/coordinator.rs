@@ -276,8 +276,11 @@ impl CoordinatorCore {
         }
     }
 
-    /// Tells everyone waiting for a checkpoint now that none can be taken.
-    fn refuse_requested(&mut self, why: &str) {
+    /// Tells everyone waiting for a savepoint or a checkpoint now that none can be taken.
+    fn refuse_requests(&mut self, why: &str) {
+        for req in self.savepoints.drain(..) {
+            let _ = req.reply.send(Err(why.to_string()));
+        }
         for reply in self.requested.drain(..) {
             let _ = reply.send(Err(why.to_string()));
         }
@@ -428,25 +431,16 @@ impl CoordinatorCore {
                 self.answer_savepoint(id, "the job is finishing: some of its tasks already ended");
                 self.abort(id);
             }
-            for req in self.savepoints.drain(..) {
-                let _ = req.reply.send(Err("the job is finishing: some of its tasks already ended".into()));
-            }
-            self.refuse_requested("the job is finishing: some of its tasks already ended");
+            self.refuse_requests("the job is finishing: some of its tasks already ended");
             return;
         }
         if self.stopped {
-            for req in self.savepoints.drain(..) {
-                let _ = req.reply.send(Err("the job is stopping with a savepoint".into()));
-            }
-            self.refuse_requested("the job is stopping with a savepoint");
+            self.refuse_requests("the job is stopping with a savepoint");
             return;
         }
         if self.s.end.input_ended.load(Ordering::SeqCst) {
             // The sources are ending their streams: no checkpoint can complete now.
-            for req in self.savepoints.drain(..) {
-                let _ = req.reply.send(Err("the job is finishing: its input has ended".into()));
-            }
-            self.refuse_requested("the job is finishing: its input has ended");
+            self.refuse_requests("the job is finishing: its input has ended");
             return;
         }
         if let Some(f) = self.final_id.filter(|f| !self.pending.contains_key(f)) {
@@ -470,10 +464,7 @@ impl CoordinatorCore {
         // the final checkpoint started, the job is finishing and takes no savepoint.
         let savepoint_pending = self.pending.values().any(|p| p.savepoint.is_some());
         if self.final_id.is_some() {
-            for req in self.savepoints.drain(..) {
-                let _ = req.reply.send(Err("the job is finishing: its final checkpoint is in progress".into()));
-            }
-            self.refuse_requested("the job is finishing: its final checkpoint is in progress");
+            self.refuse_requests("the job is finishing: its final checkpoint is in progress");
         }
         let final_due = self.sources > 0
             && self.s.end.sources_at_end.load(Ordering::SeqCst) >= self.sources

@@ -225,6 +225,7 @@ impl JobController {
     pub fn trigger_savepoint(&self, dir: impl Into<std::path::PathBuf>) -> Result<std::path::PathBuf> {
         self.take_savepoint(dir, false).map(|(_, path)| path)
     }
+
     /// Takes a checkpoint now, as the configuration makes them, however long since the last
     /// (Flink's `flink checkpoint`), and waits for it: its id once it completed, or why it
     /// failed. The job goes on either way.
@@ -233,25 +234,13 @@ impl JobController {
             Some(c) => c.timeout,
             None => return Err(Error::config("the job takes no checkpoints: configure it with with_checkpointing")),
         };
-        let sender = self.progress().attempt.as_ref().and_then(|a| a.requests.clone()).ok_or_else(|| {
-            Error::Checkpoint("no checkpoint was taken: the job is not running (it ended, or is restarting)".into())
-        })?;
-        let (reply, answer) = std::sync::mpsc::channel();
-        sender
-            .send(CoordinatorRequest::Checkpoint(reply))
-            .map_err(|_| Error::Checkpoint("the job ended before the checkpoint was taken".into()))?;
         // It may wait for a checkpoint in flight to make room, and then takes its own timeout.
-        match answer.recv_timeout(timeout * 2 + Duration::from_secs(10)) {
-            Ok(Ok(id)) => Ok(id),
-            Ok(Err(reason)) => Err(Error::Checkpoint(reason)),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Checkpoint(
-                "the checkpoint was not taken: the job's attempt ended (it finished, failed, or restarts)".into(),
-            )),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                Err(Error::Checkpoint(format!("no answer within {:?}", timeout * 2 + Duration::from_secs(10))))
-            }
-        }
+        let wait = timeout * 2 + Duration::from_secs(10);
+        self.ask_coordinator("checkpoint", wait, "two checkpoint timeouts", CoordinatorRequest::Checkpoint)
     }
+
+    /// Takes a savepoint into `dir` (a stop with a savepoint if `stop`): its checkpoint id and
+    /// folder.
     pub(crate) fn take_savepoint(
         &self,
         dir: impl Into<std::path::PathBuf>,
@@ -265,28 +254,43 @@ impl JobController {
         };
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create the savepoint directory", &dir, e))?;
+        // The coordinator answers within the savepoint's timeout (it expires it then); the
+        // margin covers writing the savepoint's copy.
+        let wait = timeout + Duration::from_secs(60);
+        self.ask_coordinator("savepoint", wait, "its timeout, and a minute to copy it", |reply| {
+            CoordinatorRequest::Savepoint(SavepointRequest { dir, reply, stop })
+        })
+    }
+
+    /// Hands the running attempt's coordinator the request `request` makes of a reply channel,
+    /// and waits at most `wait` (`why_so_long`, for the message) for the answer; `what` (a
+    /// checkpoint, a savepoint) names it in errors.
+    fn ask_coordinator<R>(
+        &self,
+        what: &str,
+        wait: Duration,
+        why_so_long: &str,
+        request: impl FnOnce(std::sync::mpsc::Sender<std::result::Result<R, String>>) -> CoordinatorRequest,
+    ) -> Result<R> {
         let sender = self.progress().attempt.as_ref().and_then(|a| a.requests.clone()).ok_or_else(|| {
-            Error::Checkpoint("the savepoint failed: the job is not running (it ended, or is restarting)".into())
+            Error::Checkpoint(format!("the {what} failed: the job is not running (it ended, or is restarting)"))
         })?;
         let (reply, answer) = std::sync::mpsc::channel();
         sender
-            .send(CoordinatorRequest::Savepoint(SavepointRequest { dir, reply, stop }))
-            .map_err(|_| Error::Checkpoint("the job ended before the savepoint was taken".into()))?;
-        // The coordinator answers within the savepoint's timeout (it expires it then); the
-        // margin covers writing the savepoint's copy.
-        match answer.recv_timeout(timeout + Duration::from_secs(60)) {
+            .send(request(reply))
+            .map_err(|_| Error::Checkpoint(format!("the job ended before the {what} was taken")))?;
+        match answer.recv_timeout(wait) {
             Ok(Ok(taken)) => Ok(taken),
-            Ok(Err(reason)) => Err(Error::Checkpoint(format!("the savepoint failed: {reason}"))),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Checkpoint(
-                "the savepoint failed: the job ended (it failed, or was cancelled) before the savepoint completed"
-                    .into(),
-            )),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::Checkpoint(format!(
-                "the savepoint failed: no answer within {:?} (its timeout, and a minute to copy it)",
-                timeout + Duration::from_secs(60)
+            Ok(Err(reason)) => Err(Error::Checkpoint(format!("the {what} failed: {reason}"))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Checkpoint(format!(
+                "the {what} failed: the job ended (it failed, or was cancelled) before the {what} completed"
             ))),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                Err(Error::Checkpoint(format!("the {what} failed: no answer within {wait:?} ({why_so_long})")))
+            }
         }
     }
+
     /// Changes the checkpoint configuration of the running job: `change` gets the one in force
     /// and returns the new one, which applies to the checkpoints triggered from the next
     /// coordinator tick on (and after a restart). What a running job can change: interval,
@@ -314,6 +318,7 @@ impl JobController {
         *self.run.shared.checkpoint_update.lock().unwrap_or_else(|e| e.into_inner()) = Some(new);
         Ok(())
     }
+
     /// The newest checkpoint whose completion every task of the running attempt applied: its
     /// sinks committed the output it covers, and its sources learned it
     /// ([`crate::source::Source::checkpoint_complete`]). Offsets a source hands to the outside
@@ -324,10 +329,12 @@ impl JobController {
         let attempt = progress.attempt.as_ref()?;
         attempt.commits.as_ref()?.newest_everywhere(attempt.task_count)
     }
+
     /// Statistics of the checkpoints completed so far.
     pub fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
         self.run.checkpoint_stats()
     }
+
     /// Messages about recovery (restarts, restored checkpoints, damaged ones skipped), oldest
     /// first, including those of the attempt running now.
     pub fn notes(&self) -> Vec<String> {
@@ -338,6 +345,7 @@ impl JobController {
         }
         notes
     }
+
     /// Why checkpoints failed (declined, expired, failed to write), oldest first.
     pub fn checkpoint_failures(&self) -> Vec<String> {
         self.run.shared.checkpoint_failures.lock().unwrap_or_else(|e| e.into_inner()).clone()

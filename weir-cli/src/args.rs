@@ -515,18 +515,6 @@ impl RuntimeArgs {
     }
 }
 
-/// Serves the control endpoint `binding` asks for on `handle`'s job (said on standard error,
-/// with its address).
-pub(crate) fn serve_control(
-    binding: Option<crate::control::ControlBinding>,
-    handle: &weir::JobHandle,
-) -> weir::Result<Option<crate::control::ControlEndpoint>> {
-    let Some(binding) = binding else { return Ok(None) };
-    let endpoint = binding.serve(handle.controller())?;
-    eprintln!("control endpoint: http://{} (weir control {} …)", endpoint.addr(), endpoint.addr());
-    Ok(Some(endpoint))
-}
-
 #[derive(Args, Debug)]
 pub(crate) struct DefaultArgs {
     /// How long to run, in seconds.

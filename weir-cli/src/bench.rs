@@ -80,8 +80,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
             .unwrap_or_else(|| weir_jobs::bench::default_inflight_budget(&job, config.ring_capacity));
         weir_jobs::lab::CheckpointLab::new(args.checkpoint.modes.clone(), bench.alignment_timeout, budget)
     });
-    let handle = announce_restores(job).start(config)?;
-    let control = serve_control(binding, &handle)?;
+    let (handle, control) = start_with_control(job, config, binding)?;
     let limit = Some(Duration::from_secs_f64(args.duration_s));
     let progress = !args.runtime.no_progress;
     let report = supervise_with(handle, limit, progress, None, control.as_ref(), &mut |h| {

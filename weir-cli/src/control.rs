@@ -23,7 +23,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -58,7 +58,7 @@ pub struct ControlEndpoint {
 #[derive(Clone)]
 struct Shared {
     job: JobController,
-    stops: Arc<Mutex<Sender<StopRequest>>>,
+    stops: Sender<StopRequest>,
 }
 
 /// The control endpoint's address, bound before the job starts (a bad address or one in use
@@ -103,7 +103,7 @@ impl ControlBinding {
     pub fn serve(self, job: JobController) -> weir::Result<ControlEndpoint> {
         let ControlBinding { listener, addr } = self;
         let (stop_tx, stop_rx) = std::sync::mpsc::channel();
-        let shared = Shared { job, stops: Arc::new(Mutex::new(stop_tx)) };
+        let shared = Shared { job, stops: stop_tx };
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -272,7 +272,7 @@ async fn stop(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Response {
         Err(r) => return r.into_response(),
     };
     let (reply, answer) = std::sync::mpsc::channel();
-    let sent = s.stops.lock().unwrap_or_else(|e| e.into_inner()).send(StopRequest { dir, reply });
+    let sent = s.stops.send(StopRequest { dir, reply });
     if sent.is_err() {
         return refuse(StatusCode::CONFLICT, "the job is not supervised any more (it is ending)");
     }

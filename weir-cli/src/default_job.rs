@@ -58,9 +58,7 @@ fn run_window_count(
     config: weir::RunConfig,
 ) -> weir::Result<bool> {
     let job = job.build().with_checkpointing(CheckpointConfig::new(dir).interval(Duration::from_secs(1)));
-    let binding = args.runtime.bind_control()?;
-    let handle = announce_restores(job).start(config)?;
-    let control = serve_control(binding, &handle)?;
+    let (handle, control) = start_with_control(job, config, args.runtime.bind_control()?)?;
     let limit = Some(Duration::from_secs_f64(seconds));
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.
     let Some(report) = supervise(handle, limit, !args.runtime.no_progress, None, control.as_ref())? else {

@@ -76,8 +76,7 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     );
     let binding = args.runtime.bind_control()?;
     let job = with_min_pause(weir_jobs::bench::fit_inflight_budget(job, config.ring_capacity), args.min_pause_ms);
-    let handle = announce_restores(job).start(config)?;
-    let control = serve_control(binding, &handle)?;
+    let (handle, control) = start_with_control(job, config, binding)?;
     let report = supervise(handle, None, !args.runtime.no_progress, None, control.as_ref());
     if args.checkpoint_dir.is_none() {
         let _ = std::fs::remove_dir_all(&checkpoint_dir);

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use weir::{Job, JobReport, RunConfig};
 
 use crate::control::ControlBinding;
-use crate::supervisor::{announce_restores, install_stop_handler, supervise};
+use crate::supervisor::{install_stop_handler, start_with_control, supervise};
 
 /// Runs a program's own job as the `weir` command runs its jobs.
 ///
@@ -86,8 +86,7 @@ impl Runner {
         };
         let savepoints = self.savepoint_dir.as_deref().map(crate::stored::SavepointDir::open).transpose()?;
         let checkpointing = job.checkpointing().is_some();
-        let handle = announce_restores(job).start(config)?;
-        let control = crate::args::serve_control(binding, &handle)?;
+        let (handle, control) = start_with_control(job, config, binding)?;
         let report = supervise(handle, None, !self.quiet, savepoints.as_ref(), control.as_ref())?;
         if let Some(report) = report.as_ref().filter(|_| !self.quiet) {
             print_report(report, checkpointing, None);

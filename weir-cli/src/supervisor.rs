@@ -39,6 +39,20 @@ pub(crate) fn install_stop_handler() {
     });
 }
 
+/// Starts `job` (saying what it restores) and serves the control endpoint `binding` (bound
+/// before, so that a bad address stopped nothing) on it, saying where on standard error.
+pub(crate) fn start_with_control(
+    job: Job,
+    config: weir::RunConfig,
+    binding: Option<crate::control::ControlBinding>,
+) -> weir::Result<(JobHandle, Option<ControlEndpoint>)> {
+    let handle = announce_restores(job).start(config)?;
+    let Some(binding) = binding else { return Ok((handle, None)) };
+    let endpoint = binding.serve(handle.controller())?;
+    eprintln!("control endpoint: http://{} (weir control {} …)", endpoint.addr(), endpoint.addr());
+    Ok((handle, Some(endpoint)))
+}
+
 /// Asks `job` to say what it restores, on standard error, as it starts.
 pub(crate) fn announce_restores(job: Job) -> Job {
     job.on_restore(|line| eprintln!("{line}"))

@@ -254,9 +254,7 @@ fn run_job(
     } else if args.checkpoints.allow_non_restored_state {
         return Err(Error::config("--allow-non-restored-state needs --restore"));
     }
-    let binding = args.runtime.bind_control()?;
-    let handle = announce_restores(job).start(config)?;
-    let control = serve_control(binding, &handle)?;
+    let (handle, control) = start_with_control(job, config, args.runtime.bind_control()?)?;
     let (progress, control) = (!args.runtime.no_progress, control.as_ref());
     let supervised = match group {
         Some(g) => supervise_with(handle, None, progress, savepoints.as_ref(), control, &mut |h| g.tick(h))?,
