@@ -88,10 +88,10 @@ pub(crate) struct TaskCheckpointing {
     /// Barriers may arrive in priority slots (every exactly-once job: a running job may turn
     /// unaligned checkpoints on).
     pub(crate) unaligned: bool,
-    /// Unaligned checkpoints configured at the start: the gates hand records on in slices, so
-    /// a priority barrier waits for a slice of work, not a chunk. (A job that turns them on
-    /// later has its barriers wait for a chunk: slicing costs an aligned job a few percent.)
-    pub(crate) slice_records: bool,
+    /// The gates hand records on in slices, so a priority barrier waits for a slice of work,
+    /// not a chunk: while unaligned checkpoints are on, at the start or since the live
+    /// configuration turned them on (slicing costs an aligned job a little, so only then).
+    pub(crate) sliced: bool,
     /// Unaligned checkpoints snapshotted here whose in-flight data is still being captured,
     /// in checkpoint order.
     pub(crate) pending_unaligned: Vec<PendingSnapshot>,
@@ -325,6 +325,10 @@ pub(crate) fn before_poll(
             TaskControl::Trigger(_) | TaskControl::EndOfInput => {}
         }
     }
+    if cp.unaligned && cp.sliced != cp.live.unaligned() {
+        cp.sliced = !cp.sliced;
+        inputs.set_slicing(cp.sliced.then(|| cp.clock.clone()));
+    }
     on_poll(cp, inputs, id, head)
 }
 
@@ -360,6 +364,8 @@ pub(crate) trait Inputs {
     fn ahead_bytes(&mut self, ch: usize) -> Option<u64>;
     /// Per channel, the bytes captured so far for `checkpoint`.
     fn captured_bytes(&self, checkpoint: u64) -> Vec<u64>;
+    /// Hands records on in slices timed on `clock`, or (`None`) in whole chunks.
+    fn set_slicing(&mut self, clock: Option<Clock>);
 }
 
 impl<T: Persist> Inputs for InputGate<T> {
@@ -410,6 +416,9 @@ impl<T: Persist> Inputs for InputGate<T> {
     }
     fn captured_bytes(&self, checkpoint: u64) -> Vec<u64> {
         InputGate::captured_bytes(self, checkpoint)
+    }
+    fn set_slicing(&mut self, clock: Option<Clock>) {
+        InputGate::set_slicing(self, clock)
     }
 }
 
@@ -507,6 +516,10 @@ impl<A: Persist, B: Persist> Inputs for GatePair<A, B> {
         let mut b = self.left.captured_bytes(checkpoint);
         b.extend(self.right.captured_bytes(checkpoint));
         b
+    }
+    fn set_slicing(&mut self, clock: Option<Clock>) {
+        self.left.set_slicing(clock.clone());
+        self.right.set_slicing(clock);
     }
 }
 

@@ -66,7 +66,7 @@ fn adaptive_task(
         task: 0,
         mode: CheckpointMode::ExactlyOnce,
         unaligned: true,
-        slice_records: false,
+        sliced: false,
         pending_unaligned: Vec::new(),
         unaligned_done: 0,
         control,
@@ -253,4 +253,57 @@ fn a_kept_part_is_reused_while_nothing_changed_and_says_what_did_after() {
         assert!(fifth.stats.reused_from.is_none() && fifth.stats.not_reused.is_none());
         assert!(fifth.shared.iter().all(|s| s.file != CheckpointStorage::shared_name(1, 0)), "{:?}", fifth.shared);
     }
+}
+
+/// A user's checkpoint lab (aligned and unaligned taking turns in one job, on records of
+/// 100 µs each) saw its unaligned checkpoints take 240 ms: a job that started aligned handed
+/// records on a chunk at a time (1024 of them: 102 ms), so its first priority barrier waited
+/// for the chunk. Turned on while the job runs, unaligned checkpoints slice the records at the
+/// task's next poll, and the first slice is one record long, so a barrier waits for a slice of
+/// work even in the middle of a backlog.
+#[test]
+fn turning_unaligned_on_while_running_slices_a_backlog_of_slow_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cp, _acks, _control) = unaligned_task(dir.path(), 1);
+    let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    cp.clock = Clock::manual(time.clone());
+    cp.live = Arc::new(LiveSettings::new(&crate::checkpoint::CheckpointConfig::new(dir.path())));
+    let parker = Arc::new(Parker::default());
+    let (mut out, reader) = channel::<u64>(1024, parker.clone(), parker);
+    let mut gate = InputGate::new(vec![reader]);
+    gate.set_unaligned(true);
+    let ident = TaskIdent { name: "op (1/1)".into(), operator: "op".into(), subtask: 0 };
+    out.write_records(&mut (0..1000).collect());
+    out.flush();
+
+    cp.live.apply(&crate::checkpoint::CheckpointConfig::new(dir.path()).unaligned(true));
+    before_poll(&mut cp, &mut gate, &ident, &mut Forwarded::default()).unwrap();
+    assert!(cp.sliced, "the task follows the live configuration");
+
+    // Each record costs 100 µs of (simulated) time; once ten are done an unaligned barrier
+    // comes.
+    let done = std::sync::Mutex::new(0usize);
+    let publish = std::sync::Mutex::new(Some(&mut out));
+    let mut head = crate::collector::OnBatch(|r: &mut Vec<u64>| {
+        time.fetch_add(100_000 * r.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let mut done = done.lock().unwrap();
+        *done += r.len();
+        if *done >= 10 {
+            if let Some(out) = publish.lock().unwrap().take() {
+                out.write_priority(unaligned(1));
+            }
+        }
+    });
+    let mut polls = 0;
+    let polled = loop {
+        polls += 1;
+        assert!(polls < 100, "the barrier never overtook");
+        match gate.poll(&mut head, 1024).unwrap() {
+            GatePoll::Progress => {}
+            other => break other,
+        }
+    };
+    assert!(matches!(polled, GatePoll::PriorityBarrier { seq: 1000, .. }), "{polled:?}");
+    let done = *done.lock().unwrap();
+    assert!(done <= 11, "the barrier waited for {done} records of 100 µs, not a slice of them");
 }

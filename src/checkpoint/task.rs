@@ -5,7 +5,7 @@
 //!
 //! May touch: `error`, `snapshot` (and storage, beside it).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,6 +41,9 @@ pub(crate) struct LiveSettings {
     inflight_budget: AtomicU64,
     /// The job's input channels (the budget's shares).
     channels: AtomicU64,
+    /// Unaligned checkpoints on: gates hand records on in slices, so a priority barrier waits
+    /// for a slice of work rather than a chunk of it.
+    unaligned: AtomicBool,
 }
 
 impl LiveSettings {
@@ -50,6 +53,7 @@ impl LiveSettings {
             alignment_timeout_ns: Arc::new(AtomicU64::new(u64::MAX)),
             inflight_budget: AtomicU64::new(u64::MAX),
             channels: AtomicU64::new(1),
+            unaligned: AtomicBool::new(false),
         };
         s.apply(cfg);
         s
@@ -60,6 +64,12 @@ impl LiveSettings {
         let timeout = cfg.alignment_timeout.map_or(u64::MAX, |t| t.as_nanos().min(u64::MAX as u128 - 1) as u64);
         self.alignment_timeout_ns.store(timeout, Ordering::Relaxed);
         self.inflight_budget.store(cfg.inflight_budget.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.unaligned.store(cfg.unaligned, Ordering::Relaxed);
+    }
+
+    /// Whether unaligned checkpoints are on (so records are handed on in slices).
+    pub(crate) fn unaligned(&self) -> bool {
+        self.unaligned.load(Ordering::Relaxed)
     }
 
     /// The job's input channels, once its plan is built.

@@ -267,7 +267,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     task: tasks.len(),
                     mode: w.mode,
                     unaligned: w.unaligned,
-                    slice_records: w.slice_records,
+                    sliced: w.slice_records,
                     pending_unaligned: Vec::new(),
                     unaligned_done: 0,
                     control: rx,

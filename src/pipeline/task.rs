@@ -500,7 +500,7 @@ struct GateSetup {
     blocks: bool,
     /// Check the priority slots (barriers may be unaligned).
     priority: bool,
-    /// With unaligned checkpoints configured at the start: the clock record slices are timed on.
+    /// With unaligned checkpoints on at the start: the clock record slices are timed on.
     slicing: Option<Clock>,
 }
 
@@ -509,11 +509,7 @@ fn prepare(checkpointing: &mut Option<TaskCheckpointing>, channels: usize) -> Ga
     match checkpointing.as_mut() {
         Some(cp) => {
             cp.aligner = BarrierAligner::new(channels);
-            GateSetup {
-                blocks: cp.blocks(),
-                priority: cp.unaligned,
-                slicing: cp.slice_records.then(|| cp.clock.clone()),
-            }
+            GateSetup { blocks: cp.blocks(), priority: cp.unaligned, slicing: cp.sliced.then(|| cp.clock.clone()) }
         }
         None => GateSetup { blocks: false, priority: false, slicing: None },
     }
@@ -637,9 +633,7 @@ impl<T: Persist> GateMode for InputGate<T> {
     fn mode(&mut self, setup: GateSetup) {
         self.set_blocking(setup.blocks);
         self.set_unaligned(setup.priority);
-        if let Some(clock) = setup.slicing {
-            self.set_slicing(clock);
-        }
+        self.set_slicing(setup.slicing);
     }
 }
 

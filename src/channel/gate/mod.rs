@@ -198,9 +198,13 @@ impl<T: Persist> InputGate<T> {
     }
 
     /// Hands records on in slices of about [`SLICE_NS`] of work (timed on `clock`), looking
-    /// at the priority slots between slices (unaligned checkpoints).
-    pub(crate) fn set_slicing(&mut self, clock: crate::context::Clock) {
-        self.slicing = Some(RecordSlicing { clock, slice: usize::MAX, cost_x16: 0, untimed: TIME_ONE_CHUNK_IN });
+    /// at the priority slots between slices (unaligned checkpoints), or (`None`) in whole
+    /// chunks.
+    pub(crate) fn set_slicing(&mut self, clock: Option<crate::context::Clock>) {
+        // The first slice is one record: its cost sizes the next, so a gate that starts slicing
+        // in the middle of a backlog of slow records (unaligned turned on while the job runs)
+        // does not first work through a whole chunk of them.
+        self.slicing = clock.map(|clock| RecordSlicing { clock, slice: 1, cost_x16: 0, untimed: TIME_ONE_CHUNK_IN });
     }
 
     /// Whether priority slots are checked (unaligned checkpoints).
@@ -617,7 +621,7 @@ mod tests {
         let (mut out, reader) = channel::<u64>(64, parker.clone(), parker);
         let mut gate = InputGate::new(vec![reader]);
         gate.set_unaligned(true);
-        gate.set_slicing(crate::context::Clock::manual(time.clone()));
+        gate.set_slicing(Some(crate::context::Clock::manual(time.clone())));
         // Each record costs 10 µs of (simulated) time: two per 20 µs slice once learnt. Once
         // six records are in, the producer publishes an unaligned barrier.
         let got = std::sync::Mutex::new(Vec::new());
