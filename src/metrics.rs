@@ -1,6 +1,9 @@
 //! Job metrics: record counters per source and sink subtask, late records, and the latency
 //! histogram (event creation to sink), the statistics of each completed checkpoint
 //! ([`CheckpointStats`], which `_metadata` records too), and the end-of-job [`JobReport`].
+//! [`CheckpointActivity`] is what the tasks are doing for checkpoints (aligning, forking
+//! state, capturing in-flight data), so latency probes can say which of it a record's time
+//! in the job overlapped ([`LatencyCause`]).
 //!
 //! Counters are single-writer atomics padded to their own cache lines (two subtasks on
 //! different cores must not false-share); readers (the progress line) only load them.
@@ -14,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use hdrhistogram::Histogram;
+/// The latency histograms of reports and metrics (re-exported: they are part of this API).
+pub use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 /// A monotonically increasing counter written by one subtask.
@@ -107,6 +111,143 @@ impl InputFill {
     }
 }
 
+/// What a record's time in the job is attributed to: the checkpoint work of the job's tasks
+/// that overlapped most of it, if that overlap is at least a quarter of the record's latency
+/// (a record queued 700 ms behind backpressure is not explained by a 50 µs fork it crossed).
+///
+/// Job-wide, not per path: a record is attributed to what any task did while it was in
+/// flight (in a job of one pipeline, its path); and per kind of work only its latest spell
+/// across the job counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LatencyCause {
+    /// A task held channels back for a checkpoint (aligned barriers, or adaptive alignment
+    /// reading a channel no further than its barrier).
+    Aligning,
+    /// A task took the synchronous part of its snapshot (the arenas' fork).
+    SyncFork,
+    /// A task captured the in-flight data of an unaligned checkpoint.
+    Capture,
+    /// None of the above.
+    Nothing,
+}
+
+impl LatencyCause {
+    /// Every cause, in the order a sample is attributed.
+    pub const ALL: [LatencyCause; 4] =
+        [LatencyCause::Aligning, LatencyCause::SyncFork, LatencyCause::Capture, LatencyCause::Nothing];
+
+    /// Its name in tables and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            LatencyCause::Aligning => "aligning",
+            LatencyCause::SyncFork => "sync fork",
+            LatencyCause::Capture => "behind a capture",
+            LatencyCause::Nothing => "nothing",
+        }
+    }
+
+    /// Its name as a metrics label value (and in JSON).
+    pub fn key(self) -> &'static str {
+        match self {
+            LatencyCause::Aligning => "aligning",
+            LatencyCause::SyncFork => "sync-fork",
+            LatencyCause::Capture => "capture",
+            LatencyCause::Nothing => "nothing",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One kind of checkpoint work across the job's tasks.
+#[derive(Default, Debug)]
+struct Phase {
+    /// Tasks doing it now.
+    active: CachePadded<AtomicU64>,
+    /// When its latest spell began, nanoseconds on the job clock.
+    started: CachePadded<AtomicU64>,
+    /// When a task last stopped doing it, nanoseconds on the job clock, plus one (0: never).
+    ended: CachePadded<AtomicU64>,
+}
+
+/// What the job's tasks are doing for checkpoints, for latency attribution: per kind of work
+/// (the first three [`LatencyCause`]s), how many tasks do it now and its latest spell across
+/// the job. Tasks write it when their work changes (a few times a checkpoint); latency probes
+/// read it once a batch.
+#[derive(Default, Debug)]
+pub struct CheckpointActivity {
+    phases: [Phase; 3],
+}
+
+/// Per kind of work, its latest spell: `(start, end)` on the job clock, the end `u64::MAX`
+/// while a task does it, `(0, 0)` if none ever did.
+pub(crate) type Spells = [(u64, u64); 3];
+
+impl CheckpointActivity {
+    /// A task started `cause`'s work at `now_ns`.
+    pub(crate) fn enter(&self, cause: LatencyCause, now_ns: u64) {
+        let p = &self.phases[cause.index()];
+        if p.active.fetch_add(1, Ordering::Relaxed) == 0 {
+            p.started.store(now_ns, Ordering::Relaxed);
+        }
+    }
+
+    /// A task stopped `cause`'s work at `now_ns`.
+    pub(crate) fn leave(&self, cause: LatencyCause, now_ns: u64) {
+        let p = &self.phases[cause.index()];
+        p.ended.fetch_max(now_ns.saturating_add(1), Ordering::Relaxed);
+        let was = p.active.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(was > 0, "{cause:?} left more often than entered");
+    }
+
+    /// A task did `cause`'s work from `start_ns` to `end_ns` (work done in one call, as the
+    /// synchronous fork).
+    pub(crate) fn happened(&self, cause: LatencyCause, start_ns: u64, end_ns: u64) {
+        let p = &self.phases[cause.index()];
+        p.started.store(start_ns, Ordering::Relaxed);
+        p.ended.fetch_max(end_ns.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Each kind of work's latest spell.
+    #[inline]
+    pub(crate) fn spells(&self) -> Spells {
+        std::array::from_fn(|i| {
+            let p = &self.phases[i];
+            let started = p.started.load(Ordering::Relaxed);
+            if p.active.load(Ordering::Relaxed) > 0 {
+                (started, u64::MAX)
+            } else {
+                match p.ended.load(Ordering::Relaxed) {
+                    0 => (0, 0),
+                    ended => (started.min(ended - 1), ended - 1),
+                }
+            }
+        })
+    }
+}
+
+/// The cause a record created at `created_ns` and delivered at `now_ns` is attributed to,
+/// given the job's [`Spells`] then.
+#[inline]
+pub(crate) fn attribute(created_ns: u64, now_ns: u64, spells: &Spells) -> LatencyCause {
+    let latency = now_ns.saturating_sub(created_ns);
+    let mut best = (0, LatencyCause::Nothing);
+    for (i, &(start, end)) in spells.iter().enumerate() {
+        let overlap = end.min(now_ns).saturating_sub(start.max(created_ns));
+        if overlap > best.0 {
+            best = (overlap, LatencyCause::ALL[i]);
+        }
+    }
+    if best.0 > 0 && best.0.saturating_mul(4) >= latency {
+        best.1
+    } else {
+        LatencyCause::Nothing
+    }
+}
+
 /// Metrics shared by every subtask of a job.
 #[derive(Default)]
 pub struct JobMetrics {
@@ -116,6 +257,9 @@ pub struct JobMetrics {
     sinks: Mutex<Vec<Arc<Counter>>>,
     late: Mutex<Vec<Arc<Counter>>>,
     latency: Mutex<Option<Histogram<u64>>>,
+    /// Per [`LatencyCause`], the latency of the records attributed to it.
+    latency_by_cause: Mutex<[Option<Histogram<u64>>; 4]>,
+    activity: Arc<CheckpointActivity>,
 }
 
 fn register(list: &Mutex<Vec<Arc<Counter>>>) -> Arc<Counter> {
@@ -215,6 +359,39 @@ impl JobMetrics {
     pub fn latency(&self) -> Option<Histogram<u64>> {
         self.latency.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
+
+    /// Merges a subtask's latency histograms, one per [`LatencyCause`] (in
+    /// [`LatencyCause::ALL`]'s order), into the job's: by cause and in all.
+    pub fn merge_latency_by_cause(&self, by_cause: &[Histogram<u64>; 4]) {
+        {
+            let mut slots = self.latency_by_cause.lock().unwrap_or_else(|e| e.into_inner());
+            for (slot, h) in slots.iter_mut().zip(by_cause) {
+                if h.is_empty() {
+                    continue;
+                }
+                match slot.as_mut() {
+                    Some(all) => all.add(h).expect("histograms share bounds"),
+                    None => *slot = Some(h.clone()),
+                }
+            }
+        }
+        for h in by_cause.iter().filter(|h| !h.is_empty()) {
+            self.merge_latency(h);
+        }
+    }
+
+    /// Per cause, the latency of the records attributed to it (causes no record was
+    /// attributed to are left out).
+    pub fn latency_by_cause(&self) -> Vec<(LatencyCause, Histogram<u64>)> {
+        let slots = self.latency_by_cause.lock().unwrap_or_else(|e| e.into_inner());
+        LatencyCause::ALL.iter().zip(slots.iter()).filter_map(|(c, h)| Some((*c, h.clone()?))).collect()
+    }
+
+    /// What the job's tasks are doing for checkpoints (written by the tasks, read by latency
+    /// probes).
+    pub fn activity(&self) -> &Arc<CheckpointActivity> {
+        &self.activity
+    }
 }
 
 /// What a finished job reports.
@@ -232,6 +409,9 @@ pub struct JobReport {
     pub workers: usize,
     /// Event-creation-to-sink latency, where the job measured it.
     pub latency_ns: Option<Histogram<u64>>,
+    /// The same latency split by what the job's tasks were doing while each record was in
+    /// flight ([`LatencyCause`]; causes without samples left out).
+    pub latency_by_cause: Vec<(LatencyCause, Histogram<u64>)>,
     /// Completed checkpoints, in order.
     pub checkpoints: Vec<CheckpointStats>,
     /// Restarts after failures.
@@ -480,6 +660,7 @@ mod tests {
             elapsed: Duration::from_secs(2),
             workers: 1,
             latency_ns: Some(h),
+            latency_by_cause: Vec::new(),
             checkpoints: Vec::new(),
             restarts: 0,
         };

@@ -169,13 +169,25 @@ fn a_programs_own_job_gets_the_commands_handling() {
 }
 
 /// Latency stayed empty until subtasks ended: a running benchmark's metrics now carry its
-/// latency quantiles while it runs.
+/// latency quantiles while it runs, in all and by what the tasks did for checkpoints while
+/// each record was in flight.
 #[test]
 fn latency_is_in_the_metrics_while_the_job_runs() {
-    let (mut job, addr) = bench_with_control(&["--workload", "window", "--duration-s", "120"]);
+    let (mut job, addr) = bench_with_control(&[
+        "--workload",
+        "window",
+        "--checkpoint",
+        "aligned",
+        "--interval-ms",
+        "100",
+        "--duration-s",
+        "120",
+    ]);
     common::wait_until("latency in the metrics", || {
         let (_, text) = control(&addr, &["metrics"]);
-        text.contains("# TYPE weir_latency_seconds summary") && text.contains("quantile=\"0.99\"")
+        text.contains("# TYPE weir_latency_seconds summary")
+            && text.contains("quantile=\"0.99\"")
+            && text.contains("cause=\"nothing\",quantile=\"0.99\"}")
     });
     let (ok, text) = control(&addr, &["job"]);
     assert!(ok && text.contains("\"finished\": false"), "still running: {text}");

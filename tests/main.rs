@@ -18,6 +18,7 @@ mod io_faults;
 mod jobs;
 mod kafka;
 mod keyed_state;
+mod latency_causes;
 mod latest_sink;
 mod object_store;
 mod persist_derive;

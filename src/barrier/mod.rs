@@ -30,12 +30,14 @@
 //! (Carbone et al. 2015 for aligned barriers; Flink's FLIP-76 for unaligned checkpoints.)
 
 //!
-//! Submodules: [`aligner`] (which channels delivered the barrier being aligned) and
-//! `inflight` (how captured in-flight data is named and encoded).
+//! Submodules: [`aligner`] (which channels delivered the barrier being aligned),
+//! `inflight` (how captured in-flight data is named and encoded) and `activity` (what the task
+//! tells latency probes it is doing).
 //!
-//! May touch: `channel`, `checkpoint`, `collector`, `context`, `error`, `faults`, `operator`,
-//! `persist`, `snapshot`, `prng`, `record`, `state`.
+//! May touch: `channel`, `checkpoint`, `collector`, `context`, `error`, `faults`, `metrics`,
+//! `operator`, `persist`, `snapshot`, `prng`, `record`, `state`.
 
+pub(crate) mod activity;
 pub mod aligner;
 pub(crate) mod inflight;
 #[cfg(test)]
@@ -117,6 +119,8 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) commits: Arc<CommitsApplied>,
     /// The parts this task wrote, and the part of a failed checkpoint kept for it.
     pub(crate) parts: Arc<TaskParts>,
+    /// What it tells latency probes it is doing.
+    pub(crate) activity: activity::ActivityReport,
 }
 
 impl TaskCheckpointing {
@@ -312,6 +316,9 @@ impl<A, B> ChainHead for Box<dyn TwoInputOperator<A, B>> {
 
 /// Called at the start of every poll, before the backpressure check (a blocked task still
 /// completes its checkpoints): the coordinator's notices, then [`on_poll`].
+// Out of line: once a poll, and inlined it changed how the compiler laid out the gate's record
+// loop in the same function (W2 paid 3 instructions a record, perf/instructions.sh).
+#[inline(never)]
 pub(crate) fn before_poll(
     cp: &mut TaskCheckpointing,
     inputs: &mut impl Inputs,
@@ -326,10 +333,28 @@ pub(crate) fn before_poll(
         }
     }
     if cp.unaligned && cp.sliced != cp.live.unaligned() {
-        cp.sliced = !cp.sliced;
-        inputs.set_slicing(cp.sliced.then(|| cp.clock.clone()));
+        switch_slicing(cp, inputs);
     }
-    on_poll(cp, inputs, id, head)
+    on_poll(cp, inputs, id, head)?;
+    report_activity(cp);
+    Ok(())
+}
+
+/// The live configuration turned unaligned checkpoints on or off: the gates follow.
+#[cold]
+#[inline(never)]
+fn switch_slicing(cp: &mut TaskCheckpointing, inputs: &mut impl Inputs) {
+    cp.sliced = !cp.sliced;
+    inputs.set_slicing(cp.sliced.then(|| cp.clock.clone()));
+}
+
+/// Tells latency probes whether this task aligns (channels held back: blocked, or read no
+/// further than a deferred barrier) and captures in-flight data.
+#[inline]
+fn report_activity(cp: &mut TaskCheckpointing) {
+    let aligning = (cp.aligner.pending().is_some() && cp.blocks()) || cp.deferred.is_some();
+    let capturing = !cp.pending_unaligned.is_empty();
+    cp.activity.set(aligning, capturing);
 }
 
 /// Who a task is, for naming its failures and its in-flight data.
@@ -566,7 +591,9 @@ pub(crate) fn on_inband(
         // This checkpoint is unaligned here: the barrier ends this channel's in-flight data.
         inputs.set_capture_limit(barrier.id, ch, position);
         inputs.unblock(ch);
-        return finish_unaligned(cp, inputs, id);
+        finish_unaligned(cp, inputs, id)?;
+        report_activity(cp);
+        return Ok(());
     }
     match cp.aligner.on_barrier(ch, barrier, cp.clock.now_ns(), position) {
         Alignment::Stale => inputs.unblock(ch),
@@ -578,11 +605,27 @@ pub(crate) fn on_inband(
         }
         Alignment::Waiting => {}
     }
-    complete_aligned(cp, inputs, id, head)
+    complete_aligned(cp, inputs, id, head)?;
+    report_activity(cp);
+    Ok(())
 }
 
 /// Channel `ch`'s producer published an unaligned barrier with write sequence number `seq`.
 pub(crate) fn on_priority(
+    cp: &mut TaskCheckpointing,
+    inputs: &mut impl Inputs,
+    id: &TaskIdent,
+    ch: usize,
+    barrier: Barrier,
+    seq: u64,
+    head: &mut dyn ChainHead,
+) -> Result<()> {
+    priority_barrier(cp, inputs, id, ch, barrier, seq, head)?;
+    report_activity(cp);
+    Ok(())
+}
+
+fn priority_barrier(
     cp: &mut TaskCheckpointing,
     inputs: &mut impl Inputs,
     id: &TaskIdent,
@@ -749,6 +792,7 @@ fn complete_aligned(
         let mut snap = TaskSnapshot::new(barrier);
         head.barrier(barrier, &mut snap)?;
         let now = cp.clock.now_ns();
+        cp.activity.forked(start, now);
         let stats = TaskStats {
             start_delay_ns: first_ns.saturating_sub(barrier.trigger_ns),
             alignment_ns: start.saturating_sub(first_ns),
@@ -838,6 +882,7 @@ fn snapshot_unaligned(
     let mut snap = TaskSnapshot::new(barrier);
     head.barrier(barrier, &mut snap)?;
     let now = cp.clock.now_ns();
+    cp.activity.forked(start, now);
     let first = aligning_since_ns.unwrap_or(start);
     let stats = TaskStats {
         start_delay_ns: first.saturating_sub(barrier.trigger_ns),

@@ -67,6 +67,7 @@ fn adaptive_task(
         mode: CheckpointMode::ExactlyOnce,
         unaligned: true,
         sliced: false,
+        activity: activity::ActivityReport::new(Arc::default(), Clock::manual(Arc::default())),
         pending_unaligned: Vec::new(),
         unaligned_done: 0,
         control,

@@ -41,6 +41,8 @@ pub(crate) struct CheckpointWiring {
     pub(crate) unaligned: bool,
     /// Unaligned checkpoints configured at the start: gates slice their records.
     pub(crate) slice_records: bool,
+    /// Where tasks say what they are doing for checkpoints (latency attribution).
+    pub(crate) activity: Arc<crate::metrics::CheckpointActivity>,
     /// What the tasks read at each checkpoint and a running job may change: the aligned-
     /// checkpoint timeout (with unaligned on, a checkpoint switches to unaligned once it has
     /// run this long, and producers republish their in-band barriers still queued then) and
@@ -268,6 +270,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                     mode: w.mode,
                     unaligned: w.unaligned,
                     sliced: w.slice_records,
+                    activity: crate::barrier::activity::ActivityReport::new(w.activity.clone(), env.clock.clone()),
                     pending_unaligned: Vec::new(),
                     unaligned_done: 0,
                     control: rx,

@@ -740,6 +740,7 @@ impl Supervised {
             elapsed: a.state.ended_at().map_or_else(|| self.started.elapsed(), |t| t - self.started),
             workers: self.workers,
             latency_ns: self.shared.metrics.latency(),
+            latency_by_cause: self.shared.metrics.latency_by_cause(),
             checkpoints: self.checkpoint_stats(),
             restarts: self.progress().restarts,
         }))
@@ -835,6 +836,7 @@ pub(crate) fn prepare_attempt(
             // turn unaligned checkpoints on (and off).
             unaligned: cfg.mode == crate::checkpoint::CheckpointMode::ExactlyOnce,
             slice_records: cfg.unaligned,
+            activity: metrics.activity().clone(),
             live: Arc::new(crate::checkpoint::task::LiveSettings::new(cfg)),
             incremental: cfg.incremental,
             acks: acks_tx,

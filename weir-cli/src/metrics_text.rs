@@ -7,6 +7,7 @@
 
 use std::fmt::Write;
 
+use weir::metrics::Histogram;
 use weir::JobController;
 
 /// One metric family: its help, type and samples (`labels`, value).
@@ -27,6 +28,31 @@ impl Family<'_> {
         for (extra, value) in samples {
             let sep = if extra.is_empty() { "" } else { "," };
             let _ = writeln!(self.out, "{name}{{job=\"{}\"{sep}{extra}}} {value}", self.job);
+        }
+    }
+
+    /// A summary family of latency histograms (nanoseconds, shown in seconds): p50, p99 and
+    /// p99.9, sum and count per histogram, labelled `cause="…"` unless the cause is empty.
+    fn summary<'h>(
+        &mut self,
+        name: &str,
+        help: &str,
+        histograms: impl IntoIterator<Item = (&'h str, &'h Histogram<u64>)>,
+    ) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} summary");
+        for (cause, h) in histograms {
+            let labels = if cause.is_empty() {
+                format!("job=\"{}\"", self.job)
+            } else {
+                format!("job=\"{}\",cause=\"{cause}\"", self.job)
+            };
+            for q in [0.5, 0.99, 0.999] {
+                let v = h.value_at_quantile(q) as f64 / 1e9;
+                let _ = writeln!(self.out, "{name}{{{labels},quantile=\"{q}\"}} {v}");
+            }
+            let _ = writeln!(self.out, "{name}_sum{{{labels}}} {}", h.mean() * h.len() as f64 / 1e9);
+            let _ = writeln!(self.out, "{name}_count{{{labels}}} {}", h.len());
         }
     }
 }
@@ -86,15 +112,13 @@ pub(crate) fn render(job: &JobController) -> String {
     if let Some(h) = m.latency().filter(|h| !h.is_empty()) {
         // A summary: the quantiles since the job started, as the probes hand them on (every
         // tenth of a second).
-        let name = "weir_latency_seconds";
-        let _ = writeln!(f.out, "# HELP {name} Event creation to sink, where the job measures it.");
-        let _ = writeln!(f.out, "# TYPE {name} summary");
-        for q in [0.5, 0.99, 0.999] {
-            let v = h.value_at_quantile(q) as f64 / 1e9;
-            let _ = writeln!(f.out, "{name}{{job=\"{}\",quantile=\"{q}\"}} {v}", f.job);
-        }
-        let _ = writeln!(f.out, "{name}_sum{{job=\"{}\"}} {}", f.job, h.mean() * h.len() as f64 / 1e9);
-        let _ = writeln!(f.out, "{name}_count{{job=\"{}\"}} {}", f.job, h.len());
+        f.summary("weir_latency_seconds", "Event creation to sink, where the job measures it.", [("", &h)]);
+        let by_cause = m.latency_by_cause();
+        f.summary(
+            "weir_latency_by_cause_seconds",
+            "The same, by what the job's tasks did for checkpoints while the record was in flight.",
+            by_cause.iter().map(|(c, h)| (c.key(), h)),
+        );
     }
     if job.checkpoint_config().is_some() {
         let stats = job.checkpoint_stats();

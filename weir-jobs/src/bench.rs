@@ -435,6 +435,30 @@ pub struct LatencySummary {
     pub max: u64,
 }
 
+/// The latency of the records attributed to one cause.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CauseLatency {
+    /// The cause ([`weir::metrics::LatencyCause::key`]).
+    pub cause: &'static str,
+    /// Samples attributed to it.
+    pub samples: u64,
+    /// Their percentiles.
+    pub latency: LatencySummary,
+}
+
+impl LatencySummary {
+    /// The percentiles of `h`.
+    pub fn of(h: &weir::metrics::Histogram<u64>) -> Self {
+        LatencySummary {
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
 /// What `weir bench --json` writes.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct BenchResult {
@@ -454,6 +478,9 @@ pub struct BenchResult {
     pub throughput_rps: f64,
     /// Latency percentiles (absent when nothing reached the probe).
     pub latency_ns: Option<LatencySummary>,
+    /// The same by what the job's tasks did for checkpoints while each record was in flight
+    /// (`aligning`, `sync-fork`, `capture`, `nothing`; causes without samples left out).
+    pub latency_by_cause_ns: Vec<CauseLatency>,
     /// Every completed checkpoint.
     pub checkpoints: Vec<CheckpointStats>,
     /// The target rate, if any.
@@ -465,13 +492,12 @@ pub struct BenchResult {
 impl BenchResult {
     /// The result of `config`'s run, from the job's report.
     pub fn new(config: &BenchConfig, report: &JobReport) -> Self {
-        let latency_ns = report.latency_ns.as_ref().filter(|h| !h.is_empty()).map(|h| LatencySummary {
-            p50: h.value_at_quantile(0.5),
-            p90: h.value_at_quantile(0.9),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-        });
+        let latency_ns = report.latency_ns.as_ref().filter(|h| !h.is_empty()).map(LatencySummary::of);
+        let latency_by_cause_ns = report
+            .latency_by_cause
+            .iter()
+            .map(|(c, h)| CauseLatency { cause: c.key(), samples: h.len(), latency: LatencySummary::of(h) })
+            .collect();
         BenchResult {
             workload: config.workload.to_string(),
             checkpoint: config.checkpoint.to_string(),
@@ -481,6 +507,7 @@ impl BenchResult {
             records: report.source_records,
             throughput_rps: report.throughput_rps(),
             latency_ns,
+            latency_by_cause_ns,
             checkpoints: report.checkpoints.clone(),
             rate: config.rate,
             keys: config.keys,
