@@ -225,15 +225,18 @@ fn checkpoint_flags_are_checked() {
     std::fs::write(&input, "a b\n").unwrap();
     let base = ["wordcount", "--input", input.to_str().unwrap(), "--output"];
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--interval-ms", "5"], "needs --checkpoint-dir"),
-        (vec!["--min-pause-ms", "5"], "--min-pause-ms needs --checkpoint-dir"),
+        (vec!["--interval-ms", "5"], "need --checkpoint-dir"),
+        (vec!["--min-pause-ms", "5"], "--min-pause-ms needs checkpoints"),
         (vec!["--checkpoint-dir", "/proc/no-such-place", "--interval-ms", "5"], "checkpoint directory"),
-        (vec!["--checkpoint-dir", "CHK", "--interval-ms", "0"], "--interval-ms"),
+        (vec!["--checkpoint-dir", "CHK", "--interval-ms", "0"], "interval-ms must be at least 1"),
         (vec!["--checkpoint-dir", "CHK", "--mode", "sometimes"], "--mode"),
         (vec!["--checkpoint-dir", "CHK", "--mode", "at-least-once", "--unaligned"], "unaligned"),
-        (vec!["--checkpoint-dir", "CHK", "--alignment-timeout-ms", "5"], "alignment timeout"),
-        (vec!["--checkpoint-dir", "CHK", "--retain", "0"], "--retain"),
-        (vec!["--checkpoint-dir", "CHK", "--max-concurrent", "0"], "--max-concurrent"),
+        (
+            vec!["--checkpoint-dir", "CHK", "--alignment-timeout-ms", "5"],
+            "--aligned-checkpoint-timeout-ms needs unaligned",
+        ),
+        (vec!["--checkpoint-dir", "CHK", "--retain", "0"], "retained must be from 1 to 1000"),
+        (vec!["--checkpoint-dir", "CHK", "--max-concurrent", "0"], "max-concurrent must be from 1 to 64"),
     ];
     for (i, (extra, needle)) in cases.into_iter().enumerate() {
         let out = dir.path().join(format!("out{i}"));
@@ -244,6 +247,86 @@ fn checkpoint_flags_are_checked() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         assert_refused(&args, needle);
     }
+}
+
+/// A user met `--mode`/`--unaligned` on wordcount against `--checkpoint aligned|…` on bench,
+/// no `--checkpoint-dir` on nexmark and no `--min-pause` anywhere: every command that
+/// checkpoints now takes one set of flags (Flink's names), and a TOML file with the same keys,
+/// the flags overriding it.
+#[test]
+fn every_checkpointing_command_takes_one_set_of_flags_and_a_file() {
+    let flags = [
+        "--config",
+        "--checkpoint ",
+        "--checkpoint-dir",
+        "--interval-ms",
+        "--mode",
+        "--unaligned",
+        "--aligned-checkpoint-timeout-ms",
+        "--inflight-budget-bytes",
+        "--checkpoint-timeout-ms",
+        "--min-pause-ms",
+        "--max-concurrent",
+        "--tolerable-failed-checkpoints",
+        "--retained",
+        "--incremental",
+        "--restart-strategy",
+        "--restart-attempts",
+        "--restart-delay-ms",
+        "--restart-max-delay-ms",
+        "--restart-backoff-multiplier",
+        "--restart-failures-per-interval",
+        "--restart-failure-rate-interval-ms",
+    ];
+    for command in ["wordcount", "bench", "nexmark"] {
+        let help = text_of(&weir(&[command, "--help"]));
+        for flag in flags {
+            assert!(help.contains(flag), "weir {command} --help lacks {flag}");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("checkpoints.toml");
+    // The file's mode and interval, the flag's interval over it.
+    std::fs::write(
+        &file,
+        "checkpoint = \"unaligned\"\ninterval-ms = 5000\nretained = 3\nrestart-strategy = \"failure-rate\"\n",
+    )
+    .unwrap();
+    let json = dir.path().join("r.json");
+    let args = ["bench", "--config", file.to_str().unwrap(), "--interval-ms", "100", "--duration-s", "1"];
+    let o = weir(&[&args[..], &["--no-progress", "--json", json.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", text_of(&o));
+    assert!(text_of(&o).contains("checkpoints unaligned every 100 ms"), "{}", text_of(&o));
+    let results = std::fs::read_to_string(&json).unwrap();
+    assert!(
+        results.contains("\"alignment\": \"unaligned\"") && results.contains("\"interval_ms\": 100.0"),
+        "{results}"
+    );
+    // The Flink spellings say the same as the one word; where they disagree, the error names both.
+    let refused: [(&[&str], &str); 4] = [
+        (&["bench", "--checkpoint", "aligned", "--unaligned"], "--checkpoint aligned and --unaligned disagree"),
+        (&["bench", "--unaligned", "--mode", "at-least-once"], "cannot be combined"),
+        (
+            &["bench", "--checkpoint", "unaligned", "--restart-attempts", "2"],
+            "--restart-attempts needs --restart-strategy",
+        ),
+        (&["bench", "--checkpoint", "unaligned", "--restart-strategy", "sometimes"], "exponential-delay"),
+    ];
+    for (args, needle) in refused {
+        assert_refused(args, needle);
+    }
+    // A file's unknown key or wrongly typed value: named, with the file.
+    for (text, needle) in
+        [("interval-ms = 100\nbogus = 1\n", "unknown field `bogus`"), ("retained = \"many\"\n", "retained")]
+    {
+        std::fs::write(&file, text).unwrap();
+        for command in [&["bench"][..], &["nexmark", "--query", "q1"][..]] {
+            let args = [command, &["--config", file.to_str().unwrap()][..]].concat();
+            assert_refused(&args, needle);
+            assert_refused(&args, "checkpoints.toml");
+        }
+    }
+    assert_refused(&["bench", "--config", "/no/such/file.toml"], "/no/such/file.toml");
 }
 
 /// Every committed `word<TAB>count` line of a word count's output folder, counts by word.
@@ -504,13 +587,10 @@ fn every_flag_refuses_a_wrong_value() {
         (vec!["wordcount", "--input", "IN", "--output", "FILE"], "not a folder"),
         (vec!["wordcount", "--input", "/no/such/in", "--output", "OUT"], "/no/such/in"),
         ([&wc[..], &["--follow=3"]].concat(), "--follow"),
-        ([&wc[..], &["--incremental"]].concat(), "--incremental needs --checkpoint-dir"),
-        ([&wc[..], &["--unaligned"]].concat(), "--unaligned needs --checkpoint-dir"),
-        ([&wc[..], &["--retain", "2"]].concat(), "--retain needs --checkpoint-dir"),
-        (
-            [&wc[..], &["--interval-during-backlog-ms", "9"]].concat(),
-            "--interval-during-backlog-ms needs --checkpoint-dir",
-        ),
+        ([&wc[..], &["--incremental"]].concat(), "--incremental needs checkpoints"),
+        ([&wc[..], &["--unaligned"]].concat(), "need --checkpoint-dir"),
+        ([&wc[..], &["--retain", "2"]].concat(), "--retained needs checkpoints"),
+        ([&wc[..], &["--interval-during-backlog-ms", "9"]].concat(), "--interval-during-backlog-ms needs checkpoints"),
         ([&wc[..], &["--savepoint-dir", "CHK"]].concat(), "--savepoint-dir needs --checkpoint-dir"),
         ([&wc[..], &["--allow-non-restored-state"]].concat(), "needs --restore"),
         ([&wc[..], &["--restore", "/no/such/savepoint-3"]].concat(), "does not exist"),
@@ -520,16 +600,22 @@ fn every_flag_refuses_a_wrong_value() {
         (vec!["wordcount", "--input", "IN", "--output", "OUT", "--checkpoint-dir", "FILE"], "checkpoint directory"),
         ([&wc_chk[..], &["--savepoint-dir", "FILE"]].concat(), "savepoint directory"),
         ([&wc_chk[..], &["--interval-ms", "-1"]].concat(), "-1"),
-        ([&wc_chk[..], &["--max-concurrent", "65"]].concat(), "--max-concurrent"),
-        ([&wc_chk[..], &["--retain", "1001"]].concat(), "--retain"),
-        ([&wc[..], &["--checkpoint-timeout-ms", "50"]].concat(), "--checkpoint-timeout-ms needs --checkpoint-dir"),
-        ([&wc_chk[..], &["--checkpoint-timeout-ms", "0"]].concat(), "--checkpoint-timeout-ms"),
-        ([&wc_chk[..], &["--tolerable-failures", "some"]].concat(), "--tolerable-failures"),
-        ([&wc[..], &["--tolerable-failures", "2"]].concat(), "--tolerable-failures needs --checkpoint-dir"),
-        ([&wc_chk[..], &["--alignment-timeout-ms", "0"]].concat(), "--alignment-timeout-ms"),
-        ([&wc[..], &["--inflight-budget-bytes", "1000"]].concat(), "--inflight-budget-bytes needs --checkpoint-dir"),
+        ([&wc_chk[..], &["--max-concurrent", "65"]].concat(), "max-concurrent must be from 1 to 64"),
+        ([&wc_chk[..], &["--retain", "1001"]].concat(), "retained must be from 1 to 1000"),
+        ([&wc[..], &["--checkpoint-timeout-ms", "50"]].concat(), "--checkpoint-timeout-ms needs checkpoints"),
+        ([&wc_chk[..], &["--checkpoint-timeout-ms", "0"]].concat(), "checkpoint-timeout-ms must be at least 1"),
+        ([&wc_chk[..], &["--tolerable-failures", "some"]].concat(), "--tolerable-failed-checkpoints"),
+        ([&wc[..], &["--tolerable-failures", "2"]].concat(), "--tolerable-failed-checkpoints needs checkpoints"),
+        (
+            [&wc_chk[..], &["--unaligned", "--alignment-timeout-ms", "0"]].concat(),
+            "aligned-checkpoint-timeout-ms must be at least 1",
+        ),
+        ([&wc[..], &["--inflight-budget-bytes", "1000"]].concat(), "--inflight-budget-bytes needs unaligned"),
         ([&wc_chk[..], &["--inflight-budget-bytes", "1000"]].concat(), "needs unaligned"),
-        ([&wc_chk[..], &["--unaligned", "--inflight-budget-bytes", "0"]].concat(), "greater than zero"),
+        (
+            [&wc_chk[..], &["--unaligned", "--inflight-budget-bytes", "0"]].concat(),
+            "inflight-budget-bytes must be at least 1",
+        ),
         ([&wc_chk[..], &["--unaligned", "--inflight-budget-bytes", "-4"]].concat(), "-4"),
         (
             [&wc_chk[..], &["--unaligned", "--inflight-budget-bytes", "9", "--alignment-timeout-ms", "5"]].concat(),
@@ -542,25 +628,28 @@ fn every_flag_refuses_a_wrong_value() {
         // Benchmarks.
         (vec!["bench", "--workload", "heavy"], "stateless"),
         (vec!["bench", "--checkpoint", "yes"], "aligned"),
-        (vec!["bench", "--interval-ms", "0"], "--interval-ms"),
-        (vec!["bench", "--interval-ms", "500"], "--interval-ms needs --checkpoint"),
-        (vec!["bench", "--checkpoint-dir", "CHK"], "--checkpoint-dir needs --checkpoint"),
+        (vec!["bench", "--interval-ms", "0"], "interval-ms must be at least 1"),
+        (vec!["bench", "--retained", "2"], "--retained needs checkpoints"),
+        (vec!["bench", "--checkpoint", "none", "--checkpoint-dir", "CHK"], "--checkpoint-dir needs checkpoints"),
         (vec!["bench", "--checkpoint", "aligned", "--checkpoint-dir", "FILE", "--no-progress"], "checkpoint directory"),
         (vec!["bench", "--duration-s", "-2"], "positive"),
         (vec!["bench", "--rate", "NaN"], "positive"),
         (vec!["bench", "--keys", "0"], "--keys"),
         (
             vec!["bench", "--checkpoint", "aligned", "--alignment-timeout-ms", "5"],
-            "--alignment-timeout-ms needs --checkpoint aligned-timeout",
+            "--aligned-checkpoint-timeout-ms needs --checkpoint aligned-timeout",
         ),
-        (vec!["bench", "--checkpoint", "aligned-timeout", "--alignment-timeout-ms", "0"], "--alignment-timeout-ms"),
+        (
+            vec!["bench", "--checkpoint", "aligned-timeout", "--alignment-timeout-ms", "0"],
+            "aligned-checkpoint-timeout-ms must be at least 1",
+        ),
         (
             vec!["bench", "--checkpoint", "unaligned", "--inflight-budget-bytes", "5"],
             "--inflight-budget-bytes needs --checkpoint adaptive",
         ),
         (
             vec!["bench", "--checkpoint", "adaptive", "--inflight-budget-bytes", "0", "--no-progress"],
-            "greater than zero",
+            "inflight-budget-bytes must be at least 1",
         ),
         // The keyed workload's rings hold 4 × 4096 entries of 32 bytes.
         (
@@ -580,8 +669,9 @@ fn every_flag_refuses_a_wrong_value() {
         (vec!["nexmark", "--query", "q1", "--rate", "0"], "positive"),
         (vec!["nexmark", "--query", "q1", "--checkpoint", "exactly"], "unaligned"),
         (vec!["nexmark", "--query", "q1", "--interval-ms", "0"], "--interval-ms"),
-        (vec!["nexmark", "--query", "q1", "--interval-ms", "10"], "--interval-ms needs --checkpoint"),
-        (vec!["nexmark", "--query", "q1", "--incremental"], "--incremental needs --checkpoint"),
+        (vec!["nexmark", "--query", "q1", "--retained", "3"], "--retained needs checkpoints"),
+        (vec!["nexmark", "--query", "q1", "--incremental"], "--incremental needs checkpoints"),
+        (vec!["nexmark", "--query", "q1", "--checkpoint", "alternate:aligned,unaligned"], "weir bench's"),
         (vec!["nexmark", "--query", "q1", "--check", "--events", "2000001"], "at most"),
         (vec!["nexmark", "--query", "q1", "--check=no"], "--check"),
     ];
@@ -769,12 +859,8 @@ fn nexmark_and_bench_take_the_checkpoint_dir_and_minimum_pause() {
     assert!(chk.exists(), "the checkpoints stay where they were asked to go");
     let listing = text_of(&weir(&["checkpoints", chk.to_str().unwrap()]));
     assert!(listing.contains("valid") || listing.contains("no checkpoints"), "{listing}");
-    for args in [
-        vec!["nexmark", "--query", "q5", "--checkpoint-dir", "x"],
-        vec!["nexmark", "--query", "q5", "--min-pause-ms", "5"],
-        vec!["bench", "--min-pause-ms", "5"],
-    ] {
+    for args in [vec!["nexmark", "--query", "q5", "--min-pause-ms", "5"], vec!["bench", "--min-pause-ms", "5"]] {
         let o = weir(&args);
-        assert!(!o.status.success() && text_of(&o).contains("needs --checkpoint"), "{args:?}: {}", text_of(&o));
+        assert!(!o.status.success() && text_of(&o).contains("needs checkpoints"), "{args:?}: {}", text_of(&o));
     }
 }

@@ -61,15 +61,17 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
     // Bad changes: refused whole, named, the job going on with its configuration.
     for (bad, says) in [
         ("bogus=1", "unknown configuration key 'bogus'"),
-        ("interval-ms=soon", "'soon' is not a whole number"),
+        ("interval-ms=soon", "interval-ms=soon: invalid type: string \"soon\""),
         ("incremental=true", "fixed for the job's life"),
-        ("max-concurrent=0", "at least one concurrent checkpoint"),
+        ("max-concurrent=0", "max-concurrent must be from 1 to 64, not 0"),
+        ("mode=at-least-once", "fixed for the job's life"),
+        ("checkpoint=at-least-once", "switches between aligned, unaligned"),
     ] {
         let (ok, text) = control(&addr, &["config", "retain=9", bad]);
         assert!(!ok && text.contains(says) && text.contains("400"), "{bad}: {text}");
     }
     let (_, text) = control(&addr, &["config"]);
-    assert!(text.contains("\"retain\": 2") && text.contains("\"interval-ms\": 200"), "{text}");
+    assert!(text.contains("\"retained\": 2") && text.contains("\"interval-ms\": 200"), "{text}");
     // A savepoint with the job running, and one whose folder cannot be made.
     let (ok, text) = control(&addr, &["savepoint", dir.path().join("sp").to_str().unwrap()]);
     assert!(ok && text.contains("savepoint-"), "{text}");

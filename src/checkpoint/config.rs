@@ -63,13 +63,39 @@ pub enum RestartStrategy {
         /// Growth factor (at least 1).
         multiplier: f64,
     },
+    /// Restarts `delay` after each failure while at most `max_failures` failures fell within
+    /// the last `interval` (Flink's failure-rate strategy): a job that fails now and then goes
+    /// on for ever, one that fails in a burst stops.
+    FailureRate {
+        /// Failures allowed within `interval`.
+        max_failures: u32,
+        /// The window failures are counted in.
+        interval: Duration,
+        /// Wait before each restart.
+        delay: Duration,
+    },
 }
 
 impl RestartStrategy {
-    /// The wait before restart number `restart` (from 0), or `None` if no restart is left.
-    pub fn delay(&self, restart: u32) -> Option<Duration> {
+    /// The wait before restart number `restart` (from 0), or `None` if no restart is left;
+    /// `failures_ago` is how long ago each failure so far happened, this one included (the
+    /// failure-rate strategy counts those within its interval).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::checkpoint::RestartStrategy;
+    /// let s = Duration::from_secs;
+    /// let rate = RestartStrategy::FailureRate { max_failures: 2, interval: s(60), delay: s(1) };
+    /// assert_eq!(rate.delay(5, &[s(600), s(30), s(0)]), Some(s(1)));
+    /// assert_eq!(rate.delay(5, &[s(50), s(30), s(0)]), None);
+    /// ```
+    pub fn delay(&self, restart: u32, failures_ago: &[Duration]) -> Option<Duration> {
         match *self {
             RestartStrategy::None => None,
+            RestartStrategy::FailureRate { max_failures, interval, delay } => {
+                let recent = failures_ago.iter().filter(|ago| **ago <= interval).count();
+                (recent <= max_failures as usize).then_some(delay)
+            }
             RestartStrategy::FixedDelay { attempts, delay } => (restart < attempts).then_some(delay),
             RestartStrategy::ExponentialBackoff { attempts, initial, max, multiplier } => {
                 (restart < attempts).then(|| {
@@ -385,10 +411,16 @@ impl CheckpointConfig {
                 ));
             }
         }
-        if let RestartStrategy::ExponentialBackoff { multiplier, .. } = self.restart {
-            if !(multiplier >= 1.0 && multiplier.is_finite()) {
+        match self.restart {
+            RestartStrategy::ExponentialBackoff { multiplier, .. }
+                if !(multiplier >= 1.0 && multiplier.is_finite()) =>
+            {
                 return Err(Error::config("the back-off multiplier must be a finite number of at least 1"));
             }
+            RestartStrategy::FailureRate { interval, .. } if interval.is_zero() => {
+                return Err(Error::config("the failure-rate interval must be longer than zero"));
+            }
+            _ => {}
         }
         check_writable(&self.dir)?;
         match &self.store {
@@ -468,16 +500,21 @@ mod tests {
     #[test]
     fn restart_delays() {
         let fixed = RestartStrategy::FixedDelay { attempts: 2, delay: Duration::from_millis(5) };
-        assert_eq!(fixed.delay(0), Some(Duration::from_millis(5)));
-        assert_eq!(fixed.delay(2), None);
+        assert_eq!(fixed.delay(0, &[]), Some(Duration::from_millis(5)));
+        assert_eq!(fixed.delay(2, &[]), None);
         let exp = RestartStrategy::ExponentialBackoff {
             attempts: 5,
             initial: Duration::from_millis(10),
             max: Duration::from_millis(50),
             multiplier: 2.0,
         };
-        let delays: Vec<_> = (0..6).map(|i| exp.delay(i).map(|d| d.as_millis())).collect();
+        let delays: Vec<_> = (0..6).map(|i| exp.delay(i, &[]).map(|d| d.as_millis())).collect();
         assert_eq!(delays, vec![Some(10), Some(20), Some(40), Some(50), Some(50), None]);
-        assert_eq!(RestartStrategy::None.delay(0), None);
+        assert_eq!(RestartStrategy::None.delay(0, &[]), None);
+        let ms = Duration::from_millis;
+        let rate = RestartStrategy::FailureRate { max_failures: 1, interval: ms(100), delay: ms(3) };
+        // Failures far apart restart for ever; a second one within the interval ends the job.
+        assert_eq!(rate.delay(1000, &[ms(500), ms(250), ms(0)]), Some(ms(3)));
+        assert_eq!(rate.delay(2, &[ms(500), ms(100), ms(0)]), None);
     }
 }

@@ -415,6 +415,9 @@ struct RunProgress {
     /// The attempt running now (none while the next one starts, and after the end).
     attempt: Option<Attempt>,
     restarts: u32,
+    /// When each failure that asked for a restart happened (for the failure-rate strategy);
+    /// those older than an hour are dropped, longer than any interval a job is given.
+    failures: Vec<Instant>,
     notes: Vec<String>,
     /// The job's result, once it ended for good, until it is handed out.
     result: Option<Result<JobReport>>,
@@ -680,7 +683,14 @@ impl Supervised {
             // request) is a failure like any other: the strategy decides whether to go on.
             loop {
                 let cancelled = self.shared.control.cancel.load(Ordering::SeqCst);
-                let delay = strategy.and_then(|s| s.delay(restarts));
+                let failures_ago = {
+                    let mut progress = self.progress();
+                    let now = Instant::now();
+                    progress.failures.retain(|t| now.duration_since(*t) < Duration::from_secs(3600));
+                    progress.failures.push(now);
+                    progress.failures.iter().map(|t| now.duration_since(*t)).collect::<Vec<_>>()
+                };
+                let delay = strategy.and_then(|s| s.delay(restarts, &failures_ago));
                 let Some(delay) = delay.filter(|_| e.is_retryable() && !cancelled) else { return Some(Err(e)) };
                 tracing::warn!(job = %self.job.graph.borrow().name, restart = restarts + 1, cause = %e, "job restarts");
                 self.progress().notes.push(format!("restart {} after: {e}", restarts + 1));
@@ -1029,7 +1039,14 @@ impl Job {
             shared,
             started: Instant::now(),
             workers: config.effective_workers(),
-            state: Mutex::new(RunProgress { attempt: Some(attempt), restarts: 0, notes, result: None, over: false }),
+            state: Mutex::new(RunProgress {
+                attempt: Some(attempt),
+                restarts: 0,
+                failures: Vec::new(),
+                notes,
+                result: None,
+                over: false,
+            }),
             ended: std::sync::Condvar::new(),
         });
         let supervised = run.clone();

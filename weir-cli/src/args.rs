@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use weir::checkpoint::{CheckpointConfig, CheckpointMode};
+use weir::checkpoint::CheckpointConfig;
 use weir::runtime::available_cores;
 use weir::{Error, RunConfig};
 
@@ -47,7 +47,7 @@ pub(crate) enum Command {
     Control(ControlArgs),
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct ControlArgs {
     /// The endpoint, HOST:PORT (or http://HOST:PORT).
     pub(crate) addr: String,
@@ -55,7 +55,7 @@ pub(crate) struct ControlArgs {
     pub(crate) request: ControlRequest,
 }
 
-#[derive(clap::Subcommand, Debug)]
+#[derive(clap::Subcommand, Debug, Clone)]
 pub(crate) enum ControlRequest {
     /// Takes a checkpoint now and waits for it: its id.
     Checkpoint,
@@ -70,9 +70,10 @@ pub(crate) enum ControlRequest {
         dir: PathBuf,
     },
     /// Shows the checkpoint configuration in force, or changes it: KEY=VALUE … (all or
-    /// nothing), keys interval-ms, interval-during-backlog-ms, checkpoint-timeout-ms,
-    /// min-pause-ms, max-concurrent, tolerable-failures, retain, unaligned,
-    /// alignment-timeout-ms, inflight-budget-bytes.
+    /// nothing), keys as the checkpoint flags' a running job can change: checkpoint (aligned,
+    /// unaligned, aligned-timeout, adaptive), interval-ms, interval-during-backlog-ms,
+    /// checkpoint-timeout-ms, min-pause-ms, max-concurrent, tolerable-failed-checkpoints,
+    /// retained, unaligned, aligned-checkpoint-timeout-ms, inflight-budget-bytes.
     Config {
         /// KEY=VALUE settings; none shows the configuration.
         settings: Vec<String>,
@@ -85,7 +86,7 @@ pub(crate) enum ControlRequest {
     Job,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct SimulateArgs {
     /// The job: wordcount, window, join, keyed, timers (a process function with event-time
     /// timers and a side output), sessions (session windows), owned (records that own heap memory,
@@ -127,7 +128,7 @@ pub(crate) fn seed_range(s: &str) -> Result<std::ops::Range<u64>, String> {
     Ok(range)
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct NexmarkArgs {
     /// q0 (pass-through), q1 (currency conversion), q2 (selection), q3 (local item
     /// suggestion), q4 (average price per category), q5 (hot items), q6 (average price per
@@ -147,26 +148,8 @@ pub(crate) struct NexmarkArgs {
     /// Events per second in all (default: as fast as possible).
     #[arg(long, allow_negative_numbers = true, value_parser = rate_per_s)]
     pub(crate) rate: Option<f64>,
-    /// How the query checkpoints: none, aligned, unaligned, at-least-once, aligned-timeout
-    /// (aligned, turning unaligned after --alignment-timeout-ms) or adaptive (unaligned
-    /// barriers, a checkpoint's in-flight data kept under --inflight-budget-bytes).
-    #[arg(long, default_value = "none", value_parser = listed(&weir_jobs::bench::CheckpointChoice::ALL))]
-    pub(crate) checkpoint: weir_jobs::bench::CheckpointChoice,
-    /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) interval_ms: Option<u64>,
-    /// Incremental checkpoints: write only the state pages changed since the last one (for
-    /// the queries whose state grows, q16-q20; needs --checkpoint).
-    #[arg(long)]
-    pub(crate) incremental: bool,
-    /// Milliseconds at least between a checkpoint's completion and the next one's start
-    /// (default 0; needs --checkpoint).
-    #[arg(long)]
-    pub(crate) min_pause_ms: Option<u64>,
-    /// Where checkpoints go (default: a temporary folder, removed afterwards; needs
-    /// --checkpoint).
-    #[arg(long)]
-    pub(crate) checkpoint_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) checkpoints: crate::checkpoint_flags::CheckpointFlags,
     /// Compare the results with a sequential implementation (at most 2,000,000 events).
     #[arg(long)]
     pub(crate) check: bool,
@@ -174,7 +157,7 @@ pub(crate) struct NexmarkArgs {
     pub(crate) runtime: RuntimeArgs,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct BenchArgs {
     /// stateless | keyed | window | join | backpressure (a sink spending --sink-cost-ns per
     /// record, so the rings fill up) | sparse-window (Flink's W3: a 1 s window count where every
@@ -183,28 +166,6 @@ pub(crate) struct BenchArgs {
     /// mixed (the backlog pipeline beside one whose rings are full but drain in milliseconds).
     #[arg(long, default_value = "keyed", value_parser = listed(&weir_jobs::bench::Workload::ALL))]
     pub(crate) workload: weir_jobs::bench::Workload,
-    /// none | aligned | unaligned | at-least-once | aligned-timeout (aligned, turning
-    /// unaligned after --alignment-timeout-ms) | adaptive (unaligned barriers, a checkpoint's
-    /// in-flight data kept under --inflight-budget-bytes) | alternate:MODE,MODE… (the
-    /// checkpoint lab: aligned, unaligned, aligned-timeout and adaptive taking turns checkpoint
-    /// by checkpoint in one running job, reported per mode and as ratios of consecutive
-    /// checkpoints, which share the load of the moment).
-    #[arg(long, default_value = "none", value_parser = checkpoint_plan)]
-    pub(crate) checkpoint: CheckpointPlan,
-    /// With --checkpoint adaptive: the in-flight budget of a checkpoint, in bytes (default:
-    /// half of what the job's rings hold, at most 1 MiB).
-    #[arg(long)]
-    pub(crate) inflight_budget_bytes: Option<u64>,
-    /// Milliseconds between checkpoints (default 1000; needs --checkpoint).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) interval_ms: Option<u64>,
-    /// With --checkpoint aligned-timeout: milliseconds from a checkpoint's trigger after which
-    /// its barriers turn unaligned (default 10).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) alignment_timeout_ms: Option<u64>,
-    /// Checkpoints in flight at once (default 1; needs --checkpoint).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub(crate) max_concurrent: Option<u64>,
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = duration_s)]
     pub(crate) duration_s: f64,
@@ -221,19 +182,13 @@ pub(crate) struct BenchArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
-    /// Where checkpoints go (default: a temporary folder, removed afterwards; needs
-    /// --checkpoint).
-    #[arg(long)]
-    pub(crate) checkpoint_dir: Option<PathBuf>,
-    /// Milliseconds at least between a checkpoint's completion and the next one's start
-    /// (default 0; needs --checkpoint).
-    #[arg(long)]
-    pub(crate) min_pause_ms: Option<u64>,
+    #[command(flatten)]
+    pub(crate) checkpoints: crate::checkpoint_flags::CheckpointFlags,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct CheckpointsArgs {
     /// A checkpoint directory (holding chk-<n> folders; s3://BUCKET/PREFIX for one in an
     /// object store: its complete checkpoints), a savepoint directory (holding savepoint-<n>
@@ -241,57 +196,10 @@ pub(crate) struct CheckpointsArgs {
     pub(crate) dir: PathBuf,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct CheckpointArgs {
-    /// Take checkpoints into this directory (checkpointing is off without it): a folder,
-    /// file:///FOLDER, or s3://BUCKET/PREFIX (endpoint and credentials from the standard AWS
-    /// environment variables: AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID,
-    /// AWS_SECRET_ACCESS_KEY). A directory with checkpoints of the same job resumes from the
-    /// newest valid one, wherever the process runs.
-    #[arg(long)]
-    pub(crate) checkpoint_dir: Option<PathBuf>,
-    /// Milliseconds between checkpoints.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) interval_ms: Option<u64>,
-    /// Milliseconds between checkpoints while the input is far from its end (more than 256
-    /// MiB left to a subtask): 0 takes none until then.
-    #[arg(long)]
-    pub(crate) interval_during_backlog_ms: Option<u64>,
-    /// Checkpoint mode.
-    #[arg(long, value_parser = ["exactly-once", "at-least-once"])]
-    pub(crate) mode: Option<String>,
-    /// Unaligned checkpoints: barriers overtake in-flight data, which is stored instead.
-    #[arg(long)]
-    pub(crate) unaligned: bool,
-    /// Incremental checkpoints: write only the state pages changed since the last completed
-    /// checkpoint and refer to earlier files for the rest.
-    #[arg(long)]
-    pub(crate) incremental: bool,
-    /// With --unaligned: start aligned, switch to unaligned after this many milliseconds.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) alignment_timeout_ms: Option<u64>,
-    /// With --unaligned: adaptive alignment, keeping a checkpoint's in-flight data under this
-    /// many bytes (channels that drain are aligned, those that lag captured).
-    #[arg(long)]
-    pub(crate) inflight_budget_bytes: Option<u64>,
-    /// Checkpoints in flight at once.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub(crate) max_concurrent: Option<u64>,
-    /// Milliseconds at least between a checkpoint's completion and the next one's start
-    /// (Flink's minimum pause; default 0), so a slow checkpoint does not leave the job no time
-    /// between checkpoints.
-    #[arg(long)]
-    pub(crate) min_pause_ms: Option<u64>,
-    /// Milliseconds a checkpoint may take before it expires (default 600000); the next one
-    /// reuses the parts its tasks had completed where nothing in them changed.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) checkpoint_timeout_ms: Option<u64>,
-    /// Checkpoints that may fail in a row before the job fails (default 3).
-    #[arg(long)]
-    pub(crate) tolerable_failures: Option<u32>,
-    /// Completed checkpoints to keep.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
-    pub(crate) retain: Option<u64>,
+    #[command(flatten)]
+    pub(crate) flags: crate::checkpoint_flags::CheckpointFlags,
     /// Ctrl-C or SIGTERM stops the job with a savepoint in this directory, a folder or
     /// s3://BUCKET/PREFIX (needs --checkpoint-dir).
     #[arg(long)]
@@ -341,7 +249,7 @@ impl CheckpointArgs {
     /// The completion marker of --checkpoint-dir, if a job finished there (read from the
     /// store, for one in an object store).
     pub(crate) fn finished(&self) -> weir::Result<Option<weir::checkpoint::FinishedJob>> {
-        let Some(dir) = &self.checkpoint_dir else { return Ok(None) };
+        let Some(dir) = &self.flags.checkpoint_dir else { return Ok(None) };
         if let Some(local) = self.local_dir() {
             return weir::checkpoint::read_finished(&local);
         }
@@ -360,7 +268,7 @@ impl CheckpointArgs {
     /// The local folder of --checkpoint-dir (`file://` taken off); `None` without one, or
     /// when it is in an object store (`s3://`).
     pub(crate) fn local_dir(&self) -> Option<PathBuf> {
-        let dir = self.checkpoint_dir.as_ref()?;
+        let dir = self.flags.checkpoint_dir.as_ref()?;
         match dir.to_str() {
             Some(s) if weir_object_store::S3Url::is_s3(s) => None,
             Some(s) if s.starts_with("file://") => Some(PathBuf::from(&s["file://".len()..])),
@@ -399,66 +307,35 @@ impl CheckpointArgs {
         c
     }
 
+    /// Word count's checkpoint configuration: `None` without checkpoints. Its flags are
+    /// [`crate::checkpoint_flags::CheckpointFlags`] (merged with their file already); word
+    /// count's checkpoints need a directory, as they are what it resumes from.
     pub(super) fn config(&self) -> weir::Result<Option<CheckpointConfig>> {
-        let Some(dir) = &self.checkpoint_dir else {
-            let given = [
-                ("--interval-ms", self.interval_ms.is_some()),
-                ("--interval-during-backlog-ms", self.interval_during_backlog_ms.is_some()),
-                ("--mode", self.mode.is_some()),
-                ("--unaligned", self.unaligned),
-                ("--incremental", self.incremental),
-                ("--alignment-timeout-ms", self.alignment_timeout_ms.is_some()),
-                ("--inflight-budget-bytes", self.inflight_budget_bytes.is_some()),
-                ("--max-concurrent", self.max_concurrent.is_some()),
-                ("--min-pause-ms", self.min_pause_ms.is_some()),
-                ("--checkpoint-timeout-ms", self.checkpoint_timeout_ms.is_some()),
-                ("--tolerable-failures", self.tolerable_failures.is_some()),
-                ("--retain", self.retain.is_some()),
-                ("--savepoint-dir", self.savepoint_dir.is_some()),
-                ("--savepoint-timeout-ms", self.savepoint_timeout_ms.is_some()),
-                ("--allow-retracting-output", self.allow_retracting_output),
-            ];
-            if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+        let lifecycle = [
+            ("--savepoint-dir", self.savepoint_dir.is_some()),
+            ("--savepoint-timeout-ms", self.savepoint_timeout_ms.is_some()),
+            ("--allow-retracting-output", self.allow_retracting_output),
+        ];
+        let Some(plan) = self.flags.plan(false)? else {
+            if let Some((flag, _)) = lifecycle.iter().find(|(_, g)| *g) {
                 return Err(Error::config(format!("{flag} needs --checkpoint-dir")));
             }
             return Ok(None);
+        };
+        let Some(dir) = &self.flags.checkpoint_dir else {
+            return Err(Error::config(format!(
+                "word count's checkpoints (--checkpoint {plan}) need --checkpoint-dir DIR: they are what it resumes from"
+            )));
         };
         let c = match self.local_dir() {
             Some(local) => CheckpointConfig::new(local),
             None => CheckpointConfig::in_store(weir_object_store::open(&dir.to_string_lossy())?),
         };
         #[allow(unused_mut)]
-        let mut c = c
-            .unaligned(self.unaligned)
-            .incremental(self.incremental)
-            .allow_retracting_output(self.allow_retracting_output);
+        let mut c = c.allow_retracting_output(self.allow_retracting_output);
         #[cfg(feature = "testing")]
         {
             c = self.with_faults(c);
-        }
-        if let Some(ms) = self.interval_ms {
-            c = c.interval(Duration::from_millis(ms));
-        }
-        if let Some(ms) = self.interval_during_backlog_ms {
-            c = c.interval_during_backlog(Duration::from_millis(ms));
-        }
-        if let Some(m) = &self.mode {
-            c = c.mode(m.parse::<CheckpointMode>().map_err(Error::config)?);
-        }
-        if let Some(ms) = self.alignment_timeout_ms {
-            c = c.alignment_timeout(Duration::from_millis(ms));
-        }
-        if let Some(bytes) = self.inflight_budget_bytes {
-            c = c.inflight_budget(bytes);
-        }
-        if let Some(n) = self.max_concurrent {
-            c = c.max_concurrent(n as usize);
-        }
-        if let Some(ms) = self.min_pause_ms {
-            c = c.min_pause(Duration::from_millis(ms));
-        }
-        if let Some(ms) = self.checkpoint_timeout_ms {
-            c = c.timeout(Duration::from_millis(ms));
         }
         if let Some(ms) = self.savepoint_timeout_ms {
             if self.savepoint_dir.is_none() {
@@ -466,18 +343,11 @@ impl CheckpointArgs {
             }
             c = c.savepoint_timeout(Duration::from_millis(ms));
         }
-        if let Some(n) = self.tolerable_failures {
-            c = c.tolerable_failures(n);
-        }
-        if let Some(n) = self.retain {
-            c = c.retain(n as usize);
-        }
-        c.validate()?;
-        Ok(Some(c))
+        self.flags.apply(plan.first(), c).map(Some)
     }
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct RuntimeArgs {
     /// Worker threads, one per core (default: every available core).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
@@ -515,7 +385,7 @@ impl RuntimeArgs {
     }
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct DefaultArgs {
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true, value_parser = duration_s)]
@@ -533,7 +403,7 @@ pub(crate) struct DefaultArgs {
     pub(crate) runtime: RuntimeArgs,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct WordcountArgs {
     /// A text file, a folder of text files (read in name order), - for standard input, or a
     /// Kafka topic, kafka://HOST:PORT/TOPIC (one line of text per message; read up to the
@@ -600,7 +470,7 @@ impl std::fmt::Display for CheckpointPlan {
 
 /// A checkpoint choice, or `alternate:` and two or more of those a running job can switch
 /// between (its live configuration: aligned, unaligned, aligned-timeout, adaptive).
-fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
+pub(crate) fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
     use weir_jobs::bench::CheckpointChoice;
     let Some(list) = s.strip_prefix("alternate:") else {
         return s.parse::<CheckpointChoice>().map(|m| CheckpointPlan { modes: vec![m] });
@@ -647,28 +517,6 @@ fn partition_list(s: &str) -> Result<PartitionList, String> {
     parts.sort_unstable();
     parts.dedup();
     Ok(PartitionList(parts))
-}
-
-/// `job` with a minimum pause of `ms` between checkpoints, if given (it takes checkpoints).
-pub(crate) fn with_min_pause(job: weir::Job, ms: Option<u64>) -> weir::Job {
-    match (ms, job.checkpointing()) {
-        (Some(ms), Some(c)) => job.with_checkpointing(c.min_pause(Duration::from_millis(ms))),
-        _ => job,
-    }
-}
-
-/// Refuses checkpoint flags given to a benchmark that takes no checkpoints (they would be
-/// silently ignored otherwise).
-pub(crate) fn refuse_checkpoint_flags_without_checkpoints(
-    choice: weir_jobs::bench::CheckpointChoice,
-    given: &[(&str, bool)],
-) -> weir::Result<()> {
-    match given.iter().find(|(_, g)| *g) {
-        Some((flag, _)) if choice == weir_jobs::bench::CheckpointChoice::None => {
-            Err(Error::config(format!("{flag} needs --checkpoint aligned, unaligned or at-least-once")))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// A fresh folder name under the system's temporary directory for `what` (a benchmark's

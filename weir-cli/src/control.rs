@@ -35,6 +35,8 @@ use axum::Router;
 use weir::checkpoint::CheckpointConfig;
 use weir::{Error, JobController};
 
+use crate::checkpoint_flags::CheckpointFlags;
+
 /// A stop-with-savepoint asked for through the endpoint, for the job's supervisor to carry out
 /// (it owns the job's handle); it answers with the savepoint's folder, or why it failed.
 #[derive(Debug)]
@@ -295,50 +297,31 @@ fn config_values(c: &CheckpointConfig) -> serde_json::Value {
         "checkpoint-timeout-ms": ms(c.timeout),
         "min-pause-ms": ms(c.min_pause),
         "max-concurrent": c.max_concurrent,
-        "tolerable-failures": c.tolerable_failures,
-        "retain": c.retained,
+        "tolerable-failed-checkpoints": c.tolerable_failures,
+        "retained": c.retained,
         "unaligned": c.unaligned,
-        "alignment-timeout-ms": c.alignment_timeout.map(ms),
+        "aligned-checkpoint-timeout-ms": c.alignment_timeout.map(ms),
         "inflight-budget-bytes": c.inflight_budget,
         // Fixed for the job's life: shown, refused as changes.
-        "mode": format!("{:?}", c.mode),
+        "mode": c.mode.to_string(),
         "incremental": c.incremental,
     })
 }
 
-/// `c` with `key` set to `value`, or what is wrong with them.
+/// `c` with `key` set to `value`, or what is wrong with them: the keys are the checkpoint
+/// flags' (`crate::checkpoint_flags`), those a running job can change; `none` or `off`
+/// clears an optional one.
 pub(crate) fn apply_setting(mut c: CheckpointConfig, key: &str, value: &str) -> Result<CheckpointConfig, String> {
-    let number = || value.parse::<u64>().map_err(|_| format!("{key}: '{value}' is not a whole number"));
-    let optional = || match value {
-        "none" | "off" => Ok(None),
-        _ => number().map(Some),
-    };
-    let ms = Duration::from_millis;
-    match key {
-        "interval-ms" => c.interval = ms(number()?.max(1)),
-        "interval-during-backlog-ms" => c.interval_during_backlog = optional()?.map(ms),
-        "checkpoint-timeout-ms" => c.timeout = ms(number()?),
-        "min-pause-ms" => c.min_pause = ms(number()?),
-        "max-concurrent" => c.max_concurrent = number()? as usize,
-        "tolerable-failures" => c.tolerable_failures = number()?.min(u64::from(u32::MAX)) as u32,
-        "retain" => c.retained = number()? as usize,
-        "unaligned" => {
-            c.unaligned = value.parse().map_err(|_| format!("unaligned: '{value}' is not true or false"))?;
+    if matches!(value, "none" | "off") {
+        match key {
+            "interval-during-backlog-ms" => c.interval_during_backlog = None,
+            "aligned-checkpoint-timeout-ms" => c.alignment_timeout = None,
+            "inflight-budget-bytes" => c.inflight_budget = None,
+            _ => return Err(format!("{key} cannot be {value}: give a value")),
         }
-        "alignment-timeout-ms" => c.alignment_timeout = optional()?.map(ms),
-        "inflight-budget-bytes" => c.inflight_budget = optional()?,
-        "mode" | "incremental" => {
-            return Err(format!("{key} is fixed for the job's life (a running job cannot change it)"));
-        }
-        _ => {
-            return Err(format!(
-                "unknown configuration key '{key}': one of interval-ms, interval-during-backlog-ms, \
-                 checkpoint-timeout-ms, min-pause-ms, max-concurrent, tolerable-failures, retain, unaligned, \
-                 alignment-timeout-ms, inflight-budget-bytes"
-            ));
-        }
+        return Ok(c);
     }
-    Ok(c)
+    CheckpointFlags::parse_setting(key, value)?.change_live(c).map_err(|e| e.to_string())
 }
 
 async fn config(State(s): State<Shared>) -> Response {

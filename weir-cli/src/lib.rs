@@ -9,6 +9,7 @@
 
 mod args;
 mod bench;
+mod checkpoint_flags;
 mod checkpoints;
 pub mod control;
 mod control_client;

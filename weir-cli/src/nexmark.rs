@@ -11,15 +11,9 @@ use crate::supervisor::*;
 pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     use weir_jobs::nexmark::{build, final_rows, reference};
     const MAX_CHECKED: u64 = 2_000_000;
-    refuse_checkpoint_flags_without_checkpoints(
-        args.checkpoint,
-        &[
-            ("--interval-ms", args.interval_ms.is_some()),
-            ("--incremental", args.incremental),
-            ("--min-pause-ms", args.min_pause_ms.is_some()),
-            ("--checkpoint-dir", args.checkpoint_dir.is_some()),
-        ],
-    )?;
+    let flags = args.checkpoints.clone().with_file()?;
+    let plan = flags.plan(false)?;
+    let first = plan.as_ref().map_or(weir_jobs::bench::CheckpointChoice::None, |p| p.first());
     if args.check && args.events > MAX_CHECKED {
         return Err(Error::config(format!(
             "--check computes the answer sequentially in memory: use at most {} events, not {}",
@@ -40,15 +34,10 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let workers = config.effective_workers();
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
-    let checkpoint_dir = args.checkpoint_dir.clone().unwrap_or_else(|| scratch_dir("nexmark"));
-    let interval = Duration::from_millis(args.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS));
-    if let Some(c) = args.checkpoint.config(
-        &checkpoint_dir,
-        interval,
-        weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT,
-        weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET,
-    ) {
-        job = job.with_checkpointing(c.incremental(args.incremental));
+    let checkpoint_dir = flags.checkpoint_dir.clone().unwrap_or_else(|| scratch_dir("nexmark"));
+    let interval = Duration::from_millis(flags.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS));
+    if plan.is_some() {
+        job = job.with_checkpointing(weir::checkpoint::CheckpointConfig::new(&checkpoint_dir).interval(interval));
     }
     let collected = match &args.output {
         Some(dir) => {
@@ -71,14 +60,14 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         group_digits(args.events),
         workers,
         parallelism,
-        args.checkpoint,
-        if args.incremental { " (incremental)" } else { "" }
+        first,
+        if flags.incremental == Some(true) { " (incremental)" } else { "" }
     );
     let binding = args.runtime.bind_control()?;
-    let job = with_min_pause(weir_jobs::bench::fit_inflight_budget(job, config.ring_capacity), args.min_pause_ms);
+    let job = crate::checkpoint_flags::with_flags(job, &flags, first, config.ring_capacity)?;
     let (handle, control) = start_with_control(job, config, binding)?;
     let report = supervise(handle, None, !args.runtime.no_progress, None, control.as_ref());
-    if args.checkpoint_dir.is_none() {
+    if flags.checkpoint_dir.is_none() {
         let _ = std::fs::remove_dir_all(&checkpoint_dir);
     }
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.

@@ -24,6 +24,9 @@ fn kafka_url(arg: &std::path::Path) -> weir::Result<Option<KafkaUrl>> {
 }
 
 pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
+    let mut args = args.clone();
+    args.checkpoints.flags = args.checkpoints.flags.with_file()?;
+    let args = &args;
     let (kafka_in, kafka_out) = (kafka_url(&args.input)?, kafka_url(&args.output)?);
     let (config, parallelism) = args.runtime.config();
     if args.partitions.is_some() && kafka_in.is_none() {
@@ -33,7 +36,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         let Some(topic) = &kafka_in else {
             return Err(Error::config("--group needs a Kafka input (--input kafka://HOST:PORT/TOPIC)"));
         };
-        let Some(dir) = &args.checkpoints.checkpoint_dir else {
+        let Some(dir) = &args.checkpoints.flags.checkpoint_dir else {
             return Err(Error::config(
                 "--group needs --checkpoint-dir: a process's offsets live in its checkpoints, and the directory is \
                  its name in the group",
@@ -90,7 +93,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
 /// per checkpoint), as the files are; `source` tells this process's transactional ids apart
 /// from those of others writing the topic.
 fn kafka_output(args: &WordcountArgs, topic: &KafkaUrl, from: &str, source: &str) -> (WordOutput, String, String) {
-    let transactional = args.checkpoints.checkpoint_dir.is_some();
+    let transactional = args.checkpoints.flags.checkpoint_dir.is_some();
     let delivery = if transactional { Delivery::ExactlyOnce } else { Delivery::None };
     let transactional_id_prefix = format!("weir-wordcount-{}-from-{source}", topic.topic);
     let output = WordOutput::Kafka { topic: topic.clone(), delivery, transactional_id_prefix };
@@ -150,7 +153,7 @@ fn run_in_group(
 
 /// Word count into the output folder: checks it may be written, and says what goes there.
 fn file_output(args: &WordcountArgs, from: &str) -> weir::Result<(WordOutput, String, String)> {
-    let transactional = args.checkpoints.checkpoint_dir.is_some();
+    let transactional = args.checkpoints.flags.checkpoint_dir.is_some();
     let output = std::path::absolute(&args.output)
         .map_err(|e| Error::io("cannot resolve the output folder", &args.output, e))?;
     let description = format!("word count of {from} into {}", output.display());
@@ -173,7 +176,7 @@ fn file_output(args: &WordcountArgs, from: &str) -> weir::Result<(WordOutput, St
     // two-phase-commit sink keeps what was committed and discards the rest), and so does a
     // restore (the plain file sink cuts each file back to its length at the savepoint).
     // (Checkpoints in an object store may hold this job's: the sink finds out as it starts.)
-    let in_store = args.checkpoints.checkpoint_dir.is_some() && args.checkpoints.local_dir().is_none();
+    let in_store = args.checkpoints.flags.checkpoint_dir.is_some() && args.checkpoints.local_dir().is_none();
     let resuming = args.checkpoints.restore.is_some()
         || in_store
         || args.checkpoints.local_dir().as_ref().is_some_and(|d| d.exists());
@@ -222,7 +225,7 @@ fn run_job(
     if let Some(c) = args.checkpoints.config()? {
         job = job.with_checkpointing(c);
     }
-    if let Some(dir) = &args.checkpoints.checkpoint_dir {
+    if let Some(dir) = &args.checkpoints.flags.checkpoint_dir {
         // A finished job is not run again; another job's finished directory is not reused.
         if let Some(finished) = args.checkpoints.finished()? {
             if finished.fingerprint != job.fingerprint() || finished.description != description {
@@ -268,7 +271,7 @@ fn run_job(
     // A source record is a block of text (or a Kafka message); the sinks get one count per
     // word: the headline counts words.
     let words = Some(("words", report.sink_records));
-    crate::runner::print_report(&report, args.checkpoints.checkpoint_dir.is_some(), words);
+    crate::runner::print_report(&report, args.checkpoints.flags.checkpoint_dir.is_some(), words);
     let secs = report.elapsed.as_secs_f64().max(1e-9);
     let input = match bytes {
         Some(bytes) => format!("{} bytes ({:.1} MB/s)", group_digits(bytes), bytes as f64 / secs / 1e6),

@@ -1,0 +1,544 @@
+//! One set of checkpoint settings for every command that checkpoints (`wordcount`, `bench`,
+//! `nexmark`), the keys of a TOML configuration file (`--config FILE`, the flags overriding
+//! it) and of the control endpoint's live configuration: one struct, so a flag, a file key
+//! and a `weir control ADDR config KEY=VALUE` key are the same name by construction. Names
+//! follow Flink's `execution.checkpointing.*` and `restart-strategy.*` options. May touch:
+//! the engine's checkpoint configuration, `args` (the checkpoint plan's parser).
+//!
+//! Defaults are the engine's, the same on every command, and Flink's except where said:
+//! tolerable failed checkpoints 3 (Flink 0: one checkpoint expired under a backlog should not
+//! restart a job that is making progress), retained 2 (Flink 1: recovery falls back one
+//! checkpoint when the newest is damaged), restarts fixed-delay 10 × 100 ms (Flink's
+//! exponential-delay from 1 s: weir restarts inside its process in milliseconds, with no
+//! cluster to reschedule on).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use serde::Deserialize;
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
+use weir::Error;
+use weir_jobs::bench::CheckpointChoice;
+
+use crate::args::CheckpointPlan;
+
+/// The aligned-checkpoint timeout of `aligned-timeout` unless told otherwise.
+const DEFAULT_ALIGNMENT_TIMEOUT: Duration = weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT;
+
+/// Checkpoint settings, as flags and as the keys of a configuration file (the same names).
+/// Every one is optional: unset, the engine's default holds.
+#[derive(Args, Deserialize, Debug, Clone, Default)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct CheckpointFlags {
+    /// A TOML file of these settings, one `key = value` per flag without its dashes (say
+    /// `interval-ms = 500`, `unaligned = true`); flags given as well override it.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub(crate) config: Option<PathBuf>,
+    /// How checkpoints go, in one word: none, aligned (exactly-once), unaligned, at-least-once,
+    /// aligned-timeout (aligned, turning unaligned after --aligned-checkpoint-timeout-ms),
+    /// adaptive (unaligned within --inflight-budget-bytes), or for `bench`, alternate:MODE,MODE…
+    /// (the checkpoint lab). Flink's --mode and --unaligned say the same in parts.
+    #[arg(long, value_name = "MODE", value_parser = crate::args::checkpoint_plan)]
+    #[serde(deserialize_with = "plan")]
+    pub(crate) checkpoint: Option<CheckpointPlan>,
+    /// Where checkpoints go: a folder, file:///FOLDER, or s3://BUCKET/PREFIX (endpoint and
+    /// credentials from the standard AWS environment variables: AWS_ENDPOINT_URL, AWS_REGION,
+    /// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY). Turns checkpoints on. A directory with
+    /// checkpoints of the same job resumes from the newest valid one (wordcount; bench and
+    /// nexmark default to a temporary folder, removed afterwards).
+    #[arg(long)]
+    pub(crate) checkpoint_dir: Option<PathBuf>,
+    /// Milliseconds between checkpoints (default 1000). Turns checkpoints on.
+    #[arg(long)]
+    pub(crate) interval_ms: Option<u64>,
+    /// Milliseconds between checkpoints while the input is far from its end (more than 256
+    /// MiB left to a subtask): 0 takes none until then (default: --interval-ms always).
+    #[arg(long)]
+    pub(crate) interval_during_backlog_ms: Option<u64>,
+    /// exactly-once (default) or at-least-once. Turns checkpoints on.
+    #[arg(long, value_parser = ["exactly-once", "at-least-once"])]
+    pub(crate) mode: Option<String>,
+    /// Unaligned checkpoints: barriers overtake in-flight data, which is stored instead
+    /// (--unaligned=false to override a configuration file). Turns checkpoints on.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) unaligned: Option<bool>,
+    /// With unaligned checkpoints: start aligned, turn unaligned at a task that has waited
+    /// this many milliseconds (default with --checkpoint aligned-timeout: 10).
+    #[arg(long, alias = "alignment-timeout-ms")]
+    #[serde(alias = "alignment-timeout-ms")]
+    pub(crate) aligned_checkpoint_timeout_ms: Option<u64>,
+    /// With unaligned checkpoints: adaptive alignment, a checkpoint's in-flight data kept under
+    /// this many bytes (channels that drain are aligned, those that lag captured; default with
+    /// --checkpoint adaptive: half of what the job's rings hold, at most 1 MiB).
+    #[arg(long)]
+    pub(crate) inflight_budget_bytes: Option<u64>,
+    /// Milliseconds a checkpoint may take before it expires (default 600000).
+    #[arg(long)]
+    pub(crate) checkpoint_timeout_ms: Option<u64>,
+    /// Milliseconds at least between a checkpoint's completion and the next one's start
+    /// (default 0), so a slow checkpoint leaves the job time between checkpoints.
+    #[arg(long)]
+    pub(crate) min_pause_ms: Option<u64>,
+    /// Checkpoints in flight at once, 1 to 64 (default 1).
+    #[arg(long)]
+    pub(crate) max_concurrent: Option<u64>,
+    /// Checkpoints that may fail in a row before the job fails (default 3; Flink's is 0).
+    #[arg(long, alias = "tolerable-failures")]
+    #[serde(alias = "tolerable-failures")]
+    pub(crate) tolerable_failed_checkpoints: Option<u32>,
+    /// Completed checkpoints kept, 1 to 1000 (default 2; Flink's is 1).
+    #[arg(long, alias = "retain")]
+    #[serde(alias = "retain")]
+    pub(crate) retained: Option<u64>,
+    /// Incremental checkpoints: write only the state pages changed since the last completed
+    /// checkpoint and refer to earlier files for the rest.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub(crate) incremental: Option<bool>,
+    /// How the job restarts after a failure: none, fixed-delay (default: 10 attempts 100 ms
+    /// apart), exponential-delay (from --restart-delay-ms, times --restart-backoff-multiplier
+    /// up to --restart-max-delay-ms) or failure-rate (while at most
+    /// --restart-failures-per-interval failures fell in --restart-failure-rate-interval-ms).
+    #[arg(long, value_name = "STRATEGY", value_parser = RESTART_STRATEGIES)]
+    pub(crate) restart_strategy: Option<String>,
+    /// Restarts allowed (fixed-delay and exponential-delay; default 10).
+    #[arg(long)]
+    pub(crate) restart_attempts: Option<u32>,
+    /// Milliseconds before a restart; exponential-delay's first (default 100).
+    #[arg(long)]
+    pub(crate) restart_delay_ms: Option<u64>,
+    /// exponential-delay: the longest wait, in milliseconds (default 60000).
+    #[arg(long)]
+    pub(crate) restart_max_delay_ms: Option<u64>,
+    /// exponential-delay: the wait's growth per restart, at least 1 (default 1.5).
+    #[arg(long)]
+    pub(crate) restart_backoff_multiplier: Option<f64>,
+    /// failure-rate: failures allowed within the interval (default 1).
+    #[arg(long)]
+    pub(crate) restart_failures_per_interval: Option<u32>,
+    /// failure-rate: the interval failures are counted in, in milliseconds (default 60000).
+    #[arg(long)]
+    pub(crate) restart_failure_rate_interval_ms: Option<u64>,
+}
+
+const RESTART_STRATEGIES: [&str; 4] = ["none", "fixed-delay", "exponential-delay", "failure-rate"];
+
+/// The keys a running job's configuration takes (`weir control ADDR config KEY=VALUE`); the
+/// others are fixed for its life.
+pub(crate) const LIVE_KEYS: [&str; 11] = [
+    "checkpoint",
+    "interval-ms",
+    "interval-during-backlog-ms",
+    "checkpoint-timeout-ms",
+    "min-pause-ms",
+    "max-concurrent",
+    "tolerable-failed-checkpoints",
+    "retained",
+    "unaligned",
+    "aligned-checkpoint-timeout-ms",
+    "inflight-budget-bytes",
+];
+
+fn plan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<CheckpointPlan>, D::Error> {
+    let s = String::deserialize(d)?;
+    crate::args::checkpoint_plan(&s).map(Some).map_err(serde::de::Error::custom)
+}
+
+/// `a`, or `b` where `a` is unset: the flag over the file.
+macro_rules! merge {
+    ($a:expr, $b:expr, $($field:ident),*) => {
+        CheckpointFlags { config: $a.config, $($field: $a.$field.or($b.$field)),* }
+    };
+}
+
+impl CheckpointFlags {
+    /// These flags over the settings of their `--config` file, if one was given: the file's
+    /// unknown keys and wrongly typed values are errors that name the key and the file.
+    pub(crate) fn with_file(self) -> weir::Result<CheckpointFlags> {
+        let Some(path) = self.config.clone() else { return Ok(self) };
+        let file = read_file(&path)?;
+        Ok(merge!(
+            self,
+            file,
+            checkpoint,
+            checkpoint_dir,
+            interval_ms,
+            interval_during_backlog_ms,
+            mode,
+            unaligned,
+            aligned_checkpoint_timeout_ms,
+            inflight_budget_bytes,
+            checkpoint_timeout_ms,
+            min_pause_ms,
+            max_concurrent,
+            tolerable_failed_checkpoints,
+            retained,
+            incremental,
+            restart_strategy,
+            restart_attempts,
+            restart_delay_ms,
+            restart_max_delay_ms,
+            restart_backoff_multiplier,
+            restart_failures_per_interval,
+            restart_failure_rate_interval_ms
+        ))
+    }
+
+    /// Each setting's key (its flag without the dashes) and whether it is given, in the
+    /// order of the flags; `checkpoint` and `config` apart.
+    fn settings(&self) -> [(&'static str, bool); 20] {
+        [
+            ("checkpoint-dir", self.checkpoint_dir.is_some()),
+            ("interval-ms", self.interval_ms.is_some()),
+            ("interval-during-backlog-ms", self.interval_during_backlog_ms.is_some()),
+            ("mode", self.mode.is_some()),
+            ("unaligned", self.unaligned.is_some()),
+            ("aligned-checkpoint-timeout-ms", self.aligned_checkpoint_timeout_ms.is_some()),
+            ("inflight-budget-bytes", self.inflight_budget_bytes.is_some()),
+            ("checkpoint-timeout-ms", self.checkpoint_timeout_ms.is_some()),
+            ("min-pause-ms", self.min_pause_ms.is_some()),
+            ("max-concurrent", self.max_concurrent.is_some()),
+            ("tolerable-failed-checkpoints", self.tolerable_failed_checkpoints.is_some()),
+            ("retained", self.retained.is_some()),
+            ("incremental", self.incremental.is_some()),
+            ("restart-strategy", self.restart_strategy.is_some()),
+            ("restart-attempts", self.restart_attempts.is_some()),
+            ("restart-delay-ms", self.restart_delay_ms.is_some()),
+            ("restart-max-delay-ms", self.restart_max_delay_ms.is_some()),
+            ("restart-backoff-multiplier", self.restart_backoff_multiplier.is_some()),
+            ("restart-failures-per-interval", self.restart_failures_per_interval.is_some()),
+            ("restart-failure-rate-interval-ms", self.restart_failure_rate_interval_ms.is_some()),
+        ]
+    }
+
+    /// The settings given, by key.
+    fn given(&self) -> Vec<&'static str> {
+        self.settings().into_iter().filter_map(|(k, g)| g.then_some(k)).collect()
+    }
+
+    /// How checkpoints go, from `--checkpoint` or from Flink's parts (`--mode`, `--unaligned`,
+    /// the aligned-checkpoint timeout, the in-flight budget); `None`: no checkpoints (then
+    /// no other setting may be given). `alternate` allows the checkpoint lab's plans.
+    pub(crate) fn plan(&self, alternate: bool) -> weir::Result<Option<CheckpointPlan>> {
+        let at_least_once = match self.mode.as_deref() {
+            None | Some("exactly-once") => false,
+            Some("at-least-once") => true,
+            Some(m) => return Err(Error::config(format!("mode: '{m}' is not exactly-once or at-least-once"))),
+        };
+        let timeout = self.aligned_checkpoint_timeout_ms.is_some();
+        let budget = self.inflight_budget_bytes.is_some();
+        let given = self.given();
+        let plan = match &self.checkpoint {
+            Some(p) if p.first() == CheckpointChoice::None => {
+                if let Some(key) = given.first() {
+                    return Err(Error::config(format!("--{key} needs checkpoints, and --checkpoint is none")));
+                }
+                return Ok(None);
+            }
+            Some(p) => {
+                if p.modes.len() > 1 && !alternate {
+                    return Err(Error::config(format!(
+                        "--checkpoint {p}: the checkpoint lab (modes taking turns) is weir bench's"
+                    )));
+                }
+                let unaligned = p.modes.iter().any(|m| !matches!(m, CheckpointChoice::Aligned));
+                if self.unaligned.is_some_and(|u| u != unaligned || p.modes.len() > 1) {
+                    return Err(Error::config(format!("--checkpoint {p} and --unaligned disagree: give one of them")));
+                }
+                if self.mode.is_some() && at_least_once != (p.first() == CheckpointChoice::AtLeastOnce) {
+                    return Err(Error::config(format!(
+                        "--checkpoint {p} and --mode {} disagree: give one of them",
+                        self.mode.as_deref().unwrap_or_default()
+                    )));
+                }
+                if timeout && !p.uses(CheckpointChoice::AlignedTimeout) {
+                    return Err(Error::config(format!(
+                        "--aligned-checkpoint-timeout-ms needs --checkpoint aligned-timeout (not {p})"
+                    )));
+                }
+                if budget && !p.uses(CheckpointChoice::Adaptive) {
+                    return Err(Error::config(format!(
+                        "--inflight-budget-bytes needs --checkpoint adaptive (not {p})"
+                    )));
+                }
+                p.clone()
+            }
+            None => {
+                let unaligned = self.unaligned.unwrap_or(false);
+                let choice = match (unaligned, at_least_once, timeout, budget) {
+                    (true, true, ..) => {
+                        return Err(Error::config(
+                            "--unaligned and --mode at-least-once cannot be combined: unaligned checkpoints are \
+                             exactly-once (Flink refuses them too)",
+                        ))
+                    }
+                    (true, _, true, true) => {
+                        return Err(Error::config(
+                            "--aligned-checkpoint-timeout-ms and --inflight-budget-bytes cannot be combined: choose \
+                             aligned-then-unaligned or adaptive alignment",
+                        ))
+                    }
+                    (true, _, true, false) => CheckpointChoice::AlignedTimeout,
+                    (true, _, false, true) => CheckpointChoice::Adaptive,
+                    (true, ..) => CheckpointChoice::Unaligned,
+                    (false, _, true, _) => {
+                        return Err(Error::config("--aligned-checkpoint-timeout-ms needs unaligned checkpoints: add --unaligned (or --checkpoint aligned-timeout)"))
+                    }
+                    (false, _, _, true) => {
+                        return Err(Error::config(
+                            "--inflight-budget-bytes needs unaligned checkpoints: add --unaligned (or --checkpoint \
+                             adaptive)",
+                        ))
+                    }
+                    (false, true, ..) => CheckpointChoice::AtLeastOnce,
+                    (false, false, ..) => CheckpointChoice::Aligned,
+                };
+                let on = self.checkpoint_dir.is_some()
+                    || self.interval_ms.is_some()
+                    || self.mode.is_some()
+                    || self.unaligned.is_some();
+                if !on {
+                    if let Some(key) = given.first() {
+                        return Err(Error::config(format!(
+                            "--{key} needs checkpoints: turn them on with --checkpoint MODE, --checkpoint-dir DIR or \
+                             --interval-ms N"
+                        )));
+                    }
+                    return Ok(None);
+                }
+                CheckpointPlan { modes: vec![choice] }
+            }
+        };
+        // Every value checked now, before a command builds its job on them.
+        self.apply_live(CheckpointConfig::new(std::env::temp_dir()))?;
+        self.restart(RestartStrategy::None)?;
+        Ok(Some(plan))
+    }
+
+    /// `c` with these settings for a job that starts checkpointing as `first`: everything but
+    /// its directory. A job of `adaptive` without a budget gets
+    /// [`weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET`], for the command to fit to its rings.
+    pub(crate) fn apply(&self, first: CheckpointChoice, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
+        let ms = Duration::from_millis;
+        let mut c = self.apply_live(c)?;
+        c.mode = if first == CheckpointChoice::AtLeastOnce {
+            CheckpointMode::AtLeastOnce
+        } else {
+            CheckpointMode::ExactlyOnce
+        };
+        c = with_choice(c, first, self.aligned_checkpoint_timeout_ms.map(ms), self.inflight_budget_bytes);
+        if let Some(on) = self.incremental {
+            c.incremental = on;
+        }
+        c.restart = self.restart(c.restart)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// `c` with the settings a running job can change (as [`LIVE_KEYS`]).
+    pub(crate) fn apply_live(&self, mut c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
+        let ms = Duration::from_millis;
+        if let Some(n) = self.interval_ms {
+            c.interval = ms(at_least("interval-ms", n, 1)?);
+        }
+        if let Some(n) = self.interval_during_backlog_ms {
+            c.interval_during_backlog = Some(ms(n));
+        }
+        if let Some(n) = self.checkpoint_timeout_ms {
+            c.timeout = ms(at_least("checkpoint-timeout-ms", n, 1)?);
+        }
+        if let Some(n) = self.min_pause_ms {
+            c.min_pause = ms(n);
+        }
+        if let Some(n) = self.max_concurrent {
+            c.max_concurrent = within("max-concurrent", n, 1, 64)? as usize;
+        }
+        if let Some(n) = self.tolerable_failed_checkpoints {
+            c.tolerable_failures = n;
+        }
+        if let Some(n) = self.retained {
+            c.retained = within("retained", n, 1, 1000)? as usize;
+        }
+        if let Some(n) = self.aligned_checkpoint_timeout_ms {
+            at_least("aligned-checkpoint-timeout-ms", n, 1)?;
+        }
+        if let Some(n) = self.inflight_budget_bytes {
+            at_least("inflight-budget-bytes", n, 1)?;
+        }
+        Ok(c)
+    }
+
+    /// A running job's configuration `c` with these settings (all given ones must be
+    /// [`LIVE_KEYS`]): the mode word `checkpoint` or `unaligned` and its timeout or budget.
+    pub(crate) fn change_live(&self, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
+        let fixed = ["checkpoint-dir", "mode", "incremental"];
+        if let Some(key) = self.given().into_iter().find(|k| fixed.contains(k) || k.starts_with("restart-")) {
+            return Err(Error::config(format!("{key} is fixed for the job's life (a running job cannot change it)")));
+        }
+        let mut c = self.apply_live(c)?;
+        let ms = Duration::from_millis;
+        match &self.checkpoint {
+            Some(p) if p.modes.len() > 1 => {
+                return Err(Error::config("checkpoint: one mode at a time (the lab is weir bench's)"));
+            }
+            Some(p) if matches!(p.first(), CheckpointChoice::None | CheckpointChoice::AtLeastOnce) => {
+                return Err(Error::config(format!(
+                    "checkpoint: a running job switches between aligned, unaligned, aligned-timeout and adaptive, not {p}"
+                )));
+            }
+            Some(p) => {
+                let budget = self
+                    .inflight_budget_bytes
+                    .or(c.inflight_budget)
+                    .unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET);
+                let timeout = self.aligned_checkpoint_timeout_ms.map(ms).or(c.alignment_timeout);
+                c = with_choice(c, p.first(), timeout, Some(budget));
+            }
+            None => {
+                if let Some(on) = self.unaligned {
+                    c.unaligned = on;
+                }
+                if let Some(n) = self.aligned_checkpoint_timeout_ms {
+                    c.alignment_timeout = Some(ms(n));
+                }
+                if let Some(n) = self.inflight_budget_bytes {
+                    c.inflight_budget = Some(n);
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// The restart strategy these settings ask for (`default` without one).
+    fn restart(&self, default: RestartStrategy) -> weir::Result<RestartStrategy> {
+        let ms = Duration::from_millis;
+        let strategy = self.restart_strategy.as_deref();
+        let only = |key: &str, given: bool, strategies: &[&str]| -> weir::Result<()> {
+            match strategy {
+                Some(s) if given && !strategies.contains(&s) => Err(Error::config(format!(
+                    "--{key} is for --restart-strategy {}, not {s}",
+                    strategies.join(" or ")
+                ))),
+                None if given => {
+                    Err(Error::config(format!("--{key} needs --restart-strategy {}", strategies.join(" or "))))
+                }
+                _ => Ok(()),
+            }
+        };
+        only("restart-attempts", self.restart_attempts.is_some(), &["fixed-delay", "exponential-delay"])?;
+        only(
+            "restart-delay-ms",
+            self.restart_delay_ms.is_some(),
+            &["fixed-delay", "exponential-delay", "failure-rate"],
+        )?;
+        only("restart-max-delay-ms", self.restart_max_delay_ms.is_some(), &["exponential-delay"])?;
+        only("restart-backoff-multiplier", self.restart_backoff_multiplier.is_some(), &["exponential-delay"])?;
+        only("restart-failures-per-interval", self.restart_failures_per_interval.is_some(), &["failure-rate"])?;
+        only("restart-failure-rate-interval-ms", self.restart_failure_rate_interval_ms.is_some(), &["failure-rate"])?;
+        let attempts = self.restart_attempts.unwrap_or(10);
+        let delay = ms(self.restart_delay_ms.unwrap_or(100));
+        Ok(match strategy {
+            None => default,
+            Some("none") => RestartStrategy::None,
+            Some("fixed-delay") => RestartStrategy::FixedDelay { attempts, delay },
+            Some("exponential-delay") => {
+                let max = ms(self.restart_max_delay_ms.unwrap_or(60_000));
+                if max < delay {
+                    return Err(Error::config(format!(
+                        "--restart-max-delay-ms {} is shorter than --restart-delay-ms {}",
+                        max.as_millis(),
+                        delay.as_millis()
+                    )));
+                }
+                let multiplier = self.restart_backoff_multiplier.unwrap_or(1.5);
+                RestartStrategy::ExponentialBackoff { attempts, initial: delay, max, multiplier }
+            }
+            Some("failure-rate") => RestartStrategy::FailureRate {
+                max_failures: self.restart_failures_per_interval.unwrap_or(1),
+                interval: ms(at_least(
+                    "restart-failure-rate-interval-ms",
+                    self.restart_failure_rate_interval_ms.unwrap_or(60_000),
+                    1,
+                )?),
+                delay,
+            },
+            Some(s) => {
+                return Err(Error::config(format!(
+                    "restart-strategy: '{s}' is not one of {}",
+                    RESTART_STRATEGIES.join(", ")
+                )))
+            }
+        })
+    }
+
+    /// One `KEY=VALUE` of the live configuration as settings: VALUE as TOML (a number,
+    /// true/false), or as text where it is not TOML (a mode word).
+    pub(crate) fn parse_setting(key: &str, value: &str) -> Result<CheckpointFlags, String> {
+        let quoted = toml::Value::String(value.to_string()).to_string();
+        toml::from_str::<CheckpointFlags>(&format!("{key} = {value}"))
+            .or_else(|_| toml::from_str::<CheckpointFlags>(&format!("{key} = {quoted}")))
+            .map_err(|e| match e.message().starts_with("unknown field") {
+                true => format!("unknown configuration key '{key}': one of {}", LIVE_KEYS.join(", ")),
+                false => format!("{key}={value}: {}", e.message().trim()),
+            })
+    }
+}
+
+/// `job` with `flags` on its checkpoint configuration (a job without one is returned as it
+/// is), checkpointing as `first`; without a budget given, adaptive alignment's is fitted to
+/// the job's rings of `ring_capacity` entries.
+pub(crate) fn with_flags(
+    job: weir::Job,
+    flags: &CheckpointFlags,
+    first: CheckpointChoice,
+    ring_capacity: usize,
+) -> weir::Result<weir::Job> {
+    let Some(c) = job.checkpointing() else { return Ok(job) };
+    let job = job.with_checkpointing(flags.apply(first, c)?);
+    Ok(match flags.inflight_budget_bytes {
+        Some(_) => job,
+        None => weir_jobs::bench::fit_inflight_budget(job, ring_capacity),
+    })
+}
+
+/// `c` checkpointing as `choice`: its unaligned switch, aligned-checkpoint timeout (default
+/// 10 ms) and in-flight budget (default 1 MiB) as the choice has them.
+fn with_choice(
+    mut c: CheckpointConfig,
+    choice: CheckpointChoice,
+    timeout: Option<Duration>,
+    budget: Option<u64>,
+) -> CheckpointConfig {
+    let (unaligned, timeout, budget) = match choice {
+        CheckpointChoice::None | CheckpointChoice::Aligned | CheckpointChoice::AtLeastOnce => (false, None, None),
+        CheckpointChoice::Unaligned => (true, None, None),
+        CheckpointChoice::AlignedTimeout => (true, Some(timeout.unwrap_or(DEFAULT_ALIGNMENT_TIMEOUT)), None),
+        CheckpointChoice::Adaptive => (true, None, Some(budget.unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET))),
+    };
+    c.unaligned = unaligned;
+    c.alignment_timeout = timeout;
+    c.inflight_budget = budget;
+    c
+}
+
+fn at_least(key: &str, n: u64, min: u64) -> weir::Result<u64> {
+    if n < min {
+        return Err(Error::config(format!("--{key} must be at least {min}, not {n}")));
+    }
+    Ok(n)
+}
+
+fn within(key: &str, n: u64, min: u64, max: u64) -> weir::Result<u64> {
+    if !(min..=max).contains(&n) {
+        return Err(Error::config(format!("--{key} must be from {min} to {max}, not {n}")));
+    }
+    Ok(n)
+}
+
+/// The settings of configuration file `path`.
+fn read_file(path: &Path) -> weir::Result<CheckpointFlags> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io("cannot read the configuration file", path, e))?;
+    toml::from_str::<CheckpointFlags>(&text)
+        .map_err(|e| Error::config(format!("configuration file {}: {e}", path.display())))
+}
