@@ -8,14 +8,15 @@
 # The default, 6,000 seeds per combination (2.16 million in all), finds a bug that shows in 1
 # seed in 2,000 of one combination with probability 1 - (1 - 1/2000)^6000 = 95%. On this
 # 2-core machine it takes about an hour; a quicker look: perf/simulate-sweep.sh 0..500.
-# Needs `cargo build --release` first.
+# Needs `cargo build --profile checked` first: optimised, with the debug assertions on, so
+# every seed checks the protocol's invariants too (a release build strips them).
 #   perf/simulate-sweep.sh [A..B] [JOBS] [MODES]
 set -u
 seeds=${1:-0..6000}
 jobs=${2:-wordcount window join keyed timers sessions owned kafka embedded}
 modes=${3:-aligned unaligned aligned-timeout at-least-once adaptive}
-built=$(cd "$(dirname "$0")/.." && pwd)/target/release/weir
-[ -x "$built" ] || { echo "no $built: run cargo build --release first" >&2; exit 2; }
+built=$(cd "$(dirname "$0")/.." && pwd)/target/checked/weir
+[ -x "$built" ] || { echo "no $built: run cargo build --profile checked first" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # A copy: every combination runs the same binary, even if a build replaces it meanwhile.

@@ -118,14 +118,7 @@ impl<T: Persist> InputGate<T> {
     pub(crate) fn set_capture_limit(&mut self, checkpoint: u64, channel: usize, seq: u64) {
         let read = self.channels[channel].read;
         let carried = self.carried[channel].take_if(|c| (c.0, c.1) == (checkpoint, seq)).map(|(_, _, c)| c);
-        // A priority barrier's `seq` is never behind the read position but by entries it
-        // carried (adaptive alignment reads through a deferred barrier's staged entries, which
-        // a later barrier may carry again); an in-band barrier's position is one behind it
-        // (the barrier entry itself was consumed).
-        debug_assert!(
-            seq + 1 + carried.as_ref().map_or(0, |c| c.entries) >= read,
-            "a barrier behind data already consumed"
-        );
+        let carried_entries = carried.as_ref().map_or(0, |c| c.entries);
         // The carried entries read already are no longer in flight.
         let carried = carried.map(|c| skip_entries::<T>(c, read.saturating_sub(seq)));
         let Some(cap) = self.captures.iter_mut().find(|c| c.checkpoint == checkpoint) else {
@@ -136,6 +129,14 @@ impl<T: Persist> InputGate<T> {
             // the first one set the limit, and the channel may have been read past it since.
             return;
         }
+        // The first copy of the barrier: its position is never behind the read position but
+        // by entries it carried (adaptive alignment reads through a deferred barrier's staged
+        // entries, which a later barrier may carry again); an in-band barrier's position is
+        // one behind it (the barrier entry itself was consumed).
+        debug_assert!(
+            seq + 1 + carried_entries >= read,
+            "a barrier behind data already consumed: checkpoint {checkpoint} channel {channel} seq {seq} read {read}"
+        );
         cap.limit[channel] = Some(seq);
         peek_into(&mut self.channels[channel], cap, channel);
         if let Some(c) = carried {

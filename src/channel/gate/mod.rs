@@ -358,14 +358,15 @@ impl<T: Persist> InputGate<T> {
                     let Some(t0) = slice_start else { continue };
                     let s = self.slicing.as_mut().expect("only a sliced gate times its chunks");
                     if self.buf.len() >= s.slice {
-                        // A slice's worth: hand it on, then look at the priority slot. A
+                        // A slice's worth: hand it on, then look at the priority slot (not on
+                        // a channel read up to a deferred barrier, whose slot waits). A
                         // barrier there overtakes the rest of the chunk, which stays in the
                         // ring (in flight for its checkpoint).
                         let n = self.buf.len();
                         head.batch(&mut self.buf)?;
                         let now = s.slice_done(n, t0);
                         slice_start = Some(now);
-                        if let Some(pb) = take_priority(&mut ch.priority) {
+                        if let Some(pb) = priority.then(|| take_priority(&mut ch.priority)).flatten() {
                             end = ChunkEnd::Overtaken(pb);
                             break;
                         }
@@ -646,6 +647,45 @@ mod tests {
         assert!(matches!(polled, GatePoll::PriorityBarrier { seq: 40, .. }), "{polled:?}");
         assert_eq!(*got.lock().unwrap(), (0..6).collect::<Vec<_>>(), "stopped at the slice after the barrier came");
         assert_eq!(gate.read_position(0), 6, "the other 34 records stay in the ring");
+    }
+
+    /// Found by the simulator (owned records, adaptive alignment, parallelism 2): a channel
+    /// read up to a deferred barrier took the next checkpoint's priority barrier between two
+    /// slices, so a barrier behind data already consumed reached its capture. Its slot waits
+    /// until the deferral ends, slices or not.
+    #[test]
+    fn a_deferred_channel_takes_no_priority_barrier_between_slices() {
+        let parker = Arc::new(Parker::default());
+        let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (mut out, reader) = channel::<u64>(64, parker.clone(), parker);
+        let mut gate = InputGate::new(vec![reader]);
+        gate.set_unaligned(true);
+        gate.set_slicing(Some(crate::context::Clock::manual(time.clone())));
+        let mut records: Vec<u64> = (0..20).collect();
+        out.write_records(&mut records);
+        out.flush();
+        // Checkpoint 1's barrier is at 20: the channel is read up to it, a record per slice.
+        gate.defer(0, 1, 20);
+        let publish = std::sync::Mutex::new(Some(&mut out));
+        let got = std::sync::Mutex::new(0usize);
+        let mut head = OnBatch(|r: &mut Vec<u64>| {
+            time.fetch_add(100_000 * r.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            *got.lock().unwrap() += r.len();
+            if let Some(out) = publish.lock().unwrap().take() {
+                out.write_priority(Barrier { unaligned: true, ..barrier(2) });
+            }
+        });
+        for _ in 0..40 {
+            let polled = gate.poll(&mut head, 64).unwrap();
+            assert!(!matches!(polled, GatePoll::PriorityBarrier { .. }), "taken while deferred: {polled:?}");
+            if gate.read_position(0) == 20 {
+                break;
+            }
+        }
+        assert_eq!((*got.lock().unwrap(), gate.read_position(0)), (20, 20), "read up to the deferred barrier");
+        gate.release_deferred();
+        let polled = gate.poll(&mut head, 64).unwrap();
+        assert!(matches!(polled, GatePoll::PriorityBarrier { seq: 20, .. }), "then the next barrier: {polled:?}");
     }
 
     /// Found by the simulator: barriers of other checkpoints consumed during a capture must
