@@ -423,49 +423,6 @@ impl JobReport {
     pub fn throughput_rps(&self) -> f64 {
         self.source_records as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
-
-    /// A human-readable summary table: throughput in source records per second, latency
-    /// percentiles in one unit.
-    pub fn summary_table(&self) -> String {
-        self.summary_table_counting("records", self.source_records)
-    }
-
-    /// [`JobReport::summary_table`] with the throughput in `count` `what`s per second instead
-    /// (word count's words, say, where a source record is a block of text).
-    pub fn summary_table_counting(&self, what: &str, count: u64) -> String {
-        let per_s = count as f64 / self.elapsed.as_secs_f64().max(1e-9);
-        let mut rows: Vec<(String, String)> = vec![
-            ("workers".into(), self.workers.to_string()),
-            ("elapsed".into(), format!("{:.2} s", self.elapsed.as_secs_f64())),
-            ("records (sources)".into(), group_digits(self.source_records)),
-            ("records (sinks)".into(), group_digits(self.sink_records)),
-            ("throughput".into(), format!("{} {what}/s", group_digits(per_s as u64))),
-        ];
-        if self.restarts > 0 {
-            rows.push(("restarts after failures".into(), self.restarts.to_string()));
-        }
-        if self.late_records > 0 {
-            rows.push(("late records dropped".into(), group_digits(self.late_records)));
-        }
-        if let Some(h) = &self.latency_ns {
-            rows.push(("latency samples".into(), group_digits(h.len())));
-            // One unit for every latency row, the one that suits the largest.
-            let unit = TimeUnit::for_largest(h.max());
-            for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
-                rows.push((format!("latency {name}"), unit.format(h.value_at_quantile(q))));
-            }
-            rows.push(("latency max".into(), unit.format(h.max())));
-        }
-        let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-        let v = rows.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
-        let line = format!("+-{}-+-{}-+\n", "-".repeat(w), "-".repeat(v));
-        let mut out = line.clone();
-        for (k, val) in rows {
-            out.push_str(&format!("| {k:<w$} | {val:>v$} |\n"));
-        }
-        out.push_str(&line);
-        out
-    }
 }
 
 /// A unit to show durations in, so that values side by side compare at a glance.
@@ -644,33 +601,6 @@ mod tests {
         m.merge_latency(&h);
         m.merge_latency(&h);
         assert_eq!(m.latency().unwrap().len(), 2);
-    }
-
-    /// The report said `2762.8 µs` beside `34.9 ms`: every latency row now shares the unit of
-    /// the largest, and word count's throughput counts words.
-    #[test]
-    fn one_latency_unit_per_table() {
-        let mut h = new_latency_histogram();
-        h.record(2_762_800).unwrap();
-        h.record(34_900_000).unwrap();
-        let report = JobReport {
-            source_records: 10,
-            sink_records: 4_000,
-            late_records: 0,
-            elapsed: Duration::from_secs(2),
-            workers: 1,
-            latency_ns: Some(h),
-            latency_by_cause: Vec::new(),
-            checkpoints: Vec::new(),
-            restarts: 0,
-        };
-        let table = report.summary_table();
-        let latency: Vec<&str> = table.lines().filter(|l| l.contains("latency p") || l.contains("max")).collect();
-        assert_eq!(latency.len(), 4, "{table}");
-        assert!(latency.iter().all(|l| l.trim_end_matches(" |").ends_with(" ms")), "{table}");
-        assert!(table.contains("2.76 ms") && !table.contains("µs"), "{table}");
-        assert!(table.contains("5 records/s"), "{table}");
-        assert!(report.summary_table_counting("words", 4_000).contains("2,000 words/s"));
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     crate::runner::print_report(&report, checkpointing, None);
     if let (Some(_), Some(plan)) = (&lab, &plan) {
         println!("the checkpoint lab ({plan}):");
-        print!("{}", weir_jobs::lab::CheckpointLab::report(&report.checkpoints));
+        print!("{}", crate::tables::lab(&weir_jobs::lab::CheckpointLab::summary(&report.checkpoints)));
     }
     if let Some(json) = &args.json {
         let result = BenchResult::new(&bench, &report);

@@ -38,18 +38,18 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
             CheckpointStatus::Valid(m) => {
                 row.push("valid".into());
                 row.push(job_cell(m));
-                row.extend(weir::checkpoint::stats_cells(&m.stats));
+                row.extend(crate::tables::stats_cells(&m.stats));
             }
             CheckpointStatus::Incomplete => {
                 row.push("incomplete (no _metadata: never completed)".into());
                 row.push(String::new());
-                row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
+                row.extend(std::iter::repeat_n(String::new(), crate::tables::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Damaged(reason) => {
                 damaged += 1;
                 row.push(format!("DAMAGED: {reason}"));
                 row.push(String::new());
-                row.extend(std::iter::repeat_n(String::new(), weir::checkpoint::STATS_COLUMNS.len()));
+                row.extend(std::iter::repeat_n(String::new(), crate::tables::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Finished(f) => {
                 let what = if f.description.is_empty() { String::new() } else { format!(": {}", f.description) };
@@ -60,9 +60,9 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
         rows.push(row);
     }
     let mut header = vec!["folder", "status", "job (its sinks' output)"];
-    header.extend(weir::checkpoint::STATS_COLUMNS);
+    header.extend(crate::tables::STATS_COLUMNS);
     if !rows.is_empty() {
-        print!("{}", weir::checkpoint::table(&header, &rows));
+        print!("{}", crate::tables::table(&header, &rows));
     }
     for line in finished {
         println!("{line}");

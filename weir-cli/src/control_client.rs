@@ -68,7 +68,7 @@ fn shown(request: &ControlRequest, body: &str) -> String {
             value.get("completed").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
         let mut out = format!("checkpoints completed: {}\n", stats.len());
         if !stats.is_empty() {
-            out.push_str(&weir::checkpoint::stats_table(&stats));
+            out.push_str(&crate::tables::checkpoint_stats(&stats));
         }
         for f in value.get("failures").and_then(|f| f.as_array()).into_iter().flatten() {
             out.push_str(&format!("{}\n", f.as_str().unwrap_or_default()));

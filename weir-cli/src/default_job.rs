@@ -109,7 +109,7 @@ fn run_lab(args: &DefaultArgs, parallelism: usize, seconds: f64, config: weir::R
     });
     let _ = std::fs::remove_dir_all(&dir);
     if let Supervised::Finished(report) = ended? {
-        print!("{}", CheckpointLab::report(&report.checkpoints));
+        print!("{}", crate::tables::lab(&CheckpointLab::summary(&report.checkpoints)));
         println!(
             "(unaligned barriers overtake the data in the rings and store it with the checkpoint; aligned ones wait \
              behind it)"

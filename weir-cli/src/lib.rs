@@ -21,6 +21,7 @@ mod runner;
 mod simulate;
 mod stored;
 mod supervisor;
+mod tables;
 mod wordcount;
 
 use std::process::ExitCode;

@@ -72,7 +72,7 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     }
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.
     let Some(report) = report? else { return Ok(()) };
-    print!("{}", report.summary_table());
+    print!("{}", crate::tables::summary(&report, None));
     // Not the sources' records: q8 reads the event stream twice (people and auctions).
     let events_per_s = args.events as f64 / report.elapsed.as_secs_f64().max(1e-9);
     println!(

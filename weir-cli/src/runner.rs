@@ -121,18 +121,15 @@ pub(crate) fn latency_by_cause_table(report: &JobReport) -> Option<String> {
             row
         })
         .collect();
-    Some(weir::checkpoint::table(&["while in flight", "samples", "share", "p50", "p99", "p99.9", "max"], &rows))
+    Some(crate::tables::table(&["while in flight", "samples", "share", "p50", "p99", "p99.9", "max"], &rows))
 }
 
 pub(crate) fn print_report(report: &JobReport, checkpointing: bool, counting: Option<(&str, u64)>) {
-    match counting {
-        Some((what, count)) => print!("{}", report.summary_table_counting(what, count)),
-        None => print!("{}", report.summary_table()),
-    }
+    print!("{}", crate::tables::summary(report, counting));
     if checkpointing {
         println!("checkpoints completed: {}", report.checkpoints.len());
         if !report.checkpoints.is_empty() {
-            print!("{}", weir::checkpoint::stats_table(&report.checkpoints));
+            print!("{}", crate::tables::checkpoint_stats(&report.checkpoints));
         }
         if let Some(table) = latency_by_cause_table(report) {
             println!("latency by what the job was doing while a record was in flight:");

@@ -15,8 +15,11 @@
 //! );
 //! // As the job (started with lab.first()'s configuration) runs:
 //! lab.tick(handle)?;
-//! // When it has ended:
-//! print!("{}", CheckpointLab::report(&handle.checkpoint_stats()));
+//! // When it has ended: per mode its medians, per pair of modes the ratios.
+//! let summary = CheckpointLab::summary(&handle.checkpoint_stats());
+//! for r in &summary.ratios {
+//!     println!("{} ÷ {}: {:.3} over {} pairs", r.numerator, r.denominator, r.median, r.pairs);
+//! }
 //! # Ok(()) }
 //! ```
 //!
@@ -81,26 +84,24 @@ impl CheckpointLab {
     /// medians of their duration, alignment and in-flight bytes; then, for each pair of modes,
     /// the ratios of consecutive checkpoints' durations (the later against the earlier, turned
     /// to the same direction), their median and spread.
-    pub fn report(stats: &[CheckpointStats]) -> String {
+    pub fn summary(stats: &[CheckpointStats]) -> LabSummary {
         let mut by_mode: BTreeMap<&str, Vec<&CheckpointStats>> = BTreeMap::new();
         for s in stats {
             by_mode.entry(s.alignment.as_str()).or_default().push(s);
         }
-        let mut rows = Vec::new();
-        for (mode, of) in &by_mode {
-            let median = |f: &dyn Fn(&CheckpointStats) -> f64| median(of.iter().map(|s| f(s)).collect());
-            rows.push(vec![
-                mode.to_string(),
-                of.len().to_string(),
-                format!("{:.2} ms", median(&|s| s.duration_ms)),
-                format!("{:.2} ms", median(&|s| s.alignment_ms)),
-                weir::metrics::group_digits(median(&|s| s.inflight_bytes as f64) as u64),
-            ]);
-        }
-        let mut out = weir::checkpoint::table(
-            &["mode", "checkpoints", "median duration", "median alignment", "median in-flight bytes"],
-            &rows,
-        );
+        let modes = by_mode
+            .iter()
+            .map(|(mode, of)| {
+                let median = |f: &dyn Fn(&CheckpointStats) -> f64| median(of.iter().map(|s| f(s)).collect());
+                ModeSummary {
+                    mode: mode.to_string(),
+                    checkpoints: of.len(),
+                    median_duration_ms: median(&|s| s.duration_ms),
+                    median_alignment_ms: median(&|s| s.alignment_ms),
+                    median_inflight_bytes: median(&|s| s.inflight_bytes as f64),
+                }
+            })
+            .collect();
         // Consecutive checkpoints of two modes, the ratio always `b ÷ a` for modes a < b.
         let mut ratios: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
         for pair in stats.windows(2) {
@@ -111,25 +112,64 @@ impl CheckpointLab {
             let (a, b) = if x.alignment < y.alignment { (x, y) } else { (y, x) };
             ratios.entry((a.alignment.as_str(), b.alignment.as_str())).or_default().push(b.duration_ms / a.duration_ms);
         }
-        let rows: Vec<Vec<String>> = ratios
+        let ratios = ratios
             .into_iter()
             .map(|((a, b), mut r)| {
                 r.sort_by(f64::total_cmp);
                 let at = |q: f64| r[((r.len() - 1) as f64 * q).round() as usize];
-                vec![
-                    format!("{b} ÷ {a}"),
-                    r.len().to_string(),
-                    format!("{:.3}", at(0.5)),
-                    format!("{:.3}–{:.3}", at(0.1), at(0.9)),
-                ]
+                PairRatios {
+                    numerator: b.to_string(),
+                    denominator: a.to_string(),
+                    pairs: r.len(),
+                    median: at(0.5),
+                    p10: at(0.1),
+                    p90: at(0.9),
+                }
             })
             .collect();
-        if !rows.is_empty() {
-            out.push_str("duration ratios of consecutive checkpoints (each pair under the same moment's load):\n");
-            out.push_str(&weir::checkpoint::table(&["modes", "pairs", "median ratio", "p10–p90"], &rows));
-        }
-        out
+        LabSummary { modes, ratios }
     }
+}
+
+/// What the checkpoint lab found ([`CheckpointLab::summary`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LabSummary {
+    /// Per mode, in name order.
+    pub modes: Vec<ModeSummary>,
+    /// Per pair of modes that followed each other, in name order.
+    pub ratios: Vec<PairRatios>,
+}
+
+/// One mode's checkpoints in the lab.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModeSummary {
+    /// How its barriers went (the checkpoints' `alignment`).
+    pub mode: String,
+    /// Its checkpoints.
+    pub checkpoints: usize,
+    /// Their median duration, trigger to completion.
+    pub median_duration_ms: f64,
+    /// Their median alignment.
+    pub median_alignment_ms: f64,
+    /// Their median in-flight bytes.
+    pub median_inflight_bytes: f64,
+}
+
+/// The duration ratios of consecutive checkpoints of two modes, `numerator ÷ denominator`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PairRatios {
+    /// The mode above.
+    pub numerator: String,
+    /// The mode below.
+    pub denominator: String,
+    /// Consecutive pairs.
+    pub pairs: usize,
+    /// The median ratio.
+    pub median: f64,
+    /// The 10th percentile.
+    pub p10: f64,
+    /// The 90th percentile.
+    pub p90: f64,
 }
 
 /// The median of `v` (0 for none).
@@ -163,11 +203,14 @@ mod tests {
             stat(4, "unaligned", 20.0),
             stat(5, "aligned", 300.0),
         ];
-        let report = CheckpointLab::report(&stats);
-        assert!(report.contains("|   aligned |           3 |       200.00 ms |"), "{report}");
-        assert!(report.contains("| unaligned |           2 |        15.00 ms |"), "{report}");
+        let summary = CheckpointLab::summary(&stats);
+        let per_mode: Vec<_> =
+            summary.modes.iter().map(|m| (m.mode.as_str(), m.checkpoints, m.median_duration_ms)).collect();
+        assert_eq!(per_mode, [("aligned", 3, 200.0), ("unaligned", 2, 15.0)]);
         // Pairs 100/10, 10/200, 200/20, 20/300: ratios 0.1, 0.05, 0.1, 0.0667 (median 0.1).
-        assert!(report.contains("| unaligned ÷ aligned |     4 |        0.100 |"), "{report}");
+        let [r] = &summary.ratios[..] else { panic!("one pair of modes: {summary:?}") };
+        assert_eq!((r.numerator.as_str(), r.denominator.as_str(), r.pairs), ("unaligned", "aligned", 4));
+        assert!((r.median - 0.1).abs() < 1e-9 && (r.p10 - 0.05).abs() < 1e-9, "{r:?}");
     }
 
     #[test]
