@@ -121,6 +121,69 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
     crate::crash::check_exactly_once(&expected, &out, "resumed from the stop's savepoint");
 }
 
+/// The state bytes and bytes written of checkpoint `id` in `weir control ADDR checkpoints`'s
+/// table (columns: id, duration, start delay, alignment, sync, async, state bytes, written, …).
+fn state_and_written(table: &str, id: u64) -> (u64, u64) {
+    let row = table
+        .lines()
+        .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
+        .find(|cells| cells.get(1) == Some(&id.to_string().as_str()))
+        .unwrap_or_else(|| panic!("checkpoint {id} in {table}"));
+    let number = |c: &str| c.replace(',', "").parse::<u64>().unwrap();
+    (number(row[7]), number(row[8]))
+}
+
+/// A user of incremental checkpoints could not ask for a full one (Flink's `flink checkpoint
+/// --full`): `weir control ADDR checkpoint --full` writes every byte of the state, the
+/// incremental ones around it only what changed.
+#[test]
+fn a_full_checkpoint_of_an_incremental_job_on_demand() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("log.txt");
+    let lines: Vec<String> = (0..2000).map(|i| format!("w{} x{}", i % 500, i % 7)).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let mut job = Running::start(common::wordcount(
+        &input,
+        &out,
+        &chk,
+        &["--follow", "--incremental", "--interval-ms", "3600000", "--control", "127.0.0.1:0"],
+    ));
+    job.wait_to_say("control endpoint: http://", 1);
+    let addr = job.word_after("control endpoint: http://").unwrap();
+    common::wait_until("every word counted", || metric(&addr, "weir_sink_records_total{job=\"wordcount\"}") == 4000.0);
+    let mut take = |args: &[&str]| -> u64 {
+        let (ok, text) = control(&addr, &[&["checkpoint"][..], args].concat());
+        assert!(ok, "{text}");
+        let id = text.split("\"checkpoint\":").nth(1).unwrap().trim().trim_end_matches('}').trim();
+        id.parse().unwrap_or_else(|_| panic!("{text}"))
+    };
+    let first = take(&[]);
+    let unchanged = take(&["--incremental"]);
+    let full = take(&["--full"]);
+    let after = take(&[]);
+    let (_, table) = control(&addr, &["checkpoints"]);
+    let (state, written) = state_and_written(&table, unchanged);
+    assert!(state > 0 && written < state / 4, "incremental, nothing changed: wrote {written} of {state}: {table}");
+    let (state, written) = state_and_written(&table, full);
+    assert!(state > 0 && written == state, "full: wrote {written} of {state}: {table}");
+    let (state, written) = state_and_written(&table, after);
+    assert!(written < state / 4, "incremental again after the full one: wrote {written} of {state}: {table}");
+    assert!(first < unchanged && unchanged < full && full < after);
+    job.child.kill().unwrap();
+    let _ = job.child.wait();
+
+    // A job whose checkpoints are not incremental refuses an incremental one, and goes on.
+    let (mut plain, addr) =
+        bench_with_control(&["--checkpoint", "aligned", "--interval-ms", "3600000", "--duration-s", "60"]);
+    let (ok, text) = control(&addr, &["checkpoint", "--incremental"]);
+    assert!(!ok && text.contains("409") && text.contains("not incremental"), "{text}");
+    let (ok, text) = control(&addr, &["checkpoint", "--full"]);
+    assert!(ok && text.contains("\"checkpoint\":"), "a full checkpoint of a job taking full ones: {text}");
+    plain.child.kill().unwrap();
+    let _ = plain.child.wait();
+}
+
 #[test]
 fn bad_control_addresses_are_refused_before_the_job_runs() {
     let dir = tempfile::tempdir().unwrap();

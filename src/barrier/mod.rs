@@ -54,7 +54,7 @@ use crate::checkpoint::task::{
     CommitsApplied, LiveSettings, SnapshotWrite, SnapshotWriter, TaskAck, TaskControl, TaskStats,
 };
 use crate::checkpoint::ChannelAlignment;
-use crate::checkpoint::{write_task_snapshot, CheckpointMode, CheckpointStorage, PageIndex};
+use crate::checkpoint::{write_task_file, CheckpointMode, CheckpointStorage, PageIndex};
 use crate::collector::Collector;
 use crate::context::Clock;
 use crate::error::{Error, Result};
@@ -173,8 +173,10 @@ impl TaskCheckpointing {
         stats.inflight_bytes = snapshot.inflight_bytes();
         let (task, storage, faults, clock, pages) =
             (self.task, self.storage.clone(), self.faults.clone(), self.clock.clone(), self.pages.clone());
-        let (parts, kept) = (self.parts.clone(), self.parts.kept());
         let id = snapshot.barrier.id;
+        // A full checkpoint reuses nothing of an earlier one either.
+        let full = self.pages.is_some() && self.live.is_full(id);
+        let (parts, kept) = (self.parts.clone(), self.parts.kept().filter(|_| !full));
         let write: SnapshotWrite = Box::new(move || {
             let start = clock.now_ns();
             let result = (|| {
@@ -204,7 +206,7 @@ impl TaskCheckpointing {
                         Err(why) => stats.not_reused = Some(why),
                     }
                 }
-                let w = write_task_snapshot(&storage, pages.as_deref(), task, &snapshot)?;
+                let w = write_task_file(&storage, pages.as_deref(), task, &snapshot, full)?;
                 if faults.as_ref().is_some_and(|f| f.exit_mid_task_write(id)) {
                     // What the process dying mid-write leaves: half the file, no acknowledgement.
                     storage.cut_in_half(id, &w.file, w.file_digest.bytes);

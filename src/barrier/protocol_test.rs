@@ -308,3 +308,43 @@ fn turning_unaligned_on_while_running_slices_a_backlog_of_slow_records() {
     let done = *done.lock().unwrap();
     assert!(done <= 11, "the barrier waited for {done} records of 100 µs, not a slice of them");
 }
+
+/// A user of incremental checkpoints asked for a full one (Flink's `flink checkpoint --full`)
+/// and had no way to: a checkpoint marked full writes every page and refers to no earlier
+/// checkpoint's file, and the next incremental one refers to its pages, not the older ones.
+#[test]
+fn a_checkpoint_asked_for_in_full_refers_to_nothing_earlier() {
+    use crate::state::{KeyedValueState, Snapshot};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cp, acks, _control) = unaligned_task(dir.path(), 1);
+    cp.pages = Some(Arc::default());
+    cp.live = Arc::new(LiveSettings::new(&crate::checkpoint::CheckpointConfig::new(dir.path())));
+    let mut state: KeyedValueState<u64, u64> = KeyedValueState::new();
+    for k in 0..20_000 {
+        state.put(k, k);
+    }
+    let mut write = |cp: &mut TaskCheckpointing, id: u64, state: &mut KeyedValueState<u64, u64>| {
+        cp.storage.prepare(id).unwrap();
+        let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false });
+        snap.add("counts".into(), 0, state.fork());
+        cp.write_async(snap, TaskStats::default());
+        let ack = acks.try_recv().expect("written inline").result.unwrap();
+        apply_notice(cp, CheckpointNotice::Complete(id), &mut |_| Ok(())).unwrap();
+        ack
+    };
+    let first = write(&mut cp, 1, &mut state);
+    state.put(7, 0);
+    let second = write(&mut cp, 2, &mut state);
+    assert!(second.stats.written_bytes * 50 < second.stats.state_bytes, "incremental: the unchanged pages referred to");
+    assert!(second.shared.iter().any(|s| s.file == CheckpointStorage::shared_name(1, 0)));
+    cp.live.mark_full(3);
+    let third = write(&mut cp, 3, &mut state);
+    assert_eq!(third.stats.written_bytes, third.stats.state_bytes, "a full checkpoint writes every page");
+    let only_its_own: Vec<_> = third.shared.iter().map(|s| s.file.clone()).collect();
+    assert_eq!(only_its_own, [CheckpointStorage::shared_name(3, 0)], "it refers to no earlier checkpoint");
+    state.put(8, 0);
+    let fourth = write(&mut cp, 4, &mut state);
+    assert!(fourth.shared.iter().all(|s| s.file != CheckpointStorage::shared_name(1, 0)), "{:?}", fourth.shared);
+    assert!(fourth.shared.iter().any(|s| s.file == CheckpointStorage::shared_name(3, 0)));
+    assert_eq!(first.stats.state_bytes, third.stats.state_bytes);
+}

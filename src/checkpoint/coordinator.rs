@@ -61,9 +61,10 @@ pub(crate) struct SavepointRequest {
 pub(crate) enum CoordinatorRequest {
     /// A savepoint.
     Savepoint(SavepointRequest),
-    /// A checkpoint now, as the configuration makes them (Flink's `flink checkpoint`): the
-    /// reply is its id once it completed, or why it failed.
-    Checkpoint(Sender<Result<u64, String>>),
+    /// A checkpoint now, as the configuration makes them (Flink's `flink checkpoint`), or
+    /// `full` (every page written, nothing referred to in earlier checkpoints: `flink
+    /// checkpoint --full`): the reply is its id once it completed, or why it failed.
+    Checkpoint { reply: Sender<Result<u64, String>>, full: bool },
 }
 
 /// Where a process may be made to die on the coordinator's path (fault injection: the
@@ -184,6 +185,8 @@ pub(crate) struct CoordinatorCore {
     unanswered: Option<(u64, SavepointRequest)>,
     /// Checkpoints asked for now, not yet triggered.
     requested: Vec<Sender<Result<u64, String>>>,
+    /// One of them was asked for in full.
+    full_requested: bool,
     /// Who asked for checkpoints that left the pending ones, by checkpoint: answered with its
     /// fate.
     requested_unanswered: HashMap<u64, Vec<Sender<Result<u64, String>>>>,
@@ -225,6 +228,7 @@ impl CoordinatorCore {
             savepoints: VecDeque::new(),
             unanswered: None,
             requested: Vec::new(),
+            full_requested: false,
             requested_unanswered: HashMap::new(),
             deleted_shared: HashSet::new(),
             aborted: BTreeMap::new(),
@@ -272,7 +276,10 @@ impl CoordinatorCore {
     pub(crate) fn on_request(&mut self, request: CoordinatorRequest) {
         match request {
             CoordinatorRequest::Savepoint(r) => self.on_savepoint(r),
-            CoordinatorRequest::Checkpoint(reply) => self.requested.push(reply),
+            CoordinatorRequest::Checkpoint { reply, full } => {
+                self.requested.push(reply);
+                self.full_requested |= full;
+            }
         }
     }
 
@@ -517,6 +524,15 @@ impl CoordinatorCore {
             unaligned: savepoint.is_none() && self.s.config.unaligned && self.s.config.alignment_timeout.is_none(),
             savepoint: savepoint.is_some(),
         };
+        // A savepoint refers to nothing outside its folder anyway.
+        if std::mem::take(&mut self.full_requested) && savepoint.is_none() {
+            match &self.s.live {
+                Some(live) => live.mark_full(id),
+                None => {
+                    tracing::warn!(job = %self.s.job, checkpoint = id, "a full checkpoint asked for, taken as configured")
+                }
+            }
+        }
         for t in self.s.tasks.iter().filter(|t| t.2) {
             self.out.push(Command::Send(t.0, TaskControl::Trigger(barrier)));
         }
@@ -1139,7 +1155,7 @@ mod tests {
         let ms = 1_000_000;
         assert!(triggered(&c.on_tick(ms)).is_empty(), "an hour's interval");
         let (reply, answer) = std::sync::mpsc::channel();
-        c.on_request(CoordinatorRequest::Checkpoint(reply));
+        c.on_request(CoordinatorRequest::Checkpoint { reply, full: false });
         let asked = triggered(&c.on_tick(2 * ms));
         assert_eq!(asked.len(), 1);
         assert!(answer.try_recv().is_err(), "not answered before it completes");
@@ -1150,7 +1166,7 @@ mod tests {
         assert_eq!(answer.try_recv().unwrap(), Ok(asked[0].id));
         // Asked again, and declined by a task: the answer says why.
         let (reply, answer) = std::sync::mpsc::channel();
-        c.on_request(CoordinatorRequest::Checkpoint(reply));
+        c.on_request(CoordinatorRequest::Checkpoint { reply, full: false });
         let second = triggered(&c.on_tick(5 * ms));
         assert_eq!(second.len(), 1);
         let declined = TaskAck { checkpoint: second[0].id, task: 1, result: Err(Error::Checkpoint("no room".into())) };

@@ -57,6 +57,7 @@ struct PageIndexInner {
 }
 
 /// The pages a checkpoint may refer to: the last completed one's, and a kept part's.
+#[derive(Default)]
 struct Known {
     completed: Arc<PageLocations>,
     kept: Option<Arc<PageLocations>>,
@@ -249,12 +250,25 @@ pub fn write_task_snapshot(
     task: usize,
     snapshot: &TaskSnapshot,
 ) -> Result<TaskFileWritten> {
+    write_task_file(storage, index, task, snapshot, false)
+}
+
+/// [`write_task_snapshot`], or with `full` and an `index`, every page written to this
+/// checkpoint's shared file and nothing referred to in earlier ones (a full checkpoint of an
+/// incremental job: the next ones refer to it).
+pub(crate) fn write_task_file(
+    storage: &CheckpointStorage,
+    index: Option<&PageIndex>,
+    task: usize,
+    snapshot: &TaskSnapshot,
+    full: bool,
+) -> Result<TaskFileWritten> {
     let id = snapshot.barrier.id;
     let mut b = TaskFileBuilder {
         storage,
         id,
         task,
-        known: index.map(PageIndex::known),
+        known: index.map(|i| if full { Known::default() } else { i.known() }),
         own_file: CheckpointStorage::shared_name(id, task).into(),
         new_pages: None,
         scratch: Vec::new(),

@@ -30,6 +30,7 @@ pub use storage::{
 // The file format and the task side of a snapshot's writing: reachable for weir's benches,
 // tests and fuzz targets (which build and damage checkpoint files), not part of the API.
 #[doc(hidden)]
+pub(crate) use incremental::write_task_file;
 pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten};
 #[doc(hidden)]
 pub use storage::{

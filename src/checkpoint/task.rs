@@ -44,6 +44,9 @@ pub(crate) struct LiveSettings {
     /// Unaligned checkpoints on: gates hand records on in slices, so a priority barrier waits
     /// for a slice of work rather than a chunk of it.
     unaligned: AtomicBool,
+    /// Checkpoints asked for in full (an incremental job's, on demand): their tasks write
+    /// every page and refer to no earlier checkpoint. Marked before their barriers go out.
+    full: std::sync::Mutex<Vec<u64>>,
 }
 
 impl LiveSettings {
@@ -54,6 +57,7 @@ impl LiveSettings {
             inflight_budget: AtomicU64::new(u64::MAX),
             channels: AtomicU64::new(1),
             unaligned: AtomicBool::new(false),
+            full: std::sync::Mutex::new(Vec::new()),
         };
         s.apply(cfg);
         s
@@ -65,6 +69,20 @@ impl LiveSettings {
         self.alignment_timeout_ns.store(timeout, Ordering::Relaxed);
         self.inflight_budget.store(cfg.inflight_budget.unwrap_or(u64::MAX), Ordering::Relaxed);
         self.unaligned.store(cfg.unaligned, Ordering::Relaxed);
+    }
+
+    /// Checkpoint `id` is to be full: stored before its barriers go out, so every task that
+    /// snapshots it sees the mark.
+    pub(crate) fn mark_full(&self, id: u64) {
+        let mut full = self.full.lock().unwrap_or_else(|e| e.into_inner());
+        // Checkpoints far behind are long over: the list stays short.
+        full.retain(|f| f + 64 > id);
+        full.push(id);
+    }
+
+    /// Whether checkpoint `id` was asked for in full.
+    pub(crate) fn is_full(&self, id: u64) -> bool {
+        self.full.lock().unwrap_or_else(|e| e.into_inner()).contains(&id)
     }
 
     /// Whether unaligned checkpoints are on (so records are handed on in slices).

@@ -230,13 +230,29 @@ impl JobController {
     /// (Flink's `flink checkpoint`), and waits for it: its id once it completed, or why it
     /// failed. The job goes on either way.
     pub fn trigger_checkpoint(&self) -> Result<u64> {
+        self.checkpoint_now(false)
+    }
+
+    /// Takes a full checkpoint now (Flink's `flink checkpoint --full`): with incremental
+    /// checkpoints, every task writes all its state and refers to nothing in earlier
+    /// checkpoints, so the chain of references starts again from it (and retention can drop
+    /// the files only older checkpoints needed). Without, the same as
+    /// [`JobController::trigger_checkpoint`].
+    pub fn trigger_full_checkpoint(&self) -> Result<u64> {
+        self.checkpoint_now(true)
+    }
+
+    fn checkpoint_now(&self, full: bool) -> Result<u64> {
         let timeout = match &self.run.job.graph.borrow().checkpointing {
             Some(c) => c.timeout,
             None => return Err(Error::config("the job takes no checkpoints: configure it with with_checkpointing")),
         };
         // It may wait for a checkpoint in flight to make room, and then takes its own timeout.
         let wait = timeout * 2 + Duration::from_secs(10);
-        self.ask_coordinator("checkpoint", wait, "two checkpoint timeouts", CoordinatorRequest::Checkpoint)
+        self.ask_coordinator("checkpoint", wait, "two checkpoint timeouts", |reply| CoordinatorRequest::Checkpoint {
+            reply,
+            full,
+        })
     }
 
     /// Takes a savepoint into `dir` (a stop with a savepoint if `stop`): its checkpoint id and
@@ -549,6 +565,11 @@ impl JobHandle {
     /// Takes a checkpoint now ([`JobController::trigger_checkpoint`]).
     pub fn trigger_checkpoint(&self) -> Result<u64> {
         self.controller().trigger_checkpoint()
+    }
+
+    /// Takes a full checkpoint now ([`JobController::trigger_full_checkpoint`]).
+    pub fn trigger_full_checkpoint(&self) -> Result<u64> {
+        self.controller().trigger_full_checkpoint()
     }
 
     /// Changes the checkpoint configuration of the running job

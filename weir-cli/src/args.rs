@@ -58,7 +58,15 @@ pub(crate) struct ControlArgs {
 #[derive(clap::Subcommand, Debug, Clone)]
 pub(crate) enum ControlRequest {
     /// Takes a checkpoint now and waits for it: its id.
-    Checkpoint,
+    Checkpoint {
+        /// A full checkpoint: with incremental checkpoints, every page written and nothing
+        /// referred to in earlier checkpoints (Flink's `flink checkpoint --full`).
+        #[arg(long, conflicts_with = "incremental")]
+        full: bool,
+        /// An incremental one (refused if the job's checkpoints are not incremental).
+        #[arg(long)]
+        incremental: bool,
+    },
     /// Takes a savepoint into DIR, the job going on: its folder.
     Savepoint {
         /// The folder the savepoint goes into (created).

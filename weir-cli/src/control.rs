@@ -169,7 +169,8 @@ fn router(shared: Shared) -> Router {
         .fallback(|| async {
             refuse(
                 StatusCode::NOT_FOUND,
-                "no such request: GET / (the dashboard), /job, /checkpoints, /config, /metrics; POST /checkpoints, \
+                "no such request: GET / (the dashboard), /job, /checkpoints, /config, /metrics; POST \
+                 /checkpoints[?type=full|incremental], \
                  /savepoints?dir=DIR, \
                  /stop?dir=DIR, /config?KEY=VALUE",
             )
@@ -230,8 +231,33 @@ async fn checkpoints(State(s): State<Shared>) -> Response {
     }))
 }
 
-async fn checkpoint_now(State(s): State<Shared>) -> Response {
-    match blocking(move || s.job.trigger_checkpoint()).await {
+#[derive(serde::Deserialize)]
+struct CheckpointQuery {
+    /// full, incremental or configured (Flink's checkpoint types); none: as configured.
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+async fn checkpoint_now(State(s): State<Shared>, Query(q): Query<CheckpointQuery>) -> Response {
+    let incremental = s.job.checkpoint_config().is_some_and(|c| c.incremental);
+    let full = match q.kind.as_deref() {
+        None | Some("configured") => false,
+        Some("full") => true,
+        Some("incremental") if incremental => false,
+        Some("incremental") => {
+            return refuse(
+                StatusCode::CONFLICT,
+                "the job's checkpoints are not incremental (it was not started with them)",
+            )
+        }
+        Some(other) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("unknown checkpoint type '{other}': full, incremental or configured"),
+            )
+        }
+    };
+    match blocking(move || if full { s.job.trigger_full_checkpoint() } else { s.job.trigger_checkpoint() }).await {
         Ok(Ok(id)) => json(serde_json::json!({ "checkpoint": id })),
         Ok(Err(e)) => refuse(StatusCode::CONFLICT, e.to_string()),
         Err(r) => r.into_response(),

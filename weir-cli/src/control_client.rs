@@ -27,7 +27,14 @@ fn encode(v: &str) -> String {
 
 pub(crate) fn run_control(args: &ControlArgs) -> weir::Result<()> {
     let (method, target) = match &args.request {
-        ControlRequest::Checkpoint => ("POST", "/checkpoints".to_string()),
+        ControlRequest::Checkpoint { full, incremental } => {
+            let kind = match (full, incremental) {
+                (true, _) => "?type=full",
+                (_, true) => "?type=incremental",
+                _ => "",
+            };
+            ("POST", format!("/checkpoints{kind}"))
+        }
         ControlRequest::Savepoint { dir } => ("POST", format!("/savepoints?dir={}", encode(&absolute(dir)?))),
         ControlRequest::Stop { dir } => ("POST", format!("/stop?dir={}", encode(&absolute(dir)?))),
         ControlRequest::Config { settings } if settings.is_empty() => ("GET", "/config".to_string()),
