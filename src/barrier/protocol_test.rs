@@ -323,7 +323,7 @@ fn a_checkpoint_asked_for_in_full_refers_to_nothing_earlier() {
     for k in 0..20_000 {
         state.put(k, k);
     }
-    let mut write = |cp: &mut TaskCheckpointing, id: u64, state: &mut KeyedValueState<u64, u64>| {
+    let write = |cp: &mut TaskCheckpointing, id: u64, state: &mut KeyedValueState<u64, u64>| {
         cp.storage.prepare(id).unwrap();
         let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false });
         snap.add("counts".into(), 0, state.fork());
