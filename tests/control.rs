@@ -152,7 +152,7 @@ fn a_full_checkpoint_of_an_incremental_job_on_demand() {
     job.wait_to_say("control endpoint: http://", 1);
     let addr = job.word_after("control endpoint: http://").unwrap();
     common::wait_until("every word counted", || metric(&addr, "weir_sink_records_total{job=\"wordcount\"}") == 4000.0);
-    let mut take = |args: &[&str]| -> u64 {
+    let take = |args: &[&str]| -> u64 {
         let (ok, text) = control(&addr, &[&["checkpoint"][..], args].concat());
         assert!(ok, "{text}");
         let id = text.split("\"checkpoint\":").nth(1).unwrap().trim().trim_end_matches('}').trim();
