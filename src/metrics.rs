@@ -57,6 +57,9 @@ pub struct OperatorMetrics {
     /// The subtask.
     pub subtask: usize,
     records_in: Counter,
+    /// Records it sent into its output rings (the last operator of a chain: a chained one
+    /// hands its records to the next, whose records in count them).
+    records_out: Counter,
     /// The newest watermark it received (`u64::MAX`: none yet).
     watermark: CachePadded<AtomicU64>,
 }
@@ -67,6 +70,11 @@ impl OperatorMetrics {
         self.records_in.get()
     }
 
+    /// Records it sent into its output rings so far (over every attempt of the job).
+    pub fn records_out(&self) -> u64 {
+        self.records_out.get()
+    }
+
     /// The newest watermark it received, if any.
     pub fn watermark(&self) -> Option<u64> {
         Some(self.watermark.load(Ordering::Relaxed)).filter(|&w| w != u64::MAX)
@@ -75,6 +83,11 @@ impl OperatorMetrics {
     #[inline]
     pub(crate) fn received(&self, n: usize) {
         self.records_in.add(n as u64);
+    }
+
+    #[inline]
+    pub(crate) fn sent(&self, n: usize) {
+        self.records_out.add(n as u64);
     }
 
     #[inline]
@@ -284,6 +297,7 @@ impl JobMetrics {
             operator: operator.clone(),
             subtask,
             records_in: Counter::default(),
+            records_out: Counter::default(),
             watermark: CachePadded::new(AtomicU64::new(u64::MAX)),
         });
         all.push(m.clone());

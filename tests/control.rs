@@ -94,6 +94,13 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum();
     assert_eq!(counted, 4000.0, "{text}");
+    // And the words the splitting operator sent into the keyed exchange, per subtask.
+    let sent: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("weir_operator_records_out_total{job=\"wordcount\",operator=\"words\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(sent, 4000.0, "{text}");
     let (ok, text) = control(&addr, &["job"]);
     assert!(ok && text.contains("\"finished\": false"), "{text}");
     let (ok, text) = control(&addr, &["nonsense"]);
@@ -271,6 +278,25 @@ fn the_metrics_show_where_the_rings_are_full() {
         text.lines()
             .filter(|l| l.starts_with("weir_input_ring_fill_ratio{job=\"bench-backpressure\",operator=\"rebalance"))
             .any(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() > 0.9)
+    });
+    job.child.kill().unwrap();
+    job.child.wait().unwrap();
+}
+
+/// Records out and watermark lag per operator subtask, as the metrics show them on the window
+/// workload: the generator's subtasks send every record they make, and the window count's
+/// subtasks say how far each is behind the most advanced watermark (one of them is it).
+#[test]
+fn the_metrics_show_records_out_and_watermark_lag() {
+    let (mut job, addr) = bench_with_control(&["--workload", "window", "--duration-s", "120"]);
+    let samples = |text: &str, prefix: &str| -> Vec<f64> {
+        text.lines().filter(|l| l.starts_with(prefix)).map(|l| l.rsplit(' ').next().unwrap().parse().unwrap()).collect()
+    };
+    common::wait_until("records out and watermark lag", || {
+        let (_, text) = control(&addr, &["metrics"]);
+        let out = samples(&text, "weir_operator_records_out_total{job=\"default\"");
+        let lag = samples(&text, "weir_operator_watermark_lag{job=\"default\",operator=\"window-count\"");
+        out.iter().sum::<f64>() > 0.0 && lag.len() == 2 && lag.contains(&0.0)
     });
     job.child.kill().unwrap();
     job.child.wait().unwrap();

@@ -352,6 +352,8 @@ pub(crate) struct ChannelWriter<T, H> {
     copy: Vec<T>,
     /// The key-by path's free slots per ring during a batch (kept for its allocation).
     direct: Vec<DirectSlots<T>>,
+    /// The producing subtask's live figures: records sent, counted per batch.
+    sent: Option<std::sync::Arc<crate::metrics::OperatorMetrics>>,
 }
 
 impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
@@ -360,7 +362,13 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
         if matches!(partitioner, Partitioner::Forward) {
             assert_eq!(outs.len(), 1, "a forward writer has exactly one ring");
         }
-        ChannelWriter { outs, partitioner, copy: Vec::new(), direct: Vec::new() }
+        ChannelWriter { outs, partitioner, copy: Vec::new(), direct: Vec::new(), sent: None }
+    }
+
+    /// Counts what it writes as records sent by the subtask of `metrics`.
+    pub(crate) fn counting_into(mut self, metrics: std::sync::Arc<crate::metrics::OperatorMetrics>) -> Self {
+        self.sent = Some(metrics);
+        self
     }
 
     /// Entries published so far over all rings.
@@ -381,6 +389,9 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
 impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
+        if let Some(m) = &self.sent {
+            m.sent(records.len());
+        }
         match &mut self.partitioner {
             Partitioner::Forward => self.outs[0].write_records(records),
             Partitioner::Rebalance { next } => {

@@ -111,6 +111,8 @@ pub(crate) struct ChannelSpec {
     pub(crate) downstream_parkers: Vec<Arc<Parker>>,
     /// With an aligned-checkpoint timeout: when producers republish queued barriers.
     pub(crate) barrier_expiry: Option<crate::channel::BarrierExpiry>,
+    /// Per upstream subtask, its live figures (the records it sends are counted there).
+    pub(crate) senders: Vec<Arc<crate::metrics::OperatorMetrics>>,
 }
 
 pub(crate) struct Graph {
@@ -313,7 +315,8 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
                         router: KeyRouter::new(spec.max_parallelism, down),
                     },
                 };
-                Box::new(Box::new(ChannelWriter::new(o, partitioner)) as Box<dyn Collector<T>>) as AnyBox
+                let writer = ChannelWriter::new(o, partitioner).counting_into(spec.senders[i].clone());
+                Box::new(Box::new(writer) as Box<dyn Collector<T>>) as AnyBox
             })
             .collect();
         let readers = ins

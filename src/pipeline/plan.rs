@@ -219,6 +219,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
             max_parallelism: graph.max_parallelism,
             upstream_parkers: (0..from.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
             downstream_parkers: (0..to.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
+            senders: (0..from.parallelism).map(|i| env.metrics.operator(&from.name, i)).collect(),
             // With unaligned on, an aligned-checkpoint timeout may be set on the running job.
             barrier_expiry: env.checkpointing.as_ref().filter(|w| w.unaligned).map(|w| crate::channel::BarrierExpiry {
                 clock: env.clock.clone(),

@@ -89,10 +89,31 @@ pub(crate) fn render(job: &JobController) -> String {
         operators.iter().map(|o| (at(o), o.records_in() as f64)),
     );
     f.labelled(
+        "weir_operator_records_out_total",
+        "counter",
+        "Records an operator subtask sent into its output rings (the last operator of a chain; a chained one's are \
+         the next one's records in).",
+        operators.iter().filter(|o| o.records_out() > 0).map(|o| (at(o), o.records_out() as f64)),
+    );
+    f.labelled(
         "weir_operator_watermark",
         "gauge",
         "The newest watermark a one-input operator subtask received (event time).",
         operators.iter().filter_map(|o| o.watermark().map(|w| (at(o), w as f64))),
+    );
+    // Event time is the job's own unit (wall-clock milliseconds, nanoseconds since the job
+    // began…): a subtask's lag is how far it is behind the job's most advanced watermark, the
+    // subtasks that hold event time back (windows close at the slowest input's watermark).
+    let ahead = operators.iter().filter_map(|o| o.watermark()).filter(|&w| w < u64::MAX / 2).max();
+    f.labelled(
+        "weir_operator_watermark_lag",
+        "gauge",
+        "How far a one-input operator subtask's newest watermark is behind the job's most advanced one, in event \
+         time's unit: the subtasks that hold event time back.",
+        operators.iter().filter_map(|o| {
+            let (w, ahead) = (o.watermark().filter(|&w| w < u64::MAX / 2)?, ahead?);
+            Some((at(o), ahead.saturating_sub(w) as f64))
+        }),
     );
     let fills = m.input_fills();
     f.labelled(
