@@ -578,6 +578,39 @@ pub struct CheckpointStats {
     /// statistics in `_metadata` itself are taken before it goes up, without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upload_ms: Option<f64>,
+    /// Each task's part, in plan order (Flink's per-subtask checkpoint details); kept for the
+    /// newest [`TASK_STATS_KEPT`] checkpoints of a running job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskCheckpointStats>,
+}
+
+/// The checkpoints of a running job whose per-task statistics are kept (older ones keep their
+/// totals): a job that checkpoints every second for a month has 2.6 million.
+pub const TASK_STATS_KEPT: usize = 100;
+
+/// One task's part of a completed checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskCheckpointStats {
+    /// The task's index in the job's plan.
+    pub task: usize,
+    /// The task's name (its operators, subtask).
+    pub name: String,
+    /// From the trigger until the coordinator heard the part was durable.
+    pub acknowledged_ms: f64,
+    /// From the trigger until the task saw the first barrier.
+    pub start_delay_ms: f64,
+    /// Its barrier alignment.
+    pub alignment_ms: f64,
+    /// Its synchronous part.
+    pub sync_ms: f64,
+    /// Its asynchronous part.
+    pub async_ms: f64,
+    /// Bytes of its state.
+    pub state_bytes: u64,
+    /// Bytes of state it wrote.
+    pub written_bytes: u64,
+    /// Bytes of in-flight data it wrote.
+    pub inflight_bytes: u64,
 }
 
 /// One task's part in a checkpoint that resumed a failed one.

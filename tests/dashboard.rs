@@ -58,6 +58,11 @@ fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
     assert!(history.contains("<td>aligned</td>") && history.contains("<td>unaligned</td>"), "{history}");
     assert!(dom.contains("class=\"aligned\"") && dom.contains("class=\"unaligned\""), "the duration bars: {dom}");
     assert!(dom.contains("<span id=\"error\"></span>"), "the page reached the job: {dom}");
+    // The newest checkpoint selected: its tasks, each with its own figures.
+    let tasks = &dom[dom.find("id=\"tasks\"").expect("the tasks table")..];
+    let tasks = &tasks[..tasks.find("</table>").unwrap()];
+    let task_rows = tasks.matches("<tr>").count() - 1;
+    assert!(task_rows >= 2 && tasks.contains("<td>written</td>") && tasks.contains(" ms</td>"), "{tasks}");
     // Rendered: a PNG of the window's size, far from blank (a blank page compresses to a few KB).
     let shot = std::env::temp_dir().join(format!("weir-dashboard-{}.png", std::process::id()));
     let taken = browse(&browser, &url, &format!("--screenshot={}", shot.display()));

@@ -145,6 +145,8 @@ struct Pending {
     alignment_timeout_ns: Option<u64>,
     inflight_budget: Option<u64>,
     acks: HashMap<usize, TaskDone>,
+    /// When each acknowledgement came.
+    acked_ns: HashMap<usize, u64>,
     savepoint: Option<SavepointRequest>,
     /// Who asked for a checkpoint now and got this one.
     requested: Vec<Sender<Result<u64, String>>>,
@@ -352,6 +354,7 @@ impl CoordinatorCore {
                     "task {task} acknowledged checkpoint {} twice",
                     ack.checkpoint
                 );
+                p.acked_ns.insert(task, now_ns);
                 if p.acks.len() < self.s.tasks.len() {
                     return;
                 }
@@ -569,6 +572,7 @@ impl CoordinatorCore {
                 alignment_timeout_ns,
                 inflight_budget,
                 acks: HashMap::new(),
+                acked_ns: HashMap::new(),
                 requested: if barrier.savepoint { Vec::new() } else { std::mem::take(&mut self.requested) },
                 savepoint,
                 resumes: self.kept.as_ref().map(|k| (k.id, k.parts.keys().copied().collect())),
@@ -786,6 +790,27 @@ impl CoordinatorCore {
             resumed_from: p.resumes.as_ref().map(|r| r.0),
             parts: p.resumes.as_ref().map_or_else(Vec::new, |(from, kept)| self.part_reuse(&p.acks, *from, kept)),
             upload_ms: None,
+            tasks: self
+                .s
+                .tasks
+                .iter()
+                .map(|t| {
+                    let s = &p.acks[&t.0].stats;
+                    let acked = p.acked_ns.get(&t.0).copied().unwrap_or(now_ns);
+                    crate::metrics::TaskCheckpointStats {
+                        task: t.0,
+                        name: t.1.to_string(),
+                        acknowledged_ms: ms(acked.saturating_sub(p.barrier.trigger_ns)),
+                        start_delay_ms: ms(s.start_delay_ns),
+                        alignment_ms: ms(s.alignment_ns),
+                        sync_ms: ms(s.sync_ns),
+                        async_ms: ms(s.async_ns),
+                        state_bytes: s.state_bytes,
+                        written_bytes: s.written_bytes,
+                        inflight_bytes: s.inflight_bytes,
+                    }
+                })
+                .collect(),
         };
         let mut tasks: Vec<TaskFile> = self
             .s
@@ -890,7 +915,14 @@ impl CoordinatorCore {
             state_bytes = stats.state_bytes,
             "checkpoint completed"
         );
-        self.s.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
+        {
+            let mut all = self.s.stats.lock().unwrap_or_else(|e| e.into_inner());
+            all.push(stats);
+            // Per-task details for the newest only: the totals stay for every checkpoint.
+            if let Some(old) = all.len().checked_sub(crate::metrics::TASK_STATS_KEPT + 1) {
+                all[old].tasks = Vec::new();
+            }
+        }
         for reply in self.requested_unanswered.remove(&id).unwrap_or_default() {
             let _ = reply.send(Ok(id));
         }
