@@ -17,7 +17,9 @@
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod common;
-mod svg;
+mod plot;
+
+use plot::{Point, Series, Stamp};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -110,6 +112,7 @@ fn main() {
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let secs: f64 = arg("--duration-s").and_then(|s| s.parse().ok()).unwrap_or(4.0);
     let date = common::today();
+    let stamp = Stamp::here(&date);
     let out = PathBuf::from(arg("--out").unwrap_or_else(|| format!("perf/results/{date}")));
     std::fs::create_dir_all(&out).expect("results folder");
     let mut m = Matrix {
@@ -132,6 +135,8 @@ fn main() {
         let workloads =
             [Workload::Stateless, Workload::Keyed, Workload::Window, Workload::Join, Workload::SparseWindow];
         let mut throughput: Vec<Vec<f64>> = Vec::new();
+        // Per workload and mode: the median and spread over rounds, for the plot.
+        let mut throughput_points: Vec<Vec<Point>> = Vec::new();
         let mut ratios: Vec<Vec<Vec<f64>>> = Vec::new();
         let mut busy: Vec<Vec<Vec<f64>>> = Vec::new();
         for w in workloads {
@@ -151,6 +156,7 @@ fn main() {
                     samples[i].push(this[i] / this[0]);
                 }
             }
+            throughput_points.push(runs.iter().map(|r| Point::of(r)).collect());
             throughput.push(runs.into_iter().map(median).collect());
             ratios.push(samples);
             busy.push(busy_samples);
@@ -184,20 +190,27 @@ fn main() {
         }
         md += "\n";
         let categories: Vec<String> = workloads.iter().map(|w| w.to_string()).collect();
-        let series: Vec<(String, Vec<f64>)> = CheckpointChoice::HEADLINE
+        let series: Vec<Series> = CheckpointChoice::HEADLINE
             .iter()
             .enumerate()
-            .map(|(i, c)| (c.to_string(), throughput.iter().map(|t| t[i] / 1e6).collect()))
+            .map(|(i, c)| Series {
+                name: c.to_string(),
+                points: throughput_points.iter().map(|t| t[i].scaled(1e-6)).collect(),
+            })
             .collect();
-        std::fs::write(
-            out.join("throughput.svg"),
-            svg::grouped_bars("Throughput by checkpoint mode", "million records/s", &categories, &series),
+        plot::grouped_bars(
+            &out.join("throughput.svg"),
+            "Throughput by checkpoint mode (median over rounds, bars: lowest and highest)",
+            "million records/s",
+            &categories,
+            &series,
+            &stamp,
         )
         .expect("plot");
 
         // 2. Latency at half of each workload's speed without checkpoints.
         md += "## Latency at a fixed rate (half the speed without checkpoints)\n\n| workload | checkpoints | rate | p50 | p90 | p99 | p99.9 | max |\n|---|---|---|---|---|---|---|---|\n";
-        let mut latency_series: Vec<(String, Vec<f64>)> = Vec::new();
+        let mut latency_series: Vec<Series> = Vec::new();
         let mut latency_categories = Vec::new();
         for (w, t) in [(Workload::Keyed, throughput[1][0]), (Workload::Window, throughput[2][0])] {
             for c in [CheckpointChoice::None, CheckpointChoice::Aligned, CheckpointChoice::Unaligned] {
@@ -215,21 +228,20 @@ fn main() {
                 latency_categories.push(format!("{w} {c}"));
                 for (i, (name, v)) in [("p50", l.p50), ("p99", l.p99), ("p99.9", l.p999)].into_iter().enumerate() {
                     if latency_series.len() <= i {
-                        latency_series.push((name.to_string(), Vec::new()));
+                        latency_series.push(Series { name: name.to_string(), points: Vec::new() });
                     }
-                    latency_series[i].1.push(v as f64 / 1e3);
+                    latency_series[i].points.push(Point::of(&[v as f64 / 1e3]));
                 }
             }
         }
         md += "\n![latency](latency.svg)\n\n";
-        std::fs::write(
-            out.join("latency.svg"),
-            svg::grouped_bars(
-                "Latency percentiles, with and without checkpoints",
-                "µs",
-                &latency_categories,
-                &latency_series,
-            ),
+        plot::grouped_bars(
+            &out.join("latency.svg"),
+            "Latency percentiles, with and without checkpoints",
+            "µs",
+            &latency_categories,
+            &latency_series,
+            &stamp,
         )
         .expect("plot");
     }
@@ -248,8 +260,8 @@ fn main() {
         CheckpointChoice::AlignedTimeout,
         CheckpointChoice::Adaptive,
     ];
-    let mut durations: Vec<(String, Vec<f64>)> = Vec::new();
-    let mut inflight: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut durations: Vec<Series> = Vec::new();
+    let mut inflight: Vec<Series> = Vec::new();
     // Median duration and in-flight bytes per (cost, mode, ring), for the ratios under the table.
     let mut medians = std::collections::HashMap::new();
     let mut median_bytes = std::collections::HashMap::new();
@@ -284,16 +296,20 @@ fn main() {
                     group_digits(bytes as u64),
                     group_digits(median(runs[i].iter().map(|r| r.throughput_rps).collect()) as u64),
                 );
-                line[i].push(duration);
-                bytes_line[i].push(bytes);
+                let bytes_per_round: Vec<f64> = runs[i]
+                    .iter()
+                    .map(|r| median(r.checkpoints.iter().map(|c| c.inflight_bytes as f64).collect()))
+                    .collect();
+                line[i].push(Point { median: duration, ..Point::of(&per_round) });
+                bytes_line[i].push(Point { median: bytes, ..Point::of(&bytes_per_round) });
                 medians.insert((cost, i, ring), duration);
                 median_bytes.insert((cost, i, ring), bytes);
             }
         }
         for (i, mode) in modes.iter().enumerate() {
-            durations.push((format!("{mode}, {}", format_ns(cost)), line[i].clone()));
+            durations.push(Series { name: format!("{mode}, {}", format_ns(cost)), points: line[i].clone() });
             if *mode != CheckpointChoice::Aligned {
-                inflight.push((format!("{mode}, {}", format_ns(cost)), bytes_line[i].clone()));
+                inflight.push(Series { name: format!("{mode}, {}", format_ns(cost)), points: bytes_line[i].clone() });
             }
         }
     }
@@ -358,26 +374,24 @@ fn main() {
         mixed_medians[1].1 / mixed_medians[0].1.max(1.0),
     );
     let ring_labels: Vec<String> = rings.iter().map(|r| r.to_string()).collect();
-    std::fs::write(
-        out.join("backlog-duration.svg"),
-        svg::log_lines(
-            "Checkpoint duration under a backlog",
-            "ring capacity (entries)",
-            "median duration (ms, log)",
-            &ring_labels,
-            &durations,
-        ),
+    plot::log_lines(
+        &out.join("backlog-duration.svg"),
+        "Checkpoint duration under a backlog (median, bars: lowest and highest round)",
+        "ring capacity (entries)",
+        "median duration, ms",
+        &ring_labels,
+        &durations,
+        &stamp,
     )
     .expect("plot");
-    std::fs::write(
-        out.join("inflight.svg"),
-        svg::log_lines(
-            "In-flight bytes per checkpoint",
-            "ring capacity (entries)",
-            "median bytes (log)",
-            &ring_labels,
-            &inflight,
-        ),
+    plot::log_lines(
+        &out.join("inflight.svg"),
+        "In-flight bytes per checkpoint (median, bars: lowest and highest round)",
+        "ring capacity (entries)",
+        "median bytes",
+        &ring_labels,
+        &inflight,
+        &stamp,
     )
     .expect("plot");
 
