@@ -70,6 +70,11 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
         let (ok, text) = control(&addr, &["config", "retain=9", bad]);
         assert!(!ok && text.contains(says) && text.contains("400"), "{bad}: {text}");
     }
+    // The restart strategy is the running job's too (Flink's names).
+    let (ok, text) = control(&addr, &["config", "restart-strategy=failure-rate", "restart-failures-per-interval=3"]);
+    assert!(ok && text.contains("failure-rate: at most 3 failures in 60000 ms"), "{text}");
+    let (ok, text) = control(&addr, &["config", "restart-attempts=2"]);
+    assert!(!ok && text.contains("--restart-attempts needs --restart-strategy"), "{text}");
     let (_, text) = control(&addr, &["config"]);
     assert!(text.contains("\"retained\": 2") && text.contains("\"interval-ms\": 200"), "{text}");
     // A savepoint with the job running, and one whose folder cannot be made.

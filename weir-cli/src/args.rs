@@ -81,7 +81,8 @@ pub(crate) enum ControlRequest {
     /// nothing), keys as the checkpoint flags' a running job can change: checkpoint (aligned,
     /// unaligned, aligned-timeout, adaptive), interval-ms, interval-during-backlog-ms,
     /// checkpoint-timeout-ms, min-pause-ms, max-concurrent, tolerable-failed-checkpoints,
-    /// retained, unaligned, aligned-checkpoint-timeout-ms, inflight-budget-bytes.
+    /// retained, unaligned, aligned-checkpoint-timeout-ms, inflight-budget-bytes, and
+    /// restart-strategy with its restart-* parameters.
     Config {
         /// KEY=VALUE settings; none shows the configuration.
         settings: Vec<String>,

@@ -124,9 +124,9 @@ pub(crate) struct CheckpointFlags {
 
 const RESTART_STRATEGIES: [&str; 4] = ["none", "fixed-delay", "exponential-delay", "failure-rate"];
 
-/// The keys a running job's configuration takes (`weir control ADDR config KEY=VALUE`); the
-/// others are fixed for its life.
-pub(crate) const LIVE_KEYS: [&str; 11] = [
+/// The keys a running job's configuration takes (`weir control ADDR config KEY=VALUE`), with
+/// the restart strategy's (`restart-*`); the others are fixed for its life.
+pub(crate) const LIVE_KEYS: [&str; 12] = [
     "checkpoint",
     "interval-ms",
     "interval-during-backlog-ms",
@@ -138,6 +138,7 @@ pub(crate) const LIVE_KEYS: [&str; 11] = [
     "unaligned",
     "aligned-checkpoint-timeout-ms",
     "inflight-budget-bytes",
+    "restart-strategy",
 ];
 
 fn plan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<CheckpointPlan>, D::Error> {
@@ -373,10 +374,11 @@ impl CheckpointFlags {
     /// [`LIVE_KEYS`]): the mode word `checkpoint` or `unaligned` and its timeout or budget.
     pub(crate) fn change_live(&self, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
         let fixed = ["checkpoint-dir", "mode", "incremental"];
-        if let Some(key) = self.given().into_iter().find(|k| fixed.contains(k) || k.starts_with("restart-")) {
+        if let Some(key) = self.given().into_iter().find(|k| fixed.contains(k)) {
             return Err(Error::config(format!("{key} is fixed for the job's life (a running job cannot change it)")));
         }
         let mut c = self.apply_live(c)?;
+        c.restart = self.restart(c.restart)?;
         let ms = Duration::from_millis;
         match &self.checkpoint {
             Some(p) if p.modes.len() > 1 => {
@@ -472,16 +474,27 @@ impl CheckpointFlags {
         })
     }
 
-    /// One `KEY=VALUE` of the live configuration as settings: VALUE as TOML (a number,
-    /// true/false), or as text where it is not TOML (a mode word).
-    pub(crate) fn parse_setting(key: &str, value: &str) -> Result<CheckpointFlags, String> {
-        let quoted = toml::Value::String(value.to_string()).to_string();
-        toml::from_str::<CheckpointFlags>(&format!("{key} = {value}"))
-            .or_else(|_| toml::from_str::<CheckpointFlags>(&format!("{key} = {quoted}")))
-            .map_err(|e| match e.message().starts_with("unknown field") {
-                true => format!("unknown configuration key '{key}': one of {}", LIVE_KEYS.join(", ")),
-                false => format!("{key}={value}: {}", e.message().trim()),
-            })
+    /// `KEY=VALUE` settings of the live configuration, together (a restart strategy and its
+    /// parameters, say): each VALUE as TOML (a number, true/false), or as text where it is not
+    /// TOML (a mode word). An unknown key or a wrong value is named.
+    pub(crate) fn parse_settings(settings: &[(String, String)]) -> Result<CheckpointFlags, String> {
+        let line = |key: &str, value: &str| {
+            let literal = format!("{key} = {value}");
+            match toml::from_str::<toml::Table>(&literal) {
+                Ok(_) => literal,
+                Err(_) => format!("{key} = {}", toml::Value::String(value.to_string())),
+            }
+        };
+        for (key, value) in settings {
+            toml::from_str::<CheckpointFlags>(&line(key, value)).map_err(|e| {
+                match e.message().starts_with("unknown field") {
+                    true => format!("unknown configuration key '{key}': one of {}", LIVE_KEYS.join(", ")),
+                    false => format!("{key}={value}: {}", e.message().trim()),
+                }
+            })?;
+        }
+        let all: Vec<String> = settings.iter().map(|(k, v)| line(k, v)).collect();
+        toml::from_str::<CheckpointFlags>(&all.join("\n")).map_err(|e| e.message().trim().to_string())
     }
 }
 

@@ -328,26 +328,52 @@ fn config_values(c: &CheckpointConfig) -> serde_json::Value {
         "unaligned": c.unaligned,
         "aligned-checkpoint-timeout-ms": c.alignment_timeout.map(ms),
         "inflight-budget-bytes": c.inflight_budget,
+        "restart-strategy": restart_strategy(&c.restart),
         // Fixed for the job's life: shown, refused as changes.
         "mode": c.mode.to_string(),
         "incremental": c.incremental,
     })
 }
 
-/// `c` with `key` set to `value`, or what is wrong with them: the keys are the checkpoint
-/// flags' (`crate::checkpoint_flags`), those a running job can change; `none` or `off`
-/// clears an optional one.
-pub(crate) fn apply_setting(mut c: CheckpointConfig, key: &str, value: &str) -> Result<CheckpointConfig, String> {
-    if matches!(value, "none" | "off") {
-        match key {
+/// A restart strategy in the words of its flags.
+fn restart_strategy(r: &weir::checkpoint::RestartStrategy) -> String {
+    use weir::checkpoint::RestartStrategy::*;
+    let ms = |d: &Duration| d.as_millis();
+    match r {
+        None => "none".into(),
+        FixedDelay { attempts, delay } => format!("fixed-delay: {attempts} attempts, {} ms apart", ms(delay)),
+        ExponentialBackoff { attempts, initial, max, multiplier } => format!(
+            "exponential-delay: {attempts} attempts, from {} ms times {multiplier} up to {} ms",
+            ms(initial),
+            ms(max)
+        ),
+        FailureRate { max_failures, interval, delay } => {
+            format!("failure-rate: at most {max_failures} failures in {} ms, {} ms apart", ms(interval), ms(delay))
+        }
+    }
+}
+
+/// `c` with `settings` (KEY=VALUE, applied together), or what is wrong with them: the keys
+/// are the checkpoint flags' (`crate::checkpoint_flags`), those a running job can change;
+/// `none` or `off` clears an optional one.
+pub(crate) fn apply_settings(
+    mut c: CheckpointConfig,
+    settings: &[(String, String)],
+) -> Result<CheckpointConfig, String> {
+    let mut given = Vec::new();
+    for (key, value) in settings {
+        if !matches!(value.as_str(), "none" | "off") {
+            given.push((key.clone(), value.clone()));
+            continue;
+        }
+        match key.as_str() {
             "interval-during-backlog-ms" => c.interval_during_backlog = None,
-            "aligned-checkpoint-timeout-ms" => c.alignment_timeout = None,
+            "aligned-checkpoint-timeout-ms" | "alignment-timeout-ms" => c.alignment_timeout = None,
             "inflight-budget-bytes" => c.inflight_budget = None,
             _ => return Err(format!("{key} cannot be {value}: give a value")),
         }
-        return Ok(c);
     }
-    CheckpointFlags::parse_setting(key, value)?.change_live(c).map_err(|e| e.to_string())
+    CheckpointFlags::parse_settings(&given)?.change_live(c).map_err(|e| e.to_string())
 }
 
 async fn config(State(s): State<Shared>) -> Response {
@@ -365,13 +391,10 @@ async fn change_config(State(s): State<Shared>, Query(q): Query<Vec<(String, Str
         return refuse(StatusCode::CONFLICT, "the job takes no checkpoints: there is no configuration to change");
     };
     // Checked whole before anything applies: all or nothing.
-    let mut new = current;
-    for (k, v) in &q {
-        new = match apply_setting(new, k, v) {
-            Ok(c) => c,
-            Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
-        };
-    }
+    let new = match apply_settings(current, &q) {
+        Ok(c) => c,
+        Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
+    };
     match s.job.update_checkpoints(|_| new) {
         Ok(()) => json(config_values(&s.job.checkpoint_config().expect("it has one"))),
         Err(e) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
