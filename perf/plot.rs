@@ -3,6 +3,7 @@
 //! axis where the values span decades, and under the plot the date, machine and command
 //! that produced it, so a figure read alone says where it came from.
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 const SIZE: (u32, u32) = (820, 460);
@@ -95,6 +96,15 @@ fn bounds(series: &[Series]) -> (f64, f64) {
     (if low.is_finite() { low } else { 1.0 }, high.max(1e-9))
 }
 
+/// A white image at `path` with `stamp` along its foot: the area above it, to plot in.
+fn framed<'a>(path: &'a std::path::Path, stamp: &Stamp) -> Result<DrawingArea<SVGBackend<'a>, Shift>> {
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (plot, footer) = root.split_vertically(SIZE.1 - 24);
+    footer.draw(&Text::new(stamp.0.as_str(), (10, 6), ("sans-serif", 11).into_font().color(&BLACK.mix(0.7))))?;
+    Ok(plot)
+}
+
 /// Bars of each series side by side per category, with error bars for the spread; a log
 /// axis if the values span decades.
 pub fn grouped_bars(
@@ -105,10 +115,7 @@ pub fn grouped_bars(
     series: &[Series],
     stamp: &Stamp,
 ) -> Result<()> {
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (plot, footer) = root.split_vertically(SIZE.1 - 24);
-    footer.draw(&Text::new(stamp.0.as_str(), (10, 6), ("sans-serif", 11).into_font().color(&BLACK.mix(0.7))))?;
+    let plot = framed(path, stamp)?;
     let (low, high) = bounds(series);
     let n = categories.len().max(1);
     let width = 0.8 / series.len().max(1) as f64;
@@ -155,7 +162,7 @@ pub fn grouped_bars(
         chart.configure_mesh().disable_x_mesh().x_labels(n).x_label_formatter(&label).y_desc(y_label).draw()?;
         bars!(chart, 0.0);
     }
-    root.present()?;
+    plot.present()?;
     Ok(())
 }
 
@@ -170,10 +177,7 @@ pub fn log_lines(
     series: &[Series],
     stamp: &Stamp,
 ) -> Result<()> {
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (plot, footer) = root.split_vertically(SIZE.1 - 24);
-    footer.draw(&Text::new(stamp.0.as_str(), (10, 6), ("sans-serif", 11).into_font().color(&BLACK.mix(0.7))))?;
+    let plot = framed(path, stamp)?;
     let (low, high) = bounds(series);
     let n = xs.len().max(1);
     let label = |x: &f64| xs.get(x.round() as usize).cloned().unwrap_or_default();
@@ -209,6 +213,6 @@ pub fn log_lines(
         )?;
     }
     legend!(chart);
-    root.present()?;
+    plot.present()?;
     Ok(())
 }

@@ -35,22 +35,36 @@ pub(crate) fn control(addr: &str, args: &[&str]) -> (bool, String) {
     (o.status.success(), text)
 }
 
+/// A word count following a log of 2000 lines of two words (`distinct` different first
+/// words), checkpointing only when asked, with its control endpoint.
+struct FollowedLog {
+    job: Running,
+    addr: String,
+    input: std::path::PathBuf,
+    out: std::path::PathBuf,
+    lines: Vec<String>,
+}
+
+impl FollowedLog {
+    fn start(dir: &Path, distinct: usize, flags: &[&str]) -> FollowedLog {
+        let input = dir.join("log.txt");
+        let lines: Vec<String> = (0..2000).map(|i| format!("w{} x{}", i % distinct, i % 7)).collect();
+        std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+        let (out, chk) = (dir.join("out"), dir.join("chk"));
+        // Followed, the log keeps the job running until it is told to stop.
+        let flags = [&["--follow", "--interval-ms", "3600000", "--control", "127.0.0.1:0"][..], flags].concat();
+        let mut job = Running::start(common::wordcount(&input, &out, &chk, &flags));
+        job.wait_to_say("control endpoint: http://", 1);
+        let addr = job.word_after("control endpoint: http://").unwrap();
+        FollowedLog { job, addr, input, out, lines }
+    }
+}
+
 #[test]
 fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("log.txt");
-    let lines: Vec<String> = (0..2000).map(|i| format!("w{} x{}", i % 50, i % 7)).collect();
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
-    // Followed, the log keeps the job running until it is told to stop.
-    let mut job = Running::start(common::wordcount(
-        &input,
-        &out,
-        &chk,
-        &["--follow", "--interval-ms", "3600000", "--min-pause-ms", "7", "--control", "127.0.0.1:0"],
-    ));
-    job.wait_to_say("control endpoint: http://", 1);
-    let addr = job.word_after("control endpoint: http://").unwrap();
+    let f = FollowedLog::start(dir.path(), 50, &["--min-pause-ms", "7"]);
+    let (mut job, addr, input, out, lines) = (f.job, f.addr, f.input, f.out, f.lines);
 
     let (ok, text) = control(&addr, &["checkpoint"]);
     assert!(ok && text.contains("\"checkpoint\":"), "{text}");
@@ -151,18 +165,7 @@ fn state_and_written(table: &str, id: u64) -> (u64, u64) {
 #[test]
 fn a_full_checkpoint_of_an_incremental_job_on_demand() {
     let dir = tempfile::tempdir().unwrap();
-    let input = dir.path().join("log.txt");
-    let lines: Vec<String> = (0..2000).map(|i| format!("w{} x{}", i % 500, i % 7)).collect();
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
-    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
-    let mut job = Running::start(common::wordcount(
-        &input,
-        &out,
-        &chk,
-        &["--follow", "--incremental", "--interval-ms", "3600000", "--control", "127.0.0.1:0"],
-    ));
-    job.wait_to_say("control endpoint: http://", 1);
-    let addr = job.word_after("control endpoint: http://").unwrap();
+    let FollowedLog { mut job, addr, .. } = FollowedLog::start(dir.path(), 500, &["--incremental"]);
     common::wait_until("every word counted", || metric(&addr, "weir_sink_records_total{job=\"wordcount\"}") == 4000.0);
     let take = |args: &[&str]| -> u64 {
         let (ok, text) = control(&addr, &[&["checkpoint"][..], args].concat());

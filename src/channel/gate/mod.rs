@@ -613,16 +613,23 @@ mod tests {
         assert_eq!(gate.read_position(0), 8, "eight records, no barrier entry");
     }
 
+    /// A one-channel gate (a ring of 64) checking its priority slot, slicing records on a clock
+    /// that reads `time`, and the ring's producer.
+    fn sliced_gate(time: &Arc<std::sync::atomic::AtomicU64>) -> (OutChannel<u64>, InputGate<u64>) {
+        let parker = Arc::new(Parker::default());
+        let (out, reader) = channel::<u64>(64, parker.clone(), parker);
+        let mut gate = InputGate::new(vec![reader]);
+        gate.set_unaligned(true);
+        gate.set_slicing(Some(crate::context::Clock::manual(time.clone())));
+        (out, gate)
+    }
+
     /// With slicing, a priority barrier published while the task works through a chunk stops
     /// the chunk at the next slice: the rest stays in the ring (in flight).
     #[test]
     fn a_priority_barrier_interrupts_a_chunk_between_slices() {
-        let parker = Arc::new(Parker::default());
         let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (mut out, reader) = channel::<u64>(64, parker.clone(), parker);
-        let mut gate = InputGate::new(vec![reader]);
-        gate.set_unaligned(true);
-        gate.set_slicing(Some(crate::context::Clock::manual(time.clone())));
+        let (mut out, mut gate) = sliced_gate(&time);
         // Each record costs 10 µs of (simulated) time: two per 20 µs slice once learnt. Once
         // six records are in, the producer publishes an unaligned barrier.
         let got = std::sync::Mutex::new(Vec::new());
@@ -655,12 +662,8 @@ mod tests {
     /// until the deferral ends, slices or not.
     #[test]
     fn a_deferred_channel_takes_no_priority_barrier_between_slices() {
-        let parker = Arc::new(Parker::default());
         let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (mut out, reader) = channel::<u64>(64, parker.clone(), parker);
-        let mut gate = InputGate::new(vec![reader]);
-        gate.set_unaligned(true);
-        gate.set_slicing(Some(crate::context::Clock::manual(time.clone())));
+        let (mut out, mut gate) = sliced_gate(&time);
         let mut records: Vec<u64> = (0..20).collect();
         out.write_records(&mut records);
         out.flush();
