@@ -315,6 +315,10 @@ fn every_checkpointing_command_takes_one_set_of_flags_and_a_file() {
     for (args, needle) in refused {
         assert_refused(args, needle);
     }
+    // Where they agree, they are taken: at-least-once is not unaligned.
+    let o =
+        weir(&["bench", "--checkpoint", "at-least-once", "--unaligned=false", "--duration-s", "0.5", "--no-progress"]);
+    assert!(o.status.success() && text_of(&o).contains("checkpoints at-least-once"), "{}", text_of(&o));
     // A file's unknown key or wrongly typed value: named, with the file.
     for (text, needle) in
         [("interval-ms = 100\nbogus = 1\n", "unknown field `bogus`"), ("retained = \"many\"\n", "retained")]

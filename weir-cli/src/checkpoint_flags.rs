@@ -243,7 +243,12 @@ impl CheckpointFlags {
                         "--checkpoint {p}: the checkpoint lab (modes taking turns) is weir bench's"
                     )));
                 }
-                let unaligned = p.modes.iter().any(|m| !matches!(m, CheckpointChoice::Aligned));
+                let unaligned = p.modes.iter().any(|m| {
+                    matches!(
+                        m,
+                        CheckpointChoice::Unaligned | CheckpointChoice::AlignedTimeout | CheckpointChoice::Adaptive
+                    )
+                });
                 if self.unaligned.is_some_and(|u| u != unaligned || p.modes.len() > 1) {
                     return Err(Error::config(format!("--checkpoint {p} and --unaligned disagree: give one of them")));
                 }
