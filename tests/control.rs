@@ -309,3 +309,20 @@ fn the_metrics_show_records_out_and_watermark_lag() {
     job.child.kill().unwrap();
     job.child.wait().unwrap();
 }
+
+/// Restarts and their causes from outside: a word count whose counting operator fails every
+/// 500 words (the testing feature's failure point) restarts, and `weir control ADDR job`
+/// says how often and why.
+#[test]
+fn the_endpoint_says_why_a_job_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let FollowedLog { mut job, addr, .. } = FollowedLog::start(dir.path(), 50, &["--fail-every-words", "500"]);
+    common::wait_until("a restart", || metric(&addr, "weir_restarts_total") >= 1.0);
+    // (Not `control`: the cause says the operator panicked, as the injected failure does.)
+    let o = Command::new(env!("CARGO_BIN_EXE_weir")).args(["control", &addr, "job"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.contains("\"restart_causes\"") && text.contains("restart 1 after:"), "{text}");
+    assert!(text.contains("injected failure at record"), "the cause: {text}");
+    job.child.kill().unwrap();
+    let _ = job.child.wait();
+}

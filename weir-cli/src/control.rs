@@ -219,6 +219,8 @@ async fn job(State(s): State<Shared>) -> Response {
         "sink_records": m.sink_records(),
         "late_records": m.late_records(),
         "restarts": s.job.restarts(),
+        // Why it restarted, the newest last (the job's notes: `restart N after: …`).
+        "restart_causes": s.job.notes().into_iter().filter(|n| n.starts_with("restart ")).collect::<Vec<_>>(),
         "finished": s.job.is_finished(),
         "checkpointing": s.job.checkpoint_config().is_some(),
     }))
