@@ -868,3 +868,25 @@ fn nexmark_and_bench_take_the_checkpoint_dir_and_minimum_pause() {
         assert!(!o.status.success() && text_of(&o).contains("needs checkpoints"), "{args:?}: {}", text_of(&o));
     }
 }
+
+/// A user piped a benchmark into `head` and saw a panic ("failed printing to stdout: Broken
+/// pipe"): a closed pipe ends the command quietly, as it ends `yes`.
+#[test]
+fn a_closed_pipe_ends_the_command_without_a_panic() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--duration-s", "0.5", "--no-progress"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its reader goes away at once, before the report is printed.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(o.status.signal(), Some(13), "ended by SIGPIPE, as yes | head: {:?}", o.status);
+    }
+}
