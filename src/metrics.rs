@@ -426,8 +426,10 @@ pub struct JobReport {
     /// The same latency split by what the job's tasks were doing while each record was in
     /// flight ([`LatencyCause`]; causes without samples left out).
     pub latency_by_cause: Vec<(LatencyCause, Histogram<u64>)>,
-    /// Completed checkpoints, in order.
+    /// Completed checkpoints, in order: the newest [`HISTORY_KEPT`].
     pub checkpoints: Vec<CheckpointStats>,
+    /// Checkpoints completed in all.
+    pub checkpoints_completed: u64,
     /// Restarts after failures.
     pub restarts: u32,
 }
@@ -585,8 +587,49 @@ pub struct CheckpointStats {
 }
 
 /// The checkpoints of a running job whose per-task statistics are kept (older ones keep their
-/// totals): a job that checkpoints every second for a month has 2.6 million.
+/// totals).
 pub const TASK_STATS_KEPT: usize = 100;
+
+/// The completed checkpoints whose statistics a running job keeps, the newest: a job that
+/// checkpoints every second for a month completes 2.6 million, and every scrape and report
+/// would copy them all.
+pub const HISTORY_KEPT: usize = 1000;
+
+/// A job's completed checkpoints: the statistics of the newest [`HISTORY_KEPT`] (per-task
+/// details of the newest [`TASK_STATS_KEPT`]), and how many completed in all.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointHistory {
+    kept: std::collections::VecDeque<CheckpointStats>,
+    completed: u64,
+}
+
+impl CheckpointHistory {
+    /// One more completed checkpoint.
+    pub(crate) fn push(&mut self, stats: CheckpointStats) {
+        self.completed += 1;
+        self.kept.push_back(stats);
+        if self.kept.len() > HISTORY_KEPT {
+            self.kept.pop_front();
+        }
+        if let Some(old) = self.kept.len().checked_sub(TASK_STATS_KEPT + 1) {
+            self.kept[old].tasks = Vec::new();
+        }
+    }
+
+    /// The statistics kept, oldest first.
+    pub(crate) fn stats(&self) -> Vec<CheckpointStats> {
+        self.kept.iter().cloned().collect()
+    }
+
+    /// Checkpoints completed in all.
+    pub(crate) fn completed(&self) -> u64 {
+        self.completed
+    }
+    /// Takes the statistics kept, oldest first, leaving none (the count stays).
+    pub(crate) fn take(&mut self) -> Vec<CheckpointStats> {
+        self.kept.drain(..).collect()
+    }
+}
 
 /// One task's part of a completed checkpoint.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -648,6 +691,23 @@ mod tests {
         m.merge_latency(&h);
         m.merge_latency(&h);
         assert_eq!(m.latency().unwrap().len(), 2);
+    }
+
+    /// A long-running job's checkpoint history stays bounded: the newest `HISTORY_KEPT`
+    /// statistics, per-task details for the newest `TASK_STATS_KEPT`, and the count of all.
+    #[test]
+    fn the_checkpoint_history_keeps_the_newest() {
+        let mut h = CheckpointHistory::default();
+        for id in 1..=HISTORY_KEPT as u64 + 100 {
+            let task = TaskCheckpointStats { task: 0, ..Default::default() };
+            h.push(CheckpointStats { id, tasks: vec![task], ..Default::default() });
+        }
+        let kept = h.stats();
+        assert_eq!((h.completed(), kept.len()), (HISTORY_KEPT as u64 + 100, HISTORY_KEPT));
+        assert_eq!((kept[0].id, kept[kept.len() - 1].id), (101, HISTORY_KEPT as u64 + 100));
+        let with_tasks = kept.iter().filter(|s| !s.tasks.is_empty()).count();
+        assert_eq!(with_tasks, TASK_STATS_KEPT);
+        assert!(kept[kept.len() - TASK_STATS_KEPT..].iter().all(|s| !s.tasks.is_empty()), "the newest keep theirs");
     }
 
     #[test]

@@ -118,7 +118,7 @@ pub(crate) struct CoordinatorSetup {
     pub(crate) fingerprint: String,
     /// Where the job's sinks write, recorded in every checkpoint.
     pub(crate) outputs: Vec<super::storage::SinkOutput>,
-    pub(crate) stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    pub(crate) stats: Arc<Mutex<crate::metrics::CheckpointHistory>>,
     /// Why checkpoints failed, for the job's notes.
     pub(crate) failures: Arc<Mutex<Vec<String>>>,
     /// The next checkpoint id, shared across attempts so ids never repeat.
@@ -915,14 +915,7 @@ impl CoordinatorCore {
             state_bytes = stats.state_bytes,
             "checkpoint completed"
         );
-        {
-            let mut all = self.s.stats.lock().unwrap_or_else(|e| e.into_inner());
-            all.push(stats);
-            // Per-task details for the newest only: the totals stay for every checkpoint.
-            if let Some(old) = all.len().checked_sub(crate::metrics::TASK_STATS_KEPT + 1) {
-                all[old].tasks = Vec::new();
-            }
-        }
+        self.s.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
         for reply in self.requested_unanswered.remove(&id).unwrap_or_default() {
             let _ = reply.send(Ok(id));
         }

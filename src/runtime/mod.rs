@@ -133,7 +133,7 @@ pub(crate) struct AttemptShared {
     pub(crate) control: Arc<JobControl>,
     pub(crate) metrics: Arc<JobMetrics>,
     /// Statistics of the checkpoints completed.
-    pub(crate) stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    pub(crate) stats: Arc<Mutex<crate::metrics::CheckpointHistory>>,
     pub(crate) checkpoint_failures: Arc<Mutex<Vec<String>>>,
     /// The checkpoint directory's lock, held for the job's life.
     pub(crate) lock: Option<Arc<DirectoryLock>>,
@@ -346,9 +346,15 @@ impl JobController {
         attempt.commits.as_ref()?.newest_everywhere(attempt.task_count)
     }
 
-    /// Statistics of the checkpoints completed so far.
+    /// Statistics of the checkpoints completed so far: the newest
+    /// [`crate::metrics::HISTORY_KEPT`].
     pub fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
         self.run.checkpoint_stats()
+    }
+
+    /// Checkpoints completed so far, in all.
+    pub fn checkpoints_completed(&self) -> u64 {
+        self.run.checkpoints_completed()
     }
 
     /// Messages about recovery (restarts, restored checkpoints, damaged ones skipped), oldest
@@ -583,9 +589,14 @@ impl JobHandle {
         self.controller().applied_checkpoint()
     }
 
-    /// Statistics of the checkpoints completed so far.
+    /// Statistics of the checkpoints completed so far ([`JobController::checkpoint_stats`]).
     pub fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
         self.run.checkpoint_stats()
+    }
+
+    /// Checkpoints completed so far, in all.
+    pub fn checkpoints_completed(&self) -> u64 {
+        self.run.checkpoints_completed()
     }
 
     /// Messages about recovery ([`JobController::notes`]).
@@ -642,7 +653,11 @@ impl Supervised {
     }
 
     fn checkpoint_stats(&self) -> Vec<CheckpointStats> {
-        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).stats()
+    }
+
+    fn checkpoints_completed(&self) -> u64 {
+        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).completed()
     }
 
     /// The supervisor thread: waits for each attempt's workers to exit, then restarts the job
@@ -773,6 +788,7 @@ impl Supervised {
             latency_ns: self.shared.metrics.latency(),
             latency_by_cause: self.shared.metrics.latency_by_cause(),
             checkpoints: self.checkpoint_stats(),
+            checkpoints_completed: self.checkpoints_completed(),
             restarts: self.progress().restarts,
         }))
     }

@@ -245,7 +245,7 @@ where
                 lock: &lock,
             };
             let end = run_attempt(prepared, &mut world, fail_soon);
-            for c in checkpoint_stats.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            for c in checkpoint_stats.lock().unwrap_or_else(|e| e.into_inner()).take() {
                 stats.checkpoints += 1;
                 stats.resumed += c.resumed_from.is_some() as u64;
                 stats.parts_reused += c.parts.iter().filter(|p| p.reused).count() as u64;

@@ -68,7 +68,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         Ok(false)
     })
     .map(|s| match s {
-        Supervised::Finished(report) => Some(report),
+        Supervised::Finished(report) => Some(*report),
         Supervised::Savepoint | Supervised::HandedOver => None,
     });
     if temporary {

@@ -229,6 +229,7 @@ async fn job(State(s): State<Shared>) -> Response {
 async fn checkpoints(State(s): State<Shared>) -> Response {
     json(serde_json::json!({
         "completed": s.job.checkpoint_stats(),
+        "completed_total": s.job.checkpoints_completed(),
         "failures": s.job.checkpoint_failures(),
     }))
 }

@@ -144,7 +144,12 @@ pub(crate) fn render(job: &JobController) -> String {
     if job.checkpoint_config().is_some() {
         let stats = job.checkpoint_stats();
         let failures = job.checkpoint_failures();
-        f.metric("weir_checkpoints_completed_total", "counter", "Checkpoints completed.", stats.len() as f64);
+        f.metric(
+            "weir_checkpoints_completed_total",
+            "counter",
+            "Checkpoints completed.",
+            job.checkpoints_completed() as f64,
+        );
         f.metric("weir_checkpoints_failed_total", "counter", "Checkpoints that failed.", failures.len() as f64);
         if let Some(last) = stats.last() {
             let gauges: [(&str, &str, f64); 8] = [

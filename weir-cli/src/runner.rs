@@ -124,10 +124,19 @@ pub(crate) fn latency_by_cause_table(report: &JobReport) -> Option<String> {
     Some(crate::tables::table(&["while in flight", "samples", "share", "p50", "p99", "p99.9", "max"], &rows))
 }
 
+/// What a table of `kept` of `total` checkpoints leaves out, if anything.
+pub(crate) fn listed(total: u64, kept: usize) -> String {
+    match total > kept as u64 {
+        true => format!(" (the newest {kept} listed)"),
+        false => String::new(),
+    }
+}
+
 pub(crate) fn print_report(report: &JobReport, checkpointing: bool, counting: Option<(&str, u64)>) {
     print!("{}", crate::tables::summary(report, counting));
     if checkpointing {
-        println!("checkpoints completed: {}", report.checkpoints.len());
+        let total = report.checkpoints_completed;
+        println!("checkpoints completed: {total}{}", listed(total, report.checkpoints.len()));
         if !report.checkpoints.is_empty() {
             print!("{}", crate::tables::checkpoint_stats(&report.checkpoints));
         }

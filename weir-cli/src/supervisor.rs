@@ -82,7 +82,7 @@ pub(crate) fn supervise(
     control: Option<&ControlEndpoint>,
 ) -> weir::Result<Option<JobReport>> {
     match supervise_with(handle, limit, progress, savepoint_dir, control, &mut |_| Ok(false))? {
-        Supervised::Finished(report) => Ok(Some(report)),
+        Supervised::Finished(report) => Ok(Some(*report)),
         Supervised::Savepoint | Supervised::HandedOver => Ok(None),
     }
 }
@@ -105,7 +105,7 @@ fn stopped_with_savepoint(
                 "the job was already reaching the end of its input, so it finished instead of taking a savepoint \
                  (no savepoint: nothing is left to resume)"
             );
-            Ok((Supervised::Finished(report), String::new()))
+            Ok((Supervised::Finished(Box::new(report)), String::new()))
         }
     }
 }
@@ -113,7 +113,7 @@ fn stopped_with_savepoint(
 /// How a supervised job ended.
 pub(crate) enum Supervised {
     /// It ran to its end (or failed: then `supervise_with` returns the error).
-    Finished(JobReport),
+    Finished(Box<JobReport>),
     /// Ctrl-C (or the control endpoint) stopped it with a savepoint.
     Savepoint,
     /// `hand_over` asked it to stop: stopped with a savepoint, its output committed, and the
@@ -154,7 +154,7 @@ pub(crate) fn supervise_with(
             let _ = std::fs::remove_dir_all(&scratch);
             return match stopped? {
                 weir::Stopped::Savepoint(_) => Ok(Supervised::HandedOver),
-                weir::Stopped::Finished(report) => Ok(Supervised::Finished(report)),
+                weir::Stopped::Finished(report) => Ok(Supervised::Finished(Box::new(report))),
             };
         }
         if let Some(request) = control.and_then(ControlEndpoint::stop_request) {
@@ -228,5 +228,5 @@ pub(crate) fn supervise_with(
     for failure in handle.checkpoint_failures() {
         eprintln!("{failure}");
     }
-    result.map(Supervised::Finished)
+    result.map(|r| Supervised::Finished(Box::new(r)))
 }

@@ -264,7 +264,7 @@ fn run_job(
         None => supervise_with(handle, None, progress, savepoints.as_ref(), control, &mut |_| Ok(false))?,
     };
     let report = match supervised {
-        Supervised::Finished(report) => report,
+        Supervised::Finished(report) => *report,
         Supervised::Savepoint => return Ok(Ran::Ended { output_committed: true }),
         Supervised::HandedOver => return Ok(Ran::HandedOver),
     };

@@ -71,7 +71,7 @@ impl CheckpointLab {
     /// Called as the job runs: once a checkpoint completed since the last switch, the next
     /// checkpoints go the next mode's way.
     pub fn tick(&mut self, handle: &JobHandle) -> weir::Result<()> {
-        let completed = handle.checkpoint_stats().len();
+        let completed = handle.checkpoints_completed() as usize;
         if completed > self.switched_at {
             self.switched_at = completed;
             let next = self.modes[completed % self.modes.len()];
