@@ -621,6 +621,11 @@ impl CheckpointHistory {
         self.kept.iter().cloned().collect()
     }
 
+    /// The newest checkpoint's statistics.
+    pub(crate) fn last(&self) -> Option<CheckpointStats> {
+        self.kept.back().cloned()
+    }
+
     /// Checkpoints completed in all.
     pub(crate) fn completed(&self) -> u64 {
         self.completed

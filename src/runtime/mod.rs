@@ -357,6 +357,11 @@ impl JobController {
         self.run.checkpoints_completed()
     }
 
+    /// The newest completed checkpoint's statistics (without copying the others).
+    pub fn last_checkpoint(&self) -> Option<CheckpointStats> {
+        self.run.last_checkpoint()
+    }
+
     /// Messages about recovery (restarts, restored checkpoints, damaged ones skipped), oldest
     /// first, including those of the attempt running now.
     pub fn notes(&self) -> Vec<String> {
@@ -658,6 +663,10 @@ impl Supervised {
 
     fn checkpoints_completed(&self) -> u64 {
         self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).completed()
+    }
+
+    fn last_checkpoint(&self) -> Option<CheckpointStats> {
+        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).last()
     }
 
     /// The supervisor thread: waits for each attempt's workers to exit, then restarts the job

@@ -523,21 +523,13 @@ pub(crate) fn with_flags(
 /// `c` checkpointing as `choice`: its unaligned switch, aligned-checkpoint timeout (default
 /// 10 ms) and in-flight budget (default 1 MiB) as the choice has them.
 fn with_choice(
-    mut c: CheckpointConfig,
+    c: CheckpointConfig,
     choice: CheckpointChoice,
     timeout: Option<Duration>,
     budget: Option<u64>,
 ) -> CheckpointConfig {
-    let (unaligned, timeout, budget) = match choice {
-        CheckpointChoice::None | CheckpointChoice::Aligned | CheckpointChoice::AtLeastOnce => (false, None, None),
-        CheckpointChoice::Unaligned => (true, None, None),
-        CheckpointChoice::AlignedTimeout => (true, Some(timeout.unwrap_or(DEFAULT_ALIGNMENT_TIMEOUT)), None),
-        CheckpointChoice::Adaptive => (true, None, Some(budget.unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET))),
-    };
-    c.unaligned = unaligned;
-    c.alignment_timeout = timeout;
-    c.inflight_budget = budget;
-    c
+    let timeout = timeout.unwrap_or(DEFAULT_ALIGNMENT_TIMEOUT);
+    choice.with_barriers(c, timeout, budget.unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET))
 }
 
 fn at_least(key: &str, n: u64, min: u64) -> weir::Result<u64> {

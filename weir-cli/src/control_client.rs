@@ -74,7 +74,7 @@ fn shown(request: &ControlRequest, body: &str) -> String {
         let stats: Vec<weir::metrics::CheckpointStats> =
             value.get("completed").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
         let total = value.get("completed_total").and_then(|t| t.as_u64()).unwrap_or(stats.len() as u64);
-        let mut out = format!("checkpoints completed: {}{}\n", total, crate::runner::listed(total, stats.len()));
+        let mut out = format!("checkpoints completed: {}{}\n", total, crate::tables::listed(total, stats.len()));
         if !stats.is_empty() {
             out.push_str(&crate::tables::checkpoint_stats(&stats));
         }

@@ -142,7 +142,6 @@ pub(crate) fn render(job: &JobController) -> String {
         );
     }
     if job.checkpoint_config().is_some() {
-        let stats = job.checkpoint_stats();
         let failures = job.checkpoint_failures();
         f.metric(
             "weir_checkpoints_completed_total",
@@ -151,7 +150,7 @@ pub(crate) fn render(job: &JobController) -> String {
             job.checkpoints_completed() as f64,
         );
         f.metric("weir_checkpoints_failed_total", "counter", "Checkpoints that failed.", failures.len() as f64);
-        if let Some(last) = stats.last() {
+        if let Some(last) = job.last_checkpoint() {
             let gauges: [(&str, &str, f64); 8] = [
                 ("weir_last_checkpoint_id", "Id of the newest completed checkpoint.", last.id as f64),
                 ("weir_last_checkpoint_duration_ms", "Its duration, trigger to completion.", last.duration_ms),

@@ -1,7 +1,5 @@
 //! `weir nexmark`: a Nexmark query, optionally checked against its sequential reference.
 
-use std::time::Duration;
-
 use weir::metrics::group_digits;
 use weir::Error;
 
@@ -35,9 +33,9 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     let workers = config.effective_workers();
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
     let checkpoint_dir = flags.checkpoint_dir.clone().unwrap_or_else(|| scratch_dir("nexmark"));
-    let interval = Duration::from_millis(flags.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS));
+    // Its settings (the interval too, the engine's second unless given) come from the flags.
     if plan.is_some() {
-        job = job.with_checkpointing(weir::checkpoint::CheckpointConfig::new(&checkpoint_dir).interval(interval));
+        job = job.with_checkpointing(weir::checkpoint::CheckpointConfig::new(&checkpoint_dir));
     }
     let collected = match &args.output {
         Some(dir) => {

@@ -96,51 +96,17 @@ impl Runner {
 }
 
 /// The end-of-job report: the summary table (its throughput in `counting`'s unit, if given,
-/// else source records) and, for a job with checkpoints, the checkpoint table.
-/// Latency by what the job's tasks were doing while each record was in flight
-/// ([`weir::metrics::LatencyCause`]): per cause its share of the samples and
-/// p50/p99/p99.9/max, in one unit. `None` without latency samples.
-pub(crate) fn latency_by_cause_table(report: &JobReport) -> Option<String> {
-    use weir::metrics::{group_digits, TimeUnit};
-    let total: u64 = report.latency_by_cause.iter().map(|(_, h)| h.len()).sum();
-    if total == 0 {
-        return None;
-    }
-    let unit = TimeUnit::for_largest(report.latency_by_cause.iter().map(|(_, h)| h.max()).max().unwrap_or(0));
-    let rows: Vec<Vec<String>> = report
-        .latency_by_cause
-        .iter()
-        .map(|(cause, h)| {
-            let mut row = vec![
-                cause.name().to_string(),
-                group_digits(h.len()),
-                format!("{:.1}%", 100.0 * h.len() as f64 / total as f64),
-            ];
-            row.extend([0.5, 0.99, 0.999].map(|q| unit.format(h.value_at_quantile(q))));
-            row.push(unit.format(h.max()));
-            row
-        })
-        .collect();
-    Some(crate::tables::table(&["while in flight", "samples", "share", "p50", "p99", "p99.9", "max"], &rows))
-}
-
-/// What a table of `kept` of `total` checkpoints leaves out, if anything.
-pub(crate) fn listed(total: u64, kept: usize) -> String {
-    match total > kept as u64 {
-        true => format!(" (the newest {kept} listed)"),
-        false => String::new(),
-    }
-}
-
+/// else source records) and, for a job with checkpoints, the checkpoint table and latency by
+/// cause.
 pub(crate) fn print_report(report: &JobReport, checkpointing: bool, counting: Option<(&str, u64)>) {
     print!("{}", crate::tables::summary(report, counting));
     if checkpointing {
         let total = report.checkpoints_completed;
-        println!("checkpoints completed: {total}{}", listed(total, report.checkpoints.len()));
+        println!("checkpoints completed: {total}{}", crate::tables::listed(total, report.checkpoints.len()));
         if !report.checkpoints.is_empty() {
             print!("{}", crate::tables::checkpoint_stats(&report.checkpoints));
         }
-        if let Some(table) = latency_by_cause_table(report) {
+        if let Some(table) = crate::tables::latency_by_cause(report) {
             println!("latency by what the job was doing while a record was in flight:");
             print!("{table}");
         }

@@ -159,12 +159,27 @@ impl CheckpointChoice {
         let c = CheckpointConfig::new(dir).interval(interval);
         Some(match self {
             CheckpointChoice::None => return None,
-            CheckpointChoice::Aligned => c,
-            CheckpointChoice::Unaligned => c.unaligned(true),
             CheckpointChoice::AtLeastOnce => c.mode(CheckpointMode::AtLeastOnce),
-            CheckpointChoice::AlignedTimeout => c.unaligned(true).alignment_timeout(alignment_timeout),
-            CheckpointChoice::Adaptive => c.unaligned(true).inflight_budget(inflight_budget),
+            _ => self.with_barriers(c, alignment_timeout, inflight_budget),
         })
+    }
+
+    /// `c` (the rest of it kept) with its barriers going this choice's way: unaligned or not,
+    /// `alignment_timeout` for `AlignedTimeout` only, `inflight_budget` for `Adaptive` only.
+    /// What a running job switches between (the lab, the live configuration).
+    pub fn with_barriers(
+        self,
+        mut c: CheckpointConfig,
+        alignment_timeout: Duration,
+        inflight_budget: u64,
+    ) -> CheckpointConfig {
+        (c.unaligned, c.alignment_timeout, c.inflight_budget) = match self {
+            CheckpointChoice::None | CheckpointChoice::Aligned | CheckpointChoice::AtLeastOnce => (false, None, None),
+            CheckpointChoice::Unaligned => (true, None, None),
+            CheckpointChoice::AlignedTimeout => (true, Some(alignment_timeout), None),
+            CheckpointChoice::Adaptive => (true, None, Some(inflight_budget)),
+        };
+        c
     }
 }
 

@@ -59,13 +59,7 @@ impl CheckpointLab {
 
     /// `c` taking its barriers as `mode` does (the rest of it kept).
     pub fn switched(&self, c: CheckpointConfig, mode: CheckpointChoice) -> CheckpointConfig {
-        let way = mode
-            .config(&c.dir, c.interval, self.alignment_timeout, self.inflight_budget)
-            .expect("the lab's modes all checkpoint");
-        let mut c = c;
-        (c.unaligned, c.alignment_timeout, c.inflight_budget) =
-            (way.unaligned, way.alignment_timeout, way.inflight_budget);
-        c
+        mode.with_barriers(c, self.alignment_timeout, self.inflight_budget)
     }
 
     /// Called as the job runs: once a checkpoint completed since the last switch, the next
