@@ -17,6 +17,8 @@ use weir::sink::{Delivered, Guarantee, RecvError};
 use weir::source::SendError;
 use weir::{Job, RunConfig};
 
+use crate::common;
+
 const EVENTS: u64 = 4_000;
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -53,6 +55,18 @@ fn build(
     faults: Option<Arc<FaultInjector>>,
     restart: bool,
 ) -> (Job, weir::source::EventSender<Request>, weir::sink::EventReceiver<Reply>) {
+    build_with(dir, mode, guarantee, faults, restart, 128)
+}
+
+/// [`build`] with the pull sink's queue capacity.
+fn build_with(
+    dir: &Path,
+    mode: CheckpointMode,
+    guarantee: Guarantee,
+    faults: Option<Arc<FaultInjector>>,
+    restart: bool,
+    capacity: usize,
+) -> (Job, weir::source::EventSender<Request>, weir::sink::EventReceiver<Reply>) {
     let mut cfg = CheckpointConfig::new(dir).interval(Duration::from_millis(5)).mode(mode);
     if let Some(f) = faults {
         cfg = cfg.faults(f);
@@ -77,7 +91,7 @@ fn build(
             |user: &String, t: &Tally| (user.clone(), t.visits, t.bytes),
         )
         .named("tally")
-        .pull_sink_with(128, guarantee);
+        .pull_sink_with(capacity, guarantee);
     (job, tx, rx)
 }
 
@@ -378,4 +392,234 @@ fn an_async_host_sends_and_receives_on_one_thread() {
         assert_eq!(got, (0..N).map(|i| i * 2).collect::<Vec<_>>());
         handle.join().unwrap();
     });
+}
+
+/// How the slow host of the SIGKILL tests stops: it blocks (to be killed) at a point of its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HostStop {
+    /// It runs to the end.
+    Never,
+    /// The job finished while the host drained its results: after 20 results it waits for the
+    /// job's end, handles 5 more, then blocks.
+    WhileDraining,
+    /// Mid-run (the host's sends keep the job open): it blocks while "handling" result 20,
+    /// saying which checkpoint was the newest then.
+    WhileHandling,
+}
+
+impl HostStop {
+    fn parse(s: &str) -> HostStop {
+        match s {
+            "never" => HostStop::Never,
+            "draining" => HostStop::WhileDraining,
+            "handling" => HostStop::WhileHandling,
+            other => panic!("unknown stop {other}"),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            HostStop::Never => "never",
+            HostStop::WhileDraining => "draining",
+            HostStop::WhileHandling => "handling",
+        }
+    }
+}
+
+/// The newest completed checkpoint in `chk` (0: none).
+fn newest_checkpoint(chk: &Path) -> u64 {
+    std::fs::read_dir(chk)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("_metadata").exists())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The slow host as a service would be: its "database" is `log` (a line per result handled,
+/// written before it is acknowledged), it tells the receiver the last number in it and resends
+/// from where the restored job says. Exits the process with 3 if the job fails or is refused.
+fn slow_host(root: &Path, acks: bool, stop: HostStop) {
+    let chk = root.join("chk");
+    let log = root.join("log");
+    let handled: Vec<Delivered<Reply>> = std::fs::read_to_string(&log).map(|t| parse_log(&t)).unwrap_or_default();
+    let (job, mut tx, rx) =
+        build_with(&chk, CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, None, true, 2 * EVENTS as usize);
+    let mut rx = if acks { rx.with_acks() } else { rx };
+    if let Some(last) = handled.last() {
+        rx.resume_after(last.seq);
+    }
+    let handle = match job.start(RunConfig::default().workers(2)) {
+        Ok(h) => h,
+        Err(e) => {
+            println!("refused: {e}");
+            std::process::exit(3);
+        }
+    };
+    let joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let joiner = {
+        let joined = joined.clone();
+        std::thread::spawn(move || {
+            let r = handle.join();
+            if let Err(e) = &r {
+                println!("failed: {e}");
+                std::process::exit(3);
+            }
+            joined.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let from = tx.resume_from(WAIT).unwrap_or(EVENTS);
+    let hold_open = stop == HostStop::WhileHandling;
+    let sender = std::thread::spawn(move || {
+        for i in from..EVENTS {
+            tx.send_timeout(request(i), WAIT).unwrap();
+        }
+        if hold_open {
+            std::thread::park();
+        }
+        tx.close();
+    });
+    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+    let mut count = 0;
+    loop {
+        let d = match rx.recv_timeout(WAIT) {
+            Ok(d) => d,
+            Err(RecvError::Ended { error: None }) => break,
+            Err(e) => panic!("{e}"),
+        };
+        count += 1;
+        match stop {
+            HostStop::WhileDraining if count == 20 => {
+                common::wait_until("the job's end", || joined.load(std::sync::atomic::Ordering::SeqCst))
+            }
+            HostStop::WhileDraining if count == 25 => block(&format!("blocked draining at {}", d.seq)),
+            HostStop::WhileHandling if count == 20 => {
+                block(&format!("blocked handling {} after checkpoint {} ", d.seq, newest_checkpoint(&chk)))
+            }
+            _ => {}
+        }
+        std::io::Write::write_all(
+            &mut out,
+            format!("{} {} {} {}\n", d.seq, d.record.0, d.record.1, d.record.2).as_bytes(),
+        )
+        .unwrap();
+        if acks {
+            rx.ack(d.seq).unwrap();
+        }
+    }
+    sender.join().unwrap();
+    joiner.join().unwrap();
+    println!("done");
+}
+
+/// Says `what` and waits to be killed.
+fn block(what: &str) -> ! {
+    println!("{what}");
+    loop {
+        std::thread::park();
+    }
+}
+
+fn parse_log(text: &str) -> Vec<Delivered<Reply>> {
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Delivered {
+                seq: f[0].parse().unwrap(),
+                record: (f[1].to_string(), f[2].parse().unwrap(), f[3].parse().unwrap()),
+            }
+        })
+        .collect()
+}
+
+/// The slow host's process: the SIGKILL tests run this test binary again with `WEIR_SLOW_HOST`
+/// set (`<root> <acks> <stop>`) to be the host. Run by itself it is the host of one uneventful
+/// run, which must hand it the failure-free output.
+#[test]
+fn slow_host_process() {
+    if let Ok(spec) = std::env::var("WEIR_SLOW_HOST") {
+        let f: Vec<&str> = spec.split(' ').collect();
+        slow_host(Path::new(f[0]), f[1] == "acks", HostStop::parse(f[2]));
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    slow_host(root.path(), true, HostStop::Never);
+    let got = parse_log(&std::fs::read_to_string(root.path().join("log")).unwrap());
+    assert_eq!(got, failure_free());
+}
+
+/// Runs the slow host as a process of its own.
+fn slow_host_command(root: &Path, acks: bool, stop: HostStop) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args(["embedded::slow_host_process", "--exact", "--nocapture", "--test-threads", "1"]).env(
+        "WEIR_SLOW_HOST",
+        format!("{} {} {}", root.display(), if acks { "acks" } else { "received" }, stop.name()),
+    );
+    c
+}
+
+/// Kills the host where `stop` says, runs it again to the end, and checks that its log holds
+/// the failure-free output, each result once.
+fn killed_host_gets_everything(acks: bool, stop: HostStop) {
+    let golden = failure_free();
+    let root = tempfile::tempdir().unwrap();
+    let mut first = common::Running::start(slow_host_command(root.path(), acks, stop));
+    first.wait_to_say("blocked", 1);
+    if stop == HostStop::WhileHandling {
+        // Killed once a checkpoint triggered after the host took the result has completed.
+        let seen: u64 = first.word_after("after checkpoint").unwrap().parse().unwrap();
+        common::wait_until("a checkpoint after the host took its result", || {
+            newest_checkpoint(&root.path().join("chk")) >= seen + 2
+        });
+    }
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let mut second = common::Running::start(slow_host_command(root.path(), acks, HostStop::Never));
+    let status = second.child.wait().unwrap();
+    assert!(status.success(), "the rerun: {status}: {}", second.text.lock().unwrap());
+    let got = parse_log(&std::fs::read_to_string(root.path().join("log")).unwrap());
+    assert_eq!(got.len(), golden.len(), "each result once ({} handled of {})", got.len(), golden.len());
+    assert_eq!(got, golden);
+    drop(second);
+}
+
+/// A host killed while it drains a finished job's last results (a database write each) ran the
+/// job again and was refused ("already completed: `_finished` exists"): 117 of 128 results were
+/// never delivered. The job is finished for the host when the host has its output.
+#[test]
+fn a_host_killed_while_it_drains_the_finished_job_gets_the_rest_from_a_rerun() {
+    killed_host_gets_everything(false, HostStop::WhileDraining);
+}
+
+/// A host killed while it handled a result lost it: the checkpoint after `recv` forgot it
+/// (7,679 of 7,680). With acknowledgements, a result is forgotten once the host acknowledges it.
+#[test]
+fn a_host_killed_while_it_handles_a_result_gets_it_again_when_it_acknowledges() {
+    killed_host_gets_everything(true, HostStop::WhileHandling);
+}
+
+/// Acknowledgements the host cannot mean are refused and change nothing.
+#[test]
+fn a_wrong_acknowledgement_is_refused_naming_it() {
+    let job = Job::new("acks");
+    let (mut tx, events) = job.push_source::<u64>(16);
+    let mut plain = job.push_source::<u64>(16).1.pull_sink(16);
+    assert_eq!(plain.ack(0).unwrap_err(), weir::sink::AckError::NotAcknowledging);
+    let mut rx = events.pull_sink(16).with_acks();
+    let err = rx.ack(0).unwrap_err();
+    assert_eq!(err.to_string(), "cannot acknowledge result 0: no result was received yet");
+    let handle = job.start(RunConfig::default()).unwrap();
+    for i in 0..3 {
+        tx.send_timeout(i, WAIT).unwrap();
+    }
+    tx.close();
+    let got: Vec<u64> = (0..3).map(|_| rx.recv_timeout(WAIT).unwrap().seq).collect();
+    assert_eq!(got, [0, 1, 2]);
+    assert_eq!(rx.ack(3).unwrap_err().to_string(), "cannot acknowledge result 3: the last result received is 2");
+    rx.ack(1).unwrap();
+    assert_eq!(rx.ack(0).unwrap_err().to_string(), "result 0 was acknowledged already (every result up to 1 is)");
+    rx.ack(2).unwrap();
+    handle.join().unwrap();
+    drop(plain);
 }

@@ -129,6 +129,8 @@ pub(crate) struct Graph {
     pub(crate) description: String,
     /// The embedding endpoints' signals (push sources, pull sinks): told when the job ends.
     pub(crate) host_signals: Vec<Arc<crate::wake::HostSignal>>,
+    /// The pull sinks' deliveries: a finished job is marked done once the host has them all.
+    pub(crate) host_deliveries: Vec<Arc<dyn crate::sink::HostDelivery>>,
     /// Every watermark assigner's watermark, and which are idle (see
     /// [`crate::Stream::with_watermarks_and_idleness`]).
     pub(crate) watermark_registry: Arc<crate::operator::watermark::WatermarkRegistry>,

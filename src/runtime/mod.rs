@@ -774,17 +774,26 @@ impl Supervised {
         }
         let graph = self.job.graph.borrow();
         if let Some(cfg) = &graph.checkpointing {
-            // A rerun with the same directory must not silently redo (or resume) a finished job.
+            // A rerun with the same directory must not silently redo (or resume) a finished job;
+            // but a job whose host has not taken all its results yet is not finished for the
+            // host: the marker waits for them (a host killed while it drains reruns the job).
             let finished = FinishedJob {
                 job: graph.name.clone(),
                 fingerprint: graph.fingerprint(),
                 description: graph.description.clone(),
             };
-            let stored = cfg.store.clone().map(crate::checkpoint::CheckpointMirror::new);
-            if let Err(e) = write_finished(&cfg.dir, &finished)
-                .and_then(|_| stored.map_or(Ok(()), |m| m.publish_finished(&cfg.dir)))
-            {
-                return Some(Err(e));
+            let marker = FinishedMarker {
+                dir: cfg.dir.clone(),
+                finished,
+                stored: cfg.store.clone().map(crate::checkpoint::CheckpointMirror::new),
+                lock: self.shared.lock.clone(),
+            };
+            if graph.host_deliveries.is_empty() {
+                if let Err(e) = marker.write() {
+                    return Some(Err(e));
+                }
+            } else {
+                marker.when_delivered(&graph.host_deliveries);
             }
         }
         drop(graph);
@@ -800,6 +809,51 @@ impl Supervised {
             checkpoints_completed: self.checkpoints_completed(),
             restarts: self.progress().restarts,
         }))
+    }
+}
+
+/// The completion marker of a finished checkpointed job, and where it goes.
+struct FinishedMarker {
+    dir: std::path::PathBuf,
+    finished: FinishedJob,
+    stored: Option<crate::checkpoint::CheckpointMirror>,
+    /// Held until the marker is written: the directory is this process's until then.
+    lock: Option<Arc<DirectoryLock>>,
+}
+
+impl FinishedMarker {
+    fn write(&self) -> Result<()> {
+        if let Some(lock) = &self.lock {
+            lock.check()?;
+        }
+        write_finished(&self.dir, &self.finished)?;
+        self.stored.as_ref().map_or(Ok(()), |m| m.publish_finished(&self.dir))
+    }
+
+    /// Writes the marker once every one of `deliveries` has its results delivered to the host,
+    /// on the thread of the host's last receive or acknowledgement. The write runs on a thread
+    /// of its own (the object store's client must not run inside the host's async runtime) and
+    /// the host's call waits for it, so once the host has its last result the marker is there.
+    fn when_delivered(self, deliveries: &[Arc<dyn crate::sink::HostDelivery>]) {
+        let left = Arc::new(std::sync::atomic::AtomicUsize::new(deliveries.len()));
+        let marker = Arc::new(Mutex::new(Some(self)));
+        for d in deliveries {
+            let (left, marker) = (left.clone(), marker.clone());
+            d.when_delivered(Box::new(move || {
+                if left.fetch_sub(1, Ordering::AcqRel) != 1 {
+                    return;
+                }
+                let Some(marker) = marker.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
+                let written = std::thread::Builder::new()
+                    .name("weir-finished".into())
+                    .spawn(move || marker.write().map_err(|e| e.to_string()))
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| t.join().unwrap_or_else(|_| Err("its writer panicked".into())));
+                if let Err(e) = written {
+                    tracing::warn!(error = %e, "the finished job's completion marker was not written: a rerun runs it again from its latest checkpoint");
+                }
+            }));
+        }
     }
 }
 

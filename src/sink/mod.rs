@@ -24,8 +24,8 @@ mod two_phase;
 
 pub use latest::LatestPerKeySink;
 pub use partitioned::{partition_files, PartitionedFileSink};
-pub(crate) use pull::pull_channel;
-pub use pull::{Delivered, EventReceiver, Guarantee, Recv, RecvError};
+pub(crate) use pull::{pull_channel, HostDelivery};
+pub use pull::{AckError, Delivered, EventReceiver, Guarantee, Recv, RecvError};
 pub use transactional::CommittedOutput;
 pub(crate) use transactional::TransactionalCollectSink;
 pub use two_phase::{committed_name, TwoPhaseFileSink};

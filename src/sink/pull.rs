@@ -14,13 +14,21 @@
 //!   host that keeps the number of the last result it handled tells the new receiver
 //!   ([`EventReceiver::resume_after`]) and gets none of the ones it had again.
 //!
+//! A result counts as delivered when the host receives it, or, for a receiver made with
+//! [`EventReceiver::with_acks`], when the host acknowledges it ([`EventReceiver::ack`]: Kafka's
+//! commit of an offset): until then it stays in the sink's checkpoints and is handed out again
+//! after a process restart. A checkpointed job that finished leaves its completion marker
+//! (`_finished`) only once the host has every result delivered: a host killed while it drains
+//! the job's last results runs the job again from its latest checkpoint instead of being told
+//! the job already completed.
+//!
 //! The queue is bounded by its capacity: when the host does not keep up, the sink stops
 //! taking input (backpressure); results released by a completed checkpoint always enter it.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -44,8 +52,9 @@ pub enum Guarantee {
     /// result durably as it receives it, keeps the number of the last, and tells the new
     /// receiver ([`EventReceiver::resume_after`]) gets each exactly once (`weir simulate --job
     /// embedded` checks it); one that does not may see results it already had. A result
-    /// counts as delivered once received: one the host received and had not handled when its
-    /// process died is not handed out again. Output is deterministic given the job's input in
+    /// counts as delivered once received ([`EventReceiver::with_acks`]: once acknowledged): one
+    /// the host received and had not handled when its process died is not handed out again
+    /// (with acknowledgements: is, unless acknowledged). Output is deterministic given the job's input in
     /// the same order (which the push source's numbering replays).
     ExactlyOnce,
     /// At once; after a failover, replayed results come again with the same numbers.
@@ -89,6 +98,48 @@ impl std::fmt::Display for RecvError {
 
 impl std::error::Error for RecvError {}
 
+/// Why an acknowledgement was refused ([`EventReceiver::ack`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AckError {
+    /// The receiver counts delivery on receipt ([`EventReceiver::with_acks`] was not called).
+    NotAcknowledging,
+    /// The host has not received result `seq`: `received` results (numbers below it) so far.
+    NotReceived {
+        /// The number acknowledged.
+        seq: u64,
+        /// One more than the number of the last result received.
+        received: u64,
+    },
+    /// Result `seq` was acknowledged before (everything below `acknowledged` is).
+    AlreadyAcknowledged {
+        /// The number acknowledged.
+        seq: u64,
+        /// One more than the number of the last result acknowledged.
+        acknowledged: u64,
+    },
+}
+
+impl std::fmt::Display for AckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AckError::NotAcknowledging => f.write_str(
+                "this receiver counts results as delivered when received (make it with with_acks to acknowledge)",
+            ),
+            AckError::NotReceived { seq, received: 0 } => {
+                write!(f, "cannot acknowledge result {seq}: no result was received yet")
+            }
+            AckError::NotReceived { seq, received } => {
+                write!(f, "cannot acknowledge result {seq}: the last result received is {}", received - 1)
+            }
+            AckError::AlreadyAcknowledged { seq, acknowledged } => {
+                write!(f, "result {seq} was acknowledged already (every result up to {} is)", acknowledged - 1)
+            }
+        }
+    }
+}
+
+impl std::error::Error for AckError {}
+
 struct PullShared<T> {
     queue: Mutex<VecDeque<Delivered<T>>>,
     /// `queue.len()`, read without the lock by the sink's backpressure check.
@@ -103,7 +154,7 @@ struct PullShared<T> {
     /// The sink's input ended and every result was released: the host needs nothing from the
     /// job's end to know it has everything (exactly-once results after the last checkpoint
     /// wait for the job to finish, see [`TaskContext::on_job_success`]).
-    stream_ended: std::sync::atomic::AtomicBool,
+    stream_ended: AtomicBool,
     /// Results up to and including this number were handled by the host before (in an earlier
     /// process: [`EventReceiver::resume_after`]) and are not handed out again; `None`: none.
     handled_through: Mutex<Option<u64>>,
@@ -112,6 +163,37 @@ struct PullShared<T> {
     unreceived: Mutex<VecDeque<(u64, T)>>,
     /// One more than the number of the last result the host received (0: none).
     received: AtomicU64,
+    /// Delivery is counted when the host acknowledges a result, not when it receives it
+    /// ([`EventReceiver::with_acks`]).
+    acks: AtomicBool,
+    /// One more than the number of the last result the host acknowledged (0: none).
+    acknowledged: AtomicU64,
+    /// How many results the job produced in all, set when the sink's input ended (`u64::MAX`
+    /// before): the host has everything once that many are delivered.
+    total: AtomicU64,
+    /// Called once when the host has every result delivered after the job finished (the
+    /// runtime's completion marker, [`HostDelivery::when_delivered`]).
+    on_delivered: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// The host dropped its receiver.
+    detached: AtomicBool,
+}
+
+/// What the runtime waits for before it calls a finished job done: the host has every result
+/// of an embedding sink. Implemented by the pull sink's shared state.
+pub(crate) trait HostDelivery: Send + Sync {
+    /// Calls `done` (on this thread or the host's) once every result the finished job produced
+    /// was delivered to the host; never, if the host goes away first.
+    fn when_delivered(&self, done: Box<dyn FnOnce() + Send>);
+}
+
+impl<T: Send> HostDelivery for PullShared<T> {
+    fn when_delivered(&self, done: Box<dyn FnOnce() + Send>) {
+        if self.detached.load(Ordering::Acquire) {
+            return;
+        }
+        *lock(&self.on_delivered) = Some(done);
+        self.check_delivered();
+    }
 }
 
 impl<T> PullShared<T> {
@@ -163,11 +245,33 @@ impl<T> PullShared<T> {
         unreceived.iter().cloned().collect()
     }
 
-    /// Drops from `unreceived` what the host has received (so it holds about a queue's worth).
+    /// Drops from `unreceived` what was delivered to the host (so it holds about a queue's
+    /// worth, or what the host holds unacknowledged).
     fn forget_received(&self, unreceived: &mut VecDeque<(u64, T)>) {
-        let received = self.received.load(Ordering::Acquire);
-        while unreceived.front().is_some_and(|(seq, _)| *seq < received) {
+        let delivered = self.delivered();
+        while unreceived.front().is_some_and(|(seq, _)| *seq < delivered) {
             unreceived.pop_front();
+        }
+    }
+
+    /// One more than the number of the last result delivered: received, or acknowledged with
+    /// acknowledgements on; results the host said it handled before count too.
+    fn delivered(&self) -> u64 {
+        let counted =
+            if self.acks.load(Ordering::Acquire) { &self.acknowledged } else { &self.received }.load(Ordering::Acquire);
+        let handled = lock(&self.handled_through).map_or(0, |h| h + 1);
+        counted.max(handled)
+    }
+
+    /// Runs the completion callback once every result the job produced is delivered.
+    fn check_delivered(&self) {
+        let total = self.total.load(Ordering::Acquire);
+        if total == u64::MAX || self.delivered() < total {
+            return;
+        }
+        let done = lock(&self.on_delivered).take();
+        if let Some(done) = done {
+            done();
         }
     }
 }
@@ -199,7 +303,60 @@ impl<T> EventReceiver<T> {
     pub fn try_recv(&mut self) -> std::result::Result<Delivered<T>, RecvError> {
         let d = self.next_result()?;
         self.shared.received.store(d.seq + 1, Ordering::Release);
+        if self.shared.total.load(Ordering::Relaxed) != u64::MAX {
+            self.shared.check_delivered();
+        }
         Ok(d)
+    }
+
+    /// Counts delivery when the host acknowledges a result ([`EventReceiver::ack`]) instead of
+    /// when it receives it: a result received and not yet acknowledged when the process dies is
+    /// kept in the sink's checkpoints and handed out again after the restart, as Kafka's
+    /// consumer with its offsets committed by hand. For a host that writes each result
+    /// somewhere durable (a database) and acknowledges once it is written; one that keeps its
+    /// own log of numbers can use [`EventReceiver::resume_after`] alone. Unacknowledged results
+    /// are held (in memory and in every checkpoint) until acknowledged.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::{Job, RunConfig, sink::Guarantee};
+    /// let job = Job::new("acked");
+    /// let (mut tx, events) = job.push_source::<u64>(64);
+    /// let mut rx = events.pull_sink_with(64, Guarantee::ExactlyOnce).with_acks();
+    /// let handle = job.start(RunConfig::default()).unwrap();
+    /// tx.send_timeout(7, Duration::from_secs(60)).unwrap();
+    /// tx.close();
+    /// let got = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    /// // … write `got.record` to the database, then:
+    /// rx.ack(got.seq).unwrap();
+    /// assert!(rx.ack(got.seq).is_err(), "acknowledged already");
+    /// handle.join().unwrap();
+    /// ```
+    #[must_use = "a receiver is the job's only way out: keep it"]
+    pub fn with_acks(self) -> Self {
+        self.shared.acks.store(true, Ordering::Release);
+        self
+    }
+
+    /// Acknowledges every result up to and including number `seq`: the host has handled them,
+    /// and they are not handed out again after a restart ([`EventReceiver::with_acks`]).
+    /// Refused, changing nothing, for a number the host has not received yet, one already
+    /// acknowledged, or a receiver without acknowledgements.
+    pub fn ack(&mut self, seq: u64) -> std::result::Result<(), AckError> {
+        if !self.shared.acks.load(Ordering::Acquire) {
+            return Err(AckError::NotAcknowledging);
+        }
+        let received = self.shared.received.load(Ordering::Acquire);
+        if seq >= received {
+            return Err(AckError::NotReceived { seq, received });
+        }
+        let acknowledged = self.shared.acknowledged.load(Ordering::Acquire);
+        if seq < acknowledged {
+            return Err(AckError::AlreadyAcknowledged { seq, acknowledged });
+        }
+        self.shared.acknowledged.store(seq + 1, Ordering::Release);
+        self.shared.check_delivered();
+        Ok(())
     }
 
     fn next_result(&mut self) -> std::result::Result<Delivered<T>, RecvError> {
@@ -287,6 +444,15 @@ impl<T> EventReceiver<T> {
     }
 }
 
+impl<T> Drop for EventReceiver<T> {
+    fn drop(&mut self) {
+        // Nobody takes results any more: the finished job is not marked done (a rerun hands
+        // them out again), and what the marker's writer holds (the directory's lock) goes.
+        self.shared.detached.store(true, Ordering::Release);
+        drop(lock(&self.shared.on_delivered).take());
+    }
+}
+
 /// The future of [`EventReceiver::recv`].
 pub struct Recv<'a, T> {
     receiver: &'a mut EventReceiver<T>,
@@ -323,10 +489,15 @@ pub(crate) fn pull_channel<T>(capacity: usize, guarantee: Guarantee) -> (PullSin
         signal: Arc::new(HostSignal::default()),
         released: Mutex::new(None),
         worker: Mutex::new(None),
-        stream_ended: std::sync::atomic::AtomicBool::new(false),
+        stream_ended: AtomicBool::new(false),
         handled_through: Mutex::new(None),
         unreceived: Mutex::new(VecDeque::new()),
         received: AtomicU64::new(0),
+        acks: AtomicBool::new(false),
+        acknowledged: AtomicU64::new(0),
+        total: AtomicU64::new(u64::MAX),
+        on_delivered: Mutex::new(None),
+        detached: AtomicBool::new(false),
     });
     (PullSinkFactory { shared: shared.clone(), guarantee }, EventReceiver { shared, local: VecDeque::new() })
 }
@@ -337,9 +508,18 @@ impl<T> PullSinkFactory<T> {
         self.shared.signal.clone()
     }
 
+    /// What the runtime waits on before it marks the finished job done.
+    pub(crate) fn delivery(&self) -> Arc<dyn HostDelivery>
+    where
+        T: Send + 'static,
+    {
+        self.shared.clone()
+    }
+
     pub(crate) fn make(&self, ctx: &TaskContext) -> PullSink<T> {
         *lock(&self.shared.worker) = Some(ctx.parker.clone());
         self.shared.stream_ended.store(false, Ordering::Release);
+        self.shared.total.store(u64::MAX, Ordering::Release);
         PullSink {
             shared: self.shared.clone(),
             ctx: ctx.clone(),
@@ -459,6 +639,7 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
 
     fn finish(&mut self) -> Result<()> {
         self.finished = true;
+        self.shared.total.store(self.next_seq, Ordering::Release);
         if self.guarantee == Guarantee::AtLeastOnce || (self.current.is_empty() && self.pending.is_empty()) {
             self.end_if_released();
             return Ok(());

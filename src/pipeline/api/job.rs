@@ -32,6 +32,7 @@ impl Job {
                 restore: None,
                 description: String::new(),
                 host_signals: Vec::new(),
+                host_deliveries: Vec::new(),
                 watermark_groups: Vec::new(),
                 default_alignment: WatermarkAlignment::unbounded(),
                 default_drift: DefaultDrift::FromWindows,

@@ -121,6 +121,7 @@ impl<T: Record> Stream<T> {
     pub fn pull_sink_with(self, capacity: usize, guarantee: Guarantee) -> EventReceiver<T> {
         let (factory, rx) = pull_channel::<T>(capacity, guarantee);
         self.graph.borrow_mut().host_signals.push(factory.signal());
+        self.graph.borrow_mut().host_deliveries.push(factory.delivery());
         let single = if self.parallelism() == 1 { self } else { self.rebalance().set_parallelism(1) };
         single.sink_node("pull-sink", move |ctx| Ok(factory.make(ctx)));
         rx
