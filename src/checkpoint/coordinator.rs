@@ -31,7 +31,8 @@ use std::time::Duration;
 use super::config::CheckpointConfig;
 use super::lock::DirectoryLock;
 use super::storage::{
-    CheckpointMetadata, CheckpointStats, CheckpointStorage, PartReuse, SharedFile, TaskFile, FORMAT_VERSION,
+    parse_shared_name, CheckpointMetadata, CheckpointStats, CheckpointStorage, PartReuse, SharedFile, TaskFile,
+    FORMAT_VERSION,
 };
 use super::task::{SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats};
 use crate::context::{Clock, EndOfJob};
@@ -858,8 +859,25 @@ impl CoordinatorCore {
         }
         // Shared files of kept parts, written for a checkpoint that never completed, are read
         // back whole the first time a completed one refers to them.
-        let unverified: HashSet<String> =
+        let mut unverified: HashSet<String> =
             self.kept.iter().flat_map(|k| k.shared()).filter(|f| !self.adopted.contains(*f)).cloned().collect();
+        // Shared files written for a checkpoint that did not complete, whichever: a task's
+        // write may refer to a kept part the coordinator has since replaced by a newer failed
+        // checkpoint's (checkpoint 3 referred to 4's kept pages after 5 failed; once 3 was no
+        // longer pending nothing spared them, and dropping 4's files later damaged 3:
+        // `weir simulate --job owned --mode unaligned --incremental --parallelism 4 --seeds
+        // 90003`). They are read back now and adopted, as the current kept part's are.
+        let foreign: Vec<String> = metadata
+            .shared
+            .iter()
+            .filter(|s| {
+                parse_shared_name(&s.file).is_some_and(|(written_by, _)| {
+                    written_by != id && !self.s.completed.contains(&written_by) && !self.adopted.contains(&s.file)
+                })
+            })
+            .map(|s| s.file.clone())
+            .collect();
+        unverified.extend(foreign.iter().cloned());
         self.s.storage.commit(&metadata)?;
         // Read back and verified before anything is committed under it: a checkpoint that
         // would not restore must never be the one sink transactions are committed under (its
@@ -888,6 +906,7 @@ impl CoordinatorCore {
         // included), so after a crash from here on, recovery commits them from it alone. Only
         // an owner deletes anything or lets the sinks commit.
         self.still_owner()?;
+        self.adopted.extend(foreign);
         self.s.completed.push(id);
         let deleted = self.s.storage.retain(&mut self.s.completed, self.s.config.retained, in_use);
         for f in &deleted {

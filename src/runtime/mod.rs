@@ -788,12 +788,8 @@ impl Supervised {
                 stored: cfg.store.clone().map(crate::checkpoint::CheckpointMirror::new),
                 lock: self.shared.lock.clone(),
             };
-            if graph.host_deliveries.is_empty() {
-                if let Err(e) = marker.write() {
-                    return Some(Err(e));
-                }
-            } else {
-                marker.when_delivered(&graph.host_deliveries);
+            if let Err(e) = marker.write_when_delivered(&graph.host_deliveries) {
+                return Some(Err(e));
             }
         }
         drop(graph);
@@ -813,15 +809,26 @@ impl Supervised {
 }
 
 /// The completion marker of a finished checkpointed job, and where it goes.
-struct FinishedMarker {
-    dir: std::path::PathBuf,
-    finished: FinishedJob,
-    stored: Option<crate::checkpoint::CheckpointMirror>,
+pub(crate) struct FinishedMarker {
+    pub(crate) dir: std::path::PathBuf,
+    pub(crate) finished: FinishedJob,
+    pub(crate) stored: Option<crate::checkpoint::CheckpointMirror>,
     /// Held until the marker is written: the directory is this process's until then.
-    lock: Option<Arc<DirectoryLock>>,
+    pub(crate) lock: Option<Arc<DirectoryLock>>,
 }
 
 impl FinishedMarker {
+    /// Writes the marker now when the job has no host to deliver to, else once the host has
+    /// every result ([`FinishedMarker::when_delivered`]).
+    pub(crate) fn write_when_delivered(self, deliveries: &[Arc<dyn crate::sink::HostDelivery>]) -> Result<()> {
+        if deliveries.is_empty() {
+            self.write()
+        } else {
+            self.when_delivered(deliveries);
+            Ok(())
+        }
+    }
+
     fn write(&self) -> Result<()> {
         if let Some(lock) = &self.lock {
             lock.check()?;

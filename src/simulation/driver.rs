@@ -167,6 +167,14 @@ where
     if let Some(cfg) = &job.graph.borrow().checkpointing {
         cfg.validate()?;
     }
+    // Drawn apart, so a seed's other faults are the same with or without: a host's process
+    // dies while it drains the finished job's results.
+    if let (Some(seed), Some(_)) = (seed, &host) {
+        let mut r = crate::prng::Prng::new(seed ^ 0xD8A1_4ED);
+        if r.chance(1, 3) {
+            schedule.faults.push(Fault::CrashWhileDraining(r.below(8)));
+        }
+    }
     let damages = schedule.faults.iter().any(|f| matches!(f, Fault::DamageAt { .. }));
     let mut stats = RunStats { faults: schedule.faults.iter().map(|f| f.to_string()).collect(), ..RunStats::default() };
     let crashes = Arc::new(ArmedCrashes::default());
@@ -250,6 +258,33 @@ where
                 stats.resumed += c.resumed_from.is_some() as u64;
                 stats.parts_reused += c.parts.iter().filter(|p| p.reused).count() as u64;
             }
+            if matches!(end, AttemptEnd::Finished) {
+                // `run_attempt` checked the lock and ran the success work; the directory is
+                // marked finished once the host has every result, as the runtime does.
+                let graph = job.graph.borrow();
+                let marker = crate::runtime::FinishedMarker {
+                    dir: dir.clone(),
+                    finished: FinishedJob {
+                        job: graph.name.clone(),
+                        fingerprint: graph.fingerprint(),
+                        description: graph.description.clone(),
+                    },
+                    stored: None,
+                    lock: Some(lock.clone()),
+                };
+                if let Err(e) = marker.write_when_delivered(&graph.host_deliveries) {
+                    break 'processes Err(e.to_string());
+                }
+                drop(graph);
+                if let (Some(h), Some(Fault::CrashWhileDraining(n))) =
+                    (host.as_mut(), schedule.take(|f| matches!(f, Fault::CrashWhileDraining(_))))
+                {
+                    h.step(n as usize);
+                    stats.crashes += 1;
+                    restarts += 1;
+                    continue 'processes;
+                }
+            }
             if matches!(end, AttemptEnd::Finished | AttemptEnd::Stopped(_)) {
                 if let Some(h) = host.as_mut() {
                     h.drain();
@@ -257,16 +292,12 @@ where
             }
             match end {
                 AttemptEnd::Finished => {
-                    // `run_attempt` checked the lock and ran the success work; the directory
-                    // is marked finished.
-                    let graph = job.graph.borrow();
-                    let finished = FinishedJob {
-                        job: graph.name.clone(),
-                        fingerprint: graph.fingerprint(),
-                        description: graph.description.clone(),
-                    };
-                    if let Err(e) = crate::checkpoint::write_finished(&dir, &finished) {
-                        break 'processes Err(e.to_string());
+                    match crate::checkpoint::read_finished(&dir) {
+                        Ok(Some(_)) => {}
+                        Ok(None) => {
+                            break 'processes Err("the host has every result and the job is not marked finished".into())
+                        }
+                        Err(e) => break 'processes Err(e.to_string()),
                     }
                     break 'processes Ok(());
                 }

@@ -49,6 +49,9 @@ pub(super) enum Fault {
     /// resumes it with the other tasks' kept parts; in half the seeds the process dies as
     /// one of the next two completes.
     HangsWrite(u64),
+    /// The job finished and the process dies while its host drains the results: after the
+    /// host took `n` of them (the job must run again, its completion marker not written).
+    CrashWhileDraining(u64),
 }
 
 impl fmt::Display for Fault {
@@ -72,6 +75,9 @@ impl fmt::Display for Fault {
             Fault::WriteFails(n) => write!(f, "snapshot write failure at step {n}"),
             Fault::Fence(n) => write!(f, "directory lock taken away at step {n}"),
             Fault::FailsAfterRestore(n) => write!(f, "task failure right after restore {n}"),
+            Fault::CrashWhileDraining(n) => {
+                write!(f, "crash while the host drained the finished job's results, {n} taken")
+            }
             Fault::StopWithSavepoint(n) => write!(f, "stop with a savepoint at step {n}, then a start from it"),
             Fault::Rescale { at, parallelism } => {
                 write!(f, "crash at step {at}, then a start from the latest checkpoint at parallelism {parallelism}")

@@ -192,9 +192,16 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> (Job, SimO
                 .key_by(|e: &(u64, u64)| e.0)
                 .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, c: &u64| (*k, *c, 0))
                 .named("count")
-                .pull_sink_with(16, weir::sink::Guarantee::ExactlyOnce);
-            let host =
-                EmbeddedHost { sender: Some(sender), closing: None, receiver, next: None, log: HostLog::default() };
+                .pull_sink_with(16, weir::sink::Guarantee::ExactlyOnce)
+                .with_acks();
+            let host = EmbeddedHost {
+                sender: Some(sender),
+                closing: None,
+                receiver,
+                next: None,
+                in_hand: None,
+                log: HostLog::default(),
+            };
             return (job, SimOutput::Host(Box::new(host)));
         }
         SimJob::Kafka => {
@@ -310,25 +317,35 @@ fn embedded_event(i: u64) -> (u64, u64) {
 
 /// The embedded job's host program: sends events 0 to `EVENTS` from the job's resume point
 /// (it can make any of them again, as a host replaying its own log does), then closes the
-/// stream; logs each result it receives with its number. An async host whose futures the
-/// simulator polls between the job's steps (with a waker that does nothing: it polls again).
+/// stream; handles each result it receives in the step after (a database write, say: a crash
+/// between the two loses the result in hand), then logs it with its number and acknowledges it.
+/// An async host whose futures the simulator polls between the job's steps (with a waker that
+/// does nothing: it polls again).
 struct EmbeddedHost {
     sender: Option<weir::source::EventSender<(u64, u64)>>,
     closing: Option<weir::source::Closing<(u64, u64)>>,
     receiver: weir::sink::EventReceiver<Row>,
     /// The next event to send, once the job told its resume point.
     next: Option<u64>,
+    /// The result received and not yet handled: lost with the process if it dies now.
+    in_hand: Option<weir::sink::Delivered<Row>>,
     log: HostLog<Row>,
 }
 
 impl EmbeddedHost {
-    /// Receives one result if one is ready.
+    /// Handles the result in hand, then receives one if one is ready (to handle next time).
     fn receive(&mut self, cx: &mut std::task::Context<'_>) -> bool {
         use std::future::Future;
+        if let Some(d) = self.in_hand.take() {
+            self.log.handled.push(d.record);
+            self.log.last_seq = Some(d.seq);
+            if let Err(e) = self.receiver.ack(d.seq) {
+                panic!("the host's acknowledgement of {} was refused: {e}", d.seq);
+            }
+        }
         match std::pin::Pin::new(&mut self.receiver.recv()).poll(cx) {
             std::task::Poll::Ready(Ok(d)) => {
-                self.log.handled.push(d.record);
-                self.log.last_seq = Some(d.seq);
+                self.in_hand = Some(d);
                 true
             }
             _ => false,
@@ -373,6 +390,7 @@ impl SimHost<Row> for EmbeddedHost {
     fn drain(&mut self) {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         while self.receive(&mut cx) {}
+        debug_assert!(self.in_hand.is_none(), "a receive that got nothing handled the result in hand");
     }
 
     fn resume(&mut self, log: HostLog<Row>) {

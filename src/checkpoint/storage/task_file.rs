@@ -136,7 +136,7 @@ impl<'a> SharedFiles<'a> {
 }
 
 /// The checkpoint and task of a shared file's name, `shared/chk-<n>-task-<i>.pages`.
-pub(super) fn parse_shared_name(name: &str) -> Option<(u64, usize)> {
+pub(crate) fn parse_shared_name(name: &str) -> Option<(u64, usize)> {
     let rest = name.strip_prefix(SHARED_DIR)?.strip_prefix('/')?.strip_prefix("chk-")?.strip_suffix(".pages")?;
     let (id, task) = rest.split_once("-task-")?;
     Some((id.parse().ok()?, task.parse().ok()?))
