@@ -258,3 +258,19 @@ fn a_large_file_goes_up_in_parts_and_comes_back_whole() {
     store.delete("chk-1/task-0.state").unwrap();
     assert!(store.list("chk-1/").unwrap().is_empty());
 }
+
+/// The store's blocking calls made from inside a tokio runtime (an embedding service, the
+/// control endpoint's handlers) panicked: "Cannot start a runtime from within a runtime" (49 of
+/// 321 `POST /config` requests to a job checkpointing to `s3://`). They run on a thread of
+/// their own there.
+#[test]
+fn the_store_answers_inside_a_tokio_runtime() {
+    let url = common::s3::checkpoint_url("in-runtime");
+    let store = common::s3::store(&url);
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let listed = runtime.block_on(async {
+        assert!(store.create("_generations/1", b"me").unwrap());
+        store.list("_generations/").unwrap()
+    });
+    assert_eq!(listed, ["_generations/1"]);
+}

@@ -7,7 +7,8 @@
 //! and many jobs can share two cores, while a busy worker never parks.
 //!
 //! May touch: `checkpoint` (starts the coordinator, finds the checkpoint to restore),
-//! `pipeline` (the plan and tasks it runs), `context`, `error`, `metrics`, `wake`.
+//! `pipeline` (the plan and tasks it runs), `sink` (waits for the host to have a pull sink's
+//! results before it marks a finished job done), `context`, `error`, `metrics`, `wake`.
 
 mod worker;
 

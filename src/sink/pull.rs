@@ -454,6 +454,7 @@ impl<T> Drop for EventReceiver<T> {
 }
 
 /// The future of [`EventReceiver::recv`].
+#[must_use = "a future does nothing unless awaited (or polled)"]
 pub struct Recv<'a, T> {
     receiver: &'a mut EventReceiver<T>,
 }

@@ -243,6 +243,7 @@ impl<T> EventSender<T> {
 }
 
 /// The future of [`EventSender::send`].
+#[must_use = "a future does nothing unless awaited (or polled)"]
 pub struct Sending<'a, T> {
     sender: &'a mut EventSender<T>,
     /// The event, until it is in the ring.
@@ -275,6 +276,7 @@ impl<T> std::future::Future for Sending<'_, T> {
 }
 
 /// The future of [`EventSender::close_async`].
+#[must_use = "a future does nothing unless awaited (or polled)"]
 pub struct Closing<T> {
     sender: EventSender<T>,
 }

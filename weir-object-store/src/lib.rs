@@ -178,6 +178,25 @@ fn readable(message: &str) -> String {
 /// Files larger than this go up in parts of this size.
 const PART_BYTES: usize = 16 << 20;
 
+impl S3Store {
+    /// Runs `f` to completion on the store's own runtime. Called from inside another tokio
+    /// runtime (an embedding service, the control endpoint's handlers), `block_on` panics
+    /// ("Cannot start a runtime from within a runtime"): there it runs on a thread of its own,
+    /// this thread waiting for it.
+    fn block_on<F>(&self, f: F) -> F::Output
+    where
+        F: std::future::Future + Send,
+        F::Output: Send,
+    {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return self.runtime.block_on(f);
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| self.runtime.block_on(f)).join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+}
+
 impl weir::checkpoint::ObjectStore for S3Store {
     fn location(&self) -> String {
         format!("{} (endpoint {})", self.url, self.endpoint)
@@ -191,9 +210,9 @@ impl weir::checkpoint::ObjectStore for S3Store {
         if len <= PART_BYTES {
             let mut bytes = Vec::with_capacity(len);
             file.read_to_end(&mut bytes)?;
-            return self.runtime.block_on(store.put(&path, PutPayload::from(bytes))).map(|_| ()).map_err(io);
+            return self.block_on(store.put(&path, PutPayload::from(bytes))).map(|_| ()).map_err(io);
         }
-        self.runtime.block_on(async move {
+        self.block_on(async move {
             let mut upload = store.put_multipart(&path).await.map_err(io)?;
             let result = async {
                 loop {
@@ -218,7 +237,7 @@ impl weir::checkpoint::ObjectStore for S3Store {
         let options = PutOptions { mode: PutMode::Create, ..Default::default() };
         let path = self.path(key);
         let put = self.inner.put_opts(&path, PutPayload::from(bytes.to_vec()), options);
-        match self.runtime.block_on(put) {
+        match self.block_on(put) {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(false),
             Err(e) => Err(io(e)),
@@ -227,7 +246,7 @@ impl weir::checkpoint::ObjectStore for S3Store {
 
     fn download(&self, key: &str, to: &Path) -> std::io::Result<bool> {
         let path = self.path(key);
-        self.runtime.block_on(async {
+        self.block_on(async {
             let mut stream = match self.inner.get(&path).await {
                 Ok(got) => got.into_stream(),
                 Err(object_store::Error::NotFound { .. }) => return Ok(false),
@@ -251,7 +270,7 @@ impl weir::checkpoint::ObjectStore for S3Store {
             ("", f) => Some(ObjectPath::from(f)),
             (p, f) => Some(ObjectPath::from(format!("{p}/{f}"))),
         };
-        self.runtime.block_on(async {
+        self.block_on(async {
             let mut keys = Vec::new();
             let mut listing = self.inner.list(base.as_ref());
             while let Some(meta) = listing.next().await {
@@ -267,7 +286,7 @@ impl weir::checkpoint::ObjectStore for S3Store {
     }
 
     fn delete(&self, key: &str) -> std::io::Result<()> {
-        match self.runtime.block_on(self.inner.delete(&self.path(key))) {
+        match self.block_on(self.inner.delete(&self.path(key))) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(io(e)),
         }
