@@ -170,7 +170,7 @@ where
     // Drawn apart, so a seed's other faults are the same with or without: a host's process
     // dies while it drains the finished job's results.
     if let (Some(seed), Some(_)) = (seed, &host) {
-        let mut r = crate::prng::Prng::new(seed ^ 0xD8A1_4ED);
+        let mut r = crate::prng::Prng::new(seed ^ 0x0D8A_14ED);
         if r.chance(1, 3) {
             schedule.faults.push(Fault::CrashWhileDraining(r.below(8)));
         }
