@@ -5,8 +5,9 @@
 # differs from the golden run (with the command that reruns it), one line per combination
 # that had any, and the totals; exits non-zero if any seed differed or a run failed.
 #
-# The default, 6,000 seeds per combination (from a start drawn per run) (2.16 million in all), finds a bug that shows in 1
-# seed in 2,000 of one combination with probability 1 - (1 - 1/2000)^6000 = 95%. On this
+# The default, 6,000 seeds per combination from a start drawn per run (2.16 million in all),
+# finds a bug that shows in 1 seed in 2,000 of one combination with probability
+# 1 - (1 - 1/2000)^6000 = 95%. On this
 # 2-core machine it takes about an hour; a quicker look: perf/simulate-sweep.sh 0..500.
 # Needs `cargo build --profile checked` first: optimised, with the debug assertions on, so
 # every seed checks the protocol's invariants too (a release build strips them).

@@ -778,17 +778,8 @@ impl Supervised {
             // A rerun with the same directory must not silently redo (or resume) a finished job;
             // but a job whose host has not taken all its results yet is not finished for the
             // host: the marker waits for them (a host killed while it drains reruns the job).
-            let finished = FinishedJob {
-                job: graph.name.clone(),
-                fingerprint: graph.fingerprint(),
-                description: graph.description.clone(),
-            };
-            let marker = FinishedMarker {
-                dir: cfg.dir.clone(),
-                finished,
-                stored: cfg.store.clone().map(crate::checkpoint::CheckpointMirror::new),
-                lock: self.shared.lock.clone(),
-            };
+            let stored = cfg.store.clone().map(crate::checkpoint::CheckpointMirror::new);
+            let marker = FinishedMarker::of(&graph, cfg.dir.clone(), stored, self.shared.lock.clone());
             if let Err(e) = marker.write_when_delivered(&graph.host_deliveries) {
                 return Some(Err(e));
             }
@@ -811,14 +802,29 @@ impl Supervised {
 
 /// The completion marker of a finished checkpointed job, and where it goes.
 pub(crate) struct FinishedMarker {
-    pub(crate) dir: std::path::PathBuf,
-    pub(crate) finished: FinishedJob,
-    pub(crate) stored: Option<crate::checkpoint::CheckpointMirror>,
+    dir: std::path::PathBuf,
+    finished: FinishedJob,
+    stored: Option<crate::checkpoint::CheckpointMirror>,
     /// Held until the marker is written: the directory is this process's until then.
-    pub(crate) lock: Option<Arc<DirectoryLock>>,
+    lock: Option<Arc<DirectoryLock>>,
 }
 
 impl FinishedMarker {
+    /// The marker of `graph`'s job, for directory `dir` (and the store beside it).
+    pub(crate) fn of(
+        graph: &crate::pipeline::Graph,
+        dir: std::path::PathBuf,
+        stored: Option<crate::checkpoint::CheckpointMirror>,
+        lock: Option<Arc<DirectoryLock>>,
+    ) -> FinishedMarker {
+        let finished = FinishedJob {
+            job: graph.name.clone(),
+            fingerprint: graph.fingerprint(),
+            description: graph.description.clone(),
+        };
+        FinishedMarker { dir, finished, stored, lock }
+    }
+
     /// Writes the marker now when the job has no host to deliver to, else once the host has
     /// every result ([`FinishedMarker::when_delivered`]).
     pub(crate) fn write_when_delivered(self, deliveries: &[Arc<dyn crate::sink::HostDelivery>]) -> Result<()> {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::coordinator::{Command, CrashPoint, CrashSchedule};
 use crate::checkpoint::task::{SnapshotWriter, TaskControl};
-use crate::checkpoint::{CheckpointStorage, DirectoryLock, FinishedJob};
+use crate::checkpoint::{CheckpointStorage, DirectoryLock};
 use crate::context::Clock;
 use crate::error::{Error, Result};
 use crate::pipeline::{poll_catching_panics, Job, Task, TaskPoll};
@@ -262,16 +262,7 @@ where
                 // `run_attempt` checked the lock and ran the success work; the directory is
                 // marked finished once the host has every result, as the runtime does.
                 let graph = job.graph.borrow();
-                let marker = crate::runtime::FinishedMarker {
-                    dir: dir.clone(),
-                    finished: FinishedJob {
-                        job: graph.name.clone(),
-                        fingerprint: graph.fingerprint(),
-                        description: graph.description.clone(),
-                    },
-                    stored: None,
-                    lock: Some(lock.clone()),
-                };
+                let marker = crate::runtime::FinishedMarker::of(&graph, dir.clone(), None, Some(lock.clone()));
                 if let Err(e) = marker.write_when_delivered(&graph.host_deliveries) {
                     break 'processes Err(e.to_string());
                 }

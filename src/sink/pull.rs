@@ -52,9 +52,9 @@ pub enum Guarantee {
     /// result durably as it receives it, keeps the number of the last, and tells the new
     /// receiver ([`EventReceiver::resume_after`]) gets each exactly once (`weir simulate --job
     /// embedded` checks it); one that does not may see results it already had. A result
-    /// counts as delivered once received ([`EventReceiver::with_acks`]: once acknowledged): one
-    /// the host received and had not handled when its process died is not handed out again
-    /// (with acknowledgements: is, unless acknowledged). Output is deterministic given the job's input in
+    /// counts as delivered once received: one the host received and had not handled when its
+    /// process died is not handed out again, unless the receiver counts acknowledgements
+    /// instead ([`EventReceiver::with_acks`]). Output is deterministic given the job's input in
     /// the same order (which the push source's numbering replays).
     ExactlyOnce,
     /// At once; after a failover, replayed results come again with the same numbers.
