@@ -105,6 +105,25 @@ impl RestartStrategy {
             }
         }
     }
+
+    /// Records a failure at `now` among `failures` (when each earlier one happened), forgetting
+    /// those the strategy counts no longer, and returns how long ago each remembered one
+    /// happened, for [`RestartStrategy::delay`]. The failure-rate strategy remembers its
+    /// interval, however long; the others count restarts, and an hour of failures is kept for
+    /// a change of strategy on a running job.
+    pub(crate) fn remember_failure(
+        strategy: Option<&RestartStrategy>,
+        failures: &mut Vec<std::time::Instant>,
+        now: std::time::Instant,
+    ) -> Vec<Duration> {
+        let memory = match strategy {
+            Some(RestartStrategy::FailureRate { interval, .. }) => (*interval).max(Duration::from_secs(3600)),
+            _ => Duration::from_secs(3600),
+        };
+        failures.retain(|t| now.duration_since(*t) <= memory);
+        failures.push(now);
+        failures.iter().map(|t| now.duration_since(*t)).collect()
+    }
 }
 
 /// Checkpointing settings. Checkpointing is off unless a job is given one (as in Flink).
@@ -463,6 +482,26 @@ fn check_writable(dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The failure-rate strategy forgot failures after an hour whatever its interval: with
+    /// two hours, a failure 90 minutes ago and one now were one failure, and the job restarted.
+    #[test]
+    fn the_failure_rate_strategy_remembers_failures_over_its_whole_interval() {
+        let hours = |h: f64| Duration::from_secs_f64(h * 3600.0);
+        let rate = RestartStrategy::FailureRate { max_failures: 1, interval: hours(2.0), delay: Duration::ZERO };
+        let start = std::time::Instant::now();
+        let mut failures = Vec::new();
+        let ago = RestartStrategy::remember_failure(Some(&rate), &mut failures, start);
+        assert_eq!(rate.delay(0, &ago), Some(Duration::ZERO), "one failure in two hours is allowed");
+        let ago = RestartStrategy::remember_failure(Some(&rate), &mut failures, start + hours(1.5));
+        assert_eq!(ago, [hours(1.5), Duration::ZERO]);
+        assert_eq!(rate.delay(1, &ago), None, "two failures within two hours end the job");
+        // Past the interval a failure is forgotten.
+        let ago = RestartStrategy::remember_failure(Some(&rate), &mut failures, start + hours(3.0));
+        assert_eq!(ago, [hours(1.5), Duration::ZERO]);
+        let ago = RestartStrategy::remember_failure(Some(&rate), &mut failures, start + hours(7.0));
+        assert_eq!(ago, [Duration::ZERO]);
+    }
 
     #[test]
     fn invalid_combinations_are_refused() {

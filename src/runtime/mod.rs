@@ -23,7 +23,7 @@ use crate::checkpoint::coordinator::{
 use crate::checkpoint::recovery::{recover_directory, restore_from_savepoint, JobIdentity};
 use crate::checkpoint::task::{CommitsApplied, PoolWriter, SnapshotWriter, DEFAULT_QUEUE_LIMIT_WRITES};
 use crate::checkpoint::{
-    write_finished, CheckpointConfig, CheckpointStats, CheckpointStorage, DirectoryLock, FinishedJob,
+    write_finished, CheckpointConfig, CheckpointStats, CheckpointStorage, DirectoryLock, FinishedJob, RestartStrategy,
 };
 use crate::context::{AttemptScope, Clock, Recovery};
 use crate::error::{Error, Result};
@@ -729,13 +729,8 @@ impl Supervised {
             // request) is a failure like any other: the strategy decides whether to go on.
             loop {
                 let cancelled = self.shared.control.cancel.load(Ordering::SeqCst);
-                let failures_ago = {
-                    let mut progress = self.progress();
-                    let now = Instant::now();
-                    progress.failures.retain(|t| now.duration_since(*t) < Duration::from_secs(3600));
-                    progress.failures.push(now);
-                    progress.failures.iter().map(|t| now.duration_since(*t)).collect::<Vec<_>>()
-                };
+                let failures_ago =
+                    RestartStrategy::remember_failure(strategy.as_ref(), &mut self.progress().failures, Instant::now());
                 let delay = strategy.and_then(|s| s.delay(restarts, &failures_ago));
                 let Some(delay) = delay.filter(|_| e.is_retryable() && !cancelled) else { return Some(Err(e)) };
                 tracing::warn!(job = %self.job.graph.borrow().name, restart = restarts + 1, cause = %e, "job restarts");
