@@ -3,8 +3,10 @@
 //! (and bad changes refused, the job going on), statistics and metrics, then a stop with a
 //! savepoint that a new run resumes from; and the endpoint's bad addresses refused.
 
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use crate::common::{self, Running};
 
@@ -80,6 +82,8 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
         ("max-concurrent=0", "max-concurrent must be from 1 to 64, not 0"),
         ("mode=at-least-once", "fixed for the job's life"),
         ("checkpoint=at-least-once", "switches between aligned, unaligned"),
+        // A value is a value: it cannot carry a second key (it did, as TOML text).
+        ("retained=3\nmax-concurrent = 2", "retained=3\nmax-concurrent = 2: invalid type: string"),
     ] {
         let (ok, text) = control(&addr, &["config", "retain=9", bad]);
         assert!(!ok && text.contains(says) && text.contains("400"), "{bad}: {text}");
@@ -325,4 +329,62 @@ fn the_endpoint_says_why_a_job_restarted() {
     assert!(text.contains("injected failure at record"), "the cause: {text}");
     job.child.kill().unwrap();
     let _ = job.child.wait();
+}
+
+/// Two stop requests at once: the job stopped with the first one's savepoint, the second
+/// never got an answer, and the process did not exit (up to an hour). Both are answered now,
+/// and the process ends.
+#[test]
+fn two_stop_requests_at_once_are_both_answered_and_the_process_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FollowedLog::start(dir.path(), 50, &[]);
+    let (mut job, addr) = (f.job, f.addr);
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    for name in ["first", "second"] {
+        let (addr, answers, sp) = (addr.clone(), answers.clone(), dir.path().join(name));
+        std::thread::spawn(move || {
+            let answer = control(&addr, &["stop", sp.to_str().unwrap()]);
+            answers.lock().unwrap().push(answer);
+        });
+    }
+    common::wait_until("both stop requests answered", || answers.lock().unwrap().len() == 2);
+    let answers = answers.lock().unwrap().clone();
+    let stopped = answers.iter().filter(|(ok, text)| *ok && text.contains("savepoint-")).count();
+    assert_eq!(stopped, 1, "one stop carried out: {answers:?}");
+    let (_, refused) = answers.iter().find(|(ok, _)| !ok).expect("one refused");
+    assert!(refused.contains("409"), "{refused}");
+    common::wait_until("the process to exit", || job.child.try_wait().unwrap().is_some());
+    assert!(job.child.wait().unwrap().success(), "{}", job.text.lock().unwrap());
+}
+
+/// `POST /savepoints?dir=` took the job's own output folder (savepoint files among committed
+/// output: malformed lines and torn files for a reader) and its checkpoint directory, which
+/// `--savepoint-dir` refuses; `dir=%FF%FE` made a folder named `��`. Refused, naming why,
+/// and nothing is written there.
+#[test]
+fn a_savepoint_into_the_jobs_own_folders_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FollowedLog::start(dir.path(), 50, &[]);
+    let (mut job, addr) = (f.job, f.addr);
+    for (folder, says) in [
+        (f.out.join("sp"), "overlaps the job's output folder"),
+        (f.out.clone(), "overlaps the job's output folder"),
+        (dir.path().join("chk").join("sp"), "overlaps the job's checkpoint directory"),
+        (dir.path().to_path_buf(), "overlaps the job's"),
+    ] {
+        let (ok, text) = control(&addr, &["savepoint", folder.to_str().unwrap()]);
+        assert!(!ok && text.contains(says) && text.contains("409"), "{}: {text}", folder.display());
+    }
+    assert!(!f.out.join("sp").exists() && !dir.path().join("chk").join("sp").exists());
+    // Bytes that are no text, as a hostile client sends them.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(s, "POST /savepoints?dir=%FF%FE HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400") && answer.contains("not valid UTF-8"), "{answer}");
+    let (ok, text) = control(&addr, &["savepoint", dir.path().join("elsewhere").to_str().unwrap()]);
+    assert!(ok && text.contains("savepoint-"), "the job goes on and takes one elsewhere: {text}");
+    job.child.kill().unwrap();
+    job.child.wait().unwrap();
 }

@@ -270,6 +270,7 @@ impl JobController {
             }
         };
         let dir = dir.into();
+        self.check_savepoint_folder(&dir)?;
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create the savepoint directory", &dir, e))?;
         // The coordinator answers within the savepoint's timeout (it expires it then); the
         // margin covers writing the savepoint's copy.
@@ -277,6 +278,33 @@ impl JobController {
         self.ask_coordinator("savepoint", wait, "its timeout, and a minute to copy it", |reply| {
             CoordinatorRequest::Savepoint(SavepointRequest { dir, reply, stop })
         })
+    }
+
+    /// Refuses savepoint folder `dir` where it overlaps the job's checkpoint directory or a
+    /// sink's output folder (one inside the other): savepoint files among committed output are
+    /// malformed output for a reader, and a checkpoint directory is the job's own. Every
+    /// savepoint is checked so; a caller that makes the folder first checks before.
+    pub fn check_savepoint_folder(&self, dir: &std::path::Path) -> Result<()> {
+        let resolve = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let graph = self.run.job.graph.borrow();
+        let owned = graph
+            .checkpointing
+            .iter()
+            .map(|c| ("checkpoint directory", c.dir.as_path()))
+            .chain(graph.sink_outputs.iter().map(|(_, out)| ("output folder", out.as_path())));
+        let wanted = resolve(dir);
+        for (what, path) in owned {
+            let path = resolve(path);
+            if wanted.starts_with(&path) || path.starts_with(&wanted) {
+                return Err(Error::config(format!(
+                    "savepoint folder {} overlaps the job's {what} {} (one is inside the other): a savepoint \
+                     goes elsewhere",
+                    dir.display(),
+                    path.display()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Hands the running attempt's coordinator the request `request` makes of a reply channel,

@@ -480,26 +480,38 @@ impl CheckpointFlags {
     }
 
     /// `KEY=VALUE` settings of the live configuration, together (a restart strategy and its
-    /// parameters, say): each VALUE as TOML (a number, true/false), or as text where it is not
-    /// TOML (a mode word). An unknown key or a wrong value is named.
+    /// parameters, say): each VALUE a number, true/false, or text. An unknown key, a key given
+    /// twice or a wrong value is named. The settings are made into a table, never into TOML
+    /// text: a value cannot carry another key (`retained=3\nmax-concurrent = 2` is the text
+    /// `3\nmax-concurrent = 2` for `retained`, and refused).
     pub(crate) fn parse_settings(settings: &[(String, String)]) -> Result<CheckpointFlags, String> {
-        let line = |key: &str, value: &str| {
-            let literal = format!("{key} = {value}");
-            match toml::from_str::<toml::Table>(&literal) {
-                Ok(_) => literal,
-                Err(_) => format!("{key} = {}", toml::Value::String(value.to_string())),
-            }
-        };
+        let read = |table: toml::Table| table.try_into::<CheckpointFlags>();
+        let mut all = toml::Table::new();
         for (key, value) in settings {
-            toml::from_str::<CheckpointFlags>(&line(key, value)).map_err(|e| {
-                match e.message().starts_with("unknown field") {
-                    true => format!("unknown configuration key '{key}': one of {}", LIVE_KEYS.join(", ")),
-                    false => format!("{key}={value}: {}", e.message().trim()),
-                }
+            let one = toml::Table::from_iter([(key.clone(), setting_value(value))]);
+            read(one.clone()).map_err(|e| match e.message().starts_with("unknown field") {
+                true => format!("unknown configuration key '{key}': one of {}", LIVE_KEYS.join(", ")),
+                false => format!("{key}={value}: {}", e.message().trim()),
             })?;
+            if all.insert(key.clone(), one[key].clone()).is_some() {
+                return Err(format!("{key} is given twice"));
+            }
         }
-        let all: Vec<String> = settings.iter().map(|(k, v)| line(k, v)).collect();
-        toml::from_str::<CheckpointFlags>(&all.join("\n")).map_err(|e| e.message().trim().to_string())
+        read(all).map_err(|e| e.message().trim().to_string())
+    }
+}
+
+/// A setting's value as the configuration file would hold it: true/false, a whole number, a
+/// finite decimal number, or else text.
+fn setting_value(value: &str) -> toml::Value {
+    if let Ok(b) = value.parse::<bool>() {
+        toml::Value::Boolean(b)
+    } else if let Ok(n) = value.parse::<i64>() {
+        toml::Value::Integer(n)
+    } else if let Some(x) = value.parse::<f64>().ok().filter(|x| x.is_finite()) {
+        toml::Value::Float(x)
+    } else {
+        toml::Value::String(value.to_string())
     }
 }
 

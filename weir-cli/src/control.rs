@@ -148,6 +148,14 @@ impl ControlEndpoint {
 
 impl Drop for ControlEndpoint {
     fn drop(&mut self) {
+        // Stop requests nobody will carry out any more are answered now (their handlers see
+        // the reply's sender go, and say the job ended), and later ones are refused: the
+        // server's graceful shutdown waits for its handlers, and a second of two stop requests
+        // kept the process alive for the hour its handler waits.
+        drop(std::mem::replace(
+            &mut *self.stops.lock().unwrap_or_else(|e| e.into_inner()),
+            std::sync::mpsc::channel().1,
+        ));
         if let Some(s) = self.shutdown.take() {
             let _ = s.send(());
         }
@@ -275,8 +283,23 @@ struct DirQuery {
 /// The `dir` of a savepoint request, or the answer that it is missing.
 fn savepoint_dir(q: &DirQuery) -> Result<PathBuf, Refusal> {
     match q.dir.as_deref().filter(|d| !d.is_empty()) {
+        // Percent-encoded bytes that are no UTF-8 text arrive as U+FFFD: a folder of that name
+        // is nobody's.
+        Some(d) if d.contains('\u{FFFD}') => Err(Refusal(
+            StatusCode::BAD_REQUEST,
+            format!("the savepoint folder '{d}' is not valid UTF-8 (its percent-encoded bytes are no text)"),
+        )),
         Some(d) => Ok(PathBuf::from(d)),
         None => Err(Refusal(StatusCode::BAD_REQUEST, "a savepoint needs ?dir=DIR: the folder it goes into".into())),
+    }
+}
+
+/// Refuses a local savepoint folder among the job's own (before anything makes it); one in an
+/// object store is taken into a staging folder of its own.
+fn check_folder(job: &JobController, dir: &std::path::Path) -> weir::Result<()> {
+    match dir.to_str().is_some_and(weir_object_store::S3Url::is_s3) {
+        true => Ok(()),
+        false => job.check_savepoint_folder(dir),
     }
 }
 
@@ -286,6 +309,7 @@ async fn savepoint(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Respon
         Err(r) => return r.into_response(),
     };
     let taken = blocking(move || {
+        check_folder(&s.job, &dir)?;
         let dir = crate::stored::SavepointDir::open(&dir)?;
         let path = s.job.trigger_savepoint(dir.folder())?;
         dir.keep(&path)
@@ -302,6 +326,9 @@ async fn stop(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Response {
         Ok(d) => d,
         Err(r) => return r.into_response(),
     };
+    if let Err(e) = check_folder(&s.job, &dir) {
+        return refuse(StatusCode::CONFLICT, e.to_string());
+    }
     let (reply, answer) = std::sync::mpsc::channel();
     let sent = s.stops.send(StopRequest { dir, reply });
     if sent.is_err() {
