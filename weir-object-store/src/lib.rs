@@ -107,10 +107,17 @@ impl S3Store {
                 builder = builder.with_config(key, value);
             }
         }
-        let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+        let (from, endpoint) = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
             .iter()
-            .find_map(|k| settings.get(*k).cloned())
-            .unwrap_or_else(|| "https://s3.amazonaws.com".into());
+            .find_map(|k| settings.get(*k).map(|v| (*k, v.clone())))
+            .unwrap_or_else(|| ("the default", "https://s3.amazonaws.com".into()));
+        // The S3 client's credential code panics on an endpoint that is no address.
+        let address = url::Url::parse(&endpoint).ok();
+        if !address.is_some_and(|a| matches!(a.scheme(), "http" | "https") && a.host().is_some()) {
+            return Err(Error::config(format!(
+                "cannot use {url}: the S3 endpoint '{endpoint}' ({from}) is not an http:// or https:// address"
+            )));
+        }
         if endpoint.starts_with("http://") {
             builder = builder.with_allow_http(true);
         }
@@ -307,6 +314,19 @@ mod tests {
             let e = S3Url::parse(bad).unwrap_err().to_string();
             assert!(e.contains("expected s3://BUCKET/PREFIX") && e.contains(bad), "{bad}: {e}");
         }
+    }
+
+    /// `AWS_ENDPOINT_URL='not a url'` panicked every `s3://` command (rc 101, in the S3
+    /// client's credential code): it is named now.
+    #[test]
+    fn an_endpoint_that_is_no_address_is_named() {
+        for bad in ["not a url", "ftp://127.0.0.1:9000", "http://"] {
+            let settings = [("AWS_ENDPOINT_URL".to_string(), bad.to_string())];
+            let e = open_with("s3://bucket/p", settings).unwrap_err().to_string();
+            assert!(e.contains(&format!("the S3 endpoint '{bad}' (AWS_ENDPOINT_URL) is not an http")), "{bad}: {e}");
+        }
+        let settings = [("AWS_ENDPOINT_URL".to_string(), "http://127.0.0.1:1".to_string())];
+        assert!(open_with("s3://bucket/p", settings).is_ok(), "an address is taken (nothing is sent yet)");
     }
 
     #[test]
