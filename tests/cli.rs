@@ -331,6 +331,13 @@ fn every_checkpointing_command_takes_one_set_of_flags_and_a_file() {
         }
     }
     assert_refused(&["bench", "--config", "/no/such/file.toml"], "/no/such/file.toml");
+    // A FIFO blocked the command for ever, and /dev/zero was read until memory ran out.
+    let fifo = dir.path().join("fifo.toml");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert_refused(&["bench", "--config", fifo.to_str().unwrap()], "not a plain file");
+    assert_refused(&["bench", "--config", "/dev/zero"], "/dev/zero: not a plain file");
+    std::fs::write(&file, "# ".repeat(600_000)).unwrap();
+    assert_refused(&["bench", "--config", file.to_str().unwrap()], "larger than 1048576 bytes");
 }
 
 /// Every committed `word<TAB>count` line of a word count's output folder, counts by word.

@@ -558,9 +558,27 @@ fn within(key: &str, n: u64, min: u64, max: u64) -> weir::Result<u64> {
     Ok(n)
 }
 
-/// The settings of configuration file `path`.
+/// The largest configuration file read: a few dozen keys take a few hundred bytes.
+const CONFIG_FILE_MAX_BYTES: u64 = 1 << 20;
+
+/// The settings of configuration file `path`: a plain file (a FIFO blocked the command for
+/// ever, and `/dev/zero` was read until memory ran out) of at most [`CONFIG_FILE_MAX_BYTES`].
 fn read_file(path: &Path) -> weir::Result<CheckpointFlags> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io("cannot read the configuration file", path, e))?;
+    let cannot = |e| Error::io("cannot read the configuration file", path, e);
+    let meta = std::fs::metadata(path).map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(Error::config(format!("configuration file {}: not a plain file", path.display())));
+    }
+    let mut text = String::new();
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, CONFIG_FILE_MAX_BYTES + 1), &mut text)
+        .map_err(cannot)?;
+    if text.len() as u64 > CONFIG_FILE_MAX_BYTES {
+        return Err(Error::config(format!(
+            "configuration file {}: larger than {CONFIG_FILE_MAX_BYTES} bytes, not a configuration",
+            path.display()
+        )));
+    }
     toml::from_str::<CheckpointFlags>(&text)
         .map_err(|e| Error::config(format!("configuration file {}: {e}", path.display())))
 }
