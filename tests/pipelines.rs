@@ -386,3 +386,20 @@ fn jobs_handles_and_endpoints_are_send_and_the_handle_is_sync() {
     let report = std::thread::spawn(move || handle.join()).join().unwrap().unwrap();
     assert_eq!(report.source_records, 1);
 }
+
+/// A second operator given a name the job already has was renamed silently (`count-3`), and
+/// its state and metrics went under a name nobody gave; Flink refuses a duplicate `uid`. The
+/// start is refused, naming it; one operator named twice is only renamed.
+#[test]
+fn a_duplicate_operator_name_is_refused() {
+    let job = Job::new("duplicate-names");
+    let numbers = job.generator(Generator::new(|i, _| i).count(10)).named("numbers").named("source");
+    let doubled = numbers.map(|x: u64| x * 2).named("count");
+    doubled.map(|x: u64| x + 1).named("count").discard();
+    let err = job.start(config()).map(|h| h.join()).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("two operators are named 'count'"), "{err}");
+
+    let job = Job::new("renamed");
+    job.generator(Generator::new(|i, _| i).count(10)).named("numbers").named("source").discard();
+    job.start(config()).unwrap().join().unwrap();
+}

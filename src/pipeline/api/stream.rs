@@ -18,12 +18,19 @@ use crate::record::{hash_key, Key, Record, Timestamp};
 use super::*;
 
 impl<T> Stream<T> {
-    /// Names the operator that produces this stream (names appear in errors and metrics and
-    /// must be unique within a job).
+    /// Names the operator that produces this stream: its state's key in checkpoints and its
+    /// name in errors and metrics. A name another operator of the job has is refused when the
+    /// job starts, as Flink refuses a duplicate `uid` (it was renamed silently, and the state
+    /// and metrics went under a name nobody gave).
     pub fn named(self, name: &str) -> Self {
         let mut g = self.graph.borrow_mut();
-        let taken = g.nodes.iter().enumerate().any(|(i, n)| i != self.node && &*n.name == name);
-        g.nodes[self.node].name = if taken { format!("{name}-{}", self.node).into() } else { name.into() };
+        match g.nodes.iter().enumerate().find(|(i, n)| *i != self.node && &*n.name == name) {
+            Some(_) => g.build_errors.push(format!(
+                "two operators are named '{name}': a name keys the operator's state in checkpoints and its \
+                 metrics, so each operator needs its own"
+            )),
+            None => g.nodes[self.node].name = name.into(),
+        }
         drop(g);
         self
     }
