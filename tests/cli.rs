@@ -331,6 +331,17 @@ fn every_checkpointing_command_takes_one_set_of_flags_and_a_file() {
         }
     }
     assert_refused(&["bench", "--config", "/no/such/file.toml"], "/no/such/file.toml");
+    // Milliseconds are durations too, with their unit, in flags and in the file; an unknown
+    // unit is named.
+    std::fs::write(&file, "interval-ms = \"0.2s\"\ncheckpoint = \"aligned\"\n").unwrap();
+    for args in [&["--interval-ms", "0.2s"][..], &["--config", file.to_str().unwrap()][..]] {
+        let o = weir(&[&["bench", "--duration-s", "0.5", "--no-progress"][..], args].concat());
+        assert!(o.status.success() && text_of(&o).contains("every 200 ms"), "{args:?}: {}", text_of(&o));
+    }
+    assert_refused(&["bench", "--interval-ms", "2d"], "'2d' has the unknown unit 'd'");
+    assert_refused(&["bench", "--min-pause-ms", "0.5ms"], "'0.5ms' is not a duration in milliseconds");
+    std::fs::write(&file, "interval-ms = \"soon\"\n").unwrap();
+    assert_refused(&["bench", "--config", file.to_str().unwrap()], "'soon' is not a duration");
     // A FIFO blocked the command for ever, and /dev/zero was read until memory ran out.
     let fifo = dir.path().join("fifo.toml");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());

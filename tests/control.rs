@@ -74,10 +74,14 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
     assert!(text.contains("\"min-pause-ms\": 7"), "the command's --min-pause-ms: {text}");
     let (ok, text) = control(&addr, &["config", "interval-ms=200", "min-pause-ms=10"]);
     assert!(ok && text.contains("\"interval-ms\": 200") && text.contains("\"min-pause-ms\": 10"), "{text}");
+    // A duration with its unit where milliseconds are.
+    let (ok, text) = control(&addr, &["config", "min-pause-ms=0.01s"]);
+    assert!(ok && text.contains("\"min-pause-ms\": 10"), "{text}");
     // Bad changes: refused whole, named, the job going on with its configuration.
     for (bad, says) in [
         ("bogus=1", "unknown configuration key 'bogus'"),
         ("interval-ms=soon", "interval-ms=soon: invalid type: string \"soon\""),
+        ("interval-ms=2d", "'2d' has the unknown unit 'd'"),
         ("incremental=true", "fixed for the job's life"),
         ("max-concurrent=0", "max-concurrent must be from 1 to 64, not 0"),
         ("mode=at-least-once", "fixed for the job's life"),

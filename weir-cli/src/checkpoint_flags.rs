@@ -51,11 +51,13 @@ pub(crate) struct CheckpointFlags {
     #[arg(long)]
     pub(crate) checkpoint_dir: Option<PathBuf>,
     /// Milliseconds between checkpoints (default 1000). Turns checkpoints on.
-    #[arg(long)]
+    #[arg(long, value_parser = millis)]
+    #[serde(deserialize_with = "duration_ms")]
     pub(crate) interval_ms: Option<u64>,
     /// Milliseconds between checkpoints while the input is far from its end (more than 256
     /// MiB left to a subtask): 0 takes none until then (default: --interval-ms always).
-    #[arg(long)]
+    #[arg(long, value_parser = millis)]
+    #[serde(deserialize_with = "duration_ms")]
     pub(crate) interval_during_backlog_ms: Option<u64>,
     /// exactly-once (default) or at-least-once. Turns checkpoints on.
     #[arg(long, value_parser = ["exactly-once", "at-least-once"])]
@@ -66,8 +68,8 @@ pub(crate) struct CheckpointFlags {
     pub(crate) unaligned: Option<bool>,
     /// With unaligned checkpoints: start aligned, turn unaligned at a task that has waited
     /// this many milliseconds (default with --checkpoint aligned-timeout: 10).
-    #[arg(long, alias = "alignment-timeout-ms")]
-    #[serde(alias = "alignment-timeout-ms")]
+    #[arg(long, value_parser = millis, alias = "alignment-timeout-ms")]
+    #[serde(alias = "alignment-timeout-ms", deserialize_with = "duration_ms")]
     pub(crate) aligned_checkpoint_timeout_ms: Option<u64>,
     /// With unaligned checkpoints: adaptive alignment, a checkpoint's in-flight data kept under
     /// this many bytes (channels that drain are aligned, those that lag captured; default with
@@ -75,11 +77,13 @@ pub(crate) struct CheckpointFlags {
     #[arg(long)]
     pub(crate) inflight_budget_bytes: Option<u64>,
     /// Milliseconds a checkpoint may take before it expires (default 600000).
-    #[arg(long)]
+    #[arg(long, value_parser = millis)]
+    #[serde(deserialize_with = "duration_ms")]
     pub(crate) checkpoint_timeout_ms: Option<u64>,
     /// Milliseconds at least between a checkpoint's completion and the next one's start
     /// (default 0), so a slow checkpoint leaves the job time between checkpoints.
-    #[arg(long)]
+    #[arg(long, value_parser = millis)]
+    #[serde(deserialize_with = "duration_ms")]
     pub(crate) min_pause_ms: Option<u64>,
     /// Checkpoints in flight at once, 1 to 64 (default 1).
     #[arg(long)]
@@ -106,10 +110,12 @@ pub(crate) struct CheckpointFlags {
     #[arg(long)]
     pub(crate) restart_attempts: Option<u32>,
     /// Milliseconds before a restart; exponential-delay's first (default 100).
-    #[arg(long)]
+    #[arg(long, value_parser = millis)]
+    #[serde(deserialize_with = "duration_ms")]
     pub(crate) restart_delay_ms: Option<u64>,
     /// exponential-delay: the longest wait, in milliseconds (default 60000).
-    #[arg(long)]
+    #[arg(long, value_parser = millis)]
+    #[serde(deserialize_with = "duration_ms")]
     pub(crate) restart_max_delay_ms: Option<u64>,
     /// exponential-delay: the wait's growth per restart, at least 1 (default 1.5).
     #[arg(long)]
@@ -118,7 +124,8 @@ pub(crate) struct CheckpointFlags {
     #[arg(long)]
     pub(crate) restart_failures_per_interval: Option<u32>,
     /// failure-rate: the interval failures are counted in, in milliseconds (default 60000).
-    #[arg(long)]
+    #[arg(long, value_parser = millis)]
+    #[serde(deserialize_with = "duration_ms")]
     pub(crate) restart_failure_rate_interval_ms: Option<u64>,
 }
 
@@ -144,6 +151,49 @@ pub(crate) const LIVE_KEYS: [&str; 12] = [
 fn plan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<CheckpointPlan>, D::Error> {
     let s = String::deserialize(d)?;
     crate::args::checkpoint_plan(&s).map(Some).map_err(serde::de::Error::custom)
+}
+
+/// Milliseconds from `500`, `500ms`, `2s`, `1.5s`, `3m` or `1h`: every setting in
+/// milliseconds takes a duration with its unit too, on the command line, in the file and at the
+/// control endpoint. An unknown unit, or a number that is no whole count of milliseconds, is
+/// named.
+pub(crate) fn millis(value: &str) -> Result<u64, String> {
+    let text = value.trim();
+    let (number, unit) = text.split_at(text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len()));
+    let not_a_duration = || format!("'{value}' is not a duration in milliseconds (say 500, 500ms, 2s, 1m or 1h)");
+    if number.is_empty() {
+        return Err(not_a_duration());
+    }
+    let per_unit = match unit.trim() {
+        "" | "ms" => 1.0,
+        "s" => 1e3,
+        "m" | "min" => 60e3,
+        "h" => 3_600e3,
+        other => return Err(format!("'{value}' has the unknown unit '{other}': give ms, s, m or h (say 500ms or 2s)")),
+    };
+    let ms = number.parse::<f64>().map_err(|_| not_a_duration())? * per_unit;
+    if !ms.is_finite() || ms > u64::MAX as f64 || (ms - ms.round()).abs() > 1e-6 {
+        return Err(not_a_duration());
+    }
+    Ok(ms.round() as u64)
+}
+
+/// A setting in milliseconds from a file or the control endpoint: a number, or a duration with
+/// its unit ([`millis`]).
+fn duration_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        Number(u64),
+        Text(String),
+    }
+    match Given::deserialize(d) {
+        Ok(Given::Number(n)) => Ok(Some(n)),
+        Ok(Given::Text(t)) => millis(&t).map(Some).map_err(|why| {
+            serde::de::Error::custom(format!("invalid type: string {t:?}, expected milliseconds: {why}"))
+        }),
+        Err(_) => Err(serde::de::Error::custom("invalid type: expected milliseconds (a number, or say \"2s\")")),
+    }
 }
 
 /// `a`, or `b` where `a` is unset: the flag over the file.
