@@ -280,25 +280,26 @@ impl JobController {
         })
     }
 
-    /// Refuses savepoint folder `dir` where it overlaps the job's checkpoint directory or a
-    /// sink's output folder (one inside the other): savepoint files among committed output are
-    /// malformed output for a reader, and a checkpoint directory is the job's own. Every
-    /// savepoint is checked so; a caller that makes the folder first checks before.
+    /// Refuses savepoint folder `dir` where it overlaps a sink's output folder (one inside the
+    /// other: savepoint files among committed output are malformed output for a reader), or is
+    /// the job's checkpoint directory or holds it (the directory is the job's own; a folder
+    /// inside it, as `chk/savepoints`, is a place of its own). Every savepoint is checked so;
+    /// a caller that makes the folder first checks before.
     pub fn check_savepoint_folder(&self, dir: &std::path::Path) -> Result<()> {
         let resolve = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
         let graph = self.run.job.graph.borrow();
         let owned = graph
             .checkpointing
             .iter()
-            .map(|c| ("checkpoint directory", c.dir.as_path()))
-            .chain(graph.sink_outputs.iter().map(|(_, out)| ("output folder", out.as_path())));
+            .map(|c| ("checkpoint directory", c.dir.as_path(), false))
+            .chain(graph.sink_outputs.iter().map(|(_, out)| ("output folder", out.as_path(), true)));
         let wanted = resolve(dir);
-        for (what, path) in owned {
+        for (what, path, not_inside) in owned {
             let path = resolve(path);
-            if wanted.starts_with(&path) || path.starts_with(&wanted) {
+            if path.starts_with(&wanted) || (not_inside && wanted.starts_with(&path)) {
                 return Err(Error::config(format!(
-                    "savepoint folder {} overlaps the job's {what} {} (one is inside the other): a savepoint \
-                     goes elsewhere",
+                    "savepoint folder {} overlaps the job's {what} {} (it is, holds or is inside it): a \
+                     savepoint goes elsewhere",
                     dir.display(),
                     path.display()
                 )));

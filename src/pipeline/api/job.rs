@@ -250,7 +250,8 @@ impl Job {
         &self,
         generator: Generator<F>,
     ) -> Stream<T> {
-        self.source(move |ctx| Ok(generator.clone().subtask(ctx.subtask, ctx.parallelism))).named("generator")
+        self.source(move |ctx| Ok(generator.clone().subtask(ctx.subtask, ctx.parallelism)))
+            .named_by_default("generator")
     }
 
     /// Lines of a file or folder.
@@ -275,7 +276,7 @@ impl Job {
         self.graph.borrow_mut().host_signals.push(factory.signal());
         let stream = self
             .source(move |ctx| factory.make(ctx, ctx.checkpointed(), replay_events))
-            .named("push-source")
+            .named_by_default("push-source")
             .set_parallelism(1);
         (tx, stream)
     }

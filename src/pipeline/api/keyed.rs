@@ -128,7 +128,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
             },
             |_, acc: &Option<T>| acc.clone().expect("the accumulator was just set"),
         )
-        .named("reduce")
+        .named_by_default("reduce")
     }
 
     /// Event-time windows over the keyed stream; `timestamp` reads a record's event time.

@@ -13,7 +13,8 @@ impl LineStream {
     /// Turns each line into any number of records (chained to the source).
     pub fn flat_map<U: Record, F: Fn(&str, &mut Emitter<'_, U>) + Clone + Send + 'static>(self, f: F) -> Stream<U> {
         let source = self.source.clone();
-        let lines = self.job.source_of(move |ctx| Ok(source.subtask(ctx.subtask, ctx.parallelism))).named("text");
+        let lines =
+            self.job.source_of(move |ctx| Ok(source.subtask(ctx.subtask, ctx.parallelism))).named_by_default("text");
         chained_op(&lines, "flat_map", move |_, next| {
             let f = f.clone();
             Ok(Box::new(FlatMap::new(move |line: String, e: &mut Emitter<'_, U>| f(&line, e), next)))
@@ -29,7 +30,7 @@ impl LineStream {
         let blocks = self
             .job
             .source_of(move |ctx| Ok(TextBlocks::new(source.subtask(ctx.subtask, ctx.parallelism))))
-            .named("text");
+            .named_by_default("text");
         chained_op(&blocks, "flat_map", move |_, next| {
             Ok(Box::new(FlatMap::new(
                 |block: Vec<u8>, e: &mut Emitter<'_, crate::Word>| {
@@ -38,6 +39,6 @@ impl LineStream {
                 next,
             )))
         })
-        .named("words")
+        .named_by_default("words")
     }
 }

@@ -35,6 +35,17 @@ impl<T> Stream<T> {
         self
     }
 
+    /// Gives the operator weir's own name for it (`generator`, `text`, …), made unique with
+    /// its node number where the job has that name already: a job of two generators is no
+    /// user's duplicate.
+    pub(crate) fn named_by_default(self, name: &str) -> Self {
+        let mut g = self.graph.borrow_mut();
+        let taken = g.nodes.iter().enumerate().any(|(i, n)| i != self.node && &*n.name == name);
+        g.nodes[self.node].name = if taken { format!("{name}-{}", self.node).into() } else { name.into() };
+        drop(g);
+        self
+    }
+
     /// Sets the parallelism of the operator that produces this stream.
     pub fn set_parallelism(self, parallelism: usize) -> Self {
         self.graph.borrow_mut().nodes[self.node].parallelism = parallelism;
