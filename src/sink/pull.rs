@@ -319,10 +319,10 @@ impl<T> EventReceiver<T> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use weir::{Job, RunConfig, sink::Guarantee};
+    /// use weir::{Job, RunConfig};
     /// let job = Job::new("acked");
     /// let (mut tx, events) = job.push_source::<u64>(64);
-    /// let mut rx = events.pull_sink_with(64, Guarantee::ExactlyOnce).with_acks();
+    /// let mut rx = events.pull_sink(64).with_acks();
     /// let handle = job.start(RunConfig::default()).unwrap();
     /// tx.send_timeout(7, Duration::from_secs(60)).unwrap();
     /// tx.close();
