@@ -257,6 +257,17 @@ fn seeds_that_once_livelocked() {
     }
 }
 
+/// At-least-once, parallelism 4: checkpoints went on being triggered while the final one
+/// was in flight; a union that does not align dropped the final one for a newer one's
+/// barrier, every newer one failed (the snapshot writes over their limit), and the job waited
+/// for the final one's 600 simulated seconds (the seed ran out of steps first). Nothing
+/// starts after the final checkpoint now.
+#[test]
+fn a_seed_whose_final_checkpoint_was_superseded() {
+    let report = run(SimJob::Owned, SimMode::AtLeastOnce, false, 4, 1132658..1132659);
+    assert!(report.seeds.iter().all(|s| s.stats.checkpoints > 0), "the seed completes checkpoints");
+}
+
 /// The embedded job's host lost results: a checkpoint completed, its results went into the
 /// in-memory queue for the host, and the process died before the host took them all. The
 /// next checkpoint no longer held them (they were committed), so the restarted job never

@@ -495,9 +495,14 @@ impl CoordinatorCore {
         // Asked for now: neither the interval nor the minimum pause holds it back.
         let asked = !self.requested.is_empty();
         let paused = self.last_completion_ns.is_some_and(|t| now < t.saturating_add(ns(config.min_pause)));
+        // None after the final one: a newer barrier would supersede the final one at a task
+        // that does not align (at-least-once: it then never acknowledges it), and if the newer
+        // ones failed too (a storm of them on slow storage) the job would wait out the final
+        // one's timeout.
         let due = (asked || (now >= next_trigger_ns && !paused))
             && self.pending.len() < config.max_concurrent
-            && !savepoint_pending;
+            && !savepoint_pending
+            && self.final_id.is_none();
         if savepoint.is_none() && !due && !final_due {
             return;
         }
@@ -1280,6 +1285,35 @@ mod tests {
         assert!(why.contains(&format!("its checkpoint ({})", savepoint[0].id)), "{why}");
         assert!(why.contains("expired after 100ms: 1 of 2 tasks had completed their part; still waiting for"), "{why}");
         assert!(why.contains("--savepoint-timeout-ms") && !why.contains("kept"), "{why}");
+    }
+
+    /// Found by the simulator (seed 1132658, at-least-once): checkpoints went on being
+    /// triggered while the final one was in flight; a union task that does not align took the
+    /// next one's barrier before the final one's second and dropped the final one, the newer
+    /// ones all failed (their writes over the limit), and the job waited out the final one's
+    /// timeout. Nothing starts after the final checkpoint.
+    #[test]
+    fn no_checkpoint_starts_while_the_final_one_is_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = core_with(
+            CheckpointConfig::new(dir.path().join("chk")).interval(Duration::from_millis(1)).max_concurrent(3),
+        );
+        let ms = 1_000_000;
+        let first = triggered(&c.on_tick(ms));
+        assert_eq!(first.len(), 1, "the interval is up");
+        c.s.end.sources_at_end.store(1, Ordering::SeqCst);
+        let last = triggered(&c.on_tick(2 * ms));
+        assert_eq!(last.len(), 1, "the final checkpoint starts at once");
+        assert_eq!(c.final_id, Some(last[0].id));
+        for t in 3..20 {
+            assert!(triggered(&c.on_tick(t * ms)).is_empty(), "nothing after the final checkpoint (at {t} ms)");
+        }
+        // It completes and ends the input.
+        for task in [0, 1] {
+            let a = ack(&c, task, last[0]);
+            c.on_ack(a, 20 * ms);
+        }
+        assert!(c.s.end.input_ended.load(Ordering::SeqCst));
     }
 
     /// A savepoint is refused once the final checkpoint started: the job is finishing.
