@@ -71,6 +71,13 @@ pub enum Fault {
         /// The checkpoint id.
         checkpoint: u64,
     },
+    /// Stop the whole process (SIGSTOP, as a GC or VM pause would) after the coordinator
+    /// checked that it still owns the checkpoint directory and before it puts checkpoint
+    /// `checkpoint` into the object store; it goes on when continued (SIGCONT).
+    StopBeforePublish {
+        /// The checkpoint id.
+        checkpoint: u64,
+    },
     /// End the whole process (exit status 70) in the middle of a task's write of checkpoint
     /// `checkpoint`: its task file is left half written, and no acknowledgement is sent.
     ExitMidTaskWrite {
@@ -187,6 +194,16 @@ impl FaultInjector {
     /// it into place.
     pub fn exit_before_metadata_rename(&self, id: u64) -> bool {
         self.fire_if(|f| *f == Fault::ExitBeforeMetadataRename { checkpoint: id })
+    }
+
+    /// Stops the process (SIGSTOP) if it is to pause before it publishes checkpoint `id`;
+    /// returns once it was continued.
+    pub fn stop_before_publish(&self, id: u64) {
+        if self.fire_if(|f| *f == Fault::StopBeforePublish { checkpoint: id }) {
+            let pid = std::process::id().to_string();
+            // The whole process stops, this thread with it, until someone continues it.
+            let _ = std::process::Command::new("kill").args(["-STOP", &pid]).status();
+        }
     }
 
     /// Counts `n` records arriving at `operator`; fails if a fault's record is among them.

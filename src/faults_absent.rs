@@ -36,6 +36,7 @@ impl FaultInjector {
     pub(crate) fn exit_before_metadata_rename(&self, _checkpoint: u64) -> bool {
         false
     }
+    pub(crate) fn stop_before_publish(&self, _checkpoint: u64) {}
     pub(crate) fn exit_after_first_commit(&self, _checkpoint: u64) -> bool {
         false
     }

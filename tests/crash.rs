@@ -65,9 +65,14 @@ fn check_nothing_missing(expected: &HashMap<String, u64>, out: &Path, what: &str
 pub(crate) fn complete_checkpoints(chk: &Path) -> Vec<u64> {
     if let Some(url) = chk.to_str().filter(|c| c.starts_with("s3://")) {
         let keys = common::s3::store(url).list("chk-").unwrap();
-        let mut ids: Vec<u64> =
-            keys.iter().filter_map(|k| k.strip_suffix("/_metadata")?.strip_prefix("chk-")?.parse().ok()).collect();
+        // `chk-<n>/g<generation>/_metadata`: a checkpoint each generation published.
+        let mut ids: Vec<u64> = keys
+            .iter()
+            .filter(|k| k.ends_with("/_metadata"))
+            .filter_map(|k| k.strip_prefix("chk-")?.split_once('/')?.0.parse().ok())
+            .collect();
         ids.sort_unstable();
+        ids.dedup();
         return ids;
     }
     let storage = CheckpointStorage::new(chk);

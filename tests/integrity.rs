@@ -474,7 +474,7 @@ fn a_process_continued_after_its_successor_finished_writes_nothing_more() {
     assert!(signal("-STOP", &first).success());
     // `kill` returns once the signal is sent, not once every thread stopped: a thread that
     // was running may still check the lock (and find it removed) unless this waits.
-    wait_until("every thread of the first process to stop", || all_threads_stopped(first.id()));
+    wait_until("every thread of the first process to stop", || common::all_threads_stopped(first.id()));
     // Its lock is taken from it; a second process resumes the job and finishes it.
     std::fs::remove_file(chk.join(LOCK_FILE)).unwrap();
     let second = wordcount(false).output().unwrap();
@@ -490,15 +490,6 @@ fn a_process_continued_after_its_successor_finished_writes_nothing_more() {
     assert_eq!(files_and_lengths(&chk), chk_files, "the finished checkpoint directory is as the second left it");
     assert_eq!(files_and_lengths(&out), out_files, "the output is as the second left it");
     assert!(out_files.keys().all(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.')), "{out_files:?}");
-}
-
-/// Whether every thread of process `pid` is stopped (state `T` in `/proc/PID/task/*/stat`).
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok()).all(|stat| {
-        // The state follows the command name, which is in parentheses and may hold spaces.
-        stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
-    })
 }
 
 // --- committed output is never silently retracted -----------------------------------------

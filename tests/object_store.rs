@@ -108,8 +108,12 @@ fn a_lost_process_resumes_from_the_store_in_a_fresh_folder_with_the_failure_free
                 weir::checkpoint::read_metadata(&folder).unwrap().shared.into_iter().map(|s| s.file)
             })
             .collect();
-        for f in keys(&memory, "shared/") {
-            assert!(named.contains(&f), "{f} is named by no retained checkpoint");
+        // `shared/g<generation>/<file>`: the file `shared/<file>` as a generation wrote it.
+        for key in keys(&memory, "shared/") {
+            let (generation, file) = key["shared/".len()..].split_once('/').unwrap();
+            assert!(generation.starts_with('g'), "{key}: in its generation's folder");
+            let f = format!("shared/{file}");
+            assert!(named.contains(&f), "{key} is named by no retained checkpoint");
         }
         // A rerun sees the finished job from the store alone.
         let (third, _) = job(&store, out.path(), false, incremental, &[]);
@@ -169,6 +173,59 @@ fn a_killed_word_count_resumes_from_s3_every_time() {
         assert_eq!(table.lines().filter(|l| l.contains(" valid |")).count(), complete, "{table}");
         assert!(table.contains("the job 'wordcount' finished"), "{table}");
     }
+}
+
+/// The fencing window in the store (issue 45, item 4). The first process checked that it still
+/// owned the prefix and stopped (SIGSTOP, as a GC or VM pause would) before it put checkpoint
+/// 2 into the store; a second one took over from checkpoint 1 (its sink aborting what the
+/// first had pre-committed after it) and stopped before its own checkpoint 2 went up.
+/// Continued, the first one's checkpoint 2 went up before it found itself fenced; the second
+/// was killed. The third then restored the first one's checkpoint 2 and failed for good
+/// ("cannot commit output file (its pending file is gone?)"). Now each generation writes keys
+/// of its own, the second recorded what it found when it took over, and the first one's late
+/// checkpoint counts for nothing: the third resumes from checkpoint 1, every count once.
+#[test]
+fn an_owner_paused_before_its_publish_completes_nothing_after_its_successor_took_over() {
+    let input = tempfile::tempdir().unwrap();
+    let expected = crate::crash::write_corpus(input.path());
+    let out = tempfile::tempdir().unwrap();
+    let chk = common::s3::checkpoint_url("paused-owner");
+    let run = |extra: &[&str]| {
+        let args: Vec<&str> = ["--parallelism", "2", "--interval-ms", "10"].iter().chain(extra).copied().collect();
+        common::wordcount(input.path(), out.path(), Path::new(&chk), &args)
+    };
+    let text = |o: &std::process::Output| {
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    };
+    // The first tails its input (it never ends by itself) and stops before checkpoint 2 goes
+    // up, checkpoint 1 in the store.
+    let mut first = run(&["--follow", "--stop-before-publish", "2"]).spawn().unwrap();
+    common::wait_until("the first process to stop before its publish", || {
+        common::all_threads_stopped(first.id()) || first.try_wait().unwrap().is_some()
+    });
+    assert!(first.try_wait().unwrap().is_none(), "the first process ended instead of stopping");
+    // The second takes over from checkpoint 1 and stops before its own checkpoint 2 goes up.
+    let mut second = run(&["--stop-before-publish", "2"]).spawn().unwrap();
+    common::wait_until("the second process to stop before its publish", || {
+        common::all_threads_stopped(second.id()) || second.try_wait().unwrap().is_some()
+    });
+    assert!(second.try_wait().unwrap().is_none(), "the second process ended instead of stopping");
+    // The first goes on: its checkpoint goes up, then it finds the newer claim and stops.
+    let continued = std::process::Command::new("kill").args(["-CONT", &first.id().to_string()]).status().unwrap();
+    assert!(continued.success());
+    let o = first.wait_with_output().unwrap();
+    assert!(!o.status.success() && text(&o).contains("took checkpoint prefix"), "the first process: {}", text(&o));
+    let store = common::s3::store(&chk);
+    assert!(!store.list("chk-2/g1/").unwrap().is_empty(), "the first process's checkpoint 2 went up late");
+    // The second dies where it stopped; a third finishes the job.
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let o = run(&[]).output().unwrap();
+    assert!(o.status.success() && !text(&o).contains("panicked"), "the third process: {}", text(&o));
+    crate::crash::check_exactly_once(&expected, out.path(), "after a paused owner");
+    assert!(text(&o).contains("restored from checkpoint 1"), "the third process: {}", text(&o));
+    let o = run(&[]).output().unwrap();
+    assert!(text(&o).contains("already complete"), "a rerun: {}", text(&o));
 }
 
 /// Bad S3 addresses and stores (malformed, a missing bucket, an unreachable endpoint, a bucket

@@ -77,6 +77,9 @@ pub(crate) enum CrashPoint {
     /// `_metadata` is durable and verified, and no task has heard that the checkpoint
     /// completed (no sink committed it).
     BeforeCompletionNotice,
+    /// The coordinator checked that it still owns the directory and has not put the
+    /// checkpoint into the object store yet: where a pause lets a successor take over.
+    BeforePublish,
 }
 
 /// Decides whether the process dies at a [`CrashPoint`] of a checkpoint.
@@ -89,6 +92,10 @@ impl CrashSchedule for crate::snapshot::FaultInjector {
         match point {
             CrashPoint::BeforeCompletionNotice => self.exit_before_commit(checkpoint),
             CrashPoint::MetadataNotRenamed => self.exit_before_metadata_rename(checkpoint),
+            CrashPoint::BeforePublish => {
+                self.stop_before_publish(checkpoint);
+                false
+            }
         }
     }
 }
@@ -893,6 +900,9 @@ impl CoordinatorCore {
             .map_err(|e| Error::Checkpoint(format!("its files did not verify when read back: {e}")))?;
         // Then into the object store, if the directory is kept in one: a checkpoint a process
         // elsewhere could not resume from must not be one transactions are committed under.
+        if self.s.storage.mirror().is_some() && self.crashes_at(CrashPoint::BeforePublish, id) {
+            return Err(Error::Cancelled);
+        }
         let uploading = self.s.clock.now_ns();
         self.s.storage.publish(&metadata, &unverified)?;
         let mut stats = stats;

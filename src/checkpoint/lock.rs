@@ -57,9 +57,10 @@ fn read_record(path: &Path) -> Result<LockRecord> {
 
 impl DirectoryLock {
     /// Takes the lock of `storage`'s directory (created if missing) for job `job`, or refuses
-    /// with an error naming the directory and the process that holds it. Returns a note when
-    /// the lock of a process no longer running was taken over.
-    pub fn acquire(storage: &CheckpointStorage, job: &str) -> Result<(DirectoryLock, Option<String>)> {
+    /// with an error naming the directory and the process that holds it. Returns notes: the
+    /// lock of a process no longer running was taken over; checkpoints came down from the
+    /// object store the directory is kept in.
+    pub fn acquire(storage: &CheckpointStorage, job: &str) -> Result<(DirectoryLock, Vec<String>)> {
         let dir = storage.dir().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create checkpoint directory", &dir, e))?;
         let path = dir.join(LOCK_FILE);
@@ -100,7 +101,7 @@ impl DirectoryLock {
         let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
         let previous = if empty { None } else { Some(read_record(&path)) };
         let pid = lock.record.pid;
-        let note = match &previous {
+        let mut notes: Vec<String> = match &previous {
             Some(Ok(r)) if r.pid != pid => Some(format!(
                 "took over checkpoint directory {} from process {} (job '{}'), which is no longer running",
                 dir.display(),
@@ -111,7 +112,9 @@ impl DirectoryLock {
                 Some(format!("the lock of checkpoint directory {} was unreadable ({e}); taken over", dir.display()))
             }
             _ => None,
-        };
+        }
+        .into_iter()
+        .collect();
         // Higher than every generation this directory has seen, so a process that still
         // thinks it owns the directory can tell it lost it.
         let newest = storage
@@ -126,9 +129,21 @@ impl DirectoryLock {
         lock.record.generation = newest.max(last) + 1;
         if let Some(m) = storage.mirror() {
             // The store's claims fence processes on other machines, which this lock cannot see.
+            // Claimed before the store's checkpoints come down (see `storage::remote`).
             lock.record.generation = lock.record.generation.max(m.next_generation()?);
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
-            m.claim(lock.record.generation, &format!("process {pid} on {} (job '{job}')", host.trim()))?;
+            let owner = format!("process {pid} on {} (job '{job}')", host.trim());
+            // The working copy is the store's, whole: what an earlier process here left (a
+            // checkpoint it published after it was fenced, files it never published) must not
+            // be restored from, nor stand in for the store's file of the same name.
+            clear_except(&dir, LOCK_FILE)?;
+            let ids = m.take_over(&dir, lock.record.generation, &owner)?;
+            notes.push(format!(
+                "checkpoint store {}: {} complete checkpoint(s) brought down into {}",
+                m.location(),
+                ids.len(),
+                dir.display()
+            ));
             lock.mirror = Some(m.clone());
         }
         let json = serde_json::to_vec(&lock.record).map_err(|e| Error::Corrupt(e.to_string()))?;
@@ -142,7 +157,7 @@ impl DirectoryLock {
         })()
         .map_err(|e| Error::io("cannot write the checkpoint directory's lock", &path, e))?;
         super::storage::sync_folder(&dir)?;
-        Ok((lock, note))
+        Ok((lock, notes))
     }
 
     /// This owner's generation (written into each `_metadata`).
@@ -178,6 +193,21 @@ impl DirectoryLock {
     }
 }
 
+/// Removes everything in `dir` but `keep`.
+fn clear_except(dir: &Path, keep: &str) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("cannot list the working folder", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("cannot list the working folder", dir, e))?;
+        if entry.file_name() == keep {
+            continue;
+        }
+        let path = entry.path();
+        let removed = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        removed.map_err(|e| Error::io("cannot clear the working folder", &path, e))?;
+    }
+    Ok(())
+}
+
 impl Drop for DirectoryLock {
     fn drop(&mut self) {
         // Unlocked, not only closed: a child process being started may still hold a copy of
@@ -201,8 +231,8 @@ mod tests {
     fn one_owner_at_a_time_and_a_lost_lock_is_noticed() {
         let dir = tempfile::tempdir().unwrap();
         let storage = CheckpointStorage::for_job(dir.path(), "0123456789abcdef");
-        let (first, note) = DirectoryLock::acquire(&storage, "a").unwrap();
-        assert!(note.is_none());
+        let (first, notes) = DirectoryLock::acquire(&storage, "a").unwrap();
+        assert!(notes.is_empty());
         assert_eq!(first.generation(), 1);
         first.check().unwrap();
         let err = DirectoryLock::acquire(&storage, "b").unwrap_err().to_string();
@@ -226,7 +256,7 @@ mod tests {
         // A damaged lock of a process that is gone is taken over, with a note.
         drop(second);
         std::fs::write(dir.path().join(LOCK_FILE), b"garbage").unwrap();
-        let (_fourth, note) = DirectoryLock::acquire(&storage, "d").unwrap();
-        assert!(note.unwrap().contains("unreadable"));
+        let (_fourth, notes) = DirectoryLock::acquire(&storage, "d").unwrap();
+        assert!(notes[0].contains("unreadable"));
     }
 }

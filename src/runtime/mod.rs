@@ -1152,16 +1152,9 @@ impl Job {
         let mut notes = Vec::new();
         let lock = match &checkpointing {
             Some(cfg) => {
+                // The lock takes an object store's prefix over too, and brings its
+                // checkpoints down.
                 let storage = CheckpointStorage::of_config(cfg, &fingerprint);
-                if let Some(m) = storage.mirror() {
-                    let ids = m.download_into(&cfg.dir)?;
-                    notes.push(format!(
-                        "checkpoint store {}: {} complete checkpoint(s) brought down into {}",
-                        m.location(),
-                        ids.len(),
-                        cfg.dir.display()
-                    ));
-                }
                 let (lock, note) = DirectoryLock::acquire(&storage, &self.name())?;
                 notes.extend(note);
                 Some(Arc::new(lock))

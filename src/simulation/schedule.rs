@@ -66,6 +66,9 @@ impl fmt::Display for Fault {
             Fault::CrashAt(CrashPoint::BeforeCompletionNotice, id) => {
                 write!(f, "crash after checkpoint {id} completed, before any task heard it")
             }
+            Fault::CrashAt(CrashPoint::BeforePublish, id) => {
+                write!(f, "paused before checkpoint {id} went into the store, while a successor took over")
+            }
             Fault::DamageAt { checkpoint, misplace: false } => {
                 write!(f, "crash before checkpoint {checkpoint} was committed, then one of its files damaged")
             }

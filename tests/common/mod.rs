@@ -54,6 +54,15 @@ pub fn committed_counts(out: &Path) -> HashMap<String, Vec<u64>> {
 }
 
 /// Waits until `cond` holds (a condition, not a time: the limit only stops a hung test).
+/// Whether every thread of process `pid` is stopped (state `T` in `/proc/PID/task/*/stat`).
+pub fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok()).all(|stat| {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    })
+}
+
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {

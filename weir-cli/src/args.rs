@@ -243,6 +243,11 @@ pub(crate) struct CheckpointArgs {
     #[cfg(feature = "testing")]
     #[arg(long, hide = true)]
     pub(crate) exit_before_metadata_rename: Option<u64>,
+    /// Tests only: stop the process (SIGSTOP) between its ownership check and its publish of
+    /// checkpoint N into the object store.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true)]
+    pub(crate) stop_before_publish: Option<u64>,
     /// Tests only: end the process in the middle of a task's write of checkpoint N.
     #[cfg(feature = "testing")]
     #[arg(long, hide = true)]
@@ -297,6 +302,9 @@ impl CheckpointArgs {
         }
         if let Some(n) = self.exit_before_metadata_rename {
             faults.push(weir::faults::Fault::ExitBeforeMetadataRename { checkpoint: n });
+        }
+        if let Some(n) = self.stop_before_publish {
+            faults.push(weir::faults::Fault::StopBeforePublish { checkpoint: n });
         }
         if let Some(n) = self.exit_mid_task_write {
             faults.push(weir::faults::Fault::ExitMidTaskWrite { checkpoint: n });

@@ -3,18 +3,27 @@
 //! process's working copy: checkpoints are written and verified there as always, and go up
 //! when they complete; at start the store's checkpoints come down into it.
 //!
-//! Under the store's prefix the layout is the directory's own: `chk-<n>/<task files>`,
-//! `chk-<n>/_metadata`, `shared/<pages>`, `_finished`, and `_generations/<g>`, one claim per
-//! process that took the directory over.
+//! Under the store's prefix the layout is the directory's own, each file of a checkpoint in a
+//! folder of the generation that wrote it: `chk-<n>/g<g>/<task files>`, `chk-<n>/g<g>/_metadata`,
+//! `shared/g<g>/<pages>`, then `_finished`, `_generations/<g>` (the newest claim) and
+//! `_bases/<g>` (what each claim found). Keys without a generation folder are the round-3
+//! layout's, read as generation 0.
 //!
-//! A checkpoint exists in the store once its `_metadata` does, and that object is created with
-//! a conditional put that fails when the key exists: of two processes completing checkpoint
-//! *n* on one prefix, one succeeds. Every other file goes up before it. Fencing: a process
-//! claims generation *g*, one above every claim and every checkpoint's generation, by creating
+//! A checkpoint exists in the store once its `_metadata` does, created with a conditional put
+//! that fails when the key exists. Every other file goes up before it.
+//!
+//! Fencing: a process claims generation *g*, one above every claim, by creating
 //! `_generations/<g>`; before each checkpoint's completion and each sink commit it lists the
-//! claims and stops (`Error::Fenced`) when a newer one exists. A process that started later
-//! has claimed before it listed the checkpoints, so whatever an older one completed before
-//! seeing that claim is a checkpoint the newer one restores.
+//! claims and stops (`Error::Fenced`) when a newer one exists. A process that started later has
+//! claimed before it listed the checkpoints, so whatever an older one completed before seeing
+//! that claim is a checkpoint the newer one restores. What an older one publishes after the
+//! claim (it passed its check, then paused: a GC or VM pause, a slow link) must count for
+//! nothing, and S3 cannot refuse that put on the claim's behalf; so right after listing, the
+//! newer process records in `_bases/<g>` the newest checkpoint it found, before it restores
+//! anything. A checkpoint written by generation *h* counts only while the first recorded base
+//! above *h* is at least its id ([`Lineage`]): later ones by *h* were published after it was
+//! fenced. Generations' keys never collide, so such a late publish overwrites nothing of its
+//! successor's, and the successor deletes it when it finds it.
 //!
 //! May touch: `error` (and the directory's files, beside it).
 
@@ -106,6 +115,63 @@ impl ObjectStore for InMemoryObjectStore {
 }
 
 const GENERATIONS: &str = "_generations/";
+const BASES: &str = "_bases/";
+
+/// The key of local file `local` (relative to the directory) written by generation
+/// `generation`: a checkpoint's files and shared files go into a folder of their generation.
+fn stored_key(local: &str, generation: u64) -> String {
+    match local.split_once('/') {
+        Some((folder, file)) => format!("{folder}/g{generation}/{file}"),
+        None => local.to_string(),
+    }
+}
+
+/// The local file a key of the store is, and the generation that wrote it (0: the round-3
+/// layout, without a generation folder).
+fn local_key(key: &str) -> (String, u64) {
+    if let Some((folder, rest)) = key.split_once('/') {
+        if let Some((g, file)) = rest.split_once('/') {
+            if let Some(generation) = g.strip_prefix('g').and_then(|n| n.parse::<u64>().ok()) {
+                return (format!("{folder}/{file}"), generation);
+            }
+        }
+    }
+    (key.to_string(), 0)
+}
+
+/// What each process that took the prefix over found there: generation → the newest
+/// checkpoint it saw (0: none). Says which generations' checkpoints count.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Lineage {
+    bases: BTreeMap<u64, u64>,
+}
+
+impl Lineage {
+    /// Whether checkpoint `id` (or a shared file written for it) by generation `generation`
+    /// counts: the first generation above it that recorded what it found saw that far (no
+    /// newer one recorded anything: it counts). A later one was published after that
+    /// generation had claimed the prefix, by a writer already fenced.
+    ///
+    /// ```
+    /// use weir::checkpoint::Lineage;
+    /// // Generation 6 took over finding checkpoint 16 (of generation 5).
+    /// let lineage = Lineage::from_bases([(6, 16)]);
+    /// assert!(lineage.counts(5, 16));
+    /// assert!(!lineage.counts(5, 17), "published by generation 5 after 6 took over");
+    /// assert!(lineage.counts(6, 17));
+    /// ```
+    pub fn counts(&self, generation: u64, id: u64) -> bool {
+        match self.bases.range(generation + 1..).next() {
+            Some((_, &base)) => id <= base,
+            None => true,
+        }
+    }
+
+    /// The lineage of these (generation, base) records.
+    pub fn from_bases(bases: impl IntoIterator<Item = (u64, u64)>) -> Lineage {
+        Lineage { bases: bases.into_iter().collect() }
+    }
+}
 
 /// Files of one checkpoint uploaded at once.
 const PARALLEL_UPLOADS: usize = 8;
@@ -141,27 +207,65 @@ impl CheckpointMirror {
         self.store.list(GENERATIONS).map(|_| ()).map_err(|e| self.failed("list", GENERATIONS, e))
     }
 
+    /// What the processes that took the prefix over found there (`_bases/<g>-<base>`).
+    pub fn lineage(&self) -> Result<Lineage> {
+        let keys = self.store.list(BASES).map_err(|e| self.failed("list", BASES, e))?;
+        let parse = |k: &str| {
+            let (g, base) = k.strip_prefix(BASES)?.split_once('-')?;
+            Some((g.parse().ok()?, base.parse().ok()?))
+        };
+        Ok(Lineage::from_bases(keys.iter().filter_map(|k| parse(k))))
+    }
+
+    /// Which keys of the store hold which local files, among those that count (see
+    /// [`Lineage`]): every complete checkpoint's files, the shared files, the completion
+    /// marker; and the keys of checkpoint files that do not count.
+    fn sort_keys(&self, keys: &[String], lineage: &Lineage) -> (BTreeMap<String, (u64, String)>, Vec<String>) {
+        let shared = format!("{SHARED_DIR}/");
+        let complete: BTreeSet<(u64, u64)> = keys
+            .iter()
+            .map(|k| local_key(k))
+            .filter(|(local, _)| local.ends_with(METADATA_FILE))
+            .filter_map(|(local, g)| checkpoint_of(&local).map(|id| (id, g)))
+            .collect();
+        let mut wanted: BTreeMap<String, (u64, String)> = BTreeMap::new();
+        let mut stray = Vec::new();
+        for key in keys {
+            let (local, g) = local_key(key);
+            let written_for = checkpoint_of(&local).or_else(|| parse_shared_name(&local).map(|(id, _)| id));
+            let counts = match written_for {
+                None => local == FINISHED_MARKER,
+                Some(id) if !lineage.counts(g, id) => {
+                    stray.push(key.clone());
+                    false
+                }
+                Some(_) if local.starts_with(&shared) => true,
+                Some(id) => complete.contains(&(id, g)),
+            };
+            // Two generations' copies of one file that both count are one file written twice
+            // (a process publishing shared state it had brought down): the newest is taken.
+            if counts && wanted.get(&local).is_none_or(|(h, _)| *h <= g) {
+                wanted.insert(local, (g, key.clone()));
+            }
+        }
+        (wanted, stray)
+    }
+
     /// Brings the store's complete checkpoints (every file, `_metadata` last), its shared
-    /// files and its completion marker down into `dir`. Files already there are kept. Returns
-    /// the ids of the checkpoints brought down.
+    /// files and its completion marker down into `dir`: those that count (see [`Lineage`]).
+    /// Files already there are kept. Returns the ids of the checkpoints brought down.
     pub fn download_into(&self, dir: &Path) -> Result<Vec<u64>> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create checkpoint directory", dir, e))?;
+        let lineage = self.lineage()?;
         let keys = self.store.list("").map_err(|e| self.failed("list", "", e))?;
+        let (wanted, _) = self.sort_keys(&keys, &lineage);
         let complete: BTreeSet<u64> =
-            keys.iter().filter_map(|k| checkpoint_of(k).filter(|_| k.ends_with(METADATA_FILE))).collect();
-        let shared = format!("{SHARED_DIR}/");
-        let mut wanted: Vec<&String> = keys
-            .iter()
-            .filter(|k| {
-                k.as_str() == FINISHED_MARKER
-                    || k.starts_with(&shared)
-                    || checkpoint_of(k).is_some_and(|id| complete.contains(&id))
-            })
-            .collect();
+            wanted.keys().filter(|k| k.ends_with(METADATA_FILE)).filter_map(|k| checkpoint_of(k)).collect();
+        let mut wanted: Vec<(&String, &String)> = wanted.iter().map(|(local, (_, key))| (local, key)).collect();
         // `_metadata` last, so a download cut short leaves no checkpoint that looks complete.
-        wanted.sort_by_key(|k| k.ends_with(METADATA_FILE));
-        for key in wanted {
-            let to = dir.join(key);
+        wanted.sort_by_key(|(local, _)| local.ends_with(METADATA_FILE));
+        for (local, key) in wanted {
+            let to = dir.join(local);
             if to.exists() {
                 continue;
             }
@@ -178,9 +282,12 @@ impl CheckpointMirror {
     /// Puts checkpoint `metadata.checkpoint`, written and verified in `dir`, into the store:
     /// its task files, the shared files it wrote and those in `also` (files of a failed
     /// checkpoint it reused), then its `_metadata`, created only if no process created it
-    /// first. On failure, what went up is removed again.
+    /// first. On failure, what went up is removed again. Every key goes into the folders of
+    /// the metadata's generation, so a process fenced after its check overwrites nothing its
+    /// successor wrote.
     pub fn publish(&self, dir: &Path, metadata: &CheckpointMetadata, also: &HashSet<String>) -> Result<()> {
         let id = metadata.checkpoint;
+        let generation = metadata.generation;
         let folder = format!("chk-{id}");
         let mut files: Vec<String> = metadata.tasks.iter().map(|t| format!("{folder}/{}", t.file)).collect();
         files.extend(
@@ -192,10 +299,12 @@ impl CheckpointMirror {
                 })
                 .map(|s| s.file.clone()),
         );
+        let keys: Vec<String> = files.iter().map(|f| stored_key(f, generation)).collect();
         let result = (|| {
-            self.upload_all(dir, &files)?;
-            let key = format!("{folder}/{METADATA_FILE}");
-            let path = dir.join(&key);
+            self.upload_all(dir, &files, generation)?;
+            let local = format!("{folder}/{METADATA_FILE}");
+            let key = stored_key(&local, generation);
+            let path = dir.join(&local);
             let bytes = std::fs::read(&path).map_err(|e| Error::io("cannot read checkpoint metadata", &path, e))?;
             if !self.store.create(&key, &bytes).map_err(|e| self.failed("create", &key, e))? {
                 return Err(Error::Fenced(format!(
@@ -207,7 +316,7 @@ impl CheckpointMirror {
             Ok(())
         })();
         if result.is_err() {
-            for key in files {
+            for key in keys {
                 let _ = self.store.delete(&key);
             }
         }
@@ -246,19 +355,21 @@ impl CheckpointMirror {
         Ok(keys.len())
     }
 
-    /// Uploads `keys` (each the file `dir/<key>`), up to [`PARALLEL_UPLOADS`] at once: the
-    /// files are independent, and one request at a time leaves the store's bandwidth idle.
-    fn upload_all(&self, dir: &Path, keys: &[String]) -> Result<()> {
+    /// Uploads `files` (each `dir/<file>`) as generation `generation`'s, up to
+    /// [`PARALLEL_UPLOADS`] at once: the files are independent, and one request at a time
+    /// leaves the store's bandwidth idle.
+    fn upload_all(&self, dir: &Path, files: &[String], generation: u64) -> Result<()> {
         let next = std::sync::atomic::AtomicUsize::new(0);
         let upload = || -> Result<()> {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(key) = keys.get(i) else { return Ok(()) };
-                self.store.upload(key, &dir.join(key)).map_err(|e| self.failed("upload", key, e))?;
+                let Some(file) = files.get(i) else { return Ok(()) };
+                let key = stored_key(file, generation);
+                self.store.upload(&key, &dir.join(file)).map_err(|e| self.failed("upload", &key, e))?;
             }
         };
         std::thread::scope(|s| {
-            let workers: Vec<_> = (0..PARALLEL_UPLOADS.min(keys.len())).map(|_| s.spawn(upload)).collect();
+            let workers: Vec<_> = (0..PARALLEL_UPLOADS.min(files.len())).map(|_| s.spawn(upload)).collect();
             workers.into_iter().try_for_each(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
         })
     }
@@ -270,9 +381,10 @@ impl CheckpointMirror {
             .map_err(|e| self.failed("upload", FINISHED_MARKER, e))
     }
 
-    /// Deletes retired checkpoints `ids` (every object under their folders) and the shared
-    /// files `shared` from the store. Best effort: what stays is garbage, never a checkpoint
-    /// (a folder without `_metadata` is none); returns how many deletions failed.
+    /// Deletes retired checkpoints `ids` (every object under their folders, whichever
+    /// generation wrote it) and the shared files `shared` from the store. Best effort: what
+    /// stays is garbage, never a checkpoint (a folder without `_metadata` is none); returns how
+    /// many deletions failed.
     pub fn retire(&self, ids: &[u64], shared: &[String]) -> usize {
         let mut failed = 0;
         for id in ids {
@@ -283,8 +395,12 @@ impl CheckpointMirror {
                 failed += self.store.delete(&key).is_err() as usize;
             }
         }
-        for f in shared {
-            failed += self.store.delete(f).is_err() as usize;
+        if !shared.is_empty() {
+            let names: HashSet<&str> = shared.iter().map(String::as_str).collect();
+            let keys = self.store.list(&format!("{SHARED_DIR}/")).unwrap_or_default();
+            for key in keys.iter().filter(|k| names.contains(local_key(k).0.as_str())) {
+                failed += self.store.delete(key).is_err() as usize;
+            }
         }
         failed
     }
@@ -316,6 +432,31 @@ impl CheckpointMirror {
             let _ = self.store.delete(&format!("{GENERATIONS}{older:020}"));
         }
         Ok(())
+    }
+
+    /// Takes the prefix over as generation `generation`: claims it, brings the checkpoints that
+    /// count down into `dir`, then records the newest of them as what this generation found,
+    /// before anything is restored from them. Checkpoints the fenced owners published after
+    /// the claim are deleted (best effort: they count for nothing). Returns the ids brought
+    /// down.
+    pub fn take_over(&self, dir: &Path, generation: u64, owner: &str) -> Result<Vec<u64>> {
+        self.claim(generation, owner)?;
+        let ids = self.download_into(dir)?;
+        let key = format!("{BASES}{generation:020}-{:020}", ids.last().copied().unwrap_or(0));
+        if !self.store.create(&key, owner.as_bytes()).map_err(|e| self.failed("create", &key, e))? {
+            return Err(Error::Fenced(format!(
+                "{key} in checkpoint store {} exists: another process claimed generation {generation} too",
+                self.location()
+            )));
+        }
+        let lineage = self.lineage()?;
+        if let Ok(keys) = self.store.list("") {
+            let (_, stray) = self.sort_keys(&keys, &lineage);
+            for key in stray {
+                let _ = self.store.delete(&key);
+            }
+        }
+        Ok(ids)
     }
 
     /// Fails with [`Error::Fenced`] when a process claimed a generation newer than
@@ -355,6 +496,82 @@ mod tests {
         assert!(matches!(a.check(1), Err(Error::Fenced(_))), "the older owner sees the newer claim");
         b.check(2).unwrap();
         assert_eq!(store.list(GENERATIONS).unwrap().len(), 1, "older claims go");
+    }
+
+    /// Checkpoint `id` of generation `generation` (a task file and a shared file written for
+    /// it, contents naming the writer) published from a working folder of its own.
+    fn publish(mirror: &CheckpointMirror, id: u64, generation: u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let written = |file: &str| {
+            let path = dir.path().join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, format!("{file} by {generation}")).unwrap();
+        };
+        let shared = format!("{SHARED_DIR}/chk-{id}-task-0.pages");
+        written(&format!("chk-{id}/task-0.state"));
+        written(&format!("chk-{id}/{METADATA_FILE}"));
+        written(&shared);
+        let digest = crate::checkpoint::storage::FileDigest { bytes: 1, crc32c: 0 };
+        let mut metadata = super::super::test_metadata(
+            id,
+            "task-0.state".into(),
+            digest,
+            vec![crate::checkpoint::SharedFile { file: shared, bytes: 1, crc32c: 0 }],
+        );
+        metadata.generation = generation;
+        mirror.publish(dir.path(), &metadata, &HashSet::new()).unwrap();
+    }
+
+    /// Who wrote the files of checkpoint `id` that a new process brings down.
+    fn brought_down(mirror: &CheckpointMirror, id: u64) -> Option<String> {
+        let dir = tempfile::tempdir().unwrap();
+        mirror.download_into(dir.path()).unwrap();
+        let task = std::fs::read_to_string(dir.path().join(format!("chk-{id}/task-0.state"))).ok()?;
+        let shared = std::fs::read_to_string(dir.path().join(format!("{SHARED_DIR}/chk-{id}-task-0.pages"))).unwrap();
+        assert_eq!(task.rsplit_once(" by ").unwrap().1, shared.rsplit_once(" by ").unwrap().1, "one writer");
+        Some(task.rsplit_once(" by ").unwrap().1.to_string())
+    }
+
+    /// The fencing window in the store: generation 1 passed its check, paused, and published
+    /// checkpoint 3 after generation 2 had taken over finding 2. Generation 1's checkpoint 3
+    /// counts for nothing, overwrites nothing of generation 2's own checkpoint 3, and the next
+    /// process takes generation 2's.
+    #[test]
+    fn a_checkpoint_published_after_a_newer_claim_counts_for_nothing() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemoryObjectStore::default());
+        let (a, b, c) = (
+            CheckpointMirror::new(store.clone()),
+            CheckpointMirror::new(store.clone()),
+            CheckpointMirror::new(store.clone()),
+        );
+        a.take_over(tempfile::tempdir().unwrap().path(), 1, "a").unwrap();
+        publish(&a, 1, 1);
+        publish(&a, 2, 1);
+        let working = tempfile::tempdir().unwrap();
+        assert_eq!(b.take_over(working.path(), 2, "b").unwrap(), vec![1, 2]);
+        // Paused between its check and its publish: the put goes through.
+        publish(&a, 3, 1);
+        assert!(matches!(a.check(1), Err(Error::Fenced(_))));
+        assert_eq!(brought_down(&c, 3), None, "generation 1's checkpoint 3 came after generation 2 took over");
+        assert_eq!(brought_down(&c, 2).as_deref(), Some("1"), "what generation 2 found counts");
+        publish(&b, 3, 2);
+        assert_eq!(brought_down(&c, 3).as_deref(), Some("2"));
+        // A process taking over now finds generation 2's checkpoint 3, and removes the other.
+        let working = tempfile::tempdir().unwrap();
+        assert_eq!(c.take_over(working.path(), 3, "c").unwrap(), vec![1, 2, 3]);
+        assert!(store.list("chk-3/g1/").unwrap().is_empty() && store.list("shared/g1/chk-3").unwrap().is_empty());
+        assert_eq!(store.list("chk-3/g2/").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn keys_carry_their_generation() {
+        assert_eq!(stored_key("chk-3/task-0.state", 7), "chk-3/g7/task-0.state");
+        assert_eq!(stored_key("shared/chk-3-task-0.pages", 7), "shared/g7/chk-3-task-0.pages");
+        assert_eq!(stored_key(FINISHED_MARKER, 7), FINISHED_MARKER);
+        for local in ["chk-3/task-0.state", "shared/chk-3-task-0.pages", "chk-3/_metadata"] {
+            assert_eq!(local_key(&stored_key(local, 7)), (local.to_string(), 7));
+            assert_eq!(local_key(local), (local.to_string(), 0), "the round-3 layout: generation 0");
+        }
     }
 
     #[test]
