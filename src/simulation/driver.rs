@@ -159,7 +159,30 @@ where
     let mut schedule = Schedule::new(seed, golden, uniform.filter(|_| options.rescale));
     let subtasks = job.graph.borrow().nodes.iter().map(|n| n.parallelism).sum();
     // Output that cannot be withdrawn must not be written twice: recovery past damage refuses.
-    let config = schedule.config(dir, options, subtasks).allow_retracting_output(read.is_none());
+    let mut config = schedule.config(dir, options, subtasks).allow_retracting_output(read.is_none());
+    // Drawn apart, so a seed's other faults are the same with or without: in a quarter of the
+    // seeds whose faults neither damage a checkpoint's files nor move the job to another
+    // directory, the directory is kept in an object store (in memory), each new process's
+    // working copy filled from it alone; in half of those an owner pauses between its check
+    // and its publish while a successor takes the store over.
+    let store: Option<Arc<dyn crate::checkpoint::ObjectStore>> = match (seed, golden) {
+        (Some(seed), Some(g)) => {
+            let mut r = Prng::new(seed ^ 0x5709_E0B1);
+            let moves = schedule
+                .faults
+                .iter()
+                .any(|f| matches!(f, Fault::DamageAt { .. } | Fault::Rescale { .. } | Fault::StopWithSavepoint(_)));
+            (r.chance(1, 4) && !moves).then(|| {
+                if r.chance(1, 2) {
+                    let id = r.between(1, g.checkpoints.max(1));
+                    schedule.faults.push(Fault::CrashAt(CrashPoint::BeforePublish, id));
+                }
+                Arc::new(crate::checkpoint::InMemoryObjectStore::default()) as Arc<dyn crate::checkpoint::ObjectStore>
+            })
+        }
+        _ => None,
+    };
+    config.store.clone_from(&store);
     let mut job = job.with_checkpointing(config);
     // A start from a savepoint continues in a directory of its own.
     let mut dir = dir.to_path_buf();
@@ -177,7 +200,8 @@ where
     }
     let damages = schedule.faults.iter().any(|f| matches!(f, Fault::DamageAt { .. }));
     let mut stats = RunStats { faults: schedule.faults.iter().map(|f| f.to_string()).collect(), ..RunStats::default() };
-    let crashes = Arc::new(ArmedCrashes::default());
+    stats.in_store = store.is_some();
+    let crashes = Arc::new(ArmedCrashes { store: store.clone(), ..ArmedCrashes::default() });
     for f in &schedule.faults {
         match *f {
             Fault::CrashAt(point, id) => crashes.points.lock().unwrap_or_else(|e| e.into_inner()).push((point, id)),
@@ -203,11 +227,22 @@ where
                 host = Some(h);
             }
         }
-        let storage = CheckpointStorage::for_job(&dir, &job.fingerprint());
+        let checkpointing = job.graph.borrow().checkpointing.clone();
+        let storage = match &checkpointing {
+            Some(cfg) => CheckpointStorage::of_config(cfg, &job.fingerprint()),
+            None => CheckpointStorage::for_job(&dir, &job.fingerprint()),
+        };
         let lock = match DirectoryLock::acquire(&storage, &job.name()) {
             Ok((lock, _)) => Arc::new(lock),
             Err(e) => break Err(e.to_string()),
         };
+        // A checkpoint put into the store after a successor took over must never come down.
+        let late = crashes.late.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some((g, id)) = late.into_iter().find(|&(g, id)| storage.metadata(id).is_ok_and(|m| m.generation == g)) {
+            break Err(format!(
+                "checkpoint {id}, put into the store by generation {g} after a successor took over, was brought down"
+            ));
+        }
         let shared = Arc::new(AttemptShared { lock: Some(lock.clone()), ..AttemptShared::default() });
         let checkpoint_stats = shared.stats.clone();
         loop {
@@ -262,7 +297,8 @@ where
                 // `run_attempt` checked the lock and ran the success work; the directory is
                 // marked finished once the host has every result, as the runtime does.
                 let graph = job.graph.borrow();
-                let marker = crate::runtime::FinishedMarker::of(&graph, dir.clone(), None, Some(lock.clone()));
+                let stored = store.clone().map(crate::checkpoint::CheckpointMirror::new);
+                let marker = crate::runtime::FinishedMarker::of(&graph, dir.clone(), stored, Some(lock.clone()));
                 if let Err(e) = marker.write_when_delivered(&graph.host_deliveries) {
                     break 'processes Err(e.to_string());
                 }
@@ -375,6 +411,7 @@ where
             }
         }
     };
+    stats.late_publishes = crashes.late.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
     let retracted = out.as_ref().map_or(0, |o| o.retracted());
     let result = result.and_then(|()| match retracted {
         0 => Ok(()),

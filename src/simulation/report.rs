@@ -26,6 +26,11 @@ pub struct RunStats {
     pub refusals: u64,
     /// Faults the schedule injected.
     pub faults: Vec<String>,
+    /// The checkpoint directory was kept in an object store.
+    pub in_store: bool,
+    /// Checkpoints an owner put into the store after a successor had taken it over (paused
+    /// between its check and its publish).
+    pub late_publishes: u64,
 }
 
 /// One seed's result.

@@ -1,17 +1,18 @@
 //! The failures a seed schedules: when a task fails, when the process crashes and at which
 //! point of a checkpoint (snapshot writes dropped or half written, `_metadata` written and not
 //! renamed, a completion notice not yet heard), damage while it is down, failed writes, the
-//! directory lock taken away.
+//! directory lock taken away, an owner paused before its publish into the object store while
+//! a successor takes the store over.
 //!
 //! May touch: `checkpoint`, `prng`.
 
 use std::fmt;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::checkpoint::coordinator::{CrashPoint, CrashSchedule};
-use crate::checkpoint::{CheckpointConfig, CheckpointMode};
+use crate::checkpoint::{CheckpointConfig, CheckpointMirror, CheckpointMode, ObjectStore};
 use crate::prng::Prng;
 
 use super::*;
@@ -124,12 +125,41 @@ pub(super) struct ArmedCrashes {
     pub(super) points: Mutex<Vec<(CrashPoint, u64)>>,
     /// Checkpoint of the last crash that fired, for damage faults.
     pub(super) fired: Mutex<Option<(CrashPoint, u64)>>,
+    /// The object store the directory is kept in, if it is: where a successor takes over while
+    /// the owner is paused before its publish.
+    pub(super) store: Option<Arc<dyn ObjectStore>>,
+    /// (generation, checkpoint) of each checkpoint put into the store by an owner a successor
+    /// had already fenced: never to be restored.
+    pub(super) late: Mutex<Vec<(u64, u64)>>,
+}
+
+impl ArmedCrashes {
+    /// A successor takes the store over while the owner is paused before it publishes
+    /// checkpoint `id` (it claims, brings down what counts and records it, in a folder of its
+    /// own), then dies; the owner's checkpoint goes up after that.
+    fn successor_takes_over(&self, id: u64) {
+        let Some(store) = &self.store else { return };
+        let mirror = CheckpointMirror::new(store.clone());
+        let Ok(generation) = mirror.next_generation() else { return };
+        let Ok(folder) = super::driver::Scratch::new() else { return };
+        if mirror.take_over(&folder.path, generation, "a successor (simulated)").is_ok() {
+            // The paused owner holds the claim below it.
+            self.late.lock().unwrap_or_else(|e| e.into_inner()).push((generation - 1, id));
+        }
+    }
 }
 
 impl CrashSchedule for ArmedCrashes {
     fn crash_at(&self, point: CrashPoint, checkpoint: u64) -> bool {
         let mut points = self.points.lock().unwrap_or_else(|e| e.into_inner());
         match points.iter().position(|&p| p == (point, checkpoint)) {
+            Some(i) if point == CrashPoint::BeforePublish => {
+                // Not a crash: a pause, during which a successor takes over.
+                points.remove(i);
+                drop(points);
+                self.successor_takes_over(checkpoint);
+                false
+            }
             Some(i) => {
                 points.remove(i);
                 *self.fired.lock().unwrap_or_else(|e| e.into_inner()) = Some((point, checkpoint));

@@ -43,7 +43,8 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
     eprintln!(
         "{:.0} seeds/s; per seed on average {} steps, {:.1} failovers, {:.1} crashes, {:.1} checkpoints; {} checkpoints \
          resumed a failed one, reusing {} task parts; {} committed transactions withdrawn after damage; {} recoveries \
-         refused after damage (output that cannot be withdrawn); the golden run: {} records, {} checkpoints",
+         refused after damage (output that cannot be withdrawn); {} seeds kept their checkpoints in an object store, \
+         {} checkpoints went up after a successor took it over; the golden run: {} records, {} checkpoints",
         report.seeds.len() as f64 / elapsed.max(1e-9),
         report.seeds.iter().map(|s| s.stats.steps).sum::<u64>() / report.seeds.len() as u64,
         report.seeds.iter().map(|s| s.stats.failovers as f64).sum::<f64>() / report.seeds.len() as f64,
@@ -53,6 +54,8 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
         report.seeds.iter().map(|s| s.stats.parts_reused).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.retractions).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.refusals).sum::<u64>(),
+        report.seeds.iter().filter(|s| s.stats.in_store).count(),
+        report.seeds.iter().map(|s| s.stats.late_publishes).sum::<u64>(),
         report.golden_records,
         report.golden.checkpoints,
     );
