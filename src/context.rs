@@ -187,6 +187,9 @@ pub struct AttemptScope {
 pub(crate) trait OutputOwnership: Send + Sync {
     /// `Ok` while the output is this process's; the error says who took it.
     fn check(&self) -> crate::Result<()>;
+    /// The identity of the job the checkpoint directory belongs to (see
+    /// [`TaskContext::job_instance`]).
+    fn instance(&self) -> &str;
 }
 
 impl AttemptScope {
@@ -281,6 +284,15 @@ impl TaskContext {
     /// The job's metrics registry.
     pub fn metrics(&self) -> &Arc<JobMetrics> {
         &self.metrics
+    }
+
+    /// The identity of this job's checkpoint directory: made at random when the directory was
+    /// first used (kept in it, and in the object store it is kept in), the same for every
+    /// restart and process that resumes from it, different for every other directory. What a
+    /// sink names its transactions by (Kafka's transactional ids), so that two jobs never
+    /// take each other's. `None` without checkpoints.
+    pub fn job_instance(&self) -> Option<&str> {
+        self.attempt.lock.as_deref().map(|l| l.instance())
     }
 
     /// Whether the job takes checkpoints (a source that buffers for replay needs to know).

@@ -348,6 +348,45 @@ fn two_processes_share_a_topic_by_partitions() {
     assert_committed_counts(&output, expected);
 }
 
+/// Two word counts of different files into one topic, each with a checkpoint directory of its
+/// own, one of them killed twice (issue 45, item 5). Every file input got the transactional-id
+/// prefix `…-from-files`, so each start of one registered the other's ids and aborted its
+/// pre-committed transactions: counts were lost and the job failed on every restart. Now the
+/// ids are named by each directory's identity: both come out exact.
+#[test]
+fn two_word_counts_of_files_into_one_topic_keep_their_own_transactions() {
+    let lines = corpus_lines(2);
+    let (half_a, half_b) = lines.split_at(lines.len() / 2);
+    let mut expected = running_counts(half_a);
+    for (w, counts) in running_counts(half_b) {
+        expected.entry(w).or_default().extend(counts);
+    }
+    let output = topic("two-jobs", 2);
+    let to = format!("kafka://{}/{output}", broker());
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = [dir.path().join("a.txt"), dir.path().join("b.txt")];
+    for (path, half) in inputs.iter().zip([half_a, half_b]) {
+        std::fs::write(path, half.join("\n") + "\n").unwrap();
+    }
+    std::thread::scope(|s| {
+        for (i, kills) in [2, 0].into_iter().enumerate() {
+            let (input, chk, to) = (&inputs[i], dir.path().join(format!("chk-{i}")), &to);
+            s.spawn(move || {
+                let resumed = crate::crash::run_with_kills(input, std::path::Path::new(to), &chk, &[], kills);
+                assert!(kills == 0 || resumed >= 1, "the killed word count never resumed");
+            });
+        }
+    });
+    assert_committed_counts(&output, expected);
+    // Each directory has its identity, and the job's transactions are named by it.
+    let ids: Vec<String> = (0..2)
+        .map(|i| {
+            std::fs::read_to_string(dir.path().join(format!("chk-{i}")).join(weir::checkpoint::INSTANCE_FILE)).unwrap()
+        })
+        .collect();
+    assert_ne!(ids[0], ids[1], "two directories, two identities");
+}
+
 /// A word count into Kafka whose newest checkpoint is damaged: recovery would fall back to
 /// the one before and write again what the damaged one committed, which Kafka cannot take
 /// back. The run is refused, naming it, and writes nothing; allowed, it completes.

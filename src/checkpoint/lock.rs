@@ -30,6 +30,9 @@ use crate::error::{Error, Result};
 /// The lock file's name in a checkpoint directory.
 pub const LOCK_FILE: &str = "_lock";
 
+/// The file holding the identity of the job a checkpoint directory belongs to.
+pub const INSTANCE_FILE: &str = "_instance";
+
 /// What the lock file says.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 struct LockRecord {
@@ -48,6 +51,8 @@ pub struct DirectoryLock {
     record: LockRecord,
     /// The object store the directory is kept in, whose claims fence this process too.
     mirror: Option<CheckpointMirror>,
+    /// The directory's job identity ([`INSTANCE_FILE`]).
+    instance: String,
 }
 
 fn read_record(path: &Path) -> Result<LockRecord> {
@@ -96,6 +101,7 @@ impl DirectoryLock {
             file,
             record: LockRecord { pid: std::process::id(), generation: 0, job: job.to_string() },
             mirror: None,
+            instance: String::new(),
         };
         let file = &lock.file;
         let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
@@ -146,6 +152,7 @@ impl DirectoryLock {
             ));
             lock.mirror = Some(m.clone());
         }
+        lock.instance = instance_of(&dir, lock.mirror.as_ref())?;
         let json = serde_json::to_vec(&lock.record).map_err(|e| Error::Corrupt(e.to_string()))?;
         let bytes = encode_file(&FileIdentity::new(FileKind::Lock, storage.fingerprint(), 0, None), &json);
         (|| {
@@ -158,6 +165,12 @@ impl DirectoryLock {
         .map_err(|e| Error::io("cannot write the checkpoint directory's lock", &path, e))?;
         super::storage::sync_folder(&dir)?;
         Ok((lock, notes))
+    }
+
+    /// The identity of the job the directory belongs to: random, made when it was first used
+    /// (see [`crate::TaskContext::job_instance`]).
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// This owner's generation (written into each `_metadata`).
@@ -193,6 +206,38 @@ impl DirectoryLock {
     }
 }
 
+/// The identity kept in `dir` (brought down from the store already, if it is kept in one), or
+/// a new one, kept there and put into the store.
+fn instance_of(dir: &Path, mirror: Option<&CheckpointMirror>) -> Result<String> {
+    let path = dir.join(INSTANCE_FILE);
+    let valid = |s: &str| s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    match std::fs::read_to_string(&path) {
+        Ok(text) if valid(text.trim()) => return Ok(text.trim().to_string()),
+        Ok(text) => {
+            return Err(Error::Corrupt(format!(
+                "{} does not hold a job identity (16 hexadecimal digits) but {:?}: it names the job's transactions, \
+                 so it is not replaced; restore it, or start the job in a new checkpoint directory",
+                path.display(),
+                text.chars().take(40).collect::<String>()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("cannot read the job identity", &path, e)),
+    }
+    // OS-seeded keys make each `RandomState` a fresh random function.
+    use std::hash::BuildHasher;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let instance =
+        format!("{:016x}", std::collections::hash_map::RandomState::new().hash_one((nanos, std::process::id())));
+    let instance = match mirror {
+        // Created only if absent: the store's is the directory's.
+        Some(m) => m.keep_instance(&instance)?,
+        None => instance,
+    };
+    std::fs::write(&path, &instance).map_err(|e| Error::io("cannot write the job identity", &path, e))?;
+    Ok(instance)
+}
+
 /// Removes everything in `dir` but `keep`.
 fn clear_except(dir: &Path, keep: &str) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("cannot list the working folder", dir, e))?;
@@ -220,6 +265,9 @@ impl Drop for DirectoryLock {
 impl crate::context::OutputOwnership for DirectoryLock {
     fn check(&self) -> Result<()> {
         DirectoryLock::check(self)
+    }
+    fn instance(&self) -> &str {
+        &self.instance
     }
 }
 

@@ -20,7 +20,7 @@ mod storage;
 pub(crate) mod task;
 
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_RETAINED};
-pub use lock::{DirectoryLock, LOCK_FILE};
+pub use lock::{DirectoryLock, INSTANCE_FILE, LOCK_FILE};
 pub use storage::{
     load_dir, read_finished, read_metadata, ChannelAlignment, CheckpointMetadata, CheckpointMirror, CheckpointStats,
     CheckpointStorage, FinishedJob, InMemoryObjectStore, Lineage, LoadedCheckpoint, ObjectStore, PartReuse,

@@ -177,9 +177,3 @@ fn beat(member: &Mutex<ConsumerGroup>, changing: &AtomicBool, quit: &AtomicBool)
 pub(crate) fn member_name(checkpoint_dir: &std::path::Path) -> String {
     checkpoint_dir.to_string_lossy().into_owned()
 }
-
-/// A short stable tag of `name`, for transactional ids (FNV-1a, 64 bits).
-pub(crate) fn tag(name: &str) -> String {
-    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    format!("{h:016x}")
-}

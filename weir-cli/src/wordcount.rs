@@ -74,14 +74,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         }
     };
     if let Some(topic) = kafka_out {
-        // One prefix per input: processes that share the output topic over parts of the
-        // input must not fence each other's transactions.
-        let source = match (&kafka_in, &args.partitions) {
-            (Some(t), Some(p)) => format!("{}-p{}", t.topic, join(&p.0, ".")),
-            (Some(t), None) => t.topic.clone(),
-            (None, _) => "files".to_string(),
-        };
-        let (output, description, written) = kafka_output(args, &topic, &from, &source);
+        let (output, description, written) = kafka_output(args, &topic, &from);
         let job = wordcount_between(input, output, parallelism);
         return run_job(args, job, description, config, bytes, &written, None).map(|_| ());
     }
@@ -90,13 +83,13 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
 }
 
 /// Word count into Kafka topic `topic`: exactly once with checkpoints (a Kafka transaction
-/// per checkpoint), as the files are; `source` tells this process's transactional ids apart
-/// from those of others writing the topic.
-fn kafka_output(args: &WordcountArgs, topic: &KafkaUrl, from: &str, source: &str) -> (WordOutput, String, String) {
+/// per checkpoint), as the files are. The transactional ids are named by the checkpoint
+/// directory's identity (the sink's default): every directory's its own, however the
+/// input is named (two word counts of different files into one topic took each other's).
+fn kafka_output(args: &WordcountArgs, topic: &KafkaUrl, from: &str) -> (WordOutput, String, String) {
     let transactional = args.checkpoints.flags.checkpoint_dir.is_some();
     let delivery = if transactional { Delivery::ExactlyOnce } else { Delivery::None };
-    let transactional_id_prefix = format!("weir-wordcount-{}-from-{source}", topic.topic);
-    let output = WordOutput::Kafka { topic: topic.clone(), delivery, transactional_id_prefix };
+    let output = WordOutput::Kafka { topic: topic.clone(), delivery, transactional_id_prefix: None };
     (output, format!("word count of {from} into {topic}"), topic.to_string())
 }
 
@@ -120,9 +113,7 @@ fn run_in_group(
             WordInput::Kafka { topic: topic.clone(), partitions: KafkaPartitions::Group(assignment), follow: true };
         let (output, description, written) = match kafka_out {
             // The transactional ids are this member's, whatever partitions it has.
-            Some(out) => {
-                kafka_output(args, out, &from, &format!("{}-group-{group}-{}", topic.topic, crate::group::tag(&name)))
-            }
+            Some(out) => kafka_output(args, out, &from),
             None => file_output(args, &from)?,
         };
         let job = wordcount_between(input, output, parallelism);

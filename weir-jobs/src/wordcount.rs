@@ -158,8 +158,9 @@ pub enum WordOutput {
         /// Exactly once (a transaction per checkpoint), at least once or none.
         delivery: Delivery,
         /// The prefix of the transactional ids: stable across restarts of this job, and
-        /// different for every process writing the topic.
-        transactional_id_prefix: String,
+        /// different for every process writing the topic. `None`: the sink's default, named
+        /// by the checkpoint directory's identity (unique by construction).
+        transactional_id_prefix: Option<String>,
     },
 }
 
@@ -194,17 +195,19 @@ pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usiz
     let counts = running_counts(words);
     match output {
         WordOutput::Files { dir, transactional } => write_counts(counts, dir, transactional),
-        WordOutput::Kafka { topic, delivery, transactional_id_prefix } => counts.sink(
-            KafkaSink::new(&topic.bootstrap, &topic.topic, |wc: &(Word, u64)| {
+        WordOutput::Kafka { topic, delivery, transactional_id_prefix } => {
+            let mut sink = KafkaSink::new(&topic.bootstrap, &topic.topic, |wc: &(Word, u64)| {
                 let mut value = Vec::new();
                 format_count(wc, &mut value);
                 value.pop(); // one message per count: no newline
                 KafkaRecord { key: Some(wc.0.as_str().into_bytes()), value }
             })
-            .delivery(delivery)
-            .transactional_id_prefix(transactional_id_prefix)
-            .subtasks(),
-        ),
+            .delivery(delivery);
+            if let Some(prefix) = transactional_id_prefix {
+                sink = sink.transactional_id_prefix(prefix);
+            }
+            counts.sink(sink.subtasks())
+        }
     }
     job
 }

@@ -21,8 +21,8 @@ pub(crate) fn protocol(broker: &str, api: &str, code: i16) -> Error {
         ResponseError::ProducerFenced
         | ResponseError::InvalidProducerEpoch
         | ResponseError::TransactionalIdNotFound => Error::Fenced(format!(
-            "{what}: a newer producer with the same transactional id took over (another process writes this \
-                 output now)"
+            "{what}: a newer producer with the same transactional id took over (another process of this job \
+                 writes this output now, or another job uses the same transactional-id prefix: give each its own)"
         )),
         ResponseError::TopicAuthorizationFailed
         | ResponseError::ClusterAuthorizationFailed

@@ -164,7 +164,10 @@ impl<T: Send + 'static> KafkaSink<T> {
 
     /// The prefix of the transactional ids (exactly once): stable across restarts of the
     /// job, and different for every job (and every process) writing to the cluster. By
-    /// default `weir-<job name>-<topic>`.
+    /// default `weir-<job name>-<directory identity>-<topic>`, the identity of the job's
+    /// checkpoint directory ([`weir::TaskContext::job_instance`]): two jobs never share it.
+    /// One given here is the program's to keep unique: a job that starts with another's
+    /// prefix aborts that one's open transactions.
     pub fn transactional_id_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
@@ -262,7 +265,7 @@ impl<T: Send + 'static> KafkaSinkSubtask<T> {
     fn start(sink: &KafkaSink<T>, ctx: &TaskContext) -> Result<Self> {
         let mut client = (sink.connect)()?;
         let partitions = client.partitions(&sink.topic)?.len() as i32;
-        let prefix = sink.prefix.clone().unwrap_or_else(|| default_prefix(&ctx.job, &sink.topic));
+        let prefix = sink.prefix.clone().unwrap_or_else(|| default_prefix(ctx, &sink.topic));
         Ok(KafkaSinkSubtask {
             client,
             connect: sink.connect.clone(),
@@ -497,9 +500,14 @@ impl<T: Send + 'static> Sink<T> for KafkaSinkSubtask<T> {
     }
 }
 
-/// The transactional id prefix a sink uses by default for `job` writing `topic`.
-fn default_prefix(job: &str, topic: &str) -> String {
-    format!("weir-{job}-{topic}")
+/// The transactional id prefix a sink of `ctx`'s job uses by default for `topic`: the job's
+/// name, the identity of its checkpoint directory (two jobs, even of one name, never share
+/// it; every restart from the directory has it), the topic.
+fn default_prefix(ctx: &TaskContext, topic: &str) -> String {
+    match ctx.job_instance() {
+        Some(instance) => format!("weir-{}-{instance}-{topic}", ctx.job),
+        None => format!("weir-{}-{topic}", ctx.job),
+    }
 }
 
 #[cfg(test)]

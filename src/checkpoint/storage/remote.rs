@@ -115,6 +115,8 @@ impl ObjectStore for InMemoryObjectStore {
 }
 
 const GENERATIONS: &str = "_generations/";
+/// The job identity's key (`checkpoint::lock`'s file of that name).
+const INSTANCE_KEY: &str = "_instance";
 const BASES: &str = "_bases/";
 
 /// The key of local file `local` (relative to the directory) written by generation
@@ -234,7 +236,7 @@ impl CheckpointMirror {
             let (local, g) = local_key(key);
             let written_for = checkpoint_of(&local).or_else(|| parse_shared_name(&local).map(|(id, _)| id));
             let counts = match written_for {
-                None => local == FINISHED_MARKER,
+                None => local == FINISHED_MARKER || local == INSTANCE_KEY,
                 Some(id) if !lineage.counts(g, id) => {
                     stray.push(key.clone());
                     false
@@ -374,6 +376,20 @@ impl CheckpointMirror {
         })
     }
 
+    /// Keeps job identity `instance` in the store unless it holds one: returns the store's.
+    pub fn keep_instance(&self, instance: &str) -> Result<String> {
+        if self.store.create(INSTANCE_KEY, instance.as_bytes()).map_err(|e| self.failed("create", INSTANCE_KEY, e))? {
+            return Ok(instance.to_string());
+        }
+        let folder = tempfile_path();
+        let found = self.store.download(INSTANCE_KEY, &folder).map_err(|e| self.failed("download", INSTANCE_KEY, e));
+        let text = found.and_then(|_| {
+            std::fs::read_to_string(&folder).map_err(|e| Error::io("cannot read the job identity", &folder, e))
+        });
+        let _ = std::fs::remove_file(&folder);
+        Ok(text?.trim().to_string())
+    }
+
     /// Leaves the completion marker written in `dir` in the store too.
     pub fn publish_finished(&self, dir: &Path) -> Result<()> {
         self.store
@@ -471,6 +487,13 @@ impl CheckpointMirror {
             _ => Ok(()),
         }
     }
+}
+
+/// A file of this process's in the temporary directory, for an object read once.
+fn tempfile_path() -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("weir-object-{}-{n}", std::process::id()))
 }
 
 /// The checkpoint a key of the store belongs to (`chk-<n>/...`).
