@@ -348,6 +348,50 @@ fn two_processes_share_a_topic_by_partitions() {
     assert_committed_counts(&output, expected);
 }
 
+/// A topic holding plain records, an aborted transaction, a committed one, and an aborted one
+/// with plain records written while it was open (issue 45, item 7). After the abort Tansu 0.6
+/// reports a last stable offset below the high watermark for good and lists no aborted
+/// transaction: the source stopped at that offset and handed on the aborted records. Now the
+/// source reads the markers in the log itself: it reads every committed or plain record once,
+/// in log order (the plain ones written during the open transaction behind it), and none of
+/// an aborted transaction.
+#[test]
+fn the_source_reads_committed_by_the_markers_in_the_log() {
+    let t = topic("markers", 1);
+    let mut client = KafkaClient::connect(broker()).unwrap();
+    let values = |prefix: &str, n: usize| -> Vec<String> { (0..n).map(|i| format!("{prefix}{i}")).collect() };
+    let batch = |vals: &[String], producer: Option<(i64, i16, i32)>| {
+        let mut b = BatchWriter::default();
+        for (i, v) in vals.iter().enumerate() {
+            b.push(1_000 + i as i64, None, v.as_bytes());
+        }
+        b.finish(producer, producer.is_some())
+    };
+    let transaction = |client: &mut KafkaClient, id: &str, vals: &[String], commit: bool| {
+        let p = client.init_producer(id, Duration::from_secs(60)).unwrap();
+        client.add_partitions(id, p, &t, &[0]).unwrap();
+        client.produce(Some(id), &t, 0, batch(vals, Some((p.id, p.epoch, 0)))).unwrap();
+        client.end_txn(id, p, commit).unwrap();
+    };
+    client.produce(None, &t, 0, batch(&values("a", 100), None)).unwrap();
+    transaction(&mut client, "markers-x", &values("x", 50), false);
+    transaction(&mut client, "markers-c", &values("c", 50), true);
+    // Open while plain records arrive, then aborted.
+    let p = client.init_producer("markers-y", Duration::from_secs(60)).unwrap();
+    client.add_partitions("markers-y", p, &t, &[0]).unwrap();
+    client.produce(Some("markers-y"), &t, 0, batch(&values("y", 10), Some((p.id, p.epoch, 0)))).unwrap();
+    client.produce(None, &t, 0, batch(&values("b", 10), None)).unwrap();
+    client.end_txn("markers-y", p, false).unwrap();
+    client.produce(None, &t, 0, batch(&values("d", 10), None)).unwrap();
+    let expected: Vec<String> = [values("a", 100), values("c", 50), values("b", 10), values("d", 10)].concat();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let job = Job::new("markers");
+    let into = got.clone();
+    job.source(KafkaSource::new(broker(), &t, value_text).subtasks()).sink(move |_| Ok(CollectSink::new(into.clone())));
+    job.execute(RunConfig::default().workers(1)).unwrap();
+    assert_eq!(*got.lock().unwrap(), expected, "the committed and plain records once, in log order");
+}
+
 /// Two word counts of different files into one topic, each with a checkpoint directory of its
 /// own, one of them killed twice (issue 45, item 5). Every file input got the transactional-id
 /// prefix `…-from-files`, so each start of one registered the other's ids and aborted its

@@ -1,15 +1,20 @@
 //! The Kafka source, Flink's `KafkaSource` as the model: a topic's partitions spread over the
 //! source's subtasks, each partition's offset in every checkpoint (the checkpoint is the
-//! source of truth: nothing is committed to Kafka), read `read_committed` (an aborted
-//! transaction's records are dropped by the broker's list of aborted transactions), bounded
-//! (to the end offsets the topic had when the job first started, kept in the checkpoint, so a
-//! resumed run ends where the first would have) or following the topic, rescaled (a
+//! source of truth: nothing is committed to Kafka), read committed: the source reads every
+//! record and holds a transaction's records until its marker in the log says commit (handed
+//! on) or abort (dropped), a partition's records after a held one held behind it, so the
+//! checkpointed offset never passes an undecided transaction — what a broker's last stable
+//! offset and list of aborted transactions promise, without trusting a broker that gets them
+//! wrong (Tansu 0.6 kept reporting an old last stable offset after an abort, and no list).
+//! Bounded (to the end offsets the topic had when the job first started, kept in the
+//! checkpoint, so a resumed run ends where the first would have; a transaction open there is
+//! waited for, its marker read past the end) or following the topic, rescaled (a
 //! savepoint restored at another parallelism hands each partition to the subtask that owns it
 //! now), with per-partition watermarks that an idle partition stops holding back.
 //!
 //! May touch: `client`, `records`.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,6 +196,58 @@ impl Cursor {
     }
 }
 
+/// A record read but not handed on: a transaction's, until its marker, or one behind it.
+struct Held<T> {
+    offset: i64,
+    timestamp: i64,
+    record: Option<T>,
+    /// The transaction's producer (`None`: not transactional).
+    producer: Option<i64>,
+    /// `None` until the marker came; then whether it committed.
+    committed: Option<bool>,
+}
+
+/// A partition's held records, in log order.
+struct HeldRecords<T> {
+    held: VecDeque<Held<T>>,
+}
+
+impl<T> Default for HeldRecords<T> {
+    fn default() -> Self {
+        HeldRecords { held: VecDeque::new() }
+    }
+}
+
+impl<T> HeldRecords<T> {
+    /// The marker of `producer`'s transaction: decides every held record of it.
+    fn decide(&mut self, producer: i64, commit: bool) {
+        for h in self.held.iter_mut().filter(|h| h.producer == Some(producer) && h.committed.is_none()) {
+            h.committed = Some(commit);
+        }
+    }
+
+    /// The decided records at the front, in order: committed ones to hand on, aborted ones
+    /// dropped.
+    fn release(&mut self, mut f: impl FnMut(i64, i64, T)) {
+        while let Some(h) = self.held.front() {
+            match h.committed {
+                None => return,
+                Some(commit) => {
+                    let h = self.held.pop_front().expect("checked");
+                    if let (true, Some(r)) = (commit, h.record) {
+                        f(h.offset, h.timestamp, r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The first held offset: where a replay must start.
+    fn first(&self) -> Option<i64> {
+        self.held.front().map(|h| h.offset)
+    }
+}
+
 /// One subtask of a [`KafkaSource`].
 pub struct KafkaSubtask<T> {
     client: KafkaClient,
@@ -207,10 +264,8 @@ pub struct KafkaSubtask<T> {
     cursors: Vec<Cursor>,
     /// Fetched records not handed on yet: (cursor index, offset, timestamp, record).
     buffered: VecDeque<(usize, i64, i64, T)>,
-    /// Aborted transactions the broker listed, per partition: (first offset, producer id).
-    aborted: HashMap<i32, BTreeSet<(i64, i64)>>,
-    /// Per partition: producers whose current transaction was aborted.
-    aborting: HashMap<i32, HashSet<i64>>,
+    /// Per partition: records read and not decided yet (see the module doc).
+    held: HashMap<i32, HeldRecords<T>>,
     last_empty_fetch: Option<u64>,
     last_discovery: u64,
     /// The job clock at the last poll (ns).
@@ -259,8 +314,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             parallelism: ctx.parallelism,
             cursors: Vec::new(),
             buffered: VecDeque::new(),
-            aborted: HashMap::new(),
-            aborting: HashMap::new(),
+            held: HashMap::new(),
             last_empty_fetch: None,
             last_discovery: ctx.now_ns(),
             now_ns: ctx.now_ns(),
@@ -302,7 +356,8 @@ impl<T: Send + 'static> KafkaSubtask<T> {
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
-        let bounds = self.client.bounds(&self.topic, partitions, true)?;
+        // The high watermark: the source decides what is committed itself (module doc).
+        let bounds = self.client.bounds(&self.topic, partitions, false)?;
         let (follow, now) = (self.follow, self.now_ns);
         let committed = self.assignment.as_ref().map(|(c, _)| c);
         Ok(partitions
@@ -336,15 +391,22 @@ impl<T: Send + 'static> KafkaSubtask<T> {
         Ok(())
     }
 
-    /// Fetches once for every partition not at its end; buffers what it decodes.
+    /// Fetches once for every partition not at its end (or waiting for the marker of a
+    /// transaction that began before it); buffers what it decodes and may hand on, holds the
+    /// rest.
     fn fetch(&mut self) -> Result<()> {
-        let from: Vec<(i32, i64)> =
-            self.cursors.iter().filter(|c| !c.done()).map(|c| (c.partition, c.fetched)).collect();
+        let from: Vec<(i32, i64)> = self
+            .cursors
+            .iter()
+            .filter(|c| !c.done() || self.held.get(&c.partition).is_some_and(|h| h.first().is_some()))
+            .map(|c| (c.partition, c.fetched))
+            .collect();
         if from.is_empty() {
             return Ok(());
         }
         // The broker waits at most 1 ms for data (Tansu answers a 0 ms wait with nothing at all).
-        let fetched = self.client.fetch(&self.topic, &from, 1, FETCH_BYTES, true)?;
+        // Read uncommitted: the markers decide (see the module doc).
+        let fetched = self.client.fetch(&self.topic, &from, 1, FETCH_BYTES, false)?;
         for part in fetched {
             if part.out_of_range {
                 return Err(Error::config(format!(
@@ -354,9 +416,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
                 )));
             }
             let Some(ci) = self.cursors.iter().position(|c| c.partition == part.partition) else { continue };
-            let aborted = self.aborted.entry(part.partition).or_default();
-            aborted.extend(part.aborted.iter().map(|&(producer, first)| (first, producer)));
-            let aborting = self.aborting.entry(part.partition).or_default();
+            let held = self.held.entry(part.partition).or_default();
             let cursor = &mut self.cursors[ci];
             let (next, end) = (cursor.fetched, cursor.end);
             let mut last = None;
@@ -366,24 +426,13 @@ impl<T: Send + 'static> KafkaSubtask<T> {
                 match item {
                     Item::Marker(info, marker) => {
                         last = Some(info.last_offset);
-                        if marker == Some(Marker::Abort) {
-                            aborting.remove(&info.producer_id);
+                        if let (Some(marker), true) = (marker, info.last_offset >= next) {
+                            held.decide(info.producer_id, marker == Marker::Commit);
+                            held.release(|offset, ts, t| buffered.push_back((ci, offset, ts, t)));
                         }
                     }
-                    Item::Batch(info) => {
-                        last = Some(info.last_offset);
-                        if info.transactional {
-                            // Transactions aborted that began by this batch: their producers'
-                            // batches are dropped until the abort marker.
-                            while aborted.first().is_some_and(|&(o, _)| o <= info.last_offset) {
-                                aborting.extend(aborted.pop_first().map(|(_, producer)| producer));
-                            }
-                            if aborting.contains(&info.producer_id) {
-                                return Ok(false);
-                            }
-                        }
-                    }
-                    Item::Record(_, r) if r.offset >= next && end.is_none_or(|e| r.offset < e) => {
+                    Item::Batch(info) => last = Some(info.last_offset),
+                    Item::Record(info, r) if r.offset >= next && end.is_none_or(|e| r.offset < e) => {
                         let m = KafkaMessage {
                             partition: part.partition,
                             offset: r.offset,
@@ -391,7 +440,16 @@ impl<T: Send + 'static> KafkaSubtask<T> {
                             key: r.key,
                             value: r.value,
                         };
-                        if let Some(t) = decode(&m) {
+                        let record = decode(&m);
+                        if info.transactional || held.first().is_some() {
+                            held.held.push_back(Held {
+                                offset: r.offset,
+                                timestamp: r.timestamp,
+                                record,
+                                producer: info.transactional.then_some(info.producer_id),
+                                committed: (!info.transactional).then_some(true),
+                            });
+                        } else if let Some(t) = record {
                             buffered.push_back((ci, r.offset, r.timestamp, t));
                         }
                     }
@@ -403,9 +461,6 @@ impl<T: Send + 'static> KafkaSubtask<T> {
                 let cursor = &mut self.cursors[ci];
                 cursor.last_data_ns = self.now_ns;
                 cursor.fetched = cursor.fetched.max(last + 1);
-                if let Some(e) = cursor.end {
-                    cursor.fetched = cursor.fetched.min(e);
-                }
             }
         }
         Ok(())
@@ -433,9 +488,11 @@ impl<T: Send + 'static> KafkaSubtask<T> {
     /// Hands on up to `max` buffered records, fetching when none are buffered.
     fn take(&mut self, ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
         if self.buffered.is_empty() {
-            // Everything fetched was handed on (or skipped: markers, aborted records).
+            // Everything fetched was handed on (or skipped: markers, aborted records) but what
+            // is held: a replay starts at the first held record.
             for c in &mut self.cursors {
-                c.emitted = c.fetched;
+                let first_held = self.held.get(&c.partition).and_then(HeldRecords::first);
+                c.emitted = first_held.unwrap_or(c.fetched).min(c.end.unwrap_or(i64::MAX));
             }
             if self.cursors.iter().all(Cursor::done) && !self.follow {
                 return Ok(SourcePoll::Finished);
@@ -469,8 +526,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
     /// partition counts as live (not idle) until it has gone `idle_after` without data from now.
     fn restarted(&mut self) {
         self.buffered.clear();
-        self.aborted.clear();
-        self.aborting.clear();
+        self.held.clear();
         for c in &mut self.cursors {
             c.last_data_ns = self.now_ns;
         }
