@@ -908,3 +908,57 @@ fn a_closed_pipe_ends_the_command_without_a_panic() {
         assert_eq!(o.status.signal(), Some(13), "ended by SIGPIPE, as yes | head: {:?}", o.status);
     }
 }
+
+/// A peer that accepts connections and never answers: its address. It holds every
+/// connection until the test binary exits.
+fn silent_peer() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let held: Vec<_> = listener.incoming().collect();
+        drop(held);
+    });
+    addr
+}
+
+/// Peers that accept connections and never answer (issue 45, item 8): an S3 endpoint gave no
+/// result after 110 s, a Kafka address 31 s, and `weir control` waited for ever (an hour).
+/// Each is named now, as one that did not answer, and the command exits non-zero.
+#[test]
+fn peers_that_never_answer_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a b\n").unwrap();
+    let (input, out) = (input.to_str().unwrap().to_string(), dir.path().join("out").to_str().unwrap().to_string());
+    let peer = silent_peer();
+    let silent_s3 = {
+        let (input, out, peer) = (input.clone(), out.clone(), peer.clone());
+        std::thread::spawn(move || {
+            Command::new(env!("CARGO_BIN_EXE_weir"))
+                .args(["wordcount", "--input", &input, "--output", &out, "--checkpoint-dir", "s3://bucket/job"])
+                .env("AWS_ENDPOINT_URL", format!("http://{peer}"))
+                .env("AWS_ACCESS_KEY_ID", "k")
+                .env("AWS_SECRET_ACCESS_KEY", "s")
+                .output()
+                .unwrap()
+        })
+    };
+    let kafka = weir(&["wordcount", "--input", &format!("kafka://{peer}/lines"), "--output", &out]);
+    let control_job = weir(&["control", &peer, "job"]);
+    let control_stop = weir(&["control", &peer, "stop", dir.path().join("sp").to_str().unwrap()]);
+    let s3 = silent_s3.join().unwrap();
+    for (what, o, says) in [
+        ("s3", s3, format!("the S3 endpoint http://{peer} did not answer")),
+        ("kafka", kafka, format!("Kafka broker {peer} accepted the connection and did not answer")),
+        (
+            "control job",
+            control_job,
+            format!("the control endpoint at {peer} accepted the connection and did not answer"),
+        ),
+        ("control stop", control_stop, "did not answer GET /job".to_string()),
+    ] {
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(!o.status.success() && !text.contains("panicked"), "{what}: {text}");
+        assert!(text.contains(&says), "{what}: {text}");
+    }
+}

@@ -12,8 +12,14 @@ use weir::Error;
 
 use crate::args::{ControlArgs, ControlRequest};
 
-/// How long the client waits for an answer: a checkpoint or savepoint answers when done.
+/// How long the client waits for the answer to a checkpoint, savepoint or stop: it comes when
+/// they are done.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// How long the client waits for any other answer, and for the endpoint to answer `GET /job`
+/// before a long request: a peer that accepts connections and never answers is named within
+/// seconds.
+const QUICK_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Percent-encodes a query value.
 fn encode(v: &str) -> String {
@@ -52,7 +58,13 @@ pub(crate) fn run_control(args: &ControlArgs) -> weir::Result<()> {
         ControlRequest::Metrics => ("GET", "/metrics".to_string()),
         ControlRequest::Job => ("GET", "/job".to_string()),
     };
-    let (status, body) = request(&args.addr, method, &target)?;
+    let long = method == "POST" && !target.starts_with("/config");
+    if long {
+        // The endpoint answers at all (quickly) before this waits for a long answer.
+        request(&args.addr, "GET", "/job", QUICK_ANSWER_TIMEOUT)?;
+    }
+    let timeout = if long { ANSWER_TIMEOUT } else { QUICK_ANSWER_TIMEOUT };
+    let (status, body) = request(&args.addr, method, &target, timeout)?;
     if (200..300).contains(&status) {
         print!("{}", shown(&args.request, &body));
         return Ok(());
@@ -92,8 +104,8 @@ fn absolute(dir: &std::path::Path) -> weir::Result<String> {
     Ok(d.display().to_string())
 }
 
-/// Sends one request to the endpoint at `addr`; its status and body.
-fn request(addr: &str, method: &str, target: &str) -> weir::Result<(u16, String)> {
+/// Sends one request to the endpoint at `addr`; its status and body, within `timeout`.
+fn request(addr: &str, method: &str, target: &str, timeout: Duration) -> weir::Result<(u16, String)> {
     let host = addr.trim_start_matches("http://").trim_end_matches('/');
     let unreachable = |e: std::io::Error| Error::config(format!("cannot reach the control endpoint at {addr}: {e}"));
     let sock = host
@@ -102,11 +114,19 @@ fn request(addr: &str, method: &str, target: &str) -> weir::Result<(u16, String)
         .next()
         .ok_or_else(|| Error::config(format!("control endpoint address '{addr}' resolves to nothing")))?;
     let mut s = TcpStream::connect_timeout(&sock, Duration::from_secs(5)).map_err(unreachable)?;
-    s.set_read_timeout(Some(ANSWER_TIMEOUT)).map_err(unreachable)?;
+    s.set_read_timeout(Some(timeout)).map_err(unreachable)?;
+    s.set_write_timeout(Some(QUICK_ANSWER_TIMEOUT)).map_err(unreachable)?;
     write!(s, "{method} {target} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         .map_err(unreachable)?;
     let mut answer = Vec::new();
-    s.read_to_end(&mut answer).map_err(unreachable)?;
+    s.read_to_end(&mut answer).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::config(format!(
+            "the control endpoint at {addr} accepted the connection and did not answer {method} {target} within {} s \
+             (is weir's control endpoint listening there?)",
+            timeout.as_secs()
+        )),
+        _ => unreachable(e),
+    })?;
     let answer = String::from_utf8_lossy(&answer);
     let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
     let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| {

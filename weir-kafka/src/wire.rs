@@ -23,6 +23,10 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long connecting may take: an unreachable broker is reported within seconds.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a new connection's first answer (the API versions) may take: a peer that accepts
+/// connections and never answers is reported within seconds too.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The newest version of each API this client speaks. Fetch and Produce stop before the
 /// versions that name topics by id only; the others before fields this client has no use for.
 fn newest_known(api: ApiKey) -> i16 {
@@ -102,7 +106,7 @@ impl Connection {
                 Ok(stream) => {
                     let setup = |s: &TcpStream| -> std::io::Result<()> {
                         s.set_nodelay(true)?;
-                        s.set_read_timeout(Some(REQUEST_TIMEOUT))?;
+                        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
                         s.set_write_timeout(Some(REQUEST_TIMEOUT))
                     };
                     setup(&stream).map_err(|e| network(format!("cannot set up the connection to {addr}"), e))?;
@@ -113,7 +117,27 @@ impl Connection {
                         versions: HashMap::new(),
                         scratch: BytesMut::new(),
                     };
-                    c.ask_versions()?;
+                    match c.ask_versions() {
+                        Err(weir::Error::Io { source, .. })
+                            if matches!(
+                                source.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            return Err(network(
+                                format!(
+                                    "Kafka broker {addr} accepted the connection and did not answer within {} s \
+                                     (is a Kafka broker listening there?)",
+                                    HANDSHAKE_TIMEOUT.as_secs()
+                                ),
+                                source,
+                            ));
+                        }
+                        r => r?,
+                    }
+                    c.stream
+                        .set_read_timeout(Some(REQUEST_TIMEOUT))
+                        .map_err(|e| network(format!("cannot set up the connection to {addr}"), e))?;
                     return Ok(c);
                 }
                 Err(e) => last = Some(e),

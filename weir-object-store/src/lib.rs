@@ -182,6 +182,10 @@ fn readable(message: &str) -> String {
     }
 }
 
+/// How long a small request (a listing's page, a create, a delete) may take, retries
+/// included: a store that accepts connections and never answers is named within seconds.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Files larger than this go up in parts of this size.
 const PART_BYTES: usize = 16 << 20;
 
@@ -200,6 +204,27 @@ impl S3Store {
         }
         std::thread::scope(|s| {
             s.spawn(|| self.runtime.block_on(f)).join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+}
+
+impl S3Store {
+    /// `f`, or a timeout naming the endpoint once [`ANSWER_TIMEOUT`] has passed.
+    async fn answered<T>(
+        &self,
+        what: &str,
+        f: impl std::future::Future<Output = object_store::Result<T>>,
+    ) -> std::io::Result<object_store::Result<T>> {
+        tokio::time::timeout(ANSWER_TIMEOUT, f).await.map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the S3 endpoint {} did not answer {what} within {} s (it accepts connections: is it an S3 \
+                     server?)",
+                    self.endpoint,
+                    ANSWER_TIMEOUT.as_secs()
+                ),
+            )
         })
     }
 }
@@ -244,7 +269,7 @@ impl weir::checkpoint::ObjectStore for S3Store {
         let options = PutOptions { mode: PutMode::Create, ..Default::default() };
         let path = self.path(key);
         let put = self.inner.put_opts(&path, PutPayload::from(bytes.to_vec()), options);
-        match self.block_on(put) {
+        match self.block_on(self.answered("a put", put))? {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => Ok(false),
             Err(e) => Err(io(e)),
@@ -280,7 +305,7 @@ impl weir::checkpoint::ObjectStore for S3Store {
         self.block_on(async {
             let mut keys = Vec::new();
             let mut listing = self.inner.list(base.as_ref());
-            while let Some(meta) = listing.next().await {
+            while let Some(meta) = self.answered("a listing", async { Ok(listing.next().await) }).await?.map_err(io)? {
                 let meta = meta.map_err(io)?;
                 let key = self.key(meta.location.as_ref());
                 if key.starts_with(prefix) {
@@ -293,7 +318,7 @@ impl weir::checkpoint::ObjectStore for S3Store {
     }
 
     fn delete(&self, key: &str) -> std::io::Result<()> {
-        match self.block_on(self.inner.delete(&self.path(key))) {
+        match self.block_on(self.answered("a delete", self.inner.delete(&self.path(key))))? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(io(e)),
         }
