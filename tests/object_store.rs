@@ -81,15 +81,19 @@ fn a_lost_process_resumes_from_the_store_in_a_fresh_folder_with_the_failure_free
         assert!(first.execute(RunConfig::default().workers(2)).is_err(), "the injected failure ends the first run");
         let in_store: Vec<String> = keys(&memory, "chk-").into_iter().filter(|k| k.ends_with("/_metadata")).collect();
         assert!(!in_store.is_empty(), "complete checkpoints went up to the store");
-        // The machine is lost: nothing local survives.
-        std::fs::remove_dir_all(&first_config.dir).unwrap();
+        // The working folder went with the process (the store has what the next one needs),
+        // as if the machine were lost.
+        assert!(!first_config.dir.exists(), "{} stayed", first_config.dir.display());
 
         let (second, second_config) = job(&store, out.path(), false, incremental, &[]);
         assert_ne!(second_config.dir, first_config.dir, "a fresh working folder");
         let mut handle = second.start(RunConfig::default().workers(2)).unwrap();
         let notes = handle.notes();
         handle.wait().unwrap();
+        drop(handle);
         assert!(notes.iter().any(|n| n.starts_with("restored from checkpoint")), "it resumed: {notes:?}");
+        // A job that finished leaves no working copy behind either (issue 45, item 9).
+        assert!(!second_config.dir.exists(), "{} stayed", second_config.dir.display());
         assert_eq!(committed(out.path()), expected, "exactly the failure-free output (incremental: {incremental})");
 
         // Retention reached the store: the retained checkpoints, the shared files they name,

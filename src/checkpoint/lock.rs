@@ -258,6 +258,12 @@ impl Drop for DirectoryLock {
         // Unlocked, not only closed: a child process being started may still hold a copy of
         // the open file (see the module doc). An error leaves it to the close that follows.
         let _ = self.file.unlock();
+        // A directory kept in an object store: the folder here was this process's working
+        // copy, and the store has everything the next process needs (a process killed leaves
+        // its copy, removed by the next one to start here: `CheckpointConfig::in_store`).
+        if self.mirror.is_some() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
