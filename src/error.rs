@@ -62,6 +62,15 @@ pub enum Error {
     /// cannot be withdrawn (a Kafka topic): resuming would write it twice. Refused, naming
     /// them; nothing was written. Not retryable.
     OutputCannotBeWithdrawn(String),
+    /// A checkpoint directory (or object-store prefix) another process holds now: its lock is
+    /// taken, or it claimed the prefix at the same moment. The message names the holder.
+    InUse(String),
+    /// A peer (the control endpoint, for the command) refused the connection or accepted it
+    /// and never answered; the message names it.
+    Unreachable(String),
+    /// What is there refused the request: a checkpoint directory whose job completed, or the
+    /// control endpoint's answer. The message says why.
+    Refused(String),
 }
 
 impl Error {
@@ -97,6 +106,9 @@ impl fmt::Display for Error {
             Error::Cancelled => write!(f, "the job was cancelled"),
             Error::Fenced(m) => write!(f, "lost ownership of the checkpoint directory: {m}"),
             Error::OutputCannotBeWithdrawn(m) => write!(f, "{m}"),
+            Error::InUse(m) => write!(f, "in use: {m}"),
+            Error::Unreachable(m) => write!(f, "unreachable: {m}"),
+            Error::Refused(m) => write!(f, "refused: {m}"),
             Error::IncompatibleState { job, operator, checkpoint, detail } => {
                 let from = checkpoint.map_or_else(|| "the savepoint".to_string(), |c| format!("checkpoint {c}"));
                 write!(

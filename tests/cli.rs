@@ -962,3 +962,35 @@ fn peers_that_never_answer_are_named() {
         assert!(text.contains(&says), "{what}: {text}");
     }
 }
+
+/// Errors have their kinds (issue 45, item 9): a refused connection, a lock held by another
+/// process and a refused recovery (the job already completed) all read "invalid configuration"
+/// before, as a bad flag does.
+#[test]
+fn errors_say_their_kind() {
+    use weir::checkpoint::{CheckpointConfig, CheckpointStorage, DirectoryLock};
+    let dir = tempfile::tempdir().unwrap();
+    let storage = CheckpointStorage::for_job(dir.path().join("held"), "f");
+    let _held = DirectoryLock::acquire(&storage, "a").unwrap();
+    match DirectoryLock::acquire(&storage, "b") {
+        Err(e @ weir::Error::InUse(_)) => assert!(e.to_string().starts_with("in use: checkpoint directory"), "{e}"),
+        other => panic!("a held lock: {other:?}"),
+    }
+    let job = || {
+        let job = weir::Job::new("done").with_checkpointing(CheckpointConfig::new(dir.path().join("chk")));
+        job.generator(weir::source::Generator::new(|i, _| i).count(10)).sink(|_| Ok(weir::sink::DiscardSink));
+        job
+    };
+    job().execute(weir::RunConfig::default()).unwrap();
+    match job().execute(weir::RunConfig::default()) {
+        Err(e @ weir::Error::Refused(_)) => assert!(e.to_string().contains("already completed"), "{e}"),
+        other => panic!("a rerun of a completed job: {other:?}"),
+    }
+    // Port 1: nothing listens there.
+    let o = weir(&["control", "127.0.0.1:1", "job"]);
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && text.contains("unreachable: cannot reach the control endpoint"), "{text}");
+    let o = weir(&["wordcount", "--parallelism", "0"]);
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !text.contains("unreachable") && !text.contains("in use"), "{text}");
+}

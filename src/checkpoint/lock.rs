@@ -83,7 +83,7 @@ impl DirectoryLock {
                     Ok(r) => format!("process {} (job '{}')", r.pid, r.job),
                     Err(_) => "another process".to_string(),
                 };
-                return Err(Error::config(format!(
+                return Err(Error::InUse(format!(
                     "checkpoint directory {} is in use by {holder}: one process at a time may own it (its lock is {}); \
                      wait for that process to end, stop it, or choose another directory",
                     dir.display(),

@@ -93,7 +93,7 @@ pub(crate) fn recover_directory(
     let shown = cfg.store.as_ref().map_or_else(|| cfg.dir.display().to_string(), |s| s.location());
     if let Some(finished) = read_finished(&cfg.dir)? {
         let marker = cfg.dir.join(FINISHED_MARKER);
-        return Err(Error::config(if finished.fingerprint == fingerprint {
+        return Err(Error::Refused(if finished.fingerprint == fingerprint {
             format!(
                 "the job that used checkpoint directory {} already completed ({} exists); remove the directory to run it again",
                 shown,

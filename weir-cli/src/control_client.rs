@@ -73,7 +73,7 @@ pub(crate) fn run_control(args: &ControlArgs) -> weir::Result<()> {
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
         .unwrap_or(body);
-    Err(Error::config(format!("the control endpoint at {} answered {status}: {message}", args.addr)))
+    Err(Error::Refused(format!("the control endpoint at {} answered {status}: {message}", args.addr)))
 }
 
 /// An answer as the command shows it: checkpoints as the checkpoint table (and the failures
@@ -107,7 +107,8 @@ fn absolute(dir: &std::path::Path) -> weir::Result<String> {
 /// Sends one request to the endpoint at `addr`; its status and body, within `timeout`.
 fn request(addr: &str, method: &str, target: &str, timeout: Duration) -> weir::Result<(u16, String)> {
     let host = addr.trim_start_matches("http://").trim_end_matches('/');
-    let unreachable = |e: std::io::Error| Error::config(format!("cannot reach the control endpoint at {addr}: {e}"));
+    let unreachable =
+        |e: std::io::Error| Error::Unreachable(format!("cannot reach the control endpoint at {addr}: {e}"));
     let sock = host
         .to_socket_addrs()
         .map_err(|e| Error::config(format!("control endpoint address '{addr}' is not HOST:PORT: {e}")))?
@@ -120,7 +121,7 @@ fn request(addr: &str, method: &str, target: &str, timeout: Duration) -> weir::R
         .map_err(unreachable)?;
     let mut answer = Vec::new();
     s.read_to_end(&mut answer).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::config(format!(
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Unreachable(format!(
             "the control endpoint at {addr} accepted the connection and did not answer {method} {target} within {} s \
              (is weir's control endpoint listening there?)",
             timeout.as_secs()

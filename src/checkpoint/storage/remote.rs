@@ -438,7 +438,7 @@ impl CheckpointMirror {
     pub fn claim(&self, generation: u64, owner: &str) -> Result<()> {
         let key = format!("{GENERATIONS}{generation:020}");
         if !self.store.create(&key, owner.as_bytes()).map_err(|e| self.failed("create", &key, e))? {
-            return Err(Error::config(format!(
+            return Err(Error::InUse(format!(
                 "another process took checkpoint prefix {} over at the same moment (it claimed generation \
                  {generation} first); one process at a time may own it",
                 self.location()
