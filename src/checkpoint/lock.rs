@@ -24,14 +24,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::storage::{encode_file, read_file, CheckpointMirror, CheckpointStorage, FileIdentity, FileKind};
+use super::storage::{
+    encode_file, read_file, CheckpointMirror, CheckpointStorage, FileIdentity, FileKind, INSTANCE_FILE,
+};
 use crate::error::{Error, Result};
 
 /// The lock file's name in a checkpoint directory.
 pub const LOCK_FILE: &str = "_lock";
-
-/// The file holding the identity of the job a checkpoint directory belongs to.
-pub const INSTANCE_FILE: &str = "_instance";
 
 /// What the lock file says.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -229,13 +228,12 @@ fn instance_of(dir: &Path, mirror: Option<&CheckpointMirror>) -> Result<String> 
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let instance =
         format!("{:016x}", std::collections::hash_map::RandomState::new().hash_one((nanos, std::process::id())));
-    let instance = match mirror {
-        // Created only if absent: the store's is the directory's.
-        Some(m) => m.keep_instance(&instance)?,
-        None => instance,
-    };
     std::fs::write(&path, &instance).map_err(|e| Error::io("cannot write the job identity", &path, e))?;
-    Ok(instance)
+    match mirror {
+        // Created only if absent: the store's is the directory's (brought down over this one).
+        Some(m) => m.keep_instance(dir),
+        None => Ok(instance),
+    }
 }
 
 /// Removes everything in `dir` but `keep`.

@@ -20,11 +20,12 @@ mod storage;
 pub(crate) mod task;
 
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_RETAINED};
-pub use lock::{DirectoryLock, INSTANCE_FILE, LOCK_FILE};
+pub use lock::{DirectoryLock, LOCK_FILE};
 pub use storage::{
     load_dir, read_finished, read_metadata, ChannelAlignment, CheckpointMetadata, CheckpointMirror, CheckpointStats,
     CheckpointStorage, FinishedJob, InMemoryObjectStore, Lineage, LoadedCheckpoint, ObjectStore, PartReuse,
-    RecoveryPoint, SharedFile, SinkOutput, TaskFile, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE, SHARED_DIR,
+    RecoveryPoint, SharedFile, SinkOutput, TaskFile, FINISHED_MARKER, FORMAT_VERSION, INSTANCE_FILE, METADATA_FILE,
+    SHARED_DIR,
 };
 
 // The file format and the task side of a snapshot's writing: reachable for weir's benches,

@@ -227,11 +227,8 @@ where
                 host = Some(h);
             }
         }
-        let checkpointing = job.graph.borrow().checkpointing.clone();
-        let storage = match &checkpointing {
-            Some(cfg) => CheckpointStorage::of_config(cfg, &job.fingerprint()),
-            None => CheckpointStorage::for_job(&dir, &job.fingerprint()),
-        };
+        let cfg = job.graph.borrow().checkpointing.clone().expect("a simulated job takes checkpoints");
+        let storage = CheckpointStorage::of_config(&cfg, &job.fingerprint());
         let lock = match DirectoryLock::acquire(&storage, &job.name()) {
             Ok((lock, _)) => Arc::new(lock),
             Err(e) => break Err(e.to_string()),

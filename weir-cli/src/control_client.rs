@@ -58,7 +58,10 @@ pub(crate) fn run_control(args: &ControlArgs) -> weir::Result<()> {
         ControlRequest::Metrics => ("GET", "/metrics".to_string()),
         ControlRequest::Job => ("GET", "/job".to_string()),
     };
-    let long = method == "POST" && !target.starts_with("/config");
+    let long = matches!(
+        args.request,
+        ControlRequest::Checkpoint { .. } | ControlRequest::Savepoint { .. } | ControlRequest::Stop { .. }
+    );
     if long {
         // The endpoint answers at all (quickly) before this waits for a long answer.
         request(&args.addr, "GET", "/job", QUICK_ANSWER_TIMEOUT)?;

@@ -395,12 +395,9 @@ impl<T: Send + 'static> KafkaSubtask<T> {
     /// transaction that began before it); buffers what it decodes and may hand on, holds the
     /// rest.
     fn fetch(&mut self) -> Result<()> {
-        let from: Vec<(i32, i64)> = self
-            .cursors
-            .iter()
-            .filter(|c| !c.done() || self.held.get(&c.partition).is_some_and(|h| h.first().is_some()))
-            .map(|c| (c.partition, c.fetched))
-            .collect();
+        // A cursor with held records is not done: its replay position is the first of them.
+        let from: Vec<(i32, i64)> =
+            self.cursors.iter().filter(|c| !c.done()).map(|c| (c.partition, c.fetched)).collect();
         if from.is_empty() {
             return Ok(());
         }

@@ -206,15 +206,9 @@ impl S3Store {
             s.spawn(|| self.runtime.block_on(f)).join().unwrap_or_else(|p| std::panic::resume_unwind(p))
         })
     }
-}
 
-impl S3Store {
-    /// `f`, or a timeout naming the endpoint once [`ANSWER_TIMEOUT`] has passed.
-    async fn answered<T>(
-        &self,
-        what: &str,
-        f: impl std::future::Future<Output = object_store::Result<T>>,
-    ) -> std::io::Result<object_store::Result<T>> {
+    /// `f`'s answer, or a timeout naming the endpoint once [`ANSWER_TIMEOUT`] has passed.
+    async fn answered<T>(&self, what: &str, f: impl std::future::Future<Output = T>) -> std::io::Result<T> {
         tokio::time::timeout(ANSWER_TIMEOUT, f).await.map_err(|_| {
             std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -305,7 +299,7 @@ impl weir::checkpoint::ObjectStore for S3Store {
         self.block_on(async {
             let mut keys = Vec::new();
             let mut listing = self.inner.list(base.as_ref());
-            while let Some(meta) = self.answered("a listing", async { Ok(listing.next().await) }).await?.map_err(io)? {
+            while let Some(meta) = self.answered("a listing", listing.next()).await? {
                 let meta = meta.map_err(io)?;
                 let key = self.key(meta.location.as_ref());
                 if key.starts_with(prefix) {

@@ -37,7 +37,7 @@ mod tests;
 pub use finished::{read_finished, write_finished, FinishedJob, FINISHED_MARKER};
 pub use format::*;
 pub use metadata::*;
-pub use remote::{CheckpointMirror, InMemoryObjectStore, Lineage, ObjectStore};
+pub use remote::{CheckpointMirror, InMemoryObjectStore, Lineage, ObjectStore, INSTANCE_FILE};
 pub use task_file::*;
 
 use std::collections::HashSet;

@@ -5,9 +5,10 @@
 //!
 //! Under the store's prefix the layout is the directory's own, each file of a checkpoint in a
 //! folder of the generation that wrote it: `chk-<n>/g<g>/<task files>`, `chk-<n>/g<g>/_metadata`,
-//! `shared/g<g>/<pages>`, then `_finished`, `_generations/<g>` (the newest claim) and
-//! `_bases/<g>` (what each claim found). Keys without a generation folder are the round-3
-//! layout's, read as generation 0.
+//! `shared/g<g>/<pages>`, then `_finished`, `_instance` (the job's identity),
+//! `_generations/<g>` (the newest claim) and `_bases/<g>-<n>` (each claim's, and the newest
+//! checkpoint it found). Keys without a generation folder are the round-3 layout's, read as
+//! generation 0.
 //!
 //! A checkpoint exists in the store once its `_metadata` does, created with a conditional put
 //! that fails when the key exists. Every other file goes up before it.
@@ -19,7 +20,7 @@
 //! that claim is a checkpoint the newer one restores. What an older one publishes after the
 //! claim (it passed its check, then paused: a GC or VM pause, a slow link) must count for
 //! nothing, and S3 cannot refuse that put on the claim's behalf; so right after listing, the
-//! newer process records in `_bases/<g>` the newest checkpoint it found, before it restores
+//! newer process records in `_bases/<g>-<n>` the newest checkpoint it found, before it restores
 //! anything. A checkpoint written by generation *h* counts only while the first recorded base
 //! above *h* is at least its id ([`Lineage`]): later ones by *h* were published after it was
 //! fenced. Generations' keys never collide, so such a late publish overwrites nothing of its
@@ -114,9 +115,11 @@ impl ObjectStore for InMemoryObjectStore {
     }
 }
 
+/// The file holding the identity of the job a checkpoint directory belongs to (in the
+/// directory, and under the same key in its store).
+pub const INSTANCE_FILE: &str = "_instance";
+
 const GENERATIONS: &str = "_generations/";
-/// The job identity's key (`checkpoint::lock`'s file of that name).
-const INSTANCE_KEY: &str = "_instance";
 const BASES: &str = "_bases/";
 
 /// The key of local file `local` (relative to the directory) written by generation
@@ -224,19 +227,18 @@ impl CheckpointMirror {
     /// marker; and the keys of checkpoint files that do not count.
     fn sort_keys(&self, keys: &[String], lineage: &Lineage) -> (BTreeMap<String, (u64, String)>, Vec<String>) {
         let shared = format!("{SHARED_DIR}/");
-        let complete: BTreeSet<(u64, u64)> = keys
+        let locals: Vec<(String, u64)> = keys.iter().map(|k| local_key(k)).collect();
+        let complete: BTreeSet<(u64, u64)> = locals
             .iter()
-            .map(|k| local_key(k))
             .filter(|(local, _)| local.ends_with(METADATA_FILE))
-            .filter_map(|(local, g)| checkpoint_of(&local).map(|id| (id, g)))
+            .filter_map(|(local, g)| checkpoint_of(local).map(|id| (id, *g)))
             .collect();
         let mut wanted: BTreeMap<String, (u64, String)> = BTreeMap::new();
         let mut stray = Vec::new();
-        for key in keys {
-            let (local, g) = local_key(key);
+        for (key, (local, g)) in keys.iter().zip(locals) {
             let written_for = checkpoint_of(&local).or_else(|| parse_shared_name(&local).map(|(id, _)| id));
             let counts = match written_for {
-                None => local == FINISHED_MARKER || local == INSTANCE_KEY,
+                None => local == FINISHED_MARKER || local == INSTANCE_FILE,
                 Some(id) if !lineage.counts(g, id) => {
                     stray.push(key.clone());
                     false
@@ -301,9 +303,9 @@ impl CheckpointMirror {
                 })
                 .map(|s| s.file.clone()),
         );
-        let keys: Vec<String> = files.iter().map(|f| stored_key(f, generation)).collect();
+        let uploads: Vec<(String, String)> = files.into_iter().map(|f| (stored_key(&f, generation), f)).collect();
         let result = (|| {
-            self.upload_all(dir, &files, generation)?;
+            self.upload_all(dir, &uploads)?;
             let local = format!("{folder}/{METADATA_FILE}");
             let key = stored_key(&local, generation);
             let path = dir.join(&local);
@@ -318,7 +320,7 @@ impl CheckpointMirror {
             Ok(())
         })();
         if result.is_err() {
-            for key in keys {
+            for (key, _) in uploads {
                 let _ = self.store.delete(&key);
             }
         }
@@ -357,37 +359,35 @@ impl CheckpointMirror {
         Ok(keys.len())
     }
 
-    /// Uploads `files` (each `dir/<file>`) as generation `generation`'s, up to
+    /// Uploads each `(key, file)` of `uploads` (the file `dir/<file>` as object `key`), up to
     /// [`PARALLEL_UPLOADS`] at once: the files are independent, and one request at a time
     /// leaves the store's bandwidth idle.
-    fn upload_all(&self, dir: &Path, files: &[String], generation: u64) -> Result<()> {
+    fn upload_all(&self, dir: &Path, uploads: &[(String, String)]) -> Result<()> {
         let next = std::sync::atomic::AtomicUsize::new(0);
         let upload = || -> Result<()> {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(file) = files.get(i) else { return Ok(()) };
-                let key = stored_key(file, generation);
-                self.store.upload(&key, &dir.join(file)).map_err(|e| self.failed("upload", &key, e))?;
+                let Some((key, file)) = uploads.get(i) else { return Ok(()) };
+                self.store.upload(key, &dir.join(file)).map_err(|e| self.failed("upload", key, e))?;
             }
         };
         std::thread::scope(|s| {
-            let workers: Vec<_> = (0..PARALLEL_UPLOADS.min(files.len())).map(|_| s.spawn(upload)).collect();
+            let workers: Vec<_> = (0..PARALLEL_UPLOADS.min(uploads.len())).map(|_| s.spawn(upload)).collect();
             workers.into_iter().try_for_each(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
         })
     }
 
-    /// Keeps job identity `instance` in the store unless it holds one: returns the store's.
-    pub fn keep_instance(&self, instance: &str) -> Result<String> {
-        if self.store.create(INSTANCE_KEY, instance.as_bytes()).map_err(|e| self.failed("create", INSTANCE_KEY, e))? {
-            return Ok(instance.to_string());
+    /// Keeps the job identity written in `dir` in the store unless the store holds one, which
+    /// then replaces it in `dir`: returns the identity both hold.
+    pub fn keep_instance(&self, dir: &Path) -> Result<String> {
+        let path = dir.join(INSTANCE_FILE);
+        let mine = std::fs::read(&path).map_err(|e| Error::io("cannot read the job identity", &path, e))?;
+        let created = self.store.create(INSTANCE_FILE, &mine).map_err(|e| self.failed("create", INSTANCE_FILE, e))?;
+        if !created {
+            self.store.download(INSTANCE_FILE, &path).map_err(|e| self.failed("download", INSTANCE_FILE, e))?;
         }
-        let folder = tempfile_path();
-        let found = self.store.download(INSTANCE_KEY, &folder).map_err(|e| self.failed("download", INSTANCE_KEY, e));
-        let text = found.and_then(|_| {
-            std::fs::read_to_string(&folder).map_err(|e| Error::io("cannot read the job identity", &folder, e))
-        });
-        let _ = std::fs::remove_file(&folder);
-        Ok(text?.trim().to_string())
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io("cannot read the job identity", &path, e))?;
+        Ok(text.trim().to_string())
     }
 
     /// Leaves the completion marker written in `dir` in the store too.
@@ -487,13 +487,6 @@ impl CheckpointMirror {
             _ => Ok(()),
         }
     }
-}
-
-/// A file of this process's in the temporary directory, for an object read once.
-fn tempfile_path() -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    std::env::temp_dir().join(format!("weir-object-{}-{n}", std::process::id()))
 }
 
 /// The checkpoint a key of the store belongs to (`chk-<n>/...`).
