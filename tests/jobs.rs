@@ -163,4 +163,49 @@ mod bench {
             }
         }
     }
+
+    /// The checkpoint lab at a short interval went AAUUUAUAUUUUU…: it picked the mode once per
+    /// supervise tick by the completed count, so two checkpoints in one tick (or one triggered
+    /// before the tick saw the last complete) repeated a mode. The coordinator now takes the
+    /// next mode as it triggers each checkpoint: consecutive checkpoints alternate.
+    #[test]
+    fn the_checkpoint_lab_takes_turns_checkpoint_by_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = BenchConfig {
+            workload: Workload::Backpressure,
+            checkpoint: CheckpointChoice::Aligned,
+            // Far shorter than the runner's supervise tick (100 ms).
+            interval: Duration::from_millis(5),
+            checkpoint_dir: dir.path().to_path_buf(),
+            parallelism: 2,
+            rate: None,
+            keys: 100,
+            sink_cost_ns: 1_000,
+            alignment_timeout: Duration::from_millis(2),
+            max_concurrent: 1,
+            inflight_budget: 64 << 10,
+        };
+        let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
+        let lab = weir_jobs::lab::CheckpointLab::new(
+            vec![CheckpointChoice::Aligned, CheckpointChoice::Unaligned],
+            config.alignment_timeout,
+            config.inflight_budget,
+        );
+        lab.start(&handle).unwrap();
+        crate::common::wait_until("twelve checkpoints", || handle.checkpoints_completed() >= 12);
+        handle.stop();
+        let report = handle.join().unwrap();
+        let stats: Vec<_> = report.checkpoints.iter().filter(|s| s.alignment != "savepoint").collect();
+        // Consecutive ids (a failed one between two would leave a gap), each the other mode.
+        let pairs: Vec<_> = stats.windows(2).filter(|w| w[1].id == w[0].id + 1).collect();
+        assert!(pairs.len() >= 6, "{} consecutive pairs in {stats:?}", pairs.len());
+        for w in pairs {
+            assert_ne!(w[0].alignment, w[1].alignment, "checkpoints {} and {} went one way", w[0].id, w[1].id);
+        }
+        // The first ones before the turns began went the job's own (aligned) way; after that
+        // both modes are there.
+        for mode in ["aligned", "unaligned"] {
+            assert!(stats.iter().filter(|s| s.alignment == mode).count() >= 3, "{mode}: {stats:?}");
+        }
+    }
 }

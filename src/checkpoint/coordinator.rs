@@ -136,8 +136,8 @@ pub(crate) struct CoordinatorSetup {
     pub(crate) lock: Arc<DirectoryLock>,
     pub(crate) crash: Option<Arc<dyn CrashSchedule>>,
     /// A configuration changed on the running job, taken at the next tick: it applies to the
-    /// checkpoints triggered from then on.
-    pub(crate) update: Arc<Mutex<Option<CheckpointConfig>>>,
+    /// checkpoints triggered from then on. Several take turns, one checkpoint each.
+    pub(crate) update: Arc<Mutex<Option<Vec<CheckpointConfig>>>>,
     /// The settings the tasks read at each checkpoint, stored when a new configuration is taken.
     pub(crate) live: Option<Arc<super::task::LiveSettings>>,
 }
@@ -214,6 +214,9 @@ pub(crate) struct CoordinatorCore {
     /// Shared files written for checkpoints that never completed, which a completed one that
     /// resumed them refers to (retention deletes them with the last checkpoint naming them).
     adopted: HashSet<String>,
+    /// Configurations taking turns ([`crate::runtime::JobController::checkpoints_in_turn`])
+    /// and how many turns were taken: none when one configuration holds.
+    turns: (Vec<CheckpointConfig>, usize),
     out: Vec<Command>,
 }
 
@@ -238,6 +241,7 @@ impl CoordinatorCore {
             savepoints: VecDeque::new(),
             unanswered: None,
             requested: Vec::new(),
+            turns: (Vec::new(), 0),
             full_requested: false,
             requested_unanswered: HashMap::new(),
             deleted_shared: HashSet::new(),
@@ -408,6 +412,14 @@ impl CoordinatorCore {
         }
     }
 
+    /// From now on `config` holds, and the tasks read its settings at their next checkpoint.
+    fn take_config(&mut self, config: CheckpointConfig) {
+        if let Some(live) = &self.s.live {
+            live.apply(&config);
+        }
+        self.s.config = config;
+    }
+
     /// Time passed: expires checkpoints, and triggers the next one when it is due.
     pub(crate) fn on_tick(&mut self, now_ns: u64) -> Vec<Command> {
         if self.halted {
@@ -418,11 +430,10 @@ impl CoordinatorCore {
     }
 
     fn tick(&mut self, now: u64) {
-        if let Some(new) = self.s.update.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            if let Some(live) = &self.s.live {
-                live.apply(&new);
-            }
-            self.s.config = new;
+        let update = self.s.update.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(new) = update {
+            self.take_config(new[0].clone());
+            self.turns = (if new.len() > 1 { new } else { Vec::new() }, 0);
         }
         let timeout = ns(self.s.config.timeout);
         // Writers of an aborted checkpoint end within its timeout (or fail it).
@@ -521,6 +532,13 @@ impl CoordinatorCore {
         self.next_id += 1;
         self.s.next_id.store(self.next_id, Ordering::SeqCst);
         self.last_trigger_ns = now;
+        // Configurations taking turns: each checkpoint its own (a savepoint goes its own way).
+        if savepoint.is_none() && !self.turns.0.is_empty() {
+            let (turns, next) = &mut self.turns;
+            let config = turns[*next % turns.len()].clone();
+            *next += 1;
+            self.take_config(config);
+        }
         // A process that lost the directory (stopped, then continued after its successor took
         // over) must not make a folder there: the id may be one the successor used.
         if self.still_owner().is_err() {

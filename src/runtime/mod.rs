@@ -138,9 +138,9 @@ pub(crate) struct AttemptShared {
     pub(crate) checkpoint_failures: Arc<Mutex<Vec<String>>>,
     /// The checkpoint directory's lock, held for the job's life.
     pub(crate) lock: Option<Arc<DirectoryLock>>,
-    /// A checkpoint configuration changed on the running job, for the coordinator running
-    /// now (later attempts read the job's own, changed too).
-    pub(crate) checkpoint_update: Arc<Mutex<Option<CheckpointConfig>>>,
+    /// A checkpoint configuration changed on the running job (or several taking turns), for
+    /// the coordinator running now (later attempts read the job's own, changed too).
+    pub(crate) checkpoint_update: Arc<Mutex<Option<Vec<CheckpointConfig>>>>,
 }
 
 /// One attempt of a job: its workers and, with checkpointing, its coordinator. A failover
@@ -361,7 +361,36 @@ impl JobController {
         let new = change(current.clone());
         current.check_live_change(&new)?;
         graph.checkpointing = Some(new.clone());
-        *self.run.shared.checkpoint_update.lock().unwrap_or_else(|e| e.into_inner()) = Some(new);
+        *self.run.shared.checkpoint_update.lock().unwrap_or_else(|e| e.into_inner()) = Some(vec![new]);
+        Ok(())
+    }
+
+    /// Checkpoint configurations taking turns, one checkpoint each: the coordinator takes the
+    /// next one as it triggers each checkpoint (savepoints excepted), so consecutive checkpoints
+    /// run under consecutive configurations however fast they come. The checkpoint lab uses it
+    /// to compare ways of taking barriers under the load of the same moments. Each is a change
+    /// [`JobController::update_checkpoints`] accepts; the next change ends the turns, and so
+    /// does a restart (its attempt takes the first).
+    ///
+    /// ```no_run
+    /// # fn f(handle: &weir::JobHandle) -> weir::Result<()> {
+    /// handle.checkpoints_in_turn(|c| vec![c.clone().unaligned(false), c.unaligned(true)])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn checkpoints_in_turn(&self, turns: impl FnOnce(CheckpointConfig) -> Vec<CheckpointConfig>) -> Result<()> {
+        let mut graph = self.run.job.graph.borrow_mut();
+        let Some(current) = graph.checkpointing.clone() else {
+            return Err(Error::config("the job takes no checkpoints: there is no checkpoint configuration to change"));
+        };
+        let turns = turns(current.clone());
+        let Some(first) = turns.first() else {
+            return Err(Error::config("checkpoints in turn: no configuration given"));
+        };
+        for t in &turns {
+            current.check_live_change(t)?;
+        }
+        graph.checkpointing = Some(first.clone());
+        *self.run.shared.checkpoint_update.lock().unwrap_or_else(|e| e.into_inner()) = Some(turns);
         Ok(())
     }
 
@@ -617,6 +646,12 @@ impl JobHandle {
     /// ([`JobController::update_checkpoints`]).
     pub fn update_checkpoints(&self, change: impl FnOnce(CheckpointConfig) -> CheckpointConfig) -> Result<()> {
         self.controller().update_checkpoints(change)
+    }
+
+    /// Checkpoint configurations taking turns, one checkpoint each
+    /// ([`JobController::checkpoints_in_turn`]).
+    pub fn checkpoints_in_turn(&self, turns: impl FnOnce(CheckpointConfig) -> Vec<CheckpointConfig>) -> Result<()> {
+        self.controller().checkpoints_in_turn(turns)
     }
 
     /// The newest checkpoint every task applied ([`JobController::applied_checkpoint`]).

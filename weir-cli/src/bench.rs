@@ -52,7 +52,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     let binding = args.runtime.bind_control()?;
     let job = crate::checkpoint_flags::with_flags(bench.job()?, &flags, first, config.ring_capacity)?;
     // The checkpoint lab: the modes take turns through the live configuration.
-    let mut lab = plan.as_ref().filter(|p| p.modes.len() > 1).map(|p| {
+    let lab = plan.as_ref().filter(|p| p.modes.len() > 1).map(|p| {
         let budget = flags
             .inflight_budget_bytes
             .unwrap_or_else(|| weir_jobs::bench::default_inflight_budget(&job, config.ring_capacity));
@@ -61,13 +61,10 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     let (handle, control) = start_with_control(job, config, binding)?;
     let limit = Some(Duration::from_secs_f64(args.duration_s));
     let progress = !args.runtime.no_progress;
-    let report = supervise_with(handle, limit, progress, None, control.as_ref(), &mut |h| {
-        if let Some(lab) = lab.as_mut() {
-            lab.tick(h)?;
-        }
-        Ok(false)
-    })
-    .map(|s| match s {
+    if let Some(lab) = &lab {
+        lab.start(&handle)?;
+    }
+    let report = supervise_with(handle, limit, progress, None, control.as_ref(), &mut |_| Ok(false)).map(|s| match s {
         Supervised::Finished(report) => Some(*report),
         Supervised::Savepoint | Supervised::HandedOver => None,
     });

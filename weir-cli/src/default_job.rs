@@ -96,17 +96,15 @@ fn run_lab(args: &DefaultArgs, parallelism: usize, seconds: f64, config: weir::R
     );
     let job = bench.job()?;
     let budget = weir_jobs::bench::default_inflight_budget(&job, config.ring_capacity);
-    let mut lab = CheckpointLab::new(
+    let lab = CheckpointLab::new(
         vec![CheckpointChoice::Aligned, CheckpointChoice::Unaligned],
         bench.alignment_timeout,
         budget,
     );
     let handle = announce_restores(job).start(config)?;
+    lab.start(&handle)?;
     let limit = Some(Duration::from_secs_f64(seconds));
-    let ended = supervise_with(handle, limit, !args.runtime.no_progress, None, None, &mut |h| {
-        lab.tick(h)?;
-        Ok(false)
-    });
+    let ended = supervise_with(handle, limit, !args.runtime.no_progress, None, None, &mut |_| Ok(false));
     let _ = std::fs::remove_dir_all(&dir);
     if let Supervised::Finished(report) = ended? {
         print!("{}", crate::tables::lab(&CheckpointLab::summary(&report.checkpoints)));

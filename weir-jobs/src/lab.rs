@@ -8,13 +8,13 @@
 //! use weir_jobs::bench::CheckpointChoice;
 //! use weir_jobs::lab::CheckpointLab;
 //! # fn f(handle: &weir::JobHandle) -> weir::Result<()> {
-//! let mut lab = CheckpointLab::new(
+//! let lab = CheckpointLab::new(
 //!     vec![CheckpointChoice::Aligned, CheckpointChoice::Unaligned],
 //!     std::time::Duration::from_millis(10),
 //!     1 << 19,
 //! );
-//! // As the job (started with lab.first()'s configuration) runs:
-//! lab.tick(handle)?;
+//! // Once the job (started with lab.first()'s configuration) runs:
+//! lab.start(handle)?;
 //! // When it has ended: per mode its medians, per pair of modes the ratios.
 //! let summary = CheckpointLab::summary(&handle.checkpoint_stats());
 //! for r in &summary.ratios {
@@ -39,8 +39,6 @@ pub struct CheckpointLab {
     modes: Vec<CheckpointChoice>,
     alignment_timeout: Duration,
     inflight_budget: u64,
-    /// Checkpoints completed when the mode was last switched.
-    switched_at: usize,
 }
 
 impl CheckpointLab {
@@ -49,7 +47,7 @@ impl CheckpointLab {
     /// adaptive.
     pub fn new(modes: Vec<CheckpointChoice>, alignment_timeout: Duration, inflight_budget: u64) -> CheckpointLab {
         assert!(!modes.is_empty(), "a lab needs a mode");
-        CheckpointLab { modes, alignment_timeout, inflight_budget, switched_at: 0 }
+        CheckpointLab { modes, alignment_timeout, inflight_budget }
     }
 
     /// The mode the job starts with.
@@ -62,16 +60,12 @@ impl CheckpointLab {
         mode.with_barriers(c, self.alignment_timeout, self.inflight_budget)
     }
 
-    /// Called as the job runs: once a checkpoint completed since the last switch, the next
-    /// checkpoints go the next mode's way.
-    pub fn tick(&mut self, handle: &JobHandle) -> weir::Result<()> {
-        let completed = handle.checkpoints_completed() as usize;
-        if completed > self.switched_at {
-            self.switched_at = completed;
-            let next = self.modes[completed % self.modes.len()];
-            handle.update_checkpoints(|c| self.switched(c, next))?;
-        }
-        Ok(())
+    /// Hands the modes to the running job's coordinator, which takes the next one as it
+    /// triggers each checkpoint: consecutive checkpoints go consecutive modes' ways however
+    /// fast they come (picking by the completed count once per supervise tick repeated a mode
+    /// whenever two checkpoints fell in one tick).
+    pub fn start(&self, handle: &JobHandle) -> weir::Result<()> {
+        handle.checkpoints_in_turn(|c| self.modes.iter().map(|m| self.switched(c.clone(), *m)).collect())
     }
 
     /// Per mode (as each checkpoint records how its barriers went), the checkpoints and the
