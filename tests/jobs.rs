@@ -91,6 +91,23 @@ mod wordcount {
         assert_eq!(String::from_utf8(out).unwrap(), expected);
     }
 
+    /// Word count's `source_records` counted the blocks its text source hands over (113
+    /// beside 100,000 lines): it counts the lines they hold, a last one without its newline
+    /// included.
+    #[test]
+    fn source_records_are_the_input_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.txt");
+        let mut text: String = (0..100_000).map(|i| format!("line {i} of words\n")).collect();
+        text.push_str("and a last one without its newline");
+        std::fs::write(&input, text).unwrap();
+        let source = weir::source::TextSource::open(&input).unwrap();
+        let job = wordcount(source, dir.path().join("out"), 2, false);
+        let report = job.start(weir::RunConfig::default().workers(2)).unwrap().join().unwrap();
+        assert_eq!(report.source_records, 100_001);
+        assert_eq!(report.sink_records, 400_007, "four words a line, seven in the last");
+    }
+
     #[test]
     fn keys_stay_in_range_and_all_are_used() {
         let mut seen = vec![false; 1000];

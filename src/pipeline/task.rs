@@ -449,7 +449,7 @@ impl<T: Send> Task for SourceTask<T> {
             guard(&self.ctx, || source.poll(ctx, buf, max))?
         };
         if !self.buf.is_empty() {
-            self.emitted.add(self.buf.len() as u64);
+            self.emitted.add(self.source.records_in(&self.buf));
             self.out.batch(&mut self.buf)?;
         }
         if status != SourcePoll::Finished {

@@ -58,6 +58,14 @@ pub trait Source<T>: Send {
         self.offset().is_some()
     }
 
+    /// How many of the input's records `emitted` (what one poll appended) holds, for the job's
+    /// `source_records` (the metrics' records from sources): one per element by default. A
+    /// source that hands over blocks of several (the word count's text, lines in blocks) counts
+    /// what they hold, so the figure reads as the input's own.
+    fn records_in(&self, emitted: &[T]) -> u64 {
+        emitted.len() as u64
+    }
+
     /// Checkpoint `id` completed, which recorded `offset` (what [`Source::offset`] returned at
     /// its barrier): nothing before `offset` will be replayed again, so a source that buffers
     /// events for replay may drop them.
