@@ -511,7 +511,9 @@ impl Source<Vec<u8>> for TextBlocks {
 /// splitting every block goes through next.
 fn lines_in(block: &[u8]) -> u64 {
     let mut chunks = block.chunks_exact(64);
-    let mut n: u64 = chunks.by_ref().map(|c| c.iter().map(|&b| u64::from(b == b'\n')).sum::<u64>()).sum();
+    // A chunk's count fits a byte: summed as bytes, the compare and add stay 16 or 32 lanes wide.
+    let mut n: u64 =
+        chunks.by_ref().map(|c| u64::from(c.iter().fold(0u8, |n, &b| n.wrapping_add(u8::from(b == b'\n'))))).sum();
     n += chunks.remainder().iter().filter(|&&b| b == b'\n').count() as u64;
     n + u64::from(block.last().is_some_and(|&b| b != b'\n'))
 }
