@@ -157,6 +157,12 @@ impl HostSignal {
 
     /// Registers the waker of an async task to wake on the next notification. The caller
     /// checks its condition again afterwards (a notification may have come just before).
+    /// Threads waiting in [`HostSignal::wait_until`] now.
+    #[cfg(test)]
+    pub(crate) fn waiters(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst) as usize
+    }
+
     pub(crate) fn register(&self, waker: &std::task::Waker) {
         let mut slot = lock(&self.waker);
         match slot.as_ref() {

@@ -11,7 +11,7 @@
 //! [`EventSender::resume_from`] (a host with its own log gets exactly-once across crashes too).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -92,6 +92,11 @@ struct PushShared<T> {
     /// re-reads the parker only when the counter moved).
     worker: Mutex<Option<Arc<Parker>>>,
     worker_epoch: AtomicU64,
+    /// The sender was closed or dropped: once the ring is empty the stream has ended, with
+    /// or without the end marker (which a full ring had no room for). Set after the last push,
+    /// then the worker is woken: a source that reads it set and then an empty ring has every
+    /// event.
+    sender_gone: AtomicBool,
 }
 
 /// The host's end of a push source: send events into a running (or not yet started) job.
@@ -176,15 +181,36 @@ impl<T> EventSender<T> {
     /// The number the job gives the first event this sender sends: 0 on a fresh start; after
     /// a restart from a checkpoint, the first event that checkpoint does not cover. A host that
     /// logs its events resends its log from here. Waits up to `timeout` for the job's source to
-    /// start (it knows the number only once it restored).
+    /// start (it knows the number only once it restored); an async host awaits
+    /// [`EventSender::resume_point`] instead.
     pub fn resume_from(&self, timeout: Duration) -> std::result::Result<u64, SendError<()>> {
         let shared = &self.shared;
-        let found = shared.signal.wait_until(Instant::now() + timeout, || *lock(&shared.resume));
-        match (found, shared.signal.outcome()) {
-            (Some(seq), _) => Ok(seq),
-            (None, Some(error)) => Err(SendError::Ended { event: (), error: error.clone() }),
-            (None, None) => Err(SendError::Timeout(())),
+        shared
+            .signal
+            .wait_until(Instant::now() + timeout, || self.resume_or_end())
+            .unwrap_or(Err(SendError::Timeout(())))
+    }
+
+    /// [`EventSender::resume_from`] without blocking a thread: a future ready with the resume
+    /// point once the job's source started (or with the job's end). No timeout of its own: wrap
+    /// it in the runtime's (`tokio::time::timeout`).
+    ///
+    /// ```no_run
+    /// # async fn host(tx: weir::source::EventSender<String>, log: Vec<String>) {
+    /// let from = tx.resume_point().await.unwrap();
+    /// // Resend the host's own log from `from` on.
+    /// # }
+    /// ```
+    pub fn resume_point(&self) -> ResumePoint<'_, T> {
+        ResumePoint { sender: self }
+    }
+
+    /// The resume point, or the job's end; `None` while neither is known.
+    fn resume_or_end(&self) -> Option<std::result::Result<u64, SendError<()>>> {
+        if let Some(seq) = *lock(&self.shared.resume) {
+            return Some(Ok(seq));
         }
+        self.shared.signal.outcome().map(|error| Err(SendError::Ended { event: (), error: error.clone() }))
     }
 
     /// The number of the next event this sender sends, once the job told its resume point.
@@ -192,14 +218,16 @@ impl<T> EventSender<T> {
         lock(&self.shared.resume).map(|r| r + self.sent)
     }
 
-    /// Ends the stream: the job finishes once it has processed everything sent.
+    /// Ends the stream: the job finishes once it has processed everything sent. Never blocks
+    /// (so it is as safe in async code as [`EventSender::close_async`]): the end marker goes
+    /// into the ring if there is room, and the source ends the stream at an empty ring after a
+    /// closed sender either way. Dropping the sender does the same.
     pub fn close(mut self) {
-        self.end_stream(Duration::from_secs(u64::MAX / 4));
+        self.end_stream();
     }
 
-    /// Ends the stream without blocking a thread: a future, ready once the end marker is in
-    /// the ring (or the job has ended). For async hosts, where [`EventSender::close`] (which
-    /// waits for room) would block the thread the host's receiving task runs on too.
+    /// Ends the stream as [`EventSender::close`] does, as a future (ready at once; kept for
+    /// hosts written when closing waited for room).
     pub fn close_async(self) -> Closing<T> {
         Closing { sender: self }
     }
@@ -211,21 +239,16 @@ impl<T> EventSender<T> {
         self.closed = true;
     }
 
-    /// Pushes the end marker, waiting up to `timeout` for a free slot (the job gone, nobody
-    /// needs it).
-    fn end_stream(&mut self, timeout: Duration) {
+    /// Ends the stream without waiting: the end marker if the ring has room (the source then
+    /// records where the stream ended), and in any case the mark that the sender is gone, then
+    /// a wake-up for the worker.
+    fn end_stream(&mut self) {
         if self.closed {
             return;
         }
         self.closed = true;
-        let deadline = Instant::now() + timeout;
-        let signal = self.shared.signal.clone();
-        while self.producer.push(Entry::End).is_err() {
-            let producer = &self.producer;
-            if signal.wait_until(deadline, || (!producer.is_full()).then_some(())).is_none() {
-                return;
-            }
-        }
+        let _ = self.producer.push(Entry::End);
+        self.shared.sender_gone.store(true, Ordering::Release);
         self.notify();
     }
 
@@ -294,32 +317,39 @@ impl<T> Unpin for Closing<T> {}
 impl<T> std::future::Future for Closing<T> {
     type Output = ();
 
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        let sender = &mut self.get_mut().sender;
-        for attempt in 0..2 {
-            if sender.closed || sender.shared.signal.outcome().is_some() {
-                sender.closed = true;
-                return std::task::Poll::Ready(());
-            }
-            if sender.producer.push(Entry::End).is_ok() {
-                sender.closed = true;
-                sender.notify();
-                return std::task::Poll::Ready(());
-            }
-            if attempt == 0 {
-                // Room may come between the try and the registration: try once more after it.
-                sender.shared.signal.register(cx.waker());
-            }
+    fn poll(self: std::pin::Pin<&mut Self>, _cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.get_mut().sender.end_stream();
+        std::task::Poll::Ready(())
+    }
+}
+
+/// The future of [`EventSender::resume_point`].
+#[must_use = "a future does nothing unless awaited (or polled)"]
+pub struct ResumePoint<'a, T> {
+    sender: &'a EventSender<T>,
+}
+
+impl<T> std::future::Future for ResumePoint<'_, T> {
+    type Output = std::result::Result<u64, SendError<()>>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        if let Some(r) = self.sender.resume_or_end() {
+            return std::task::Poll::Ready(r);
         }
-        std::task::Poll::Pending
+        self.sender.shared.signal.register(cx.waker());
+        // The source may have started between the look and the registration.
+        match self.sender.resume_or_end() {
+            Some(r) => std::task::Poll::Ready(r),
+            None => std::task::Poll::Pending,
+        }
     }
 }
 
 impl<T> Drop for EventSender<T> {
     fn drop(&mut self) {
-        // Dropping the sender ends the stream, as dropping a channel sender does (waiting a
-        // while for room: a job that stopped reading needs no end marker).
-        self.end_stream(Duration::from_secs(10));
+        // Dropping the sender ends the stream, as dropping a channel sender does; without
+        // waiting for room (a drop in async code must not block the thread).
+        self.end_stream();
     }
 }
 
@@ -347,6 +377,7 @@ pub(crate) fn push_channel<T>(capacity: usize) -> (EventSender<T>, PushSourceFac
         signal: Arc::new(HostSignal::default()),
         worker: Mutex::new(None),
         worker_epoch: AtomicU64::new(0),
+        sender_gone: AtomicBool::new(false),
     });
     let sender =
         EventSender { producer, shared: shared.clone(), worker: None, worker_epoch: 0, sent: 0, closed: false };
@@ -439,7 +470,9 @@ impl<T: Clone + Send> Source<T> for PushSource<T> {
         if n == 0 {
             return Ok(if out.len() > before {
                 SourcePoll::Emitted
-            } else if log.consumer.is_abandoned() && log.consumer.is_empty() {
+            } else if (self.shared.sender_gone.load(Ordering::Acquire) || log.consumer.is_abandoned())
+                && log.consumer.is_empty()
+            {
                 SourcePoll::Finished
             } else {
                 // An empty ring, or a full replay buffer waiting for a checkpoint to complete.
@@ -510,9 +543,12 @@ impl<T: Clone + Send> Source<T> for PushSource<T> {
 crate::debug_as_name!([T] EventSender<T>);
 crate::debug_as_name!(['a, T] Sending<'a, T>);
 crate::debug_as_name!([T] Closing<T>);
+crate::debug_as_name!(['a, T] ResumePoint<'a, T>);
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+
     use super::*;
 
     fn source(factory: &PushSourceFactory<u32>, ctx: &TaskContext, checkpointed: bool) -> PushSource<u32> {
@@ -560,6 +596,69 @@ mod tests {
         again.poll(&ctx, &mut replayed, 10).unwrap();
         assert_eq!(replayed, vec![12, 13, 14, 15], "replayed from event 2, then the ring");
         assert!(again.seek(&0u64.to_le_bytes()).is_err(), "events before the completed checkpoint are gone");
+    }
+
+    /// Closing or dropping a sender whose ring is full waited (up to 10 s) for room: a drop in
+    /// async code blocked its runtime's thread. Neither waits now, and the stream still ends
+    /// after every event sent: the source sees the sender gone once the ring is empty.
+    #[test]
+    fn a_sender_dropped_at_a_full_ring_ends_the_stream_without_waiting() {
+        let (mut tx, factory) = push_channel::<u32>(4);
+        let ctx = TaskContext::for_test("push", 0, 1);
+        let mut src = source(&factory, &ctx, false);
+        assert_eq!(tx.send_slice(&[1, 2, 3, 4]), 4, "the ring is full");
+        let signal = factory.signal();
+        let dropping = std::thread::spawn(move || drop(tx));
+        // The old drop waited on the signal for room that only this thread's polls make:
+        // either it is seen waiting, or the drop ends without having waited.
+        while !dropping.is_finished() {
+            assert_eq!(signal.waiters(), 0, "the drop waits for room in the ring");
+            std::thread::yield_now();
+        }
+        dropping.join().unwrap();
+        let mut out = Vec::new();
+        while src.poll(&ctx, &mut out, 2).unwrap() == SourcePoll::Emitted {}
+        assert_eq!(out, vec![1, 2, 3, 4]);
+        assert_eq!(src.poll(&ctx, &mut out, 2).unwrap(), SourcePoll::Finished);
+    }
+
+    /// A sender closed while the job holds its ring ends the stream at the ring's end, though
+    /// the end marker had no room; the producer's end is still held by the sender's fields
+    /// then (the mark, not the ring's abandonment, says so).
+    #[test]
+    fn a_closed_sender_is_seen_before_its_ring_is_abandoned() {
+        let (mut tx, factory) = push_channel::<u32>(2);
+        let ctx = TaskContext::for_test("push", 0, 1);
+        let mut src = source(&factory, &ctx, false);
+        assert_eq!(tx.send_slice(&[7, 8]), 2);
+        tx.end_stream();
+        let mut out = Vec::new();
+        assert_eq!(src.poll(&ctx, &mut out, 10).unwrap(), SourcePoll::Emitted);
+        assert_eq!(src.poll(&ctx, &mut out, 10).unwrap(), SourcePoll::Finished, "ended while the sender lives");
+        assert_eq!(out, vec![7, 8]);
+        drop(tx);
+    }
+
+    /// An async host learns where to resume without blocking its thread.
+    #[test]
+    fn the_resume_point_is_a_future() {
+        let (tx, factory) = push_channel::<u32>(4);
+        let ctx = TaskContext::for_test("push", 0, 1);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut point = tx.resume_point();
+        assert!(std::pin::Pin::new(&mut point).poll(&mut cx).is_pending(), "the source has not started");
+        let mut src = source(&factory, &ctx, true);
+        src.seek(&5u64.to_le_bytes()).unwrap();
+        src.poll(&ctx, &mut Vec::new(), 1).unwrap();
+        assert_eq!(std::pin::Pin::new(&mut point).poll(&mut cx), std::task::Poll::Ready(Ok(5)));
+        let (tx, factory) = push_channel::<u32>(1);
+        factory.signal().job_ended(None);
+        let mut point = tx.resume_point();
+        assert!(matches!(
+            std::pin::Pin::new(&mut point).poll(&mut cx),
+            std::task::Poll::Ready(Err(SendError::Ended { error: None, .. }))
+        ));
     }
 
     #[test]
