@@ -160,7 +160,7 @@ impl HostSignal {
     /// Threads waiting in [`HostSignal::wait_until`] now.
     #[cfg(test)]
     pub(crate) fn waiters(&self) -> usize {
-        self.waiting.load(Ordering::SeqCst) as usize
+        self.waiting.load(Ordering::SeqCst)
     }
 
     pub(crate) fn register(&self, waker: &std::task::Waker) {

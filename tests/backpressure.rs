@@ -20,9 +20,9 @@ const PARALLELISM: usize = 2;
 fn run(unaligned: bool, alignment_timeout: Option<Duration>) -> Vec<(u64, u64, u64)> {
     let dir = tempfile::tempdir().unwrap();
     let mut config =
-        CheckpointConfig::new(dir.path()).interval(Duration::from_millis(15)).unaligned(unaligned).retain(1000);
+        CheckpointConfig::new(dir.path()).interval(Duration::from_millis(15)).unaligned(unaligned).retained(1000);
     if let Some(t) = alignment_timeout {
-        config = config.alignment_timeout(t);
+        config = config.aligned_checkpoint_timeout(t);
     }
     let job = Job::new("slow").with_parallelism(PARALLELISM).with_checkpointing(config);
     let processed = job

@@ -214,7 +214,7 @@ fn a_running_job_takes_a_new_interval_and_refuses_what_it_cannot_change() {
     let newest = |h: &weir::JobHandle| h.checkpoint_stats().last().map(|s| s.alignment.clone()).unwrap_or_default();
     handle.update_checkpoints(|c| c.unaligned(true)).unwrap();
     common::wait_until("an unaligned checkpoint", || newest(&handle) == "unaligned");
-    handle.update_checkpoints(|c| c.alignment_timeout(Duration::from_millis(5))).unwrap();
+    handle.update_checkpoints(|c| c.aligned_checkpoint_timeout(Duration::from_millis(5))).unwrap();
     common::wait_until("an aligned-timeout checkpoint", || newest(&handle) == "aligned-timeout");
     assert!(handle.checkpoint_stats().last().unwrap().alignment_timeout_ms == Some(5.0));
     let mixed = handle.update_checkpoints(|c| c.inflight_budget(1 << 16)).unwrap_err().to_string();
@@ -222,7 +222,7 @@ fn a_running_job_takes_a_new_interval_and_refuses_what_it_cannot_change() {
     let mut adaptive = None;
     handle
         .update_checkpoints(|mut c| {
-            c.alignment_timeout = None;
+            c.aligned_checkpoint_timeout = None;
             c.inflight_budget(1 << 16)
         })
         .unwrap();

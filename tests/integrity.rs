@@ -247,7 +247,7 @@ fn keyed_job(dir: &Path, incremental: bool, endless: bool) -> Job {
     let config = CheckpointConfig::new(dir)
         .interval(Duration::from_millis(5))
         .incremental(incremental)
-        .retain(4)
+        .retained(4)
         .restart(RestartStrategy::None);
     let job = Job::new("keyed").with_parallelism(2).with_checkpointing(config);
     let generator = Generator::new(|i, _| (i % 5_000, i)).rate(100_000.0);
@@ -641,7 +641,7 @@ fn stop_with_savepoint_commits_what_the_savepoint_covers() {
 fn checkpoints_go_on_after_a_source_ends() {
     let dir = tempfile::tempdir().unwrap();
     let (chk, out, sp) = (dir.path().join("chk"), dir.path().join("out"), dir.path().join("sp"));
-    let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5)).retain(100);
+    let config = CheckpointConfig::new(&chk).interval(Duration::from_millis(5)).retained(100);
     let job = Job::new("short-and-long").with_parallelism(1).with_checkpointing(config);
     let short = job.generator(Generator::new(|i, _| i).count(100));
     let long = job.generator(Generator::new(|i, _| 1_000_000 + i).rate(20_000.0));

@@ -73,8 +73,8 @@ fn storage_errors_decline_checkpoints_and_the_job_goes_on() {
     ]);
     let config = CheckpointConfig::new(dir.path())
         .interval(Duration::from_millis(15))
-        .tolerable_failures(10)
-        .retain(3)
+        .tolerable_failed_checkpoints(10)
+        .retained(3)
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
         .faults(faults.clone());
     // The end waits for two checkpoints to complete after the last (re)start: the second is
@@ -110,7 +110,7 @@ fn too_many_consecutive_storage_errors_fail_the_job_with_the_reason() {
     // (With a restart strategy the failed job would restart, as Flink's does.)
     let config = CheckpointConfig::new(dir.path())
         .interval(Duration::from_millis(10))
-        .tolerable_failures(2)
+        .tolerable_failed_checkpoints(2)
         .restart(RestartStrategy::None)
         .faults(faults);
     // The end waits for a checkpoint that never completes: the failures end the job.
@@ -180,8 +180,8 @@ fn a_real_full_disk_declines_checkpoints_and_recovery_uses_one_that_fitted() {
     let faults = FaultInjector::new(vec![Fault::AtRecord { operator: "count".into(), nth: KEYS * 9 / 10 }]);
     let config = CheckpointConfig::new(disk.dir.path().join("checkpoints"))
         .interval(Duration::from_millis(20))
-        .tolerable_failures(1_000)
-        .retain(1)
+        .tolerable_failed_checkpoints(1_000)
+        .retained(1)
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
         .faults(faults.clone());
     let (j, out) = growing(Some(config));

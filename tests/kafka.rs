@@ -174,7 +174,7 @@ fn checkpointed(dir: &std::path::Path, faults: Arc<FaultInjector>) -> Checkpoint
     CheckpointConfig::new(dir)
         .interval(Duration::from_millis(20))
         .mode(CheckpointMode::ExactlyOnce)
-        .tolerable_failures(100)
+        .tolerable_failed_checkpoints(100)
         .restart(RestartStrategy::FixedDelay { attempts: 20, delay: Duration::from_millis(1) })
         .faults(faults)
 }

@@ -89,8 +89,8 @@ fn incremental_checkpoints_write_only_changed_pages_and_recover_exactly() {
     let config = CheckpointConfig::new(dir.path())
         .interval(Duration::from_millis(20))
         .incremental(true)
-        .retain(2)
-        .tolerable_failures(100)
+        .retained(2)
+        .tolerable_failed_checkpoints(100)
         .restart(RestartStrategy::FixedDelay { attempts: 5, delay: Duration::from_millis(1) })
         .faults(faults.clone());
     let (got, report) = run(Some(config));
@@ -160,7 +160,7 @@ fn a_user_function_over_map_and_list_state_recovers_exactly() {
         let config = CheckpointConfig::new(dir.path())
             .interval(Duration::from_millis(20))
             .incremental(incremental)
-            .tolerable_failures(100)
+            .tolerable_failed_checkpoints(100)
             .restart(RestartStrategy::FixedDelay { attempts: 5, delay: Duration::from_millis(1) })
             .faults(faults.clone());
         let (got, report) = distinct(Some(config));

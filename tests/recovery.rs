@@ -134,8 +134,8 @@ fn checkpointed(dir: &Path, mode: CheckpointMode, faults: Arc<FaultInjector>) ->
     CheckpointConfig::new(dir)
         .interval(Duration::from_millis(5))
         .mode(mode)
-        .tolerable_failures(100)
-        .retain(2)
+        .tolerable_failed_checkpoints(100)
+        .retained(2)
         .restart(RestartStrategy::FixedDelay { attempts: 20, delay: Duration::from_millis(1) })
         .faults(faults)
 }
@@ -195,7 +195,7 @@ fn check_workload(w: Workload, records: u64) {
             let mut config =
                 checkpointed(dir.path(), mode, faults.clone()).unaligned(unaligned).incremental(incremental);
             if let Some(t) = timeout {
-                config = config.alignment_timeout(t);
+                config = config.aligned_checkpoint_timeout(t);
             }
             let (got, restarts, notes) = run(w, p, corpus.path(), Some(config));
             let name =

@@ -280,3 +280,33 @@ fn the_checker_sees_what_it_must() {
         ]
     );
 }
+
+/// One name per setting: every key a running job's configuration takes (the flag without its
+/// dashes, the file's key, the control endpoint's) is the builder's method of the same name,
+/// its unit suffix (`-ms`, `-bytes`) dropped. The builder said `retain`, `tolerable_failures`,
+/// `timeout` and `alignment_timeout` where the flags said `retained`,
+/// `tolerable-failed-checkpoints`, `checkpoint-timeout-ms` and `aligned-checkpoint-timeout-ms`.
+#[test]
+fn every_live_setting_has_one_name() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let flags = std::fs::read_to_string(root.join("weir-cli/src/checkpoint_flags.rs")).unwrap();
+    let builder = std::fs::read_to_string(root.join("src/checkpoint/config.rs")).unwrap();
+    let list = flags.split("pub(crate) const LIVE_KEYS").nth(1).expect("LIVE_KEYS in checkpoint_flags.rs");
+    let list = &list[list.find('[').unwrap()..];
+    let list = &list[list.find('=').unwrap()..list.find("];").unwrap()];
+    let keys: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
+    assert!(keys.len() >= 10 && keys.contains(&"retained"), "LIVE_KEYS read as {keys:?}");
+    let mut differ = Vec::new();
+    for key in keys {
+        // The mode in one word parses into the builder's several settings, and the restart
+        // strategy is `restart(RestartStrategy)` with its `restart-*` keys: neither is one value.
+        if key == "checkpoint" || key == "restart-strategy" {
+            continue;
+        }
+        let name = key.trim_end_matches("-ms").trim_end_matches("-bytes").replace('-', "_");
+        if !builder.contains(&format!("pub fn {name}(mut self")) {
+            differ.push(format!("{key}: no CheckpointConfig::{name}"));
+        }
+    }
+    assert!(differ.is_empty(), "settings named two ways: {differ:?}");
+}

@@ -71,7 +71,7 @@ fn an_embedding_program_sees_the_checkpoint_lifecycle_in_its_own_logs() {
     ]);
     let config = CheckpointConfig::new(dir.path())
         .interval(Duration::from_millis(5))
-        .tolerable_failures(5)
+        .tolerable_failed_checkpoints(5)
         .restart(RestartStrategy::FixedDelay { attempts: 2, delay: Duration::from_millis(1) })
         .faults(faults.clone());
     let job = Job::new("traced").with_parallelism(2).with_checkpointing(config);

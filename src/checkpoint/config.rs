@@ -135,7 +135,7 @@ impl RestartStrategy {
 /// let cfg = CheckpointConfig::new(dir.path())
 ///     .interval(Duration::from_millis(500))
 ///     .mode(CheckpointMode::ExactlyOnce)
-///     .retain(3);
+///     .retained(3);
 /// cfg.validate().unwrap();
 /// ```
 #[derive(Clone, Debug)]
@@ -156,12 +156,12 @@ pub struct CheckpointConfig {
     pub unaligned: bool,
     /// With unaligned on: start aligned and switch to unaligned at a task that has waited
     /// this long for alignment.
-    pub alignment_timeout: Option<Duration>,
+    pub aligned_checkpoint_timeout: Option<Duration>,
     /// With unaligned on: adaptive alignment, keeping a checkpoint's in-flight data under this
     /// many bytes (see [`CheckpointConfig::inflight_budget`]).
     pub inflight_budget: Option<u64>,
     /// A checkpoint not complete after this long is aborted.
-    pub timeout: Duration,
+    pub checkpoint_timeout: Duration,
     /// Time a savepoint may take before it fails (its own: a savepoint must not fail because
     /// ordinary checkpoints of a slow job expire).
     pub savepoint_timeout: Duration,
@@ -170,7 +170,7 @@ pub struct CheckpointConfig {
     /// Checkpoints in flight at once.
     pub max_concurrent: usize,
     /// Consecutive failed checkpoints tolerated before the job fails.
-    pub tolerable_failures: u32,
+    pub tolerable_failed_checkpoints: u32,
     /// Completed checkpoints kept on disk.
     pub retained: usize,
     /// Incremental checkpoints: write only the state pages dirtied since the last completed
@@ -208,13 +208,13 @@ impl CheckpointConfig {
             interval_during_backlog: None,
             mode: CheckpointMode::ExactlyOnce,
             unaligned: false,
-            alignment_timeout: None,
+            aligned_checkpoint_timeout: None,
             inflight_budget: None,
-            timeout: Duration::from_secs(600),
+            checkpoint_timeout: Duration::from_secs(600),
             savepoint_timeout: Duration::from_secs(600),
             min_pause: Duration::ZERO,
             max_concurrent: 1,
-            tolerable_failures: 3,
+            tolerable_failed_checkpoints: 3,
             retained: DEFAULT_RETAINED,
             incremental: false,
             restart: RestartStrategy::FixedDelay { attempts: 10, delay: Duration::from_millis(100) },
@@ -276,10 +276,18 @@ impl CheckpointConfig {
         self.unaligned = unaligned;
         self
     }
-    /// Sets the aligned-checkpoint timeout (with unaligned on).
-    pub fn alignment_timeout(mut self, timeout: Duration) -> Self {
-        self.alignment_timeout = Some(timeout);
+    /// Sets the aligned-checkpoint timeout (with unaligned on): barriers start aligned and
+    /// turn unaligned at a task that waited this long (`--aligned-checkpoint-timeout-ms`, the
+    /// file's and the endpoint's `aligned-checkpoint-timeout-ms`; Flink's
+    /// `execution.checkpointing.aligned-checkpoint-timeout`).
+    pub fn aligned_checkpoint_timeout(mut self, timeout: Duration) -> Self {
+        self.aligned_checkpoint_timeout = Some(timeout);
         self
+    }
+    /// The old name of [`CheckpointConfig::aligned_checkpoint_timeout`].
+    #[deprecated(note = "one name per setting: aligned_checkpoint_timeout, as the flag and the file say")]
+    pub fn alignment_timeout(self, timeout: Duration) -> Self {
+        self.aligned_checkpoint_timeout(timeout)
     }
     /// Adaptive alignment (with unaligned on): a checkpoint's in-flight data stays under
     /// `bytes`, shared evenly by the job's input channels. Barriers overtake through the
@@ -299,14 +307,20 @@ impl CheckpointConfig {
         self.inflight_budget = Some(bytes);
         self
     }
-    /// Sets the checkpoint timeout.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+    /// A checkpoint not complete after this long is aborted (`--checkpoint-timeout-ms`, the
+    /// file's and the endpoint's `checkpoint-timeout-ms`).
+    pub fn checkpoint_timeout(mut self, timeout: Duration) -> Self {
+        self.checkpoint_timeout = timeout;
         self
+    }
+    /// The old name of [`CheckpointConfig::checkpoint_timeout`].
+    #[deprecated(note = "one name per setting: checkpoint_timeout, as the flag and the file say")]
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.checkpoint_timeout(timeout)
     }
 
     /// Time a savepoint may take before it fails (default 10 minutes), apart from the
-    /// checkpoints' [`CheckpointConfig::timeout`].
+    /// checkpoints' [`CheckpointConfig::checkpoint_timeout`].
     pub fn savepoint_timeout(mut self, timeout: Duration) -> Self {
         self.savepoint_timeout = timeout;
         self
@@ -321,15 +335,28 @@ impl CheckpointConfig {
         self.max_concurrent = n;
         self
     }
-    /// Sets the tolerable consecutive failures.
-    pub fn tolerable_failures(mut self, n: u32) -> Self {
-        self.tolerable_failures = n;
+    /// Checkpoints that may fail in a row before the job fails
+    /// (`--tolerable-failed-checkpoints`, the file's and the endpoint's
+    /// `tolerable-failed-checkpoints`).
+    pub fn tolerable_failed_checkpoints(mut self, n: u32) -> Self {
+        self.tolerable_failed_checkpoints = n;
         self
     }
-    /// Sets how many completed checkpoints are kept (default [`DEFAULT_RETAINED`]).
-    pub fn retain(mut self, n: usize) -> Self {
+    /// The old name of [`CheckpointConfig::tolerable_failed_checkpoints`].
+    #[deprecated(note = "one name per setting: tolerable_failed_checkpoints, as the flag and the file say")]
+    pub fn tolerable_failures(self, n: u32) -> Self {
+        self.tolerable_failed_checkpoints(n)
+    }
+    /// How many completed checkpoints are kept (default [`DEFAULT_RETAINED`]; `--retained`,
+    /// the file's and the endpoint's `retained`).
+    pub fn retained(mut self, n: usize) -> Self {
         self.retained = n;
         self
+    }
+    /// The old name of [`CheckpointConfig::retained`].
+    #[deprecated(note = "one name per setting: retained, as the flag and the file say")]
+    pub fn retain(self, n: usize) -> Self {
+        self.retained(n)
     }
     /// Sets the restart strategy.
     pub fn restart(mut self, strategy: RestartStrategy) -> Self {
@@ -387,7 +414,7 @@ impl CheckpointConfig {
         if self.interval.is_zero() {
             return Err(Error::config("the checkpoint interval must be greater than zero"));
         }
-        if self.timeout.is_zero() {
+        if self.checkpoint_timeout.is_zero() {
             return Err(Error::config("the checkpoint timeout must be greater than zero"));
         }
         if self.savepoint_timeout.is_zero() {
@@ -402,15 +429,15 @@ impl CheckpointConfig {
         if self.unaligned && self.mode == CheckpointMode::AtLeastOnce {
             return Err(Error::config("unaligned checkpoints need exactly-once mode (at-least-once never aligns)"));
         }
-        if self.alignment_timeout.is_some() && self.mode == CheckpointMode::AtLeastOnce {
+        if self.aligned_checkpoint_timeout.is_some() && self.mode == CheckpointMode::AtLeastOnce {
             return Err(Error::config(
                 "an aligned-checkpoint timeout needs exactly-once mode (at-least-once never aligns, so nothing times out)",
             ));
         }
-        if self.alignment_timeout.is_some() && !self.unaligned {
+        if self.aligned_checkpoint_timeout.is_some() && !self.unaligned {
             return Err(Error::config("an alignment timeout needs unaligned checkpoints turned on"));
         }
-        if self.alignment_timeout.is_some_and(|t| t.is_zero()) {
+        if self.aligned_checkpoint_timeout.is_some_and(|t| t.is_zero()) {
             return Err(Error::config("the alignment timeout must be greater than zero"));
         }
         if let Some(budget) = self.inflight_budget {
@@ -419,7 +446,7 @@ impl CheckpointConfig {
                     "an in-flight budget needs unaligned checkpoints turned on (its barriers overtake through the priority slots)",
                 ));
             }
-            if self.alignment_timeout.is_some() {
+            if self.aligned_checkpoint_timeout.is_some() {
                 return Err(Error::config(
                     "an in-flight budget and an aligned-checkpoint timeout cannot be combined: choose adaptive alignment or aligned-then-unaligned",
                 ));
@@ -510,15 +537,15 @@ mod tests {
         ok.validate().unwrap();
         let bad = [
             ok.clone().interval(Duration::ZERO),
-            ok.clone().timeout(Duration::ZERO),
+            ok.clone().checkpoint_timeout(Duration::ZERO),
             ok.clone().max_concurrent(0),
-            ok.clone().retain(0),
+            ok.clone().retained(0),
             ok.clone().unaligned(true).mode(CheckpointMode::AtLeastOnce),
-            ok.clone().alignment_timeout(Duration::from_millis(5)),
-            ok.clone().mode(CheckpointMode::AtLeastOnce).alignment_timeout(Duration::from_millis(5)),
+            ok.clone().aligned_checkpoint_timeout(Duration::from_millis(5)),
+            ok.clone().mode(CheckpointMode::AtLeastOnce).aligned_checkpoint_timeout(Duration::from_millis(5)),
             ok.clone().inflight_budget(1000),
             ok.clone().unaligned(true).inflight_budget(0),
-            ok.clone().unaligned(true).inflight_budget(1000).alignment_timeout(Duration::from_millis(5)),
+            ok.clone().unaligned(true).inflight_budget(1000).aligned_checkpoint_timeout(Duration::from_millis(5)),
             CheckpointConfig::new("/proc/weir-cannot-write-here"),
         ];
         for cfg in bad {

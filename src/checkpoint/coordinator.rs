@@ -435,7 +435,7 @@ impl CoordinatorCore {
             self.take_config(new[0].clone());
             self.turns = (if new.len() > 1 { new } else { Vec::new() }, 0);
         }
-        let timeout = ns(self.s.config.timeout);
+        let timeout = ns(self.s.config.checkpoint_timeout);
         // Writers of an aborted checkpoint end within its timeout (or fail it).
         self.aborted.retain(|_, at| now.saturating_sub(*at) <= timeout);
         let expired: Vec<u64> = self
@@ -555,7 +555,9 @@ impl CoordinatorCore {
             trigger_ns: self.s.clock.now_ns(),
             // With an alignment timeout, barriers start aligned and turn unaligned only at a
             // task that waited too long. Savepoints are always aligned.
-            unaligned: savepoint.is_none() && self.s.config.unaligned && self.s.config.alignment_timeout.is_none(),
+            unaligned: savepoint.is_none()
+                && self.s.config.unaligned
+                && self.s.config.aligned_checkpoint_timeout.is_none(),
             savepoint: savepoint.is_some(),
         };
         // A savepoint refers to nothing outside its folder anyway.
@@ -579,11 +581,12 @@ impl CoordinatorCore {
         );
         // A savepoint has its own timeout: it must not fail for the reason ordinary checkpoints
         // expire (a slow job), when a user is stopping the job with it.
-        let timeout = if barrier.savepoint { self.s.config.savepoint_timeout } else { self.s.config.timeout };
+        let timeout =
+            if barrier.savepoint { self.s.config.savepoint_timeout } else { self.s.config.checkpoint_timeout };
         let (interval_ns, timeout_ns) = (self.interval_ns().unwrap_or(0), ns(timeout));
         let c = &self.s.config;
         let inflight_budget = c.inflight_budget.filter(|_| barrier.unaligned);
-        let alignment_timeout_ns = c.alignment_timeout.filter(|_| !barrier.savepoint).map(ns);
+        let alignment_timeout_ns = c.aligned_checkpoint_timeout.filter(|_| !barrier.savepoint).map(ns);
         let alignment = match () {
             _ if barrier.savepoint => "savepoint",
             _ if c.mode == crate::checkpoint::CheckpointMode::AtLeastOnce => "at-least-once",
@@ -694,10 +697,10 @@ impl CoordinatorCore {
         self.abort(id);
         self.record_failure(id, reason);
         self.consecutive_failures += 1;
-        if self.consecutive_failures > self.s.config.tolerable_failures {
+        if self.consecutive_failures > self.s.config.tolerable_failed_checkpoints {
             let e = Error::Checkpoint(format!(
                 "{} consecutive checkpoints failed (tolerable: {}); the last, {id}: {reason}",
-                self.consecutive_failures, self.s.config.tolerable_failures
+                self.consecutive_failures, self.s.config.tolerable_failed_checkpoints
             ));
             self.halt(e);
         }
@@ -987,7 +990,7 @@ pub(crate) fn run_thread(
     fail: Box<dyn Fn(Error) + Send>,
 ) {
     let clock = core.s.clock.clone();
-    let timeout = core.s.config.timeout;
+    let timeout = core.s.config.checkpoint_timeout;
     let dispatch = |commands: Vec<Command>| {
         for c in commands {
             match c {
@@ -1152,7 +1155,11 @@ mod tests {
 
     /// A coordinator checkpointing every 10 ms whose checkpoints expire after 50 ms.
     fn expiring_core(dir: &std::path::Path) -> CoordinatorCore {
-        core_with(CheckpointConfig::new(dir).interval(Duration::from_millis(10)).timeout(Duration::from_millis(50)))
+        core_with(
+            CheckpointConfig::new(dir)
+                .interval(Duration::from_millis(10))
+                .checkpoint_timeout(Duration::from_millis(50)),
+        )
     }
 
     /// A checkpoint that expires says which tasks had not completed their part, so a user
@@ -1295,7 +1302,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = CheckpointConfig::new(dir.path().join("chk"))
             .interval(Duration::from_millis(10))
-            .timeout(Duration::from_millis(5))
+            .checkpoint_timeout(Duration::from_millis(5))
             .savepoint_timeout(Duration::from_millis(100));
         let mut c = core_with(config);
         let ms = 1_000_000;

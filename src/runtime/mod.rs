@@ -245,7 +245,7 @@ impl JobController {
 
     fn checkpoint_now(&self, full: bool) -> Result<u64> {
         let timeout = match &self.run.job.graph.borrow().checkpointing {
-            Some(c) => c.timeout,
+            Some(c) => c.checkpoint_timeout,
             None => return Err(Error::config("the job takes no checkpoints: configure it with with_checkpointing")),
         };
         // It may wait for a checkpoint in flight to make room, and then takes its own timeout.
@@ -600,7 +600,8 @@ impl JobHandle {
             .as_ref()
             .and_then(|a| a.commits.clone().map(|c| (c, a.task_count, a.exited.clone(), a.parkers.len())));
         if let Some((commits, tasks, exited, workers)) = waiting {
-            let timeout = self.run.job.graph.borrow().checkpointing.as_ref().map_or(Duration::ZERO, |c| c.timeout);
+            let timeout =
+                self.run.job.graph.borrow().checkpointing.as_ref().map_or(Duration::ZERO, |c| c.checkpoint_timeout);
             let ended = || exited.load(Ordering::SeqCst) >= workers;
             if !commits.wait(id, tasks, ended, timeout) {
                 self.cancel();

@@ -247,11 +247,11 @@ impl Schedule {
             .interval(Duration::from_nanos(self.interval_ns * scale))
             .incremental(options.incremental)
             .max_concurrent(self.max_concurrent)
-            .timeout(Duration::from_nanos(timeout_ns))
+            .checkpoint_timeout(Duration::from_nanos(timeout_ns))
             // A savepoint's own timeout, twice the checkpoints': a hung write expires it in
             // simulated time too.
             .savepoint_timeout(Duration::from_nanos(2 * timeout_ns))
-            .tolerable_failures(u32::MAX / 2)
+            .tolerable_failed_checkpoints(u32::MAX / 2)
             // Damage can reach a checkpoint whose output was committed (a part one checkpoint
             // reuses is the same file as the other's): recovery then falls back past it, and
             // the sink withdraws that output and computes it again, which the comparison with
@@ -261,7 +261,7 @@ impl Schedule {
             SimMode::Aligned => c,
             SimMode::Unaligned => c.unaligned(true),
             SimMode::AlignedTimeout => {
-                c.unaligned(true).alignment_timeout(Duration::from_nanos(self.alignment_timeout_ns.max(1)))
+                c.unaligned(true).aligned_checkpoint_timeout(Duration::from_nanos(self.alignment_timeout_ns.max(1)))
             }
             SimMode::AtLeastOnce => c.mode(CheckpointMode::AtLeastOnce),
             SimMode::Adaptive => c.unaligned(true).inflight_budget(self.inflight_budget),

@@ -402,7 +402,7 @@ impl CheckpointFlags {
             c.interval_during_backlog = Some(ms(n));
         }
         if let Some(n) = self.checkpoint_timeout_ms {
-            c.timeout = ms(at_least("checkpoint-timeout-ms", n, 1)?);
+            c.checkpoint_timeout = ms(at_least("checkpoint-timeout-ms", n, 1)?);
         }
         if let Some(n) = self.min_pause_ms {
             c.min_pause = ms(n);
@@ -411,7 +411,7 @@ impl CheckpointFlags {
             c.max_concurrent = within("max-concurrent", n, 1, 64)? as usize;
         }
         if let Some(n) = self.tolerable_failed_checkpoints {
-            c.tolerable_failures = n;
+            c.tolerable_failed_checkpoints = n;
         }
         if let Some(n) = self.retained {
             c.retained = within("retained", n, 1, 1000)? as usize;
@@ -449,7 +449,7 @@ impl CheckpointFlags {
                     .inflight_budget_bytes
                     .or(c.inflight_budget)
                     .unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET);
-                let timeout = self.aligned_checkpoint_timeout_ms.map(ms).or(c.alignment_timeout);
+                let timeout = self.aligned_checkpoint_timeout_ms.map(ms).or(c.aligned_checkpoint_timeout);
                 c = with_choice(c, p.first(), timeout, Some(budget));
             }
             None => {
@@ -457,7 +457,7 @@ impl CheckpointFlags {
                     c.unaligned = on;
                 }
                 if let Some(n) = self.aligned_checkpoint_timeout_ms {
-                    c.alignment_timeout = Some(ms(n));
+                    c.aligned_checkpoint_timeout = Some(ms(n));
                 }
                 if let Some(n) = self.inflight_budget_bytes {
                     c.inflight_budget = Some(n);

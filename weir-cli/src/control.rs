@@ -350,13 +350,13 @@ fn config_values(c: &CheckpointConfig) -> serde_json::Value {
     serde_json::json!({
         "interval-ms": ms(c.interval),
         "interval-during-backlog-ms": c.interval_during_backlog.map(ms),
-        "checkpoint-timeout-ms": ms(c.timeout),
+        "checkpoint-timeout-ms": ms(c.checkpoint_timeout),
         "min-pause-ms": ms(c.min_pause),
         "max-concurrent": c.max_concurrent,
-        "tolerable-failed-checkpoints": c.tolerable_failures,
+        "tolerable-failed-checkpoints": c.tolerable_failed_checkpoints,
         "retained": c.retained,
         "unaligned": c.unaligned,
-        "aligned-checkpoint-timeout-ms": c.alignment_timeout.map(ms),
+        "aligned-checkpoint-timeout-ms": c.aligned_checkpoint_timeout.map(ms),
         "inflight-budget-bytes": c.inflight_budget,
         "restart-strategy": restart_strategy(&c.restart),
         // Fixed for the job's life: shown, refused as changes.
@@ -398,7 +398,7 @@ pub(crate) fn apply_settings(
         }
         match key.as_str() {
             "interval-during-backlog-ms" => c.interval_during_backlog = None,
-            "aligned-checkpoint-timeout-ms" | "alignment-timeout-ms" => c.alignment_timeout = None,
+            "aligned-checkpoint-timeout-ms" | "alignment-timeout-ms" => c.aligned_checkpoint_timeout = None,
             "inflight-budget-bytes" => c.inflight_budget = None,
             _ => return Err(format!("{key} cannot be {value}: give a value")),
         }

@@ -173,7 +173,7 @@ impl CheckpointChoice {
         alignment_timeout: Duration,
         inflight_budget: u64,
     ) -> CheckpointConfig {
-        (c.unaligned, c.alignment_timeout, c.inflight_budget) = match self {
+        (c.unaligned, c.aligned_checkpoint_timeout, c.inflight_budget) = match self {
             CheckpointChoice::None | CheckpointChoice::Aligned | CheckpointChoice::AtLeastOnce => (false, None, None),
             CheckpointChoice::Unaligned => (true, None, None),
             CheckpointChoice::AlignedTimeout => (true, Some(alignment_timeout), None),

@@ -208,11 +208,11 @@ mod tests {
             Duration::from_millis(10),
             1234,
         );
-        let c = CheckpointConfig::new("/tmp/x").interval(Duration::from_millis(77)).retain(5);
+        let c = CheckpointConfig::new("/tmp/x").interval(Duration::from_millis(77)).retained(5);
         let adaptive = lab.switched(c.clone(), CheckpointChoice::Adaptive);
         assert!(adaptive.unaligned && adaptive.inflight_budget == Some(1234));
         assert_eq!((adaptive.interval, adaptive.retained), (Duration::from_millis(77), 5));
         let back = lab.switched(adaptive, CheckpointChoice::Aligned);
-        assert!(!back.unaligned && back.inflight_budget.is_none() && back.alignment_timeout.is_none());
+        assert!(!back.unaligned && back.inflight_budget.is_none() && back.aligned_checkpoint_timeout.is_none());
     }
 }
