@@ -152,6 +152,8 @@ pub(crate) struct Graph {
     pub(crate) sink_outputs: Vec<(usize, std::path::PathBuf)>,
     /// Told what a start restores before it reads it ([`crate::Job::on_restore`]).
     pub(crate) on_restore: Option<Arc<RestoreAnnouncer>>,
+    /// The job's clock in place of the wall clock's ([`crate::Job::with_manual_clock`], tests).
+    pub(crate) manual_clock: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// How a job bounds the drift of its default watermark alignment group.

@@ -1091,8 +1091,9 @@ fn start_attempt(
     let control = &shared.control;
     let workers = config.effective_workers();
     let parkers: Vec<Arc<Parker>> = (0..workers).map(|_| Arc::new(Parker::default())).collect();
+    let manual_clock = job.graph.borrow().manual_clock.clone();
     let env = AttemptEnv {
-        clock: Clock::start(),
+        clock: manual_clock.map_or_else(Clock::start, Clock::manual),
         parkers: parkers.clone(),
         writer: Box::new(|acks| Arc::new(PoolWriter::new(acks, DEFAULT_QUEUE_LIMIT_WRITES))),
         crash: None,

@@ -42,8 +42,19 @@ impl Job {
                 sink_outputs: Vec::new(),
                 watermark_registry: Arc::default(),
                 on_restore: None,
+                manual_clock: None,
             })),
         }
+    }
+
+    /// Runs the job on a clock that reads `time` (nanoseconds), which only the test moves (a
+    /// source of the test, say, a step each poll): the job's times (latency, checkpoint
+    /// intervals, event creation) then follow what the job did, not how the machine's
+    /// scheduler ran its threads. For tests (the `testing` feature).
+    #[cfg(feature = "testing")]
+    pub fn with_manual_clock(self, time: Arc<std::sync::atomic::AtomicU64>) -> Job {
+        self.graph.borrow_mut().manual_clock = Some(time);
+        self
     }
 
     /// The parallelism of sources (and, through them, of operators that do not set their own).
