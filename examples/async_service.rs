@@ -44,7 +44,7 @@ async fn main() -> weir::Result<()> {
     let clock = Instant::now();
     let dir = std::env::temp_dir().join(format!("weir-async-service-{}", std::process::id()));
     let job = Job::new("async-service").with_checkpointing(
-        CheckpointConfig::new(&dir).interval(Duration::from_millis(20)).mode(CheckpointMode::ExactlyOnce),
+        CheckpointConfig::new(&dir).interval(Duration::from_millis(20)).mode(CheckpointMode::Aligned),
     );
     let (mut requests, stream) = job.push_source::<Request>(4096);
     let mut replies = stream

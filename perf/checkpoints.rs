@@ -19,7 +19,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use weir::checkpoint::{write_task_snapshot, CheckpointConfig, CheckpointStats, CheckpointStorage, PageIndex};
+use weir::checkpoint::{
+    write_task_snapshot, CheckpointConfig, CheckpointMode, CheckpointStats, CheckpointStorage, PageIndex,
+};
 use weir::metrics::group_digits;
 use weir::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 use weir::source::Generator;
@@ -51,7 +53,8 @@ fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
 
 /// A sink that spends about `cost` per record keeps the rings full.
 fn backpressured(unaligned: bool, ring: usize, d: Duration, dir: &std::path::Path) -> Vec<CheckpointStats> {
-    let config = CheckpointConfig::new(dir).interval(Duration::from_millis(200)).unaligned(unaligned);
+    let mode = if unaligned { CheckpointMode::Unaligned } else { CheckpointMode::Aligned };
+    let config = CheckpointConfig::new(dir).interval(Duration::from_millis(200)).mode(mode);
     let job = Job::new("backpressure").with_parallelism(2).with_checkpointing(config);
     job.generator(Generator::new(|i, _| i))
         .rebalance()

@@ -83,7 +83,7 @@ fn weir_wordcount(input: &Path, out: &Path, checkpoints: Option<(&Path, u64)>, w
     if let Some((dir, ms)) = checkpoints {
         let _ = std::fs::remove_dir_all(dir);
         job = job.with_checkpointing(
-            CheckpointConfig::new(dir).interval(Duration::from_millis(ms)).mode(CheckpointMode::ExactlyOnce),
+            CheckpointConfig::new(dir).interval(Duration::from_millis(ms)).mode(CheckpointMode::Aligned),
         );
     }
     let report = job.execute(RunConfig::default().workers(2)).expect("word count runs");

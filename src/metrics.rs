@@ -10,7 +10,7 @@
 //! Histograms are per subtask and merged once, when the subtask ends, so the record path never
 //! takes a lock.
 //!
-//! May touch: nothing.
+//! May touch: `snapshot` (the checkpoint mode a checkpoint was taken in).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +20,8 @@ use crossbeam_utils::CachePadded;
 /// The latency histograms of reports and metrics (re-exported: they are part of this API).
 pub use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+
+use crate::snapshot::ModeKind;
 
 /// A monotonically increasing counter written by one subtask.
 #[derive(Default, Debug)]
@@ -553,11 +555,11 @@ pub struct CheckpointStats {
     /// See `interval_ms`.
     #[serde(default)]
     pub timeout_ms: f64,
-    /// How its barriers went: `aligned`, `unaligned`, `aligned-timeout` (aligned, turning
-    /// unaligned after `alignment_timeout_ms`), `adaptive` (under `inflight_budget`),
-    /// `at-least-once` or `savepoint`.
-    #[serde(default)]
-    pub alignment: String,
+    /// How its barriers went: the mode it was taken in (`aligned-timeout` turning unaligned
+    /// after `alignment_timeout_ms`, `adaptive` under `inflight_budget`), or `None` for a
+    /// savepoint (always aligned); written as the mode's name or `savepoint`.
+    #[serde(default, with = "mode_or_savepoint")]
+    pub alignment: Option<ModeKind>,
     /// See `alignment`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alignment_timeout_ms: Option<f64>,
@@ -720,5 +722,25 @@ mod tests {
         assert_eq!(group_digits(1234567), "1,234,567");
         assert_eq!(group_digits(12), "12");
         assert_eq!(format_ns(20_500), "20.5 µs");
+    }
+}
+
+/// [`CheckpointStats::alignment`] as JSON: the mode's name, or `savepoint` for none (what the
+/// dashboard and `_metadata` of earlier versions read).
+mod mode_or_savepoint {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::snapshot::ModeKind;
+
+    pub(super) fn serialize<S: Serializer>(mode: &Option<ModeKind>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(mode.map_or("savepoint", ModeKind::name))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ModeKind>, D::Error> {
+        let name = String::deserialize(d)?;
+        if name == "savepoint" || name.is_empty() {
+            return Ok(None);
+        }
+        name.parse().map(Some).map_err(serde::de::Error::custom)
     }
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use weir::checkpoint::{CheckpointConfig, CheckpointStorage};
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, CheckpointStorage};
 use weir::persist::from_bytes;
 use weir::source::Generator;
 use weir::state::PagedImage;
@@ -19,11 +19,12 @@ const PARALLELISM: usize = 2;
 /// records the slow operator had processed, in-flight bytes stored).
 fn run(unaligned: bool, alignment_timeout: Option<Duration>) -> Vec<(u64, u64, u64)> {
     let dir = tempfile::tempdir().unwrap();
-    let mut config =
-        CheckpointConfig::new(dir.path()).interval(Duration::from_millis(15)).unaligned(unaligned).retained(1000);
-    if let Some(t) = alignment_timeout {
-        config = config.aligned_checkpoint_timeout(t);
-    }
+    let mode = match (unaligned, alignment_timeout) {
+        (true, Some(timeout)) => CheckpointMode::AlignedTimeout { timeout },
+        (true, None) => CheckpointMode::Unaligned,
+        (false, _) => CheckpointMode::Aligned,
+    };
+    let config = CheckpointConfig::new(dir.path()).interval(Duration::from_millis(15)).mode(mode).retained(1000);
     let job = Job::new("slow").with_parallelism(PARALLELISM).with_checkpointing(config);
     let processed = job
         .generator(Generator::new(|i, _| i).count(RECORDS))

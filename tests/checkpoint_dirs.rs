@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use weir::checkpoint::{
-    CheckpointConfig, CheckpointMode, CheckpointStorage, RestartStrategy, FORMAT_VERSION, METADATA_FILE,
+    CheckpointConfig, CheckpointMode, CheckpointStorage, ModeKind, RestartStrategy, FORMAT_VERSION, METADATA_FILE,
 };
 use weir::snapshot::{Fault, FaultInjector};
 use weir::source::Generator;
@@ -190,13 +190,14 @@ fn a_running_job_takes_a_new_interval_and_refuses_what_it_cannot_change() {
     handle.update_checkpoints(|c| c.interval(Duration::from_millis(30))).unwrap();
     common::wait_until("a checkpoint at 30 ms", || newest_interval(&handle) == Some(30.0));
     let wired = handle.update_checkpoints(|c| c.mode(CheckpointMode::AtLeastOnce)).unwrap_err().to_string();
-    assert!(wired.contains("the checkpoint mode cannot change on a running job"), "{wired}");
+    assert!(wired.contains("the guarantee (exactly-once or at-least-once) cannot change on a running job"), "{wired}");
     let invalid = handle.update_checkpoints(|c| c.interval(Duration::ZERO)).unwrap_err().to_string();
     assert!(
         invalid.contains("interval must be greater than zero") && invalid.contains("keeps its configuration"),
         "{invalid}"
     );
-    let zero_budget = handle.update_checkpoints(|c| c.unaligned(true).inflight_budget(0)).unwrap_err().to_string();
+    let zero_budget =
+        handle.update_checkpoints(|c| c.mode(CheckpointMode::Adaptive { budget: 0 })).unwrap_err().to_string();
     assert!(
         zero_budget.contains("greater than zero") && zero_budget.contains("keeps its configuration"),
         "{zero_budget}"
@@ -206,28 +207,22 @@ fn a_running_job_takes_a_new_interval_and_refuses_what_it_cannot_change() {
     let after = handle.checkpoint_stats();
     assert!(after[seen..].iter().all(|s| s.interval_ms == 30.0), "the refused changes changed nothing");
     assert!(
-        after.iter().all(|s| s.alignment == "aligned"),
+        after.iter().all(|s| s.alignment == Some(ModeKind::Aligned)),
         "{:?}",
         after.iter().map(|s| &s.alignment).collect::<Vec<_>>()
     );
     // Aligned, then unaligned, then aligned with a timeout, then adaptive, on the running job.
-    let newest = |h: &weir::JobHandle| h.checkpoint_stats().last().map(|s| s.alignment.clone()).unwrap_or_default();
-    handle.update_checkpoints(|c| c.unaligned(true)).unwrap();
-    common::wait_until("an unaligned checkpoint", || newest(&handle) == "unaligned");
-    handle.update_checkpoints(|c| c.aligned_checkpoint_timeout(Duration::from_millis(5))).unwrap();
-    common::wait_until("an aligned-timeout checkpoint", || newest(&handle) == "aligned-timeout");
+    let newest = |h: &weir::JobHandle| h.checkpoint_stats().last().and_then(|s| s.alignment);
+    handle.update_checkpoints(|c| c.mode(CheckpointMode::Unaligned)).unwrap();
+    common::wait_until("an unaligned checkpoint", || newest(&handle) == Some(ModeKind::Unaligned));
+    let timeout = Duration::from_millis(5);
+    handle.update_checkpoints(|c| c.mode(CheckpointMode::AlignedTimeout { timeout })).unwrap();
+    common::wait_until("an aligned-timeout checkpoint", || newest(&handle) == Some(ModeKind::AlignedTimeout));
     assert!(handle.checkpoint_stats().last().unwrap().alignment_timeout_ms == Some(5.0));
-    let mixed = handle.update_checkpoints(|c| c.inflight_budget(1 << 16)).unwrap_err().to_string();
-    assert!(mixed.contains("cannot be combined"), "{mixed}");
     let mut adaptive = None;
-    handle
-        .update_checkpoints(|mut c| {
-            c.aligned_checkpoint_timeout = None;
-            c.inflight_budget(1 << 16)
-        })
-        .unwrap();
+    handle.update_checkpoints(|c| c.mode(CheckpointMode::Adaptive { budget: 1 << 16 })).unwrap();
     common::wait_until("an adaptive checkpoint", || {
-        adaptive = handle.checkpoint_stats().last().filter(|s| s.alignment == "adaptive").cloned();
+        adaptive = handle.checkpoint_stats().last().filter(|s| s.alignment == Some(ModeKind::Adaptive)).cloned();
         adaptive.is_some()
     });
     let adaptive = adaptive.unwrap();

@@ -759,7 +759,7 @@ fn help_lists_every_value_a_flag_takes() {
         assert!(nexmark.contains(&format!("{c}")), "nexmark --help lacks --checkpoint {c}: {nexmark}");
     }
     let simulate = help("simulate");
-    for m in weir::simulation::SimMode::ALL {
+    for m in weir::checkpoint::ModeKind::ALL {
         assert!(simulate.contains(&format!("{m}")), "simulate --help lacks --mode {m}: {simulate}");
     }
     for j in weir_jobs::simulated::SimJob::ALL {

@@ -143,7 +143,7 @@ fn exchange(
 
 fn failure_free() -> Vec<Delivered<Reply>> {
     let dir = tempfile::tempdir().unwrap();
-    let (job, tx, rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::AtLeastOnce, None, true);
+    let (job, tx, rx) = build(dir.path(), CheckpointMode::Aligned, Guarantee::AtLeastOnce, None, true);
     let (got, result) = drive(job, tx, rx, Some(0));
     result.unwrap();
     assert_eq!(got.len() as u64, EVENTS);
@@ -173,7 +173,7 @@ fn faults() -> Arc<FaultInjector> {
 fn exactly_once_the_host_gets_the_failure_free_output_through_failovers() {
     let golden = failure_free();
     let dir = tempfile::tempdir().unwrap();
-    let (job, tx, rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, Some(faults()), true);
+    let (job, tx, rx) = build(dir.path(), CheckpointMode::Aligned, Guarantee::ExactlyOnce, Some(faults()), true);
     let (got, result) = drive(job, tx, rx, Some(0));
     let report = result.unwrap();
     assert_eq!(report.restarts, 2, "both injected failures failed over");
@@ -199,7 +199,7 @@ fn at_least_once_the_host_gets_everything_and_drops_replays_by_number() {
 /// what the host received before.
 fn run_until_the_crash(dir: &Path) -> Vec<Delivered<Reply>> {
     let crash = FaultInjector::new(vec![Fault::AtRecord { operator: "tally".into(), nth: EVENTS / 2 }]);
-    let (job, tx, rx) = build(dir, CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, Some(crash), false);
+    let (job, tx, rx) = build(dir, CheckpointMode::Aligned, Guarantee::ExactlyOnce, Some(crash), false);
     let handle = job.start(RunConfig::default().workers(2)).unwrap();
     let joiner = std::thread::spawn(move || handle.join());
     let mut tx = tx;
@@ -241,7 +241,7 @@ fn after_a_crash_the_restored_job_says_where_the_host_resends_from() {
     let golden = failure_free();
     let dir = tempfile::tempdir().unwrap();
     let first = run_until_the_crash(dir.path());
-    let (job, tx, rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, None, true);
+    let (job, tx, rx) = build(dir.path(), CheckpointMode::Aligned, Guarantee::ExactlyOnce, None, true);
     let (second, result) = drive(job, tx, rx, None);
     result.unwrap();
     assert_eq!(deduplicated(first.into_iter().chain(second)), golden);
@@ -256,7 +256,7 @@ fn after_a_crash_a_host_that_says_what_it_handled_gets_each_result_once() {
     let dir = tempfile::tempdir().unwrap();
     let first = run_until_the_crash(dir.path());
     let last = first.last().map(|d| d.seq);
-    let (job, tx, mut rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, None, true);
+    let (job, tx, mut rx) = build(dir.path(), CheckpointMode::Aligned, Guarantee::ExactlyOnce, None, true);
     if let Some(last) = last {
         rx.resume_after(last);
     }
@@ -318,7 +318,7 @@ fn results_are_awaited_from_an_async_task() {
 fn the_job_fails_over_with_nobody_waiting_on_its_handle() {
     let golden = failure_free();
     let dir = tempfile::tempdir().unwrap();
-    let (job, tx, rx) = build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, Some(faults()), true);
+    let (job, tx, rx) = build(dir.path(), CheckpointMode::Aligned, Guarantee::ExactlyOnce, Some(faults()), true);
     let handle = job.start(RunConfig::default().workers(2)).unwrap();
     let got = exchange(tx, rx, Some(0));
     assert_eq!(handle.restarts(), 2, "both injected failures failed over before anyone waited");
@@ -332,8 +332,7 @@ fn the_job_fails_over_with_nobody_waiting_on_its_handle() {
 fn a_job_that_fails_for_good_ends_its_endpoints_with_nobody_waiting() {
     let dir = tempfile::tempdir().unwrap();
     let once = FaultInjector::new(vec![Fault::AtRecord { operator: "tally".into(), nth: EVENTS / 2 }]);
-    let (job, mut tx, mut rx) =
-        build(dir.path(), CheckpointMode::ExactlyOnce, Guarantee::AtLeastOnce, Some(once), false);
+    let (job, mut tx, mut rx) = build(dir.path(), CheckpointMode::Aligned, Guarantee::AtLeastOnce, Some(once), false);
     let handle = job.start(RunConfig::default().workers(2)).unwrap();
     let sender = std::thread::spawn(move || {
         for i in 0.. {
@@ -445,7 +444,7 @@ fn slow_host(root: &Path, acks: bool, stop: HostStop) {
     let log = root.join("log");
     let handled: Vec<Delivered<Reply>> = std::fs::read_to_string(&log).map(|t| parse_log(&t)).unwrap_or_default();
     let (job, mut tx, rx) =
-        build_with(&chk, CheckpointMode::ExactlyOnce, Guarantee::ExactlyOnce, None, true, 2 * EVENTS as usize);
+        build_with(&chk, CheckpointMode::Aligned, Guarantee::ExactlyOnce, None, true, 2 * EVENTS as usize);
     let mut rx = if acks { rx.with_acks() } else { rx };
     if let Some(last) = handled.last() {
         rx.resume_after(last.seq);

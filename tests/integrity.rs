@@ -742,7 +742,7 @@ fn a_source_without_offsets_is_refused_under_exactly_once() {
         job.source(|_| Ok(Forgetful(0))).named("forgetful").discard();
         job.execute(RunConfig::default().workers(1))
     };
-    let err = run(weir::checkpoint::CheckpointMode::ExactlyOnce).unwrap_err().to_string();
+    let err = run(weir::checkpoint::CheckpointMode::Aligned).unwrap_err().to_string();
     assert!(err.contains("'forgetful'") && err.contains("Source::offset"), "{err}");
     run(weir::checkpoint::CheckpointMode::AtLeastOnce).unwrap();
 }

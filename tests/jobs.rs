@@ -121,6 +121,7 @@ mod wordcount {
 mod bench {
     use std::time::Duration;
 
+    use weir::checkpoint::ModeKind;
     use weir::runtime::RunConfig;
     use weir_jobs::bench::*;
 
@@ -212,7 +213,7 @@ mod bench {
         crate::common::wait_until("twelve checkpoints", || handle.checkpoints_completed() >= 12);
         handle.stop();
         let report = handle.join().unwrap();
-        let stats: Vec<_> = report.checkpoints.iter().filter(|s| s.alignment != "savepoint").collect();
+        let stats: Vec<_> = report.checkpoints.iter().filter(|s| s.alignment.is_some()).collect();
         // Consecutive ids (a failed one between two would leave a gap), each the other mode.
         let pairs: Vec<_> = stats.windows(2).filter(|w| w[1].id == w[0].id + 1).collect();
         assert!(pairs.len() >= 6, "{} consecutive pairs in {stats:?}", pairs.len());
@@ -221,8 +222,8 @@ mod bench {
         }
         // The first ones before the turns began went the job's own (aligned) way; after that
         // both modes are there.
-        for mode in ["aligned", "unaligned"] {
-            assert!(stats.iter().filter(|s| s.alignment == mode).count() >= 3, "{mode}: {stats:?}");
+        for mode in [ModeKind::Aligned, ModeKind::Unaligned] {
+            assert!(stats.iter().filter(|s| s.alignment == Some(mode)).count() >= 3, "{mode}: {stats:?}");
         }
     }
 }

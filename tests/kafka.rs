@@ -173,7 +173,7 @@ fn the_source_reads_every_message_once_at_any_parallelism() {
 fn checkpointed(dir: &std::path::Path, faults: Arc<FaultInjector>) -> CheckpointConfig {
     CheckpointConfig::new(dir)
         .interval(Duration::from_millis(20))
-        .mode(CheckpointMode::ExactlyOnce)
+        .mode(CheckpointMode::Aligned)
         .tolerable_failed_checkpoints(100)
         .restart(RestartStrategy::FixedDelay { attempts: 20, delay: Duration::from_millis(1) })
         .faults(faults)

@@ -177,37 +177,30 @@ fn check_workload(w: Workload, records: u64) {
     for (p, seed) in [(2, 1u64), (3, 2), (4, 3)] {
         let (golden, _, _) = run(w, p, corpus.path(), None);
         assert!(!golden.is_empty());
-        // (mode, unaligned, alignment timeout): aligned, unaligned, aligned turning unaligned
-        // after 1 ms, at-least-once.
+        // Aligned, unaligned, aligned turning unaligned after 1 ms, at-least-once.
         let modes = [
-            (CheckpointMode::ExactlyOnce, false, None),
-            (CheckpointMode::ExactlyOnce, true, None),
-            (CheckpointMode::ExactlyOnce, true, Some(Duration::from_millis(1))),
-            (CheckpointMode::AtLeastOnce, false, None),
+            CheckpointMode::Aligned,
+            CheckpointMode::Unaligned,
+            CheckpointMode::AlignedTimeout { timeout: Duration::from_millis(1) },
+            CheckpointMode::AtLeastOnce,
         ];
-        for (i, (mode, unaligned, timeout)) in modes.into_iter().enumerate() {
+        for (i, mode) in modes.into_iter().enumerate() {
             // Every mode runs with full and with incremental checkpoints across the three
             // parallelisms.
             let incremental = (p + i) % 2 == 0;
             let dir = tempfile::tempdir().unwrap();
             let (_, operator) = build(w, &Job::new("probe"), corpus.path());
             let faults = FaultInjector::new(schedule(seed, operator, records));
-            let mut config =
-                checkpointed(dir.path(), mode, faults.clone()).unaligned(unaligned).incremental(incremental);
-            if let Some(t) = timeout {
-                config = config.aligned_checkpoint_timeout(t);
-            }
+            let config = checkpointed(dir.path(), mode, faults.clone()).incremental(incremental);
             let (got, restarts, notes) = run(w, p, corpus.path(), Some(config));
-            let name =
-                format!("{w:?} p={p} {mode} unaligned={unaligned} timeout={timeout:?} incremental={incremental}");
+            let name = format!("{w:?} p={p} {mode} incremental={incremental}");
             assert!(restarts >= 2, "{name}: the schedule should force restarts ({restarts}): {notes:?}");
             assert!(faults.fired() >= 3, "{name}: only {} faults fired", faults.fired());
-            match mode {
-                CheckpointMode::ExactlyOnce => {
-                    assert_eq!(got.len(), golden.len(), "{name}: row count; {notes:?}");
-                    assert!(got == golden, "{name}: output differs from the failure-free run");
-                }
-                CheckpointMode::AtLeastOnce => check_nothing_lost(w, &golden, &got, p),
+            if mode.exactly_once() {
+                assert_eq!(got.len(), golden.len(), "{name}: row count; {notes:?}");
+                assert!(got == golden, "{name}: output differs from the failure-free run");
+            } else {
+                check_nothing_lost(w, &golden, &got, p);
             }
         }
     }
@@ -273,7 +266,7 @@ fn partitioned_files_recover_exactly_once() {
         assert_eq!(golden.len(), EVENTS as usize);
         let (chk, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let faults = FaultInjector::new(schedule(seed, "copy", EVENTS));
-        let report = write(p, Some(checkpointed(chk.path(), CheckpointMode::ExactlyOnce, faults.clone())), out.path());
+        let report = write(p, Some(checkpointed(chk.path(), CheckpointMode::Aligned, faults.clone())), out.path());
         assert!(report.restarts >= 2, "p={p}: the schedule should force restarts ({})", report.restarts);
         assert!(faults.fired() >= 3, "p={p}: only {} faults fired", faults.fired());
         let got = lines_under(out.path());

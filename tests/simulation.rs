@@ -12,7 +12,8 @@
 //! The suite is the quick check; the gate before an issue that touches the protocol, recovery
 //! or a sink is closed is `perf/simulate-sweep.sh` (6,000 seeds of every combination).
 
-use weir::simulation::{check, SimMode, SimOptions};
+use weir::checkpoint::ModeKind;
+use weir::simulation::{check, SimOptions};
 use weir_jobs::simulated::SimJob;
 
 /// Seeds of each (job, parallelism) for each mode and checkpoint kind: 9 jobs x 4
@@ -22,7 +23,7 @@ const SEEDS_PER_COMBINATION: u64 = 40;
 
 fn run(
     job: SimJob,
-    mode: SimMode,
+    mode: ModeKind,
     incremental: bool,
     p: usize,
     seeds: std::ops::Range<u64>,
@@ -66,7 +67,7 @@ fn first_seed() -> u64 {
 }
 
 /// `SEEDS_PER_COMBINATION` seeds of `mode` for every job and parallelism 1 to 4.
-fn all_jobs(mode: SimMode, incremental: bool) {
+fn all_jobs(mode: ModeKind, incremental: bool) {
     let combos: Vec<(SimJob, usize)> = SimJob::ALL.iter().flat_map(|&j| [1, 2, 3, 4].map(|p| (j, p))).collect();
     let (mut seeds, mut faults, mut restarts, mut resumed, mut reused) = (0, 0, 0, 0, 0);
     let (mut in_store, mut late) = (0, 0);
@@ -97,59 +98,59 @@ fn all_jobs(mode: SimMode, incremental: bool) {
 
 #[test]
 fn aligned_full() {
-    all_jobs(SimMode::Aligned, false);
+    all_jobs(ModeKind::Aligned, false);
 }
 
 #[test]
 fn aligned_incremental() {
-    all_jobs(SimMode::Aligned, true);
+    all_jobs(ModeKind::Aligned, true);
 }
 
 #[test]
 fn unaligned_full() {
-    all_jobs(SimMode::Unaligned, false);
+    all_jobs(ModeKind::Unaligned, false);
 }
 
 #[test]
 fn unaligned_incremental() {
-    all_jobs(SimMode::Unaligned, true);
+    all_jobs(ModeKind::Unaligned, true);
 }
 
 #[test]
 fn aligned_timeout_full() {
-    all_jobs(SimMode::AlignedTimeout, false);
+    all_jobs(ModeKind::AlignedTimeout, false);
 }
 
 #[test]
 fn aligned_timeout_incremental() {
-    all_jobs(SimMode::AlignedTimeout, true);
+    all_jobs(ModeKind::AlignedTimeout, true);
 }
 
 #[test]
 fn at_least_once_full() {
-    all_jobs(SimMode::AtLeastOnce, false);
+    all_jobs(ModeKind::AtLeastOnce, false);
 }
 
 #[test]
 fn at_least_once_incremental() {
-    all_jobs(SimMode::AtLeastOnce, true);
+    all_jobs(ModeKind::AtLeastOnce, true);
 }
 
 #[test]
 fn adaptive_full() {
-    all_jobs(SimMode::Adaptive, false);
+    all_jobs(ModeKind::Adaptive, false);
 }
 
 #[test]
 fn adaptive_incremental() {
-    all_jobs(SimMode::Adaptive, true);
+    all_jobs(ModeKind::Adaptive, true);
 }
 
 /// A seed reruns bit for bit: the same steps, faults and checkpoints, the same outcome.
 #[test]
 fn a_seed_reruns_exactly() {
-    let a = run(SimJob::Join, SimMode::AlignedTimeout, true, 2, 40..50);
-    let b = run(SimJob::Join, SimMode::AlignedTimeout, true, 2, 40..50);
+    let a = run(SimJob::Join, ModeKind::AlignedTimeout, true, 2, 40..50);
+    let b = run(SimJob::Join, ModeKind::AlignedTimeout, true, 2, 40..50);
     for (x, y) in a.seeds.iter().zip(&b.seeds) {
         assert_eq!(x.stats, y.stats, "seed {}", x.seed);
     }
@@ -187,7 +188,7 @@ fn bad_input_is_an_error() {
 fn one_seed() {
     let var = |v: &str| std::env::var(v).unwrap_or_else(|_| panic!("set {v}"));
     let job: SimJob = var("SIM_JOB").parse().unwrap();
-    let mode: SimMode = var("SIM_MODE").parse().unwrap();
+    let mode: ModeKind = var("SIM_MODE").parse().unwrap();
     let seed: u64 = var("SIM_SEED").parse().unwrap();
     let report = run(job, mode, std::env::var("SIM_INC").is_ok(), var("SIM_P").parse().unwrap(), seed..seed + 1);
     eprintln!("{:?}", report.seeds);
@@ -196,7 +197,7 @@ fn one_seed() {
 /// Seeds that failed once, each with what it found, rerun exactly.
 #[test]
 fn seeds_that_once_failed() {
-    use SimMode::{Adaptive, Aligned};
+    use ModeKind::{Adaptive, Aligned};
     // A crash after checkpoint N completed and before it was committed, then a file of N
     // misplaced: the file was a part N reused, the same file as N-1's, so both were damaged
     // and recovery started over, and the collecting sink published everything a second time
@@ -224,7 +225,7 @@ fn seeds_that_once_failed() {
 /// checkpoint's file it refers to.
 #[test]
 fn a_checkpoint_that_refers_to_an_older_kept_part_keeps_its_files() {
-    let report = run(SimJob::Owned, SimMode::Unaligned, true, 4, 90003..90004);
+    let report = run(SimJob::Owned, ModeKind::Unaligned, true, 4, 90003..90004);
     let s = &report.seeds[0];
     assert_eq!(s.stats.failovers, 2, "{:?}", s.stats.faults);
     assert_eq!(s.stats.retractions, 0);
@@ -239,7 +240,7 @@ fn a_checkpoint_that_refers_to_an_older_kept_part_keeps_its_files() {
 /// start failed and ended the job; it is now a failover.
 #[test]
 fn kafka_seeds_that_once_failed() {
-    use SimMode::{Aligned, Unaligned};
+    use ModeKind::{Aligned, Unaligned};
     let mut lost = 0;
     for (mode, seed) in [(Unaligned, 224), (Aligned, 17), (Aligned, 19), (Aligned, 36), (Aligned, 38)] {
         let report = run(SimJob::Kafka, mode, false, 3, seed..seed + 1);
@@ -258,7 +259,7 @@ fn kafka_seeds_that_once_failed() {
 fn seeds_that_once_livelocked() {
     let cases = [(false, 404), (false, 4596), (true, 4596)];
     for (incremental, seed) in cases {
-        let report = run(SimJob::Timers, SimMode::Aligned, incremental, 3, seed..seed + 1);
+        let report = run(SimJob::Timers, ModeKind::Aligned, incremental, 3, seed..seed + 1);
         assert!(report.seeds.iter().all(|s| s.stats.checkpoints > 0), "the seeds complete checkpoints");
     }
 }
@@ -270,7 +271,7 @@ fn seeds_that_once_livelocked() {
 /// starts after the final checkpoint now.
 #[test]
 fn a_seed_whose_final_checkpoint_was_superseded() {
-    let report = run(SimJob::Owned, SimMode::AtLeastOnce, false, 4, 1132658..1132659);
+    let report = run(SimJob::Owned, ModeKind::AtLeastOnce, false, 4, 1132658..1132659);
     assert!(report.seeds.iter().all(|s| s.stats.checkpoints > 0), "the seed completes checkpoints");
 }
 
@@ -281,7 +282,7 @@ fn a_seed_whose_final_checkpoint_was_superseded() {
 /// committed): it resumes from checkpoint 1, and the output is the golden run's.
 #[test]
 fn a_checkpoint_put_into_the_store_after_a_successor_took_over_is_not_restored() {
-    let report = run(SimJob::Wordcount, SimMode::Aligned, false, 2, 57..58);
+    let report = run(SimJob::Wordcount, ModeKind::Aligned, false, 2, 57..58);
     assert!(report.seeds.iter().all(|s| s.stats.in_store && s.stats.late_publishes == 1), "the seed pauses an owner");
 }
 
@@ -292,7 +293,7 @@ fn a_checkpoint_put_into_the_store_after_a_successor_took_over_is_not_restored()
 /// checkpoints now keep what the host has not received.
 #[test]
 fn embedded_seeds_that_once_lost_results() {
-    for (mode, seed) in [(SimMode::Aligned, 431), (SimMode::Aligned, 45), (SimMode::Unaligned, 45)] {
+    for (mode, seed) in [(ModeKind::Aligned, 431), (ModeKind::Aligned, 45), (ModeKind::Unaligned, 45)] {
         let report = run(SimJob::Embedded, mode, false, 1, seed..seed + 1);
         assert!(report.seeds.iter().all(|s| s.stats.crashes > 0), "the seeds restart the process");
     }

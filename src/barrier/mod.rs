@@ -137,7 +137,7 @@ impl TaskCheckpointing {
 
     /// Whether input gates block a channel that delivered a barrier.
     pub(crate) fn blocks(&self) -> bool {
-        self.mode == CheckpointMode::ExactlyOnce
+        self.mode.exactly_once()
     }
 
     /// The synchronous part's failure point (tests).

@@ -56,15 +56,15 @@ fn adaptive_task(
     channels: usize,
     budget: Option<u64>,
 ) -> (TaskCheckpointing, Receiver<TaskAck>, Sender<TaskControl>) {
-    let mut config = crate::checkpoint::CheckpointConfig::new(dir).unaligned(true);
-    config.inflight_budget = budget;
+    let mode = budget.map_or(CheckpointMode::Unaligned, |budget| CheckpointMode::Adaptive { budget });
+    let config = crate::checkpoint::CheckpointConfig::new(dir).mode(mode);
     let live = LiveSettings::new(&config);
     live.set_channels(channels);
     let (acks_tx, acks) = mpsc();
     let (control_tx, control) = mpsc();
     let cp = TaskCheckpointing {
         task: 0,
-        mode: CheckpointMode::ExactlyOnce,
+        mode: CheckpointMode::Aligned,
         unaligned: true,
         sliced: false,
         activity: activity::ActivityReport::new(Arc::default(), Clock::manual(Arc::default())),
@@ -277,7 +277,7 @@ fn turning_unaligned_on_while_running_slices_a_backlog_of_slow_records() {
     out.write_records(&mut (0..1000).collect());
     out.flush();
 
-    cp.live.apply(&crate::checkpoint::CheckpointConfig::new(dir.path()).unaligned(true));
+    cp.live.apply(&crate::checkpoint::CheckpointConfig::new(dir.path()).mode(CheckpointMode::Unaligned));
     before_poll(&mut cp, &mut gate, &ident, &mut Forwarded::default()).unwrap();
     assert!(cp.sliced, "the task follows the live configuration");
 

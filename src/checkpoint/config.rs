@@ -6,36 +6,170 @@ use std::time::Duration;
 
 use super::storage::ObjectStore;
 use crate::error::{Error, Result};
-use crate::snapshot::FaultInjector;
+use crate::snapshot::{FaultInjector, ModeKind};
 
-/// The guarantee checkpoints give.
+/// How a checkpoint's barriers go, and the guarantee that gives: one value, so no combination
+/// that does not work can be written (Flink's flat keys, `mode`, `unaligned`,
+/// `aligned-checkpoint-timeout` and an in-flight budget, parse into it with
+/// [`CheckpointMode::from_flat`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::checkpoint::{CheckpointConfig, CheckpointMode};
+/// let c = CheckpointConfig::new("/tmp/chk")
+///     .mode(CheckpointMode::AlignedTimeout { timeout: Duration::from_millis(10) });
+/// assert!(c.mode.exactly_once() && c.mode.kind().name() == "aligned-timeout");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CheckpointMode {
-    /// Barriers are aligned: a task with several inputs snapshots only once every input
-    /// delivered the barrier. After recovery, results are as if no failure happened.
-    ExactlyOnce,
-    /// Barriers are only counted: records read after an early barrier may be processed
-    /// again after recovery. Nothing is lost.
+    /// Exactly-once, barriers aligned: a task with several inputs snapshots only once every
+    /// input delivered the barrier, reading none past it meanwhile. After recovery, results
+    /// are as if no failure happened.
+    Aligned,
+    /// Exactly-once, unaligned: barriers overtake the data in flight, which is stored with the
+    /// checkpoint instead (Flink's unaligned checkpoints).
+    Unaligned,
+    /// Exactly-once: barriers start aligned and turn unaligned at a task that has waited
+    /// `timeout` for alignment (Flink's `aligned-checkpoint-timeout`).
+    AlignedTimeout {
+        /// How long a task aligns before its barriers overtake.
+        timeout: Duration,
+    },
+    /// Exactly-once, adaptive alignment: barriers overtake through the priority slots as
+    /// unaligned ones do, and at each task the snapshot waits while a channel holds more ahead
+    /// of its barrier than its share of `budget` bytes, working that channel down; then it
+    /// captures what every channel still holds. A channel that drains quickly is aligned, one
+    /// that lags is captured: about as quick as unaligned with far less in-flight data.
+    Adaptive {
+        /// A checkpoint's in-flight data, at most, shared evenly by the job's input channels.
+        budget: u64,
+    },
+    /// At-least-once: barriers are only counted, never aligned; records read after an early
+    /// barrier may be processed again after recovery. Nothing is lost.
     AtLeastOnce,
 }
 
-impl std::str::FromStr for CheckpointMode {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "exactly-once" => Ok(CheckpointMode::ExactlyOnce),
-            "at-least-once" => Ok(CheckpointMode::AtLeastOnce),
-            other => Err(format!("'{other}' is not a checkpoint mode (exactly-once or at-least-once)")),
+impl CheckpointMode {
+    /// Whether results after a recovery are as if no failure happened.
+    pub fn exactly_once(self) -> bool {
+        self != CheckpointMode::AtLeastOnce
+    }
+
+    /// Whether barriers may overtake in-flight data (the job's rings then carry priority
+    /// slots, and tasks capture what the barriers overtook).
+    pub fn may_overtake(self) -> bool {
+        matches!(
+            self,
+            CheckpointMode::Unaligned | CheckpointMode::AlignedTimeout { .. } | CheckpointMode::Adaptive { .. }
+        )
+    }
+
+    /// Whether barriers overtake from the start (not only after a timeout).
+    pub fn overtakes_at_once(self) -> bool {
+        matches!(self, CheckpointMode::Unaligned | CheckpointMode::Adaptive { .. })
+    }
+
+    /// The aligned-checkpoint timeout, for [`CheckpointMode::AlignedTimeout`].
+    pub fn alignment_timeout(self) -> Option<Duration> {
+        match self {
+            CheckpointMode::AlignedTimeout { timeout } => Some(timeout),
+            _ => None,
+        }
+    }
+
+    /// The in-flight budget, for [`CheckpointMode::Adaptive`].
+    pub fn inflight_budget(self) -> Option<u64> {
+        match self {
+            CheckpointMode::Adaptive { budget } => Some(budget),
+            _ => None,
+        }
+    }
+
+    /// Which of the five it is, without its parameter.
+    pub fn kind(self) -> ModeKind {
+        match self {
+            CheckpointMode::Aligned => ModeKind::Aligned,
+            CheckpointMode::Unaligned => ModeKind::Unaligned,
+            CheckpointMode::AlignedTimeout { .. } => ModeKind::AlignedTimeout,
+            CheckpointMode::Adaptive { .. } => ModeKind::Adaptive,
+            CheckpointMode::AtLeastOnce => ModeKind::AtLeastOnce,
+        }
+    }
+
+    /// Flink's flat keys as one mode: `exactly_once` (`mode`), `unaligned`, an
+    /// aligned-checkpoint `timeout` and an in-flight `budget`. A combination that does not
+    /// work is refused, naming why.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::checkpoint::CheckpointMode;
+    /// let t = Some(Duration::from_millis(5));
+    /// assert_eq!(CheckpointMode::from_flat(true, true, t, None), Ok(CheckpointMode::AlignedTimeout { timeout: t.unwrap() }));
+    /// assert!(CheckpointMode::from_flat(false, true, None, None).unwrap_err().contains("at-least-once never aligns"));
+    /// ```
+    pub fn from_flat(
+        exactly_once: bool,
+        unaligned: bool,
+        timeout: Option<Duration>,
+        budget: Option<u64>,
+    ) -> std::result::Result<CheckpointMode, String> {
+        let never_aligns = "at-least-once never aligns";
+        match (exactly_once, unaligned, timeout, budget) {
+            (false, false, None, None) => Ok(CheckpointMode::AtLeastOnce),
+            (false, true, ..) => Err(format!("unaligned checkpoints need exactly-once mode ({never_aligns})")),
+            (false, _, Some(_), _) => {
+                Err(format!("an aligned-checkpoint timeout needs exactly-once mode ({never_aligns}, so nothing times out)"))
+            }
+            (false, _, _, Some(_)) => Err(format!("an in-flight budget needs exactly-once mode ({never_aligns})")),
+            (true, _, Some(_), Some(_)) => Err("an in-flight budget and an aligned-checkpoint timeout cannot be combined: \
+                 choose adaptive alignment or aligned-then-unaligned"
+                .into()),
+            (true, false, Some(_), None) => Err("an aligned-checkpoint timeout needs unaligned checkpoints turned on".into()),
+            (true, false, None, Some(_)) => Err(
+                "an in-flight budget needs unaligned checkpoints turned on (its barriers overtake through the priority slots)"
+                    .into(),
+            ),
+            (true, true, Some(timeout), None) => Ok(CheckpointMode::AlignedTimeout { timeout }),
+            (true, true, None, Some(budget)) => Ok(CheckpointMode::Adaptive { budget }),
+            (true, true, None, None) => Ok(CheckpointMode::Unaligned),
+            (true, false, None, None) => Ok(CheckpointMode::Aligned),
+        }
+    }
+
+    /// Whether its parameter is usable: a timeout and a budget above zero.
+    fn check(self) -> Result<()> {
+        match self {
+            CheckpointMode::AlignedTimeout { timeout } if timeout.is_zero() => {
+                Err(Error::config("the alignment timeout must be greater than zero"))
+            }
+            CheckpointMode::Adaptive { budget: 0 } => Err(Error::config(
+                "the in-flight budget must be greater than zero (for no in-flight data at all, take aligned checkpoints)",
+            )),
+            _ => Ok(()),
         }
     }
 }
 
 impl std::fmt::Display for CheckpointMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CheckpointMode::ExactlyOnce => "exactly-once",
-            CheckpointMode::AtLeastOnce => "at-least-once",
-        })
+        match self {
+            CheckpointMode::AlignedTimeout { timeout } => write!(f, "aligned-timeout ({} ms)", timeout.as_millis()),
+            CheckpointMode::Adaptive { budget } => write!(f, "adaptive ({budget} bytes in flight)"),
+            other => f.write_str(other.kind().name()),
+        }
+    }
+}
+
+impl ModeKind {
+    /// The mode of this kind, with `timeout` for aligned-timeout and `budget` for adaptive.
+    pub fn with(self, timeout: Duration, budget: u64) -> CheckpointMode {
+        match self {
+            ModeKind::Aligned => CheckpointMode::Aligned,
+            ModeKind::Unaligned => CheckpointMode::Unaligned,
+            ModeKind::AlignedTimeout => CheckpointMode::AlignedTimeout { timeout },
+            ModeKind::Adaptive => CheckpointMode::Adaptive { budget },
+            ModeKind::AtLeastOnce => CheckpointMode::AtLeastOnce,
+        }
     }
 }
 
@@ -134,7 +268,7 @@ impl RestartStrategy {
 /// let dir = tempfile::tempdir().unwrap();
 /// let cfg = CheckpointConfig::new(dir.path())
 ///     .interval(Duration::from_millis(500))
-///     .mode(CheckpointMode::ExactlyOnce)
+///     .mode(CheckpointMode::Aligned)
 ///     .retained(3);
 /// cfg.validate().unwrap();
 /// ```
@@ -150,16 +284,8 @@ pub struct CheckpointConfig {
     /// Time between checkpoint triggers while a source reports it is catching up on a backlog
     /// ([`crate::source::Source::backlog`]); zero takes none then. `None`: `interval` always.
     pub interval_during_backlog: Option<Duration>,
-    /// Exactly-once (aligned) or at-least-once.
+    /// How barriers go, and the guarantee that gives.
     pub mode: CheckpointMode,
-    /// Unaligned checkpoints: barriers overtake in-flight data, which is stored instead.
-    pub unaligned: bool,
-    /// With unaligned on: start aligned and switch to unaligned at a task that has waited
-    /// this long for alignment.
-    pub aligned_checkpoint_timeout: Option<Duration>,
-    /// With unaligned on: adaptive alignment, keeping a checkpoint's in-flight data under this
-    /// many bytes (see [`CheckpointConfig::inflight_budget`]).
-    pub inflight_budget: Option<u64>,
     /// A checkpoint not complete after this long is aborted.
     pub checkpoint_timeout: Duration,
     /// Time a savepoint may take before it fails (its own: a savepoint must not fail because
@@ -206,10 +332,7 @@ impl CheckpointConfig {
             store: None,
             interval: Duration::from_secs(1),
             interval_during_backlog: None,
-            mode: CheckpointMode::ExactlyOnce,
-            unaligned: false,
-            aligned_checkpoint_timeout: None,
-            inflight_budget: None,
+            mode: CheckpointMode::Aligned,
             checkpoint_timeout: Duration::from_secs(600),
             savepoint_timeout: Duration::from_secs(600),
             min_pause: Duration::ZERO,
@@ -261,7 +384,7 @@ impl CheckpointConfig {
         self.interval_during_backlog = Some(interval);
         self
     }
-    /// Sets the mode.
+    /// How barriers go (default [`CheckpointMode::Aligned`]).
     pub fn mode(mut self, mode: CheckpointMode) -> Self {
         self.mode = mode;
         self
@@ -269,42 +392,6 @@ impl CheckpointConfig {
     /// Turns incremental checkpoints on or off.
     pub fn incremental(mut self, incremental: bool) -> Self {
         self.incremental = incremental;
-        self
-    }
-    /// Turns unaligned checkpoints on or off.
-    pub fn unaligned(mut self, unaligned: bool) -> Self {
-        self.unaligned = unaligned;
-        self
-    }
-    /// Sets the aligned-checkpoint timeout (with unaligned on): barriers start aligned and
-    /// turn unaligned at a task that waited this long (`--aligned-checkpoint-timeout-ms`, the
-    /// file's and the endpoint's `aligned-checkpoint-timeout-ms`; Flink's
-    /// `execution.checkpointing.aligned-checkpoint-timeout`).
-    pub fn aligned_checkpoint_timeout(mut self, timeout: Duration) -> Self {
-        self.aligned_checkpoint_timeout = Some(timeout);
-        self
-    }
-    /// The old name of [`CheckpointConfig::aligned_checkpoint_timeout`].
-    #[deprecated(note = "one name per setting: aligned_checkpoint_timeout, as the flag and the file say")]
-    pub fn alignment_timeout(self, timeout: Duration) -> Self {
-        self.aligned_checkpoint_timeout(timeout)
-    }
-    /// Adaptive alignment (with unaligned on): a checkpoint's in-flight data stays under
-    /// `bytes`, shared evenly by the job's input channels. Barriers overtake through the
-    /// priority slots as with unaligned checkpoints; at each task the snapshot waits while a
-    /// channel holds more ahead of its barrier than its share, the task working that channel
-    /// down (aligning it, if it must), and then captures what every channel still holds. A
-    /// channel that drains quickly is aligned, one that lags is captured: the checkpoint takes
-    /// about as long as an unaligned one with far less in-flight data where most of it sat in
-    /// channels that move. Each checkpoint's statistics say, per channel, which it was.
-    ///
-    /// ```
-    /// let c = weir::checkpoint::CheckpointConfig::new("/tmp/chk").unaligned(true).inflight_budget(1 << 20);
-    /// c.validate().unwrap();
-    /// assert!(weir::checkpoint::CheckpointConfig::new("/tmp/chk").inflight_budget(1 << 20).validate().is_err());
-    /// ```
-    pub fn inflight_budget(mut self, bytes: u64) -> Self {
-        self.inflight_budget = Some(bytes);
         self
     }
     /// A checkpoint not complete after this long is aborted (`--checkpoint-timeout-ms`, the
@@ -388,7 +475,7 @@ impl CheckpointConfig {
                 "the checkpoint store",
                 self.store.as_ref().map(|s| s.location()) != new.store.as_ref().map(|s| s.location()),
             ),
-            ("the checkpoint mode", self.mode != new.mode),
+            ("the guarantee (exactly-once or at-least-once)", self.mode.exactly_once() != new.mode.exactly_once()),
             ("incremental", self.incremental != new.incremental),
             ("allow_retracting_output", self.allow_retracting_output != new.allow_retracting_output),
         ];
@@ -426,37 +513,7 @@ impl CheckpointConfig {
         if self.retained == 0 {
             return Err(Error::config("at least one completed checkpoint must be retained"));
         }
-        if self.unaligned && self.mode == CheckpointMode::AtLeastOnce {
-            return Err(Error::config("unaligned checkpoints need exactly-once mode (at-least-once never aligns)"));
-        }
-        if self.aligned_checkpoint_timeout.is_some() && self.mode == CheckpointMode::AtLeastOnce {
-            return Err(Error::config(
-                "an aligned-checkpoint timeout needs exactly-once mode (at-least-once never aligns, so nothing times out)",
-            ));
-        }
-        if self.aligned_checkpoint_timeout.is_some() && !self.unaligned {
-            return Err(Error::config("an alignment timeout needs unaligned checkpoints turned on"));
-        }
-        if self.aligned_checkpoint_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Error::config("the alignment timeout must be greater than zero"));
-        }
-        if let Some(budget) = self.inflight_budget {
-            if !self.unaligned {
-                return Err(Error::config(
-                    "an in-flight budget needs unaligned checkpoints turned on (its barriers overtake through the priority slots)",
-                ));
-            }
-            if self.aligned_checkpoint_timeout.is_some() {
-                return Err(Error::config(
-                    "an in-flight budget and an aligned-checkpoint timeout cannot be combined: choose adaptive alignment or aligned-then-unaligned",
-                ));
-            }
-            if budget == 0 {
-                return Err(Error::config(
-                    "the in-flight budget must be greater than zero (for no in-flight data at all, take aligned checkpoints)",
-                ));
-            }
-        }
+        self.mode.check()?;
         match self.restart {
             RestartStrategy::ExponentialBackoff { multiplier, .. }
                 if !(multiplier >= 1.0 && multiplier.is_finite()) =>
@@ -540,16 +597,44 @@ mod tests {
             ok.clone().checkpoint_timeout(Duration::ZERO),
             ok.clone().max_concurrent(0),
             ok.clone().retained(0),
-            ok.clone().unaligned(true).mode(CheckpointMode::AtLeastOnce),
-            ok.clone().aligned_checkpoint_timeout(Duration::from_millis(5)),
-            ok.clone().mode(CheckpointMode::AtLeastOnce).aligned_checkpoint_timeout(Duration::from_millis(5)),
-            ok.clone().inflight_budget(1000),
-            ok.clone().unaligned(true).inflight_budget(0),
-            ok.clone().unaligned(true).inflight_budget(1000).aligned_checkpoint_timeout(Duration::from_millis(5)),
+            ok.clone().mode(CheckpointMode::Adaptive { budget: 0 }),
+            ok.clone().mode(CheckpointMode::AlignedTimeout { timeout: Duration::ZERO }),
             CheckpointConfig::new("/proc/weir-cannot-write-here"),
         ];
         for cfg in bad {
             assert!(cfg.validate().is_err(), "{cfg:?} should be refused");
+        }
+    }
+
+    /// The six combinations of Flink's flat keys that do not work cannot be written as a
+    /// mode; parsed from the flat keys, each is refused naming why.
+    #[test]
+    fn flat_keys_parse_into_one_mode_or_are_refused() {
+        let five = Duration::from_millis(5);
+        let t = Some(five);
+        let refused = [
+            ((false, true, None, None), "unaligned checkpoints need exactly-once"),
+            ((false, false, t, None), "timeout needs exactly-once"),
+            ((false, false, None, Some(9)), "budget needs exactly-once"),
+            ((true, false, t, None), "needs unaligned checkpoints turned on"),
+            ((true, false, None, Some(9)), "needs unaligned checkpoints turned on"),
+            ((true, true, t, Some(9)), "cannot be combined"),
+        ];
+        for ((e, u, timeout, budget), says) in refused {
+            let err = CheckpointMode::from_flat(e, u, timeout, budget).unwrap_err();
+            assert!(err.contains(says), "{e} {u} {timeout:?} {budget:?}: {err}");
+        }
+        let ok = [
+            ((true, false, None, None), CheckpointMode::Aligned),
+            ((true, true, None, None), CheckpointMode::Unaligned),
+            ((true, true, t, None), CheckpointMode::AlignedTimeout { timeout: five }),
+            ((true, true, None, Some(9)), CheckpointMode::Adaptive { budget: 9 }),
+            ((false, false, None, None), CheckpointMode::AtLeastOnce),
+        ];
+        for ((e, u, timeout, budget), mode) in ok {
+            assert_eq!(CheckpointMode::from_flat(e, u, timeout, budget), Ok(mode));
+            assert_eq!(mode.kind().with(five, 9), mode, "a kind and its parameter make the mode again");
+            assert_eq!(mode.kind().name().parse::<ModeKind>(), Ok(mode.kind()));
         }
     }
 

@@ -149,7 +149,8 @@ struct Pending {
     /// go (see `CheckpointStats::alignment`), alignment timeout and in-flight budget.
     interval_ns: u64,
     timeout_ns: u64,
-    alignment: &'static str,
+    /// How its barriers went: the mode's kind, `None` for a savepoint (always aligned).
+    kind: Option<crate::checkpoint::ModeKind>,
     alignment_timeout_ns: Option<u64>,
     inflight_budget: Option<u64>,
     acks: HashMap<usize, TaskDone>,
@@ -555,9 +556,7 @@ impl CoordinatorCore {
             trigger_ns: self.s.clock.now_ns(),
             // With an alignment timeout, barriers start aligned and turn unaligned only at a
             // task that waited too long. Savepoints are always aligned.
-            unaligned: savepoint.is_none()
-                && self.s.config.unaligned
-                && self.s.config.aligned_checkpoint_timeout.is_none(),
+            unaligned: savepoint.is_none() && self.s.config.mode.overtakes_at_once(),
             savepoint: savepoint.is_some(),
         };
         // A savepoint refers to nothing outside its folder anyway.
@@ -585,16 +584,10 @@ impl CoordinatorCore {
             if barrier.savepoint { self.s.config.savepoint_timeout } else { self.s.config.checkpoint_timeout };
         let (interval_ns, timeout_ns) = (self.interval_ns().unwrap_or(0), ns(timeout));
         let c = &self.s.config;
-        let inflight_budget = c.inflight_budget.filter(|_| barrier.unaligned);
-        let alignment_timeout_ns = c.aligned_checkpoint_timeout.filter(|_| !barrier.savepoint).map(ns);
-        let alignment = match () {
-            _ if barrier.savepoint => "savepoint",
-            _ if c.mode == crate::checkpoint::CheckpointMode::AtLeastOnce => "at-least-once",
-            _ if inflight_budget.is_some() => "adaptive",
-            _ if barrier.unaligned => "unaligned",
-            _ if alignment_timeout_ns.is_some() => "aligned-timeout",
-            _ => "aligned",
-        };
+        let inflight_budget = c.mode.inflight_budget().filter(|_| barrier.unaligned);
+        let alignment_timeout_ns = c.mode.alignment_timeout().filter(|_| !barrier.savepoint).map(ns);
+        // A savepoint's barriers are always aligned, whatever the mode.
+        let kind = (!barrier.savepoint).then(|| c.mode.kind());
         self.pending.insert(
             id,
             Pending {
@@ -602,7 +595,7 @@ impl CoordinatorCore {
                 started_ns: now,
                 interval_ns,
                 timeout_ns,
-                alignment,
+                kind,
                 alignment_timeout_ns,
                 inflight_budget,
                 acks: HashMap::new(),
@@ -813,7 +806,7 @@ impl CoordinatorCore {
             inflight_bytes: sum(|s| s.inflight_bytes),
             interval_ms: ms(p.interval_ns),
             timeout_ms: ms(p.timeout_ns),
-            alignment: p.alignment.to_string(),
+            alignment: p.kind,
             alignment_timeout_ms: p.alignment_timeout_ns.map(ms),
             inflight_budget: p.inflight_budget,
             channels: {
@@ -966,7 +959,7 @@ impl CoordinatorCore {
             job = %self.s.job,
             checkpoint = id,
             duration_ms = stats.duration_ms,
-            alignment = stats.alignment,
+            alignment = stats.alignment.map_or("savepoint", crate::checkpoint::ModeKind::name),
             state_bytes = stats.state_bytes,
             "checkpoint completed"
         );

@@ -19,6 +19,7 @@ pub(crate) mod resume;
 mod storage;
 pub(crate) mod task;
 
+pub use crate::snapshot::ModeKind;
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_RETAINED};
 pub use lock::{DirectoryLock, LOCK_FILE};
 pub use storage::{

@@ -65,11 +65,10 @@ impl LiveSettings {
 
     /// Takes the settings of a new configuration.
     pub(crate) fn apply(&self, cfg: &super::CheckpointConfig) {
-        let timeout =
-            cfg.aligned_checkpoint_timeout.map_or(u64::MAX, |t| t.as_nanos().min(u64::MAX as u128 - 1) as u64);
+        let timeout = cfg.mode.alignment_timeout().map_or(u64::MAX, |t| t.as_nanos().min(u64::MAX as u128 - 1) as u64);
         self.alignment_timeout_ns.store(timeout, Ordering::Relaxed);
-        self.inflight_budget.store(cfg.inflight_budget.unwrap_or(u64::MAX), Ordering::Relaxed);
-        self.unaligned.store(cfg.unaligned, Ordering::Relaxed);
+        self.inflight_budget.store(cfg.mode.inflight_budget().unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.unaligned.store(cfg.mode.may_overtake(), Ordering::Relaxed);
     }
 
     /// Checkpoint `id` is to be full: stored before its barriers go out, so every task that

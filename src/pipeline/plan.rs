@@ -340,7 +340,7 @@ pub(crate) fn ring_bytes(graph: &Graph, capacity: usize) -> Option<u64> {
 /// refused. What the rings hold is bounded for records that own no heap memory (their
 /// encoding is no larger than an entry); a job with records that do is not checked.
 fn check_inflight_budget(graph: &Graph, capacity: usize, rings: &[(usize, Option<usize>)]) -> Result<()> {
-    let Some(budget) = graph.checkpointing.as_ref().and_then(|c| c.inflight_budget) else { return Ok(()) };
+    let Some(budget) = graph.checkpointing.as_ref().and_then(|c| c.mode.inflight_budget()) else { return Ok(()) };
     if rings.iter().any(|(_, b)| b.is_none()) {
         return Ok(());
     }

@@ -374,7 +374,8 @@ impl JobController {
     ///
     /// ```no_run
     /// # fn f(handle: &weir::JobHandle) -> weir::Result<()> {
-    /// handle.checkpoints_in_turn(|c| vec![c.clone().unaligned(false), c.unaligned(true)])?;
+    /// use weir::checkpoint::CheckpointMode;
+    /// handle.checkpoints_in_turn(|c| vec![c.clone().mode(CheckpointMode::Aligned), c.mode(CheckpointMode::Unaligned)])?;
     /// # Ok(()) }
     /// ```
     pub fn checkpoints_in_turn(&self, turns: impl FnOnce(CheckpointConfig) -> Vec<CheckpointConfig>) -> Result<()> {
@@ -1018,8 +1019,8 @@ pub(crate) fn prepare_attempt(
             mode: cfg.mode,
             // Every exactly-once job's gates check the priority slots, so a running job can
             // turn unaligned checkpoints on (and off).
-            unaligned: cfg.mode == crate::checkpoint::CheckpointMode::ExactlyOnce,
-            slice_records: cfg.unaligned,
+            unaligned: cfg.mode.exactly_once(),
+            slice_records: cfg.mode.may_overtake(),
             activity: metrics.activity().clone(),
             live: Arc::new(crate::checkpoint::task::LiveSettings::new(cfg)),
             incremental: cfg.incremental,

@@ -27,7 +27,7 @@ mod schedule;
 
 use damage::*;
 use driver::*;
-pub use options::{Expect, OutputCheck, SimMode, SimOptions};
+pub use options::{Expect, OutputCheck, SimOptions};
 pub use report::{RunStats, SeedResult, SimReport};
 use schedule::*;
 
@@ -123,7 +123,8 @@ impl<T> From<CommittedOutput<T>> for SimOutput<T> {
 /// its checkpointing is set by the simulator (mode from `options`, a directory of its own).
 ///
 /// ```
-/// use weir::simulation::{check, Expect, SimMode, SimOptions};
+/// use weir::checkpoint::ModeKind;
+/// use weir::simulation::{check, Expect, SimOptions};
 /// use weir::{source::Generator, Job};
 ///
 /// // A running count per key: its results do not depend on how the two source subtasks'
@@ -137,7 +138,7 @@ impl<T> From<CommittedOutput<T>> for SimOutput<T> {
 ///         .collect_exactly_once();
 ///     (job, out)
 /// };
-/// let options = SimOptions { mode: SimMode::Unaligned, ..SimOptions::default() };
+/// let options = SimOptions { mode: ModeKind::Unaligned, ..SimOptions::default() };
 /// let report = check(build, 0..20, &options, Expect::of(options.mode)).unwrap();
 /// assert_eq!(report.failing().count(), 0, "{:?}", report.failing().next());
 /// ```

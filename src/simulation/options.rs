@@ -1,61 +1,17 @@
 //! What a simulation is asked: the checkpoint mode and the options of a run
 //! ([`SimOptions`]), and what its output must be against the failure-free run's ([`Expect`]).
 //!
-//! May touch: `error`.
+//! May touch: `checkpoint`, `error`.
 
 use std::fmt;
 
-/// The checkpointing of a simulated job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SimMode {
-    /// Exactly-once, aligned barriers.
-    Aligned,
-    /// Exactly-once, unaligned barriers (in-flight data is stored).
-    Unaligned,
-    /// Exactly-once, aligned until a task has waited longer than the alignment timeout.
-    AlignedTimeout,
-    /// At-least-once (no alignment).
-    AtLeastOnce,
-    /// Exactly-once, unaligned barriers with adaptive alignment under an in-flight budget
-    /// drawn from the seed.
-    Adaptive,
-}
-
-impl SimMode {
-    /// Every mode, in the order `weir simulate` lists them.
-    pub const ALL: [SimMode; 5] =
-        [SimMode::Aligned, SimMode::Unaligned, SimMode::AlignedTimeout, SimMode::AtLeastOnce, SimMode::Adaptive];
-
-    /// Whether the output must equal the golden run's (else: nothing may be missing).
-    pub fn exactly_once(self) -> bool {
-        self != SimMode::AtLeastOnce
-    }
-}
-
-impl fmt::Display for SimMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SimMode::Aligned => "aligned",
-            SimMode::Unaligned => "unaligned",
-            SimMode::AlignedTimeout => "aligned-timeout",
-            SimMode::AtLeastOnce => "at-least-once",
-            SimMode::Adaptive => "adaptive",
-        })
-    }
-}
-
-impl std::str::FromStr for SimMode {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        crate::error::one_of(&SimMode::ALL, s, "a simulation mode")
-    }
-}
+use crate::checkpoint::ModeKind;
 
 /// How to simulate.
 #[derive(Clone, Copy, Debug)]
 pub struct SimOptions {
     /// The checkpoint mode.
-    pub mode: SimMode,
+    pub mode: ModeKind,
     /// Incremental checkpoints.
     pub incremental: bool,
     /// Steps after which a run that has not finished counts as stuck.
@@ -69,7 +25,7 @@ pub struct SimOptions {
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { mode: SimMode::Aligned, incremental: false, max_steps: 3_000_000, rescale: false }
+        SimOptions { mode: ModeKind::Aligned, incremental: false, max_steps: 3_000_000, rescale: false }
     }
 }
 
@@ -88,7 +44,7 @@ pub enum Expect<T> {
 
 impl<T: Ord + Clone + fmt::Debug> Expect<T> {
     /// What a mode promises: equal output under exactly-once, nothing missing otherwise.
-    pub fn of(mode: SimMode) -> Expect<T> {
+    pub fn of(mode: ModeKind) -> Expect<T> {
         if mode.exactly_once() {
             Expect::Equal
         } else {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::checkpoint::coordinator::{CrashPoint, CrashSchedule};
-use crate::checkpoint::{CheckpointConfig, CheckpointMirror, CheckpointMode, ObjectStore};
+use crate::checkpoint::{CheckpointConfig, CheckpointMirror, ObjectStore};
 use crate::prng::Prng;
 
 use super::*;
@@ -243,7 +243,7 @@ impl Schedule {
     pub(super) fn config(&self, dir: &Path, options: &SimOptions, subtasks: usize) -> CheckpointConfig {
         let scale = subtasks.div_ceil(24).max(1) as u64;
         let timeout_ns = if self.short_timeout { 4 * self.interval_ns * scale } else { self.timeout_ns };
-        let mut c = CheckpointConfig::new(dir)
+        let c = CheckpointConfig::new(dir)
             .interval(Duration::from_nanos(self.interval_ns * scale))
             .incremental(options.incremental)
             .max_concurrent(self.max_concurrent)
@@ -257,16 +257,7 @@ impl Schedule {
             // the sink withdraws that output and computes it again, which the comparison with
             // the golden run checks. A withdrawal in a seed without damage fails the seed.
             .allow_retracting_output(true);
-        c = match options.mode {
-            SimMode::Aligned => c,
-            SimMode::Unaligned => c.unaligned(true),
-            SimMode::AlignedTimeout => {
-                c.unaligned(true).aligned_checkpoint_timeout(Duration::from_nanos(self.alignment_timeout_ns.max(1)))
-            }
-            SimMode::AtLeastOnce => c.mode(CheckpointMode::AtLeastOnce),
-            SimMode::Adaptive => c.unaligned(true).inflight_budget(self.inflight_budget),
-        };
-        c
+        c.mode(options.mode.with(Duration::from_nanos(self.alignment_timeout_ns.max(1)), self.inflight_budget))
     }
 
     /// Whether fault `f` is due at `step`, taking it out of the schedule.

@@ -108,8 +108,8 @@ pub(crate) struct SimulateArgs {
     /// How checkpoints go: aligned, unaligned, aligned-timeout (aligned, turning unaligned
     /// where a task waits too long), at-least-once, or adaptive (unaligned within an
     /// in-flight budget).
-    #[arg(long, default_value = "aligned", value_parser = listed(&weir::simulation::SimMode::ALL))]
-    pub(crate) mode: weir::simulation::SimMode,
+    #[arg(long, default_value = "aligned", value_parser = listed(&weir::checkpoint::ModeKind::ALL))]
+    pub(crate) mode: weir::checkpoint::ModeKind,
     /// Incremental checkpoints.
     #[arg(long)]
     pub(crate) incremental: bool,

@@ -378,11 +378,6 @@ impl CheckpointFlags {
     pub(crate) fn apply(&self, first: CheckpointChoice, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
         let ms = Duration::from_millis;
         let mut c = self.apply_live(c)?;
-        c.mode = if first == CheckpointChoice::AtLeastOnce {
-            CheckpointMode::AtLeastOnce
-        } else {
-            CheckpointMode::ExactlyOnce
-        };
         c = with_choice(c, first, self.aligned_checkpoint_timeout_ms.map(ms), self.inflight_budget_bytes);
         if let Some(on) = self.incremental {
             c.incremental = on;
@@ -445,23 +440,17 @@ impl CheckpointFlags {
                 )));
             }
             Some(p) => {
-                let budget = self
-                    .inflight_budget_bytes
-                    .or(c.inflight_budget)
-                    .unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET);
-                let timeout = self.aligned_checkpoint_timeout_ms.map(ms).or(c.aligned_checkpoint_timeout);
-                c = with_choice(c, p.first(), timeout, Some(budget));
+                let budget = self.inflight_budget_bytes.or(c.mode.inflight_budget());
+                let timeout = self.aligned_checkpoint_timeout_ms.map(ms).or(c.mode.alignment_timeout());
+                c = with_choice(c, p.first(), timeout, budget);
             }
             None => {
-                if let Some(on) = self.unaligned {
-                    c.unaligned = on;
-                }
-                if let Some(n) = self.aligned_checkpoint_timeout_ms {
-                    c.aligned_checkpoint_timeout = Some(ms(n));
-                }
-                if let Some(n) = self.inflight_budget_bytes {
-                    c.inflight_budget = Some(n);
-                }
+                // Flink's flat keys, each over the running job's own: one mode, or refused.
+                let unaligned = self.unaligned.unwrap_or(c.mode.may_overtake());
+                let timeout = self.aligned_checkpoint_timeout_ms.map(ms).or(c.mode.alignment_timeout());
+                let budget = self.inflight_budget_bytes.or(c.mode.inflight_budget());
+                c.mode = CheckpointMode::from_flat(c.mode.exactly_once(), unaligned, timeout, budget)
+                    .map_err(Error::config)?;
             }
         }
         Ok(c)
@@ -591,7 +580,10 @@ fn with_choice(
     budget: Option<u64>,
 ) -> CheckpointConfig {
     let timeout = timeout.unwrap_or(DEFAULT_ALIGNMENT_TIMEOUT);
-    choice.with_barriers(c, timeout, budget.unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET))
+    match choice.kind() {
+        Some(kind) => c.mode(kind.with(timeout, budget.unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET))),
+        None => c,
+    }
 }
 
 fn at_least(key: &str, n: u64, min: u64) -> weir::Result<u64> {

@@ -355,12 +355,13 @@ fn config_values(c: &CheckpointConfig) -> serde_json::Value {
         "max-concurrent": c.max_concurrent,
         "tolerable-failed-checkpoints": c.tolerable_failed_checkpoints,
         "retained": c.retained,
-        "unaligned": c.unaligned,
-        "aligned-checkpoint-timeout-ms": c.aligned_checkpoint_timeout.map(ms),
-        "inflight-budget-bytes": c.inflight_budget,
+        "checkpoint": c.mode.kind().name(),
+        "unaligned": c.mode.may_overtake(),
+        "aligned-checkpoint-timeout-ms": c.mode.alignment_timeout().map(ms),
+        "inflight-budget-bytes": c.mode.inflight_budget(),
         "restart-strategy": restart_strategy(&c.restart),
         // Fixed for the job's life: shown, refused as changes.
-        "mode": c.mode.to_string(),
+        "mode": if c.mode.exactly_once() { "exactly-once" } else { "at-least-once" },
         "incremental": c.incremental,
     })
 }
@@ -398,8 +399,14 @@ pub(crate) fn apply_settings(
         }
         match key.as_str() {
             "interval-during-backlog-ms" => c.interval_during_backlog = None,
-            "aligned-checkpoint-timeout-ms" | "alignment-timeout-ms" => c.aligned_checkpoint_timeout = None,
-            "inflight-budget-bytes" => c.inflight_budget = None,
+            // Without its timeout or budget, the mode is plainly unaligned.
+            "aligned-checkpoint-timeout-ms" | "alignment-timeout-ms" if c.mode.alignment_timeout().is_some() => {
+                c.mode = weir::checkpoint::CheckpointMode::Unaligned
+            }
+            "inflight-budget-bytes" if c.mode.inflight_budget().is_some() => {
+                c.mode = weir::checkpoint::CheckpointMode::Unaligned
+            }
+            "aligned-checkpoint-timeout-ms" | "alignment-timeout-ms" | "inflight-budget-bytes" => {}
             _ => return Err(format!("{key} cannot be {value}: give a value")),
         }
     }

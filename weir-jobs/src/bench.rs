@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::wordcount::{key_of, DefaultJob};
-use weir::checkpoint::{CheckpointConfig, CheckpointMode, CheckpointStats};
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, CheckpointStats, ModeKind};
 use weir::error::{Error, Result};
 use weir::metrics::JobReport;
 use weir::operator::window::Window;
@@ -117,9 +117,9 @@ pub const DEFAULT_INFLIGHT_BUDGET: u64 = 1 << 20;
 /// 1 MiB was refused on the default rings of the backpressure workload, which hold 512 KiB.
 /// A job without a budget is returned as it is.
 pub fn fit_inflight_budget(job: Job, ring_capacity: usize) -> Job {
-    let Some(config) = job.checkpointing().filter(|c| c.inflight_budget.is_some()) else { return job };
+    let Some(config) = job.checkpointing().filter(|c| c.mode.inflight_budget().is_some()) else { return job };
     let budget = default_inflight_budget(&job, ring_capacity);
-    job.with_checkpointing(config.inflight_budget(budget))
+    job.with_checkpointing(config.mode(CheckpointMode::Adaptive { budget }))
 }
 
 /// The default in-flight budget of `job` with rings of `ring_capacity` entries: half of what
@@ -146,6 +146,18 @@ impl CheckpointChoice {
     pub const HEADLINE: [CheckpointChoice; 4] =
         [CheckpointChoice::None, CheckpointChoice::Aligned, CheckpointChoice::Unaligned, CheckpointChoice::AtLeastOnce];
 
+    /// The checkpoint mode's kind of this choice (`None` for no checkpoints).
+    pub fn kind(self) -> Option<ModeKind> {
+        Some(match self {
+            CheckpointChoice::None => return None,
+            CheckpointChoice::Aligned => ModeKind::Aligned,
+            CheckpointChoice::Unaligned => ModeKind::Unaligned,
+            CheckpointChoice::AtLeastOnce => ModeKind::AtLeastOnce,
+            CheckpointChoice::AlignedTimeout => ModeKind::AlignedTimeout,
+            CheckpointChoice::Adaptive => ModeKind::Adaptive,
+        })
+    }
+
     /// The checkpoint configuration of this choice (`None` for no checkpoints), writing to
     /// `dir` every `interval`; `alignment_timeout` is used by `AlignedTimeout` only,
     /// `inflight_budget` by `Adaptive` only.
@@ -156,30 +168,8 @@ impl CheckpointChoice {
         alignment_timeout: Duration,
         inflight_budget: u64,
     ) -> Option<CheckpointConfig> {
-        let c = CheckpointConfig::new(dir).interval(interval);
-        Some(match self {
-            CheckpointChoice::None => return None,
-            CheckpointChoice::AtLeastOnce => c.mode(CheckpointMode::AtLeastOnce),
-            _ => self.with_barriers(c, alignment_timeout, inflight_budget),
-        })
-    }
-
-    /// `c` (the rest of it kept) with its barriers going this choice's way: unaligned or not,
-    /// `alignment_timeout` for `AlignedTimeout` only, `inflight_budget` for `Adaptive` only.
-    /// What a running job switches between (the lab, the live configuration).
-    pub fn with_barriers(
-        self,
-        mut c: CheckpointConfig,
-        alignment_timeout: Duration,
-        inflight_budget: u64,
-    ) -> CheckpointConfig {
-        (c.unaligned, c.aligned_checkpoint_timeout, c.inflight_budget) = match self {
-            CheckpointChoice::None | CheckpointChoice::Aligned | CheckpointChoice::AtLeastOnce => (false, None, None),
-            CheckpointChoice::Unaligned => (true, None, None),
-            CheckpointChoice::AlignedTimeout => (true, Some(alignment_timeout), None),
-            CheckpointChoice::Adaptive => (true, None, Some(inflight_budget)),
-        };
-        c
+        let kind = self.kind()?;
+        Some(CheckpointConfig::new(dir).interval(interval).mode(kind.with(alignment_timeout, inflight_budget)))
     }
 }
 
@@ -192,14 +182,7 @@ impl std::str::FromStr for CheckpointChoice {
 
 impl std::fmt::Display for CheckpointChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CheckpointChoice::None => "none",
-            CheckpointChoice::Aligned => "aligned",
-            CheckpointChoice::Unaligned => "unaligned",
-            CheckpointChoice::AtLeastOnce => "at-least-once",
-            CheckpointChoice::AlignedTimeout => "aligned-timeout",
-            CheckpointChoice::Adaptive => "adaptive",
-        })
+        f.write_str(self.kind().map_or("none", ModeKind::name))
     }
 }
 

@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use weir::checkpoint::{CheckpointConfig, CheckpointStats};
+use weir::checkpoint::{CheckpointConfig, CheckpointStats, ModeKind};
 use weir::JobHandle;
 
 use crate::bench::CheckpointChoice;
@@ -55,9 +55,13 @@ impl CheckpointLab {
         self.modes[0]
     }
 
-    /// `c` taking its barriers as `mode` does (the rest of it kept).
+    /// `c` taking its barriers as `mode` does (the rest of it kept); a choice of no
+    /// checkpoints keeps `c`'s.
     pub fn switched(&self, c: CheckpointConfig, mode: CheckpointChoice) -> CheckpointConfig {
-        mode.with_barriers(c, self.alignment_timeout, self.inflight_budget)
+        match mode.kind() {
+            Some(kind) => c.mode(kind.with(self.alignment_timeout, self.inflight_budget)),
+            None => c,
+        }
     }
 
     /// Hands the modes to the running job's coordinator, which takes the next one as it
@@ -73,9 +77,11 @@ impl CheckpointLab {
     /// the ratios of consecutive checkpoints' durations (the later against the earlier, turned
     /// to the same direction), their median and spread.
     pub fn summary(stats: &[CheckpointStats]) -> LabSummary {
+        // By name, as reports list them (and each ratio's direction follows).
+        let name = |s: &CheckpointStats| s.alignment.map_or("savepoint", ModeKind::name);
         let mut by_mode: BTreeMap<&str, Vec<&CheckpointStats>> = BTreeMap::new();
         for s in stats {
-            by_mode.entry(s.alignment.as_str()).or_default().push(s);
+            by_mode.entry(name(s)).or_default().push(s);
         }
         let modes = by_mode
             .iter()
@@ -94,11 +100,11 @@ impl CheckpointLab {
         let mut ratios: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
         for pair in stats.windows(2) {
             let (x, y) = (&pair[0], &pair[1]);
-            if x.alignment == y.alignment || x.duration_ms <= 0.0 || y.duration_ms <= 0.0 {
+            if name(x) == name(y) || x.duration_ms <= 0.0 || y.duration_ms <= 0.0 {
                 continue;
             }
-            let (a, b) = if x.alignment < y.alignment { (x, y) } else { (y, x) };
-            ratios.entry((a.alignment.as_str(), b.alignment.as_str())).or_default().push(b.duration_ms / a.duration_ms);
+            let (a, b) = if name(x) < name(y) { (x, y) } else { (y, x) };
+            ratios.entry((name(a), name(b))).or_default().push(b.duration_ms / a.duration_ms);
         }
         let ratios = ratios
             .into_iter()
@@ -179,7 +185,7 @@ mod tests {
     use super::*;
 
     fn stat(id: u64, alignment: &str, duration_ms: f64) -> CheckpointStats {
-        CheckpointStats { id, alignment: alignment.into(), duration_ms, ..Default::default() }
+        CheckpointStats { id, alignment: Some(alignment.parse().unwrap()), duration_ms, ..Default::default() }
     }
 
     #[test]
@@ -210,9 +216,9 @@ mod tests {
         );
         let c = CheckpointConfig::new("/tmp/x").interval(Duration::from_millis(77)).retained(5);
         let adaptive = lab.switched(c.clone(), CheckpointChoice::Adaptive);
-        assert!(adaptive.unaligned && adaptive.inflight_budget == Some(1234));
+        assert_eq!(adaptive.mode, weir::checkpoint::CheckpointMode::Adaptive { budget: 1234 });
         assert_eq!((adaptive.interval, adaptive.retained), (Duration::from_millis(77), 5));
         let back = lab.switched(adaptive, CheckpointChoice::Aligned);
-        assert!(!back.unaligned && back.inflight_budget.is_none() && back.aligned_checkpoint_timeout.is_none());
+        assert_eq!(back.mode, weir::checkpoint::CheckpointMode::Aligned);
     }
 }

@@ -10,12 +10,13 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use weir::checkpoint::ModeKind;
 use weir::error::{Error, Result};
 use weir::operator::window::Window;
 use weir::pipeline::Job;
 use weir::prng::mix;
 use weir::record::Word;
-use weir::simulation::{Expect, HostLog, SimHost, SimMode, SimOutput};
+use weir::simulation::{Expect, HostLog, SimHost, SimOutput};
 use weir::source::{Generator, TextSource};
 use weir::state::ListState;
 
@@ -85,7 +86,7 @@ impl SimJob {
 
     /// How a seed's output must compare with the golden run's in `mode`. Under at-least-once
     /// a window may count a replayed event twice, so its count may only be higher.
-    pub fn expect(self, mode: SimMode) -> Expect<Row> {
+    pub fn expect(self, mode: ModeKind) -> Expect<Row> {
         if mode.exactly_once() || !matches!(self, SimJob::Window | SimJob::Owned | SimJob::Timers | SimJob::Sessions) {
             return Expect::of(mode);
         }

@@ -116,7 +116,7 @@ impl Job {
     /// What the job's rings hold at most, in bytes, with `ring_capacity` entries a ring
     /// ([`crate::RunConfig::ring_capacity`]): the largest in-flight data an unaligned checkpoint
     /// can store, and so the bound on a useful in-flight budget
-    /// ([`crate::checkpoint::CheckpointConfig::inflight_budget`]). `None` when a record type that
+    /// ([`crate::checkpoint::CheckpointMode::Adaptive`]). `None` when a record type that
     /// owns heap memory crosses a ring (then it is not bounded), or nothing does.
     pub fn ring_bytes(&self, ring_capacity: usize) -> Option<u64> {
         crate::pipeline::plan::ring_bytes(&self.graph.borrow(), ring_capacity)
@@ -231,9 +231,7 @@ impl Job {
         let p = self.graph.borrow().default_parallelism;
         let kind = NodeKind::Source(Box::new(move |ctx, out, batch, control, checkpointing| {
             let mut source = make(ctx)?;
-            if checkpointing.as_ref().is_some_and(|c| c.mode == crate::checkpoint::CheckpointMode::ExactlyOnce)
-                && !source.replayable()
-            {
+            if checkpointing.as_ref().is_some_and(|c| c.mode.exactly_once()) && !source.replayable() {
                 return Err(crate::Error::config(format!(
                     "source '{}' cannot replay from a checkpoint (it keeps no Source::offset, or reads a pipe or \
                      standard input, which cannot be read again): after a failover it would start again from \
