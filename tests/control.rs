@@ -231,7 +231,7 @@ fn bad_control_addresses_are_refused_before_the_job_runs() {
     assert!(!Path::new(&dir.path().join("out0")).exists());
 }
 
-/// A program's own job under `weir_cli::Runner`: the control endpoint takes a checkpoint and
+/// A program's own job under `weir_ops::Runner`: the control endpoint takes a checkpoint and
 /// stops it with a savepoint, and the run says it stopped so.
 #[test]
 fn a_programs_own_job_gets_the_commands_handling() {
@@ -242,10 +242,10 @@ fn a_programs_own_job_gets_the_commands_handling() {
         CheckpointConfig::new(dir.path().join("chk")).interval(std::time::Duration::from_secs(3600)),
     );
     job.generator(Generator::new(|i, _| i).count(u64::MAX).rate(10_000.0)).discard();
-    let binding = weir_cli::control::ControlBinding::bind("127.0.0.1:0", false).unwrap();
+    let binding = weir_ops::control::ControlBinding::bind("127.0.0.1:0", false).unwrap();
     let addr = binding.addr().to_string();
     let run = std::thread::spawn(move || {
-        weir_cli::Runner::new().control_at(binding).quiet(true).run(job, weir::RunConfig::default().workers(2))
+        weir_ops::Runner::new().control_at(binding).quiet(true).run(job, weir::RunConfig::default().workers(2))
     });
     let (ok, text) = control(&addr, &["checkpoint"]);
     assert!(ok && text.contains("\"checkpoint\": 1"), "{text}");

@@ -291,9 +291,9 @@ fn every_live_setting_has_one_name() {
     const MODE_KEYS: [&str; 5] =
         ["checkpoint", "mode", "unaligned", "aligned-checkpoint-timeout-ms", "inflight-budget-bytes"];
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let flags = std::fs::read_to_string(root.join("weir-cli/src/checkpoint_flags.rs")).unwrap();
+    let flags = std::fs::read_to_string(root.join("weir-ops/src/settings.rs")).unwrap();
     let builder = std::fs::read_to_string(root.join("src/checkpoint/config.rs")).unwrap();
-    let list = flags.split("pub(crate) const LIVE_KEYS").nth(1).expect("LIVE_KEYS in checkpoint_flags.rs");
+    let list = flags.split("pub const LIVE_KEYS").nth(1).expect("LIVE_KEYS in settings.rs");
     let list = &list[list.find('[').unwrap()..];
     let list = &list[list.find('=').unwrap()..list.find("];").unwrap()];
     let keys: Vec<&str> = list.split('"').skip(1).step_by(2).collect();

@@ -158,7 +158,7 @@ pub(crate) struct NexmarkArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = rate_per_s)]
     pub(crate) rate: Option<f64>,
     #[command(flatten)]
-    pub(crate) checkpoints: crate::checkpoint_flags::CheckpointFlags,
+    pub(crate) checkpoints: weir_ops::settings::CheckpointSettings,
     /// Compare the results with a sequential implementation (at most 2,000,000 events).
     #[arg(long)]
     pub(crate) check: bool,
@@ -192,7 +192,7 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
     #[command(flatten)]
-    pub(crate) checkpoints: crate::checkpoint_flags::CheckpointFlags,
+    pub(crate) checkpoints: weir_ops::settings::CheckpointSettings,
     #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
 }
@@ -208,7 +208,7 @@ pub(crate) struct CheckpointsArgs {
 #[derive(Args, Debug, Clone)]
 pub(crate) struct CheckpointArgs {
     #[command(flatten)]
-    pub(crate) flags: crate::checkpoint_flags::CheckpointFlags,
+    pub(crate) flags: weir_ops::settings::CheckpointSettings,
     /// Ctrl-C or SIGTERM stops the job with a savepoint in this directory, a folder or
     /// s3://BUCKET/PREFIX (needs --checkpoint-dir).
     #[arg(long)]
@@ -268,7 +268,7 @@ impl CheckpointArgs {
             return weir::checkpoint::read_finished(&local);
         }
         let store = weir_object_store::open(&dir.to_string_lossy())?;
-        let scratch = scratch_dir("finished");
+        let scratch = weir_ops::scratch_dir("finished");
         std::fs::create_dir_all(&scratch).map_err(|e| Error::io("cannot create a temporary folder", &scratch, e))?;
         let marker = scratch.join(weir::checkpoint::FINISHED_MARKER);
         let found = store
@@ -325,7 +325,7 @@ impl CheckpointArgs {
     }
 
     /// Word count's checkpoint configuration: `None` without checkpoints. Its flags are
-    /// [`crate::checkpoint_flags::CheckpointFlags`] (merged with their file already); word
+    /// [`weir_ops::settings::CheckpointSettings`] (merged with their file already); word
     /// count's checkpoints need a directory, as they are what it resumes from.
     pub(super) fn config(&self) -> weir::Result<Option<CheckpointConfig>> {
         let lifecycle = [
@@ -397,8 +397,8 @@ pub(crate) struct RuntimeArgs {
 impl RuntimeArgs {
     /// The control endpoint's address the flags ask for, bound now: before the job starts, so
     /// that a bad address stops nothing that ran.
-    pub(crate) fn bind_control(&self) -> weir::Result<Option<crate::control::ControlBinding>> {
-        self.control.as_deref().map(|a| crate::control::ControlBinding::bind(a, self.control_public)).transpose()
+    pub(crate) fn bind_control(&self) -> weir::Result<Option<weir_ops::control::ControlBinding>> {
+        self.control.as_deref().map(|a| weir_ops::control::ControlBinding::bind(a, self.control_public)).transpose()
     }
 }
 
@@ -457,54 +457,6 @@ pub(crate) struct WordcountArgs {
     pub(crate) checkpoints: CheckpointArgs,
 }
 
-/// `weir bench --checkpoint`: one way of checkpointing, or several taking turns.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct CheckpointPlan {
-    /// The modes, in turn (one: no alternation).
-    pub(crate) modes: Vec<weir_jobs::bench::CheckpointChoice>,
-}
-
-impl CheckpointPlan {
-    /// The mode the job starts with.
-    pub(crate) fn first(&self) -> weir_jobs::bench::CheckpointChoice {
-        self.modes[0]
-    }
-
-    /// Whether `mode` is among the plan's.
-    pub(crate) fn uses(&self, mode: weir_jobs::bench::CheckpointChoice) -> bool {
-        self.modes.contains(&mode)
-    }
-}
-
-impl std::fmt::Display for CheckpointPlan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.modes.as_slice() {
-            [one] => write!(f, "{one}"),
-            many => write!(f, "alternate:{}", many.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(",")),
-        }
-    }
-}
-
-/// A checkpoint choice, or `alternate:` and two or more of those a running job can switch
-/// between (its live configuration: aligned, unaligned, aligned-timeout, adaptive).
-pub(crate) fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
-    use weir_jobs::bench::CheckpointChoice;
-    let Some(list) = s.strip_prefix("alternate:") else {
-        return s.parse::<CheckpointChoice>().map(|m| CheckpointPlan { modes: vec![m] });
-    };
-    let modes = list.split(',').map(|m| m.trim().parse::<CheckpointChoice>()).collect::<Result<Vec<_>, _>>()?;
-    if let Some(m) = modes.iter().find(|m| matches!(m, CheckpointChoice::None | CheckpointChoice::AtLeastOnce)) {
-        return Err(format!(
-            "'{m}' cannot take turns: a running job switches between aligned, unaligned, aligned-timeout and \
-             adaptive only"
-        ));
-    }
-    if modes.len() < 2 || modes.iter().all(|m| *m == modes[0]) {
-        return Err(format!("alternate:{list} needs two modes or more, say alternate:aligned,unaligned"));
-    }
-    Ok(CheckpointPlan { modes })
-}
-
 /// A parser for a flag whose values are `all` (each shown as it displays): `--help` lists
 /// every one, and a wrong one is refused with the list.
 fn listed<T>(all: &[T]) -> impl clap::builder::TypedValueParser<Value = T>
@@ -534,13 +486,6 @@ fn partition_list(s: &str) -> Result<PartitionList, String> {
     parts.sort_unstable();
     parts.dedup();
     Ok(PartitionList(parts))
-}
-
-/// A fresh folder name under the system's temporary directory for `what` (a benchmark's
-/// checkpoints, a copy of a store's files; removed by the caller afterwards).
-pub(crate) fn scratch_dir(what: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    std::env::temp_dir().join(format!("weir-{what}-{}-{nanos}", std::process::id()))
 }
 
 /// Milliseconds between checkpoints when a benchmark is not told.

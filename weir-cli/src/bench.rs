@@ -6,7 +6,7 @@ use weir::metrics::group_digits;
 use weir::Error;
 
 use crate::args::*;
-use crate::supervisor::*;
+use weir_ops::supervisor::*;
 
 pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     use weir_jobs::bench::{BenchConfig, BenchResult, CheckpointChoice};
@@ -17,7 +17,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let checkpointing = plan.is_some();
     let temporary = flags.checkpoint_dir.is_none() && checkpointing;
-    let checkpoint_dir = flags.checkpoint_dir.clone().unwrap_or_else(|| scratch_dir("bench"));
+    let checkpoint_dir = flags.checkpoint_dir.clone().unwrap_or_else(|| weir_ops::scratch_dir("bench"));
     if let Some(json) = &args.json {
         // Refuse an unwritable destination before running for minutes.
         std::fs::write(json, b"").map_err(|e| Error::io("cannot write the JSON results", json, e))?;
@@ -50,7 +50,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         args.duration_s
     );
     let binding = args.runtime.bind_control()?;
-    let job = crate::checkpoint_flags::with_flags(bench.job()?, &flags, first, config.ring_capacity)?;
+    let job = weir_ops::settings::with_flags(bench.job()?, &flags, first, config.ring_capacity)?;
     // The checkpoint lab: the modes take turns through the live configuration.
     let lab = plan.as_ref().filter(|p| p.modes.len() > 1).map(|p| {
         let budget = flags
@@ -73,10 +73,10 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     }
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.
     let Some(report) = report? else { return Ok(()) };
-    crate::runner::print_report(&report, checkpointing, None);
+    weir_ops::runner::print_report(&report, checkpointing, None);
     if let (Some(_), Some(plan)) = (&lab, &plan) {
         println!("the checkpoint lab ({plan}):");
-        print!("{}", crate::tables::lab(&weir_jobs::lab::CheckpointLab::summary(&report.checkpoints)));
+        print!("{}", weir_ops::tables::lab(&weir_jobs::lab::CheckpointLab::summary(&report.checkpoints)));
     }
     if let Some(json) = &args.json {
         let result = BenchResult::new(&bench, &report);

@@ -10,7 +10,7 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
     let url = args.dir.to_str().filter(|d| weir_object_store::S3Url::is_s3(d));
     let copy = match url {
         Some(url) => {
-            let copy = scratch_dir("checkpoints-listing");
+            let copy = weir_ops::scratch_dir("checkpoints-listing");
             let mirror = weir::checkpoint::CheckpointMirror::new(weir_object_store::open(url)?);
             mirror.download_into(&copy).inspect_err(|_| {
                 let _ = std::fs::remove_dir_all(&copy);
@@ -38,18 +38,18 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
             CheckpointStatus::Valid(m) => {
                 row.push("valid".into());
                 row.push(job_cell(m));
-                row.extend(crate::tables::stats_cells(&m.stats));
+                row.extend(weir_ops::tables::stats_cells(&m.stats));
             }
             CheckpointStatus::Incomplete => {
                 row.push("incomplete (no _metadata: never completed)".into());
                 row.push(String::new());
-                row.extend(std::iter::repeat_n(String::new(), crate::tables::STATS_COLUMNS.len()));
+                row.extend(std::iter::repeat_n(String::new(), weir_ops::tables::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Damaged(reason) => {
                 damaged += 1;
                 row.push(format!("DAMAGED: {reason}"));
                 row.push(String::new());
-                row.extend(std::iter::repeat_n(String::new(), crate::tables::STATS_COLUMNS.len()));
+                row.extend(std::iter::repeat_n(String::new(), weir_ops::tables::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Finished(f) => {
                 let what = if f.description.is_empty() { String::new() } else { format!(": {}", f.description) };
@@ -60,9 +60,9 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
         rows.push(row);
     }
     let mut header = vec!["folder", "status", "job (its sinks' output)"];
-    header.extend(crate::tables::STATS_COLUMNS);
+    header.extend(weir_ops::tables::STATS_COLUMNS);
     if !rows.is_empty() {
-        print!("{}", crate::tables::table(&header, &rows));
+        print!("{}", weir_ops::tables::table(&header, &rows));
     }
     for line in finished {
         println!("{line}");

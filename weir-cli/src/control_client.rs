@@ -1,4 +1,4 @@
-//! `weir control ADDR …`: the control endpoint's client ([`crate::control`]). One HTTP/1.1
+//! `weir control ADDR …`: the control endpoint's client ([`weir_ops::control`]). One HTTP/1.1
 //! request per command over a plain connection; the answer is printed as it comes (JSON, or
 //! Prometheus text), an error answer as `error: …` with a non-zero exit.
 //!
@@ -89,9 +89,9 @@ fn shown(request: &ControlRequest, body: &str) -> String {
         let stats: Vec<weir::metrics::CheckpointStats> =
             value.get("completed").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
         let total = value.get("completed_total").and_then(|t| t.as_u64()).unwrap_or(stats.len() as u64);
-        let mut out = format!("checkpoints completed: {}{}\n", total, crate::tables::listed(total, stats.len()));
+        let mut out = format!("checkpoints completed: {}{}\n", total, weir_ops::tables::listed(total, stats.len()));
         if !stats.is_empty() {
-            out.push_str(&crate::tables::checkpoint_stats(&stats));
+            out.push_str(&weir_ops::tables::checkpoint_stats(&stats));
         }
         for f in value.get("failures").and_then(|f| f.as_array()).into_iter().flatten() {
             out.push_str(&format!("{}\n", f.as_str().unwrap_or_default()));

@@ -14,7 +14,7 @@ use weir_jobs::lab::CheckpointLab;
 use weir_jobs::wordcount::DefaultJob;
 
 use crate::args::*;
-use crate::supervisor::*;
+use weir_ops::supervisor::*;
 
 /// The share of the run the windowed count gets; the lab has the rest.
 const WINDOW_SHARE: f64 = 0.6;
@@ -39,7 +39,7 @@ pub(crate) fn run_default(args: &DefaultArgs) -> weir::Result<()> {
             .unwrap_or_else(|| "as fast as possible".into()),
         window_s
     );
-    let checkpoints = scratch_dir("default-job");
+    let checkpoints = weir_ops::scratch_dir("default-job");
     let ran = run_window_count(args, &job, &checkpoints, window_s, config);
     let _ = std::fs::remove_dir_all(&checkpoints);
     if !ran? || STOP_REQUESTS.load(Ordering::SeqCst) > 0 {
@@ -64,7 +64,7 @@ fn run_window_count(
     let Some(report) = supervise(handle, limit, !args.runtime.no_progress, None, control.as_ref())? else {
         return Ok(false);
     };
-    crate::runner::print_report(&report, true, None);
+    weir_ops::runner::print_report(&report, true, None);
     if report.latency_ns.as_ref().is_some_and(|h| !h.is_empty()) {
         println!("latency: from the instant a window is complete (event time = creation time) to the sink");
     } else {
@@ -75,7 +75,7 @@ fn run_window_count(
 
 /// The checkpoint lab under backpressure for `seconds`: aligned and unaligned in turn.
 fn run_lab(args: &DefaultArgs, parallelism: usize, seconds: f64, config: weir::RunConfig) -> weir::Result<()> {
-    let dir = scratch_dir("default-lab");
+    let dir = weir_ops::scratch_dir("default-lab");
     let bench = BenchConfig {
         workload: Workload::Backpressure,
         checkpoint: CheckpointChoice::Aligned,
@@ -107,7 +107,7 @@ fn run_lab(args: &DefaultArgs, parallelism: usize, seconds: f64, config: weir::R
     let ended = supervise_with(handle, limit, !args.runtime.no_progress, None, None, &mut |_| Ok(false));
     let _ = std::fs::remove_dir_all(&dir);
     if let Supervised::Finished(report) = ended? {
-        print!("{}", crate::tables::lab(&CheckpointLab::summary(&report.checkpoints)));
+        print!("{}", weir_ops::tables::lab(&CheckpointLab::summary(&report.checkpoints)));
         println!(
             "(unaligned barriers overtake the data in the rings and store it with the checkpoint; aligned ones wait \
              behind it)"

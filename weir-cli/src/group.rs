@@ -89,7 +89,7 @@ impl GroupSession {
             self.pending.extend(self.completed.take_until(applied));
             self.commit()?;
         }
-        Ok(self.changing.load(Ordering::SeqCst) || crate::supervisor::STOP_REQUESTS.load(Ordering::SeqCst) > 0)
+        Ok(self.changing.load(Ordering::SeqCst) || weir_ops::supervisor::STOP_REQUESTS.load(Ordering::SeqCst) > 0)
     }
 
     /// After the job stopped (a savepoint's output committed, or it finished): commits every

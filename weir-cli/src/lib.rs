@@ -1,37 +1,26 @@
 //! The `weir` command: the embedded default job, word count, benchmarks, Nexmark, checkpoint
-//! listings and the simulator. [`main`] parses the arguments (`args`) and hands each command to
-//! its runner (a module per command), which builds its job from `weir-jobs`, runs it under
-//! the supervisor (`supervisor`: progress, Ctrl-C, the report) and prints its tables.
-//!
-//! As a library: [`Runner`] runs a program's own job with the same handling (progress,
-//! Ctrl-C stop-with-savepoint, the control endpoint, the report), and [`control`] serves the
-//! control endpoint on any job.
+//! listings, the control endpoint's client and the simulator. [`main`] parses the arguments
+//! (`args`) and hands each command to its runner (a module per command), which builds its
+//! job from `weir-jobs` and runs it under `weir-ops`' supervisor (progress, Ctrl-C, the
+//! control endpoint, the report and its tables). A program that runs jobs of its own uses
+//! `weir-ops` directly.
 
 mod args;
 mod bench;
-mod checkpoint_flags;
 mod checkpoints;
-pub mod control;
-mod control_client;
+pub mod control_client;
 mod default_job;
 mod group;
-mod metrics_text;
 mod nexmark;
-mod runner;
 mod simulate;
-mod stored;
-mod supervisor;
-mod tables;
 mod wordcount;
 
 use std::process::ExitCode;
 
-pub use runner::Runner;
-
 use clap::Parser;
 
 use args::{Cli, Command};
-use supervisor::install_stop_handler;
+use weir_ops::install_stop_handler;
 
 /// The `weir` command: parses the arguments, runs the command, and says how it ended.
 pub fn main() -> ExitCode {

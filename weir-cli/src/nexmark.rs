@@ -4,7 +4,7 @@ use weir::metrics::group_digits;
 use weir::Error;
 
 use crate::args::*;
-use crate::supervisor::*;
+use weir_ops::supervisor::*;
 
 pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     use weir_jobs::nexmark::{build, final_rows, reference};
@@ -32,7 +32,7 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     let (config, parallelism) = args.runtime.config();
     let workers = config.effective_workers();
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
-    let checkpoint_dir = flags.checkpoint_dir.clone().unwrap_or_else(|| scratch_dir("nexmark"));
+    let checkpoint_dir = flags.checkpoint_dir.clone().unwrap_or_else(|| weir_ops::scratch_dir("nexmark"));
     // Its settings (the interval too, the engine's second unless given) come from the flags.
     if plan.is_some() {
         job = job.with_checkpointing(weir::checkpoint::CheckpointConfig::new(&checkpoint_dir));
@@ -62,7 +62,7 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         if flags.incremental == Some(true) { " (incremental)" } else { "" }
     );
     let binding = args.runtime.bind_control()?;
-    let job = crate::checkpoint_flags::with_flags(job, &flags, first, config.ring_capacity)?;
+    let job = weir_ops::settings::with_flags(job, &flags, first, config.ring_capacity)?;
     let (handle, control) = start_with_control(job, config, binding)?;
     let report = supervise(handle, None, !args.runtime.no_progress, None, control.as_ref());
     if flags.checkpoint_dir.is_none() {
@@ -70,7 +70,7 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     }
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.
     let Some(report) = report? else { return Ok(()) };
-    print!("{}", crate::tables::summary(&report, None));
+    print!("{}", weir_ops::tables::summary(&report, None));
     // Not the sources' records: q8 reads the event stream twice (people and auctions).
     let events_per_s = args.events as f64 / report.elapsed.as_secs_f64().max(1e-9);
     println!(

@@ -11,7 +11,7 @@ use weir_object_store::S3Url;
 use std::sync::atomic::Ordering;
 
 use crate::args::*;
-use crate::supervisor::*;
+use weir_ops::supervisor::*;
 
 fn join(parts: &[i32], sep: &str) -> String {
     parts.iter().map(i32::to_string).collect::<Vec<_>>().join(sep)
@@ -242,9 +242,9 @@ fn run_job(
         }
     }
     // Found out now, not when Ctrl-C asks for the savepoint.
-    let savepoints = args.checkpoints.savepoint_dir.as_deref().map(crate::stored::SavepointDir::open).transpose()?;
+    let savepoints = args.checkpoints.savepoint_dir.as_deref().map(weir_ops::stored::SavepointDir::open).transpose()?;
     if let Some(path) = &args.checkpoints.restore {
-        job = job.restore_from(crate::stored::restorable(path)?, args.checkpoints.allow_non_restored_state);
+        job = job.restore_from(weir_ops::stored::restorable(path)?, args.checkpoints.allow_non_restored_state);
     } else if args.checkpoints.allow_non_restored_state {
         return Err(Error::config("--allow-non-restored-state needs --restore"));
     }
@@ -262,7 +262,7 @@ fn run_job(
     // A source record is a block of text (or a Kafka message); the sinks get one count per
     // word: the headline counts words.
     let words = Some(("words", report.sink_records));
-    crate::runner::print_report(&report, args.checkpoints.flags.checkpoint_dir.is_some(), words);
+    weir_ops::runner::print_report(&report, args.checkpoints.flags.checkpoint_dir.is_some(), words);
     let secs = report.elapsed.as_secs_f64().max(1e-9);
     let input = match bytes {
         Some(bytes) => format!("{} bytes ({:.1} MB/s)", group_digits(bytes), bytes as f64 / secs / 1e6),

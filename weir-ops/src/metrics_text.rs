@@ -63,7 +63,7 @@ fn label(v: &str) -> String {
 }
 
 /// The metrics of `job`, as text.
-pub(crate) fn render(job: &JobController) -> String {
+pub fn render(job: &JobController) -> String {
     let mut out = String::new();
     let m = job.metrics();
     let mut f = Family { out: &mut out, job: label(&job.name()) };

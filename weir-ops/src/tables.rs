@@ -24,7 +24,7 @@ fn drawn(mut t: Table, right_from: usize) -> String {
 }
 
 /// A table of `rows` under `header`, every column right-aligned.
-pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut t = Table::new();
     t.set_header(header.to_vec());
     t.add_rows(rows.iter().cloned());
@@ -34,7 +34,7 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 /// The run's summary: throughput in source records per second, latency percentiles in one
 /// unit. With `counting`, the throughput counts that instead (`("words", n)`: word count's
 /// words, where a source record is a block of text).
-pub(crate) fn summary(report: &JobReport, counting: Option<(&str, u64)>) -> String {
+pub fn summary(report: &JobReport, counting: Option<(&str, u64)>) -> String {
     let (what, count) = counting.unwrap_or(("records", report.source_records));
     let per_s = count as f64 / report.elapsed.as_secs_f64().max(1e-9);
     let mut rows: Vec<[String; 2]> = vec![
@@ -65,11 +65,11 @@ pub(crate) fn summary(report: &JobReport, counting: Option<(&str, u64)>) -> Stri
 }
 
 /// The columns of one checkpoint's statistics.
-pub(crate) const STATS_COLUMNS: [&str; 8] =
+pub const STATS_COLUMNS: [&str; 8] =
     ["duration", "start delay", "alignment", "sync", "async", "state bytes", "written", "in-flight bytes"];
 
 /// One checkpoint's statistics as the cells of [`STATS_COLUMNS`].
-pub(crate) fn stats_cells(s: &CheckpointStats) -> Vec<String> {
+pub fn stats_cells(s: &CheckpointStats) -> Vec<String> {
     let mut cells: Vec<String> =
         [s.duration_ms, s.start_delay_ms, s.alignment_ms, s.sync_ms, s.async_ms].map(|v| format!("{v:.2} ms")).into();
     cells.extend([s.state_bytes, s.written_bytes, s.inflight_bytes].map(group_digits));
@@ -80,7 +80,7 @@ pub(crate) fn stats_cells(s: &CheckpointStats) -> Vec<String> {
 /// the input channels aligned and captured; where a checkpoint resumed a failed one, a column
 /// counts the task parts it reused; with the directory in an object store, a last column says
 /// how long its files took to go up.
-pub(crate) fn checkpoint_stats(stats: &[CheckpointStats]) -> String {
+pub fn checkpoint_stats(stats: &[CheckpointStats]) -> String {
     let mut header = vec!["id"];
     header.extend(STATS_COLUMNS);
     let adaptive = stats.iter().any(|s| !s.channels.is_empty());
@@ -120,7 +120,7 @@ pub(crate) fn checkpoint_stats(stats: &[CheckpointStats]) -> String {
 
 /// The checkpoint lab's medians per mode, then the ratios of consecutive checkpoints of two
 /// modes (if any pair ran).
-pub(crate) fn lab(summary: &LabSummary) -> String {
+pub fn lab(summary: &LabSummary) -> String {
     let rows: Vec<Vec<String>> = summary
         .modes
         .iter()
@@ -158,7 +158,7 @@ pub(crate) fn lab(summary: &LabSummary) -> String {
 /// Latency by what the job's tasks were doing while each record was in flight
 /// ([`weir::metrics::LatencyCause`]): per cause its share of the samples and
 /// p50/p99/p99.9/max, in one unit. `None` without latency samples.
-pub(crate) fn latency_by_cause(report: &JobReport) -> Option<String> {
+pub fn latency_by_cause(report: &JobReport) -> Option<String> {
     let total: u64 = report.latency_by_cause.iter().map(|(_, h)| h.len()).sum();
     if total == 0 {
         return None;
@@ -182,7 +182,7 @@ pub(crate) fn latency_by_cause(report: &JobReport) -> Option<String> {
 }
 
 /// What a table of `kept` of `total` checkpoints leaves out, if anything.
-pub(crate) fn listed(total: u64, kept: usize) -> String {
+pub fn listed(total: u64, kept: usize) -> String {
     match total > kept as u64 {
         true => format!(" (the newest {kept} listed)"),
         false => String::new(),

@@ -35,7 +35,7 @@ use axum::Router;
 use weir::checkpoint::CheckpointConfig;
 use weir::{Error, JobController};
 
-use crate::checkpoint_flags::CheckpointFlags;
+use crate::settings::CheckpointSettings;
 
 /// A stop-with-savepoint asked for through the endpoint, for the job's supervisor to carry out
 /// (it owns the job's handle); it answers with the savepoint's folder, or why it failed.
@@ -385,12 +385,9 @@ fn restart_strategy(r: &weir::checkpoint::RestartStrategy) -> String {
 }
 
 /// `c` with `settings` (KEY=VALUE, applied together), or what is wrong with them: the keys
-/// are the checkpoint flags' (`crate::checkpoint_flags`), those a running job can change;
+/// are the checkpoint flags' (`crate::settings`), those a running job can change;
 /// `none` or `off` clears an optional one.
-pub(crate) fn apply_settings(
-    mut c: CheckpointConfig,
-    settings: &[(String, String)],
-) -> Result<CheckpointConfig, String> {
+pub fn apply_settings(mut c: CheckpointConfig, settings: &[(String, String)]) -> Result<CheckpointConfig, String> {
     let mut given = Vec::new();
     for (key, value) in settings {
         if !matches!(value.as_str(), "none" | "off") {
@@ -410,7 +407,7 @@ pub(crate) fn apply_settings(
             _ => return Err(format!("{key} cannot be {value}: give a value")),
         }
     }
-    CheckpointFlags::parse_settings(&given)?.change_live(c).map_err(|e| e.to_string())
+    CheckpointSettings::parse_settings(&given)?.change_live(c).map_err(|e| e.to_string())
 }
 
 async fn config(State(s): State<Shared>) -> Response {

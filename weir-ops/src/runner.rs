@@ -1,7 +1,7 @@
 //! Any job of a program's own with the command's handling ([`Runner`]): the progress line,
+//! the control endpoint, the report with the checkpoint table at the end, and when asked,
 //! Ctrl-C and SIGTERM (the first stops the job, with a savepoint where a savepoint folder is
-//! given; the second cancels it), the control endpoint, and the report with the checkpoint
-//! table at the end, as `weir wordcount` has them.
+//! given; the second cancels it), as `weir wordcount` has them.
 //!
 //! May touch: `supervisor`, `control`, `stored`.
 
@@ -21,7 +21,7 @@ use crate::supervisor::{install_stop_handler, start_with_control, supervise};
 ///
 /// let job = Job::new("mine").with_checkpointing(CheckpointConfig::new("chk"));
 /// job.generator(Generator::new(|i, _| i).count(1_000_000)).discard();
-/// let report = weir_cli::Runner::new()
+/// let report = weir_ops::Runner::new()
 ///     .control("127.0.0.1:8081")
 ///     .savepoint_dir("savepoints")
 ///     .run(job, RunConfig::default())
@@ -35,10 +35,11 @@ pub struct Runner {
     control_public: bool,
     savepoint_dir: Option<PathBuf>,
     quiet: bool,
+    handle_signals: bool,
 }
 
 impl Runner {
-    /// Progress line and report on, no control endpoint, Ctrl-C stops the job gracefully.
+    /// Progress line and report on, no control endpoint, no signal handler.
     pub fn new() -> Runner {
         Runner::default()
     }
@@ -63,9 +64,20 @@ impl Runner {
         self
     }
 
-    /// Ctrl-C stops the job with a savepoint into `dir` (a folder, or `s3://BUCKET/PREFIX`).
+    /// Ctrl-C and SIGTERM (with [`Runner::handle_signals`]) stop the job with a savepoint into
+    /// `dir` (a folder, or `s3://BUCKET/PREFIX`).
     pub fn savepoint_dir(mut self, dir: impl Into<PathBuf>) -> Runner {
         self.savepoint_dir = Some(dir.into());
+        self
+    }
+
+    /// Ctrl-C and SIGTERM stop the job (with a savepoint where [`Runner::savepoint_dir`] is
+    /// given; a second one cancels it): the process-wide handler is installed
+    /// ([`crate::install_stop_handler`]), which fails quietly, leaving the signals as they were,
+    /// where the program installed its own. Off unless asked: a program that handles its
+    /// signals stops the job through its handle or the control endpoint.
+    pub fn handle_signals(mut self, on: bool) -> Runner {
+        self.handle_signals = on;
         self
     }
 
@@ -79,7 +91,9 @@ impl Runner {
     /// savepoint (Ctrl-C with a savepoint folder, or the control endpoint's `stop`), after
     /// saying where the savepoint is.
     pub fn run(self, job: Job, config: RunConfig) -> weir::Result<Option<JobReport>> {
-        install_stop_handler();
+        if self.handle_signals {
+            install_stop_handler();
+        }
         let binding = match self.binding {
             Some(b) => Some(b),
             None => self.control.as_deref().map(|addr| ControlBinding::bind(addr, self.control_public)).transpose()?,
@@ -98,7 +112,7 @@ impl Runner {
 /// The end-of-job report: the summary table (its throughput in `counting`'s unit, if given,
 /// else source records) and, for a job with checkpoints, the checkpoint table and latency by
 /// cause.
-pub(crate) fn print_report(report: &JobReport, checkpointing: bool, counting: Option<(&str, u64)>) {
+pub fn print_report(report: &JobReport, checkpointing: bool, counting: Option<(&str, u64)>) {
     print!("{}", crate::tables::summary(report, counting));
     if checkpointing {
         let total = report.checkpoints_completed;
@@ -110,5 +124,24 @@ pub(crate) fn print_report(report: &JobReport, checkpointing: bool, counting: Op
             println!("latency by what the job was doing while a record was in flight:");
             print!("{table}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use weir::source::Generator;
+
+    use super::*;
+
+    /// A program's own Ctrl-C handler still installs after a job ran under a [`Runner`] that
+    /// was not asked to handle signals (the runner installed the process's one handler, and
+    /// the program's then failed with "a handler is already installed").
+    #[test]
+    fn a_runner_leaves_the_signals_to_the_program_unless_asked() {
+        let job = Job::new("signals");
+        job.generator(Generator::new(|i, _| i).count(1_000)).discard();
+        let report = Runner::new().quiet(true).run(job, RunConfig::default().workers(1)).unwrap();
+        assert_eq!(report.expect("a job that ran to its end").source_records, 1_000);
+        ctrlc::set_handler(|| {}).expect("the program's own handler");
     }
 }

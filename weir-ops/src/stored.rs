@@ -10,22 +10,30 @@ use weir::{Error, Result};
 use weir_object_store::S3Url;
 
 /// Where a stop-with-savepoint goes.
-pub(crate) enum SavepointDir {
+#[derive(Debug)]
+pub enum SavepointDir {
     /// A local folder.
     Local(PathBuf),
     /// An object store: taken into `staging`, then put under the store's prefix.
-    Stored { url: String, mirror: CheckpointMirror, staging: PathBuf },
+    Stored {
+        /// `s3://BUCKET/PREFIX` as given, without a trailing `/`.
+        url: String,
+        /// The store's client.
+        mirror: CheckpointMirror,
+        /// The working folder the savepoint is taken into before it goes up.
+        staging: PathBuf,
+    },
 }
 
 impl SavepointDir {
     /// `dir` as a savepoint directory: a store's is checked now (a listing), a folder is
     /// created now, so a bad one is found at start, not when the savepoint is asked for.
-    pub(crate) fn open(dir: &Path) -> Result<SavepointDir> {
+    pub fn open(dir: &Path) -> Result<SavepointDir> {
         match dir.to_str().filter(|d| S3Url::is_s3(d)) {
             Some(url) => {
                 let mirror = CheckpointMirror::new(weir_object_store::open(url)?);
                 mirror.probe()?;
-                let staging = crate::args::scratch_dir("savepoints");
+                let staging = crate::scratch_dir("savepoints");
                 Ok(SavepointDir::Stored { url: url.trim_end_matches('/').to_string(), mirror, staging })
             }
             None => {
@@ -36,7 +44,7 @@ impl SavepointDir {
     }
 
     /// The folder the savepoint is taken into.
-    pub(crate) fn folder(&self) -> &Path {
+    pub fn folder(&self) -> &Path {
         match self {
             SavepointDir::Local(dir) => dir,
             SavepointDir::Stored { staging, .. } => staging,
@@ -45,7 +53,7 @@ impl SavepointDir {
 
     /// Where the savepoint taken into `taken` (a folder under [`SavepointDir::folder`]) is for
     /// good: itself, or, put into the store, its address there.
-    pub(crate) fn keep(&self, taken: &Path) -> Result<String> {
+    pub fn keep(&self, taken: &Path) -> Result<String> {
         match self {
             SavepointDir::Local(_) => Ok(taken.display().to_string()),
             SavepointDir::Stored { url, mirror, staging } => {
@@ -60,7 +68,7 @@ impl SavepointDir {
 
 /// The folder to restore `path` from: itself, or for `s3://BUCKET/PREFIX/savepoint-<n>` (or
 /// `chk-<n>`), a working folder it was brought down into.
-pub(crate) fn restorable(path: &Path) -> Result<PathBuf> {
+pub fn restorable(path: &Path) -> Result<PathBuf> {
     let Some(url) = path.to_str().filter(|p| S3Url::is_s3(p)) else { return Ok(path.to_path_buf()) };
     let url = url.trim_end_matches('/');
     let name = url.rsplit_once('/').map(|(_, n)| n).unwrap_or_default();
@@ -70,7 +78,7 @@ pub(crate) fn restorable(path: &Path) -> Result<PathBuf> {
         )));
     }
     let mirror = CheckpointMirror::new(weir_object_store::open(url)?);
-    let to = crate::args::scratch_dir("restore").join(name);
+    let to = crate::scratch_dir("restore").join(name);
     if mirror.download_folder("", &to)? == 0 {
         return Err(Error::config(format!("{url} holds nothing: no savepoint or checkpoint there")));
     }

@@ -12,15 +12,15 @@ use crate::control::ControlEndpoint;
 
 /// Ctrl-C presses (and SIGTERMs) so far: the first stops the job gracefully, the second
 /// cancels it. Counted from the start of the process ([`install_stop_handler`]).
-pub(crate) static STOP_REQUESTS: AtomicUsize = AtomicUsize::new(0);
+pub static STOP_REQUESTS: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether a running job is watched ([`supervise`]); until then, a job is starting.
-pub(crate) static SUPERVISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub static SUPERVISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Counts Ctrl-C presses and SIGTERMs from now on. While the job is still starting
 /// (restoring its state) the first says the job stops once it runs, the second quits at once,
 /// which is as safe as a crash: nothing of the checkpoint directory is lost.
-pub(crate) fn install_stop_handler() {
+pub fn install_stop_handler() {
     // A second handler cannot be installed; then Ctrl-C keeps its default effect.
     let _ = ctrlc::set_handler(move || {
         let n = STOP_REQUESTS.fetch_add(1, Ordering::SeqCst) + 1;
@@ -41,7 +41,7 @@ pub(crate) fn install_stop_handler() {
 
 /// Starts `job` (saying what it restores) and serves the control endpoint `binding` (bound
 /// before, so that a bad address stopped nothing) on it, saying where on standard error.
-pub(crate) fn start_with_control(
+pub fn start_with_control(
     job: Job,
     config: weir::RunConfig,
     binding: Option<crate::control::ControlBinding>,
@@ -54,13 +54,13 @@ pub(crate) fn start_with_control(
 }
 
 /// Asks `job` to say what it restores, on standard error, as it starts.
-pub(crate) fn announce_restores(job: Job) -> Job {
+pub fn announce_restores(job: Job) -> Job {
     job.on_restore(|line| eprintln!("{line}"))
 }
 
 /// Prints the job's notes not shown yet (restores, skipped checkpoints, failovers) on
 /// standard error, above the progress line when there is one.
-pub(crate) fn show_notes(handle: &JobHandle, bar: &indicatif::ProgressBar, shown: &mut usize) {
+pub fn show_notes(handle: &JobHandle, bar: &indicatif::ProgressBar, shown: &mut usize) {
     let notes = handle.notes();
     for note in &notes[(*shown).min(notes.len())..] {
         if bar.is_hidden() {
@@ -74,7 +74,7 @@ pub(crate) fn show_notes(handle: &JobHandle, bar: &indicatif::ProgressBar, shown
 
 /// Watches a running job: progress line, Ctrl-C, and an optional time limit.
 /// Returns `None` when Ctrl-C stopped the job with a savepoint (after saying where).
-pub(crate) fn supervise(
+pub fn supervise(
     handle: JobHandle,
     limit: Option<Duration>,
     progress: bool,
@@ -111,7 +111,8 @@ fn stopped_with_savepoint(
 }
 
 /// How a supervised job ended.
-pub(crate) enum Supervised {
+#[derive(Debug)]
+pub enum Supervised {
     /// It ran to its end (or failed: then `supervise_with` returns the error).
     Finished(Box<JobReport>),
     /// Ctrl-C (or the control endpoint) stopped it with a savepoint.
@@ -124,7 +125,7 @@ pub(crate) enum Supervised {
 /// [`supervise`], asking `hand_over` after every look at the job whether to stop it with a
 /// savepoint now (a consumer group changing under it, or a member asked to leave: it sees
 /// Ctrl-C first, in [`STOP_REQUESTS`]), and carrying out the stops `control` is asked for.
-pub(crate) fn supervise_with(
+pub fn supervise_with(
     mut handle: JobHandle,
     limit: Option<Duration>,
     progress: bool,
@@ -147,7 +148,7 @@ pub(crate) fn supervise_with(
         std::thread::sleep(Duration::from_millis(100));
         if !stopped && hand_over(&handle)? {
             bar.println("handing over: stopping with a savepoint…");
-            let scratch = crate::args::scratch_dir("handover");
+            let scratch = crate::scratch_dir("handover");
             let stopped = handle.stop_with_savepoint(&scratch);
             bar.finish_and_clear();
             // The savepoint's copy is not needed: its checkpoint is in the checkpoint directory.

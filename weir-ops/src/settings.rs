@@ -3,7 +3,7 @@
 //! it) and of the control endpoint's live configuration: one struct, so a flag, a file key
 //! and a `weir control ADDR config KEY=VALUE` key are the same name by construction. Names
 //! follow Flink's `execution.checkpointing.*` and `restart-strategy.*` options. May touch:
-//! the engine's checkpoint configuration, `args` (the checkpoint plan's parser).
+//! the engine's checkpoint configuration.
 //!
 //! Defaults are the engine's, the same on every command, and Flink's except where said:
 //! tolerable failed checkpoints 3 (Flink 0: one checkpoint expired under a backlog should not
@@ -15,125 +15,171 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Args;
 use serde::Deserialize;
 use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
 use weir::Error;
 use weir_jobs::bench::CheckpointChoice;
 
-use crate::args::CheckpointPlan;
+/// `weir bench --checkpoint`: one way of checkpointing, or several taking turns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointPlan {
+    /// The modes, in turn (one: no alternation).
+    pub modes: Vec<weir_jobs::bench::CheckpointChoice>,
+}
+
+impl CheckpointPlan {
+    /// The mode the job starts with.
+    pub fn first(&self) -> weir_jobs::bench::CheckpointChoice {
+        self.modes[0]
+    }
+
+    /// Whether `mode` is among the plan's.
+    pub fn uses(&self, mode: weir_jobs::bench::CheckpointChoice) -> bool {
+        self.modes.contains(&mode)
+    }
+}
+
+impl std::fmt::Display for CheckpointPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.modes.as_slice() {
+            [one] => write!(f, "{one}"),
+            many => write!(f, "alternate:{}", many.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(",")),
+        }
+    }
+}
+
+/// A checkpoint choice, or `alternate:` and two or more of those a running job can switch
+/// between (its live configuration: aligned, unaligned, aligned-timeout, adaptive).
+pub fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
+    use weir_jobs::bench::CheckpointChoice;
+    let Some(list) = s.strip_prefix("alternate:") else {
+        return s.parse::<CheckpointChoice>().map(|m| CheckpointPlan { modes: vec![m] });
+    };
+    let modes = list.split(',').map(|m| m.trim().parse::<CheckpointChoice>()).collect::<Result<Vec<_>, _>>()?;
+    if let Some(m) = modes.iter().find(|m| matches!(m, CheckpointChoice::None | CheckpointChoice::AtLeastOnce)) {
+        return Err(format!(
+            "'{m}' cannot take turns: a running job switches between aligned, unaligned, aligned-timeout and \
+             adaptive only"
+        ));
+    }
+    if modes.len() < 2 || modes.iter().all(|m| *m == modes[0]) {
+        return Err(format!("alternate:{list} needs two modes or more, say alternate:aligned,unaligned"));
+    }
+    Ok(CheckpointPlan { modes })
+}
 
 /// The aligned-checkpoint timeout of `aligned-timeout` unless told otherwise.
 const DEFAULT_ALIGNMENT_TIMEOUT: Duration = weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT;
 
 /// Checkpoint settings, as flags and as the keys of a configuration file (the same names).
 /// Every one is optional: unset, the engine's default holds.
-#[derive(Args, Deserialize, Debug, Clone, Default)]
+#[derive(Deserialize, Debug, Clone, Default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
-pub(crate) struct CheckpointFlags {
+pub struct CheckpointSettings {
     /// A TOML file of these settings, one `key = value` per flag without its dashes (say
     /// `interval-ms = 500`, `unaligned = true`); flags given as well override it.
-    #[arg(long, value_name = "FILE")]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
     #[serde(skip)]
-    pub(crate) config: Option<PathBuf>,
+    pub config: Option<PathBuf>,
     /// How checkpoints go, in one word: none, aligned (exactly-once), unaligned, at-least-once,
     /// aligned-timeout (aligned, turning unaligned after --aligned-checkpoint-timeout-ms),
     /// adaptive (unaligned within --inflight-budget-bytes), or for `bench`, alternate:MODE,MODE…
     /// (the checkpoint lab). Flink's --mode and --unaligned say the same in parts.
-    #[arg(long, value_name = "MODE", value_parser = crate::args::checkpoint_plan)]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "MODE", value_parser = checkpoint_plan))]
     #[serde(deserialize_with = "plan")]
-    pub(crate) checkpoint: Option<CheckpointPlan>,
+    pub checkpoint: Option<CheckpointPlan>,
     /// Where checkpoints go: a folder, file:///FOLDER, or s3://BUCKET/PREFIX (endpoint and
     /// credentials from the standard AWS environment variables: AWS_ENDPOINT_URL, AWS_REGION,
     /// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY). Turns checkpoints on. A directory with
     /// checkpoints of the same job resumes from the newest valid one (wordcount; bench and
     /// nexmark default to a temporary folder, removed afterwards).
-    #[arg(long)]
-    pub(crate) checkpoint_dir: Option<PathBuf>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub checkpoint_dir: Option<PathBuf>,
     /// Milliseconds between checkpoints (default 1000). Turns checkpoints on.
-    #[arg(long, value_parser = millis)]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
     #[serde(deserialize_with = "duration_ms")]
-    pub(crate) interval_ms: Option<u64>,
+    pub interval_ms: Option<u64>,
     /// Milliseconds between checkpoints while the input is far from its end (more than 256
     /// MiB left to a subtask): 0 takes none until then (default: --interval-ms always).
-    #[arg(long, value_parser = millis)]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
     #[serde(deserialize_with = "duration_ms")]
-    pub(crate) interval_during_backlog_ms: Option<u64>,
+    pub interval_during_backlog_ms: Option<u64>,
     /// exactly-once (default) or at-least-once. Turns checkpoints on.
-    #[arg(long, value_parser = ["exactly-once", "at-least-once"])]
-    pub(crate) mode: Option<String>,
+    #[cfg_attr(feature = "clap", arg(long, value_parser = ["exactly-once", "at-least-once"]))]
+    pub mode: Option<String>,
     /// Unaligned checkpoints: barriers overtake in-flight data, which is stored instead
     /// (--unaligned=false to override a configuration file). Turns checkpoints on.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub(crate) unaligned: Option<bool>,
+    #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true"))]
+    pub unaligned: Option<bool>,
     /// With unaligned checkpoints: start aligned, turn unaligned at a task that has waited
     /// this many milliseconds (default with --checkpoint aligned-timeout: 10).
-    #[arg(long, value_parser = millis, alias = "alignment-timeout-ms")]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis, alias = "alignment-timeout-ms"))]
     #[serde(alias = "alignment-timeout-ms", deserialize_with = "duration_ms")]
-    pub(crate) aligned_checkpoint_timeout_ms: Option<u64>,
+    pub aligned_checkpoint_timeout_ms: Option<u64>,
     /// With unaligned checkpoints: adaptive alignment, a checkpoint's in-flight data kept under
     /// this many bytes (channels that drain are aligned, those that lag captured; default with
     /// --checkpoint adaptive: half of what the job's rings hold, at most 1 MiB).
-    #[arg(long)]
-    pub(crate) inflight_budget_bytes: Option<u64>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub inflight_budget_bytes: Option<u64>,
     /// Milliseconds a checkpoint may take before it expires (default 600000).
-    #[arg(long, value_parser = millis)]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
     #[serde(deserialize_with = "duration_ms")]
-    pub(crate) checkpoint_timeout_ms: Option<u64>,
+    pub checkpoint_timeout_ms: Option<u64>,
     /// Milliseconds at least between a checkpoint's completion and the next one's start
     /// (default 0), so a slow checkpoint leaves the job time between checkpoints.
-    #[arg(long, value_parser = millis)]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
     #[serde(deserialize_with = "duration_ms")]
-    pub(crate) min_pause_ms: Option<u64>,
+    pub min_pause_ms: Option<u64>,
     /// Checkpoints in flight at once, 1 to 64 (default 1).
-    #[arg(long)]
-    pub(crate) max_concurrent: Option<u64>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub max_concurrent: Option<u64>,
     /// Checkpoints that may fail in a row before the job fails (default 3; Flink's is 0).
-    #[arg(long, alias = "tolerable-failures")]
+    #[cfg_attr(feature = "clap", arg(long, alias = "tolerable-failures"))]
     #[serde(alias = "tolerable-failures")]
-    pub(crate) tolerable_failed_checkpoints: Option<u32>,
+    pub tolerable_failed_checkpoints: Option<u32>,
     /// Completed checkpoints kept, 1 to 1000 (default 2; Flink's is 1).
-    #[arg(long, alias = "retain")]
+    #[cfg_attr(feature = "clap", arg(long, alias = "retain"))]
     #[serde(alias = "retain")]
-    pub(crate) retained: Option<u64>,
+    pub retained: Option<u64>,
     /// Incremental checkpoints: write only the state pages changed since the last completed
     /// checkpoint and refer to earlier files for the rest.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub(crate) incremental: Option<bool>,
+    #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true"))]
+    pub incremental: Option<bool>,
     /// How the job restarts after a failure: none, fixed-delay (default: 10 attempts 100 ms
     /// apart), exponential-delay (from --restart-delay-ms, times --restart-backoff-multiplier
     /// up to --restart-max-delay-ms) or failure-rate (while at most
     /// --restart-failures-per-interval failures fell in --restart-failure-rate-interval-ms).
-    #[arg(long, value_name = "STRATEGY", value_parser = RESTART_STRATEGIES)]
-    pub(crate) restart_strategy: Option<String>,
+    #[cfg_attr(feature = "clap", arg(long, value_name = "STRATEGY", value_parser = RESTART_STRATEGIES))]
+    pub restart_strategy: Option<String>,
     /// Restarts allowed (fixed-delay and exponential-delay; default 10).
-    #[arg(long)]
-    pub(crate) restart_attempts: Option<u32>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub restart_attempts: Option<u32>,
     /// Milliseconds before a restart; exponential-delay's first (default 100).
-    #[arg(long, value_parser = millis)]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
     #[serde(deserialize_with = "duration_ms")]
-    pub(crate) restart_delay_ms: Option<u64>,
+    pub restart_delay_ms: Option<u64>,
     /// exponential-delay: the longest wait, in milliseconds (default 60000).
-    #[arg(long, value_parser = millis)]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
     #[serde(deserialize_with = "duration_ms")]
-    pub(crate) restart_max_delay_ms: Option<u64>,
+    pub restart_max_delay_ms: Option<u64>,
     /// exponential-delay: the wait's growth per restart, at least 1 (default 1.5).
-    #[arg(long)]
-    pub(crate) restart_backoff_multiplier: Option<f64>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub restart_backoff_multiplier: Option<f64>,
     /// failure-rate: failures allowed within the interval (default 1).
-    #[arg(long)]
-    pub(crate) restart_failures_per_interval: Option<u32>,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub restart_failures_per_interval: Option<u32>,
     /// failure-rate: the interval failures are counted in, in milliseconds (default 60000).
-    #[arg(long, value_parser = millis)]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
     #[serde(deserialize_with = "duration_ms")]
-    pub(crate) restart_failure_rate_interval_ms: Option<u64>,
+    pub restart_failure_rate_interval_ms: Option<u64>,
 }
 
 const RESTART_STRATEGIES: [&str; 4] = ["none", "fixed-delay", "exponential-delay", "failure-rate"];
 
 /// The keys a running job's configuration takes (`weir control ADDR config KEY=VALUE`), with
 /// the restart strategy's (`restart-*`); the others are fixed for its life.
-pub(crate) const LIVE_KEYS: [&str; 12] = [
+pub const LIVE_KEYS: [&str; 12] = [
     "checkpoint",
     "interval-ms",
     "interval-during-backlog-ms",
@@ -150,14 +196,14 @@ pub(crate) const LIVE_KEYS: [&str; 12] = [
 
 fn plan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<CheckpointPlan>, D::Error> {
     let s = String::deserialize(d)?;
-    crate::args::checkpoint_plan(&s).map(Some).map_err(serde::de::Error::custom)
+    checkpoint_plan(&s).map(Some).map_err(serde::de::Error::custom)
 }
 
 /// Milliseconds from `500`, `500ms`, `2s`, `1.5s`, `3m` or `1h`: every setting in
 /// milliseconds takes a duration with its unit too, on the command line, in the file and at the
 /// control endpoint. An unknown unit, or a number that is no whole count of milliseconds, is
 /// named.
-pub(crate) fn millis(value: &str) -> Result<u64, String> {
+pub fn millis(value: &str) -> Result<u64, String> {
     let text = value.trim();
     let (number, unit) = text.split_at(text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len()));
     let not_a_duration = || format!("'{value}' is not a duration in milliseconds (say 500, 500ms, 2s, 1m or 1h)");
@@ -199,14 +245,14 @@ fn duration_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D:
 /// `a`, or `b` where `a` is unset: the flag over the file.
 macro_rules! merge {
     ($a:expr, $b:expr, $($field:ident),*) => {
-        CheckpointFlags { config: $a.config, $($field: $a.$field.or($b.$field)),* }
+        CheckpointSettings { config: $a.config, $($field: $a.$field.or($b.$field)),* }
     };
 }
 
-impl CheckpointFlags {
+impl CheckpointSettings {
     /// These flags over the settings of their `--config` file, if one was given: the file's
     /// unknown keys and wrongly typed values are errors that name the key and the file.
-    pub(crate) fn with_file(self) -> weir::Result<CheckpointFlags> {
+    pub fn with_file(self) -> weir::Result<CheckpointSettings> {
         let Some(path) = self.config.clone() else { return Ok(self) };
         let file = read_file(&path)?;
         Ok(merge!(
@@ -271,7 +317,7 @@ impl CheckpointFlags {
     /// How checkpoints go, from `--checkpoint` or from Flink's parts (`--mode`, `--unaligned`,
     /// the aligned-checkpoint timeout, the in-flight budget); `None`: no checkpoints (then
     /// no other setting may be given). `alternate` allows the checkpoint lab's plans.
-    pub(crate) fn plan(&self, alternate: bool) -> weir::Result<Option<CheckpointPlan>> {
+    pub fn plan(&self, alternate: bool) -> weir::Result<Option<CheckpointPlan>> {
         let at_least_once = match self.mode.as_deref() {
             None | Some("exactly-once") => false,
             Some("at-least-once") => true,
@@ -375,7 +421,7 @@ impl CheckpointFlags {
     /// `c` with these settings for a job that starts checkpointing as `first`: everything but
     /// its directory. A job of `adaptive` without a budget gets
     /// [`weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET`], for the command to fit to its rings.
-    pub(crate) fn apply(&self, first: CheckpointChoice, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
+    pub fn apply(&self, first: CheckpointChoice, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
         let ms = Duration::from_millis;
         let mut c = self.apply_live(c)?;
         c = with_choice(c, first, self.aligned_checkpoint_timeout_ms.map(ms), self.inflight_budget_bytes);
@@ -388,7 +434,7 @@ impl CheckpointFlags {
     }
 
     /// `c` with the settings a running job can change (as [`LIVE_KEYS`]).
-    pub(crate) fn apply_live(&self, mut c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
+    pub fn apply_live(&self, mut c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
         let ms = Duration::from_millis;
         if let Some(n) = self.interval_ms {
             c.interval = ms(at_least("interval-ms", n, 1)?);
@@ -422,7 +468,7 @@ impl CheckpointFlags {
 
     /// A running job's configuration `c` with these settings (all given ones must be
     /// [`LIVE_KEYS`]): the mode word `checkpoint` or `unaligned` and its timeout or budget.
-    pub(crate) fn change_live(&self, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
+    pub fn change_live(&self, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
         let fixed = ["checkpoint-dir", "mode", "incremental"];
         if let Some(key) = self.given().into_iter().find(|k| fixed.contains(k)) {
             return Err(Error::config(format!("{key} is fixed for the job's life (a running job cannot change it)")));
@@ -523,8 +569,8 @@ impl CheckpointFlags {
     /// twice or a wrong value is named. The settings are made into a table, never into TOML
     /// text: a value cannot carry another key (`retained=3\nmax-concurrent = 2` is the text
     /// `3\nmax-concurrent = 2` for `retained`, and refused).
-    pub(crate) fn parse_settings(settings: &[(String, String)]) -> Result<CheckpointFlags, String> {
-        let read = |table: toml::Table| table.try_into::<CheckpointFlags>();
+    pub fn parse_settings(settings: &[(String, String)]) -> Result<CheckpointSettings, String> {
+        let read = |table: toml::Table| table.try_into::<CheckpointSettings>();
         let mut all = toml::Table::new();
         for (key, value) in settings {
             let one = toml::Table::from_iter([(key.clone(), setting_value(value))]);
@@ -557,9 +603,9 @@ fn setting_value(value: &str) -> toml::Value {
 /// `job` with `flags` on its checkpoint configuration (a job without one is returned as it
 /// is), checkpointing as `first`; without a budget given, adaptive alignment's is fitted to
 /// the job's rings of `ring_capacity` entries.
-pub(crate) fn with_flags(
+pub fn with_flags(
     job: weir::Job,
-    flags: &CheckpointFlags,
+    flags: &CheckpointSettings,
     first: CheckpointChoice,
     ring_capacity: usize,
 ) -> weir::Result<weir::Job> {
@@ -605,7 +651,7 @@ const CONFIG_FILE_MAX_BYTES: u64 = 1 << 20;
 
 /// The settings of configuration file `path`: a plain file (a FIFO blocked the command for
 /// ever, and `/dev/zero` was read until memory ran out) of at most [`CONFIG_FILE_MAX_BYTES`].
-fn read_file(path: &Path) -> weir::Result<CheckpointFlags> {
+fn read_file(path: &Path) -> weir::Result<CheckpointSettings> {
     let cannot = |e| Error::io("cannot read the configuration file", path, e);
     let meta = std::fs::metadata(path).map_err(cannot)?;
     if !meta.is_file() {
@@ -621,6 +667,6 @@ fn read_file(path: &Path) -> weir::Result<CheckpointFlags> {
             path.display()
         )));
     }
-    toml::from_str::<CheckpointFlags>(&text)
+    toml::from_str::<CheckpointSettings>(&text)
         .map_err(|e| Error::config(format!("configuration file {}: {e}", path.display())))
 }

@@ -1,0 +1,44 @@
+//! Operating weir jobs from a program, as the `weir` command does: what an embedder needs
+//! around a running [`weir::Job`] without the command's argument parsing, allocator or
+//! process-wide handlers.
+//!
+//! - [`Runner`] runs a program's own job with the command's handling: the progress line, the
+//!   control endpoint, stop with a savepoint, the report and its tables.
+//! - [`control`] serves the control endpoint beside any running job (Flink's REST API as the
+//!   model): checkpoints and savepoints on demand, stop, the live configuration, the metrics
+//!   text ([`metrics_text`]) and the dashboard.
+//! - [`settings`]: the checkpoint settings by name, one struct for the command's flags (with
+//!   the `clap` feature), a TOML configuration file and the endpoint's live keys.
+//! - [`supervisor`] watches a running job; [`install_stop_handler`] makes Ctrl-C and SIGTERM
+//!   stop it, only when the program asks (a process has one such handler, and it may be the
+//!   program's own).
+//! - [`stored`]: savepoints staged in a working folder for an object store, and restores
+//!   brought down from one; [`tables`]: the reports' tables.
+//!
+//! Layers, lowest first (a module uses only those above it): `tables`, `metrics_text`,
+//! `stored`, `settings`; `control`; `supervisor`; `runner`.
+
+#![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
+
+use std::path::PathBuf;
+
+pub mod control;
+pub mod metrics_text;
+pub mod runner;
+pub mod settings;
+pub mod stored;
+pub mod supervisor;
+pub mod tables;
+
+pub use control::{ControlBinding, ControlEndpoint};
+pub use runner::Runner;
+pub use settings::CheckpointSettings;
+pub use supervisor::install_stop_handler;
+
+/// A fresh folder name under the system's temporary directory for `what` (a benchmark's
+/// checkpoints, a copy of a store's files; removed by the caller afterwards).
+pub fn scratch_dir(what: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    std::env::temp_dir().join(format!("weir-{what}-{}-{nanos}", std::process::id()))
+}
