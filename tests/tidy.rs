@@ -159,7 +159,7 @@ struct Crate {
 impl Crate {
     fn read() -> Crate {
         // This binary belongs to `weir-cli`, one folder below the engine.
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../src");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let modules = top_modules(&src);
         let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
         let mut paths = Vec::new();
@@ -290,7 +290,7 @@ fn the_checker_sees_what_it_must() {
 fn every_live_setting_has_one_name() {
     const MODE_KEYS: [&str; 5] =
         ["checkpoint", "mode", "unaligned", "aligned-checkpoint-timeout-ms", "inflight-budget-bytes"];
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let flags = std::fs::read_to_string(root.join("weir-ops/src/settings.rs")).unwrap();
     let builder = std::fs::read_to_string(root.join("src/checkpoint/config.rs")).unwrap();
     let list = flags.split("pub const LIVE_KEYS").nth(1).expect("LIVE_KEYS in settings.rs");

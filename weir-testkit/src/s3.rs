@@ -28,7 +28,7 @@ fn start_moto(settings: &str) -> String {
     );
     drop(Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap());
     let addr = format!("127.0.0.1:{port}");
-    super::wait_until("the S3 server (moto) answers; `pip install \"moto[server]\"` installs it", || {
+    crate::wait_until("the S3 server (moto) answers; `pip install \"moto[server]\"` installs it", || {
         std::net::TcpStream::connect(&addr).is_ok()
     });
     format!("http://{addr}")

