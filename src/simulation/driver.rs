@@ -160,11 +160,13 @@ where
     let subtasks = job.graph.borrow().nodes.iter().map(|n| n.parallelism).sum();
     // Output that cannot be withdrawn must not be written twice: recovery past damage refuses.
     let mut config = schedule.config(dir, options, subtasks).allow_retracting_output(read.is_none());
-    // Drawn apart, so a seed's other faults are the same with or without: in a quarter of the
-    // seeds whose faults neither damage a checkpoint's files nor move the job to another
-    // directory, the directory is kept in an object store (in memory), each new process's
-    // working copy filled from it alone; in half of those an owner pauses between its check
-    // and its publish while a successor takes the store over.
+    // Apart from the schedule's draws, so a seed's other faults are the same with or without:
+    // in a quarter of the seeds whose faults neither damage a checkpoint's files nor move the
+    // job to another directory, the directory is kept in an object store (in memory), each
+    // new process's working copy filled from it alone; in half of those an owner pauses
+    // between its check and its publish while a successor takes the store over. Chosen by the
+    // seed's residue, not drawn: every run of 8 consecutive seeds holds one of each (60 drawn
+    // seeds of the suite once held no paused owner, 1 run in 40, and its check failed).
     let store: Option<Arc<dyn crate::checkpoint::ObjectStore>> = match (seed, golden) {
         (Some(seed), Some(g)) => {
             let mut r = Prng::new(seed ^ 0x5709_E0B1);
@@ -172,8 +174,8 @@ where
                 .faults
                 .iter()
                 .any(|f| matches!(f, Fault::DamageAt { .. } | Fault::Rescale { .. } | Fault::StopWithSavepoint(_)));
-            (r.chance(1, 4) && !moves).then(|| {
-                if r.chance(1, 2) {
+            (seed % 4 == 1 && !moves).then(|| {
+                if (seed / 4) % 2 == 1 {
                     let id = r.between(1, g.checkpoints.max(1));
                     schedule.faults.push(Fault::CrashAt(CrashPoint::BeforePublish, id));
                 }
