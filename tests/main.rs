@@ -14,6 +14,7 @@ mod io_faults;
 mod keyed_state;
 mod latency_causes;
 mod latest_sink;
+mod pacing;
 mod persist_derive;
 mod process;
 mod readers_fuzz;
