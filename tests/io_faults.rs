@@ -153,7 +153,10 @@ impl Drop for SmallTmpfs {
 #[test]
 fn a_real_full_disk_declines_checkpoints_and_recovery_uses_one_that_fitted() {
     let Some(disk) = SmallTmpfs::mount(384 * 1024) else {
-        eprintln!("skipped: this process may not mount a tmpfs (the injected faults above still run)");
+        crate::common::did_not_run(
+            "io_faults::a_real_full_disk_declines_checkpoints_and_recovery_uses_one_that_fitted",
+            "this process may not mount a tmpfs (run the tests as root; the injected faults above still run)",
+        );
         return;
     };
     const KEYS: u64 = 80_000;

@@ -32,7 +32,11 @@ fn browse(browser: &str, url: &str, what: &str) -> std::process::Output {
 #[test]
 fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
     let Some(browser) = chromium() else {
-        eprintln!("the dashboard test did not run: no chromium (apt-get install chromium; .ci/run installs it)");
+        // CI names the browser (WEIR_TEST_CHROMIUM), so there its absence fails instead.
+        common::did_not_run(
+            "dashboard::the_dashboard_shows_a_running_jobs_checkpoint_history",
+            "no chromium on the path (apt-get install chromium; .ci/run installs it)",
+        );
         return;
     };
     let (mut job, addr) = bench_with_control(&[

@@ -210,3 +210,11 @@ impl Running {
         t[at..].split_whitespace().next().map(str::to_string)
     }
 }
+
+/// Says on the terminal that `test` did not run, and `why`: written to the process's standard
+/// error directly, so the test harness, which keeps a passing test's `eprintln!` to itself,
+/// shows it (`cargo test` would otherwise report a test that did nothing as passed, silently).
+pub fn did_not_run(test: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "\n{test}: DID NOT RUN: {why}");
+}
