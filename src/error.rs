@@ -2,7 +2,8 @@
 //!
 //! Broken invariants panic; everything a user or the environment can cause (bad configuration,
 //! I/O, a panicking user function) is an [`Error`]. [`Error::is_retryable`] tells a caller
-//! (later: the checkpoint coordinator) whether trying again can help.
+//! whether trying again can help: the runtime restarts a failed job only for a retryable one,
+//! and the hooks that run when a job succeeds (a sink's final commit) retry only those.
 //!
 //! May touch: nothing else in the crate.
 

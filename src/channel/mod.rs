@@ -1,7 +1,7 @@
 //! Channels: one `rtrb` SPSC ring per edge between two subtasks, and the entry format on it.
 //!
-//! Every entry is tagged ([`Entry`]): a record, a watermark, or end of stream (the checkpoint
-//! issue adds barriers). A *record batch* is the run of record entries one producer commits in
+//! Every entry is tagged ([`Entry`]): a record, a watermark, a checkpoint barrier, or end of
+//! stream. A *record batch* is the run of record entries one producer commits in
 //! one chunk: producers write whole batches with one atomic publish (`write_chunk_uninit`),
 //! consumers read whole chunks and commit once, so the ring's atomics are paid per batch.
 //!
@@ -12,7 +12,9 @@
 //! backpressure, and there is no unbounded queue anywhere.
 //!
 //! Each side keeps its own `u64` sequence counter (entries written / read), since rtrb exposes
-//! none; unaligned checkpoints will name ring positions with them.
+//! none; an unaligned barrier in a channel's priority slot names the ring position it
+//! overtook with the producer's (`PriorityBarrier::seq`), so the consumer knows which entries
+//! it reads afterwards are in-flight data of that checkpoint.
 //!
 //! May touch: `collector`, `context`, `error`, `metrics`, `persist`, `record`, `snapshot`, `wake`.
 

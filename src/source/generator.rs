@@ -1,6 +1,6 @@
 //! The deterministic generator: record `i` is `f(i, now_ns)`, subtask `s` of `p` emits indices
-//! `s, s + p, s + 2p, …` below the count. Its offset is the next index, so it can be restarted
-//! from any position (the checkpoint issue records that offset).
+//! `s, s + p, s + 2p, …` below the count. Its offset is the next index, recorded in each
+//! checkpoint, so a restored job restarts it exactly where the checkpoint left it.
 
 use super::{Source, SourcePoll};
 use crate::context::TaskContext;

@@ -1,10 +1,11 @@
 //! Keyed state, and the snapshot interface every stateful operator implements.
 //!
-//! A snapshot is two steps, as DESIGN.md section 4 requires: a synchronous [`Snapshot::fork`]
-//! taken while the task is paused at a barrier, and an asynchronous [`ForkedState::write_to`]
-//! run in the background while the task goes on. Today's [`KeyedValueState`] forks by copying
-//! its map; the arena backend (a later issue) forks by sharing pages copy-on-write behind the
-//! same two calls, so operators need not change.
+//! A snapshot is two steps (the shared DESIGN.md's section 4): a synchronous
+//! [`Snapshot::fork`] taken while the task is paused at a barrier, and an asynchronous
+//! [`ForkedState::write_to`] run in the background while the task goes on. Every keyed state
+//! ([`KeyedValueState`] and the kinds in `kinds`, timers, TTL) keeps its entries in a
+//! `PagedMap` (`paged`), whose fork shares its pages copy-on-write: the pause is proportional
+//! to the number of pages, not to the bytes of state.
 //!
 //! May touch: `error`, `persist`, `record`, `snapshot`.
 
