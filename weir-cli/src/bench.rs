@@ -56,7 +56,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         let budget = flags
             .inflight_budget_bytes
             .unwrap_or_else(|| weir_jobs::bench::default_inflight_budget(&job, config.ring_capacity));
-        weir_jobs::lab::CheckpointLab::new(p.modes.clone(), bench.alignment_timeout, budget)
+        weir_ops::lab::CheckpointLab::new(p.modes.clone(), bench.alignment_timeout, budget)
     });
     let (handle, control) = start_with_control(job, config, binding)?;
     let limit = Some(Duration::from_secs_f64(args.duration_s));
@@ -76,7 +76,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     weir_ops::runner::print_report(&report, checkpointing, None);
     if let (Some(_), Some(plan)) = (&lab, &plan) {
         println!("the checkpoint lab ({plan}):");
-        print!("{}", weir_ops::tables::lab(&weir_jobs::lab::CheckpointLab::summary(&report.checkpoints)));
+        print!("{}", weir_ops::tables::lab(&weir_ops::lab::CheckpointLab::summary(&report.checkpoints)));
     }
     if let Some(json) = &args.json {
         let result = BenchResult::new(&bench, &report);

@@ -10,8 +10,8 @@ use std::time::Duration;
 use weir::checkpoint::CheckpointConfig;
 use weir::metrics::group_digits;
 use weir_jobs::bench::{BenchConfig, CheckpointChoice, Workload};
-use weir_jobs::lab::CheckpointLab;
 use weir_jobs::wordcount::DefaultJob;
+use weir_ops::lab::CheckpointLab;
 
 use crate::args::*;
 use weir_ops::supervisor::*;

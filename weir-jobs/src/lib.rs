@@ -6,12 +6,12 @@
 //! - [`bench`](mod@bench): the benchmark workloads `weir bench` and perf/ run, and their report.
 //! - [`simulated`]: the jobs `weir simulate` checks from seeds.
 //!
-//! May touch: `weir` only (no module here uses another, but `bench` runs the default job).
+//! May touch: `weir`, and `weir-ops` for the checkpoint choice (no module here uses another,
+//! but `bench` runs the default job).
 
 #![warn(missing_docs)]
 
 pub mod bench;
-pub mod lab;
 pub mod nexmark;
 pub mod simulated;
 pub mod wordcount;

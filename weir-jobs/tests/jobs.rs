@@ -204,7 +204,7 @@ mod bench {
             inflight_budget: 64 << 10,
         };
         let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
-        let lab = weir_jobs::lab::CheckpointLab::new(
+        let lab = weir_ops::lab::CheckpointLab::new(
             vec![CheckpointChoice::Aligned, CheckpointChoice::Unaligned],
             config.alignment_timeout,
             config.inflight_budget,

@@ -14,16 +14,20 @@
 //!   program's own).
 //! - [`stored`]: savepoints staged in a working folder for an object store, and restores
 //!   brought down from one; [`tables`]: the reports' tables.
+//! - [`choice`]: no checkpoints or a checkpoint mode, as commands name them; [`lab`]: modes
+//!   taking turns checkpoint by checkpoint in one running job.
 //!
-//! Layers, lowest first (a module uses only those above it): `tables`, `metrics_text`,
-//! `stored`, `settings`; `control`; `supervisor`; `runner`.
+//! Layers, lowest first (a module uses only those above it): `choice`, `metrics_text`,
+//! `stored`; `lab`, `settings`, `tables`; `control`; `supervisor`; `runner`.
 
 #![warn(missing_docs)]
 #![warn(missing_debug_implementations)]
 
 use std::path::PathBuf;
 
+pub mod choice;
 pub mod control;
+pub mod lab;
 pub mod metrics_text;
 pub mod runner;
 pub mod settings;
@@ -31,7 +35,9 @@ pub mod stored;
 pub mod supervisor;
 pub mod tables;
 
+pub use choice::CheckpointChoice;
 pub use control::{ControlBinding, ControlEndpoint};
+pub use lab::CheckpointLab;
 pub use runner::Runner;
 pub use settings::CheckpointSettings;
 pub use supervisor::install_stop_handler;

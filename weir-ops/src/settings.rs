@@ -15,26 +15,26 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::choice::CheckpointChoice;
 use serde::Deserialize;
 use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
 use weir::Error;
-use weir_jobs::bench::CheckpointChoice;
 
 /// `weir bench --checkpoint`: one way of checkpointing, or several taking turns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointPlan {
     /// The modes, in turn (one: no alternation).
-    pub modes: Vec<weir_jobs::bench::CheckpointChoice>,
+    pub modes: Vec<crate::choice::CheckpointChoice>,
 }
 
 impl CheckpointPlan {
     /// The mode the job starts with.
-    pub fn first(&self) -> weir_jobs::bench::CheckpointChoice {
+    pub fn first(&self) -> crate::choice::CheckpointChoice {
         self.modes[0]
     }
 
     /// Whether `mode` is among the plan's.
-    pub fn uses(&self, mode: weir_jobs::bench::CheckpointChoice) -> bool {
+    pub fn uses(&self, mode: crate::choice::CheckpointChoice) -> bool {
         self.modes.contains(&mode)
     }
 }
@@ -51,7 +51,7 @@ impl std::fmt::Display for CheckpointPlan {
 /// A checkpoint choice, or `alternate:` and two or more of those a running job can switch
 /// between (its live configuration: aligned, unaligned, aligned-timeout, adaptive).
 pub fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
-    use weir_jobs::bench::CheckpointChoice;
+    use crate::choice::CheckpointChoice;
     let Some(list) = s.strip_prefix("alternate:") else {
         return s.parse::<CheckpointChoice>().map(|m| CheckpointPlan { modes: vec![m] });
     };
@@ -69,7 +69,7 @@ pub fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
 }
 
 /// The aligned-checkpoint timeout of `aligned-timeout` unless told otherwise.
-const DEFAULT_ALIGNMENT_TIMEOUT: Duration = weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT;
+const DEFAULT_ALIGNMENT_TIMEOUT: Duration = crate::choice::DEFAULT_ALIGNMENT_TIMEOUT;
 
 /// Checkpoint settings, as flags and as the keys of a configuration file (the same names).
 /// Every one is optional: unset, the engine's default holds.
@@ -420,7 +420,7 @@ impl CheckpointSettings {
 
     /// `c` with these settings for a job that starts checkpointing as `first`: everything but
     /// its directory. A job of `adaptive` without a budget gets
-    /// [`weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET`], for the command to fit to its rings.
+    /// [`crate::choice::DEFAULT_INFLIGHT_BUDGET`], for the command to fit to its rings.
     pub fn apply(&self, first: CheckpointChoice, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
         let ms = Duration::from_millis;
         let mut c = self.apply_live(c)?;
@@ -613,7 +613,7 @@ pub fn with_flags(
     let job = job.with_checkpointing(flags.apply(first, c)?);
     Ok(match flags.inflight_budget_bytes {
         Some(_) => job,
-        None => weir_jobs::bench::fit_inflight_budget(job, ring_capacity),
+        None => crate::choice::fit_inflight_budget(job, ring_capacity),
     })
 }
 
@@ -627,7 +627,7 @@ fn with_choice(
 ) -> CheckpointConfig {
     let timeout = timeout.unwrap_or(DEFAULT_ALIGNMENT_TIMEOUT);
     match choice.kind() {
-        Some(kind) => c.mode(kind.with(timeout, budget.unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET))),
+        Some(kind) => c.mode(kind.with(timeout, budget.unwrap_or(crate::choice::DEFAULT_INFLIGHT_BUDGET))),
         None => c,
     }
 }

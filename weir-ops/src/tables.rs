@@ -3,9 +3,9 @@
 //! column right-aligned but the summary's names, one latency unit per table. May touch: the
 //! engine's report types and the lab's summary.
 
+use crate::lab::LabSummary;
 use comfy_table::{CellAlignment, ContentLineStyle, LineStyle, Table, TableStyle};
 use weir::metrics::{group_digits, CheckpointStats, JobReport, TimeUnit};
-use weir_jobs::lab::LabSummary;
 
 /// `+---+` rules above, below and under the header; `|` between columns.
 const STYLE: TableStyle = TableStyle::new()

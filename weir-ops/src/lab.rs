@@ -5,8 +5,8 @@
 //! consecutive checkpoints share the moment, so their ratios hold still.
 //!
 //! ```no_run
-//! use weir_jobs::bench::CheckpointChoice;
-//! use weir_jobs::lab::CheckpointLab;
+//! use weir_ops::choice::CheckpointChoice;
+//! use weir_ops::lab::CheckpointLab;
 //! # fn f(handle: &weir::JobHandle) -> weir::Result<()> {
 //! let lab = CheckpointLab::new(
 //!     vec![CheckpointChoice::Aligned, CheckpointChoice::Unaligned],
@@ -23,7 +23,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! May touch: `bench` (the modes), weir's job handle and statistics.
+//! May touch: `choice` (the modes), weir's job handle and statistics.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -31,7 +31,7 @@ use std::time::Duration;
 use weir::checkpoint::{CheckpointConfig, CheckpointStats, ModeKind};
 use weir::JobHandle;
 
-use crate::bench::CheckpointChoice;
+use crate::choice::CheckpointChoice;
 
 /// Modes taking turns in a running job.
 #[derive(Clone, Debug)]
