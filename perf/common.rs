@@ -9,7 +9,7 @@ use weir::prng::mix;
 use weir::{Job, JobReport, RunConfig};
 
 /// Runs `job` under `config` for `duration`, then stops it gracefully.
-pub fn run_for(job: Job, config: RunConfig, duration: Duration) -> JobReport {
+pub(crate) fn run_for(job: Job, config: RunConfig, duration: Duration) -> JobReport {
     let handle = job.start(config).expect("job starts");
     std::thread::sleep(duration);
     handle.stop();
@@ -17,7 +17,7 @@ pub fn run_for(job: Job, config: RunConfig, duration: Duration) -> JobReport {
 }
 
 /// Today's date as `YYYY-MM-DD` (from `date`), or `undated`: the folder results go to.
-pub fn today() -> String {
+pub(crate) fn today() -> String {
     std::process::Command::new("date")
         .arg("+%Y-%m-%d")
         .output()
@@ -29,7 +29,7 @@ pub fn today() -> String {
 
 /// Eight files of English-like text (`bytes` in all): a skewed vocabulary of 100,000 words (a few very
 /// frequent, a long tail), some capitalised, lines of 4 to 16 words.
-pub fn corpus(dir: &Path, bytes: u64) -> Vec<PathBuf> {
+pub(crate) fn corpus(dir: &Path, bytes: u64) -> Vec<PathBuf> {
     let files: Vec<PathBuf> = (0..8).map(|i| dir.join(format!("corpus-{i}.txt"))).collect();
     let per_file = bytes / 8;
     if files.iter().all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() >= per_file)) {

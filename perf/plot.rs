@@ -20,7 +20,7 @@ const COLORS: [RGBColor; 8] = [
 
 /// One value of a plot: the median over rounds, and the lowest and highest round.
 #[derive(Clone, Copy, Debug)]
-pub struct Point {
+pub(crate) struct Point {
     pub median: f64,
     pub low: f64,
     pub high: f64,
@@ -28,7 +28,7 @@ pub struct Point {
 
 impl Point {
     /// The median of `rounds` with their spread (one round: no spread).
-    pub fn of(rounds: &[f64]) -> Point {
+    pub(crate) fn of(rounds: &[f64]) -> Point {
         let mut v: Vec<f64> = rounds.iter().copied().filter(|x| x.is_finite()).collect();
         v.sort_by(f64::total_cmp);
         if v.is_empty() {
@@ -40,23 +40,23 @@ impl Point {
     }
 
     /// Every figure times `k` (a change of unit).
-    pub fn scaled(self, k: f64) -> Point {
+    pub(crate) fn scaled(self, k: f64) -> Point {
         Point { median: self.median * k, low: self.low * k, high: self.high * k }
     }
 }
 
 /// A named line or set of bars.
-pub struct Series {
+pub(crate) struct Series {
     pub name: String,
     pub points: Vec<Point>,
 }
 
 /// Where a figure came from: printed under it.
-pub struct Stamp(pub String);
+pub(crate) struct Stamp(pub String);
 
 impl Stamp {
     /// The date, this machine (cores, load) and the command line.
-    pub fn here(date: &str) -> Stamp {
+    pub(crate) fn here(date: &str) -> Stamp {
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
         let load = std::fs::read_to_string("/proc/loadavg")
             .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -107,7 +107,7 @@ fn framed<'a>(path: &'a std::path::Path, stamp: &Stamp) -> Result<DrawingArea<SV
 
 /// Bars of each series side by side per category, with error bars for the spread; a log
 /// axis if the values span decades.
-pub fn grouped_bars(
+pub(crate) fn grouped_bars(
     path: &std::path::Path,
     title: &str,
     y_label: &str,
@@ -168,7 +168,7 @@ pub fn grouped_bars(
 
 /// A line per series over categories `xs`, on a log axis (checkpoint durations and bytes span
 /// decades), each point with its spread.
-pub fn log_lines(
+pub(crate) fn log_lines(
     path: &std::path::Path,
     title: &str,
     x_label: &str,

@@ -18,7 +18,7 @@ fn pin(i: usize) {
 }
 
 /// Moves `n` u64s through a bare rtrb ring, one push and one pop at a time.
-pub fn bare_rtrb(n: u64) -> Duration {
+pub(crate) fn bare_rtrb(n: u64) -> Duration {
     let (mut p, mut c) = rtrb::RingBuffer::<u64>::new(CAPACITY);
     let start = Instant::now();
     let producer = std::thread::spawn(move || {
@@ -44,7 +44,7 @@ pub fn bare_rtrb(n: u64) -> Duration {
 }
 
 /// Moves `n` u64s through a weir channel in batches of `batch` records.
-pub fn weir_channel(n: u64, batch: usize) -> Duration {
+pub(crate) fn weir_channel(n: u64, batch: usize) -> Duration {
     let (mut tx, mut rx) = pair::<u64>(CAPACITY);
     let start = Instant::now();
     let producer = std::thread::spawn(move || {

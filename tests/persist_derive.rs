@@ -115,11 +115,11 @@ proptest! {
 
 mod v1 {
     #[derive(Clone, Debug, Default, PartialEq, weir::Persist)]
-    pub struct Acc {
+    pub(crate) struct Acc {
         pub count: u64,
     }
     #[derive(Clone, Debug, PartialEq, weir::Persist)]
-    pub enum Shape {
+    pub(crate) enum Shape {
         Circle { r: u32 },
         Square(u32),
     }
@@ -127,7 +127,7 @@ mod v1 {
 
 mod v2 {
     #[derive(Clone, Debug, Default, PartialEq, weir::Persist)]
-    pub struct Acc {
+    pub(crate) struct Acc {
         pub count: u64,
         #[persist(default)]
         pub sum: u64,
@@ -135,7 +135,7 @@ mod v2 {
         pub label: Option<String>,
     }
     #[derive(Clone, Debug, PartialEq, weir::Persist)]
-    pub enum Shape {
+    pub(crate) enum Shape {
         Circle {
             r: u32,
             #[persist(default)]
@@ -146,13 +146,13 @@ mod v2 {
     }
     /// `sum` added without `#[persist(default)]`: old data cannot fill it.
     #[derive(Clone, Debug, Default, PartialEq, weir::Persist)]
-    pub struct Strict {
+    pub(crate) struct Strict {
         pub count: u64,
         pub sum: u64,
     }
     /// `count` retyped.
     #[derive(Clone, Debug, PartialEq, weir::Persist)]
-    pub struct Retyped {
+    pub(crate) struct Retyped {
         pub count: u32,
     }
 }
@@ -193,7 +193,7 @@ mod evolving_job {
     use weir::sink::RecvError;
     use weir::{Job, RunConfig};
 
-    pub fn run<A, F, R>(
+    pub(crate) fn run<A, F, R>(
         dir: &std::path::Path,
         from: Option<&std::path::Path>,
         events: std::ops::Range<u64>,

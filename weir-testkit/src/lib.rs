@@ -66,6 +66,8 @@ pub fn all_threads_stopped(pid: u32) -> bool {
     })
 }
 
+/// Waits until `cond` holds, checking every 5 ms; fails naming `what` after two minutes (a
+/// bound for a broken test, not a time the machine must reach).
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
@@ -103,6 +105,7 @@ pub fn savepoint_after(handle: JobHandle, records: u64, dir: &Path) -> PathBuf {
 /// checkpoints before a fault or at the end gets them however slowly the machine takes them,
 /// with no rate or interval tuned to its speed. After a restore it pauses again at a point it
 /// had passed, until the next checkpoint completes.
+#[allow(missing_debug_implementations)] // a function and positions
 pub struct PausingSource<T> {
     f: fn(u64) -> T,
     next: u64,
@@ -114,6 +117,8 @@ pub struct PausingSource<T> {
 }
 
 impl<T> PausingSource<T> {
+    /// Records `f(i)` for `i` below `count` (this subtask's share), pausing at each of `pauses`
+    /// (a record index and how many checkpoints to wait for there).
     pub fn new(f: fn(u64) -> T, count: u64, pauses: &[(u64, u32)], ctx: &weir::TaskContext) -> Self {
         let mut pauses = pauses.to_vec();
         pauses.sort_unstable();
@@ -164,8 +169,11 @@ impl<T: Send> weir::source::Source<T> for PausingSource<T> {
 
 /// A `weir` process running in the background, its standard output and error collected as
 /// it runs (both into one text).
+#[derive(Debug)]
 pub struct Running {
+    /// The process.
     pub child: std::process::Child,
+    /// Its standard output and error so far.
     pub text: std::sync::Arc<std::sync::Mutex<String>>,
 }
 

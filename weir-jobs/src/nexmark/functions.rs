@@ -231,7 +231,7 @@ pub(super) fn url_dirs(b: &Bid) -> u64 {
 /// q15–q17's running statistics: count by price range (below $100, below $10,000, above),
 /// distinct bidders and auctions, lowest, highest and total price.
 #[derive(Clone, Debug, Default, PartialEq, Eq, weir::Persist)]
-pub struct BidStats {
+pub(crate) struct BidStats {
     pub(super) bids: u64,
     pub(super) ranks: [u64; 3],
     pub(super) bidders: Vec<u64>,
