@@ -12,7 +12,7 @@ def version(s):
 
 meta = json.load(sys.stdin)
 ours = [p for p in meta["packages"] if p["source"] is None]
-msrv = next(p["rust_version"] for p in ours if p["name"] == "weir")
+msrv = next(p["rust_version"] for p in ours if p["name"] == "weir-stream")
 wrong = [f"{p['name']} declares {p.get('rust_version')}" for p in ours if p.get("rust_version") != msrv]
 wrong += [
     f"{p['name']} {p['version']} needs Rust {p['rust_version']}"

@@ -1,5 +1,7 @@
 //! The command line: every command, its arguments and their parsing (clap), and what the
 //! checkpoint and runtime arguments make of themselves (a `CheckpointConfig`, a `RunConfig`).
+//!
+//! May touch: nothing else in the crate (`weir-ops`' settings and control binding).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,4 +1,6 @@
 //! `weir bench`: one benchmark workload, its throughput, latency and checkpoint table.
+//!
+//! May touch: `args`.
 
 use std::time::Duration;
 

@@ -1,4 +1,6 @@
 //! `weir checkpoints DIR`: the table of a checkpoint directory's checkpoints.
+//!
+//! May touch: `args`.
 
 use weir::checkpoint::CheckpointStatus;
 use weir::Error;

@@ -3,6 +3,8 @@
 //! checkpoints, its throughput, latency and checkpoint table; then the checkpoint lab under
 //! backpressure: aligned and unaligned checkpoints taking turns in one running job, each
 //! mode's figures and the ratios of consecutive checkpoints.
+//!
+//! May touch: `args`.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -1,4 +1,6 @@
 //! `weir nexmark`: a Nexmark query, optionally checked against its sequential reference.
+//!
+//! May touch: `args`.
 
 use weir::metrics::group_digits;
 use weir::Error;

@@ -1,4 +1,6 @@
 //! `weir simulate`: weir's own jobs under the simulator, seed by seed.
+//!
+//! May touch: `args`.
 
 use weir::Error;
 

@@ -1,5 +1,7 @@
 //! `weir wordcount`: word count over text files or a Kafka topic into a transactional file
 //! sink or a Kafka topic (a Kafka transaction per checkpoint), resumable after any crash.
+//!
+//! May touch: `args`, `group` (a consumer group's hand-overs).
 
 use weir::metrics::group_digits;
 use weir::source::TextSource;

@@ -12,7 +12,7 @@
 //! savepoint restored at another parallelism hands each partition to the subtask that owns it
 //! now), with per-partition watermarks that an idle partition stops holding back.
 //!
-//! May touch: `client`, `records`.
+//! May touch: `client`, `group` (a consumer group's partitions), `records`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;

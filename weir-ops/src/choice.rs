@@ -1,6 +1,8 @@
 //! [`CheckpointChoice`]: no checkpoints, or a checkpoint mode without its parameter, as the
 //! command's flags, the checkpoint lab and the benchmarks name them; the aligned-checkpoint
 //! timeout and in-flight budget a choice takes unless told otherwise.
+//!
+//! May touch: nothing else in the crate (weir's checkpoint configuration and the job's rings).
 
 use std::time::Duration;
 

@@ -19,7 +19,8 @@
 //! | `POST /config?KEY=VALUE…` | changes it, all or nothing |
 //! | `GET /metrics` | Prometheus text |
 //!
-//! May touch: the job's [`JobController`]; the supervisor through [`StopRequest`]s.
+//! May touch: `metrics_text`, `settings` (the live keys), `stored` (savepoint folders); the job's
+//! [`JobController`]; the supervisor through [`StopRequest`]s.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! of the newest checkpoint's statistics and the state's memory. Read from the job's counters
 //! and statistics as they are when scraped: nothing on the record path.
 //!
-//! May touch: the job's [`JobController`].
+//! May touch: nothing else in the crate; the job's [`JobController`].
 
 use std::fmt::Write;
 

@@ -3,7 +3,7 @@
 //! Ctrl-C and SIGTERM (the first stops the job, with a savepoint where a savepoint folder is
 //! given; the second cancels it), as `weir wordcount` has them.
 //!
-//! May touch: `supervisor`, `control`, `stored`.
+//! May touch: `supervisor`, `control`, `stored`, `tables` (the report).
 
 use std::path::PathBuf;
 

@@ -11,6 +11,8 @@
 //! checkpoint when the newest is damaged), restarts fixed-delay 10 × 100 ms (Flink's
 //! exponential-delay from 1 s: weir restarts inside its process in milliseconds, with no
 //! cluster to reschedule on).
+//!
+//! May touch: `choice` (the mode a plan names); weir's checkpoint configuration.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

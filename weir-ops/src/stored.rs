@@ -2,6 +2,8 @@
 //! (a stop-with-savepoint is taken into a working folder, then goes up whole as
 //! `PREFIX/savepoint-<n>/`, `_metadata` last) and `--restore s3://BUCKET/PREFIX/savepoint-<n>`
 //! (brought down into a working folder, then restored as a local one).
+//!
+//! May touch: nothing else in the crate (weir's checkpoint mirror, `weir-object-store`).
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,9 @@
 //! Watching a running job: the progress line, the job's notes above it, Ctrl-C and SIGTERM
 //! (the first stops the job with a savepoint or gracefully, the second cancels it), and the
 //! report when it ends.
+//!
+//! May touch: `control` (the stops it is asked for), `stored` (where a savepoint goes); the job's
+//! handle.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

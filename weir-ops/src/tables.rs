@@ -1,7 +1,8 @@
 //! The command's tables, drawn with `comfy-table`: the run summary, checkpoint statistics,
 //! the checkpoint lab's medians and ratios, latency by cause. ASCII only (logs and CI), every
-//! column right-aligned but the summary's names, one latency unit per table. May touch: the
-//! engine's report types and the lab's summary.
+//! column right-aligned but the summary's names, one latency unit per table.
+//!
+//! May touch: `lab` (its summary); the engine's report types.
 
 use crate::lab::LabSummary;
 use comfy_table::{CellAlignment, ContentLineStyle, LineStyle, Table, TableStyle};
