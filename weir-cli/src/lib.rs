@@ -4,6 +4,15 @@
 //! job from `weir-jobs` and runs it under `weir-ops`' supervisor (progress, Ctrl-C, the
 //! control endpoint, the report and its tables). A program that runs jobs of its own uses
 //! `weir-ops` directly.
+//!
+//! ## Modules, lowest layer first (a module uses only modules above it in this list)
+//!
+//! - `args`: the command line.
+//! - `group`: a consumer group's hand-overs (word count's).
+//! - `bench`, `checkpoints`, `control_client`, `default_job`, `nexmark`, `simulate`,
+//!   `wordcount`: the commands, which never use each other.
+//!
+//! May touch: `weir`, `weir-ops`, `weir-jobs`, `weir-kafka`, `weir-object-store`.
 
 mod args;
 mod bench;

@@ -5,8 +5,8 @@
 //! sink records, for every record, the time since the event was created (for windows and
 //! joins, since the window's end: the moment the result could first be known).
 //!
-//! May touch: `checkpoint` (configuration), `error`, `jobs`, `metrics`, `operator`, `pipeline`,
-//! `runtime`, `sink`, `source`.
+//! May touch: `wordcount` (the default job); weir's `checkpoint` (configuration), `error`,
+//! `metrics`, `operator`, `pipeline`, `runtime`, `sink`, `source`.
 
 use std::path::PathBuf;
 use std::time::Duration;

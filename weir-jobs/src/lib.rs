@@ -6,8 +6,12 @@
 //! - [`bench`](mod@bench): the benchmark workloads `weir bench` and perf/ run, and their report.
 //! - [`simulated`]: the jobs `weir simulate` checks from seeds.
 //!
-//! May touch: `weir`, and `weir-ops` for the checkpoint choice (no module here uses another,
-//! but `bench` runs the default job).
+//! ## Modules, lowest layer first (a module uses only modules above it in this list)
+//!
+//! - `nexmark`, `simulated`, `wordcount`: the jobs, which never use each other.
+//! - `bench`: the benchmark workloads (it runs the default job of `wordcount`).
+//!
+//! May touch: `weir`, and `weir-ops` for the checkpoint choice.
 
 #![warn(missing_docs)]
 

@@ -27,6 +27,15 @@
 //! [`group`] (a consumer group's membership, for processes that let Kafka share the
 //! partitions out).
 //!
+//! ## Modules, lowest layer first (a module uses only modules above it in this list)
+//!
+//! - `error`, `records`, `url`: the crate's errors, the batch format, `kafka://` addresses.
+//! - `wire`: one connection.
+//! - `client`: the requests.
+//! - `committed`, `group`, `log`: committed output read back, a consumer group, the log the
+//!   sink needs.
+//! - `sink`, `source`: the connector's two ends, which never use each other.
+//!
 //! May touch: `weir` (the public API).
 
 #![warn(missing_docs, missing_debug_implementations)]

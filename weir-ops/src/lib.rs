@@ -17,8 +17,16 @@
 //! - [`choice`]: no checkpoints or a checkpoint mode, as commands name them; [`lab`]: modes
 //!   taking turns checkpoint by checkpoint in one running job.
 //!
-//! Layers, lowest first (a module uses only those above it): `choice`, `metrics_text`,
-//! `stored`; `lab`, `settings`, `tables`; `control`; `supervisor`; `runner`.
+//! ## Modules, lowest layer first (a module uses only modules above it in this list)
+//!
+//! - `choice`, `metrics_text`, `stored`: the vocabulary, which never use each other.
+//! - `lab`, `settings`: what takes the choice.
+//! - `tables`: the reports (with the lab's).
+//! - `control`: the endpoint.
+//! - `supervisor`: watching a job, carrying out the endpoint's stops.
+//! - `runner`: a program's job under the supervisor.
+//!
+//! May touch: `weir`, `weir-object-store` (savepoints in a store).
 
 #![warn(missing_docs)]
 #![warn(missing_debug_implementations)]
