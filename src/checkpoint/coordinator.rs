@@ -436,53 +436,7 @@ impl CoordinatorCore {
             self.take_config(new[0].clone());
             self.turns = (if new.len() > 1 { new } else { Vec::new() }, 0);
         }
-        let timeout = ns(self.s.config.checkpoint_timeout);
-        // Writers of an aborted checkpoint end within its timeout (or fail it).
-        self.aborted.retain(|_, at| now.saturating_sub(*at) <= timeout);
-        let expired: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| now.saturating_sub(p.started_ns) > p.timeout_ns)
-            .map(|(k, _)| *k)
-            .collect();
-        for id in expired {
-            let p = self.remove_pending(id).expect("listed above");
-            let reason = self.expiry_reason(&p);
-            self.keep_parts(p);
-            self.failed(id, &reason);
-            if self.halted {
-                return;
-            }
-        }
-        if self.s.end.finished_tasks.load(Ordering::SeqCst) > 0 {
-            // Some task finished: it cannot acknowledge, so no checkpoint can complete now.
-            for id in self.pending.keys().copied().collect::<Vec<_>>() {
-                self.remove_pending(id);
-                self.answer_savepoint(id, "the job is finishing: some of its tasks already ended");
-                self.abort(id);
-            }
-            self.refuse_requests("the job is finishing: some of its tasks already ended");
-            return;
-        }
-        if self.stopped {
-            self.refuse_requests("the job is stopping with a savepoint");
-            return;
-        }
-        if self.s.end.input_ended.load(Ordering::SeqCst) {
-            // The sources are ending their streams: no checkpoint can complete now.
-            self.refuse_requests("the job is finishing: its input has ended");
-            return;
-        }
-        if let Some(f) = self.final_id.filter(|f| !self.pending.contains_key(f)) {
-            // The final checkpoint failed (its reason is among the failures): the job ends
-            // without it rather than wait for one that may never fit, and its last output is
-            // committed once the whole job has succeeded, as without checkpoints.
-            self.s
-                .failures
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(format!("the final checkpoint {f} failed: the job ends without it"));
-            self.end_input();
+        if !self.expire(now) || self.refuses_checkpoints() {
             return;
         }
         // Once every source is at the end of its input, the final checkpoint is taken at once
@@ -525,6 +479,73 @@ impl CoordinatorCore {
         if savepoint.is_none() && !due && !final_due {
             return;
         }
+        self.trigger(now, savepoint, final_due);
+    }
+
+    /// Fails every pending checkpoint past its timeout. False once the job halted for it.
+    fn expire(&mut self, now: u64) -> bool {
+        let timeout = ns(self.s.config.checkpoint_timeout);
+        // Writers of an aborted checkpoint end within its timeout (or fail it).
+        self.aborted.retain(|_, at| now.saturating_sub(*at) <= timeout);
+        let expired: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now.saturating_sub(p.started_ns) > p.timeout_ns)
+            .map(|(k, _)| *k)
+            .collect();
+        for id in expired {
+            let p = self.remove_pending(id).expect("listed above");
+            let reason = self.expiry_reason(&p);
+            self.keep_parts(p);
+            self.failed(id, &reason);
+            if self.halted {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether no checkpoint may start now (the job is finishing or stopping, or its final
+    /// checkpoint failed), answering the requests waiting for one.
+    fn refuses_checkpoints(&mut self) -> bool {
+        if self.s.end.finished_tasks.load(Ordering::SeqCst) > 0 {
+            // Some task finished: it cannot acknowledge, so no checkpoint can complete now.
+            for id in self.pending.keys().copied().collect::<Vec<_>>() {
+                self.remove_pending(id);
+                self.answer_savepoint(id, "the job is finishing: some of its tasks already ended");
+                self.abort(id);
+            }
+            self.refuse_requests("the job is finishing: some of its tasks already ended");
+            return true;
+        }
+        if self.stopped {
+            self.refuse_requests("the job is stopping with a savepoint");
+            return true;
+        }
+        if self.s.end.input_ended.load(Ordering::SeqCst) {
+            // The sources are ending their streams: no checkpoint can complete now.
+            self.refuse_requests("the job is finishing: its input has ended");
+            return true;
+        }
+        if let Some(f) = self.final_id.filter(|f| !self.pending.contains_key(f)) {
+            // The final checkpoint failed (its reason is among the failures): the job ends
+            // without it rather than wait for one that may never fit, and its last output is
+            // committed once the whole job has succeeded, as without checkpoints.
+            self.s
+                .failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(format!("the final checkpoint {f} failed: the job ends without it"));
+            self.end_input();
+            return true;
+        }
+        false
+    }
+
+    /// Triggers the next checkpoint (`savepoint` if one is asked for; the final one when
+    /// `final_due`): its id, its configuration's turn, its folder, its barriers to the
+    /// sources' tasks, and its pending entry.
+    fn trigger(&mut self, now: u64, savepoint: Option<SavepointRequest>, final_due: bool) {
         if final_due {
             self.final_id = Some(self.next_id);
             self.s.end.final_started.store(true, Ordering::SeqCst);
@@ -578,6 +599,12 @@ impl CoordinatorCore {
             savepoint = barrier.savepoint,
             "checkpoint triggered"
         );
+        let pending = self.pending_for(barrier, now, savepoint);
+        self.pending.insert(id, pending);
+    }
+
+    /// The pending entry of a checkpoint triggered at `now` with `barrier`.
+    fn pending_for(&mut self, barrier: Barrier, now: u64, savepoint: Option<SavepointRequest>) -> Pending {
         // A savepoint has its own timeout: it must not fail for the reason ordinary checkpoints
         // expire (a slow job), when a user is stopping the job with it.
         let timeout =
@@ -588,23 +615,20 @@ impl CoordinatorCore {
         let alignment_timeout_ns = c.mode.alignment_timeout().filter(|_| !barrier.savepoint).map(ns);
         // A savepoint's barriers are always aligned, whatever the mode.
         let kind = (!barrier.savepoint).then(|| c.mode.kind());
-        self.pending.insert(
-            id,
-            Pending {
-                barrier,
-                started_ns: now,
-                interval_ns,
-                timeout_ns,
-                kind,
-                alignment_timeout_ns,
-                inflight_budget,
-                acks: HashMap::new(),
-                acked_ns: HashMap::new(),
-                requested: if barrier.savepoint { Vec::new() } else { std::mem::take(&mut self.requested) },
-                savepoint,
-                resumes: self.kept.as_ref().map(|k| (k.id, k.parts.keys().copied().collect())),
-            },
-        );
+        Pending {
+            barrier,
+            started_ns: now,
+            interval_ns,
+            timeout_ns,
+            kind,
+            alignment_timeout_ns,
+            inflight_budget,
+            acks: HashMap::new(),
+            acked_ns: HashMap::new(),
+            requested: if barrier.savepoint { Vec::new() } else { std::mem::take(&mut self.requested) },
+            savepoint,
+            resumes: self.kept.as_ref().map(|k| (k.id, k.parts.keys().copied().collect())),
+        }
     }
 
     fn injected_decline(&self, id: u64) -> bool {
@@ -791,9 +815,77 @@ impl CoordinatorCore {
     fn complete(&mut self, p: Pending, in_use: &HashSet<String>, now_ns: u64) -> Result<(), Error> {
         let id = p.barrier.id;
         let ms = |ns: u64| ns as f64 / 1e6;
+        let stats = self.stats_of(&p, now_ns);
+        let metadata = self.metadata_of(&p, stats.clone(), now_ns);
+        if let Some(e) = self.injected_metadata_error(id) {
+            let path = self.s.storage.checkpoint_dir(id).join(super::storage::METADATA_FILE);
+            return Err(Error::io("cannot write checkpoint metadata", path, e));
+        }
+        self.still_owner()?;
+        if self.crashes_at(CrashPoint::MetadataNotRenamed, id) {
+            // What a crash between the write and the rename leaves: the temporary file only.
+            let _ = self.s.storage.write_unpublished_metadata(&metadata);
+            return Err(Error::Cancelled);
+        }
+        let (unverified, foreign) = self.unverified_files(id, &metadata);
+        self.s.storage.commit(&metadata)?;
+        // Read back and verified before anything is committed under it: a checkpoint that
+        // would not restore must never be the one sink transactions are committed under (its
+        // folder goes with the abort that follows).
+        self.s
+            .storage
+            .verify_including(id, &unverified)
+            .map_err(|e| Error::Checkpoint(format!("its files did not verify when read back: {e}")))?;
+        // Then into the object store, if the directory is kept in one: a checkpoint a process
+        // elsewhere could not resume from must not be one transactions are committed under.
+        if self.s.storage.mirror().is_some() && self.crashes_at(CrashPoint::BeforePublish, id) {
+            return Err(Error::Cancelled);
+        }
+        let uploading = self.s.clock.now_ns();
+        self.s.storage.publish(&metadata, &unverified)?;
+        let mut stats = stats;
+        if self.s.storage.mirror().is_some() {
+            let upload_ms = ms(self.s.clock.now_ns().saturating_sub(uploading));
+            (stats.upload_ms, stats.duration_ms) = (Some(upload_ms), stats.duration_ms + upload_ms);
+        }
+        if let Some((_, req)) = self.unanswered.take_if(|(i, _)| *i == id) {
+            self.stopped |= req.stop;
+            let _ = req
+                .reply
+                .send(self.s.storage.copy_to_savepoint(id, &req.dir).map(|p| (id, p)).map_err(|e| e.to_string()));
+        }
+        // Older checkpoints go before any sink commits: this one lists every transaction not
+        // yet committed (a sink's snapshot carries all its pending ones, aborted checkpoints'
+        // included), so after a crash from here on, recovery commits them from it alone. Only
+        // an owner deletes anything or lets the sinks commit.
+        self.still_owner()?;
+        self.retire_older(id, &metadata, foreign, in_use);
+        if self.crashes_at(CrashPoint::BeforeCompletionNotice, id) {
+            return Err(Error::Cancelled);
+        }
+        self.notify(CheckpointNotice::Complete(id));
+        tracing::info!(
+            job = %self.s.job,
+            checkpoint = id,
+            duration_ms = stats.duration_ms,
+            alignment = stats.alignment.map_or("savepoint", crate::checkpoint::ModeKind::name),
+            state_bytes = stats.state_bytes,
+            "checkpoint completed"
+        );
+        self.s.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
+        for reply in self.requested_unanswered.remove(&id).unwrap_or_default() {
+            let _ = reply.send(Ok(id));
+        }
+        Ok(())
+    }
+
+    /// A completed checkpoint's statistics, from its tasks' acknowledgements.
+    fn stats_of(&self, p: &Pending, now_ns: u64) -> CheckpointStats {
+        let id = p.barrier.id;
+        let ms = |ns: u64| ns as f64 / 1e6;
         let max = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.stats)).max().unwrap_or(0);
         let sum = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.stats)).sum();
-        let stats = CheckpointStats {
+        CheckpointStats {
             id,
             trigger_ms: ms(p.barrier.trigger_ns),
             duration_ms: ms(now_ns.saturating_sub(p.barrier.trigger_ns)),
@@ -838,7 +930,12 @@ impl CoordinatorCore {
                     }
                 })
                 .collect(),
-        };
+        }
+    }
+
+    /// A completed checkpoint's `_metadata`: its tasks' files and the shared files they
+    /// refer to, with `stats`.
+    fn metadata_of(&self, p: &Pending, stats: CheckpointStats, now_ns: u64) -> CheckpointMetadata {
         let mut tasks: Vec<TaskFile> = self
             .s
             .tasks
@@ -859,30 +956,26 @@ impl CoordinatorCore {
         let mut shared: Vec<SharedFile> = p.acks.values().flat_map(|a| a.shared.iter().cloned()).collect();
         shared.sort();
         shared.dedup();
-        let metadata = CheckpointMetadata {
+        CheckpointMetadata {
             format: FORMAT_VERSION,
             job: self.s.job.clone(),
             fingerprint: self.s.fingerprint.clone(),
-            checkpoint: id,
+            checkpoint: p.barrier.id,
             kind: "checkpoint".into(),
             mode: self.s.config.mode.to_string(),
             generation: self.s.lock.generation(),
             completed_unix_ms: self.s.clock.epoch_ms_at(now_ns),
-            stats: stats.clone(),
+            stats,
             tasks,
             shared,
             outputs: self.s.outputs.clone(),
-        };
-        if let Some(e) = self.injected_metadata_error(id) {
-            let path = self.s.storage.checkpoint_dir(id).join(super::storage::METADATA_FILE);
-            return Err(Error::io("cannot write checkpoint metadata", path, e));
         }
-        self.still_owner()?;
-        if self.crashes_at(CrashPoint::MetadataNotRenamed, id) {
-            // What a crash between the write and the rename leaves: the temporary file only.
-            let _ = self.s.storage.write_unpublished_metadata(&metadata);
-            return Err(Error::Cancelled);
-        }
+    }
+
+    /// The shared files checkpoint `id` refers to that must be read back before it counts:
+    /// all of them, and apart those written for checkpoints that did not complete (adopted
+    /// once it does).
+    fn unverified_files(&self, id: u64, metadata: &CheckpointMetadata) -> (HashSet<String>, Vec<String>) {
         // Shared files of kept parts, written for a checkpoint that never completed, are read
         // back whole the first time a completed one refers to them.
         let mut unverified: HashSet<String> =
@@ -904,37 +997,13 @@ impl CoordinatorCore {
             .map(|s| s.file.clone())
             .collect();
         unverified.extend(foreign.iter().cloned());
-        self.s.storage.commit(&metadata)?;
-        // Read back and verified before anything is committed under it: a checkpoint that
-        // would not restore must never be the one sink transactions are committed under (its
-        // folder goes with the abort that follows).
-        self.s
-            .storage
-            .verify_including(id, &unverified)
-            .map_err(|e| Error::Checkpoint(format!("its files did not verify when read back: {e}")))?;
-        // Then into the object store, if the directory is kept in one: a checkpoint a process
-        // elsewhere could not resume from must not be one transactions are committed under.
-        if self.s.storage.mirror().is_some() && self.crashes_at(CrashPoint::BeforePublish, id) {
-            return Err(Error::Cancelled);
-        }
-        let uploading = self.s.clock.now_ns();
-        self.s.storage.publish(&metadata, &unverified)?;
-        let mut stats = stats;
-        if self.s.storage.mirror().is_some() {
-            let upload_ms = ms(self.s.clock.now_ns().saturating_sub(uploading));
-            (stats.upload_ms, stats.duration_ms) = (Some(upload_ms), stats.duration_ms + upload_ms);
-        }
-        if let Some((_, req)) = self.unanswered.take_if(|(i, _)| *i == id) {
-            self.stopped |= req.stop;
-            let _ = req
-                .reply
-                .send(self.s.storage.copy_to_savepoint(id, &req.dir).map(|p| (id, p)).map_err(|e| e.to_string()));
-        }
-        // Older checkpoints go before any sink commits: this one lists every transaction not
-        // yet committed (a sink's snapshot carries all its pending ones, aborted checkpoints'
-        // included), so after a crash from here on, recovery commits them from it alone. Only
-        // an owner deletes anything or lets the sinks commit.
-        self.still_owner()?;
+        (unverified, foreign)
+    }
+
+    /// After checkpoint `id` completed: it adopts the `foreign` shared files it refers to,
+    /// older checkpoints go as retention says (sparing the files of those `in_use`), and of
+    /// a kept part it resumed, what it does not refer to.
+    fn retire_older(&mut self, id: u64, metadata: &CheckpointMetadata, foreign: Vec<String>, in_use: &HashSet<String>) {
         self.adopted.extend(foreign);
         self.s.completed.push(id);
         let deleted = self.s.storage.retain(&mut self.s.completed, self.s.config.retained, in_use);
@@ -951,23 +1020,6 @@ impl CoordinatorCore {
             self.adopted.extend(adopt);
             self.drop_files(k.id);
         }
-        if self.crashes_at(CrashPoint::BeforeCompletionNotice, id) {
-            return Err(Error::Cancelled);
-        }
-        self.notify(CheckpointNotice::Complete(id));
-        tracing::info!(
-            job = %self.s.job,
-            checkpoint = id,
-            duration_ms = stats.duration_ms,
-            alignment = stats.alignment.map_or("savepoint", crate::checkpoint::ModeKind::name),
-            state_bytes = stats.state_bytes,
-            "checkpoint completed"
-        );
-        self.s.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
-        for reply in self.requested_unanswered.remove(&id).unwrap_or_default() {
-            let _ = reply.send(Ok(id));
-        }
-        Ok(())
     }
 }
 
