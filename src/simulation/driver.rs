@@ -451,6 +451,102 @@ pub(super) struct World<'a> {
     pub(super) lock: &'a DirectoryLock,
 }
 
+/// Carries out the coordinator's commands; a completion notice armed for a crash schedules
+/// the crash a few steps on, when some tasks have applied it (their sinks committed) and
+/// others not yet.
+fn deliver(
+    commands: Vec<Command>,
+    endpoints: &[crate::checkpoint::coordinator::TaskEndpoint],
+    schedule: &mut Schedule,
+    step: u64,
+) -> Option<AttemptEnd> {
+    let mut end = None;
+    for c in commands {
+        match c {
+            Command::Send(task, msg) => {
+                if let TaskControl::Notice(CheckpointNotice::Complete(id)) = msg {
+                    if schedule.take(|f| *f == Fault::CrashMidCompletion(id)).is_some() {
+                        let soon = step + schedule.rng.between(1, 2 * endpoints.len() as u64);
+                        schedule.faults.push(Fault::Crash(soon));
+                    }
+                }
+                let _ = endpoints[task].control.send(msg);
+            }
+            Command::Fail(e) => end = end.or(Some(AttemptEnd::Failed(e))),
+            Command::Crash(..) => return Some(AttemptEnd::Crashed),
+        }
+    }
+    end
+}
+
+/// One snapshot write the schedule picks, if any is queued: it hangs where the schedule says
+/// (in half those seeds the process then dies as a later checkpoint completes), fails where
+/// a failed write is due, and otherwise acknowledges to the coordinator at `now`.
+fn run_a_write(
+    writes: &QueuedWrites,
+    schedule: &mut Schedule,
+    failed_write_due: &mut bool,
+    coordinator: Option<&mut crate::runtime::PreparedCoordinator>,
+    now: u64,
+    step: u64,
+) -> Option<AttemptEnd> {
+    let write = writes.take(&mut schedule.rng)?;
+    let mut ack = write();
+    if schedule.take(|f| *f == Fault::HangsWrite(ack.checkpoint)).is_some() {
+        // In half the seeds the process then dies as a checkpoint that may have resumed this
+        // one completes, so a restore reads the parts it reused.
+        if schedule.rng.chance(1, 2) {
+            let id = ack.checkpoint;
+            schedule.faults.extend([Fault::CrashMidCompletion(id + 1), Fault::CrashMidCompletion(id + 2)]);
+        }
+        return None;
+    }
+    if std::mem::take(failed_write_due) {
+        ack.result = Err(Error::io(
+            "cannot write task state",
+            PathBuf::from(format!("task-{}.state", ack.task)),
+            std::io::Error::other("injected by the simulation"),
+        ));
+    }
+    let c = coordinator?;
+    let commands = c.core.on_ack(ack, now);
+    deliver(commands, &c.endpoints, schedule, step)
+}
+
+/// A stop with a savepoint, as the schedule asks for it at `step`: asked of the coordinator,
+/// its answer awaited in `stopping`, the savepoint `taken`; its folder once every sink
+/// committed the savepoint's transactions (the attempt then stops without draining).
+fn stop_with_savepoint(
+    c: &mut crate::runtime::PreparedCoordinator,
+    schedule: &mut Schedule,
+    step: u64,
+    dir: &Path,
+    stopping: &mut Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), String>>>,
+    taken: &mut Option<(u64, PathBuf)>,
+) -> Option<PathBuf> {
+    if stopping.is_none() && schedule.take(|f| matches!(f, Fault::StopWithSavepoint(n) if *n <= step)).is_some() {
+        let (reply, answer) = std::sync::mpsc::channel();
+        c.core.on_savepoint(crate::checkpoint::coordinator::SavepointRequest {
+            dir: dir.with_extension("savepoints"),
+            reply,
+            stop: true,
+        });
+        *stopping = Some(answer);
+    }
+    match stopping.as_ref().map(|a| a.try_recv()) {
+        Some(Ok(Ok(t))) => {
+            *taken = Some(t);
+            *stopping = None;
+        }
+        // The job is finishing (its input ended): it finishes instead, as
+        // `JobHandle::stop_with_savepoint` does.
+        Some(Ok(Err(_))) => *stopping = None,
+        _ => {}
+    }
+    let (id, path) = taken.as_ref()?;
+    c.commits.all_applied(*id, c.endpoints.len()).then(|| path.clone())
+}
+
 /// Runs one attempt on this thread until it ends.
 pub(super) fn run_attempt(
     prepared: crate::runtime::PreparedAttempt,
@@ -468,32 +564,6 @@ pub(super) fn run_attempt(
     // A failure right after the restore: within the attempt's first few steps.
     let fail_at_step = fail_soon.then(|| stats.steps + schedule.rng.below(4));
     let mut failed_write_due = false;
-    // Carries out the coordinator's commands; a completion notice armed for a crash schedules
-    // the crash a few steps on, when some tasks have applied it (their sinks committed) and
-    // others not yet.
-    let deliver = |commands: Vec<Command>,
-                   endpoints: &[crate::checkpoint::coordinator::TaskEndpoint],
-                   schedule: &mut Schedule,
-                   step: u64|
-     -> Option<AttemptEnd> {
-        let mut end = None;
-        for c in commands {
-            match c {
-                Command::Send(task, msg) => {
-                    if let TaskControl::Notice(CheckpointNotice::Complete(id)) = msg {
-                        if schedule.take(|f| *f == Fault::CrashMidCompletion(id)).is_some() {
-                            let soon = step + schedule.rng.between(1, 2 * endpoints.len() as u64);
-                            schedule.faults.push(Fault::Crash(soon));
-                        }
-                    }
-                    let _ = endpoints[task].control.send(msg);
-                }
-                Command::Fail(e) => end = end.or(Some(AttemptEnd::Failed(e))),
-                Command::Crash(..) => return Some(AttemptEnd::Crashed),
-            }
-        }
-        end
-    };
     loop {
         stats.steps += 1;
         let step = stats.steps;
@@ -517,32 +587,8 @@ pub(super) fn run_attempt(
             failed_write_due = true;
         }
         if let Some(c) = coordinator.as_mut() {
-            if stopping.is_none() && schedule.take(|f| matches!(f, Fault::StopWithSavepoint(n) if *n <= step)).is_some()
-            {
-                let (reply, answer) = std::sync::mpsc::channel();
-                c.core.on_savepoint(crate::checkpoint::coordinator::SavepointRequest {
-                    dir: dir.with_extension("savepoints"),
-                    reply,
-                    stop: true,
-                });
-                stopping = Some(answer);
-            }
-            match stopping.as_ref().map(|a| a.try_recv()) {
-                Some(Ok(Ok(t))) => {
-                    taken = Some(t);
-                    stopping = None;
-                }
-                // The job is finishing (its input ended): it finishes instead, as
-                // `JobHandle::stop_with_savepoint` does.
-                Some(Ok(Err(_))) => stopping = None,
-                _ => {}
-            }
-            if let Some((id, path)) = &taken {
-                if c.commits.all_applied(*id, c.endpoints.len()) {
-                    // Every sink committed the savepoint's transactions: stop without draining.
-                    let end = AttemptEnd::Stopped(path.clone());
-                    return settle(end, writes, &mut coordinator, &mut schedule.rng);
-                }
+            if let Some(path) = stop_with_savepoint(c, schedule, step, dir, &mut stopping, &mut taken) {
+                return settle(AttemptEnd::Stopped(path), writes, &mut coordinator, &mut schedule.rng);
             }
         }
         // Drawn only for a job with a host, so the other jobs' seeds run as they did.
@@ -566,30 +612,9 @@ pub(super) fn run_attempt(
             continue;
         }
         if roll < schedule.tick_per_mille + schedule.write_per_mille {
-            if let Some(write) = writes.take(&mut schedule.rng) {
-                let mut ack = write();
-                if schedule.take(|f| *f == Fault::HangsWrite(ack.checkpoint)).is_some() {
-                    // In half the seeds the process then dies as a checkpoint that may have
-                    // resumed this one completes, so a restore reads the parts it reused.
-                    if schedule.rng.chance(1, 2) {
-                        let id = ack.checkpoint;
-                        schedule.faults.extend([Fault::CrashMidCompletion(id + 1), Fault::CrashMidCompletion(id + 2)]);
-                    }
-                    continue;
-                }
-                if std::mem::take(&mut failed_write_due) {
-                    ack.result = Err(Error::io(
-                        "cannot write task state",
-                        PathBuf::from(format!("task-{}.state", ack.task)),
-                        std::io::Error::other("injected by the simulation"),
-                    ));
-                }
-                if let Some(c) = coordinator.as_mut() {
-                    let commands = c.core.on_ack(ack, time.load(Ordering::Relaxed));
-                    if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
-                        return settle(end, writes, &mut coordinator, &mut schedule.rng);
-                    }
-                }
+            let now = time.load(Ordering::Relaxed);
+            if let Some(end) = run_a_write(writes, schedule, &mut failed_write_due, coordinator.as_mut(), now, step) {
+                return settle(end, writes, &mut coordinator, &mut schedule.rng);
             }
             continue;
         }
