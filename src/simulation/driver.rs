@@ -144,7 +144,7 @@ where
     // Failure-free runs (the golden one and the reordered one) have no golden figures.
     let faults_from = seed.filter(|_| golden.is_some());
     let (job, out) = super::with_fault_seed(faults_from, || build_job(build, &name))?;
-    let (out, mut host, read) = match out {
+    let (out, host, read) = match out {
         SimOutput::Committed(out) => (Some(out), None, None),
         SimOutput::Host(host) => (None, Some(host), None),
         SimOutput::Read(read) => (None, None, Some(read)),
@@ -160,35 +160,12 @@ where
     let subtasks = job.graph.borrow().nodes.iter().map(|n| n.parallelism).sum();
     // Output that cannot be withdrawn must not be written twice: recovery past damage refuses.
     let mut config = schedule.config(dir, options, subtasks).allow_retracting_output(read.is_none());
-    // Apart from the schedule's draws, so a seed's other faults are the same with or without:
-    // in a quarter of the seeds whose faults neither damage a checkpoint's files nor move the
-    // job to another directory, the directory is kept in an object store (in memory), each
-    // new process's working copy filled from it alone; in half of those an owner pauses
-    // between its check and its publish while a successor takes the store over. Chosen by the
-    // seed's residue, not drawn: every run of 8 consecutive seeds holds one of each (60 drawn
-    // seeds of the suite once held no paused owner, 1 run in 40, and its check failed).
-    let store: Option<Arc<dyn crate::checkpoint::ObjectStore>> = match (seed, golden) {
-        (Some(seed), Some(g)) => {
-            let mut r = Prng::new(seed ^ 0x5709_E0B1);
-            let moves = schedule
-                .faults
-                .iter()
-                .any(|f| matches!(f, Fault::DamageAt { .. } | Fault::Rescale { .. } | Fault::StopWithSavepoint(_)));
-            (seed % 4 == 1 && !moves).then(|| {
-                if (seed / 4) % 2 == 1 {
-                    let id = r.between(1, g.checkpoints.max(1));
-                    schedule.faults.push(Fault::CrashAt(CrashPoint::BeforePublish, id));
-                }
-                Arc::new(crate::checkpoint::InMemoryObjectStore::default()) as Arc<dyn crate::checkpoint::ObjectStore>
-            })
-        }
-        _ => None,
-    };
+    let store = store_for(seed, golden, &mut schedule);
     config.store.clone_from(&store);
-    let mut job = job.with_checkpointing(config);
+    let job = job.with_checkpointing(config);
     // A start from a savepoint continues in a directory of its own.
-    let mut dir = dir.to_path_buf();
-    let mut directories = vec![dir.clone()];
+    let dir = dir.to_path_buf();
+    let directories = vec![dir.clone()];
     if let Some(cfg) = &job.graph.borrow().checkpointing {
         cfg.validate()?;
     }
@@ -203,213 +180,26 @@ where
     let damages = schedule.faults.iter().any(|f| matches!(f, Fault::DamageAt { .. }));
     let mut stats = RunStats { faults: schedule.faults.iter().map(|f| f.to_string()).collect(), ..RunStats::default() };
     stats.in_store = store.is_some();
-    let crashes = Arc::new(ArmedCrashes { store: store.clone(), ..ArmedCrashes::default() });
-    for f in &schedule.faults {
-        match *f {
-            Fault::CrashAt(point, id) => crashes.points.lock().unwrap_or_else(|e| e.into_inner()).push((point, id)),
-            Fault::DamageAt { checkpoint, .. } => crashes
-                .points
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((CrashPoint::BeforeCompletionNotice, checkpoint)),
-            _ => {}
-        }
-    }
-    let time = Arc::new(AtomicU64::new(0));
-    let run_config =
-        RunConfig::default().workers(1).ring_capacity(schedule.ring_capacity).batch_size(schedule.batch_size);
-    let mut restarts = 0u32;
-    let mut first_process = true;
-    let result = 'processes: loop {
-        // A process: it takes the directory's lock, then runs attempts until one ends the job.
-        if !std::mem::take(&mut first_process) {
-            if let Some(h) = host.take() {
-                let (j, h) = new_process(build, &name, &job, h)?;
-                job = j;
-                host = Some(h);
-            }
-        }
-        let cfg = job.graph.borrow().checkpointing.clone().expect("a simulated job takes checkpoints");
-        let storage = CheckpointStorage::of_config(&cfg, &job.fingerprint());
-        let lock = match DirectoryLock::acquire(&storage, &job.name()) {
-            Ok((lock, _)) => Arc::new(lock),
-            Err(e) => break Err(e.to_string()),
-        };
-        // A checkpoint put into the store after a successor took over must never come down.
-        let late = crashes.late.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some((g, id)) = late.into_iter().find(|&(g, id)| storage.metadata(id).is_ok_and(|m| m.generation == g)) {
-            break Err(format!(
-                "checkpoint {id}, put into the store by generation {g} after a successor took over, was brought down"
-            ));
-        }
-        let shared = Arc::new(AttemptShared { lock: Some(lock.clone()), ..AttemptShared::default() });
-        let checkpoint_stats = shared.stats.clone();
-        loop {
-            let writes = Arc::new(QueuedWrites {
-                queue: Mutex::new(Vec::new()),
-                limit_writes: 64,
-                storage: CheckpointStorage::new(&dir),
-            });
-            let writer = writes.clone();
-            let env = AttemptEnv {
-                clock: Clock::manual(time.clone()),
-                parkers: vec![Arc::new(Parker::default())],
-                writer: Box::new(move |_acks| writer.clone() as Arc<dyn SnapshotWriter>),
-                crash: Some(crashes.clone() as Arc<dyn CrashSchedule>),
-            };
-            let mut notes = Vec::new();
-            let prepared = prepare_attempt(&job, &run_config, &env, &shared, &mut notes);
-            let prepared = match prepared {
-                Ok(p) => p,
-                // A start that failed retryably (a sink's restore met a lost request) is a
-                // failover like any other.
-                Err(e) if e.is_retryable() && restarts < MAX_RESTARTS => {
-                    stats.failovers += 1;
-                    restarts += 1;
-                    continue;
-                }
-                Err(Error::OutputCannotBeWithdrawn(_)) if damages && read.is_some() => {
-                    stats.refusals += 1;
-                    break 'processes Ok(());
-                }
-                Err(e) => break 'processes Err(format!("the job could not start: {e}")),
-            };
-            let fail_soon = schedule.take(|f| *f == Fault::FailsAfterRestore(restarts)).is_some();
-            let mut host_step = host.as_mut().map(|h| move |budget: usize| h.step(budget));
-            let mut world = World {
-                host: host_step.as_mut().map(|f| f as &mut dyn FnMut(usize)),
-                schedule: &mut schedule,
-                time: &time,
-                writes: &writes,
-                stats: &mut stats,
-                max_steps: options.max_steps,
-                dir: &dir,
-                lock: &lock,
-            };
-            let end = run_attempt(prepared, &mut world, fail_soon);
-            for c in checkpoint_stats.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                stats.checkpoints += 1;
-                stats.resumed += c.resumed_from.is_some() as u64;
-                stats.parts_reused += c.parts.iter().filter(|p| p.reused).count() as u64;
-            }
-            if matches!(end, AttemptEnd::Finished) {
-                // `run_attempt` checked the lock and ran the success work; the directory is
-                // marked finished once the host has every result, as the runtime does.
-                let graph = job.graph.borrow();
-                let stored = store.clone().map(crate::checkpoint::CheckpointMirror::new);
-                let marker = crate::runtime::FinishedMarker::of(&graph, dir.clone(), stored, Some(lock.clone()));
-                if let Err(e) = marker.write_when_delivered(&graph.host_deliveries) {
-                    break 'processes Err(e.to_string());
-                }
-                drop(graph);
-                if let (Some(h), Some(Fault::CrashWhileDraining(n))) =
-                    (host.as_mut(), schedule.take(|f| matches!(f, Fault::CrashWhileDraining(_))))
-                {
-                    h.step(n as usize);
-                    // The host may have had every result by then: the job is marked finished,
-                    // and the process dying now ends nothing.
-                    if matches!(crate::checkpoint::read_finished(&dir), Ok(Some(_))) {
-                        break 'processes Ok(());
-                    }
-                    stats.crashes += 1;
-                    restarts += 1;
-                    continue 'processes;
-                }
-            }
-            if matches!(end, AttemptEnd::Finished | AttemptEnd::Stopped(_)) {
-                if let Some(h) = host.as_mut() {
-                    h.drain();
-                }
-            }
-            match end {
-                AttemptEnd::Finished => {
-                    match crate::checkpoint::read_finished(&dir) {
-                        Ok(Some(_)) => {}
-                        Ok(None) => {
-                            break 'processes Err("the host has every result and the job is not marked finished".into())
-                        }
-                        Err(e) => break 'processes Err(e.to_string()),
-                    }
-                    break 'processes Ok(());
-                }
-                AttemptEnd::Crashed => {
-                    stats.crashes += 1;
-                    restarts += 1;
-                    let fired = crashes.fired.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    if let Some((CrashPoint::BeforeCompletionNotice, id)) = fired {
-                        if let Some(Fault::DamageAt { misplace, .. }) =
-                            schedule.take(|f| matches!(f, Fault::DamageAt { checkpoint, .. } if *checkpoint == id))
-                        {
-                            damage(&storage, id, misplace, &mut schedule.rng);
-                        }
-                    }
-                    if restarts > MAX_RESTARTS {
-                        break 'processes Err(format!("more than {MAX_RESTARTS} restarts"));
-                    }
-                    continue 'processes;
-                }
-                AttemptEnd::Stuck(steps) => {
-                    break 'processes Err(format!(
-                        "the run did not finish in {steps} steps (a livelock, or a checkpoint that can never complete)"
-                    ));
-                }
-                AttemptEnd::Stopped(savepoint) => {
-                    // The user starts the job again from the savepoint, in a new directory.
-                    restarts += 1;
-                    dir = dir.with_extension(format!("from-savepoint-{restarts}"));
-                    directories.push(dir.clone());
-                    let mut graph = job.graph.borrow_mut();
-                    graph.restore = Some((savepoint, false));
-                    if let Some(c) = graph.checkpointing.as_mut() {
-                        c.dir = dir.clone();
-                    }
-                    continue 'processes;
-                }
-                AttemptEnd::Rescaled(parallelism) => {
-                    // The user starts the job at another parallelism from its latest
-                    // checkpoint (the one before, or the start, if there is none), in a new
-                    // directory.
-                    stats.crashes += 1;
-                    restarts += 1;
-                    let latest = storage.list().into_iter().rev().find(|&id| storage.is_complete(id));
-                    dir = dir.with_extension(format!("rescaled-{restarts}"));
-                    directories.push(dir.clone());
-                    let mut graph = job.graph.borrow_mut();
-                    if let Some(id) = latest {
-                        graph.restore = Some((storage.checkpoint_dir(id), false));
-                    }
-                    for n in &mut graph.nodes {
-                        n.parallelism = parallelism;
-                    }
-                    if let Some(c) = graph.checkpointing.as_mut() {
-                        c.dir = dir.clone();
-                    }
-                    continue 'processes;
-                }
-                AttemptEnd::Failed(Error::Fenced(_)) => {
-                    // Fenced: this process stops; the owner that took over goes on (a fresh
-                    // process in the simulation).
-                    stats.crashes += 1;
-                    restarts += 1;
-                    continue 'processes;
-                }
-                // A panic the schedule did not inject is a bug (or a broken invariant) that a
-                // failover would hide: the seed fails.
-                AttemptEnd::Failed(e @ Error::OperatorPanicked { .. }) if !is_injected(&e) => {
-                    break 'processes Err(format!("a task panicked: {e}"));
-                }
-                AttemptEnd::Failed(Error::OutputCannotBeWithdrawn(_)) if damages && read.is_some() => {
-                    stats.refusals += 1;
-                    break 'processes Ok(());
-                }
-                AttemptEnd::Failed(e) if e.is_retryable() && restarts < MAX_RESTARTS => {
-                    stats.failovers += 1;
-                    restarts += 1;
-                }
-                AttemptEnd::Failed(e) => break 'processes Err(e.to_string()),
-            }
-        }
+    let crashes = armed_crashes(&schedule, store.clone());
+    let mut processes = Processes {
+        build,
+        name,
+        job,
+        host,
+        readable: read.is_some(),
+        schedule,
+        stats,
+        crashes: crashes.clone(),
+        store,
+        damages,
+        dir,
+        directories,
+        time: Arc::new(AtomicU64::new(0)),
+        options,
+        restarts: 0,
     };
+    let result = processes.run()?;
+    let Processes { mut stats, host, directories, .. } = processes;
     stats.late_publishes = crashes.late.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
     let retracted = out.as_ref().map_or(0, |o| o.retracted());
     let result = result.and_then(|()| match retracted {
@@ -435,6 +225,318 @@ where
         let _ = std::fs::remove_dir_all(d.with_extension("savepoints"));
     }
     Ok(Run { output, stats })
+}
+
+/// Apart from the schedule's draws, so a seed's other faults are the same with or without:
+/// in a quarter of the seeds whose faults neither damage a checkpoint's files nor move the
+/// job to another directory, the directory is kept in an object store (in memory), each
+/// new process's working copy filled from it alone; in half of those an owner pauses
+/// between its check and its publish while a successor takes the store over. Chosen by the
+/// seed's residue, not drawn: every run of 8 consecutive seeds holds one of each (60 drawn
+/// seeds of the suite once held no paused owner, 1 run in 40, and its check failed).
+fn store_for(
+    seed: Option<u64>,
+    golden: Option<&RunStats>,
+    schedule: &mut Schedule,
+) -> Option<Arc<dyn crate::checkpoint::ObjectStore>> {
+    match (seed, golden) {
+        (Some(seed), Some(g)) => {
+            let mut r = Prng::new(seed ^ 0x5709_E0B1);
+            let moves = schedule
+                .faults
+                .iter()
+                .any(|f| matches!(f, Fault::DamageAt { .. } | Fault::Rescale { .. } | Fault::StopWithSavepoint(_)));
+            (seed % 4 == 1 && !moves).then(|| {
+                if (seed / 4) % 2 == 1 {
+                    let id = r.between(1, g.checkpoints.max(1));
+                    schedule.faults.push(Fault::CrashAt(CrashPoint::BeforePublish, id));
+                }
+                Arc::new(crate::checkpoint::InMemoryObjectStore::default()) as Arc<dyn crate::checkpoint::ObjectStore>
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The crash points `schedule` arms for the coordinator to ask (a damage fault's crash
+/// before the completion notice among them), with the store a successor takes over.
+fn armed_crashes(schedule: &Schedule, store: Option<Arc<dyn crate::checkpoint::ObjectStore>>) -> Arc<ArmedCrashes> {
+    let crashes = Arc::new(ArmedCrashes { store, ..ArmedCrashes::default() });
+    for f in &schedule.faults {
+        match *f {
+            Fault::CrashAt(point, id) => crashes.points.lock().unwrap_or_else(|e| e.into_inner()).push((point, id)),
+            Fault::DamageAt { checkpoint, .. } => crashes
+                .points
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((CrashPoint::BeforeCompletionNotice, checkpoint)),
+            _ => {}
+        }
+    }
+    crashes
+}
+
+/// A simulated run's processes, one after another, and what outlives each of them.
+struct Processes<'a, T, B> {
+    build: &'a B,
+    name: String,
+    job: Job,
+    host: Option<Box<dyn SimHost<T>>>,
+    /// The output is read from outside the job (it cannot be withdrawn).
+    readable: bool,
+    schedule: Schedule,
+    stats: RunStats,
+    crashes: Arc<ArmedCrashes>,
+    store: Option<Arc<dyn crate::checkpoint::ObjectStore>>,
+    /// The schedule damages a checkpoint's files.
+    damages: bool,
+    /// The checkpoint directory now (a start from a savepoint or a rescale moves it).
+    dir: PathBuf,
+    directories: Vec<PathBuf>,
+    time: Arc<AtomicU64>,
+    options: &'a SimOptions,
+    restarts: u32,
+}
+
+/// What comes after an attempt.
+enum Next {
+    /// Another attempt in the same process.
+    Attempt,
+    /// A new process.
+    Process,
+    /// The run ended: well, or why the seed fails.
+    End(std::result::Result<(), String>),
+}
+
+impl<T, B, O> Processes<'_, T, B>
+where
+    T: crate::Record + Ord,
+    B: Fn() -> (Job, O),
+    O: Into<SimOutput<T>>,
+{
+    /// Runs processes until one ends the run.
+    fn run(&mut self) -> Result<std::result::Result<(), String>> {
+        let mut first_process = true;
+        loop {
+            if !std::mem::take(&mut first_process) {
+                if let Some(h) = self.host.take() {
+                    let (j, h) = new_process(self.build, &self.name, &self.job, h)?;
+                    self.job = j;
+                    self.host = Some(h);
+                }
+            }
+            if let Next::End(result) = self.process()? {
+                return Ok(result);
+            }
+        }
+    }
+
+    /// A process: it takes the directory's lock, then runs attempts until one ends the
+    /// process or the run.
+    fn process(&mut self) -> Result<Next> {
+        let cfg = self.job.graph.borrow().checkpointing.clone().expect("a simulated job takes checkpoints");
+        let storage = CheckpointStorage::of_config(&cfg, &self.job.fingerprint());
+        let lock = match DirectoryLock::acquire(&storage, &self.job.name()) {
+            Ok((lock, _)) => Arc::new(lock),
+            Err(e) => return Ok(Next::End(Err(e.to_string()))),
+        };
+        // A checkpoint put into the store after a successor took over must never come down.
+        let late = self.crashes.late.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some((g, id)) = late.into_iter().find(|&(g, id)| storage.metadata(id).is_ok_and(|m| m.generation == g)) {
+            return Ok(Next::End(Err(format!(
+                "checkpoint {id}, put into the store by generation {g} after a successor took over, was brought down"
+            ))));
+        }
+        let shared = Arc::new(AttemptShared { lock: Some(lock.clone()), ..AttemptShared::default() });
+        loop {
+            match self.attempt(&storage, &lock, &shared)? {
+                Next::Attempt => {}
+                next => return Ok(next),
+            }
+        }
+    }
+
+    /// One attempt in the process holding `lock`.
+    fn attempt(
+        &mut self,
+        storage: &CheckpointStorage,
+        lock: &Arc<DirectoryLock>,
+        shared: &Arc<AttemptShared>,
+    ) -> Result<Next> {
+        let writes = Arc::new(QueuedWrites {
+            queue: Mutex::new(Vec::new()),
+            limit_writes: 64,
+            storage: CheckpointStorage::new(&self.dir),
+        });
+        let writer = writes.clone();
+        let env = AttemptEnv {
+            clock: Clock::manual(self.time.clone()),
+            parkers: vec![Arc::new(Parker::default())],
+            writer: Box::new(move |_acks| writer.clone() as Arc<dyn SnapshotWriter>),
+            crash: Some(self.crashes.clone() as Arc<dyn CrashSchedule>),
+        };
+        let run_config = RunConfig::default()
+            .workers(1)
+            .ring_capacity(self.schedule.ring_capacity)
+            .batch_size(self.schedule.batch_size);
+        let mut notes = Vec::new();
+        let prepared = match prepare_attempt(&self.job, &run_config, &env, shared, &mut notes) {
+            Ok(p) => p,
+            // A start that failed retryably (a sink's restore met a lost request) is a
+            // failover like any other.
+            Err(e) if e.is_retryable() && self.restarts < MAX_RESTARTS => {
+                self.stats.failovers += 1;
+                self.restarts += 1;
+                return Ok(Next::Attempt);
+            }
+            Err(Error::OutputCannotBeWithdrawn(_)) if self.damages && self.readable => {
+                self.stats.refusals += 1;
+                return Ok(Next::End(Ok(())));
+            }
+            Err(e) => return Ok(Next::End(Err(format!("the job could not start: {e}")))),
+        };
+        let restarts = self.restarts;
+        let fail_soon = self.schedule.take(|f| *f == Fault::FailsAfterRestore(restarts)).is_some();
+        let mut host_step = self.host.as_mut().map(|h| move |budget: usize| h.step(budget));
+        let mut world = World {
+            host: host_step.as_mut().map(|f| f as &mut dyn FnMut(usize)),
+            schedule: &mut self.schedule,
+            time: &self.time,
+            writes: &writes,
+            stats: &mut self.stats,
+            max_steps: self.options.max_steps,
+            dir: &self.dir,
+            lock,
+        };
+        let end = run_attempt(prepared, &mut world, fail_soon);
+        for c in shared.stats.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            self.stats.checkpoints += 1;
+            self.stats.resumed += c.resumed_from.is_some() as u64;
+            self.stats.parts_reused += c.parts.iter().filter(|p| p.reused).count() as u64;
+        }
+        if matches!(end, AttemptEnd::Finished) {
+            if let Some(next) = self.finished(lock)? {
+                return Ok(next);
+            }
+        }
+        if matches!(end, AttemptEnd::Finished | AttemptEnd::Stopped(_)) {
+            if let Some(h) = self.host.as_mut() {
+                h.drain();
+            }
+        }
+        Ok(self.after(end, storage))
+    }
+
+    /// The job finished: `run_attempt` checked the lock and ran the success work; the
+    /// directory is marked finished once the host has every result, as the runtime does. A
+    /// host's process may die while it drains the last results (`Some`: what comes next).
+    fn finished(&mut self, lock: &Arc<DirectoryLock>) -> Result<Option<Next>> {
+        let graph = self.job.graph.borrow();
+        let stored = self.store.clone().map(crate::checkpoint::CheckpointMirror::new);
+        let marker = crate::runtime::FinishedMarker::of(&graph, self.dir.clone(), stored, Some(lock.clone()));
+        if let Err(e) = marker.write_when_delivered(&graph.host_deliveries) {
+            return Ok(Some(Next::End(Err(e.to_string()))));
+        }
+        drop(graph);
+        if let (Some(h), Some(Fault::CrashWhileDraining(n))) =
+            (self.host.as_mut(), self.schedule.take(|f| matches!(f, Fault::CrashWhileDraining(_))))
+        {
+            h.step(n as usize);
+            // The host may have had every result by then: the job is marked finished, and the
+            // process dying now ends nothing.
+            if matches!(crate::checkpoint::read_finished(&self.dir), Ok(Some(_))) {
+                return Ok(Some(Next::End(Ok(()))));
+            }
+            self.stats.crashes += 1;
+            self.restarts += 1;
+            return Ok(Some(Next::Process));
+        }
+        Ok(None)
+    }
+
+    /// What follows an attempt that ended as `end`.
+    fn after(&mut self, end: AttemptEnd, storage: &CheckpointStorage) -> Next {
+        match end {
+            AttemptEnd::Finished => match crate::checkpoint::read_finished(&self.dir) {
+                Ok(Some(_)) => Next::End(Ok(())),
+                Ok(None) => Next::End(Err("the host has every result and the job is not marked finished".into())),
+                Err(e) => Next::End(Err(e.to_string())),
+            },
+            AttemptEnd::Crashed => {
+                self.stats.crashes += 1;
+                self.restarts += 1;
+                let fired = self.crashes.fired.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some((CrashPoint::BeforeCompletionNotice, id)) = fired {
+                    if let Some(Fault::DamageAt { misplace, .. }) =
+                        self.schedule.take(|f| matches!(f, Fault::DamageAt { checkpoint, .. } if *checkpoint == id))
+                    {
+                        damage(storage, id, misplace, &mut self.schedule.rng);
+                    }
+                }
+                if self.restarts > MAX_RESTARTS {
+                    return Next::End(Err(format!("more than {MAX_RESTARTS} restarts")));
+                }
+                Next::Process
+            }
+            AttemptEnd::Stuck(steps) => Next::End(Err(format!(
+                "the run did not finish in {steps} steps (a livelock, or a checkpoint that can never complete)"
+            ))),
+            AttemptEnd::Stopped(savepoint) => {
+                // The user starts the job again from the savepoint, in a new directory.
+                self.restarts += 1;
+                self.dir = self.dir.with_extension(format!("from-savepoint-{}", self.restarts));
+                self.directories.push(self.dir.clone());
+                let mut graph = self.job.graph.borrow_mut();
+                graph.restore = Some((savepoint, false));
+                if let Some(c) = graph.checkpointing.as_mut() {
+                    c.dir = self.dir.clone();
+                }
+                Next::Process
+            }
+            AttemptEnd::Rescaled(parallelism) => {
+                // The user starts the job at another parallelism from its latest checkpoint
+                // (the one before, or the start, if there is none), in a new directory.
+                self.stats.crashes += 1;
+                self.restarts += 1;
+                let latest = storage.list().into_iter().rev().find(|&id| storage.is_complete(id));
+                self.dir = self.dir.with_extension(format!("rescaled-{}", self.restarts));
+                self.directories.push(self.dir.clone());
+                let mut graph = self.job.graph.borrow_mut();
+                if let Some(id) = latest {
+                    graph.restore = Some((storage.checkpoint_dir(id), false));
+                }
+                for n in &mut graph.nodes {
+                    n.parallelism = parallelism;
+                }
+                if let Some(c) = graph.checkpointing.as_mut() {
+                    c.dir = self.dir.clone();
+                }
+                Next::Process
+            }
+            AttemptEnd::Failed(Error::Fenced(_)) => {
+                // Fenced: this process stops; the owner that took over goes on (a fresh
+                // process in the simulation).
+                self.stats.crashes += 1;
+                self.restarts += 1;
+                Next::Process
+            }
+            // A panic the schedule did not inject is a bug (or a broken invariant) that a
+            // failover would hide: the seed fails.
+            AttemptEnd::Failed(e @ Error::OperatorPanicked { .. }) if !is_injected(&e) => {
+                Next::End(Err(format!("a task panicked: {e}")))
+            }
+            AttemptEnd::Failed(Error::OutputCannotBeWithdrawn(_)) if self.damages && self.readable => {
+                self.stats.refusals += 1;
+                Next::End(Ok(()))
+            }
+            AttemptEnd::Failed(e) if e.is_retryable() && self.restarts < MAX_RESTARTS => {
+                self.stats.failovers += 1;
+                self.restarts += 1;
+                Next::Attempt
+            }
+            AttemptEnd::Failed(e) => Next::End(Err(e.to_string())),
+        }
+    }
 }
 
 /// What an attempt runs in: the schedule, the clock, the writes, the figures.
@@ -477,6 +579,36 @@ fn deliver(
         }
     }
     end
+}
+
+/// The faults the schedule has due at `step` before anything runs: a crash or a rescale
+/// (what ends the attempt), the directory's lock taken away (with checkpointing), a snapshot
+/// write that will fail.
+fn faults_due(
+    schedule: &mut Schedule,
+    step: u64,
+    writes: &QueuedWrites,
+    checkpointing: bool,
+    dir: &Path,
+    failed_write_due: &mut bool,
+) -> Option<AttemptEnd> {
+    if schedule.take(|f| matches!(f, Fault::Crash(n) if *n <= step)).is_some() {
+        crash_writes(writes, &mut schedule.rng);
+        return Some(AttemptEnd::Crashed);
+    }
+    if let Some(Fault::Rescale { parallelism, .. }) =
+        schedule.take(|f| matches!(f, Fault::Rescale { at, .. } if *at <= step))
+    {
+        crash_writes(writes, &mut schedule.rng);
+        return Some(AttemptEnd::Rescaled(parallelism));
+    }
+    if checkpointing && schedule.take(|f| matches!(f, Fault::Fence(n) if *n <= step)).is_some() {
+        let _ = std::fs::remove_file(dir.join(crate::checkpoint::LOCK_FILE));
+    }
+    if schedule.take(|f| matches!(f, Fault::WriteFails(n) if *n <= step)).is_some() {
+        *failed_write_due = true;
+    }
+    None
 }
 
 /// One snapshot write the schedule picks, if any is queued: it hangs where the schedule says
@@ -570,21 +702,8 @@ pub(super) fn run_attempt(
         if step > max_steps {
             return AttemptEnd::Stuck(max_steps);
         }
-        if schedule.take(|f| matches!(f, Fault::Crash(n) if *n <= step)).is_some() {
-            crash_writes(writes, &mut schedule.rng);
-            return AttemptEnd::Crashed;
-        }
-        if let Some(Fault::Rescale { parallelism, .. }) =
-            schedule.take(|f| matches!(f, Fault::Rescale { at, .. } if *at <= step))
-        {
-            crash_writes(writes, &mut schedule.rng);
-            return AttemptEnd::Rescaled(parallelism);
-        }
-        if coordinator.is_some() && schedule.take(|f| matches!(f, Fault::Fence(n) if *n <= step)).is_some() {
-            let _ = std::fs::remove_file(dir.join(crate::checkpoint::LOCK_FILE));
-        }
-        if schedule.take(|f| matches!(f, Fault::WriteFails(n) if *n <= step)).is_some() {
-            failed_write_due = true;
+        if let Some(end) = faults_due(schedule, step, writes, coordinator.is_some(), dir, &mut failed_write_due) {
+            return end;
         }
         if let Some(c) = coordinator.as_mut() {
             if let Some(path) = stop_with_savepoint(c, schedule, step, dir, &mut stopping, &mut taken) {
