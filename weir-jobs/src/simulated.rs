@@ -186,49 +186,12 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> (Job, SimO
     let job = Job::new(format!("sim-{which}")).with_parallelism(parallelism);
     let out = match which {
         SimJob::Embedded => {
-            // Small rings and a small replay buffer: the host is backpressured, and waits for
-            // checkpoints to complete.
-            let (sender, events) = job.push_source_with::<(u64, u64)>(8, 32);
-            let receiver = events
-                .key_by(|e: &(u64, u64)| e.0)
-                .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, c: &u64| (*k, *c, 0))
-                .named("count")
-                .pull_sink_with(16, weir::sink::Guarantee::ExactlyOnce)
-                .with_acks();
-            let host = EmbeddedHost {
-                sender: Some(sender),
-                closing: None,
-                receiver,
-                next: None,
-                in_hand: None,
-                log: HostLog::default(),
-            };
-            return (job, SimOutput::Host(Box::new(host)));
+            let out = embedded(&job);
+            return (job, out);
         }
         SimJob::Kafka => {
-            use weir_kafka::log::{TransactionLog, TransactionModel};
-            // About one request in 40 lost (or its answer), at most 3 a run: each a failover.
-            let model = match weir::simulation::fault_seed() {
-                Some(seed) => TransactionModel::losing_requests(seed, 40, 3),
-                None => TransactionModel::default(),
-            };
-            model.create_topic("counts", 3);
-            let log = model.clone();
-            let connect = std::sync::Arc::new(move || Ok(Box::new(log.clone()) as Box<dyn TransactionLog>));
-            job.generator(Generator::new(|i, _| mix(i) % 23).count(EVENTS))
-                .key_by(|k: &u64| *k)
-                .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, c: &u64| (*k, *c))
-                .named("count")
-                .sink(
-                    weir_kafka::KafkaSink::over("model", connect, "counts", |r: &(u64, u64)| weir_kafka::KafkaRecord {
-                        key: Some(r.0.to_le_bytes().to_vec()),
-                        value: r.1.to_le_bytes().to_vec(),
-                    })
-                    .batch_bytes(256)
-                    .subtasks(),
-                );
-            let read = move || committed_counts(&model);
-            return (job, SimOutput::Read(Box::new(read)));
+            let out = kafka(&job);
+            return (job, out);
         }
         SimJob::Wordcount => job
             .text(TextSource::open(corpus.expect("word count has a corpus")).expect("the corpus was just written"))
@@ -309,6 +272,55 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> (Job, SimO
             .collect_exactly_once(),
     };
     (job, out.into())
+}
+
+/// The embedded job: a host feeding a push source, a keyed count, an exactly-once pull sink the host acknowledges.
+fn embedded(job: &Job) -> SimOutput<Row> {
+    // Small rings and a small replay buffer: the host is backpressured, and waits for
+    // checkpoints to complete.
+    let (sender, events) = job.push_source_with::<(u64, u64)>(8, 32);
+    let receiver = events
+        .key_by(|e: &(u64, u64)| e.0)
+        .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, c: &u64| (*k, *c, 0))
+        .named("count")
+        .pull_sink_with(16, weir::sink::Guarantee::ExactlyOnce)
+        .with_acks();
+    let host = EmbeddedHost {
+        sender: Some(sender),
+        closing: None,
+        receiver,
+        next: None,
+        in_hand: None,
+        log: HostLog::default(),
+    };
+    SimOutput::Host(Box::new(host))
+}
+
+/// Running counts into the exactly-once Kafka sink over a model of a transactional log that loses requests and answers; read from the model.
+fn kafka(job: &Job) -> SimOutput<Row> {
+    use weir_kafka::log::{TransactionLog, TransactionModel};
+    // About one request in 40 lost (or its answer), at most 3 a run: each a failover.
+    let model = match weir::simulation::fault_seed() {
+        Some(seed) => TransactionModel::losing_requests(seed, 40, 3),
+        None => TransactionModel::default(),
+    };
+    model.create_topic("counts", 3);
+    let log = model.clone();
+    let connect = std::sync::Arc::new(move || Ok(Box::new(log.clone()) as Box<dyn TransactionLog>));
+    job.generator(Generator::new(|i, _| mix(i) % 23).count(EVENTS))
+        .key_by(|k: &u64| *k)
+        .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |k: &u64, c: &u64| (*k, *c))
+        .named("count")
+        .sink(
+            weir_kafka::KafkaSink::over("model", connect, "counts", |r: &(u64, u64)| weir_kafka::KafkaRecord {
+                key: Some(r.0.to_le_bytes().to_vec()),
+                value: r.1.to_le_bytes().to_vec(),
+            })
+            .batch_bytes(256)
+            .subtasks(),
+        );
+    let read = move || committed_counts(&model);
+    SimOutput::Read(Box::new(read))
 }
 
 /// The embedded job's event `i`: a key of seven, and its number.

@@ -342,28 +342,7 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
         }),
         Query::Q1 => bids_map(|b| Some((b.auction, b.bidder, b.price * 908 / 1000))),
         Query::Q2 => bids_map(|b| (b.auction % 123 == 0).then_some((b.auction, b.price, 0))),
-        Query::Q3 => {
-            let people = source
-                .clone()
-                .flat_map(|e: Event, out| {
-                    if let Event::Person(p) = e {
-                        if p.state().with_str(|s| matches!(s, "OR" | "ID" | "CA")) {
-                            out.emit(*p);
-                        }
-                    }
-                })
-                .key_by(|p: &Person| p.id);
-            let auctions = source
-                .flat_map(|e: Event, out| {
-                    if let Event::Auction(a) = e {
-                        if a.category == 10 {
-                            out.emit(*a);
-                        }
-                    }
-                })
-                .key_by(|a: &Auction| a.seller);
-            people.connect(auctions).process(LocalItems)
-        }
+        Query::Q3 => local_item_suggestion(source),
         Query::Q4 => closed(source).key_by(|c: &Closed| c.category).aggregate(
             || (0u64, 0u64),
             |(n, sum): &mut (u64, u64), c: Closed| {
@@ -383,51 +362,8 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
             .named("q5-max")
             .map(|(auction, w, count)| (w.start, auction, count)),
         Query::Q6 => closed(source).key_by(|c: &Closed| c.seller).keyed_process(SellerAverage),
-        Query::Q7 => bid_prices(source)
-            .key_by(|b: &BidPrice| b.auction)
-            .window(Window::tumbling(WINDOW_MS), |b: &BidPrice| b.date_time)
-            .aggregate(
-                || (0u64, 0u64),
-                |best: &mut (u64, u64), b: BidPrice| {
-                    if (b.price, u64::MAX - b.bidder) > (best.0, u64::MAX - best.1) {
-                        *best = (b.price, b.bidder);
-                    }
-                },
-                |_, w, best| (w.start, best.0, best.1),
-            )
-            .named("q7-per-auction")
-            .key_by(|r: &Row| r.0)
-            .reduce(|a, b| if (b.1, u64::MAX - b.2) > (a.1, u64::MAX - a.2) { *b } else { *a })
-            .named("q7-max"),
-        Query::Q8 => {
-            // The join reads ids and times only: people and auctions are projected onto them
-            // before the key-by (their strings never cross a ring).
-            let people = source
-                .flat_map(|e: Event, out| {
-                    if let Event::Person(p) = e {
-                        out.emit((p.id, p.date_time));
-                    }
-                })
-                .with_watermarks(|p: &(u64, u64)| p.1, 1);
-            let auctions = job
-                .generator(generator(events, rate))
-                .named("nexmark-auctions")
-                .flat_map(|e: Event, out| {
-                    if let Event::Auction(a) = e {
-                        out.emit((a.id, a.seller, a.date_time));
-                    }
-                })
-                .with_watermarks(|a: &(u64, u64, u64)| a.2, 1);
-            people.window_join(
-                auctions,
-                |p: &(u64, u64)| p.0,
-                |a: &(u64, u64, u64)| a.1,
-                |p: &(u64, u64)| p.1,
-                |a: &(u64, u64, u64)| a.2,
-                Window::tumbling(WINDOW_MS),
-                |&id, p: &(u64, u64), a: &(u64, u64, u64)| (id, a.0, window_start(p.1, WINDOW_MS)),
-            )
-        }
+        Query::Q7 => highest_bid(source),
+        Query::Q8 => new_people_selling(job, source, events, rate),
         Query::Q9 => closed(source).map(|c: Closed| (c.auction, c.price, c.bidder)),
         Query::Q10 => bids_map(|b| Some((b.auction, b.bidder, b.price))),
         Query::Q11 => bid_prices(source)
@@ -453,18 +389,7 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
             |s: &mut BidStats, b: BidPrice| s.add(&b),
             |&day, s: &BidStats| (day, s.bids, s.digest()),
         ),
-        Query::Q16 => source
-            .flat_map(|e: Event, out| {
-                if let Event::Bid(b) = e {
-                    out.emit((hash_key(&b.channel()), b.numbers()));
-                }
-            })
-            .key_by(|(channel, b): &(u64, BidPrice)| (*channel, b.date_time / DAY_MS))
-            .aggregate(
-                BidStats::default,
-                |s: &mut BidStats, (_, b): (u64, BidPrice)| s.add(&b),
-                |&(channel, day), s: &BidStats| (channel, day, hash_key(&(s.bids, s.digest()))),
-            ),
+        Query::Q16 => channel_statistics(source),
         Query::Q17 => bid_prices(source).key_by(|b: &BidPrice| (b.auction, b.date_time / DAY_MS)).aggregate(
             BidStats::default,
             |s: &mut BidStats, b: BidPrice| s.add(&b),
@@ -485,4 +410,95 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
         Query::Q22 => bids_map(|b| Some((b.auction, b.price, url_dirs(b)))),
     };
     rows.named(&name)
+}
+
+/// Q3: people in Oregon, Idaho or California joined with the auctions they sell in category 10.
+fn local_item_suggestion(source: Stream<Event>) -> Stream<Row> {
+    let people = source
+        .clone()
+        .flat_map(|e: Event, out| {
+            if let Event::Person(p) = e {
+                if p.state().with_str(|s| matches!(s, "OR" | "ID" | "CA")) {
+                    out.emit(*p);
+                }
+            }
+        })
+        .key_by(|p: &Person| p.id);
+    let auctions = source
+        .flat_map(|e: Event, out| {
+            if let Event::Auction(a) = e {
+                if a.category == 10 {
+                    out.emit(*a);
+                }
+            }
+        })
+        .key_by(|a: &Auction| a.seller);
+    people.connect(auctions).process(LocalItems)
+}
+
+/// Q8: people joined with the auctions they opened in the window they registered in (a second generator reads the auctions).
+fn new_people_selling(job: &Job, source: Stream<Event>, events: Option<u64>, rate: Option<f64>) -> Stream<Row> {
+    // The join reads ids and times only: people and auctions are projected onto them
+    // before the key-by (their strings never cross a ring).
+    let people = source
+        .flat_map(|e: Event, out| {
+            if let Event::Person(p) = e {
+                out.emit((p.id, p.date_time));
+            }
+        })
+        .with_watermarks(|p: &(u64, u64)| p.1, 1);
+    let auctions = job
+        .generator(generator(events, rate))
+        .named("nexmark-auctions")
+        .flat_map(|e: Event, out| {
+            if let Event::Auction(a) = e {
+                out.emit((a.id, a.seller, a.date_time));
+            }
+        })
+        .with_watermarks(|a: &(u64, u64, u64)| a.2, 1);
+    people.window_join(
+        auctions,
+        |p: &(u64, u64)| p.0,
+        |a: &(u64, u64, u64)| a.1,
+        |p: &(u64, u64)| p.1,
+        |a: &(u64, u64, u64)| a.2,
+        Window::tumbling(WINDOW_MS),
+        |&id, p: &(u64, u64), a: &(u64, u64, u64)| (id, a.0, window_start(p.1, WINDOW_MS)),
+    )
+}
+
+/// Q7: per tumbling window, the highest bid (of each auction, then of all).
+fn highest_bid(source: Stream<Event>) -> Stream<Row> {
+    bid_prices(source)
+        .key_by(|b: &BidPrice| b.auction)
+        .window(Window::tumbling(WINDOW_MS), |b: &BidPrice| b.date_time)
+        .aggregate(
+            || (0u64, 0u64),
+            |best: &mut (u64, u64), b: BidPrice| {
+                if (b.price, u64::MAX - b.bidder) > (best.0, u64::MAX - best.1) {
+                    *best = (b.price, b.bidder);
+                }
+            },
+            |_, w, best| (w.start, best.0, best.1),
+        )
+        .named("q7-per-auction")
+        .key_by(|r: &Row| r.0)
+        .reduce(|a, b| if (b.1, u64::MAX - b.2) > (a.1, u64::MAX - a.2) { *b } else { *a })
+        .named("q7-max")
+}
+
+/// Q16: bidding statistics per channel and day.
+fn channel_statistics(source: Stream<Event>) -> Stream<Row> {
+    source
+        .flat_map(|e: Event, out| {
+            if let Event::Bid(b) = e {
+                out.emit((hash_key(&b.channel()), b.numbers()));
+            }
+        })
+        .key_by(|(channel, b): &(u64, BidPrice)| (*channel, b.date_time / DAY_MS))
+        .aggregate(
+            BidStats::default,
+            |s: &mut BidStats, (_, b): (u64, BidPrice)| s.add(&b),
+            |&(channel, day), s: &BidStats| (channel, day, hash_key(&(s.bids, s.digest()))),
+        )
 }

@@ -64,23 +64,7 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             .collect(),
         Query::Q1 => bids().map(|b| (b.auction, b.bidder, b.price * 908 / 1000)).collect(),
         Query::Q2 => bids().filter(|b| b.auction % 123 == 0).map(|b| (b.auction, b.price, 0)).collect(),
-        Query::Q3 => {
-            let people: HashMap<u64, u64> = all
-                .iter()
-                .filter_map(|e| match e {
-                    Event::Person(p) if p.state().with_str(|s| matches!(s, "OR" | "ID" | "CA")) => {
-                        Some((p.id, hash_key(&(p.name(), p.city(), p.state()))))
-                    }
-                    _ => None,
-                })
-                .collect();
-            all.iter()
-                .filter_map(|e| match e {
-                    Event::Auction(a) if a.category == 10 => people.get(&a.seller).map(|&who| (a.seller, a.id, who)),
-                    _ => None,
-                })
-                .collect()
-        }
+        Query::Q3 => people_selling_in_three_states(&all),
         Query::Q4 => {
             let mut per: HashMap<u64, (u64, u64)> = HashMap::new();
             for c in reference_closed(&all) {
@@ -90,43 +74,8 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             }
             per.into_iter().map(|(k, (n, sum))| (k, n, sum / n)).collect()
         }
-        Query::Q5 => {
-            let mut counts: HashMap<(u64, u64), u64> = HashMap::new();
-            for b in bids() {
-                let mut start = window_start(b.date_time, SLIDE_MS);
-                loop {
-                    if start + WINDOW_MS > b.date_time {
-                        *counts.entry((start, b.auction)).or_default() += 1;
-                    }
-                    if start < SLIDE_MS || start - SLIDE_MS + WINDOW_MS <= b.date_time {
-                        break;
-                    }
-                    start -= SLIDE_MS;
-                }
-            }
-            let mut best: HashMap<u64, (u64, u64)> = HashMap::new();
-            for ((w, auction), c) in counts {
-                let e = best.entry(w).or_insert((auction, c));
-                if (c, u64::MAX - auction) > (e.1, u64::MAX - e.0) {
-                    *e = (auction, c);
-                }
-            }
-            best.into_iter().map(|(w, (a, c))| (w, a, c)).collect()
-        }
-        Query::Q6 => {
-            let mut per: HashMap<u64, (Vec<u64>, u64)> = HashMap::new();
-            for c in reference_closed(&all) {
-                let e = per.entry(c.seller).or_default();
-                e.0.push(c.price);
-                e.1 += 1;
-            }
-            per.into_iter()
-                .map(|(seller, (prices, n))| {
-                    let last = &prices[prices.len().saturating_sub(10)..];
-                    (seller, n, last.iter().sum::<u64>() / last.len() as u64)
-                })
-                .collect()
-        }
+        Query::Q5 => hot_items(&all),
+        Query::Q6 => average_selling_price_by_seller(&all),
         Query::Q7 => {
             let mut best: HashMap<u64, (u64, u64)> = HashMap::new();
             for b in bids() {
@@ -137,47 +86,10 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             }
             best.into_iter().map(|(w, (p, bidder))| (w, p, bidder)).collect()
         }
-        Query::Q8 => {
-            let mut people: HashMap<(u64, u64), u64> = HashMap::new();
-            for e in &all {
-                if let Event::Person(p) = e {
-                    *people.entry((p.id, window_start(p.date_time, WINDOW_MS))).or_default() += 1;
-                }
-            }
-            let mut rows = Vec::new();
-            for e in &all {
-                if let Event::Auction(a) = e {
-                    let w = window_start(a.date_time, WINDOW_MS);
-                    for _ in 0..people.get(&(a.seller, w)).copied().unwrap_or(0) {
-                        rows.push((a.seller, a.id, w));
-                    }
-                }
-            }
-            rows
-        }
+        Query::Q8 => new_people_selling(&all),
         Query::Q9 => reference_closed(&all).into_iter().map(|c| (c.auction, c.price, c.bidder)).collect(),
         Query::Q10 => bids().map(|b| (b.auction, b.bidder, b.price)).collect(),
-        Query::Q11 => {
-            let mut times: HashMap<u64, Vec<u64>> = HashMap::new();
-            for b in bids() {
-                times.entry(b.bidder).or_default().push(b.date_time);
-            }
-            let mut rows = Vec::new();
-            for (bidder, mut ts) in times {
-                ts.sort_unstable();
-                let (mut start, mut last, mut n) = (ts[0], ts[0], 0);
-                for t in ts {
-                    if t >= last + WINDOW_MS {
-                        rows.push((bidder, start, n));
-                        (start, n) = (t, 0);
-                    }
-                    last = t;
-                    n += 1;
-                }
-                rows.push((bidder, start, n));
-            }
-            rows
-        }
+        Query::Q11 => user_sessions(&all),
         Query::Q12 => {
             let mut per: HashMap<u64, u64> = HashMap::new();
             for b in bids() {
@@ -195,24 +107,7 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
                 })
             })
             .collect(),
-        Query::Q15 | Query::Q16 | Query::Q17 => {
-            let mut per: HashMap<(u64, u64), BidStats> = HashMap::new();
-            for b in bids() {
-                let key = match q {
-                    Query::Q15 => (b.date_time / DAY_MS, 0),
-                    Query::Q16 => (hash_key(&b.channel()), b.date_time / DAY_MS),
-                    _ => (b.auction, b.date_time / DAY_MS),
-                };
-                per.entry(key).or_default().add(&b.numbers());
-            }
-            per.into_iter()
-                .map(|((a, b), s)| match q {
-                    Query::Q15 => (a, s.bids, s.digest()),
-                    Query::Q16 => (a, b, hash_key(&(s.bids, s.digest()))),
-                    _ => (a, b, hash_key(&(s.bids, s.min, s.max, s.sum / s.bids, s.sum))),
-                })
-                .collect()
-        }
+        Query::Q15 | Query::Q16 | Query::Q17 => bidding_statistics(&all, q),
         Query::Q18 => {
             let mut last: HashMap<(u64, u64), BidPrice> = HashMap::new();
             for b in prices() {
@@ -223,18 +118,7 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             }
             last.into_values().map(|b| (b.bidder, b.auction, b.price)).collect()
         }
-        Query::Q19 => {
-            let mut per: HashMap<u64, Vec<BidPrice>> = HashMap::new();
-            for b in prices() {
-                per.entry(b.auction).or_default().push(b);
-            }
-            let mut rows = Vec::new();
-            for (_, mut v) in per {
-                v.sort_by(|a, b| if beats(a, b) { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater });
-                rows.extend(v.into_iter().take(10).map(|b| (b.auction, b.price, b.bidder)));
-            }
-            rows
-        }
+        Query::Q19 => auction_top_ten(&all),
         Query::Q20 => {
             let items: HashMap<u64, u64> = all
                 .iter()
@@ -249,6 +133,147 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
         Query::Q22 => bids().map(|b| (b.auction, b.price, url_dirs(b))).collect(),
     };
     rows.sort_unstable();
+    rows
+}
+
+/// Q3: sellers in Oregon, Idaho or California of auctions in category 10.
+fn people_selling_in_three_states(all: &[Event]) -> Vec<Row> {
+    let people: HashMap<u64, u64> = all
+        .iter()
+        .filter_map(|e| match e {
+            Event::Person(p) if p.state().with_str(|s| matches!(s, "OR" | "ID" | "CA")) => {
+                Some((p.id, hash_key(&(p.name(), p.city(), p.state()))))
+            }
+            _ => None,
+        })
+        .collect();
+    all.iter()
+        .filter_map(|e| match e {
+            Event::Auction(a) if a.category == 10 => people.get(&a.seller).map(|&who| (a.seller, a.id, who)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Q5: per sliding window, the auction with the most bids.
+fn hot_items(all: &[Event]) -> Vec<Row> {
+    let bids = || all.iter().filter_map(bid_of);
+    let mut counts: HashMap<(u64, u64), u64> = HashMap::new();
+    for b in bids() {
+        let mut start = window_start(b.date_time, SLIDE_MS);
+        loop {
+            if start + WINDOW_MS > b.date_time {
+                *counts.entry((start, b.auction)).or_default() += 1;
+            }
+            if start < SLIDE_MS || start - SLIDE_MS + WINDOW_MS <= b.date_time {
+                break;
+            }
+            start -= SLIDE_MS;
+        }
+    }
+    let mut best: HashMap<u64, (u64, u64)> = HashMap::new();
+    for ((w, auction), c) in counts {
+        let e = best.entry(w).or_insert((auction, c));
+        if (c, u64::MAX - auction) > (e.1, u64::MAX - e.0) {
+            *e = (auction, c);
+        }
+    }
+    best.into_iter().map(|(w, (a, c))| (w, a, c)).collect()
+}
+
+/// Q6: per seller, closed auctions and the average of the last ten prices.
+fn average_selling_price_by_seller(all: &[Event]) -> Vec<Row> {
+    let mut per: HashMap<u64, (Vec<u64>, u64)> = HashMap::new();
+    for c in reference_closed(all) {
+        let e = per.entry(c.seller).or_default();
+        e.0.push(c.price);
+        e.1 += 1;
+    }
+    per.into_iter()
+        .map(|(seller, (prices, n))| {
+            let last = &prices[prices.len().saturating_sub(10)..];
+            (seller, n, last.iter().sum::<u64>() / last.len() as u64)
+        })
+        .collect()
+}
+
+/// Q8: people who opened an auction in the window they registered in.
+fn new_people_selling(all: &[Event]) -> Vec<Row> {
+    let mut people: HashMap<(u64, u64), u64> = HashMap::new();
+    for e in all {
+        if let Event::Person(p) = e {
+            *people.entry((p.id, window_start(p.date_time, WINDOW_MS))).or_default() += 1;
+        }
+    }
+    let mut rows = Vec::new();
+    for e in all {
+        if let Event::Auction(a) = e {
+            let w = window_start(a.date_time, WINDOW_MS);
+            for _ in 0..people.get(&(a.seller, w)).copied().unwrap_or(0) {
+                rows.push((a.seller, a.id, w));
+            }
+        }
+    }
+    rows
+}
+
+/// Q11: each bidder's sessions and their bids.
+fn user_sessions(all: &[Event]) -> Vec<Row> {
+    let bids = || all.iter().filter_map(bid_of);
+    let mut times: HashMap<u64, Vec<u64>> = HashMap::new();
+    for b in bids() {
+        times.entry(b.bidder).or_default().push(b.date_time);
+    }
+    let mut rows = Vec::new();
+    for (bidder, mut ts) in times {
+        ts.sort_unstable();
+        let (mut start, mut last, mut n) = (ts[0], ts[0], 0);
+        for t in ts {
+            if t >= last + WINDOW_MS {
+                rows.push((bidder, start, n));
+                (start, n) = (t, 0);
+            }
+            last = t;
+            n += 1;
+        }
+        rows.push((bidder, start, n));
+    }
+    rows
+}
+
+/// Q15, Q16, Q17: bidding statistics per day, per channel and day, per auction and day.
+fn bidding_statistics(all: &[Event], q: Query) -> Vec<Row> {
+    let bids = || all.iter().filter_map(bid_of);
+    let mut per: HashMap<(u64, u64), BidStats> = HashMap::new();
+    for b in bids() {
+        let key = match q {
+            Query::Q15 => (b.date_time / DAY_MS, 0),
+            Query::Q16 => (hash_key(&b.channel()), b.date_time / DAY_MS),
+            _ => (b.auction, b.date_time / DAY_MS),
+        };
+        per.entry(key).or_default().add(&b.numbers());
+    }
+    per.into_iter()
+        .map(|((a, b), s)| match q {
+            Query::Q15 => (a, s.bids, s.digest()),
+            Query::Q16 => (a, b, hash_key(&(s.bids, s.digest()))),
+            _ => (a, b, hash_key(&(s.bids, s.min, s.max, s.sum / s.bids, s.sum))),
+        })
+        .collect()
+}
+
+/// Q19: each auction's ten best bids.
+fn auction_top_ten(all: &[Event]) -> Vec<Row> {
+    let prices = || all.iter().filter_map(bid_of).map(Bid::numbers);
+    let mut per: HashMap<u64, Vec<BidPrice>> = HashMap::new();
+    for b in prices() {
+        per.entry(b.auction).or_default().push(b);
+    }
+    let mut rows = Vec::new();
+    for (_, mut v) in per {
+        v.sort_by(|a, b| if beats(a, b) { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater });
+        rows.extend(v.into_iter().take(10).map(|b| (b.auction, b.price, b.bidder)));
+    }
     rows
 }
 
