@@ -237,29 +237,7 @@ impl BenchConfig {
                 .measure_latency(created)
                 .discard(),
             Workload::Window => {}
-            Workload::Join => {
-                let half = self.rate.map(|r| r / 2.0);
-                let left = job.generator(self.generator(half, 0)).with_watermarks(created, 0);
-                let right = job.generator(self.generator(half, 0x5555)).with_watermarks(created, 0);
-                let window = Window::tumbling(10_000_000);
-                left.window_join(
-                    right,
-                    |e: &BenchEvent| e.key,
-                    |e: &BenchEvent| e.key,
-                    created,
-                    created,
-                    window,
-                    |&k, l: &BenchEvent, r: &BenchEvent| BenchEvent {
-                        key: k,
-                        value: l.value ^ r.value,
-                        // The pair is known at the end of their window.
-                        created_ns: (l.created_ns.max(r.created_ns) / 10_000_000 + 1) * 10_000_000 - 1,
-                    },
-                )
-                .named("join")
-                .measure_latency(created)
-                .discard()
-            }
+            Workload::Join => self.join(&job),
             Workload::Backpressure => {
                 let cost = Duration::from_nanos(self.sink_cost_ns);
                 job.generator(self.generator(self.rate, 0))
@@ -267,52 +245,9 @@ impl BenchConfig {
                     .measure_latency(created)
                     .sink(move |_| Ok(SlowSink { cost }))
             }
-            Workload::SparseWindow => {
-                // Event time is the index in ms; a result's latency counts from the creation
-                // of the window's (only) event.
-                let g = Generator::new(|i, now_ns| BenchEvent { key: i % 1000, value: i, created_ns: now_ns });
-                let g = paced(g, self.rate);
-                // The sources stay within 10 windows of each other in event time (Flink's
-                // watermark alignment), so at most that many windows are open.
-                job.generator(g)
-                    .with_aligned_watermarks(|e: &BenchEvent| e.value, 0, "sources", 10_000)
-                    .key_by(|e: &BenchEvent| e.key)
-                    .window(Window::tumbling(1_000), |e: &BenchEvent| e.value)
-                    .aggregate(
-                        || (0u64, 0u64),
-                        |(count, created): &mut (u64, u64), e: BenchEvent| {
-                            *count += 1;
-                            *created = (*created).max(e.created_ns);
-                        },
-                        |&key, _window, &(count, created_ns)| BenchEvent { key, value: count, created_ns },
-                    )
-                    .named("sparse-window-count")
-                    .measure_latency(created)
-                    .discard()
-            }
+            Workload::SparseWindow => self.sparse_window(&job),
             Workload::Backlog => self.lagging_sum(&job).rebalance().measure_latency(created).discard(),
-            Workload::Mixed => {
-                self.lagging_sum(&job).discard();
-                let bulky = Generator::new(|i, now_ns| BulkEvent {
-                    value: i,
-                    created_ns: now_ns,
-                    payload: vec![(i % 251) as u8; BULK_PAYLOAD_BYTES],
-                });
-                job.generator(paced(bulky, self.rate))
-                    .named("bulky-events")
-                    .rebalance()
-                    .map(|e: BulkEvent| {
-                        spin(Duration::from_micros(1));
-                        BenchEvent {
-                            key: e.payload.iter().map(|&b| b as u64).sum::<u64>(),
-                            value: e.value,
-                            created_ns: e.created_ns,
-                        }
-                    })
-                    .named("fast-stage")
-                    .measure_latency(created)
-                    .discard()
-            }
+            Workload::Mixed => self.mixed(&job),
         }
         let Some(config) =
             self.checkpoint.config(&self.checkpoint_dir, self.interval, self.alignment_timeout, self.inflight_budget)
@@ -322,6 +257,83 @@ impl BenchConfig {
         let config = config.max_concurrent(self.max_concurrent);
         config.validate()?;
         Ok(job.with_checkpointing(config))
+    }
+
+    /// Two generators joined per key in 10 ms tumbling windows of event time.
+    fn join(&self, job: &Job) {
+        let created = |e: &BenchEvent| e.created_ns;
+        let half = self.rate.map(|r| r / 2.0);
+        let left = job.generator(self.generator(half, 0)).with_watermarks(created, 0);
+        let right = job.generator(self.generator(half, 0x5555)).with_watermarks(created, 0);
+        let window = Window::tumbling(10_000_000);
+        left.window_join(
+            right,
+            |e: &BenchEvent| e.key,
+            |e: &BenchEvent| e.key,
+            created,
+            created,
+            window,
+            |&k, l: &BenchEvent, r: &BenchEvent| BenchEvent {
+                key: k,
+                value: l.value ^ r.value,
+                // The pair is known at the end of their window.
+                created_ns: (l.created_ns.max(r.created_ns) / 10_000_000 + 1) * 10_000_000 - 1,
+            },
+        )
+        .named("join")
+        .measure_latency(created)
+        .discard()
+    }
+
+    /// One event per key and window (Flink's W3): every window opens, fires and goes for one event.
+    fn sparse_window(&self, job: &Job) {
+        let created = |e: &BenchEvent| e.created_ns;
+        // Event time is the index in ms; a result's latency counts from the creation
+        // of the window's (only) event.
+        let g = Generator::new(|i, now_ns| BenchEvent { key: i % 1000, value: i, created_ns: now_ns });
+        let g = paced(g, self.rate);
+        // The sources stay within 10 windows of each other in event time (Flink's
+        // watermark alignment), so at most that many windows are open.
+        job.generator(g)
+            .with_aligned_watermarks(|e: &BenchEvent| e.value, 0, "sources", 10_000)
+            .key_by(|e: &BenchEvent| e.key)
+            .window(Window::tumbling(1_000), |e: &BenchEvent| e.value)
+            .aggregate(
+                || (0u64, 0u64),
+                |(count, created): &mut (u64, u64), e: BenchEvent| {
+                    *count += 1;
+                    *created = (*created).max(e.created_ns);
+                },
+                |&key, _window, &(count, created_ns)| BenchEvent { key, value: count, created_ns },
+            )
+            .named("sparse-window-count")
+            .measure_latency(created)
+            .discard()
+    }
+
+    /// The lagging sum beside a stream of bulky events through a fast stage.
+    fn mixed(&self, job: &Job) {
+        let created = |e: &BenchEvent| e.created_ns;
+        self.lagging_sum(job).discard();
+        let bulky = Generator::new(|i, now_ns| BulkEvent {
+            value: i,
+            created_ns: now_ns,
+            payload: vec![(i % 251) as u8; BULK_PAYLOAD_BYTES],
+        });
+        job.generator(paced(bulky, self.rate))
+            .named("bulky-events")
+            .rebalance()
+            .map(|e: BulkEvent| {
+                spin(Duration::from_micros(1));
+                BenchEvent {
+                    key: e.payload.iter().map(|&b| b as u64).sum::<u64>(),
+                    value: e.value,
+                    created_ns: e.created_ns,
+                }
+            })
+            .named("fast-stage")
+            .measure_latency(created)
+            .discard()
     }
 }
 
