@@ -254,40 +254,16 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
         if !head {
             continue;
         }
-        if let NodeKind::TwoInput { .. } = node.kind {
-            let sides: Vec<usize> = node.inputs.iter().map(|&e| graph.edges[e].input).collect();
-            if !(sides.contains(&0) && sides.contains(&1)) {
-                return Err(Error::config(format!("two-input operator '{}' lacks an input", node.name)));
-            }
-        }
+        check_both_inputs(graph, node)?;
         for i in 0..node.parallelism {
             let ctx = b.ctx(id, i);
-            let mut control = None;
-            let checkpointing = env.checkpointing.as_ref().map(|w| {
-                let (tx, rx) = std::sync::mpsc::channel();
-                control = Some(tx);
-                TaskCheckpointing {
-                    task: tasks.len(),
-                    mode: w.mode,
-                    unaligned: w.unaligned,
-                    sliced: w.slice_records,
-                    activity: crate::barrier::activity::ActivityReport::new(w.activity.clone(), env.clock.clone()),
-                    pending_unaligned: Vec::new(),
-                    unaligned_done: 0,
-                    control: rx,
-                    acks: w.acks.clone(),
-                    storage: w.storage.clone(),
-                    writer: w.writer.clone(),
-                    commits: w.commits.clone(),
-                    pages: w.incremental.then(Default::default),
-                    faults: env.faults.clone(),
-                    clock: env.clock.clone(),
-                    aligner: BarrierAligner::new(0),
-                    live: w.live.clone(),
-                    deferred: None,
-                    parts: Default::default(),
+            let (checkpointing, control) = match &env.checkpointing {
+                Some(w) => {
+                    let (c, tx) = task_checkpointing(w, env, tasks.len());
+                    (Some(c), Some(tx))
                 }
-            });
+                None => (None, None),
+            };
             let task = match &node.kind {
                 NodeKind::Source(make) => {
                     let out = b.output(id, i)?;
@@ -311,6 +287,49 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
         }
     }
     Ok(PhysicalPlan { tasks, endpoints })
+}
+
+/// A two-input operator must have both its inputs.
+fn check_both_inputs(graph: &Graph, node: &super::graph::Node) -> Result<()> {
+    if let NodeKind::TwoInput { .. } = node.kind {
+        let sides: Vec<usize> = node.inputs.iter().map(|&e| graph.edges[e].input).collect();
+        if !(sides.contains(&0) && sides.contains(&1)) {
+            return Err(Error::config(format!("two-input operator '{}' lacks an input", node.name)));
+        }
+    }
+    Ok(())
+}
+
+/// Task `task`'s side of the checkpoint wiring `w`: what it needs to take part in
+/// checkpoints, and the sender the coordinator controls it through.
+fn task_checkpointing(
+    w: &CheckpointWiring,
+    env: &PlanEnv,
+    task: usize,
+) -> (TaskCheckpointing, Sender<crate::checkpoint::task::TaskControl>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let checkpointing = TaskCheckpointing {
+        task,
+        mode: w.mode,
+        unaligned: w.unaligned,
+        sliced: w.slice_records,
+        activity: crate::barrier::activity::ActivityReport::new(w.activity.clone(), env.clock.clone()),
+        pending_unaligned: Vec::new(),
+        unaligned_done: 0,
+        control: rx,
+        acks: w.acks.clone(),
+        storage: w.storage.clone(),
+        writer: w.writer.clone(),
+        commits: w.commits.clone(),
+        pages: w.incremental.then(Default::default),
+        faults: env.faults.clone(),
+        clock: env.clock.clone(),
+        aligner: BarrierAligner::new(0),
+        live: w.live.clone(),
+        deferred: None,
+        parts: Default::default(),
+    };
+    (checkpointing, tx)
 }
 
 /// What the job's rings hold at most, in bytes, with `capacity` entries a ring: `None` when

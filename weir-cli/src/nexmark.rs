@@ -9,7 +9,7 @@ use crate::args::*;
 use weir_ops::supervisor::*;
 
 pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
-    use weir_jobs::nexmark::{build, final_rows, reference};
+    use weir_jobs::nexmark::build;
     const MAX_CHECKED: u64 = 2_000_000;
     let flags = args.checkpoints.clone().with_file()?;
     let plan = flags.plan(false)?;
@@ -80,6 +80,16 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         group_digits(events_per_s as u64),
         group_digits((events_per_s / workers as f64) as u64)
     );
+    check(args, collected)
+}
+
+/// With `--check`, the job's results (`collected`, or q10's files) against the sequential
+/// implementation's: the same, or an error naming how they differ.
+fn check(
+    args: &NexmarkArgs,
+    collected: Option<std::sync::Arc<std::sync::Mutex<Vec<weir_jobs::nexmark::Row>>>>,
+) -> weir::Result<()> {
+    use weir_jobs::nexmark::{final_rows, reference};
     if let Some(out) = collected {
         let got = final_rows(args.query, out.lock().unwrap_or_else(|e| e.into_inner()).clone());
         let expected = reference(args.query, args.events);

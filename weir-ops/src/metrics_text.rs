@@ -141,6 +141,13 @@ pub fn render(job: &JobController) -> String {
             by_cause.iter().map(|(c, h)| (c.key(), h)),
         );
     }
+    checkpoint_families(&mut f, job);
+    out
+}
+
+/// The checkpoint families, for a job that checkpoints: completed and failed, and the newest
+/// completed checkpoint's figures.
+fn checkpoint_families(f: &mut Family<'_>, job: &JobController) {
     if job.checkpoint_config().is_some() {
         let failures = job.checkpoint_failures();
         f.metric(
@@ -166,7 +173,6 @@ pub fn render(job: &JobController) -> String {
             }
         }
     }
-    out
 }
 
 #[cfg(test)]

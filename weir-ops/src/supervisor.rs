@@ -125,6 +125,41 @@ pub enum Supervised {
     HandedOver,
 }
 
+/// The folder a stop the control endpoint asked for takes its savepoint into; `None`, the
+/// request answered, where the job goes on (already stopping, or the folder cannot be made).
+fn savepoint_folder_asked(
+    request: &crate::control::StopRequest,
+    stopped: bool,
+    bar: &indicatif::ProgressBar,
+) -> Option<crate::stored::SavepointDir> {
+    if stopped {
+        let _ = request.reply.send(Err("the job is already stopping".into()));
+        return None;
+    }
+    bar.println(format!("stopping with a savepoint into {} (asked by the control endpoint)…", request.dir.display()));
+    match crate::stored::SavepointDir::open(&request.dir) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            // A folder that cannot be made: the job goes on.
+            let _ = request.reply.send(Err(e.to_string()));
+            None
+        }
+    }
+}
+
+/// Answers a stop the control endpoint asked for with how it `ended`.
+fn answer_stop(
+    request: crate::control::StopRequest,
+    ended: weir::Result<(Supervised, String)>,
+) -> weir::Result<Supervised> {
+    let _ = request.reply.send(match &ended {
+        Ok((Supervised::Savepoint, kept)) => Ok(kept.clone()),
+        Ok(_) => Err("the job was reaching the end of its input: it finished instead".into()),
+        Err(e) => Err(e.to_string()),
+    });
+    ended.map(|(s, _)| s)
+}
+
 /// [`supervise`], asking `hand_over` after every look at the job whether to stop it with a
 /// savepoint now (a consumer group changing under it, or a member asked to leave: it sees
 /// Ctrl-C first, in [`STOP_REQUESTS`]), and carrying out the stops `control` is asked for.
@@ -162,30 +197,10 @@ pub fn supervise_with(
             };
         }
         if let Some(request) = control.and_then(ControlEndpoint::stop_request) {
-            if stopped {
-                let _ = request.reply.send(Err("the job is already stopping".into()));
-            } else {
-                bar.println(format!(
-                    "stopping with a savepoint into {} (asked by the control endpoint)…",
-                    request.dir.display()
-                ));
-                let dir = match crate::stored::SavepointDir::open(&request.dir) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        // A folder that cannot be made: the job goes on.
-                        let _ = request.reply.send(Err(e.to_string()));
-                        continue;
-                    }
-                };
+            if let Some(dir) = savepoint_folder_asked(&request, stopped, &bar) {
                 let outcome = handle.stop_with_savepoint(dir.folder());
                 bar.finish_and_clear();
-                let ended = stopped_with_savepoint(&dir, outcome);
-                let _ = request.reply.send(match &ended {
-                    Ok((Supervised::Savepoint, kept)) => Ok(kept.clone()),
-                    Ok(_) => Err("the job was reaching the end of its input: it finished instead".into()),
-                    Err(e) => Err(e.to_string()),
-                });
-                return ended.map(|(s, _)| s);
+                return answer_stop(request, stopped_with_savepoint(&dir, outcome));
             }
         }
         let n = presses.load(Ordering::SeqCst);
