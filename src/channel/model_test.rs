@@ -265,6 +265,50 @@ fn key_by_writes_each_consumer_its_records_in_order_through_tiny_rings() {
     }
 }
 
+/// One schedule's run of [`priority_barriers_overtake_and_capture_exactly_the_in_flight_records`]:
+/// the producer's writer and step, the consumer's gate and log, where it snapshotted.
+struct PriorityRun {
+    writer: Writer,
+    gate: InputGate<u64>,
+    log: Log,
+    step: usize,
+    snapshot_at: Option<(u64, u64)>,
+}
+// Producer steps: write `before` as two batches, publish the barrier, write `after`, end.
+fn produce_priority(r: &mut PriorityRun, before: &[u64], after: &[u64], barrier: crate::snapshot::Barrier) -> bool {
+    let w = &mut r.writer;
+    let written = w.written();
+    if !w.drain().unwrap() {
+        return w.written() != written;
+    }
+    let mut snap = crate::snapshot::TaskSnapshot::new(barrier);
+    match r.step {
+        0 => w.batch(&mut before[..2].to_vec()).unwrap(),
+        1 => w.batch(&mut before[2..].to_vec()).unwrap(),
+        2 => w.barrier(barrier, &mut snap).unwrap(),
+        3 => w.batch(&mut after.to_vec()).unwrap(),
+        4 => w.end().unwrap(),
+        _ => return w.written() != written,
+    }
+    r.step += 1;
+    true
+}
+fn consume_priority(r: &mut PriorityRun) -> bool {
+    let before = (r.log.0.lock().unwrap().len(), r.gate.consumed(), r.gate.capturing());
+    let mut log = r.log.clone();
+    match r.gate.poll(&mut log, 1).unwrap() {
+        super::GatePoll::PriorityBarrier { seq, .. } => {
+            let consumed = r.log.0.lock().unwrap().len() as u64;
+            r.snapshot_at = Some((consumed, seq));
+            r.gate.start_capture(1);
+            r.gate.set_capture_limit(1, 0, seq);
+            return true;
+        }
+        _ => r.gate.refresh_capture(),
+    }
+    (r.log.0.lock().unwrap().len(), r.gate.consumed(), r.gate.capturing()) != before
+}
+
 /// The priority-slot protocol between one producer and one consumer, under every
 /// interleaving: the producer writes records, publishes an unaligned barrier (its write
 /// sequence number S counts records still staged), and writes more; the consumer polls in
@@ -279,52 +323,11 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
     let before: Vec<u64> = vec![1, 2, 3, 4];
     let after: Vec<u64> = vec![5, 6];
 
-    struct Run {
-        writer: Writer,
-        gate: InputGate<u64>,
-        log: Log,
-        step: usize,
-        snapshot_at: Option<(u64, u64)>,
-    }
-    // Producer steps: write `before` as two batches, publish the barrier, write `after`, end.
-    fn produce(r: &mut Run, before: &[u64], after: &[u64], barrier: Barrier) -> bool {
-        let w = &mut r.writer;
-        let written = w.written();
-        if !w.drain().unwrap() {
-            return w.written() != written;
-        }
-        let mut snap = crate::snapshot::TaskSnapshot::new(barrier);
-        match r.step {
-            0 => w.batch(&mut before[..2].to_vec()).unwrap(),
-            1 => w.batch(&mut before[2..].to_vec()).unwrap(),
-            2 => w.barrier(barrier, &mut snap).unwrap(),
-            3 => w.batch(&mut after.to_vec()).unwrap(),
-            4 => w.end().unwrap(),
-            _ => return w.written() != written,
-        }
-        r.step += 1;
-        true
-    }
-    fn consume(r: &mut Run) -> bool {
-        let before = (r.log.0.lock().unwrap().len(), r.gate.consumed(), r.gate.capturing());
-        let mut log = r.log.clone();
-        match r.gate.poll(&mut log, 1).unwrap() {
-            super::GatePoll::PriorityBarrier { seq, .. } => {
-                let consumed = r.log.0.lock().unwrap().len() as u64;
-                r.snapshot_at = Some((consumed, seq));
-                r.gate.start_capture(1);
-                r.gate.set_capture_limit(1, 0, seq);
-                return true;
-            }
-            _ => r.gate.refresh_capture(),
-        }
-        (r.log.0.lock().unwrap().len(), r.gate.consumed(), r.gate.capturing()) != before
-    }
     let new_run = |capacity: usize| {
         let (w, rd) = channel::<u64>(capacity, Arc::new(Parker::default()), Arc::new(Parker::default()));
         let mut gate = InputGate::new(vec![rd]);
         gate.set_unaligned(true);
-        Run {
+        PriorityRun {
             writer: ChannelWriter::new(vec![w], Partitioner::Forward),
             gate,
             log: Log::default(),
@@ -341,7 +344,11 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
                 let mut r = new_run(capacity);
                 let mut moved = false;
                 for &a in prefix.iter().chain(extra.iter()) {
-                    moved = if a == 0 { produce(&mut r, &before, &after, barrier) } else { consume(&mut r) };
+                    moved = if a == 0 {
+                        produce_priority(&mut r, &before, &after, barrier)
+                    } else {
+                        consume_priority(&mut r)
+                    };
                 }
                 (r, moved)
             };

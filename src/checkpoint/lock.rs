@@ -59,6 +59,18 @@ fn read_record(path: &Path) -> Result<LockRecord> {
     serde_json::from_slice(&json).map_err(|e| Error::Corrupt(format!("{}: unreadable lock: {e}", path.display())))
 }
 
+/// The newest generation among `storage`'s complete checkpoints (0 without one).
+fn newest_generation(storage: &CheckpointStorage) -> u64 {
+    storage
+        .list()
+        .into_iter()
+        .filter(|&id| storage.is_complete(id))
+        .filter_map(|id| storage.metadata(id).ok())
+        .map(|m| m.generation)
+        .max()
+        .unwrap_or(0)
+}
+
 impl DirectoryLock {
     /// Takes the lock of `storage`'s directory (created if missing) for job `job`, or refuses
     /// with an error naming the directory and the process that holds it. Returns notes: the
@@ -122,16 +134,8 @@ impl DirectoryLock {
         .collect();
         // Higher than every generation this directory has seen, so a process that still
         // thinks it owns the directory can tell it lost it.
-        let newest = storage
-            .list()
-            .into_iter()
-            .filter(|&id| storage.is_complete(id))
-            .filter_map(|id| storage.metadata(id).ok())
-            .map(|m| m.generation)
-            .max()
-            .unwrap_or(0);
         let last = previous.and_then(|r| r.ok()).map_or(0, |r| r.generation);
-        lock.record.generation = newest.max(last) + 1;
+        lock.record.generation = newest_generation(storage).max(last) + 1;
         if let Some(m) = storage.mirror() {
             // The store's claims fence processes on other machines, which this lock cannot see.
             // Claimed before the store's checkpoints come down (see `storage::remote`).

@@ -82,15 +82,10 @@ pub(crate) struct Recovered {
     pub(crate) completed: Vec<u64>,
 }
 
-/// Recovers checkpoint directory `cfg.dir` for `job`; messages go to `notes`.
-pub(crate) fn recover_directory(
-    cfg: &CheckpointConfig,
-    job: &JobIdentity<'_>,
-    notes: &mut Vec<String>,
-) -> Result<Recovered> {
+/// Refuses a checkpoint directory (`shown` as the user named it) whose job completed: this
+/// job's (run it again in a fresh one) or another's.
+fn refuse_a_finished_directory(cfg: &CheckpointConfig, job: &JobIdentity<'_>, shown: &str) -> Result<()> {
     let fingerprint = job.fingerprint;
-    // Kept in an object store, the directory is the store (the folder is a working copy).
-    let shown = cfg.store.as_ref().map_or_else(|| cfg.dir.display().to_string(), |s| s.location());
     if let Some(finished) = read_finished(&cfg.dir)? {
         let marker = cfg.dir.join(FINISHED_MARKER);
         return Err(Error::Refused(if finished.fingerprint == fingerprint {
@@ -110,6 +105,19 @@ pub(crate) fn recover_directory(
             )
         }));
     }
+    Ok(())
+}
+
+/// Recovers checkpoint directory `cfg.dir` for `job`; messages go to `notes`.
+pub(crate) fn recover_directory(
+    cfg: &CheckpointConfig,
+    job: &JobIdentity<'_>,
+    notes: &mut Vec<String>,
+) -> Result<Recovered> {
+    let fingerprint = job.fingerprint;
+    // Kept in an object store, the directory is the store (the folder is a working copy).
+    let shown = cfg.store.as_ref().map_or_else(|| cfg.dir.display().to_string(), |s| s.location());
+    refuse_a_finished_directory(cfg, job, &shown)?;
     let storage = Arc::new(CheckpointStorage::of_config(cfg, fingerprint));
     // No checkpoint is being written now: shared pages of checkpoints that never completed
     // (a crash, an earlier attempt) can go.
