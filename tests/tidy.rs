@@ -410,3 +410,23 @@ fn the_function_finder_sees_what_it_must() {
     let found = functions(text);
     assert_eq!(found, vec![("a".to_string(), 1, 1), ("b".to_string(), 3, 5), ("c".to_string(), 10, 4)], "{found:?}");
 }
+
+/// Operators hold the user's logic; unsafe code lives below them (the collector's block
+/// moves, the channels, the state's pages), where its invariants are stated once.
+#[test]
+fn operators_hold_no_unsafe_code() {
+    let c = Crate::read(".");
+    let operators = c.src.join("operator");
+    let unsafe_lines: Vec<String> = c
+        .files
+        .iter()
+        .filter(|(p, _)| p.starts_with(&operators))
+        .flat_map(|(p, t)| {
+            t.lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim_start().starts_with("//") && l.contains("unsafe "))
+                .map(move |(i, l)| format!("{}:{}: {}", p.display(), i + 1, l.trim()))
+        })
+        .collect();
+    assert!(unsafe_lines.is_empty(), "unsafe code in operators:\n{}", unsafe_lines.join("\n"));
+}

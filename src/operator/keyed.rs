@@ -55,49 +55,29 @@ where
         // to its lookup (for a key that owns memory, a `String` or a long `Word`, extracting it
         // twice was a clone and a drop).
         //
-        // Two passes over each block of `BLOCK` records: its keys extracted, hashed and their
-        // slots prefetched, then its records folded in (a block's slots stay in L1; a ring of
-        // keys a few records ahead cost an `Option` take and put per record). Records and keys
-        // are moved out by pointer, not through iterators of `Option`s: for a key with a niche
-        // (a `Word`'s tag) the compiler copied an `Option`'s payload around its tag byte, and
-        // the lookup's 16-byte loads of that copy stalled on the stores (a fifth of word
-        // count's time).
-        const BLOCK: usize = 32;
-        let (key, state, init, fold, result, out, keys) =
-            (&self.key, &mut self.state, &self.init, &mut self.fold, &mut self.result, &mut self.out, &mut self.keys);
-        out.reserve(records.len());
-        let len = records.len();
-        let base = records.as_mut_ptr();
-        // SAFETY: at length 0 the vector no longer drops its records: each is read out below
-        // exactly once, and a panic in a user function leaks the unread ones (never drops one
-        // twice). The allocation is not touched through `records` until the loop ends.
-        unsafe { records.set_len(0) };
-        let mut start = 0;
-        while start < len {
-            let n = (len - start).min(BLOCK);
-            // SAFETY: records `start .. start + n` are initialised and not yet read out.
-            let block = unsafe { std::slice::from_raw_parts(base.add(start), n) };
-            debug_assert!(keys.is_empty(), "the keys of a block live in the spare capacity");
-            keys.extend(block.iter().map(|r| {
+        // Two passes over each block of 32 records (`move_in_blocks`): its keys extracted,
+        // hashed and their slots prefetched, then its records folded in (a block's slots stay
+        // in L1; a ring of keys a few records ahead cost an `Option` take and put per record;
+        // moving them out through iterators of `Option`s stalled word count on its stores).
+        let (key, init, fold, result) = (&self.key, &self.init, &mut self.fold, &mut self.result);
+        self.out.reserve(records.len());
+        let mut ctx = (&mut self.state, &mut self.out);
+        crate::collector::move_in_blocks::<_, _, _, 32>(
+            records,
+            &mut self.keys,
+            &mut ctx,
+            |(state, _), r| {
                 let k = key(r);
                 let hash = hash_key(&k);
                 state.prefetch_hashed(hash);
                 (hash, k)
-            }));
-            // SAFETY: the keys stay in the allocation, beyond the length, until each is read
-            // out below; at length 0 a panic leaks the unread ones (as for the records).
-            unsafe { keys.set_len(0) };
-            for j in 0..n {
-                // SAFETY: `j < n`: record `start + j` and key `j` are initialised and each is
-                // read exactly once.
-                let (r, (hash, k)) =
-                    unsafe { (std::ptr::read(base.add(start + j)), std::ptr::read(keys.as_ptr().add(j))) };
+            },
+            |(state, out), r, (hash, k)| {
                 let (k, acc) = state.entry_hashed(hash, k, init);
                 fold(acc, r);
                 out.push(result(k, acc));
-            }
-            start += n;
-        }
+            },
+        );
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);
