@@ -175,7 +175,7 @@ pub(crate) fn move_each<T>(records: &mut Vec<T>, mut f: impl FnMut(T, &[T])) {
 }
 
 /// Moves every record out of `records` in order, `BLOCK` at a time, in two passes over each
-/// block: first `key` makes each record's key (into `keys`, which lends its allocation and is
+/// block: first `key` puts each record's key into `keys` (which lends its allocation and is
 /// left empty), then `each` takes the records with their keys, in order. Between the passes a
 /// caller prefetches what the keys will look up, so a block's lookups find it in cache. Both
 /// passes get `ctx` (what both need, borrowed once). Records and keys are moved out by
@@ -187,7 +187,7 @@ pub(crate) fn move_in_blocks<T, K, C, const BLOCK: usize>(
     records: &mut Vec<T>,
     keys: &mut Vec<K>,
     ctx: &mut C,
-    mut key: impl FnMut(&mut C, &T) -> K,
+    mut key: impl FnMut(&mut C, &[T], &mut Vec<K>),
     mut each: impl FnMut(&mut C, T, K),
 ) {
     let len = records.len();
@@ -202,7 +202,8 @@ pub(crate) fn move_in_blocks<T, K, C, const BLOCK: usize>(
         // SAFETY: records `start .. start + n` are initialised and not yet read out.
         let block = unsafe { std::slice::from_raw_parts(base.add(start), n) };
         debug_assert!(keys.is_empty(), "the keys of a block live in the spare capacity");
-        keys.extend(block.iter().map(|r| key(ctx, r)));
+        key(ctx, block, keys);
+        debug_assert_eq!(keys.len(), n, "a key for every record of the block");
         // SAFETY: the keys stay in the allocation, beyond the length, until each is read out
         // below; at length 0 a panic leaks the unread ones (as for the records).
         unsafe { keys.set_len(0) };

@@ -59,20 +59,21 @@ where
         // hashed and their slots prefetched, then its records folded in (a block's slots stay
         // in L1; a ring of keys a few records ahead cost an `Option` take and put per record;
         // moving them out through iterators of `Option`s stalled word count on its stores).
-        let (key, init, fold, result) = (&self.key, &self.init, &mut self.fold, &mut self.result);
-        self.out.reserve(records.len());
-        let mut ctx = (&mut self.state, &mut self.out);
+        let (key, init, fold, result, out) = (&self.key, &self.init, &mut self.fold, &mut self.result, &mut self.out);
+        out.reserve(records.len());
         crate::collector::move_in_blocks::<_, _, _, 32>(
             records,
             &mut self.keys,
-            &mut ctx,
-            |(state, _), r| {
-                let k = key(r);
-                let hash = hash_key(&k);
-                state.prefetch_hashed(hash);
-                (hash, k)
+            &mut self.state,
+            |state, block, keys| {
+                keys.extend(block.iter().map(|r| {
+                    let k = key(r);
+                    let hash = hash_key(&k);
+                    state.prefetch_hashed(hash);
+                    (hash, k)
+                }))
             },
-            |(state, out), r, (hash, k)| {
+            |state, r, (hash, k)| {
                 let (k, acc) = state.entry_hashed(hash, k, init);
                 fold(acc, r);
                 out.push(result(k, acc));
