@@ -563,27 +563,8 @@ impl TextSubtask {
                 continue;
             }
             let path = &self.files[open.file].path;
-            if self.blocks && self.max_line >= READ_BUFFER_BYTES as u64 {
-                // Many whole lines at once, straight from the read buffer: a byte before the
-                // span's end is in a line that starts before it (so is this span's), and the
-                // bytes up to the last newline among them are whole lines. Lines can be no
-                // longer than the buffer here, so none is over the limit. What this does not
-                // take (a line across the buffer's end or the span's) is read line by line.
-                let buffered = open.reader.fill_buf().map_err(|e| Error::io("cannot read input file", path, e))?;
-                let ours = buffered
-                    .len()
-                    .min(usize::try_from(open.end - open.pos).unwrap_or(usize::MAX))
-                    .min(BLOCK_BYTES.saturating_sub(block.len()));
-                if let Some(last) = buffered[..ours].iter().rposition(|&b| b == b'\n') {
-                    if block.capacity() == 0 {
-                        block.reserve_exact(BLOCK_BYTES + 4096);
-                    }
-                    block.extend_from_slice(&buffered[..=last]);
-                    open.crc = crc32c::crc32c_append(open.crc, &buffered[..=last]);
-                    open.reader.consume(last + 1);
-                    open.pos += last as u64 + 1;
-                    continue;
-                }
+            if self.blocks && self.max_line >= READ_BUFFER_BYTES as u64 && take_whole_lines(open, path, &mut block)? {
+                continue;
             }
             let line_start = block.len();
             // At most one byte past the limit: a longer line is refused, never held whole.
@@ -639,6 +620,29 @@ impl TextSubtask {
         }
         Ok(result)
     }
+}
+
+/// Many whole lines at once into `block`, straight from `open`'s read buffer: a byte before
+/// the span's end is in a line that starts before it (so is this span's), and the bytes up to
+/// the last newline among them are whole lines. Lines can be no longer than the buffer here
+/// (the caller checked), so none is over the limit. False where it took nothing: a line
+/// across the buffer's end or the span's is read line by line.
+#[inline]
+fn take_whole_lines(open: &mut OpenSpan, path: &Path, block: &mut Vec<u8>) -> Result<bool> {
+    let buffered = open.reader.fill_buf().map_err(|e| Error::io("cannot read input file", path, e))?;
+    let ours = buffered
+        .len()
+        .min(usize::try_from(open.end - open.pos).unwrap_or(usize::MAX))
+        .min(BLOCK_BYTES.saturating_sub(block.len()));
+    let Some(last) = buffered[..ours].iter().rposition(|&b| b == b'\n') else { return Ok(false) };
+    if block.capacity() == 0 {
+        block.reserve_exact(BLOCK_BYTES + 4096);
+    }
+    block.extend_from_slice(&buffered[..=last]);
+    open.crc = crc32c::crc32c_append(open.crc, &buffered[..=last]);
+    open.reader.consume(last + 1);
+    open.pos += last as u64 + 1;
+    Ok(true)
 }
 
 /// The CRC-32C of bytes `from..to` of the file at `path`.

@@ -412,6 +412,12 @@ impl<T: Persist> InputGate<T> {
                 s.slice_done(n, t0);
             }
         }
+        self.turn_ended(end, i, taken, head)
+    }
+
+    /// What follows channel `i`'s turn that took `taken` entries and ended as `end`.
+    #[inline]
+    fn turn_ended(&mut self, end: ChunkEnd, i: usize, taken: usize, head: &mut dyn Collector<T>) -> Result<Turn> {
         Ok(match end {
             ChunkEnd::Overtaken(pb) => Turn::Stop(priority_polled(&mut self.carried, &mut self.carrying, i, pb)),
             ChunkEnd::OutOfTime => Turn::Stop(GatePoll::Progress),
