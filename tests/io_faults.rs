@@ -47,13 +47,8 @@ fn sorted(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 /// Runs `job` to its end; its result and every checkpoint failure it recorded.
 fn run_to_the_end(job: Job) -> (weir::Result<weir::JobReport>, Vec<String>) {
     let mut handle = job.start(RunConfig::default().workers(2)).unwrap();
-    loop {
-        // (try_finish restarts the job after a failure, as its restart strategy allows.)
-        if let Some(result) = handle.try_finish() {
-            return (result, handle.checkpoint_failures());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let result = crate::common::finish(&mut handle);
+    (result, handle.checkpoint_failures())
 }
 
 #[test]

@@ -76,12 +76,7 @@ fn the_failure_rate_strategy_stops_a_burst_of_failures() {
     };
     let (job, faults) = failing_three_times(dir.path(), burst);
     let mut handle = job.start(RunConfig::default().workers(2)).unwrap();
-    let result = loop {
-        if let Some(result) = handle.try_finish() {
-            break result;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
+    let result = crate::common::finish(&mut handle);
     assert_eq!(faults.fired(), 3);
     assert!(result.is_err(), "a third failure within the interval fails the job");
     assert_eq!(handle.restarts(), 2, "{:?}", handle.notes());

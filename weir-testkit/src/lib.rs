@@ -76,6 +76,17 @@ pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Waits for `handle`'s job to end for good (`try_finish` restarts it after a failure, as its
+/// restart strategy allows) and returns its result; the handle stays, for what it says after.
+pub fn finish(handle: &mut JobHandle) -> weir::Result<weir::JobReport> {
+    loop {
+        if let Some(result) = handle.try_finish() {
+            return result;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// The committed records, sorted.
 pub fn sorted<T: Ord + Clone>(out: &CommittedOutput<T>) -> Vec<T> {
     let mut v = out.records();
