@@ -1,4 +1,4 @@
-//! One ring hop between two pinned threads, shared by `perf/benches/ring.rs` and the perf harness:
+//! One ring hop between two pinned threads, shared by `benches/ring.rs` and the perf harness:
 //! a bare rtrb push/pop loop (the baseline) and weir's channel at a given batch size.
 
 use std::time::{Duration, Instant};
