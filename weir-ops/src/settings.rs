@@ -70,9 +70,6 @@ pub fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
     Ok(CheckpointPlan { modes })
 }
 
-/// The aligned-checkpoint timeout of `aligned-timeout` unless told otherwise.
-const DEFAULT_ALIGNMENT_TIMEOUT: Duration = crate::choice::DEFAULT_ALIGNMENT_TIMEOUT;
-
 /// Checkpoint settings, as flags and as the keys of a configuration file (the same names).
 /// Every one is optional: unset, the engine's default holds.
 #[derive(Deserialize, Debug, Clone, Default)]
@@ -627,9 +624,11 @@ fn with_choice(
     timeout: Option<Duration>,
     budget: Option<u64>,
 ) -> CheckpointConfig {
-    let timeout = timeout.unwrap_or(DEFAULT_ALIGNMENT_TIMEOUT);
+    use crate::choice::{DEFAULT_ALIGNMENT_TIMEOUT, DEFAULT_INFLIGHT_BUDGET};
     match choice.kind() {
-        Some(kind) => c.mode(kind.with(timeout, budget.unwrap_or(crate::choice::DEFAULT_INFLIGHT_BUDGET))),
+        Some(kind) => {
+            c.mode(kind.with(timeout.unwrap_or(DEFAULT_ALIGNMENT_TIMEOUT), budget.unwrap_or(DEFAULT_INFLIGHT_BUDGET)))
+        }
         None => c,
     }
 }
