@@ -31,7 +31,12 @@ pub(crate) use writer::{BarrierExpiry, ChannelWriter, OutChannel};
 
 use crate::record::Timestamp;
 
-/// One slot of a ring.
+/// A ring's slot: an entry the ring never drops itself. The gate moves a run of records out of
+/// their slots in bulk and then frees the slots, which must not drop what was moved out; a
+/// reader dropped with entries left in its ring drops them ([`ChannelReader`]'s `Drop`).
+pub(crate) type Slot<T> = std::mem::ManuallyDrop<Entry<T>>;
+
+/// One entry of a ring.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Entry<T> {
     /// A record.

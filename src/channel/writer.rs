@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use rtrb::Producer;
 
-use super::{Captured, Entry, Parker, Partitioner, PriorityBarrier};
+use super::{Captured, Entry, Parker, Partitioner, PriorityBarrier, Slot};
 use crate::collector::Collector;
 use crate::error::Result;
 use crate::persist::Persist;
@@ -29,7 +29,7 @@ use crate::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 /// Records move into the ring (an owned `String` crosses without a copy of its text); a
 /// `Copy` record moves as its bytes.
 pub(crate) struct OutChannel<T> {
-    producer: Producer<Entry<T>>,
+    producer: Producer<Slot<T>>,
     /// Entries that did not fit, still to be written, in order.
     staged: Vec<Entry<T>>,
     consumer: Arc<Parker>,
@@ -62,7 +62,7 @@ impl BarrierExpiry {
 }
 
 impl<T: Persist> OutChannel<T> {
-    pub(crate) fn new(producer: Producer<Entry<T>>, consumer: Arc<Parker>) -> Self {
+    pub(crate) fn new(producer: Producer<Slot<T>>, consumer: Arc<Parker>) -> Self {
         OutChannel {
             producer,
             staged: Vec::new(),
@@ -141,7 +141,7 @@ impl<T: Persist> OutChannel<T> {
             let n = self.room_for(rest.len());
             if n > 0 {
                 let chunk = self.producer.write_chunk_uninit(n).expect("n free slots were checked");
-                let filled = chunk.fill_from_iter(rest.by_ref().take(n).map(Entry::Record));
+                let filled = chunk.fill_from_iter(rest.by_ref().take(n).map(|r| Slot::new(Entry::Record(r))));
                 debug_assert_eq!(filled, n);
                 self.written += n as u64;
                 self.consumer.notify();
@@ -239,7 +239,7 @@ impl<T: Persist> OutChannel<T> {
         // the ring's buffer never moves. So the slot is in bounds, free, and written once.
         unsafe {
             let slot = if i < slots.first_len { slots.first.add(i) } else { slots.second.add(i - slots.first_len) };
-            (*slot).write(Entry::Record(record));
+            (*slot).write(Slot::new(Entry::Record(record)));
         }
         slots.filled += 1;
     }
@@ -298,14 +298,16 @@ fn carried<T: Persist>(staged: &[Entry<T>]) -> Captured {
 /// their bytes (a move: the stage forgets them), and shifts the rest to the front. The key-by
 /// path stages every record, so this is its hot path; an element-wise move costs it ~10%.
 #[inline]
-fn move_front_into<T>(producer: &mut Producer<Entry<T>>, staged: &mut Vec<Entry<T>>, n: usize) {
+fn move_front_into<T>(producer: &mut Producer<Slot<T>>, staged: &mut Vec<Entry<T>>, n: usize) {
     assert!(n <= staged.len(), "moving more entries than are staged");
     let mut chunk = producer.write_chunk_uninit(n).expect("n free slots were checked");
     let (first, second) = chunk.as_mut_slices();
     debug_assert_eq!(first.len() + second.len(), n);
     let rest = staged.len() - n;
     // SAFETY: `staged` holds at least `n` initialised entries (asserted) and the chunk's two
-    // slices are `n` uninitialised slots in all, distinct memory from the vector's. Copying the
+    // slices are `n` uninitialised slots in all, distinct memory from the vector's; a slot
+    // (`MaybeUninit<ManuallyDrop<Entry<T>>>`, both wrappers `repr(transparent)`) has the
+    // layout of an entry. Copying the
     // bytes moves the entries into the slots; `set_len(rest)` after the shift makes the vector
     // forget them, so each entry is owned exactly once (by the ring, once committed). The
     // remaining `rest` entries are shifted down with `ptr::copy` (regions may overlap). Nothing
@@ -326,9 +328,9 @@ fn move_front_into<T>(producer: &mut Producer<Entry<T>>, staged: &mut Vec<Entry<
 /// slots visible to the consumer at once.
 struct DirectSlots<T> {
     /// The free slots' two runs: `first_len` at `first`, the rest at `second`.
-    first: *mut std::mem::MaybeUninit<Entry<T>>,
+    first: *mut std::mem::MaybeUninit<Slot<T>>,
     first_len: usize,
-    second: *mut std::mem::MaybeUninit<Entry<T>>,
+    second: *mut std::mem::MaybeUninit<Slot<T>>,
     /// Slots free, and written so far (the first `filled`).
     room: usize,
     filled: usize,
