@@ -7,7 +7,7 @@ use crate::collector::Collector;
 use crate::error::Result;
 use crate::persist::Persist;
 use crate::record::{hash_key, Key, Timestamp};
-use crate::state::{KeyedState, KeyedValueState};
+use crate::state::{HashedEntries, KeyedState, KeyedValueState};
 
 pub(crate) struct KeyedAggregate<T, K, A, O, KF, I, F, R> {
     key: KF,
@@ -59,30 +59,52 @@ where
         // hashed and their slots prefetched, then its records folded in (a block's slots stay
         // in L1; a ring of keys a few records ahead cost an `Option` take and put per record;
         // moving them out through iterators of `Option`s stalled word count on its stores).
+        //
+        // Copy-on-write ownership is checked once for the run when no snapshot shares a page
+        // (`owned_pages`), else per write.
         let (key, init, fold, result, out) = (&self.key, &self.init, &mut self.fold, &mut self.result, &mut self.out);
         out.reserve(records.len());
-        crate::collector::move_in_blocks::<_, _, _, 32>(
-            records,
-            &mut self.keys,
-            &mut self.state,
-            |state, block, keys| {
-                keys.extend(block.iter().map(|r| {
-                    let k = key(r);
-                    let hash = hash_key(&k);
-                    state.prefetch_hashed(hash);
-                    (hash, k)
-                }))
-            },
-            |state, r, (hash, k)| {
-                let (k, acc) = state.entry_hashed(hash, k, init);
-                fold(acc, r);
-                out.push(result(k, acc));
-            },
-        );
+        match self.state.owned_pages() {
+            Some(mut pages) => fold_run(records, &mut self.keys, &mut pages, key, init, fold, result, out),
+            None => fold_run(records, &mut self.keys, &mut self.state, key, init, fold, result, out),
+        }
         self.next.batch(&mut self.out)
     }
     super::forward_control!(next);
     super::keyed_state_checkpointing!(state);
+}
+
+/// Folds a run of records into their keys' accumulators in `state`, emitting each result.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fold_run<T, K: Key, A, O>(
+    records: &mut Vec<T>,
+    keys: &mut Vec<(u64, K)>,
+    state: &mut impl HashedEntries<K, A>,
+    key: &impl Fn(&T) -> K,
+    init: &impl Fn() -> A,
+    fold: &mut impl FnMut(&mut A, T),
+    result: &mut impl FnMut(&K, &A) -> O,
+    out: &mut Vec<O>,
+) {
+    crate::collector::move_in_blocks::<_, _, _, 32>(
+        records,
+        keys,
+        state,
+        |state, block, keys| {
+            keys.extend(block.iter().map(|r| {
+                let k = key(r);
+                let hash = hash_key(&k);
+                state.prefetch_hashed(hash);
+                (hash, k)
+            }))
+        },
+        |state, r, (hash, k)| {
+            let (k, acc) = state.entry_hashed(hash, k, init);
+            fold(acc, r);
+            out.push(result(k, acc));
+        },
+    );
 }
 
 /// A user function with keyed state: `f(key, record, state, out)` for every record.

@@ -21,7 +21,7 @@ mod ttl;
 
 pub use crate::snapshot::{ForkedState, PersistedFork, StateChunks};
 pub use kinds::{AggregatingState, KeyedState, ListState, MapState};
-pub use paged::{state_memory_bytes, PagedFork, PagedImage, PagedMap, PAGE_SLOTS};
+pub use paged::{state_memory_bytes, OwnedPages, PagedFork, PagedImage, PagedMap, PAGE_SLOTS};
 pub use scoped::{AggregatingView, ListView, MapView, ReducingState, ReducingView, ScopedState, ValueView};
 pub use timers::{TimeDomain, TimerService};
 pub use ttl::{
@@ -100,6 +100,12 @@ impl<K: Key, V: Clone> KeyedValueState<K, V> {
     pub fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
         self.map.entry_hashed(hash, key, init)
     }
+    /// Writes for a run of records without a copy-on-write check per record, when no snapshot
+    /// shares a page ([`PagedMap::owned_pages`]).
+    #[inline]
+    pub fn owned_pages(&mut self) -> Option<OwnedPages<'_, K, V>> {
+        self.map.owned_pages()
+    }
     /// Sets the value of `key`.
     #[inline]
     pub fn put(&mut self, key: K, value: V) {
@@ -124,6 +130,35 @@ impl<K: Key, V: Clone> KeyedValueState<K, V> {
     /// Bytes of the live pages.
     pub fn memory_bytes(&self) -> usize {
         self.map.page_bytes()
+    }
+}
+
+/// Lookups by a key's hash for a run of records: a [`KeyedValueState`] checks copy-on-write
+/// ownership per write, its [`OwnedPages`] once for the run.
+pub(crate) trait HashedEntries<K, V> {
+    fn prefetch_hashed(&self, hash: u64);
+    fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V);
+}
+
+impl<K: Key, V: Clone> HashedEntries<K, V> for KeyedValueState<K, V> {
+    #[inline(always)]
+    fn prefetch_hashed(&self, hash: u64) {
+        self.map.prefetch_hashed(hash)
+    }
+    #[inline(always)]
+    fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
+        self.map.entry_hashed(hash, key, init)
+    }
+}
+
+impl<K: Key, V: Clone> HashedEntries<K, V> for OwnedPages<'_, K, V> {
+    #[inline(always)]
+    fn prefetch_hashed(&self, hash: u64) {
+        OwnedPages::prefetch_hashed(self, hash)
+    }
+    #[inline(always)]
+    fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
+        OwnedPages::entry_hashed(self, hash, key, init)
     }
 }
 

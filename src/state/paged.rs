@@ -81,12 +81,36 @@ impl<K, V> Drop for Page<K, V> {
 pub struct PagedMap<K, V> {
     pages: Vec<Arc<Page<K, V>>>,
     owned: Vec<bool>,
+    /// Pages not owned (`owned[p]` false): a run of writes to a map that owns every page
+    /// checks ownership once for the run ([`PagedMap::owns_every_page`]), not per record.
+    unowned: usize,
     /// Per page: its version (see [`NEXT_VERSION`]); renewed on the first write after a fork.
     versions: Vec<u64>,
     /// Slots in all, minus one (the slot count is a power of two).
     mask: usize,
     len: usize,
     copied_pages: u64,
+}
+
+/// A [`PagedMap`] that owns every page, borrowed for a run of writes
+/// ([`PagedMap::owned_pages`]): its writes skip the per-record ownership check.
+pub struct OwnedPages<'a, K, V>(&'a mut PagedMap<K, V>);
+
+impl<K: Hash + Eq + Clone, V: Clone> OwnedPages<'_, K, V> {
+    /// [`PagedMap::prefetch_hashed`].
+    #[inline]
+    pub fn prefetch_hashed(&self, hash: u64) {
+        self.0.prefetch_hashed(hash)
+    }
+
+    /// [`PagedMap::entry_hashed`], without the ownership check.
+    #[inline(always)]
+    pub fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
+        // No fork can have run since `owned_pages` checked (this borrow is exclusive), and a
+        // write that grows the map owns the new pages.
+        debug_assert!(self.0.owns_every_page());
+        self.0.entry_in::<false>(hash, key, init)
+    }
 }
 
 /// The pages of a [`PagedMap`] at the moment of a fork: a read-only view for the snapshot
@@ -148,6 +172,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         PagedMap {
             pages: (0..pages).map(|_| Page::new()).collect(),
             owned: vec![true; pages],
+            unowned: 0,
             versions: (0..pages).map(|_| new_version()).collect(),
             mask: slots - 1,
             len: 0,
@@ -182,16 +207,22 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
 
     #[inline]
     fn slot(&self, i: usize) -> &Option<(K, V)> {
-        &self.pages[i >> PAGE_SHIFT].slots[i & (PAGE_SLOTS - 1)]
+        debug_assert!(i <= self.mask, "slot {i} of {}", self.mask + 1);
+        // SAFETY: every caller masks `i` (`i <= mask`), and the map has `(mask + 1) / PAGE_SLOTS`
+        // pages (`with_slots`; `grow` replaces pages and mask together), so the page exists.
+        &unsafe { self.pages.get_unchecked(i >> PAGE_SHIFT) }.slots[i & (PAGE_SLOTS - 1)]
     }
 
+    /// Page `p` for writing; `CHECKED`: made this map's own first if it is not (a caller that
+    /// checked [`Self::owns_every_page`] for its run passes `false`).
     #[inline(always)]
-    fn page_mut(&mut self, p: usize) -> &mut Page<K, V> {
+    fn page_mut<const CHECKED: bool>(&mut self, p: usize) -> &mut Page<K, V> {
         // Every write comes here: the check is inlined, taking the page (after a snapshot, once
         // per page) is not.
-        if !self.owned[p] {
+        if CHECKED && !self.owned[p] {
             self.take_page(p);
         }
+        debug_assert!(self.owned[p], "a write to page {p}, which a snapshot may share");
         debug_assert_eq!(Arc::strong_count(&self.pages[p]), 1, "an owned page is unshared");
         // SAFETY: `owned[p]` is true only while this map holds the only reference to the page
         // (see the module invariant: set after `get_mut` succeeded or a fresh `Arc::new`, and
@@ -210,12 +241,25 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             self.copied_pages += 1;
         }
         self.owned[p] = true;
+        self.unowned -= 1;
         self.versions[p] = new_version();
+    }
+
+    /// Whether this map owns every page (no snapshot taken since shares one): writes need no
+    /// ownership check until the next fork.
+    #[inline]
+    pub fn owns_every_page(&self) -> bool {
+        self.unowned == 0
     }
 
     #[inline]
     fn slot_mut(&mut self, i: usize) -> &mut Option<(K, V)> {
-        &mut self.page_mut(i >> PAGE_SHIFT).slots[i & (PAGE_SLOTS - 1)]
+        self.slot_mut_in::<true>(i)
+    }
+
+    #[inline(always)]
+    fn slot_mut_in<const CHECKED: bool>(&mut self, i: usize) -> &mut Option<(K, V)> {
+        &mut self.page_mut::<CHECKED>(i >> PAGE_SHIFT).slots[i & (PAGE_SLOTS - 1)]
     }
 
     /// The slot holding `key`, or the empty slot where it would go.
@@ -292,22 +336,44 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// that moved its key in can still read it).
     #[inline(always)]
     pub fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
+        self.entry_in::<true>(hash, key, init)
+    }
+
+    /// Writes for a run of records, when this map owns every page: ownership is checked
+    /// here, once for the run, not per write (the borrow keeps any fork out until it ends).
+    /// `None` after a fork, until every page has been written once.
+    ///
+    /// ```
+    /// use weir::state::PagedMap;
+    /// let mut m: PagedMap<u64, u64> = PagedMap::new();
+    /// let mut run = m.owned_pages().expect("a new map owns its pages");
+    /// *run.entry_hashed(weir::record::hash_key(&7), 7, || 0).1 += 1;
+    /// let _snapshot = m.fork();
+    /// assert!(m.owned_pages().is_none(), "the snapshot shares every page");
+    /// ```
+    #[inline]
+    pub fn owned_pages(&mut self) -> Option<OwnedPages<'_, K, V>> {
+        self.owns_every_page().then_some(OwnedPages(self))
+    }
+
+    #[inline(always)]
+    fn entry_in<const CHECKED: bool>(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
         let i = match self.find_hashed(hash, &key) {
             Ok(i) => i,
             Err(_) if (self.len + 1) * 8 > (self.mask + 1) * 7 => {
                 self.grow();
                 let i = self.find_hashed(hash, &key).expect_err("absent");
-                *self.slot_mut(i) = Some((key, init()));
+                *self.slot_mut_in::<CHECKED>(i) = Some((key, init()));
                 self.len += 1;
                 i
             }
             Err(i) => {
-                *self.slot_mut(i) = Some((key, init()));
+                *self.slot_mut_in::<CHECKED>(i) = Some((key, init()));
                 self.len += 1;
                 i
             }
         };
-        let (k, v) = self.slot_mut(i).as_mut().expect("present");
+        let (k, v) = self.slot_mut_in::<CHECKED>(i).as_mut().expect("present");
         (&*k, v)
     }
 
@@ -345,6 +411,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         let wider = Self::with_slots((self.mask + 1) * 2);
         let old = std::mem::replace(&mut self.pages, wider.pages);
         self.owned = wider.owned;
+        self.unowned = wider.unowned;
         self.versions = wider.versions;
         self.mask = wider.mask;
         for page in old {
@@ -433,12 +500,14 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             self.owned[p] = true;
             self.versions[p] = new_version();
         }
+        self.unowned = 0;
         self.len = 0;
     }
 
     /// Shares every page with the returned fork: pointer work, one clone per page.
     pub fn fork(&mut self) -> PagedFork<K, V> {
         self.owned.iter_mut().for_each(|o| *o = false);
+        self.unowned = self.pages.len();
         PagedFork { pages: self.pages.clone(), versions: self.versions.clone(), len: self.len }
     }
 }
@@ -549,7 +618,7 @@ impl<K: Persist + Hash + Eq + Clone, V: Persist + Clone> Persist for PagedImage<
         let mut read = 0;
         for p in 0..pages as usize {
             let full = <[u64; PAGE_SLOTS / 64]>::restore(input)?;
-            let page = map.page_mut(p);
+            let page = map.page_mut::<true>(p);
             for (w, mut bits) in full.into_iter().enumerate() {
                 while bits != 0 {
                     let i = w * 64 + bits.trailing_zeros() as usize;
@@ -599,6 +668,34 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;
+
+    /// The keyed aggregate writes a run without a copy-on-write check per record only while
+    /// no snapshot shares a page: after a fork the run's writes copy the pages they touch (the
+    /// snapshot keeps what it saw), and the unchecked path comes back once every page was
+    /// written.
+    #[test]
+    fn a_run_skips_the_ownership_check_only_while_no_snapshot_shares_a_page() {
+        let mut m: PagedMap<u64, u64> = PagedMap::with_capacity(2000);
+        for k in 0..2000 {
+            *m.owned_pages().expect("no snapshot yet").entry_hashed(hash_key(&k), k, || 0).1 += 1;
+        }
+        let snapshot = m.fork();
+        assert!(m.owned_pages().is_none(), "every page is shared");
+        for k in 0..1000 {
+            *m.entry_hashed(hash_key(&k), k, || 0).1 += 1;
+        }
+        assert!(m.owned_pages().is_none() || m.copied_pages() as usize == m.pages(), "some pages are still shared");
+        for k in 0..2000 {
+            *m.entry_hashed(hash_key(&k), k, || 0).1 += 1;
+        }
+        let mut run = m.owned_pages().expect("every page written since the fork");
+        for k in 0..2000 {
+            *run.entry_hashed(hash_key(&k), k, || 0).1 += 1;
+        }
+        assert!(snapshot.iter().all(|(_, v)| *v == 1), "the snapshot never sees a later write");
+        assert_eq!(m.get(&0), Some(&4));
+        assert_eq!(m.get(&1999), Some(&3));
+    }
 
     #[derive(Debug, Clone)]
     enum Op {
@@ -798,3 +895,4 @@ mod tests {
         assert_ne!(again.page_versions(), third.page_versions(), "a write after a fork renews the version");
     }
 }
+crate::debug_as_name!(['a, K, V] OwnedPages<'a, K, V>);
