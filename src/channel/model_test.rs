@@ -293,10 +293,10 @@ fn produce_priority(r: &mut PriorityRun, before: &[u64], after: &[u64], barrier:
     r.step += 1;
     true
 }
-fn consume_priority(r: &mut PriorityRun) -> bool {
+fn consume_priority(r: &mut PriorityRun, budget: usize) -> bool {
     let before = (r.log.0.lock().unwrap().len(), r.gate.consumed(), r.gate.capturing());
     let mut log = r.log.clone();
-    match r.gate.poll(&mut log, 1).unwrap() {
+    match r.gate.poll(&mut log, budget).unwrap() {
         super::GatePoll::PriorityBarrier { seq, .. } => {
             let consumed = r.log.0.lock().unwrap().len() as u64;
             r.snapshot_at = Some((consumed, seq));
@@ -315,7 +315,8 @@ fn consume_priority(r: &mut PriorityRun) -> bool {
 /// unaligned mode and, on the barrier, snapshots (at read position R) and captures in-flight
 /// data by peeking and logging. Checked: nothing at or after S is consumed before the barrier
 /// is seen (R <= S), S is exactly the records written before the barrier, and the captured data
-/// is exactly the records in [R, S), in order.
+/// is exactly the records in [R, S), in order. The consumer reads runs of 1, 2 and 8 entries
+/// a poll, so a barrier overtakes part of a run, and a capture starts in a run partly consumed.
 #[test]
 fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
     use crate::snapshot::Barrier;
@@ -335,7 +336,7 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
             snapshot_at: None,
         }
     };
-    for capacity in [1, 2, 3] {
+    for (capacity, budget) in [1, 2, 3].into_iter().flat_map(|c| [1, 2, 8].map(|b| (c, b))) {
         let mut complete = 0;
         let mut stack: Vec<Vec<usize>> = vec![Vec::new()];
         while let Some(prefix) = stack.pop() {
@@ -347,7 +348,7 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
                     moved = if a == 0 {
                         produce_priority(&mut r, &before, &after, barrier)
                     } else {
-                        consume_priority(&mut r)
+                        consume_priority(&mut r, budget)
                     };
                 }
                 (r, moved)
@@ -391,6 +392,112 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
             );
             complete += 1;
         }
-        assert!(complete >= if capacity == 1 { 1 } else { 50 }, "capacity {capacity}: {complete} schedules");
+        assert!(
+            complete >= if capacity == 1 { 1 } else { 5 },
+            "capacity {capacity} budget {budget}: {complete} schedules"
+        );
+    }
+}
+
+/// One schedule of [`in_band_barriers_and_watermarks_cut_runs_exactly`]: the producer's writer
+/// and step, the consumer's gate and log, and what the log held when the barrier came.
+struct InBandRun {
+    writer: Writer,
+    gate: InputGate<u64>,
+    log: Log,
+    step: usize,
+    at_barrier: Option<Vec<Event>>,
+}
+
+/// The producer of [`in_band_barriers_and_watermarks_cut_runs_exactly`]: two runs around a
+/// watermark, an in-band barrier, one more run, the end.
+fn produce_in_band(r: &mut InBandRun) -> bool {
+    let w = &mut r.writer;
+    let written = w.written();
+    if !w.drain().unwrap() {
+        return w.written() != written;
+    }
+    let barrier = crate::snapshot::Barrier { id: 1, trigger_ns: 0, unaligned: false, savepoint: false };
+    match r.step {
+        0 => w.batch(&mut vec![1, 2, 3]).unwrap(),
+        1 => w.watermark(3).unwrap(),
+        2 => w.batch(&mut vec![4, 5]).unwrap(),
+        3 => w.barrier(barrier, &mut crate::snapshot::TaskSnapshot::new(barrier)).unwrap(),
+        4 => w.batch(&mut vec![6, 7]).unwrap(),
+        5 => w.end().unwrap(),
+        _ => return w.written() != written,
+    }
+    r.step += 1;
+    true
+}
+
+fn consume_in_band(r: &mut InBandRun, budget: usize) -> bool {
+    let before = (r.log.0.lock().unwrap().len(), r.gate.consumed());
+    let mut log = r.log.clone();
+    if let super::GatePoll::Barrier { .. } = r.gate.poll(&mut log, budget).unwrap() {
+        assert!(r.at_barrier.is_none(), "one barrier, delivered once");
+        r.at_barrier = Some(r.log.0.lock().unwrap().clone());
+        return true;
+    }
+    (r.log.0.lock().unwrap().len(), r.gate.consumed()) != before
+}
+
+/// The gate takes records off the ring in runs that end at control entries: under every
+/// interleaving of a producer and a consumer reading 1, 2, 3 or 8 entries a poll, through rings
+/// of 1 to 4 slots, a barrier inside a stream of runs cuts it exactly (everything before it
+/// delivered when it is, nothing after), a watermark comes between the records around it, and
+/// every record arrives once, in order.
+#[test]
+fn in_band_barriers_and_watermarks_cut_runs_exactly() {
+    let new_run = |capacity: usize| {
+        let (w, rd) = channel::<u64>(capacity, Arc::new(Parker::default()), Arc::new(Parker::default()));
+        InBandRun {
+            writer: ChannelWriter::new(vec![w], Partitioner::Forward),
+            gate: InputGate::new(vec![rd]),
+            log: Log::default(),
+            step: 0,
+            at_barrier: None,
+        }
+    };
+    let records = |events: &[Event]| -> Vec<u64> {
+        events.iter().filter_map(|e| if let Event::Record(v) = e { Some(*v) } else { None }).collect()
+    };
+    for (capacity, budget) in [1, 2, 3, 4].into_iter().flat_map(|c| [1, 2, 3, 8].map(|b| (c, b))) {
+        let mut complete = 0;
+        let mut stack: Vec<Vec<usize>> = vec![Vec::new()];
+        while let Some(prefix) = stack.pop() {
+            assert!(prefix.len() < 100, "a schedule did not terminate: {prefix:?}");
+            let replay = |extra: Option<usize>| {
+                let mut r = new_run(capacity);
+                let mut moved = false;
+                for &a in prefix.iter().chain(extra.iter()) {
+                    moved = if a == 0 { produce_in_band(&mut r) } else { consume_in_band(&mut r, budget) };
+                }
+                (r, moved)
+            };
+            let mut extended = false;
+            for actor in 0..2 {
+                if replay(Some(actor)).1 {
+                    let mut next = prefix.clone();
+                    next.push(actor);
+                    stack.push(next);
+                    extended = true;
+                }
+            }
+            if extended {
+                continue;
+            }
+            let (r, _) = replay(None);
+            assert!(r.gate.is_finished(), "deadlock: {prefix:?}");
+            let at_barrier = r.at_barrier.expect("the barrier was delivered");
+            assert_eq!(records(&at_barrier), [1, 2, 3, 4, 5], "the barrier cuts the runs exactly: {prefix:?}");
+            let all = r.log.0.lock().unwrap().clone();
+            assert_eq!(records(&all), (1..=7).collect::<Vec<_>>(), "every record once, in order: {prefix:?}");
+            let wm = all.iter().position(|e| *e == Event::Watermark(3)).expect("the watermark arrives");
+            assert_eq!(records(&all[..wm]), [1, 2, 3], "the watermark between its runs: {prefix:?}");
+            assert_eq!((all.last(), all.iter().filter(|e| **e == Event::End).count()), (Some(&Event::End), 1));
+            complete += 1;
+        }
+        assert!(complete >= if capacity == 1 { 1 } else { 5 }, "capacity {capacity} budget {budget}: {complete}");
     }
 }

@@ -704,6 +704,37 @@ mod tests {
         assert_eq!(gate.read_position(0), 8, "eight records, no barrier entry");
     }
 
+    /// A capture logs the runs it consumes before its limit is known, and peeks the rest of a
+    /// run partly consumed once the limit comes: the watermark between two runs is in flight
+    /// like the records, and what lies past the limit is not captured.
+    #[test]
+    fn a_capture_takes_a_run_partly_consumed_and_peeks_the_rest() {
+        let parker = Arc::new(Parker::default());
+        let (mut out, reader) = channel::<u64>(16, parker.clone(), parker);
+        out.write_records(&mut (0..5).collect());
+        out.write_entry(Entry::Watermark(5));
+        out.write_records(&mut (5..10).collect());
+        let mut gate = InputGate::new(vec![reader]);
+        gate.set_unaligned(true);
+        gate.start_capture(1);
+        let got = std::sync::Mutex::new(Vec::new());
+        let mut head = OnBatch(|r: &mut Vec<u64>| got.lock().unwrap().append(r));
+        assert_eq!(gate.poll(&mut head, 3).unwrap(), GatePoll::Progress);
+        assert_eq!(gate.read_position(0), 3, "three records of the first run");
+        // The producer's barrier came after records 0..=6 and the watermark: position 8.
+        gate.set_capture_limit(1, 0, 8);
+        assert!(gate.capture_complete(1), "the rest was peeked in the ring");
+        while gate.read_position(0) < 11 {
+            gate.poll(&mut head, 4).unwrap();
+        }
+        assert_eq!(*got.lock().unwrap(), (0..10).collect::<Vec<_>>(), "all still delivered");
+        let captured = gate.take_capture(1).remove(0).1.decode::<u64>().unwrap();
+        let mut expected: Vec<Entry<u64>> = (0..5).map(Entry::Record).collect();
+        expected.push(Entry::Watermark(5));
+        expected.extend((5..7).map(Entry::Record));
+        assert_eq!(captured, expected);
+    }
+
     /// A one-channel gate (a ring of 64) checking its priority slot, slicing records on a clock
     /// that reads `time`, and the ring's producer.
     fn sliced_gate(time: &Arc<std::sync::atomic::AtomicU64>) -> (OutChannel<u64>, InputGate<u64>) {
