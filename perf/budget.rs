@@ -2,8 +2,9 @@
 //! `perf/instructions.sh` counts the instructions of (under callgrind, where counts are the
 //! same on a busy machine and a quiet one).
 //!
-//! `budget W1|W2|W3|wordcount|q5 N [SCRATCH]`: N records (word count: a generated corpus of
-//! N words under SCRATCH; q5: N Nexmark events). Prints the records processed.
+//! `budget W1|W2|W2p2|W3|wordcount|wordcount-strings|q5 N [SCRATCH]`: N records (word count: a
+//! generated corpus of N words under SCRATCH; q5: N Nexmark events). Prints the records
+//! processed.
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -17,13 +18,13 @@ use weir::{Job, RunConfig, Window};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let usage = "usage: budget W1|W2|W3|wordcount|q5 N [SCRATCH]";
+    let usage = "usage: budget W1|W2|W2p2|W3|wordcount|wordcount-strings|q5 N [SCRATCH]";
     let (Some(workload), Some(n)) = (args.first(), args.get(1).and_then(|n| n.parse::<u64>().ok())) else {
         eprintln!("{usage}");
         std::process::exit(2);
     };
     let scratch = PathBuf::from(args.get(2).map_or("target/budget", String::as_str));
-    let job = Job::new(format!("budget-{workload}"));
+    let job = Job::new(format!("budget-{workload}")).with_parallelism(if workload == "W2p2" { 2 } else { 1 });
     match workload.as_str() {
         // Flink's W1–W3 as `../shared/peers/weir` writes them.
         "W1" => job
@@ -37,6 +38,14 @@ fn main() {
             .reduce(|a, b| (a.0, a.1 + b.1))
             .named("sum")
             .discard(),
+        // W2 at parallelism 2 (two source and two sum subtasks on the one worker): the key-by
+        // that routes each record to one of two rings, which parallelism 1 skips.
+        "W2p2" => job
+            .generator(Generator::new(|i, _| (i % 10_000, 1u64)).count(n))
+            .key_by(|r: &(u64, u64)| r.0)
+            .reduce(|a, b| (a.0, a.1 + b.1))
+            .named("sum")
+            .discard(),
         "W3" => job
             .generator(Generator::new(|i, _| (i % 1000, i)).count(n))
             .with_watermarks(|r: &(u64, u64)| r.1, 0)
@@ -45,16 +54,11 @@ fn main() {
             .count()
             .discard(),
         "wordcount" => {
-            // About 6.5 bytes a word; the corpus is made once per size and kept.
-            let dir = scratch.join(format!("corpus-{n}"));
-            common::corpus(&dir, n * 13 / 2);
-            let input = TextSource::open(&dir).expect("the corpus was just written");
-            let out = scratch.join(format!("out-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&out);
-            let job = weir_jobs::wordcount::wordcount(input, out.clone(), 1, false);
-            run(job);
-            let _ = std::fs::remove_dir_all(&out);
-            return;
+            return words(&scratch, n, |input, out| weir_jobs::wordcount::wordcount(input, out, 1, false));
+        }
+        // The same words as owned `String`s, keyed by reference.
+        "wordcount-strings" => {
+            return words(&scratch, n, |input, out| weir_jobs::wordcount::wordcount_strings(input, out, 1));
         }
         "q5" => {
             let q: weir_jobs::nexmark::Query = "q5".parse().expect("a query");
@@ -66,6 +70,18 @@ fn main() {
         }
     }
     run(job);
+}
+
+/// Runs the word count `make` builds over a corpus of about `n` words (6.5 bytes a word; the
+/// corpus is made once per size and kept).
+fn words(scratch: &std::path::Path, n: u64, make: impl FnOnce(TextSource, PathBuf) -> Job) {
+    let dir = scratch.join(format!("corpus-{n}"));
+    common::corpus(&dir, n * 13 / 2);
+    let input = TextSource::open(&dir).expect("the corpus was just written");
+    let out = scratch.join(format!("out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    run(make(input, out.clone()));
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 fn run(job: Job) {

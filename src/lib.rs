@@ -167,8 +167,8 @@ pub use operator::window::{EarlyFiring, Window, WindowBounds};
 pub use operator::Emitter;
 pub use persist::Persist;
 pub use pipeline::{
-    BroadcastConnectedStream, ConnectedStreams, Job, KeyedStream, LineStream, SessionWindowedStream, Stream,
-    WindowedStream,
+    BroadcastConnectedStream, ConnectedStreams, Job, KeyedStream, LineStream, RefKeyedStream, SessionWindowedStream,
+    Stream, WindowedStream,
 };
 pub use record::{for_each_word, for_each_word_in_bytes, Key, Record, Timestamp, Word};
 pub use runtime::{JobController, JobHandle, RunConfig, Stopped};

@@ -127,7 +127,7 @@ pub type KeyMap<K, V> = HashMap<K, V, BuildKeyHasher>;
 
 /// Hashes a key with [`KeyHasher`].
 #[inline]
-pub fn hash_key<K: Hash>(key: &K) -> u64 {
+pub fn hash_key<K: Hash + ?Sized>(key: &K) -> u64 {
     let mut h = KeyHasher::default();
     key.hash(&mut h);
     h.finish()

@@ -37,7 +37,16 @@ impl KeyRouter {
 
     #[inline]
     pub(crate) fn subtask(&self, hash: u64) -> usize {
-        self.subtask_of_group[key_group(hash, self.max_parallelism)] as usize
+        let group = key_group(hash, self.max_parallelism);
+        debug_assert!(group < self.subtask_of_group.len());
+        // SAFETY: `key_group` maps into `0 .. max_parallelism` (a multiply-shift by it), and the
+        // table has one entry per key group (`new`).
+        (unsafe { *self.subtask_of_group.get_unchecked(group) }) as usize
+    }
+
+    /// The number of subtasks routed to.
+    pub(crate) fn parallelism(&self) -> usize {
+        self.subtask_of_group.iter().map(|&s| s as usize + 1).max().unwrap_or(1)
     }
 }
 

@@ -364,6 +364,10 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> ChannelWriter<T, H> {
         if matches!(partitioner, Partitioner::Forward) {
             assert_eq!(outs.len(), 1, "a forward writer has exactly one ring");
         }
+        if let Partitioner::KeyBy { router, .. } = &partitioner {
+            // The key-by path indexes the rings by the router's subtask unchecked.
+            assert!(router.parallelism() <= outs.len(), "a key group routed to a ring this edge lacks");
+        }
         ChannelWriter { outs, partitioner, copy: Vec::new(), direct: Vec::new(), sent: None }
     }
 
@@ -420,9 +424,15 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
                 let (outs, direct) = (&mut self.outs, &mut self.direct);
                 direct.clear();
                 direct.extend(outs.iter_mut().map(OutChannel::direct));
+                let (outs_len, direct_len) = (outs.len(), direct.len());
+                let (out_rings, slots) = (outs.as_mut_ptr(), direct.as_mut_ptr());
                 crate::collector::move_each(records, |r, _| {
                     let to = router.subtask(hash(&r));
-                    outs[to].push_direct(&mut direct[to], r);
+                    debug_assert!(to < outs_len && to < direct_len);
+                    // SAFETY: the router's subtasks are below `outs.len()` (asserted in `new`),
+                    // and `direct` has one entry per ring (just refilled); the two vectors are
+                    // distinct and neither is resized in this loop.
+                    unsafe { (*out_rings.add(to)).push_direct(&mut *slots.add(to), r) };
                 });
                 for (o, d) in outs.iter_mut().zip(direct.iter()) {
                     o.publish_direct(d);

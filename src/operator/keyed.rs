@@ -9,21 +9,91 @@ use crate::persist::Persist;
 use crate::record::{hash_key, Key, Timestamp};
 use crate::state::{HashedEntries, KeyedState, KeyedValueState};
 
-pub(crate) struct KeyedAggregate<T, K, A, O, KF, I, F, R> {
-    key: KF,
+/// How a keyed aggregate reads a record's key: [`ByValue`] (a function that makes the key:
+/// `key_by`) or [`ByRef`] (a function that borrows it from the record: `key_by_ref`; the key
+/// is copied only when it is new to the state, so an owned `String` key costs no clone a
+/// record).
+pub(crate) trait RecordKey<T, K>: Send {
+    /// What waits beside the key's hash between a block's two passes (the key itself, or
+    /// nothing: it is borrowed from the record again).
+    type Held: Send;
+    fn hold(&self, record: &T) -> (u64, Self::Held);
+    fn entry<'m, V>(
+        &self,
+        state: &'m mut impl HashedEntries<K, V>,
+        hash: u64,
+        held: Self::Held,
+        record: &T,
+        init: impl FnOnce() -> V,
+    ) -> (&'m K, &'m mut V);
+}
+
+/// A key made by a function of the record.
+pub(crate) struct ByValue<KF>(pub(crate) KF);
+
+/// A key borrowed from the record (as `Q`) by a function.
+pub(crate) struct ByRef<KF, Q: ?Sized>(pub(crate) KF, pub(crate) std::marker::PhantomData<fn(&Q)>);
+
+impl<T, K: Key, KF: Fn(&T) -> K + Send> RecordKey<T, K> for ByValue<KF> {
+    type Held = K;
+    #[inline(always)]
+    fn hold(&self, record: &T) -> (u64, K) {
+        let k = (self.0)(record);
+        (hash_key(&k), k)
+    }
+    #[inline(always)]
+    fn entry<'m, V>(
+        &self,
+        state: &'m mut impl HashedEntries<K, V>,
+        hash: u64,
+        held: K,
+        _: &T,
+        init: impl FnOnce() -> V,
+    ) -> (&'m K, &'m mut V) {
+        state.entry_hashed(hash, held, init)
+    }
+}
+
+impl<T, Q, KF> RecordKey<T, Q::Owned> for ByRef<KF, Q>
+where
+    Q: ?Sized + std::hash::Hash + Eq + ToOwned,
+    Q::Owned: Key + std::borrow::Borrow<Q>,
+    KF: for<'a> Fn(&'a T) -> &'a Q + Send,
+{
+    type Held = ();
+    #[inline(always)]
+    fn hold(&self, record: &T) -> (u64, ()) {
+        (hash_key((self.0)(record)), ())
+    }
+    #[inline(always)]
+    fn entry<'m, V>(
+        &self,
+        state: &'m mut impl HashedEntries<Q::Owned, V>,
+        hash: u64,
+        _: (),
+        record: &T,
+        init: impl FnOnce() -> V,
+    ) -> (&'m Q::Owned, &'m mut V) {
+        state.entry_by_ref_hashed(hash, (self.0)(record), init)
+    }
+}
+
+pub(crate) struct KeyedAggregate<T, K, A, O, KX: RecordKey<T, K>, I, F, R> {
+    key: KX,
     init: I,
     fold: F,
     result: R,
     state: KeyedValueState<K, A>,
-    /// The batch's keys and their hashes, between the two passes (kept for its allocation).
-    keys: Vec<(u64, K)>,
+    /// The block's key hashes (and keys, by value), between the two passes (kept for its
+    /// allocation).
+    keys: Vec<(u64, KX::Held)>,
     out: Vec<O>,
     next: Box<dyn Collector<O>>,
     _input: std::marker::PhantomData<fn(T)>,
 }
 
-impl<T, K: Key, A: Clone, O, KF, I, F, R> KeyedAggregate<T, K, A, O, KF, I, F, R> {
-    pub(crate) fn new(key: KF, init: I, fold: F, result: R, next: Box<dyn Collector<O>>) -> Self {
+impl<T, K: Key, A: Clone, O, KX: RecordKey<T, K>, I, F, R> KeyedAggregate<T, K, A, O, KX, I, F, R> {
+    pub(crate) fn new(key: KX, init: I, fold: F, result: R, next: Box<dyn Collector<O>>) -> Self {
         KeyedAggregate {
             key,
             init,
@@ -38,12 +108,12 @@ impl<T, K: Key, A: Clone, O, KF, I, F, R> KeyedAggregate<T, K, A, O, KF, I, F, R
     }
 }
 
-impl<T, K, A, O, KF, I, F, R> Collector<T> for KeyedAggregate<T, K, A, O, KF, I, F, R>
+impl<T, K, A, O, KX, I, F, R> Collector<T> for KeyedAggregate<T, K, A, O, KX, I, F, R>
 where
     K: Key,
     A: Persist + Clone + Send + Sync + 'static,
     O: Send,
-    KF: Fn(&T) -> K + Send,
+    KX: RecordKey<T, K>,
     I: Fn() -> A + Send,
     F: FnMut(&mut A, T) + Send,
     R: FnMut(&K, &A) -> O + Send,
@@ -77,11 +147,11 @@ where
 /// Folds a run of records into their keys' accumulators in `state`, emitting each result.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn fold_run<T, K: Key, A, O>(
+fn fold_run<T, K: Key, A, O, KX: RecordKey<T, K>>(
     records: &mut Vec<T>,
-    keys: &mut Vec<(u64, K)>,
+    keys: &mut Vec<(u64, KX::Held)>,
     state: &mut impl HashedEntries<K, A>,
-    key: &impl Fn(&T) -> K,
+    key: &KX,
     init: &impl Fn() -> A,
     fold: &mut impl FnMut(&mut A, T),
     result: &mut impl FnMut(&K, &A) -> O,
@@ -93,14 +163,13 @@ fn fold_run<T, K: Key, A, O>(
         state,
         |state, block, keys| {
             keys.extend(block.iter().map(|r| {
-                let k = key(r);
-                let hash = hash_key(&k);
+                let (hash, held) = key.hold(r);
                 state.prefetch_hashed(hash);
-                (hash, k)
+                (hash, held)
             }))
         },
-        |state, r, (hash, k)| {
-            let (k, acc) = state.entry_hashed(hash, k, init);
+        |state, r, (hash, held)| {
+            let (k, acc) = key.entry(state, hash, held, &r, init);
             fold(acc, r);
             out.push(result(k, acc));
         },
@@ -153,7 +222,7 @@ mod tests {
     fn emits_a_running_count_per_key() {
         let rec = Arc::new(Mutex::new(Recorder::<(u8, u64)>::default()));
         let mut op = KeyedAggregate::new(
-            |x: &u8| *x,
+            ByValue(|x: &u8| *x),
             || 0u64,
             |c: &mut u64, _x: u8| *c += 1,
             |k: &u8, c: &u64| (*k, *c),
@@ -169,7 +238,7 @@ mod tests {
     fn owned_keys_over_many_blocks_are_counted_in_order() {
         let rec = Arc::new(Mutex::new(Recorder::<(String, u64)>::default()));
         let mut op = KeyedAggregate::new(
-            |x: &String| x.clone(),
+            ByValue(|x: &String| x.clone()),
             || 0u64,
             |c: &mut u64, _x: String| *c += 1,
             |k: &String, c: &u64| (k.clone(), *c),

@@ -11,8 +11,8 @@ mod plan;
 mod task;
 
 pub use api::{
-    BroadcastConnectedStream, ConnectedStreams, Job, KeyedStream, LineStream, SessionWindowedStream, Stream,
-    WindowedStream, DEFAULT_EXTERNAL_RING,
+    BroadcastConnectedStream, ConnectedStreams, Job, KeyedStream, LineStream, RefKeyedStream, SessionWindowedStream,
+    Stream, WindowedStream, DEFAULT_EXTERNAL_RING,
 };
 pub(crate) use graph::Graph;
 pub(crate) use plan::{build as build_plan, CheckpointWiring, PlanEnv, PlanLimits};

@@ -138,6 +138,10 @@ impl<K: Key, V: Clone> KeyedValueState<K, V> {
 pub(crate) trait HashedEntries<K, V> {
     fn prefetch_hashed(&self, hash: u64);
     fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V);
+    fn entry_by_ref_hashed<Q>(&mut self, hash: u64, key: &Q, init: impl FnOnce() -> V) -> (&K, &mut V)
+    where
+        Q: ?Sized + std::hash::Hash + Eq + ToOwned<Owned = K>,
+        K: std::borrow::Borrow<Q>;
 }
 
 impl<K: Key, V: Clone> HashedEntries<K, V> for KeyedValueState<K, V> {
@@ -149,6 +153,14 @@ impl<K: Key, V: Clone> HashedEntries<K, V> for KeyedValueState<K, V> {
     fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
         self.map.entry_hashed(hash, key, init)
     }
+    #[inline(always)]
+    fn entry_by_ref_hashed<Q>(&mut self, hash: u64, key: &Q, init: impl FnOnce() -> V) -> (&K, &mut V)
+    where
+        Q: ?Sized + std::hash::Hash + Eq + ToOwned<Owned = K>,
+        K: std::borrow::Borrow<Q>,
+    {
+        self.map.entry_by_ref_hashed(hash, key, init)
+    }
 }
 
 impl<K: Key, V: Clone> HashedEntries<K, V> for OwnedPages<'_, K, V> {
@@ -159,6 +171,14 @@ impl<K: Key, V: Clone> HashedEntries<K, V> for OwnedPages<'_, K, V> {
     #[inline(always)]
     fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
         OwnedPages::entry_hashed(self, hash, key, init)
+    }
+    #[inline(always)]
+    fn entry_by_ref_hashed<Q>(&mut self, hash: u64, key: &Q, init: impl FnOnce() -> V) -> (&K, &mut V)
+    where
+        Q: ?Sized + std::hash::Hash + Eq + ToOwned<Owned = K>,
+        K: std::borrow::Borrow<Q>,
+    {
+        OwnedPages::entry_by_ref_hashed(self, hash, key, init)
     }
 }
 

@@ -11,6 +11,7 @@
 //! [`PagedMap::fork`] before it hands out clones). It lets writes skip the atomic uniqueness
 //! check on the hot path.
 
+use std::borrow::Borrow;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -109,7 +110,42 @@ impl<K: Hash + Eq + Clone, V: Clone> OwnedPages<'_, K, V> {
         // No fork can have run since `owned_pages` checked (this borrow is exclusive), and a
         // write that grows the map owns the new pages.
         debug_assert!(self.0.owns_every_page());
-        self.0.entry_in::<false>(hash, key, init)
+        self.0.entry_in::<false, K>(hash, KeyArg::Owned(key), init)
+    }
+
+    /// [`PagedMap::entry_by_ref_hashed`], without the ownership check.
+    #[inline(always)]
+    pub fn entry_by_ref_hashed<Q>(&mut self, hash: u64, key: &Q, init: impl FnOnce() -> V) -> (&K, &mut V)
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        debug_assert!(self.0.owns_every_page());
+        self.0.entry_in::<false, Q>(hash, KeyArg::Borrowed(key), init)
+    }
+}
+
+/// A key handed to a lookup: owned (moved in if new), or borrowed (copied with `to_owned` if
+/// new). Always inlined with its variant known, so the match costs nothing.
+enum KeyArg<'q, K, Q: ?Sized> {
+    Owned(K),
+    Borrowed(&'q Q),
+}
+
+impl<K: Borrow<Q>, Q: ?Sized + ToOwned<Owned = K>> KeyArg<'_, K, Q> {
+    #[inline(always)]
+    fn get(&self) -> &Q {
+        match self {
+            KeyArg::Owned(k) => k.borrow(),
+            KeyArg::Borrowed(q) => q,
+        }
+    }
+    #[inline(always)]
+    fn into_owned(self) -> K {
+        match self {
+            KeyArg::Owned(k) => k,
+            KeyArg::Borrowed(q) => q.to_owned(),
+        }
     }
 }
 
@@ -270,12 +306,15 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
 
     /// [`Self::find`] with `key`'s hash ([`hash_key`]) already computed.
     #[inline]
-    fn find_hashed(&self, hash: u64, key: &K) -> Result<usize, usize> {
+    fn find_hashed<Q: ?Sized + Hash + Eq>(&self, hash: u64, key: &Q) -> Result<usize, usize>
+    where
+        K: Borrow<Q>,
+    {
         debug_assert_eq!(hash, hash_key(key), "the hash is the key's");
         let mut i = hash as usize & self.mask;
         loop {
             match self.slot(i) {
-                Some((k, _)) if k == key => return Ok(i),
+                Some((k, _)) if k.borrow() == key => return Ok(i),
                 Some(_) => i = (i + 1) & self.mask,
                 None => return Err(i),
             }
@@ -336,7 +375,28 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// that moved its key in can still read it).
     #[inline(always)]
     pub fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
-        self.entry_in::<true>(hash, key, init)
+        self.entry_in::<true, K>(hash, KeyArg::Owned(key), init)
+    }
+
+    /// [`Self::entry_hashed`] by a borrowed form of the key (`&str` for a `String` key): the
+    /// key is made (`to_owned`) only when it is new, so a lookup of a key already there
+    /// allocates nothing.
+    ///
+    /// ```
+    /// use weir::state::PagedMap;
+    /// let mut m: PagedMap<String, u64> = PagedMap::new();
+    /// for w in ["a", "b", "a"] {
+    ///     *m.entry_by_ref_hashed(weir::record::hash_key(w), w, || 0).1 += 1;
+    /// }
+    /// assert_eq!(m.get(&"a".to_string()), Some(&2));
+    /// ```
+    #[inline(always)]
+    pub fn entry_by_ref_hashed<Q>(&mut self, hash: u64, key: &Q, init: impl FnOnce() -> V) -> (&K, &mut V)
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        self.entry_in::<true, Q>(hash, KeyArg::Borrowed(key), init)
     }
 
     /// Writes for a run of records, when this map owns every page: ownership is checked
@@ -357,18 +417,27 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     }
 
     #[inline(always)]
-    fn entry_in<const CHECKED: bool>(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
-        let i = match self.find_hashed(hash, &key) {
+    fn entry_in<const CHECKED: bool, Q>(
+        &mut self,
+        hash: u64,
+        key: KeyArg<'_, K, Q>,
+        init: impl FnOnce() -> V,
+    ) -> (&K, &mut V)
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        let i = match self.find_hashed(hash, key.get()) {
             Ok(i) => i,
             Err(_) if (self.len + 1) * 8 > (self.mask + 1) * 7 => {
                 self.grow();
-                let i = self.find_hashed(hash, &key).expect_err("absent");
-                *self.slot_mut_in::<CHECKED>(i) = Some((key, init()));
+                let i = self.find_hashed(hash, key.get()).expect_err("absent");
+                *self.slot_mut_in::<CHECKED>(i) = Some((key.into_owned(), init()));
                 self.len += 1;
                 i
             }
             Err(i) => {
-                *self.slot_mut_in::<CHECKED>(i) = Some((key, init()));
+                *self.slot_mut_in::<CHECKED>(i) = Some((key.into_owned(), init()));
                 self.len += 1;
                 i
             }

@@ -37,8 +37,9 @@ pub enum SimJob {
     Keyed,
     /// Records that own heap memory (an enum of strings, byte buffers, vectors and nested
     /// options) through every built-in operator: flat_map, filter, rebalance, broadcast,
-    /// union, a running aggregate and a reduce keyed by `String`, a sliding window, a window
-    /// join and a process function with list state.
+    /// union, a running aggregate keyed by a borrowed `&str` (stored as a `String`), a reduce
+    /// keyed by `String`, a sliding window, a window join and a process function with list
+    /// state.
     Owned,
     /// A keyed process function with event-time timers: tumbling windows kept in map state,
     /// each closed by a timer at its end, closed early (its timer deleted) at five records,
@@ -570,7 +571,7 @@ fn owned(job: &Job, parallelism: usize) -> weir::sink::CommittedOutput<Row> {
     let tallies = activities
         .clone()
         .rebalance()
-        .key_by(|a: &Activity| a.user().to_string())
+        .key_by_ref(Activity::user)
         .aggregate(
             Tally::default,
             |t: &mut Tally, a: Activity| {

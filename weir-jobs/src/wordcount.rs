@@ -213,15 +213,16 @@ pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usiz
 }
 
 /// [`wordcount`] on owned `String` words instead of [`Word`]s (no checkpoints): the same
-/// words and output, each word its own heap allocation as it crosses the ring and enters the
-/// keyed state. For comparing the two paths (`cargo bench --bench wordcount`).
+/// words and output, each word its own heap allocation as it crosses the ring; keyed by
+/// reference (`key_by_ref`), so the state copies a word only the first time it sees it. For
+/// comparing the two paths (`cargo bench --bench wordcount`).
 pub fn wordcount_strings(input: TextSource, output: PathBuf, parallelism: usize) -> Job {
     let job = Job::new("wordcount-strings").with_parallelism(parallelism);
     job.text(input)
         .flat_map(|line: &str, out: &mut weir::Emitter<'_, String>| {
             weir::record::for_each_word(line, |w| out.emit(w.as_str()))
         })
-        .key_by(|w: &String| w.clone())
+        .key_by_ref(|w: &String| w.as_str())
         .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &String, c: &u64| (w.clone(), *c))
         .named("count")
         .write_files(output, |(w, c): &(String, u64), out: &mut Vec<u8>| {

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use crate::channel::Partitioning;
-use crate::operator::keyed::{KeyedAggregate, KeyedProcess};
+use crate::operator::keyed::{ByRef, ByValue, KeyedAggregate, KeyedProcess};
 use crate::operator::process::{KeyedProcessFunction, KeyedProcessOperator};
 use crate::operator::session::SessionSettings;
 use crate::operator::window::{Window, WindowSettings};
@@ -36,7 +36,7 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
         let key = self.key.clone();
         let channels = self.keyed_channels();
         self.stream.one_input("aggregate", Partitioning::KeyBy, channels, true, move |_, next| {
-            Ok(Box::new(KeyedAggregate::new(key.clone(), init.clone(), fold.clone(), result.clone(), next)))
+            Ok(Box::new(KeyedAggregate::new(ByValue(key.clone()), init.clone(), fold.clone(), result.clone(), next)))
         })
     }
 
@@ -176,5 +176,32 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     ) -> SessionWindowedStream<T, KF, TF> {
         self.stream.graph.borrow_mut().note_window(gap);
         SessionWindowedStream { keyed: self, timestamp, settings: SessionSettings { gap, lateness: 0, late: None } }
+    }
+}
+
+impl<T, Q, KF> RefKeyedStream<T, KF, Q>
+where
+    T: Record,
+    Q: ?Sized + std::hash::Hash + Eq + ToOwned + 'static,
+    Q::Owned: Key + std::borrow::Borrow<Q>,
+    KF: for<'a> Fn(&'a T) -> &'a Q + Clone + Send + 'static,
+{
+    /// [`KeyedStream::aggregate`], the key borrowed from each record: `result` sees the key as
+    /// stored.
+    pub fn aggregate<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
+    where
+        A: Persist + Clone + Send + Sync + 'static,
+        O: Record,
+        I: Fn() -> A + Clone + Send + 'static,
+        F: Fn(&mut A, T) + Clone + Send + 'static,
+        R: Fn(&Q::Owned, &A) -> O + Clone + Send + 'static,
+    {
+        let key = self.key.clone();
+        let hash = self.key.clone();
+        let channels = channels_of::<T, _>(Some(move |t: &T| hash_key(hash(t))));
+        self.stream.one_input("aggregate", Partitioning::KeyBy, channels, true, move |_, next| {
+            let key = ByRef(key.clone(), std::marker::PhantomData);
+            Ok(Box::new(KeyedAggregate::new(key, init.clone(), fold.clone(), result.clone(), next)))
+        })
     }
 }

@@ -94,6 +94,15 @@ pub struct KeyedStream<T, KF> {
     key: KF,
 }
 
+/// A stream keyed by a key borrowed from each record ([`Stream::key_by_ref`]): running
+/// aggregates whose owned key (a `String`, say) is copied only when it is new to the state, not
+/// once per record as a `key_by` function returning it must.
+pub struct RefKeyedStream<T, KF, Q: ?Sized> {
+    stream: Stream<T>,
+    key: KF,
+    _key: std::marker::PhantomData<fn(&Q)>,
+}
+
 /// A keyed stream with event-time (or processing-time) windows.
 pub struct WindowedStream<T, KF, TF> {
     keyed: KeyedStream<T, KF>,
@@ -144,6 +153,11 @@ struct Input {
 // Their fields are closures, shared internals or whole state: a name says enough.
 crate::debug_as_name!([T] Stream<T>);
 crate::debug_as_name!([T, KF] KeyedStream<T, KF>);
+impl<T, KF, Q: ?Sized> std::fmt::Debug for RefKeyedStream<T, KF, Q> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RefKeyedStream")
+    }
+}
 crate::debug_as_name!([T, KF, TF] WindowedStream<T, KF, TF>);
 crate::debug_as_name!([A, B, KA, KB] ConnectedStreams<A, B, KA, KB>);
 crate::debug_as_name!([T, B, KF] BroadcastConnectedStream<T, B, KF>);

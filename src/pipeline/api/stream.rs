@@ -135,6 +135,33 @@ impl<T: Record> Stream<T> {
         KeyedStream { stream: self, key }
     }
 
+    /// Partitions the stream by a key borrowed from each record, for running aggregates: the
+    /// key-by hashes the borrowed key and the state looks it up by it, so an owned key (the
+    /// `String` a record carries) is copied once, when it is first stored, not for every
+    /// record as with [`Stream::key_by`] (whose function must return the key).
+    ///
+    /// ```
+    /// use weir::{Job, RunConfig, source::Generator};
+    /// let job = Job::new("counts");
+    /// let counts = job
+    ///     .generator(Generator::new(|i, _| format!("word-{}", i % 3)).count(9))
+    ///     .key_by_ref(|w: &String| w.as_str())
+    ///     .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &String, c: &u64| (w.clone(), *c))
+    ///     .collect();
+    /// job.execute(RunConfig::default()).unwrap();
+    /// let mut counts = counts.lock().unwrap().clone();
+    /// counts.sort();
+    /// assert_eq!(counts.last(), Some(&("word-2".to_string(), 3)));
+    /// ```
+    pub fn key_by_ref<Q, KF>(self, key: KF) -> RefKeyedStream<T, KF, Q>
+    where
+        Q: ?Sized + std::hash::Hash + Eq + ToOwned + 'static,
+        Q::Owned: Key + std::borrow::Borrow<Q>,
+        KF: for<'a> Fn(&'a T) -> &'a Q + Clone + Send + 'static,
+    {
+        RefKeyedStream { stream: self, key, _key: std::marker::PhantomData }
+    }
+
     /// Spreads batches round-robin over the next operator's subtasks.
     pub fn rebalance(self) -> Stream<T> {
         self.redistribute("rebalance", Partitioning::Rebalance)
