@@ -31,7 +31,7 @@ use crate::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 pub(crate) struct OutChannel<T> {
     producer: Producer<Slot<T>>,
     /// Entries that did not fit, still to be written, in order.
-    staged: Vec<Entry<T>>,
+    staged: Stage<T>,
     consumer: Arc<Parker>,
     /// Entries published so far.
     written: u64,
@@ -65,7 +65,7 @@ impl<T: Persist> OutChannel<T> {
     pub(crate) fn new(producer: Producer<Slot<T>>, consumer: Arc<Parker>) -> Self {
         OutChannel {
             producer,
-            staged: Vec::new(),
+            staged: Stage::default(),
             consumer,
             written: 0,
             priority: None,
@@ -95,7 +95,7 @@ impl<T: Persist> OutChannel<T> {
     /// Publishes an unaligned barrier in the priority slot, ahead of everything in the ring,
     /// at the ring's write position and carrying what is staged (see the module doc).
     pub(crate) fn write_priority(&mut self, barrier: Barrier) {
-        let pb = PriorityBarrier { barrier, seq: self.written, staged: carried(&self.staged) };
+        let pb = PriorityBarrier { barrier, seq: self.written, staged: carried(self.staged.live()) };
         self.priority_staged.push_back(pb);
         self.flush_priority();
     }
@@ -147,7 +147,7 @@ impl<T: Persist> OutChannel<T> {
                 self.consumer.notify();
             }
         }
-        self.staged.extend(rest.map(Entry::Record));
+        self.staged.extend(rest);
     }
 
     /// Publishes one control entry (after anything staged).
@@ -197,7 +197,7 @@ impl<T: Persist> OutChannel<T> {
                         "a queued barrier's position"
                     );
                     removed += 1;
-                    PriorityBarrier { barrier, seq: *written, staged: carried(&staged[..before]) }
+                    PriorityBarrier { barrier, seq: *written, staged: carried(&staged.live()[..before]) }
                 }
                 // In the ring: it names its own position.
                 None => PriorityBarrier { barrier, seq: *seq, staged: Captured::default() },
@@ -271,7 +271,7 @@ impl<T: Persist> OutChannel<T> {
         }
         let n = self.room_for(self.staged.len());
         if n > 0 {
-            move_front_into(&mut self.producer, &mut self.staged, n);
+            self.staged.move_front_into(&mut self.producer, n);
             self.written += n as u64;
             self.consumer.notify();
         }
@@ -286,39 +286,104 @@ impl<T: Persist> OutChannel<T> {
 
 /// The data among staged entries, encoded to travel with a priority barrier: records and
 /// watermarks (another barrier or an end is not data).
-fn carried<T: Persist>(staged: &[Entry<T>]) -> Captured {
+fn carried<T: Persist>(staged: &[Slot<T>]) -> Captured {
     let mut carried = Captured::default();
-    for e in staged.iter().filter(|e| matches!(e, Entry::Record(_) | Entry::Watermark(_))) {
+    for e in staged.iter().filter(|e| matches!(***e, Entry::Record(_) | Entry::Watermark(_))) {
         carried.push(e);
     }
     carried
 }
 
-/// Moves the first `n` entries of `staged` into `n` free slots of the ring as one copy of
-/// their bytes (a move: the stage forgets them), and shifts the rest to the front. The key-by
-/// path stages every record, so this is its hot path; an element-wise move costs it ~10%.
-#[inline]
-fn move_front_into<T>(producer: &mut Producer<Slot<T>>, staged: &mut Vec<Entry<T>>, n: usize) {
-    assert!(n <= staged.len(), "moving more entries than are staged");
-    let mut chunk = producer.write_chunk_uninit(n).expect("n free slots were checked");
-    let (first, second) = chunk.as_mut_slices();
-    debug_assert_eq!(first.len() + second.len(), n);
-    let rest = staged.len() - n;
-    // SAFETY: `staged` holds at least `n` initialised entries (asserted) and the chunk's two
-    // slices are `n` uninitialised slots in all, distinct memory from the vector's; a slot
-    // (`MaybeUninit<ManuallyDrop<Entry<T>>>`, both wrappers `repr(transparent)`) has the
-    // layout of an entry. Copying the
-    // bytes moves the entries into the slots; `set_len(rest)` after the shift makes the vector
-    // forget them, so each entry is owned exactly once (by the ring, once committed). The
-    // remaining `rest` entries are shifted down with `ptr::copy` (regions may overlap). Nothing
-    // between the copies and `set_len` can panic.
-    unsafe {
-        let src = staged.as_mut_ptr();
-        std::ptr::copy_nonoverlapping(src, first.as_mut_ptr().cast::<Entry<T>>(), first.len());
-        std::ptr::copy_nonoverlapping(src.add(first.len()), second.as_mut_ptr().cast::<Entry<T>>(), second.len());
-        std::ptr::copy(src.add(n), src, rest);
-        staged.set_len(rest);
-        chunk.commit_all();
+/// Entries a producer holds until its ring has room, in order. Entries moved into the ring
+/// leave the front by an offset (their slots are forgotten, never dropped: a [`Slot`] does not
+/// drop its entry), so a flush that moves some of a long stage does not shift the rest down
+/// (that shift made a large stage drained a little at a time quadratic); the forgotten front is
+/// reclaimed when the stage empties, or in one shift once it is half the vector.
+struct Stage<T> {
+    slots: Vec<Slot<T>>,
+    /// The first live entry: those before it were moved into the ring.
+    from: usize,
+}
+
+impl<T> Default for Stage<T> {
+    fn default() -> Self {
+        Stage { slots: Vec::new(), from: 0 }
+    }
+}
+
+impl<T> Stage<T> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.slots.len() - self.from
+    }
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.slots.len() == self.from
+    }
+    /// The live entries, in order.
+    fn live(&self) -> &[Slot<T>] {
+        &self.slots[self.from..]
+    }
+    /// Makes room at the back by dropping the forgotten front once it is half the vector.
+    #[inline]
+    fn reclaim(&mut self) {
+        if self.from > 0 && self.from * 2 >= self.slots.len() {
+            // The forgotten slots are not dropped (a `Slot` never drops its entry).
+            self.slots.drain(..self.from);
+            self.from = 0;
+        }
+    }
+    #[inline]
+    fn push(&mut self, entry: Entry<T>) {
+        self.reclaim();
+        self.slots.push(Slot::new(entry));
+    }
+    #[inline]
+    fn extend(&mut self, records: impl Iterator<Item = T>) {
+        self.reclaim();
+        self.slots.extend(records.map(|r| Slot::new(Entry::Record(r))));
+    }
+    /// Takes out live entry `i`.
+    fn remove(&mut self, i: usize) -> Entry<T> {
+        std::mem::ManuallyDrop::into_inner(self.slots.remove(self.from + i))
+    }
+
+    /// Moves the first `n` live entries into `n` free slots of the ring as one copy of their
+    /// bytes (a move: the stage forgets them). The key-by path stages what does not fit, so
+    /// this is its hot path under backpressure; an element-wise move cost it ~10%.
+    #[inline]
+    fn move_front_into(&mut self, producer: &mut Producer<Slot<T>>, n: usize) {
+        assert!(n <= self.len(), "moving more entries than are staged");
+        let mut chunk = producer.write_chunk_uninit(n).expect("n free slots were checked");
+        let (first, second) = chunk.as_mut_slices();
+        debug_assert_eq!(first.len() + second.len(), n);
+        // SAFETY: the stage holds at least `n` live entries from `from` (asserted) and the
+        // chunk's two slices are `n` uninitialised slots in all, distinct memory from the
+        // vector's; a ring slot (`MaybeUninit<Slot<T>>`, `repr(transparent)`) has the layout of
+        // a stage slot. Copying the bytes moves the entries into the ring; advancing `from`
+        // past them makes the stage forget them (a `Slot` is never dropped by the vector), so
+        // each entry is owned exactly once (by the ring, once committed). Nothing between the
+        // copies and the commit can panic.
+        unsafe {
+            let src = self.slots.as_ptr().add(self.from);
+            std::ptr::copy_nonoverlapping(src, first.as_mut_ptr().cast::<Slot<T>>(), first.len());
+            std::ptr::copy_nonoverlapping(src.add(first.len()), second.as_mut_ptr().cast::<Slot<T>>(), second.len());
+            chunk.commit_all();
+        }
+        self.from += n;
+        if self.from == self.slots.len() {
+            // Every entry moved: the forgotten slots are not dropped.
+            self.slots.clear();
+            self.from = 0;
+        }
+    }
+}
+
+impl<T> Drop for Stage<T> {
+    /// Drops the entries still staged (a [`Slot`] never drops its own).
+    fn drop(&mut self) {
+        let from = self.from;
+        self.slots.drain(from..).for_each(|s| drop(std::mem::ManuallyDrop::into_inner(s)));
     }
 }
 

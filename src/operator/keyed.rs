@@ -32,7 +32,17 @@ pub(crate) trait RecordKey<T, K>: Send {
 pub(crate) struct ByValue<KF>(pub(crate) KF);
 
 /// A key borrowed from the record (as `Q`) by a function.
-pub(crate) struct ByRef<KF, Q: ?Sized>(pub(crate) KF, pub(crate) std::marker::PhantomData<fn(&Q)>);
+pub(crate) struct ByRef<KF, Q: ?Sized>(KF, std::marker::PhantomData<fn(&Q)>);
+
+impl<KF, Q: ?Sized> ByRef<KF, Q> {
+    /// The key `key` borrows from a record (the bound gives a closure its higher-ranked type).
+    pub(crate) fn new<T>(key: KF) -> Self
+    where
+        KF: for<'a> Fn(&'a T) -> &'a Q,
+    {
+        ByRef(key, std::marker::PhantomData)
+    }
+}
 
 impl<T, K: Key, KF: Fn(&T) -> K + Send> RecordKey<T, K> for ByValue<KF> {
     type Held = K;
@@ -78,11 +88,12 @@ where
     }
 }
 
-pub(crate) struct KeyedAggregate<T, K, A, O, KX: RecordKey<T, K>, I, F, R> {
+pub(crate) struct KeyedAggregate<T, K, A, O, KX: RecordKey<T, K>, I, S> {
     key: KX,
     init: I,
-    fold: F,
-    result: R,
+    /// Per record: `step(key, accumulator, record)` folds the record in and makes what is
+    /// emitted (it owns the record, so a result may move its fields instead of copying them).
+    step: S,
     state: KeyedValueState<K, A>,
     /// The block's key hashes (and keys, by value), between the two passes (kept for its
     /// allocation).
@@ -92,13 +103,12 @@ pub(crate) struct KeyedAggregate<T, K, A, O, KX: RecordKey<T, K>, I, F, R> {
     _input: std::marker::PhantomData<fn(T)>,
 }
 
-impl<T, K: Key, A: Clone, O, KX: RecordKey<T, K>, I, F, R> KeyedAggregate<T, K, A, O, KX, I, F, R> {
-    pub(crate) fn new(key: KX, init: I, fold: F, result: R, next: Box<dyn Collector<O>>) -> Self {
+impl<T, K: Key, A: Clone, O, KX: RecordKey<T, K>, I, S> KeyedAggregate<T, K, A, O, KX, I, S> {
+    pub(crate) fn new(key: KX, init: I, step: S, next: Box<dyn Collector<O>>) -> Self {
         KeyedAggregate {
             key,
             init,
-            fold,
-            result,
+            step,
             state: KeyedValueState::new(),
             keys: Vec::new(),
             out: Vec::new(),
@@ -108,15 +118,14 @@ impl<T, K: Key, A: Clone, O, KX: RecordKey<T, K>, I, F, R> KeyedAggregate<T, K, 
     }
 }
 
-impl<T, K, A, O, KX, I, F, R> Collector<T> for KeyedAggregate<T, K, A, O, KX, I, F, R>
+impl<T, K, A, O, KX, I, S> Collector<T> for KeyedAggregate<T, K, A, O, KX, I, S>
 where
     K: Key,
     A: Persist + Clone + Send + Sync + 'static,
     O: Send,
     KX: RecordKey<T, K>,
     I: Fn() -> A + Send,
-    F: FnMut(&mut A, T) + Send,
-    R: FnMut(&K, &A) -> O + Send,
+    S: FnMut(&K, &mut A, T) -> O + Send,
 {
     #[inline]
     fn batch(&mut self, records: &mut Vec<T>) -> Result<()> {
@@ -132,11 +141,11 @@ where
         //
         // Copy-on-write ownership is checked once for the run when no snapshot shares a page
         // (`owned_pages`), else per write.
-        let (key, init, fold, result, out) = (&self.key, &self.init, &mut self.fold, &mut self.result, &mut self.out);
+        let (key, init, step, out) = (&self.key, &self.init, &mut self.step, &mut self.out);
         out.reserve(records.len());
         match self.state.owned_pages() {
-            Some(mut pages) => fold_run(records, &mut self.keys, &mut pages, key, init, fold, result, out),
-            None => fold_run(records, &mut self.keys, &mut self.state, key, init, fold, result, out),
+            Some(mut pages) => fold_run(records, &mut self.keys, &mut pages, key, init, step, out),
+            None => fold_run(records, &mut self.keys, &mut self.state, key, init, step, out),
         }
         self.next.batch(&mut self.out)
     }
@@ -146,15 +155,13 @@ where
 
 /// Folds a run of records into their keys' accumulators in `state`, emitting each result.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn fold_run<T, K: Key, A, O, KX: RecordKey<T, K>>(
     records: &mut Vec<T>,
     keys: &mut Vec<(u64, KX::Held)>,
     state: &mut impl HashedEntries<K, A>,
     key: &KX,
     init: &impl Fn() -> A,
-    fold: &mut impl FnMut(&mut A, T),
-    result: &mut impl FnMut(&K, &A) -> O,
+    step: &mut impl FnMut(&K, &mut A, T) -> O,
     out: &mut Vec<O>,
 ) {
     crate::collector::move_in_blocks::<_, _, _, 32>(
@@ -170,8 +177,7 @@ fn fold_run<T, K: Key, A, O, KX: RecordKey<T, K>>(
         },
         |state, r, (hash, held)| {
             let (k, acc) = key.entry(state, hash, held, &r, init);
-            fold(acc, r);
-            out.push(result(k, acc));
+            out.push(step(k, acc, r));
         },
     );
 }
@@ -224,12 +230,48 @@ mod tests {
         let mut op = KeyedAggregate::new(
             ByValue(|x: &u8| *x),
             || 0u64,
-            |c: &mut u64, _x: u8| *c += 1,
-            |k: &u8, c: &u64| (*k, *c),
+            |k: &u8, c: &mut u64, _x: u8| {
+                *c += 1;
+                (*k, *c)
+            },
             Box::new(rec.clone()),
         );
         op.batch(&mut vec![1, 2, 1, 1, 2]).unwrap();
         assert_eq!(rec.lock().unwrap().records, vec![(1, 1), (2, 1), (1, 2), (1, 3), (2, 2)]);
+    }
+
+    /// A key borrowed from the record (`&str` of a `String`): the same running counts as by
+    /// value, over blocks and batches, with a snapshot forked after each batch (so the next run
+    /// takes the pages back write by write, then unchecked).
+    #[test]
+    fn a_key_borrowed_from_the_record_counts_as_one_made_from_it() {
+        use crate::state::Snapshot;
+        let rec = Arc::new(Mutex::new(Recorder::<(String, u64)>::default()));
+        let mut op = KeyedAggregate::new(
+            ByRef::new(|x: &String| x.as_str()),
+            || 0u64,
+            |k: &String, c: &mut u64, _x: String| {
+                *c += 1;
+                (k.clone(), *c)
+            },
+            Box::new(rec.clone()),
+        );
+        let mut expected = Vec::new();
+        let mut counts = std::collections::HashMap::new();
+        let mut forks = Vec::new();
+        for batch in [0..100u64, 100..101, 101..173, 173..300] {
+            let mut records: Vec<String> = batch.map(|i| format!("key-{}", i % 11)).collect();
+            for k in &records {
+                let c = counts.entry(k.clone()).or_insert(0u64);
+                *c += 1;
+                expected.push((k.clone(), *c));
+            }
+            op.batch(&mut records).unwrap();
+            forks.push(op.state.fork());
+        }
+        assert_eq!(rec.lock().unwrap().records, expected);
+        assert_eq!(op.state.len(), 11, "each key stored once");
+        assert_eq!(op.state.get(&"key-3".to_string()), counts.get("key-3"));
     }
 
     /// Keys that own memory, over several blocks of the prefetch and a batch that ends mid
@@ -240,8 +282,10 @@ mod tests {
         let mut op = KeyedAggregate::new(
             ByValue(|x: &String| x.clone()),
             || 0u64,
-            |c: &mut u64, _x: String| *c += 1,
-            |k: &String, c: &u64| (k.clone(), *c),
+            |k: &String, c: &mut u64, _x: String| {
+                *c += 1;
+                (k.clone(), *c)
+            },
             Box::new(rec.clone()),
         );
         let mut expected = Vec::new();

@@ -197,8 +197,8 @@ fn build(which: SimJob, parallelism: usize, corpus: Option<&Path>) -> (Job, SimO
         SimJob::Wordcount => job
             .text(TextSource::open(corpus.expect("word count has a corpus")).expect("the corpus was just written"))
             .words()
-            .key_by(|w: &Word| w.clone())
-            .aggregate(|| 0u64, |c: &mut u64, _| *c += 1, |w: &Word, c: &u64| (w.clone(), *c))
+            .key_by_ref(|w: &Word| w)
+            .aggregate_with_record(|| 0u64, |c: &mut u64, _: &Word| *c += 1, |w: Word, c: &u64| (w, *c))
             .named("count")
             .map(|(w, c)| (weir::record::hash_key(&w), c, 0))
             .collect_exactly_once(),

@@ -99,8 +99,8 @@ pub fn wordcount(input: TextSource, output: PathBuf, parallelism: usize, transac
 /// Each word with its running count.
 fn running_counts(words: weir::Stream<Word>) -> weir::Stream<(Word, u64)> {
     words
-        .key_by(|w: &Word| w.clone())
-        .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &Word, c: &u64| (w.clone(), *c))
+        .key_by_ref(|w: &Word| w)
+        .aggregate_with_record(|| 0u64, |c: &mut u64, _: &Word| *c += 1, |w: Word, c: &u64| (w, *c))
         .named("count")
 }
 
@@ -213,8 +213,9 @@ pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usiz
 }
 
 /// [`wordcount`] on owned `String` words instead of [`Word`]s (no checkpoints): the same
-/// words and output, each word its own heap allocation as it crosses the ring; keyed by
-/// reference (`key_by_ref`), so the state copies a word only the first time it sees it. For
+/// words and output, each word its own heap allocation as it crosses the ring and goes on to
+/// the output (`aggregate_with_record` moves it there); keyed by reference (`key_by_ref`), so
+/// the state copies a word only the first time it sees it. For
 /// comparing the two paths (`cargo bench --bench wordcount`).
 pub fn wordcount_strings(input: TextSource, output: PathBuf, parallelism: usize) -> Job {
     let job = Job::new("wordcount-strings").with_parallelism(parallelism);
@@ -223,7 +224,7 @@ pub fn wordcount_strings(input: TextSource, output: PathBuf, parallelism: usize)
             weir::record::for_each_word(line, |w| out.emit(w.as_str()))
         })
         .key_by_ref(|w: &String| w.as_str())
-        .aggregate(|| 0u64, |c: &mut u64, _w| *c += 1, |w: &String, c: &u64| (w.clone(), *c))
+        .aggregate_with_record(|| 0u64, |c: &mut u64, _: &String| *c += 1, |w: String, c: &u64| (w, *c))
         .named("count")
         .write_files(output, |(w, c): &(String, u64), out: &mut Vec<u8>| {
             out.extend_from_slice(w.as_bytes());

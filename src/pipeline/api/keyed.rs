@@ -35,8 +35,12 @@ impl<T: Record, K: Key, KF: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T,
     {
         let key = self.key.clone();
         let channels = self.keyed_channels();
+        let step = move |k: &K, acc: &mut A, r: T| {
+            fold(acc, r);
+            result(k, acc)
+        };
         self.stream.one_input("aggregate", Partitioning::KeyBy, channels, true, move |_, next| {
-            Ok(Box::new(KeyedAggregate::new(ByValue(key.clone()), init.clone(), fold.clone(), result.clone(), next)))
+            Ok(Box::new(KeyedAggregate::new(ByValue(key.clone()), init.clone(), step.clone(), next)))
         })
     }
 
@@ -196,12 +200,55 @@ where
         F: Fn(&mut A, T) + Clone + Send + 'static,
         R: Fn(&Q::Owned, &A) -> O + Clone + Send + 'static,
     {
+        self.stepping(init, move |k: &Q::Owned, acc: &mut A, r: T| {
+            fold(acc, r);
+            result(k, acc)
+        })
+    }
+
+    /// A running aggregate whose result is made from the record itself: `fold` updates the
+    /// key's accumulator from a reference to the record, then `result` takes the record (by
+    /// move) and the accumulator. What the record owns (a word's `String`) goes downstream
+    /// without a copy; nothing per record is cloned.
+    ///
+    /// ```
+    /// use weir::{Job, RunConfig, source::Generator};
+    /// let job = Job::new("counts");
+    /// let counts = job
+    ///     .generator(Generator::new(|i, _| format!("word-{}", i % 3)).count(9))
+    ///     .key_by_ref(|w: &String| w.as_str())
+    ///     .aggregate_with_record(|| 0u64, |c: &mut u64, _w: &String| *c += 1, |w: String, c: &u64| (w, *c))
+    ///     .collect();
+    /// job.execute(RunConfig::default()).unwrap();
+    /// assert!(counts.lock().unwrap().contains(&("word-1".to_string(), 3)));
+    /// ```
+    pub fn aggregate_with_record<A, O, I, F, R>(self, init: I, fold: F, result: R) -> Stream<O>
+    where
+        A: Persist + Clone + Send + Sync + 'static,
+        O: Record,
+        I: Fn() -> A + Clone + Send + 'static,
+        F: Fn(&mut A, &T) + Clone + Send + 'static,
+        R: Fn(T, &A) -> O + Clone + Send + 'static,
+    {
+        self.stepping(init, move |_: &Q::Owned, acc: &mut A, r: T| {
+            fold(acc, &r);
+            result(r, acc)
+        })
+    }
+
+    /// The keyed aggregate node: `step(key, accumulator, record)` per record.
+    fn stepping<A, O, I, S>(self, init: I, step: S) -> Stream<O>
+    where
+        A: Persist + Clone + Send + Sync + 'static,
+        O: Record,
+        I: Fn() -> A + Clone + Send + 'static,
+        S: Fn(&Q::Owned, &mut A, T) -> O + Clone + Send + 'static,
+    {
         let key = self.key.clone();
         let hash = self.key.clone();
         let channels = channels_of::<T, _>(Some(move |t: &T| hash_key(hash(t))));
         self.stream.one_input("aggregate", Partitioning::KeyBy, channels, true, move |_, next| {
-            let key = ByRef(key.clone(), std::marker::PhantomData);
-            Ok(Box::new(KeyedAggregate::new(key, init.clone(), fold.clone(), result.clone(), next)))
+            Ok(Box::new(KeyedAggregate::new(ByRef::new(key.clone()), init.clone(), step.clone(), next)))
         })
     }
 }
