@@ -24,7 +24,18 @@
 //!    to a sink ([`sink`]) or to the ring writers of its outgoing edges ([`channel`]).
 //!    Records are any owned [`Record`] type, moved into a ring and out of it with no
 //!    serialisation; text may use the compact [`Word`].
-//! 5. A full ring is backpressure: the writer holds its batch, `drain` reports it, and the
+//! 5. Records move in *runs*. A run is the records a producer publishes in one ring chunk
+//!    (a batch, or a key-by writer's share of one for each downstream subtask), between two
+//!    control entries; the gate moves a whole run out of the ring into its batch in one pass
+//!    (per record a tag compared and the bytes copied) and hands it on as one batch. A run is
+//!    never held back to fill: a producer publishes what its task handed it at once, so a
+//!    lone record is not delayed. A run is cut where a control entry lies in the ring (a
+//!    watermark, an in-band barrier, the end), at the turn's budget, and, with unaligned
+//!    checkpoints, at a slice's worth of records (so a priority barrier waits for one slice:
+//!    what is left of the run stays in the ring, in flight for its checkpoint). Keyed
+//!    operators take a run at a time: the keyed aggregate checks copy-on-write ownership
+//!    once for the run when no snapshot shares a page ([`state::PagedMap::owned_pages`]).
+//! 6. A full ring is backpressure: the writer holds its batch, `drain` reports it, and the
 //!    task takes no input until it has gone on; its worker serves its other tasks meanwhile.
 //!
 //! ## How a barrier flows, and where

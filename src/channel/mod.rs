@@ -1,9 +1,15 @@
 //! Channels: one `rtrb` SPSC ring per edge between two subtasks, and the entry format on it.
 //!
 //! Every entry is tagged ([`Entry`]): a record, a watermark, a checkpoint barrier, or end of
-//! stream. A *record batch* is the run of record entries one producer commits in
-//! one chunk: producers write whole batches with one atomic publish (`write_chunk_uninit`),
-//! consumers read whole chunks and commit once, so the ring's atomics are paid per batch.
+//! stream. A *run* is the record entries between two control entries: producers write whole
+//! batches with one atomic publish (`write_chunk_uninit`), and the gate moves a run out in
+//! one pass and one commit (`move_run`), so the ring's atomics are paid per run and the per-
+//! record cost is a tag compared and the record's bytes copied. Entries stay one per slot, so
+//! a position in the ring is a sequence number (what captures, priority barriers and
+//! republished barriers name), and a run may be cut at any record: where a control entry
+//! lies, at the turn's budget, or between slices (unaligned checkpoints). A slot never drops
+//! its entry (`Slot`): the gate copies a run's records out and frees their slots; the reader
+//! drops what is left when it goes.
 //!
 //! Nothing is held back to fill a batch: a writer publishes what its task hands it at once, so a
 //! lone record is not delayed (the flush bound is the task's own batch). When a ring is full the
