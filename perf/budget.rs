@@ -2,7 +2,7 @@
 //! `perf/instructions.sh` counts the instructions of (under callgrind, where counts are the
 //! same on a busy machine and a quiet one).
 //!
-//! `budget W1|W2|W2p2|W3|wordcount|wordcount-strings|q5 N [SCRATCH]`: N records (word count: a
+//! `budget W1|W2|W2p2|W3|W5|wordcount|wordcount-strings|q5 N [SCRATCH]`: N records (word count: a
 //! generated corpus of N words under SCRATCH; q5: N Nexmark events). Prints the records
 //! processed.
 
@@ -18,7 +18,7 @@ use weir::{Job, RunConfig, Window};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let usage = "usage: budget W1|W2|W2p2|W3|wordcount|wordcount-strings|q5 N [SCRATCH]";
+    let usage = "usage: budget W1|W2|W2p2|W3|W5|wordcount|wordcount-strings|q5 N [SCRATCH]";
     let (Some(workload), Some(n)) = (args.first(), args.get(1).and_then(|n| n.parse::<u64>().ok())) else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -45,6 +45,15 @@ fn main() {
             .key_by(|r: &(u64, u64)| r.0)
             .reduce(|a, b| (a.0, a.1 + b.1))
             .named("sum")
+            .discard(),
+        // W5's path (W2's, keeping each key's newest record, with the latency probe), at full
+        // speed: what a record costs when the source is not paced.
+        "W5" => job
+            .generator(Generator::new(|i, now_ns| (i % 10_000, now_ns)).count(n))
+            .key_by(|r: &(u64, u64)| r.0)
+            .reduce(|_, b| *b)
+            .named("latest")
+            .measure_latency(|r: &(u64, u64)| r.1)
             .discard(),
         "W3" => job
             .generator(Generator::new(|i, _| (i % 1000, i)).count(n))
