@@ -417,6 +417,14 @@ impl CoordinatorCore {
     fn take_config(&mut self, config: CheckpointConfig) {
         if let Some(live) = &self.s.live {
             live.apply(&config);
+            // Configurations taking turns, one of which overtakes: the gates slice records in
+            // the aligned turns too. Else a task takes whole chunks while an aligned checkpoint
+            // is in force, and the next unaligned barrier, injected by a source on the same
+            // worker, waits for such a chunk of slow records: the lab's unaligned checkpoints
+            // on a backlog of 100 µs records took 86 ms, against 6 ms run alone.
+            if self.turns.0.iter().any(|c| c.mode.may_overtake()) {
+                live.slice_records();
+            }
         }
         self.s.config = config;
     }
@@ -433,8 +441,9 @@ impl CoordinatorCore {
     fn tick(&mut self, now: u64) {
         let update = self.s.update.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(new) = update {
-            self.take_config(new[0].clone());
+            let first = new[0].clone();
             self.turns = (if new.len() > 1 { new } else { Vec::new() }, 0);
+            self.take_config(first);
         }
         if !self.expire(now) || self.refuses_checkpoints() {
             return;
@@ -1114,6 +1123,32 @@ mod tests {
             update: Arc::default(),
             live: None,
         })
+    }
+
+    /// The checkpoint lab's unaligned checkpoints on a backlog of 100 µs records took 86 ms,
+    /// against 6 ms for unaligned checkpoints alone: each aligned turn turned the gates'
+    /// slicing off, a task took whole chunks of slow records, and the next unaligned barrier,
+    /// injected by a source on the same worker, waited behind one. Records stay sliced
+    /// through every turn when one of the turns overtakes; an aligned job alone does not
+    /// slice.
+    #[test]
+    fn records_stay_sliced_through_the_aligned_turns_of_the_lab() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CheckpointConfig::new(dir.path()).interval(Duration::from_millis(10));
+        let live = Arc::new(crate::checkpoint::task::LiveSettings::new(&config));
+        let mut core = core_with(config.clone());
+        core.s.live = Some(live.clone());
+        let turns = vec![
+            config.clone().mode(crate::checkpoint::CheckpointMode::Aligned),
+            config.clone().mode(crate::checkpoint::CheckpointMode::Unaligned),
+        ];
+        *core.s.update.lock().unwrap() = Some(turns);
+        core.on_tick(ns(Duration::from_millis(20)));
+        assert_eq!(core.s.config.mode, crate::checkpoint::CheckpointMode::Aligned, "the first turn is in force");
+        assert!(live.unaligned(), "records are sliced in the aligned turn");
+        *core.s.update.lock().unwrap() = Some(vec![config.clone().mode(crate::checkpoint::CheckpointMode::Aligned)]);
+        core.on_tick(ns(Duration::from_millis(40)));
+        assert!(!live.unaligned(), "an aligned configuration alone does not slice");
     }
 
     /// What the tasks would acknowledge for `barrier`: their (empty) snapshots, written.

@@ -41,8 +41,8 @@ pub(crate) struct LiveSettings {
     inflight_budget: AtomicU64,
     /// The job's input channels (the budget's shares).
     channels: AtomicU64,
-    /// Unaligned checkpoints on: gates hand records on in slices, so a priority barrier waits
-    /// for a slice of work rather than a chunk of it.
+    /// Unaligned checkpoints on (or taking turns with aligned ones): gates hand records on in
+    /// slices, so a priority barrier waits for a slice of work rather than a chunk of it.
     unaligned: AtomicBool,
     /// Checkpoints asked for in full (an incremental job's, on demand): their tasks write
     /// every page and refer to no earlier checkpoint. Marked before their barriers go out.
@@ -69,6 +69,12 @@ impl LiveSettings {
         self.alignment_timeout_ns.store(timeout, Ordering::Relaxed);
         self.inflight_budget.store(cfg.mode.inflight_budget().unwrap_or(u64::MAX), Ordering::Relaxed);
         self.unaligned.store(cfg.mode.may_overtake(), Ordering::Relaxed);
+    }
+
+    /// Gates hand records on in slices whatever the configuration in force says (checkpoint
+    /// configurations take turns, and one of them overtakes).
+    pub(crate) fn slice_records(&self) {
+        self.unaligned.store(true, Ordering::Relaxed);
     }
 
     /// Checkpoint `id` is to be full: stored before its barriers go out, so every task that
