@@ -265,6 +265,44 @@ fn key_by_writes_each_consumer_its_records_in_order_through_tiny_rings() {
     }
 }
 
+/// Every schedule of two actors (0 the producer, 1 the consumer) over a system `new` makes:
+/// `step(system, actor)` moves one actor and says whether anything changed; a schedule ends
+/// when neither can move, and `check` gets the system replayed to that point. Returns the
+/// schedules explored.
+fn explore_two<R>(
+    new: impl Fn() -> R,
+    step: impl Fn(&mut R, usize) -> bool,
+    mut check: impl FnMut(R, &[usize]),
+) -> usize {
+    let mut complete = 0;
+    let mut stack: Vec<Vec<usize>> = vec![Vec::new()];
+    while let Some(prefix) = stack.pop() {
+        assert!(prefix.len() < 100, "a schedule did not terminate: {prefix:?}");
+        let replay = |extra: Option<usize>| {
+            let mut r = new();
+            let mut moved = false;
+            for &a in prefix.iter().chain(extra.iter()) {
+                moved = step(&mut r, a);
+            }
+            (r, moved)
+        };
+        let mut extended = false;
+        for actor in 0..2 {
+            if replay(Some(actor)).1 {
+                let mut next = prefix.clone();
+                next.push(actor);
+                stack.push(next);
+                extended = true;
+            }
+        }
+        if !extended {
+            check(replay(None).0, &prefix);
+            complete += 1;
+        }
+    }
+    complete
+}
+
 /// One schedule's run of [`priority_barriers_overtake_and_capture_exactly_the_in_flight_records`]:
 /// the producer's writer and step, the consumer's gate and log, where it snapshotted.
 struct PriorityRun {
@@ -337,61 +375,43 @@ fn priority_barriers_overtake_and_capture_exactly_the_in_flight_records() {
         }
     };
     for (capacity, budget) in [1, 2, 3].into_iter().flat_map(|c| [1, 2, 8].map(|b| (c, b))) {
-        let mut complete = 0;
-        let mut stack: Vec<Vec<usize>> = vec![Vec::new()];
-        while let Some(prefix) = stack.pop() {
-            assert!(prefix.len() < 100, "a schedule did not terminate: {prefix:?}");
-            let replay = |extra: Option<usize>| {
-                let mut r = new_run(capacity);
-                let mut moved = false;
-                for &a in prefix.iter().chain(extra.iter()) {
-                    moved = if a == 0 {
-                        produce_priority(&mut r, &before, &after, barrier)
-                    } else {
-                        consume_priority(&mut r, budget)
-                    };
-                }
-                (r, moved)
-            };
-            let mut extended = false;
-            for actor in 0..2 {
-                if replay(Some(actor)).1 {
-                    let mut next = prefix.clone();
-                    next.push(actor);
-                    stack.push(next);
-                    extended = true;
-                }
+        let step = |r: &mut PriorityRun, actor: usize| {
+            if actor == 0 {
+                produce_priority(r, &before, &after, barrier)
+            } else {
+                consume_priority(r, budget)
             }
-            if extended {
-                continue;
-            }
-            let (mut r, _) = replay(None);
-            assert!(r.gate.is_finished(), "deadlock: {prefix:?}");
-            let (read_at_snapshot, seq) = r.snapshot_at.expect("the barrier was seen");
-            assert_eq!(seq, before.len() as u64, "S counts the records written (or staged) before the barrier");
-            assert!(read_at_snapshot <= seq, "consumed past the barrier before seeing it: {prefix:?}");
-            assert!(r.gate.capture_complete(1), "in-flight data incomplete at the end: {prefix:?}");
-            let captured: Vec<u64> = r
-                .gate
-                .take_capture(1)
-                .into_iter()
-                .flat_map(|(_, es)| es.decode::<u64>().unwrap())
-                .map(|e| match e {
-                    Entry::Record(v) => v,
-                    other => panic!("unexpected in-flight entry {other:?}"),
-                })
-                .collect();
-            assert_eq!(captured, before[read_at_snapshot as usize..], "schedule {prefix:?}");
-            let all: Vec<Event> = r.log.0.lock().unwrap().clone();
-            let records: Vec<u64> =
-                all.iter().filter_map(|e| if let Event::Record(v) = e { Some(*v) } else { None }).collect();
-            assert_eq!(
-                records,
-                [before.clone(), after.clone()].concat(),
-                "every record is still delivered once, in order"
-            );
-            complete += 1;
-        }
+        };
+        let complete = explore_two(
+            || new_run(capacity),
+            step,
+            |mut r, prefix| {
+                assert!(r.gate.is_finished(), "deadlock: {prefix:?}");
+                let (read_at_snapshot, seq) = r.snapshot_at.expect("the barrier was seen");
+                assert_eq!(seq, before.len() as u64, "S counts the records written (or staged) before the barrier");
+                assert!(read_at_snapshot <= seq, "consumed past the barrier before seeing it: {prefix:?}");
+                assert!(r.gate.capture_complete(1), "in-flight data incomplete at the end: {prefix:?}");
+                let captured: Vec<u64> = r
+                    .gate
+                    .take_capture(1)
+                    .into_iter()
+                    .flat_map(|(_, es)| es.decode::<u64>().unwrap())
+                    .map(|e| match e {
+                        Entry::Record(v) => v,
+                        other => panic!("unexpected in-flight entry {other:?}"),
+                    })
+                    .collect();
+                assert_eq!(captured, before[read_at_snapshot as usize..], "schedule {prefix:?}");
+                let all: Vec<Event> = r.log.0.lock().unwrap().clone();
+                let records: Vec<u64> =
+                    all.iter().filter_map(|e| if let Event::Record(v) = e { Some(*v) } else { None }).collect();
+                assert_eq!(
+                    records,
+                    [before.clone(), after.clone()].concat(),
+                    "every record is still delivered once, in order"
+                );
+            },
+        );
         assert!(
             complete >= if capacity == 1 { 1 } else { 5 },
             "capacity {capacity} budget {budget}: {complete} schedules"
@@ -463,41 +483,27 @@ fn in_band_barriers_and_watermarks_cut_runs_exactly() {
         events.iter().filter_map(|e| if let Event::Record(v) = e { Some(*v) } else { None }).collect()
     };
     for (capacity, budget) in [1, 2, 3, 4].into_iter().flat_map(|c| [1, 2, 3, 8].map(|b| (c, b))) {
-        let mut complete = 0;
-        let mut stack: Vec<Vec<usize>> = vec![Vec::new()];
-        while let Some(prefix) = stack.pop() {
-            assert!(prefix.len() < 100, "a schedule did not terminate: {prefix:?}");
-            let replay = |extra: Option<usize>| {
-                let mut r = new_run(capacity);
-                let mut moved = false;
-                for &a in prefix.iter().chain(extra.iter()) {
-                    moved = if a == 0 { produce_in_band(&mut r) } else { consume_in_band(&mut r, budget) };
-                }
-                (r, moved)
-            };
-            let mut extended = false;
-            for actor in 0..2 {
-                if replay(Some(actor)).1 {
-                    let mut next = prefix.clone();
-                    next.push(actor);
-                    stack.push(next);
-                    extended = true;
-                }
+        let step = |r: &mut InBandRun, actor: usize| {
+            if actor == 0 {
+                produce_in_band(r)
+            } else {
+                consume_in_band(r, budget)
             }
-            if extended {
-                continue;
-            }
-            let (r, _) = replay(None);
-            assert!(r.gate.is_finished(), "deadlock: {prefix:?}");
-            let at_barrier = r.at_barrier.expect("the barrier was delivered");
-            assert_eq!(records(&at_barrier), [1, 2, 3, 4, 5], "the barrier cuts the runs exactly: {prefix:?}");
-            let all = r.log.0.lock().unwrap().clone();
-            assert_eq!(records(&all), (1..=7).collect::<Vec<_>>(), "every record once, in order: {prefix:?}");
-            let wm = all.iter().position(|e| *e == Event::Watermark(3)).expect("the watermark arrives");
-            assert_eq!(records(&all[..wm]), [1, 2, 3], "the watermark between its runs: {prefix:?}");
-            assert_eq!((all.last(), all.iter().filter(|e| **e == Event::End).count()), (Some(&Event::End), 1));
-            complete += 1;
-        }
+        };
+        let complete = explore_two(
+            || new_run(capacity),
+            step,
+            |r, prefix| {
+                assert!(r.gate.is_finished(), "deadlock: {prefix:?}");
+                let at_barrier = r.at_barrier.expect("the barrier was delivered");
+                assert_eq!(records(&at_barrier), [1, 2, 3, 4, 5], "the barrier cuts the runs exactly: {prefix:?}");
+                let all = r.log.0.lock().unwrap().clone();
+                assert_eq!(records(&all), (1..=7).collect::<Vec<_>>(), "every record once, in order: {prefix:?}");
+                let wm = all.iter().position(|e| *e == Event::Watermark(3)).expect("the watermark arrives");
+                assert_eq!(records(&all[..wm]), [1, 2, 3], "the watermark between its runs: {prefix:?}");
+                assert_eq!((all.last(), all.iter().filter(|e| **e == Event::End).count()), (Some(&Event::End), 1));
+            },
+        );
         assert!(complete >= if capacity == 1 { 1 } else { 5 }, "capacity {capacity} budget {budget}: {complete}");
     }
 }
