@@ -32,15 +32,10 @@ fn main() {
             .map(|x: u64| x.wrapping_mul(3))
             .filter(|x| x % 2 == 0)
             .discard(),
-        "W2" => job
-            .generator(Generator::new(|i, _| (i % 10_000, 1u64)).count(n))
-            .key_by(|r: &(u64, u64)| r.0)
-            .reduce(|a, b| (a.0, a.1 + b.1))
-            .named("sum")
-            .discard(),
-        // W2 at parallelism 2 (two source and two sum subtasks on the one worker): the key-by
-        // that routes each record to one of two rings, which parallelism 1 skips.
-        "W2p2" => job
+        // W2p2: W2 at parallelism 2 (two source and two sum subtasks on the one worker; the job's
+        // parallelism is set above): the key-by that routes each record to one of two rings,
+        // which parallelism 1 skips.
+        "W2" | "W2p2" => job
             .generator(Generator::new(|i, _| (i % 10_000, 1u64)).count(n))
             .key_by(|r: &(u64, u64)| r.0)
             .reduce(|a, b| (a.0, a.1 + b.1))

@@ -480,8 +480,6 @@ impl<T: Record, H: Fn(&T) -> u64 + Send> Collector<T> for ChannelWriter<T, H> {
                 }
                 last.write_records(records);
             }
-            // One downstream subtask owns every key group: the run goes whole, unhashed.
-            Partitioner::KeyBy { .. } if self.outs.len() == 1 => self.outs[0].write_records(records),
             Partitioner::KeyBy { hash, router } => {
                 // Each record moves straight into its ring's free slots, published once per
                 // batch and ring; only what does not fit is staged (it was all staged, then

@@ -222,7 +222,27 @@ where
 mod tests {
     use super::*;
     use crate::collector::Recorder;
+    use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
+
+    /// The counting step of the `String`-keyed tests: one more for the key, emitted with it.
+    #[allow(clippy::ptr_arg)] // a step takes the key as the state stores it
+    fn count(k: &String, c: &mut u64, _x: String) -> (String, u64) {
+        *c += 1;
+        (k.clone(), *c)
+    }
+
+    /// What counting `records` after `counts` emits, in order (and `counts` after them).
+    fn running_counts(records: &[String], counts: &mut HashMap<String, u64>) -> Vec<(String, u64)> {
+        records
+            .iter()
+            .map(|k| {
+                let c = counts.entry(k.clone()).or_insert(0u64);
+                *c += 1;
+                (k.clone(), *c)
+            })
+            .collect()
+    }
 
     #[test]
     fn emits_a_running_count_per_key() {
@@ -247,25 +267,13 @@ mod tests {
     fn a_key_borrowed_from_the_record_counts_as_one_made_from_it() {
         use crate::state::Snapshot;
         let rec = Arc::new(Mutex::new(Recorder::<(String, u64)>::default()));
-        let mut op = KeyedAggregate::new(
-            ByRef::new(|x: &String| x.as_str()),
-            || 0u64,
-            |k: &String, c: &mut u64, _x: String| {
-                *c += 1;
-                (k.clone(), *c)
-            },
-            Box::new(rec.clone()),
-        );
+        let mut op = KeyedAggregate::new(ByRef::new(|x: &String| x.as_str()), || 0u64, count, Box::new(rec.clone()));
         let mut expected = Vec::new();
-        let mut counts = std::collections::HashMap::new();
+        let mut counts = HashMap::new();
         let mut forks = Vec::new();
         for batch in [0..100u64, 100..101, 101..173, 173..300] {
             let mut records: Vec<String> = batch.map(|i| format!("key-{}", i % 11)).collect();
-            for k in &records {
-                let c = counts.entry(k.clone()).or_insert(0u64);
-                *c += 1;
-                expected.push((k.clone(), *c));
-            }
+            expected.extend(running_counts(&records, &mut counts));
             op.batch(&mut records).unwrap();
             forks.push(op.state.fork());
         }
@@ -279,24 +287,12 @@ mod tests {
     #[test]
     fn owned_keys_over_many_blocks_are_counted_in_order() {
         let rec = Arc::new(Mutex::new(Recorder::<(String, u64)>::default()));
-        let mut op = KeyedAggregate::new(
-            ByValue(|x: &String| x.clone()),
-            || 0u64,
-            |k: &String, c: &mut u64, _x: String| {
-                *c += 1;
-                (k.clone(), *c)
-            },
-            Box::new(rec.clone()),
-        );
+        let mut op = KeyedAggregate::new(ByValue(|x: &String| x.clone()), || 0u64, count, Box::new(rec.clone()));
         let mut expected = Vec::new();
-        let mut counts = std::collections::HashMap::new();
+        let mut counts = HashMap::new();
         for batch in [0..100u64, 100..101, 101..173] {
             let mut records: Vec<String> = batch.map(|i| format!("key-{}", i % 7)).collect();
-            for k in &records {
-                let c = counts.entry(k.clone()).or_insert(0u64);
-                *c += 1;
-                expected.push((k.clone(), *c));
-            }
+            expected.extend(running_counts(&records, &mut counts));
             op.batch(&mut records).unwrap();
             assert!(records.is_empty());
         }

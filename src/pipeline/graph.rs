@@ -314,6 +314,9 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
                     // Upstream subtasks start at different targets so batches spread at once.
                     Partitioning::Rebalance => Partitioner::Rebalance { next: i % down },
                     Partitioning::Broadcast => Partitioner::Broadcast,
+                    // One downstream subtask owns every key group: its one ring takes each run
+                    // whole, unhashed.
+                    Partitioning::KeyBy if down == 1 => Partitioner::Forward,
                     Partitioning::KeyBy => Partitioner::KeyBy {
                         hash: hash.clone().expect("a key-by edge has a key hash"),
                         router: KeyRouter::new(spec.max_parallelism, down),

@@ -244,8 +244,7 @@ where
         I: Fn() -> A + Clone + Send + 'static,
         S: Fn(&Q::Owned, &mut A, T) -> O + Clone + Send + 'static,
     {
-        let key = self.key.clone();
-        let hash = self.key.clone();
+        let (key, hash) = (self.key.clone(), self.key);
         let channels = channels_of::<T, _>(Some(move |t: &T| hash_key(hash(t))));
         self.stream.one_input("aggregate", Partitioning::KeyBy, channels, true, move |_, next| {
             Ok(Box::new(KeyedAggregate::new(ByRef::new(key.clone()), init.clone(), step.clone(), next)))
