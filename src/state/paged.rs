@@ -255,16 +255,19 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     fn page_mut<const CHECKED: bool>(&mut self, p: usize) -> &mut Page<K, V> {
         // Every write comes here: the check is inlined, taking the page (after a snapshot, once
         // per page) is not.
+        debug_assert!(p < self.pages.len(), "page {p} of {}", self.pages.len());
         if CHECKED && !self.owned[p] {
             self.take_page(p);
         }
         debug_assert!(self.owned[p], "a write to page {p}, which a snapshot may share");
         debug_assert_eq!(Arc::strong_count(&self.pages[p]), 1, "an owned page is unshared");
-        // SAFETY: `owned[p]` is true only while this map holds the only reference to the page
-        // (see the module invariant: set after `get_mut` succeeded or a fresh `Arc::new`, and
-        // cleared by `fork` before any clone leaves the map; the map never makes `Weak`s). With
-        // `&mut self`, this is the only access to the page, so a unique reference is sound.
-        unsafe { &mut *(Arc::as_ptr(&self.pages[p]) as *mut Page<K, V>) }
+        // SAFETY: `p` is a masked slot's page (`i >> PAGE_SHIFT` with `i <= mask`; the map has
+        // `(mask + 1) / PAGE_SLOTS` pages) or restore's page below their count, so it exists. `owned[p]` is true only
+        // while this map holds the only reference to the page (see the module invariant: set
+        // after `get_mut` succeeded or a fresh `Arc::new`, and cleared by `fork` before any
+        // clone leaves the map; the map never makes `Weak`s). With `&mut self`, this is the
+        // only access to the page, so a unique reference is sound.
+        unsafe { &mut *(Arc::as_ptr(self.pages.get_unchecked(p)) as *mut Page<K, V>) }
     }
 
     /// Makes page `p` this map's own: copied if a snapshot shares it, and given a new version.
