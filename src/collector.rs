@@ -67,6 +67,13 @@ pub trait Collector<T>: Send {
     fn restore_rescaled(&mut self, _parts: &[(usize, &[u8])], _scope: &KeyScope) -> Result<()> {
         Err(crate::Error::config("this operator's state cannot be restored at another parallelism"))
     }
+
+    /// Restores this operator's state from the fork its [`Collector::snapshot_state`]
+    /// captured, kept in this process (local recovery). By default from the fork's encoding;
+    /// keyed state takes the fork's pages back as they are.
+    fn restore_local(&mut self, fork: &dyn ForkedState) -> Result<()> {
+        self.restore_state(&crate::snapshot::encoded(fork)?)
+    }
 }
 
 impl<T, C: Collector<T> + ?Sized> Collector<T> for Box<C> {
@@ -103,6 +110,9 @@ impl<T, C: Collector<T> + ?Sized> Collector<T> for Box<C> {
     }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &KeyScope) -> Result<()> {
         (**self).restore_rescaled(parts, scope)
+    }
+    fn restore_local(&mut self, fork: &dyn ForkedState) -> Result<()> {
+        (**self).restore_local(fork)
     }
 }
 

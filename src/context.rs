@@ -251,6 +251,13 @@ impl TaskContext {
         self.restored.as_ref().and_then(|r| r.get(&self.operator, self.subtask))
     }
 
+    /// This subtask's own part as the fork the process kept (local recovery), when the state
+    /// was restored from memory at the parallelism it was saved with.
+    pub(crate) fn restored_fork(&self) -> Option<crate::snapshot::SharedFork> {
+        let r = self.restored.as_ref()?;
+        (r.saved_parallelism(&self.operator) == self.parallelism).then(|| r.local(&self.operator, self.subtask))?
+    }
+
     /// What this subtask restores: nothing, its own part, or — when the state was saved at
     /// another parallelism — every old subtask's part and the key groups it now owns.
     pub fn restore_view(&self) -> RestoreView<'_> {

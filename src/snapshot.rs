@@ -106,12 +106,27 @@ pub trait ForkedState: Send {
     /// does (a sink's pre-commit) must happen once and hand on the same chunks each time.
     fn write_chunks(&self, out: &mut dyn StateChunks) -> io::Result<()>;
 
+    /// The captured state itself, for an operator that can take it back as it is (local
+    /// recovery: a fork of copy-on-write pages becomes the live state again without being
+    /// encoded and decoded). `None`: the state is restored from its encoding.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     /// Writes the whole encoding to `out`; returns the bytes written.
     fn write_to(&self, out: &mut dyn Write) -> io::Result<u64> {
         let mut all = Concatenated { out, written: 0 };
         self.write_chunks(&mut all)?;
         Ok(all.written)
     }
+}
+
+/// `fork`'s whole encoding, in memory.
+pub(crate) fn encoded(fork: &dyn ForkedState) -> crate::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    fork.write_to(&mut bytes)
+        .map_err(|e| crate::Error::Checkpoint(format!("cannot encode a state kept in memory: {e}")))?;
+    Ok(bytes)
 }
 
 /// Receives a [`ForkedState`]'s encoding, chunk by chunk.
@@ -207,21 +222,60 @@ impl TaskSnapshot {
     }
 }
 
+/// A fork kept in this process for local recovery, shared by the attempts that may restore
+/// from it (a fork need not be `Sync`: whoever reads it holds the lock).
+pub(crate) type SharedFork = Arc<std::sync::Mutex<Box<dyn ForkedState>>>;
+
+/// One part of a restored state: its encoding, or (local recovery) the fork it was written
+/// from, encoded only if something asks for the bytes.
+#[derive(Default)]
+struct RestoredPart {
+    bytes: std::sync::OnceLock<Vec<u8>>,
+    local: Option<SharedFork>,
+}
+
+impl RestoredPart {
+    fn bytes(&self) -> &[u8] {
+        self.bytes.get_or_init(|| {
+            let mut bytes = Vec::new();
+            if let Some(fork) = &self.local {
+                // Only forks that hand themselves over are kept unencoded, and those encode
+                // into memory without failing (`LocalCheckpoint::restored`).
+                let fork = fork.lock().unwrap_or_else(|e| e.into_inner());
+                fork.write_to(&mut bytes).expect("a fork kept for local recovery encodes into memory");
+            }
+            bytes
+        })
+    }
+}
+
+impl std::fmt::Debug for RestoredPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.local, self.bytes.get()) {
+            (_, Some(b)) => write!(f, "{} bytes", b.len()),
+            (Some(_), None) => f.write_str("a fork in memory"),
+            (None, None) => f.write_str("nothing"),
+        }
+    }
+}
+
 /// The state a restarted job reads back: operator state by (operator, subtask).
 #[derive(Default, Debug)]
 pub struct RestoredState {
     /// The checkpoint it came from.
     pub checkpoint: u64,
-    parts: HashMap<(String, usize), Vec<u8>>,
+    parts: HashMap<(String, usize), RestoredPart>,
     /// Saved by another graph (a savepoint or checkpoint restored into a rescaled or changed
     /// job): in-flight data is re-routed, not replayed where it was.
     graph_changed: bool,
+    /// This process's copy of the checkpoint (local recovery), not read from its files.
+    from_memory: bool,
 }
 
 impl RestoredState {
     /// An empty restore of checkpoint `checkpoint`.
     pub fn new(checkpoint: u64) -> Self {
-        RestoredState { checkpoint, parts: HashMap::new(), graph_changed: false }
+        RestoredState { checkpoint, parts: HashMap::new(), graph_changed: false, from_memory: false }
     }
     /// Marks the state as saved by another graph than the one restoring it.
     pub(crate) fn set_graph_changed(&mut self) {
@@ -233,11 +287,29 @@ impl RestoredState {
     }
     /// Adds one part.
     pub fn insert(&mut self, operator: String, subtask: usize, bytes: Vec<u8>) {
-        self.parts.insert((operator, subtask), bytes);
+        self.parts.insert((operator, subtask), RestoredPart { bytes: bytes.into(), local: None });
+    }
+    /// Adds one part as the fork it was captured as (local recovery).
+    pub(crate) fn insert_local(&mut self, operator: String, subtask: usize, fork: SharedFork) {
+        self.parts.insert((operator, subtask), RestoredPart { bytes: Default::default(), local: Some(fork) });
     }
     /// The state of `operator` in `subtask`, if the checkpoint has one.
     pub fn get(&self, operator: &str, subtask: usize) -> Option<&[u8]> {
-        self.parts.get(&(operator.to_string(), subtask)).map(Vec::as_slice)
+        self.parts.get(&(operator.to_string(), subtask)).map(RestoredPart::bytes)
+    }
+    /// The fork `operator`'s state in `subtask` was captured as, when it was restored from
+    /// this process's memory and not yet encoded.
+    pub(crate) fn local(&self, operator: &str, subtask: usize) -> Option<SharedFork> {
+        let part = self.parts.get(&(operator.to_string(), subtask))?;
+        part.local.clone().filter(|_| part.bytes.get().is_none())
+    }
+    /// Whether the state came from this process's memory (local recovery), not from files.
+    pub fn from_memory(&self) -> bool {
+        self.from_memory
+    }
+    /// Marks the state as this process's copy of the checkpoint (local recovery).
+    pub(crate) fn set_from_memory(&mut self) {
+        self.from_memory = true;
     }
     /// Number of parts.
     pub fn len(&self) -> usize {
@@ -250,7 +322,7 @@ impl RestoredState {
     /// Every subtask's part of `operator`, by subtask.
     pub fn parts_of(&self, operator: &str) -> Vec<(usize, &[u8])> {
         let mut parts: Vec<(usize, &[u8])> =
-            self.parts.iter().filter(|((op, _), _)| op == operator).map(|((_, s), b)| (*s, b.as_slice())).collect();
+            self.parts.iter().filter(|((op, _), _)| op == operator).map(|((_, s), b)| (*s, b.bytes())).collect();
         parts.sort_by_key(|(s, _)| *s);
         parts
     }

@@ -14,6 +14,7 @@ mod io_faults;
 mod keyed_state;
 mod latency_causes;
 mod latest_sink;
+mod local_recovery;
 mod pacing;
 mod persist_derive;
 mod process;

@@ -119,6 +119,9 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) commits: Arc<CommitsApplied>,
     /// The parts this task wrote, and the part of a failed checkpoint kept for it.
     pub(crate) parts: Arc<TaskParts>,
+    /// Local recovery: where the snapshot goes once written (savepoints' too: a savepoint of a
+    /// checkpointed job is one of its checkpoints, copied).
+    pub(crate) local: Option<Arc<crate::checkpoint::local::LocalCopies>>,
     /// What it tells latency probes it is doing.
     pub(crate) activity: activity::ActivityReport,
 }
@@ -177,6 +180,7 @@ impl TaskCheckpointing {
         // A full checkpoint reuses nothing of an earlier one either.
         let full = self.pages.is_some() && self.live.is_full(id);
         let (parts, kept) = (self.parts.clone(), self.parts.kept().filter(|_| !full));
+        let local = self.local.clone();
         let write: SnapshotWrite = Box::new(move || {
             let start = clock.now_ns();
             let result = (|| {
@@ -230,6 +234,11 @@ impl TaskCheckpointing {
                 parts.written(part);
                 Ok(done)
             })();
+            // Kept before the acknowledgement, so a checkpoint the coordinator completes has
+            // every task's parts here.
+            if let (Ok(_), Some(local)) = (&result, local) {
+                local.written(id, task, snapshot.parts);
+            }
             TaskAck { checkpoint: id, task, result }
         });
         if self.writer.submit(write).is_err() {

@@ -75,6 +75,7 @@ fn adaptive_task(
         storage: Arc::new(CheckpointStorage::new(dir)),
         writer: Arc::new(InlineWriter(acks_tx)),
         pages: None,
+        local: None,
         faults: None,
         clock: Clock::manual(Arc::default()),
         aligner: BarrierAligner::new(channels),

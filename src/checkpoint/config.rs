@@ -302,6 +302,10 @@ pub struct CheckpointConfig {
     /// Incremental checkpoints: write only the state pages dirtied since the last completed
     /// checkpoint and refer to earlier files for the rest.
     pub incremental: bool,
+    /// Local recovery: a failover in a live process restores from the state of the last
+    /// completed checkpoint that the process kept in memory, not from its files (see
+    /// [`CheckpointConfig::local_recovery`]).
+    pub local_recovery: bool,
     /// How the job restarts after a failure.
     pub restart: RestartStrategy,
     /// Whether a recovery may remove committed sink output (see
@@ -340,6 +344,7 @@ impl CheckpointConfig {
             tolerable_failed_checkpoints: 3,
             retained: DEFAULT_RETAINED,
             incremental: false,
+            local_recovery: true,
             restart: RestartStrategy::FixedDelay { attempts: 10, delay: Duration::from_millis(100) },
             allow_retracting_output: false,
             faults: None,
@@ -392,6 +397,24 @@ impl CheckpointConfig {
     /// Turns incremental checkpoints on or off.
     pub fn incremental(mut self, incremental: bool) -> Self {
         self.incremental = incremental;
+        self
+    }
+    /// Turns local recovery on (the default) or off (`--local-recovery`, the file's and the
+    /// endpoint's `local-recovery`). On, the process keeps the state of its newest completed
+    /// checkpoint as the tasks captured it (copy-on-write forks: their pages are shared, not
+    /// copied), and a failover in the process restores from it in milliseconds instead of
+    /// reading the checkpoint's files; a restarted process reads the files. The cost: the
+    /// live state copies each page the first time it writes to it after a checkpoint (as it
+    /// does anyway while a checkpoint is being written), so up to a checkpoint's state more
+    /// memory.
+    ///
+    /// ```
+    /// use weir::checkpoint::CheckpointConfig;
+    /// let c = CheckpointConfig::new("/tmp/chk").local_recovery(false);
+    /// assert!(!c.local_recovery);
+    /// ```
+    pub fn local_recovery(mut self, on: bool) -> Self {
+        self.local_recovery = on;
         self
     }
     /// A checkpoint not complete after this long is aborted (`--checkpoint-timeout-ms`, the

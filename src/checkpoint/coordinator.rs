@@ -140,6 +140,9 @@ pub(crate) struct CoordinatorSetup {
     pub(crate) update: Arc<Mutex<Option<Vec<CheckpointConfig>>>>,
     /// The settings the tasks read at each checkpoint, stored when a new configuration is taken.
     pub(crate) live: Option<Arc<super::task::LiveSettings>>,
+    /// Local recovery: the tasks' parts kept in the process, made the copy as a checkpoint
+    /// completes.
+    pub(crate) local: Option<Arc<super::local::LocalCopies>>,
 }
 
 struct Pending {
@@ -756,6 +759,9 @@ impl CoordinatorCore {
     }
 
     fn abort(&mut self, id: u64) {
+        if let Some(local) = &self.s.local {
+            local.aborted(id);
+        }
         self.answer_savepoint(id, "it was aborted: the job is ending or failing");
         self.notify(CheckpointNotice::Aborted(id));
         if !self.is_kept(id) {
@@ -871,6 +877,9 @@ impl CoordinatorCore {
         self.retire_older(id, &metadata, foreign, in_use);
         if self.crashes_at(CrashPoint::BeforeCompletionNotice, id) {
             return Err(Error::Cancelled);
+        }
+        if let Some(local) = &self.s.local {
+            local.completed(id, self.s.tasks.len());
         }
         self.notify(CheckpointNotice::Complete(id));
         tracing::info!(
@@ -1122,6 +1131,7 @@ mod tests {
             crash: None,
             update: Arc::default(),
             live: None,
+            local: None,
         })
     }
 

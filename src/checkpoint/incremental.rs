@@ -3,6 +3,13 @@
 //! [`TaskSnapshot`] into a task file, writing only pages whose version that index lacks (all
 //! of them when checkpoints are full).
 //!
+//! Compaction: a checkpoint stops referring to a shared file whose pages the last one referred
+//! to are under half its bytes ([`COMPACT_BELOW_LIVE`]), or, once a task's checkpoint would
+//! refer to more than [`MAX_SHARED_FILES`] files, to those holding the fewest of its bytes:
+//! their pages are written again, from memory, into its own file, and retention deletes the
+//! old file once no retained checkpoint names it. So what a checkpoint refers to stays within
+//! twice its state and a bounded number of files, however long the chain runs.
+//!
 //! The index of a task moves forward only on a completion notice: a checkpoint in progress or
 //! aborted never becomes a reference, so every reference points into a file that a completed
 //! (and so retained, until a newer one completes) checkpoint names — or that a failed
@@ -12,7 +19,7 @@
 //! May touch: `checkpoint::storage`, `checkpoint::resume`, `error`, `prng`, `snapshot`,
 //! `state`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::sync::{Arc, Mutex};
 
@@ -56,6 +63,13 @@ struct PageIndexInner {
     kept: Option<(u64, Arc<PageLocations>)>,
 }
 
+/// A shared file is compacted when the pages the last checkpoint referred to in it are under
+/// this share of its bytes.
+pub const COMPACT_BELOW_LIVE: f64 = 0.5;
+/// The most shared files one task's part of a checkpoint refers to; beyond them, the files
+/// holding the fewest of its bytes are compacted.
+pub const MAX_SHARED_FILES: usize = 64;
+
 /// The pages a checkpoint may refer to: the last completed one's, and a kept part's.
 #[derive(Default)]
 struct Known {
@@ -64,6 +78,29 @@ struct Known {
 }
 
 impl Known {
+    /// The shared files this checkpoint stops referring to (see the module doc): by the
+    /// bytes the known pages hold in each.
+    fn to_compact(&self) -> HashSet<Arc<str>> {
+        let mut live: HashMap<&Arc<str>, u64> = HashMap::new();
+        let pages = self.completed.pages.values().chain(self.kept.iter().flat_map(|k| k.pages.values()));
+        for r in pages {
+            *live.entry(&r.file).or_default() += r.len;
+        }
+        let mut files: Vec<(u64, &Arc<str>)> = live.into_iter().map(|(f, b)| (b, f)).collect();
+        // Fewest live bytes first; ties by name, so every run decides alike.
+        files.sort_unstable();
+        let over = files.len().saturating_sub(MAX_SHARED_FILES);
+        files
+            .iter()
+            .enumerate()
+            .filter(|(i, (bytes, f))| {
+                let size = self.file(f).map_or(0, |d| d.bytes);
+                *i < over || (*bytes as f64) < COMPACT_BELOW_LIVE * size as f64
+            })
+            .map(|(_, (_, f))| (*f).clone())
+            .collect()
+    }
+
     fn page(&self, version: u64) -> Option<&PageRef> {
         self.completed.pages.get(&version).or_else(|| self.kept.as_ref()?.pages.get(&version))
     }
@@ -135,6 +172,8 @@ struct TaskFileBuilder<'a> {
     task: usize,
     /// References to pages stored earlier; `None` writes everything inline (full checkpoints).
     known: Option<Known>,
+    /// Shared files whose pages are written again rather than referred to (compaction).
+    compacted: HashSet<Arc<str>>,
     /// This checkpoint's own shared file (pages written now), opened at the first new page.
     own_file: Arc<str>,
     new_pages: Option<ChecksummedWriter>,
@@ -199,7 +238,7 @@ impl StateChunks for TaskFileBuilder<'_> {
             self.print.page(version, n);
             return Ok(n);
         };
-        let r = match known.page(version) {
+        let r = match known.page(version).filter(|r| !self.compacted.contains(&r.file)) {
             Some(r) => r.clone(),
             None => {
                 if self.new_pages.is_none() {
@@ -264,11 +303,13 @@ pub(crate) fn write_task_file(
     full: bool,
 ) -> Result<TaskFileWritten> {
     let id = snapshot.barrier.id;
+    let known = index.map(|i| if full { Known::default() } else { i.known() });
     let mut b = TaskFileBuilder {
         storage,
         id,
         task,
-        known: index.map(|i| if full { Known::default() } else { i.known() }),
+        compacted: known.as_ref().map(Known::to_compact).unwrap_or_default(),
+        known,
         own_file: CheckpointStorage::shared_name(id, task).into(),
         new_pages: None,
         scratch: Vec::new(),
@@ -415,6 +456,65 @@ mod tests {
         let restored = crate::checkpoint::load_dir(&sp).unwrap();
         assert_eq!(restored.state.get("counts", 0), Some(&full_bytes[latest as usize - 1][..]));
         assert!(restored.metadata.shared.is_empty());
+    }
+
+    /// A chain of 300 incremental checkpoints, every seventh aborted, where each checkpoint
+    /// rewrites one page in a sweep over the state (and a few hot keys): without compaction
+    /// each checkpoint's small file stayed live until the sweep came round again, and the
+    /// latest checkpoint referred to ever more files. With it, what each checkpoint refers to
+    /// stays within `MAX_SHARED_FILES` files and twice the state, retention leaves only what
+    /// the retained checkpoints name, and every checkpoint restores the live state.
+    #[test]
+    fn compaction_bounds_the_files_and_bytes_a_long_chain_refers_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::new(dir.path());
+        let index = PageIndex::default();
+        let mut state: KeyedValueState<u64, u64> = KeyedValueState::new();
+        let keys = 60_000u64;
+        for k in 0..keys {
+            state.put(k, k);
+        }
+        let mut completed = Vec::new();
+        let (mut most_files, mut compacted_some) = (0, false);
+        for id in 1..=300u64 {
+            // One key of every 240th: about one page of the sweep a checkpoint.
+            for j in 0..4 {
+                let k = (id * 240 + j * 61) % keys;
+                *state.get_or_insert_with(k, || 0) += id;
+            }
+            *state.get_or_insert_with(7, || 0) += 1;
+            let w = checkpoint(&storage, Some(&index), id, &mut state);
+            if id % 7 == 3 {
+                index.on_notice(CheckpointNotice::Aborted(id));
+                storage.discard(id);
+                continue;
+            }
+            index.on_notice(CheckpointNotice::Complete(id));
+            completed.push(id);
+            storage.retain(&mut completed, 2, &HashSet::new());
+            let referred: u64 = w.shared.iter().map(|s| s.bytes).sum();
+            most_files = most_files.max(w.shared.len());
+            assert!(w.shared.len() <= MAX_SHARED_FILES + 1, "checkpoint {id} refers to {} files", w.shared.len());
+            // Twice the state, and each file's header.
+            let slack = 2 * w.state_bytes + 4096 * w.shared.len() as u64;
+            assert!(referred <= slack, "checkpoint {id} refers to {referred} bytes for {} of state", w.state_bytes);
+            compacted_some |= id > 1 && w.written_bytes * 4 > w.state_bytes;
+            let got = storage.load(id).unwrap();
+            let mut back: KeyedValueState<u64, u64> = KeyedValueState::new();
+            back.restore(got.state.get("counts", 0).unwrap()).unwrap();
+            assert!(back.len() == state.len() && state.iter().all(|(k, v)| back.get(k) == Some(v)), "checkpoint {id}");
+        }
+        assert!(most_files > MAX_SHARED_FILES / 2, "the chain grew to {most_files} files: it did not test the bound");
+        // What `weir checkpoints` shows: the latest's own bytes, and the earlier files it needs.
+        let m = storage.metadata(*completed.last().unwrap()).unwrap();
+        let (own, shared, files) = m.own_and_shared_bytes();
+        assert_eq!(files + 1, m.shared.len(), "every shared file but its own is an earlier one's");
+        assert!(own > 0 && shared > own, "own {own}, shared {shared}");
+        assert!(compacted_some, "no checkpoint rewrote a file's pages");
+        let on_disk = std::fs::read_dir(dir.path().join(crate::checkpoint::SHARED_DIR)).unwrap().count();
+        let needed: HashSet<String> =
+            completed.iter().flat_map(|id| storage.metadata(*id).unwrap().shared.into_iter().map(|s| s.file)).collect();
+        assert_eq!(on_disk, needed.len(), "retention left only what the retained checkpoints name");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 mod config;
 pub(crate) mod coordinator;
 mod incremental;
+pub(crate) mod local;
 mod lock;
 pub(crate) mod recovery;
 pub(crate) mod resume;
@@ -22,6 +23,7 @@ pub(crate) mod task;
 pub use crate::snapshot::ModeKind;
 pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_RETAINED};
 pub use lock::{DirectoryLock, LOCK_FILE};
+pub use recovery::RestoreReport;
 pub use storage::{
     load_dir, read_finished, read_metadata, ChannelAlignment, CheckpointMetadata, CheckpointMirror, CheckpointStats,
     CheckpointStorage, FinishedJob, InMemoryObjectStore, Lineage, LoadedCheckpoint, ObjectStore, PartReuse,
@@ -33,7 +35,7 @@ pub use storage::{
 // tests and fuzz targets (which build and damage checkpoint files), not part of the API.
 #[doc(hidden)]
 pub(crate) use incremental::write_task_file;
-pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten};
+pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten, COMPACT_BELOW_LIVE, MAX_SHARED_FILES};
 #[doc(hidden)]
 pub use storage::{
     decode_file, encode_file, read_expected, read_file, write_file, write_finished, FileDigest, FileIdentity, FileKind,

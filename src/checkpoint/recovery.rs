@@ -11,9 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::config::CheckpointConfig;
+use super::local::LocalCopies;
 use super::storage::{
-    load_dir, read_finished, read_metadata, CheckpointMetadata, CheckpointStorage, SinkOutput, FINISHED_MARKER,
-    FORMAT_VERSION, METADATA_FILE,
+    load_dir, read_finished, read_metadata, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint, RecoveryPoint,
+    SinkOutput, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE,
 };
 use crate::context::Recovery;
 use crate::error::{Error, Result};
@@ -71,6 +72,16 @@ fn restore_line(what: &str, path: &Path, m: &CheckpointMetadata) -> String {
     )
 }
 
+/// Where an attempt's state came from (`/job`'s `last_restore`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RestoreReport {
+    /// The checkpoint (or savepoint) restored.
+    pub checkpoint: u64,
+    /// `memory` (local recovery: the process's copy of the checkpoint), `files` (the
+    /// checkpoint directory) or `savepoint` (the savepoint the job was told to start from).
+    pub from: &'static str,
+}
+
 /// What an attempt of a checkpointed job starts from.
 pub(crate) struct Recovered {
     pub(crate) storage: Arc<CheckpointStorage>,
@@ -80,6 +91,8 @@ pub(crate) struct Recovered {
     pub(crate) first_id: u64,
     /// Complete checkpoints up to the restored one (they take part in retention).
     pub(crate) completed: Vec<u64>,
+    /// What was restored, from where.
+    pub(crate) report: Option<RestoreReport>,
 }
 
 /// Refuses a checkpoint directory (`shown` as the user named it) whose job completed: this
@@ -108,11 +121,26 @@ fn refuse_a_finished_directory(cfg: &CheckpointConfig, job: &JobIdentity<'_>, sh
     Ok(())
 }
 
-/// Recovers checkpoint directory `cfg.dir` for `job`; messages go to `notes`.
+/// The process's copy of checkpoint directory `storage`'s newest complete checkpoint (local
+/// recovery), with its metadata: `None` when the process has none of that checkpoint (a
+/// newer one completed without every task's parts here, or local recovery is off).
+fn local_copy(storage: &CheckpointStorage, local: Option<&LocalCopies>) -> Option<LoadedCheckpoint> {
+    let copy = local?.latest()?;
+    let newest = storage.list().into_iter().rev().find(|&id| storage.is_complete(id))?;
+    if newest != copy.id {
+        return None;
+    }
+    Some(LoadedCheckpoint { metadata: storage.metadata(copy.id).ok()?, state: copy.restored()? })
+}
+
+/// Recovers checkpoint directory `cfg.dir` for `job`; messages go to `notes`. With `local`
+/// (local recovery), a copy of the newest complete checkpoint kept in the process is restored
+/// instead of its files.
 pub(crate) fn recover_directory(
     cfg: &CheckpointConfig,
     job: &JobIdentity<'_>,
     notes: &mut Vec<String>,
+    local: Option<&LocalCopies>,
 ) -> Result<Recovered> {
     let fingerprint = job.fingerprint;
     // Kept in an object store, the directory is the store (the folder is a working copy).
@@ -135,11 +163,22 @@ pub(crate) fn recover_directory(
             shown,
         )));
     }
-    let found = storage.latest_valid_with(&|id| {
-        if let Ok(m) = storage.metadata(id) {
-            (job.announce)(&restore_line("checkpoint", &storage.checkpoint_dir(id), &m));
+    let found = match local_copy(&storage, local) {
+        Some(c) => {
+            (job.announce)(&format!(
+                "restoring checkpoint {} of job '{}' from memory (this process's copy of {}: local recovery)",
+                c.metadata.checkpoint,
+                c.metadata.job,
+                storage.checkpoint_dir(c.metadata.checkpoint).display()
+            ));
+            RecoveryPoint { checkpoint: Some(c), skipped: Vec::new() }
         }
-    })?;
+        None => storage.latest_valid_with(&|id| {
+            if let Ok(m) = storage.metadata(id) {
+                (job.announce)(&restore_line("checkpoint", &storage.checkpoint_dir(id), &m));
+            }
+        })?,
+    };
     for (id, why) in &found.skipped {
         tracing::warn!(checkpoint = id, reason = %why, "checkpoint damaged, skipped");
         notes.push(format!("checkpoint {id} is damaged and was skipped: {why}"));
@@ -151,6 +190,7 @@ pub(crate) fn recover_directory(
     };
     let mut completed = Vec::new();
     let mut restored = None;
+    let mut report = None;
     if let Some(c) = found.checkpoint {
         if c.metadata.fingerprint != fingerprint {
             return Err(Error::config(format!(
@@ -163,8 +203,10 @@ pub(crate) fn recover_directory(
             )));
         }
         check_outputs(&c.metadata, job, &cfg.dir)?;
-        tracing::info!(checkpoint = c.metadata.checkpoint, job = %job.name, "restored from checkpoint");
-        notes.push(format!("restored from checkpoint {}", c.metadata.checkpoint));
+        let from = if c.state.from_memory() { "memory" } else { "files" };
+        tracing::info!(checkpoint = c.metadata.checkpoint, job = %job.name, from, "restored from checkpoint");
+        notes.push(format!("restored from checkpoint {} (from {from})", c.metadata.checkpoint));
+        report = Some(RestoreReport { checkpoint: c.metadata.checkpoint, from });
         // Every complete checkpoint up to the restored one takes part in retention.
         completed =
             storage.list().into_iter().filter(|&id| id <= c.metadata.checkpoint && storage.is_complete(id)).collect();
@@ -187,10 +229,11 @@ pub(crate) fn recover_directory(
         if let Some(r) = restore_from_savepoint(job, notes)? {
             first_id = first_id.max(r.checkpoint + 1);
             recovery.restored = Some(r.checkpoint);
+            report = Some(RestoreReport { checkpoint: r.checkpoint, from: "savepoint" });
             restored = Some(Arc::new(r));
         }
     }
-    Ok(Recovered { storage, restored, recovery, first_id, completed })
+    Ok(Recovered { storage, restored, recovery, first_id, completed, report })
 }
 
 /// The state of the savepoint (or checkpoint) the job was told to start from, checked against

@@ -49,6 +49,9 @@ macro_rules! keyed_state_checkpointing {
             let parts: Vec<&[u8]> = parts.iter().map(|(_, b)| *b).collect();
             $crate::state::KeyedState::restore_owned(&mut self.$state, &parts, scope)
         }
+        fn restore_local(&mut self, fork: &dyn $crate::snapshot::ForkedState) -> Result<()> {
+            $crate::state::Snapshot::restore_local(&mut self.$state, fork)
+        }
     };
 }
 

@@ -53,6 +53,8 @@ pub(crate) struct CheckpointWiring {
     pub(crate) storage: Arc<CheckpointStorage>,
     pub(crate) writer: Arc<dyn crate::checkpoint::task::SnapshotWriter>,
     pub(crate) commits: Arc<crate::checkpoint::task::CommitsApplied>,
+    /// Local recovery: where tasks keep what they wrote, for a failover in this process.
+    pub(crate) local: Option<Arc<crate::checkpoint::local::LocalCopies>>,
 }
 
 pub(crate) struct PlanEnv {
@@ -328,6 +330,7 @@ fn task_checkpointing(
         live: w.live.clone(),
         deferred: None,
         parts: Default::default(),
+        local: w.local.clone(),
     };
     (checkpointing, tx)
 }

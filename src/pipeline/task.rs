@@ -200,6 +200,10 @@ impl<T, C: Collector<T>> Collector<T> for Guarded<C> {
         let inner = &mut self.inner;
         guard(&self.ctx, || inner.restore_rescaled(parts, scope)).map_err(|e| naming_operator(&self.ctx, e))
     }
+    fn restore_local(&mut self, fork: &dyn ForkedState) -> Result<()> {
+        let inner = &mut self.inner;
+        guard(&self.ctx, || inner.restore_local(fork))
+    }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
         check_stream!(self, 0, watermark, watermark);
         self.metrics.watermarked(watermark);

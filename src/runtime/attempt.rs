@@ -19,6 +19,11 @@ pub(crate) struct AttemptShared {
     /// A checkpoint configuration changed on the running job (or several taking turns), for
     /// the coordinator running now (later attempts read the job's own, changed too).
     pub(crate) checkpoint_update: Arc<Mutex<Option<Vec<CheckpointConfig>>>>,
+    /// Local recovery: the state of the newest completed checkpoint, kept across attempts
+    /// (never across processes).
+    pub(crate) local: Arc<crate::checkpoint::local::LocalCopies>,
+    /// Where the newest attempt's state came from.
+    pub(crate) last_restore: Mutex<Option<crate::checkpoint::RestoreReport>>,
 }
 
 /// One attempt of a job: its workers and, with checkpointing, its coordinator. A failover
@@ -117,7 +122,9 @@ pub(crate) fn prepare_attempt(
     let (acks_tx, acks_rx) = std::sync::mpsc::channel();
     if let Some(cfg) = &graph.checkpointing {
         let lock = shared.lock.clone().expect("a checkpointed job holds its directory's lock");
-        let found = recover_directory(cfg, &identity(&graph, &fingerprint), notes)?;
+        let local = cfg.local_recovery.then_some(&*shared.local);
+        let found = recover_directory(cfg, &identity(&graph, &fingerprint), notes, local)?;
+        *shared.last_restore.lock().unwrap_or_else(|e| e.into_inner()) = found.report.clone();
         recovery = found.recovery;
         restored = found.restored;
         let writer = (env.writer)(acks_tx.clone());
@@ -135,6 +142,7 @@ pub(crate) fn prepare_attempt(
             storage: found.storage.clone(),
             writer: writer.clone(),
             commits: commits.clone(),
+            local: cfg.local_recovery.then(|| shared.local.clone()),
         });
         coordinator = Some((cfg.clone(), found.storage, found.first_id, found.completed, writer, commits, lock));
     } else {
@@ -165,6 +173,7 @@ pub(crate) fn prepare_attempt(
     let coordinator = coordinator.map(|(cfg, storage, first_id, completed, writer, commits, lock)| {
         let crash = env.crash.clone().or_else(|| cfg.faults.clone().map(|f| f as Arc<dyn CrashSchedule>));
         let outputs = sink_outputs(&graph);
+        let local = cfg.local_recovery.then(|| shared.local.clone());
         let core = CoordinatorCore::new(CoordinatorSetup {
             outputs,
             config: cfg,
@@ -183,6 +192,7 @@ pub(crate) fn prepare_attempt(
             crash,
             update: shared.checkpoint_update.clone(),
             live,
+            local,
         });
         PreparedCoordinator { core, endpoints: plan.endpoints, acks: acks_rx, writer, commits }
     });

@@ -52,6 +52,12 @@ impl JobController {
         self.progress().restarts
     }
 
+    /// What the current attempt restored and from where (memory: local recovery; files;
+    /// savepoint), if it restored anything.
+    pub fn last_restore(&self) -> Option<crate::checkpoint::RestoreReport> {
+        self.run.shared.last_restore.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Whether the job has ended for good.
     pub fn is_finished(&self) -> bool {
         self.progress().over
@@ -409,6 +415,20 @@ impl JobHandle {
     /// Restarts so far.
     pub fn restarts(&self) -> u32 {
         self.controller().restarts()
+    }
+
+    /// What the current attempt restored and from where (memory: local recovery; files;
+    /// savepoint), if it restored anything.
+    ///
+    /// ```no_run
+    /// # fn f(handle: &weir::JobHandle) {
+    /// if let Some(r) = handle.last_restore() {
+    ///     println!("restored checkpoint {} from {}", r.checkpoint, r.from);
+    /// }
+    /// # }
+    /// ```
+    pub fn last_restore(&self) -> Option<crate::checkpoint::RestoreReport> {
+        self.controller().last_restore()
     }
 
     /// Whether the current attempt is finishing: its final checkpoint started (every source

@@ -395,6 +395,11 @@ where
             }
             Err(e) => return Ok(Next::End(Err(format!("the job could not start: {e}")))),
         };
+        match shared.last_restore.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|r| r.from) {
+            Some("memory") => self.stats.restores_from_memory += 1,
+            Some("files") => self.stats.restores_from_files += 1,
+            _ => {}
+        }
         let restarts = self.restarts;
         let fail_soon = self.schedule.take(|f| *f == Fault::FailsAfterRestore(restarts)).is_some();
         let mut host_step = self.host.as_mut().map(|h| move |budget: usize| h.step(budget));

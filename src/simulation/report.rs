@@ -18,6 +18,11 @@ pub struct RunStats {
     pub resumed: u64,
     /// See `resumed`.
     pub parts_reused: u64,
+    /// Attempts that restored a checkpoint from the process's memory (local recovery), and
+    /// from its files.
+    pub restores_from_memory: u64,
+    /// See `restores_from_memory`.
+    pub restores_from_files: u64,
     /// Committed transactions withdrawn and computed again (damage reached a checkpoint
     /// whose output was committed).
     pub retractions: u64,

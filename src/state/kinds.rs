@@ -52,9 +52,12 @@ where
 /// A fork of a [`PagedMap`], written as its entries.
 pub(super) struct ForkedMap<K, V>(pub(super) PagedFork<K, V>);
 
-impl<K: Persist + Send + Sync, V: Persist + Send + Sync> ForkedState for ForkedMap<K, V> {
+impl<K: Persist + Send + Sync + 'static, V: Persist + Send + Sync + 'static> ForkedState for ForkedMap<K, V> {
     fn write_chunks(&self, out: &mut dyn StateChunks) -> std::io::Result<()> {
         self.0.write_chunks(out)
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 
@@ -115,6 +118,9 @@ impl<K: Key, T: 'static, A: Persist + Clone + Send + Sync + 'static> Snapshot fo
     }
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         self.values.restore(bytes)
+    }
+    fn restore_local(&mut self, fork: &dyn ForkedState) -> Result<()> {
+        self.values.restore_local(fork)
     }
 }
 
@@ -332,6 +338,9 @@ impl ForkedState for ForkedPair {
         self.1.write_chunks(out)?;
         out.bytes(&len.to_le_bytes())
     }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 /// Splits what [`ForkedPair`] wrote.
@@ -352,6 +361,15 @@ impl<A: Snapshot, B: Snapshot> Snapshot for (A, B) {
         let (a, b) = split_pair(bytes)?;
         self.0.restore(a)?;
         self.1.restore(b)
+    }
+    fn restore_local(&mut self, fork: &dyn ForkedState) -> Result<()> {
+        match fork.as_any().and_then(|f| f.downcast_ref::<ForkedPair>()) {
+            Some(ForkedPair(a, b)) => {
+                self.0.restore_local(&**a)?;
+                self.1.restore_local(&**b)
+            }
+            None => self.restore(&crate::snapshot::encoded(fork)?),
+        }
     }
 }
 

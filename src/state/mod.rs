@@ -42,6 +42,12 @@ pub trait Snapshot {
     fn fork(&mut self) -> Box<dyn ForkedState>;
     /// Replaces the state with what [`ForkedState::write_to`] wrote.
     fn restore(&mut self, bytes: &[u8]) -> Result<()>;
+    /// Replaces the state with a fork [`Snapshot::fork`] made, kept in this process (local
+    /// recovery). By default from the fork's encoding; paged state shares the fork's pages
+    /// again (copied on their first write, as after any fork).
+    fn restore_local(&mut self, fork: &dyn ForkedState) -> Result<()> {
+        self.restore(&crate::snapshot::encoded(fork)?)
+    }
 }
 
 /// One value per key (Flink's `ValueState`), local to a subtask, in copy-on-write pages: a
@@ -191,6 +197,16 @@ impl<K: Key + Sync, V: Persist + Clone + Send + Sync + 'static> Snapshot for Key
         self.map = kinds::read_map(bytes)?;
         Ok(())
     }
+
+    fn restore_local(&mut self, fork: &dyn ForkedState) -> Result<()> {
+        match fork.as_any().and_then(|f| f.downcast_ref::<kinds::ForkedMap<K, V>>()) {
+            Some(f) => {
+                self.map = PagedMap::from_fork(&f.0);
+                Ok(())
+            }
+            None => self.restore(&crate::snapshot::encoded(fork)?),
+        }
+    }
 }
 
 impl<K: Key, V: Persist + Clone> KeyedValueState<K, V> {
@@ -214,6 +230,35 @@ crate::debug_as_name!([K, V] KeyedValueState<K, V>);
 mod tests {
     use super::*;
     use crate::record::KeyScope;
+
+    /// Local recovery hands the fork's pages back without encoding them: the restored state
+    /// equals the snapshot, shares its pages (a write copies a page, never reaching the
+    /// fork), and a fork of another kind is restored from its encoding instead.
+    #[test]
+    fn a_fork_restored_locally_shares_its_pages_until_written() {
+        let mut s: KeyedValueState<u64, u64> = KeyedValueState::new();
+        for k in 0..5_000u64 {
+            *s.get_or_insert_with(k, || 0) = k * 2;
+        }
+        let fork = s.fork();
+        let mut bytes = Vec::new();
+        fork.write_to(&mut bytes).unwrap();
+
+        let mut local: KeyedValueState<u64, u64> = KeyedValueState::new();
+        local.restore_local(&*fork).unwrap();
+        assert!((0..5_000u64).all(|k| local.get(&k) == Some(&(k * 2))));
+        assert_eq!(local.map.copied_pages(), 0);
+        *local.get_or_insert_with(7, || 0) += 1;
+        assert_eq!(local.map.copied_pages(), 1, "the first write copies the page it shares with the fork");
+        let mut again = Vec::new();
+        fork.write_to(&mut again).unwrap();
+        assert_eq!(again, bytes, "the write did not reach the fork");
+
+        // A fork that is not this state's own: restored from its encoding.
+        let mut decoded: KeyedValueState<u64, u64> = KeyedValueState::new();
+        decoded.restore_local(&crate::snapshot::RawBytes(bytes)).unwrap();
+        assert!((0..5_000u64).all(|k| decoded.get(&k) == Some(&(k * 2))));
+    }
 
     thread_local! {
         static COMPARISONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };

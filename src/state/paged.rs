@@ -576,6 +576,22 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         self.len = 0;
     }
 
+    /// The map a fork was taken of, sharing the fork's pages (local recovery): pointer work,
+    /// one clone per page; each page is copied on its first write, as after [`Self::fork`].
+    pub fn from_fork(fork: &PagedFork<K, V>) -> Self {
+        let pages = fork.pages.len();
+        assert!(pages.is_power_of_two(), "a fork has a power of two of pages, not {pages}");
+        PagedMap {
+            pages: fork.pages.clone(),
+            owned: vec![false; pages],
+            unowned: pages,
+            versions: fork.versions.clone(),
+            mask: pages * PAGE_SLOTS - 1,
+            len: fork.len,
+            copied_pages: 0,
+        }
+    }
+
     /// Shares every page with the returned fork: pointer work, one clone per page.
     pub fn fork(&mut self) -> PagedFork<K, V> {
         self.owned.iter_mut().for_each(|o| *o = false);

@@ -40,17 +40,28 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
             CheckpointStatus::Valid(m) => {
                 row.push("valid".into());
                 row.push(job_cell(m));
+                let (own, shared, files) = m.own_and_shared_bytes();
+                row.push(weir::metrics::group_digits(own));
+                row.push(if files == 0 {
+                    "-".into()
+                } else {
+                    format!(
+                        "{} in {files} file{}",
+                        weir::metrics::group_digits(shared),
+                        if files == 1 { "" } else { "s" }
+                    )
+                });
                 row.extend(weir_ops::tables::stats_cells(&m.stats));
             }
             CheckpointStatus::Incomplete => {
                 row.push("incomplete (no _metadata: never completed)".into());
-                row.push(String::new());
+                row.extend(std::iter::repeat_n(String::new(), 3));
                 row.extend(std::iter::repeat_n(String::new(), weir_ops::tables::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Damaged(reason) => {
                 damaged += 1;
                 row.push(format!("DAMAGED: {reason}"));
-                row.push(String::new());
+                row.extend(std::iter::repeat_n(String::new(), 3));
                 row.extend(std::iter::repeat_n(String::new(), weir_ops::tables::STATS_COLUMNS.len()));
             }
             CheckpointStatus::Finished(f) => {
@@ -61,7 +72,9 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
         }
         rows.push(row);
     }
-    let mut header = vec!["folder", "status", "job (its sinks' output)"];
+    // Own: its task files and the pages it wrote; shared: earlier checkpoints' files it refers
+    // to (incremental checkpoints), which compaction keeps bounded.
+    let mut header = vec!["folder", "status", "job (its sinks' output)", "own bytes", "shared bytes"];
     header.extend(weir_ops::tables::STATS_COLUMNS);
     if !rows.is_empty() {
         print!("{}", weir_ops::tables::table(&header, &rows));

@@ -44,7 +44,7 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
     println!("{}", report.summary());
     eprintln!(
         "{:.0} seeds/s; per seed on average {} steps, {:.1} failovers, {:.1} crashes, {:.1} checkpoints; {} checkpoints \
-         resumed a failed one, reusing {} task parts; {} committed transactions withdrawn after damage; {} recoveries \
+         resumed a failed one, reusing {} task parts; {} restores from memory (local recovery), {} from files; {} committed transactions withdrawn after damage; {} recoveries \
          refused after damage (output that cannot be withdrawn); {} seeds kept their checkpoints in an object store, \
          {} checkpoints went up after a successor took it over; the golden run: {} records, {} checkpoints",
         report.seeds.len() as f64 / elapsed.max(1e-9),
@@ -54,6 +54,8 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
         report.seeds.iter().map(|s| s.stats.checkpoints as f64).sum::<f64>() / report.seeds.len() as f64,
         report.seeds.iter().map(|s| s.stats.resumed).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.parts_reused).sum::<u64>(),
+        report.seeds.iter().map(|s| s.stats.restores_from_memory).sum::<u64>(),
+        report.seeds.iter().map(|s| s.stats.restores_from_files).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.retractions).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.refusals).sum::<u64>(),
         report.seeds.iter().filter(|s| s.stats.in_store).count(),

@@ -166,7 +166,7 @@ fn folders_of_checkpoints_that_never_completed_are_removed_at_start_and_their_id
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    let restored = format!("restored from checkpoint {}", complete.last().unwrap());
+    let restored = format!("restored from checkpoint {} (from files)", complete.last().unwrap());
     assert!(handle.notes().contains(&restored), "{:?}", handle.notes());
     assert!(!storage.checkpoint_dir(stale).exists(), "the never-completed checkpoint {stale} is still there");
     assert!(report.checkpoints.iter().all(|c| c.id > stale), "an id was reused: {:?}", report.checkpoints);

@@ -270,6 +270,7 @@ fn every_checkpointing_command_takes_one_set_of_flags_and_a_file() {
         "--tolerable-failed-checkpoints",
         "--retained",
         "--incremental",
+        "--local-recovery",
         "--restart-strategy",
         "--restart-attempts",
         "--restart-delay-ms",
@@ -545,12 +546,19 @@ fn nexmark_queries_check_against_the_sequential_implementation() {
         assert!(t.contains("per core"), "{q}: {t}");
     }
     // A growing-state query with incremental checkpoints: the same rows.
-    let args = ["--checkpoint", "aligned", "--incremental", "--interval-ms", "20"];
+    let chk = tempfile::tempdir().unwrap();
+    let dir = chk.path().join("chk");
+    let args =
+        ["--checkpoint", "aligned", "--incremental", "--interval-ms", "20", "--checkpoint-dir", dir.to_str().unwrap()];
     let o =
         weir(&[&["nexmark", "--query", "q18", "--events", "300000", "--check", "--no-progress"][..], &args].concat());
     let t = text_of(&o);
     assert!(o.status.success() && t.contains("the same as the sequential implementation"), "{t}");
     assert!(t.contains("(incremental)"), "{t}");
+    // Each retained checkpoint's own bytes and the earlier files it refers to.
+    let o = weir(&["checkpoints", dir.to_str().unwrap()]);
+    let t = text_of(&o);
+    assert!(o.status.success() && t.contains("own bytes") && t.contains("shared bytes"), "{t}");
     assert_refused(&["nexmark", "--query", "q1", "--events", "5000000", "--check"], "at most");
 }
 

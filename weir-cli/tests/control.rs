@@ -72,6 +72,7 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
     assert!(ok && text.contains("\"checkpoint\":"), "{text}");
     let (_, text) = control(&addr, &["config"]);
     assert!(text.contains("\"min-pause-ms\": 7"), "the command's --min-pause-ms: {text}");
+    assert!(text.contains("\"local-recovery\": true"), "local recovery is on by default: {text}");
     let (ok, text) = control(&addr, &["config", "interval-ms=200", "min-pause-ms=10"]);
     assert!(ok && text.contains("\"interval-ms\": 200") && text.contains("\"min-pause-ms\": 10"), "{text}");
     // A duration with its unit where milliseconds are.
@@ -83,6 +84,7 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
         ("interval-ms=soon", "interval-ms=soon: invalid type: string \"soon\""),
         ("interval-ms=2d", "'2d' has the unknown unit 'd'"),
         ("incremental=true", "fixed for the job's life"),
+        ("local-recovery=false", "fixed for the job's life"),
         ("max-concurrent=0", "max-concurrent must be from 1 to 64, not 0"),
         ("mode=at-least-once", "fixed for the job's life"),
         ("checkpoint=at-least-once", "switches between aligned, unaligned"),

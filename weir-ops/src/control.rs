@@ -10,7 +10,7 @@
 //! | request | what |
 //! |---|---|
 //! | `GET /` | the dashboard: one page, its script bundled (`dashboard.html`), that reads the rest |
-//! | `GET /job` | the job: name, uptime, workers, records, restarts (JSON) |
+//! | `GET /job` | the job: name, uptime, workers, records, restarts, the last restore and where it came from (JSON) |
 //! | `POST /checkpoints` | a checkpoint now: `{"checkpoint": id}` once complete |
 //! | `GET /checkpoints` | completed checkpoints' statistics and failures (JSON) |
 //! | `POST /savepoints?dir=DIR` | a savepoint, the job going on: `{"savepoint": path}` |
@@ -229,6 +229,9 @@ async fn job(State(s): State<Shared>) -> Response {
         "sink_records": m.sink_records(),
         "late_records": m.late_records(),
         "restarts": s.job.restarts(),
+        // What the current attempt restored and from where: memory (local recovery), files or
+        // savepoint.
+        "last_restore": s.job.last_restore(),
         // Why it restarted, the newest last (the job's notes: `restart N after: …`).
         "restart_causes": s.job.notes().into_iter().filter(|n| n.starts_with("restart ")).collect::<Vec<_>>(),
         "finished": s.job.is_finished(),
@@ -365,6 +368,7 @@ fn config_values(c: &CheckpointConfig) -> serde_json::Value {
         // Fixed for the job's life: shown, refused as changes.
         "mode": if c.mode.exactly_once() { "exactly-once" } else { "at-least-once" },
         "incremental": c.incremental,
+        "local-recovery": c.local_recovery,
     })
 }
 

@@ -145,6 +145,10 @@ pub struct CheckpointSettings {
     /// checkpoint and refer to earlier files for the rest.
     #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true"))]
     pub incremental: Option<bool>,
+    /// Local recovery (default on): a failover restores the newest completed checkpoint from
+    /// the state the process kept in memory instead of from its files.
+    #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true"))]
+    pub local_recovery: Option<bool>,
     /// How the job restarts after a failure: none, fixed-delay (default: 10 attempts 100 ms
     /// apart), exponential-delay (from --restart-delay-ms, times --restart-backoff-multiplier
     /// up to --restart-max-delay-ms) or failure-rate (while at most
@@ -271,6 +275,7 @@ impl CheckpointSettings {
             tolerable_failed_checkpoints,
             retained,
             incremental,
+            local_recovery,
             restart_strategy,
             restart_attempts,
             restart_delay_ms,
@@ -283,7 +288,7 @@ impl CheckpointSettings {
 
     /// Each setting's key (its flag without the dashes) and whether it is given, in the
     /// order of the flags; `checkpoint` and `config` apart.
-    fn settings(&self) -> [(&'static str, bool); 20] {
+    fn settings(&self) -> [(&'static str, bool); 21] {
         [
             ("checkpoint-dir", self.checkpoint_dir.is_some()),
             ("interval-ms", self.interval_ms.is_some()),
@@ -298,6 +303,7 @@ impl CheckpointSettings {
             ("tolerable-failed-checkpoints", self.tolerable_failed_checkpoints.is_some()),
             ("retained", self.retained.is_some()),
             ("incremental", self.incremental.is_some()),
+            ("local-recovery", self.local_recovery.is_some()),
             ("restart-strategy", self.restart_strategy.is_some()),
             ("restart-attempts", self.restart_attempts.is_some()),
             ("restart-delay-ms", self.restart_delay_ms.is_some()),
@@ -427,6 +433,9 @@ impl CheckpointSettings {
         if let Some(on) = self.incremental {
             c.incremental = on;
         }
+        if let Some(on) = self.local_recovery {
+            c.local_recovery = on;
+        }
         c.restart = self.restart(c.restart)?;
         c.validate()?;
         Ok(c)
@@ -468,7 +477,7 @@ impl CheckpointSettings {
     /// A running job's configuration `c` with these settings (all given ones must be
     /// [`LIVE_KEYS`]): the mode word `checkpoint` or `unaligned` and its timeout or budget.
     pub fn change_live(&self, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
-        let fixed = ["checkpoint-dir", "mode", "incremental"];
+        let fixed = ["checkpoint-dir", "mode", "incremental", "local-recovery"];
         if let Some(key) = self.given().into_iter().find(|k| fixed.contains(k)) {
             return Err(Error::config(format!("{key} is fixed for the job's life (a running job cannot change it)")));
         }

@@ -115,6 +115,23 @@ impl CheckpointMetadata {
     pub fn shared_names(&self) -> impl Iterator<Item = &str> {
         self.shared.iter().map(|s| s.file.as_str())
     }
+
+    /// What it stores: its own bytes (its task files and the shared files it wrote), and
+    /// the bytes and number of the shared files it refers to that earlier checkpoints wrote.
+    ///
+    /// ```
+    /// # fn f(m: &weir::checkpoint::CheckpointMetadata) {
+    /// let (own, shared, files) = m.own_and_shared_bytes();
+    /// println!("{own} bytes of its own, {shared} in {files} earlier files");
+    /// # }
+    /// ```
+    pub fn own_and_shared_bytes(&self) -> (u64, u64, usize) {
+        let own_prefix = format!("{}/chk-{}-task-", super::SHARED_DIR, self.checkpoint);
+        let (own, earlier): (Vec<&SharedFile>, Vec<&SharedFile>) =
+            self.shared.iter().partition(|s| s.file.starts_with(&own_prefix));
+        let tasks: u64 = self.tasks.iter().map(|t| t.bytes).sum();
+        (tasks + own.iter().map(|s| s.bytes).sum::<u64>(), earlier.iter().map(|s| s.bytes).sum(), earlier.len())
+    }
 }
 
 pub(super) fn checkpoint_kind() -> String {

@@ -28,11 +28,18 @@ use super::*;
 /// Restores the operator's state when the job restarts from a checkpoint.
 pub(super) fn guarded<T: 'static>(ctx: &TaskContext, op: Box<dyn Collector<T>>) -> Result<AnyBox> {
     let mut op = Guarded::new(ctx.clone(), op);
-    restore_operator(ctx, |view| match view {
-        RestoreView::Own(bytes) => op.restore_state(bytes),
-        RestoreView::Rescaled { parts, scope } => op.restore_rescaled(&parts, &scope),
-        RestoreView::Nothing => Ok(()),
-    })?;
+    match ctx.restored_fork() {
+        // Local recovery: the fork the process kept, handed back without being encoded.
+        Some(fork) => {
+            let fork = fork.lock().unwrap_or_else(|e| e.into_inner());
+            naming_incompatible(ctx, op.restore_local(&**fork))?
+        }
+        None => restore_operator(ctx, |view| match view {
+            RestoreView::Own(bytes) => op.restore_state(bytes),
+            RestoreView::Rescaled { parts, scope } => op.restore_rescaled(&parts, &scope),
+            RestoreView::Nothing => Ok(()),
+        })?,
+    }
     Ok(Box::new(Box::new(op) as Box<dyn Collector<T>>))
 }
 
@@ -45,7 +52,11 @@ pub(super) fn restore_operator(ctx: &TaskContext, restore: impl FnOnce(RestoreVi
     if matches!(view, RestoreView::Nothing) {
         return Ok(());
     }
-    let result = restore(view);
+    naming_incompatible(ctx, restore(view))
+}
+
+/// A restore's `result`, state that did not decode named as [`restore_operator`] says.
+fn naming_incompatible(ctx: &TaskContext, result: Result<()>) -> Result<()> {
     result.map_err(|e| match e {
         crate::Error::Corrupt(detail) => crate::Error::IncompatibleState {
             job: ctx.job.to_string(),
