@@ -1,6 +1,6 @@
 #!/bin/bash
 # The simulator gate for a change to the barrier protocol, recovery or a sink: every simulated
-# job x mode x parallelism 1-4 x full/incremental checkpoints (9 x 5 x 4 x 2 = 360
+# job x mode x parallelism 1-4 x full/incremental/changelog checkpoints (9 x 5 x 4 x 3 = 540
 # combinations), each over the same range of seeds, on every core. Prints each seed that
 # differs from the golden run (with the command that reruns it), one line per combination
 # that had any, and the totals; exits non-zero if any seed differed or a run failed.
@@ -32,7 +32,7 @@ trap 'rm -rf "$out"' EXIT
 weir=$out/weir
 cp "$built" "$weir"
 stamp=$(date -r "$built" '+%F %T')
-for inc in full incremental; do
+for inc in full incremental changelog; do
   for mode in $modes; do
     for job in $jobs; do
       for p in 1 2 3 4; do
@@ -41,7 +41,7 @@ for inc in full incremental; do
     done
   done
 done | xargs -P "$(nproc)" -L 1 sh -c '
-  flag=""; [ "$3" = incremental ] && flag=--incremental
+  flag=""; [ "$3" = incremental ] && flag=--incremental; [ "$3" = changelog ] && flag=--changelog
   name="$1-$2-$3-p$4"
   "'"$weir"'" simulate --job "$1" --mode "$2" $flag --parallelism "$4" --seeds "'"$seeds"'" \
     >"'"$out"'/$name.out" 2>"'"$out"'/$name.err"

@@ -2,10 +2,11 @@
 //! 64 MiB to `--max-gib` GiB (u64 keys, 48-byte values: 64-byte slots, three quarters full),
 //! one full checkpoint, then `--updates` updates to keys drawn uniformly between checkpoints
 //! (a running count over many keys: every page is touched, few of its keys). Per size: the
-//! incremental checkpoint's duration (the synchronous fork and the background write) and bytes
-//! written, median of `--rounds`, beside the bytes of the entries that changed (what a
-//! changelog of the same interval would hold). This is the baseline issue 48's changelog
-//! checkpoints are measured against ("measure today's first").
+//! checkpoint's duration (the synchronous fork and the background write) and bytes written,
+//! median of `--rounds`, beside the bytes of the entries that changed: incremental checkpoints
+//! (every page written since the last one is written again) and changelog checkpoints (the
+//! written slots only; a new base every tenth, not among the rounds unless `--rounds` > 9),
+//! on the same state and updates, one after the other.
 //!
 //! `cargo bench --bench state_scale -- [--max-gib G] [--updates N] [--rounds N]`
 
@@ -63,9 +64,9 @@ fn main() {
         load.trim()
     );
     println!(
-        "| state | keys | pages touched | changed entries' bytes | fork ms | write ms | checkpoint ms | bytes written |"
+        "| state | checkpoints | keys | pages touched | changed entries' bytes | fork ms | write ms | checkpoint ms | bytes written |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
     let scratch = tempfile::tempdir_in("target").expect("scratch");
     let mut mib = 64.0;
     while mib <= max_gib * 1024.0 {
@@ -75,43 +76,45 @@ fn main() {
         for k in 0..keys {
             state.put(k, [k; 6]);
         }
-        let storage = CheckpointStorage::new(scratch.path().join(format!("{mib}")));
-        let index = PageIndex::default();
-        checkpoint(&storage, &index, 1, &mut state);
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut runs = Vec::new();
-        for round in 0..rounds {
-            let mut changed = HashSet::new();
-            for _ in 0..updates {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let k = x % keys;
-                state.get_or_insert_with(k, || [0; 6])[0] += 1;
-                changed.insert(k);
+        for kind in ["incremental", "changelog"] {
+            let storage = CheckpointStorage::new(scratch.path().join(format!("{mib}-{kind}")));
+            let index = if kind == "changelog" { PageIndex::changelog(10) } else { PageIndex::default() };
+            checkpoint(&storage, &index, 1, &mut state);
+            let mut x = 0x2545_F491_4F6C_DD1Du64;
+            let mut runs = Vec::new();
+            for round in 0..rounds {
+                let mut changed = HashSet::new();
+                for _ in 0..updates {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = x % keys;
+                    state.get_or_insert_with(k, || [0; 6])[0] += 1;
+                    changed.insert(k);
+                }
+                let (fork_s, write_s, written) = checkpoint(&storage, &index, 2 + round as u64, &mut state);
+                // A changelog entry: the key, the value and a key group (u16) — the least it holds.
+                runs.push((fork_s + write_s, fork_s, write_s, written, changed.len() as u64 * (8 + 48 + 2)));
             }
-            let (fork_s, write_s, written) = checkpoint(&storage, &index, 2 + round as u64, &mut state);
-            // A changelog entry: the key, the value and a key group (u16) — the least it holds.
-            runs.push((fork_s + write_s, fork_s, write_s, written, changed.len() as u64 * (8 + 48 + 2)));
+            runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let (_, fork_s, write_s, written, entry_bytes) = runs[runs.len() / 2];
+            // A page holds a page's share of the keys: untouched by `updates` uniform ones with
+            // probability exp(-updates / pages).
+            let pages = (slots / weir::state::PAGE_SLOTS as u64) as f64;
+            println!(
+                "| {} MiB | {kind} | {} | ~{:.0}% | {} | {:.1} | {:.0} | {:.0} | {} |",
+                mib,
+                group_digits(keys),
+                100.0 * (1.0 - (-(updates as f64) / pages).exp()),
+                group_digits(entry_bytes),
+                fork_s * 1e3,
+                write_s * 1e3,
+                (fork_s + write_s) * 1e3,
+                group_digits(written)
+            );
+            let _ = std::fs::remove_dir_all(scratch.path().join(format!("{mib}-{kind}")));
         }
-        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (_, fork_s, write_s, written, entry_bytes) = runs[runs.len() / 2];
-        // A page holds a page's share of the keys: untouched by `updates` uniform ones with
-        // probability exp(-updates / pages).
-        let pages = (slots / weir::state::PAGE_SLOTS as u64) as f64;
-        println!(
-            "| {} MiB | {} | ~{:.0}% | {} | {:.1} | {:.0} | {:.0} | {} |",
-            mib,
-            group_digits(keys),
-            100.0 * (1.0 - (-(updates as f64) / pages).exp()),
-            group_digits(entry_bytes),
-            fork_s * 1e3,
-            write_s * 1e3,
-            (fork_s + write_s) * 1e3,
-            group_digits(written)
-        );
         drop(state);
-        let _ = std::fs::remove_dir_all(scratch.path().join(format!("{mib}")));
         mib *= 4.0;
     }
 }

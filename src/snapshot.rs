@@ -139,6 +139,75 @@ pub trait StateChunks {
     /// that already stored this version may refer to it and not call `encode` at all.
     /// Returns the length of the page's encoding.
     fn page(&mut self, version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<u64>;
+
+    /// Whether this receiver keeps a changelog ([`StateChunks::changes`]): changelog
+    /// checkpoints, not a savepoint or a full checkpoint.
+    fn changelog(&self) -> bool {
+        false
+    }
+
+    /// Changelog checkpoints: state captured as the changes since an earlier capture. `id`
+    /// names the changes since the capture whose changes were named `after` (0: none this
+    /// extends); `segment` encodes them (only if this receiver stored the chain `after` ends
+    /// and may extend it), `base` the whole state (otherwise, or when the chain is long
+    /// enough to start again: a materialization). Called only when [`StateChunks::changelog`]
+    /// says so.
+    fn changes(
+        &mut self,
+        _after: u64,
+        id: u64,
+        base: &mut dyn FnMut(&mut Vec<u8>),
+        _segment: &mut dyn FnMut(&mut Vec<u8>),
+    ) -> io::Result<()> {
+        self.page(id, base).map(|_| ())
+    }
+}
+
+/// The mark that opens a changelog chain: a state written as a base and the segments of
+/// changes after it ([`StateChunks::changes`]), each element prefixed with its length.
+const CHAIN_MARK: u64 = u64::MAX - 1;
+
+/// The head of a chain of `elements` (see [`chain_elements`]).
+pub(crate) fn chain_head(elements: usize) -> Vec<u8> {
+    let mut head = CHAIN_MARK.to_le_bytes().to_vec();
+    head.extend((elements as u64).to_le_bytes());
+    head
+}
+
+/// Appends one element of a chain: its length, then what `encode` writes.
+pub(crate) fn chain_element(out: &mut Vec<u8>, encode: &mut dyn FnMut(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend([0; 8]);
+    encode(out);
+    let len = (out.len() - start - 8) as u64;
+    out[start..start + 8].copy_from_slice(&len.to_le_bytes());
+}
+
+/// The elements of the chain (base first) `input` starts with, taken off it; `Ok(None)` if it
+/// does not start with one. (A state may hold several, one after another.)
+pub(crate) fn chain_elements<'a>(input: &mut &'a [u8]) -> crate::Result<Option<Vec<&'a [u8]>>> {
+    let bytes: &'a [u8] = input;
+    if bytes.get(..8) != Some(&CHAIN_MARK.to_le_bytes()[..]) {
+        return Ok(None);
+    }
+    let corrupt = |what: &str| crate::Error::Corrupt(format!("a changelog chain ({} bytes left) {what}", bytes.len()));
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let n = word(bytes.get(8..16).ok_or_else(|| corrupt("has no element count"))?);
+    let mut rest = &bytes[16..];
+    // Each element takes at least its length: a damaged count cannot allocate more.
+    if n == 0 || n > rest.len() as u64 / 8 {
+        return Err(corrupt(&format!("says it holds {n} elements")));
+    }
+    let mut elements = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let len = word(rest.get(..8).ok_or_else(|| corrupt("ends inside an element's length"))?);
+        let body = rest.get(8..).and_then(|r| r.get(..usize::try_from(len).ok()?));
+        let body = body.ok_or_else(|| corrupt(&format!("ends inside an element of {len} bytes")))?;
+        elements.push(body);
+        rest = &rest[8 + body.len()..];
+    }
+    *input = rest;
+    Ok(Some(elements))
 }
 
 /// The plain receiver: every chunk written out in order.

@@ -306,6 +306,9 @@ pub struct CheckpointConfig {
     /// completed checkpoint that the process kept in memory, not from its files (see
     /// [`CheckpointConfig::local_recovery`]).
     pub local_recovery: bool,
+    /// Changelog checkpoints: keyed state goes as the changes since the last checkpoint, and a
+    /// new base after this many of them (see [`CheckpointConfig::changelog`]); `None`: off.
+    pub changelog: Option<u32>,
     /// How the job restarts after a failure.
     pub restart: RestartStrategy,
     /// Whether a recovery may remove committed sink output (see
@@ -320,6 +323,10 @@ pub struct CheckpointConfig {
 /// checkpoint instead of starting over). The cost is disk: one more checkpoint's files (with
 /// incremental checkpoints, the shared pages only the older one refers to).
 pub const DEFAULT_RETAINED: usize = 2;
+
+/// Changelog checkpoints between two bases unless told otherwise
+/// ([`CheckpointConfig::materialize_every`]).
+pub const DEFAULT_MATERIALIZE_EVERY: u32 = 10;
 
 impl CheckpointConfig {
     /// Exactly-once aligned checkpoints into `dir` every second, with Flink-like defaults.
@@ -345,6 +352,7 @@ impl CheckpointConfig {
             retained: DEFAULT_RETAINED,
             incremental: false,
             local_recovery: true,
+            changelog: None,
             restart: RestartStrategy::FixedDelay { attempts: 10, delay: Duration::from_millis(100) },
             allow_retracting_output: false,
             faults: None,
@@ -415,6 +423,31 @@ impl CheckpointConfig {
     /// ```
     pub fn local_recovery(mut self, on: bool) -> Self {
         self.local_recovery = on;
+        self
+    }
+    /// Turns changelog checkpoints on (`--changelog`, the file's and the endpoint's
+    /// `changelog`): keyed state is checkpointed as the entries written since the last
+    /// checkpoint (each page's written slots, tracked as they are written), referring to the
+    /// base and the earlier changes stored before, so a checkpoint's cost follows the changes,
+    /// not the state's size or how its changes spread over pages. After
+    /// [`DEFAULT_MATERIALIZE_EVERY`] checkpoints of changes (see
+    /// [`CheckpointConfig::materialize_every`]), a checkpoint writes the state whole again
+    /// (a new base), after which retention lets the old chain go. A restore reads the base and
+    /// applies the changes in order. Savepoints and full checkpoints are always whole.
+    ///
+    /// ```
+    /// use weir::checkpoint::CheckpointConfig;
+    /// let c = CheckpointConfig::new("/tmp/chk").changelog(true);
+    /// assert_eq!(c.changelog, Some(weir::checkpoint::DEFAULT_MATERIALIZE_EVERY));
+    /// ```
+    pub fn changelog(mut self, on: bool) -> Self {
+        self.changelog = on.then_some(self.changelog.unwrap_or(DEFAULT_MATERIALIZE_EVERY));
+        self
+    }
+    /// Changelog checkpoints with a new base after every `checkpoints` checkpoints of changes
+    /// (`--materialize-every`); zero is refused when the job starts.
+    pub fn materialize_every(mut self, checkpoints: u32) -> Self {
+        self.changelog = Some(checkpoints);
         self
     }
     /// A checkpoint not complete after this long is aborted (`--checkpoint-timeout-ms`, the
@@ -535,6 +568,11 @@ impl CheckpointConfig {
         }
         if self.retained == 0 {
             return Err(Error::config("at least one completed checkpoint must be retained"));
+        }
+        if self.changelog == Some(0) {
+            return Err(Error::config(
+                "a changelog's materialization interval must be at least one checkpoint (a new base after every N                  checkpoints of changes; 1 writes a base every other checkpoint)",
+            ));
         }
         self.mode.check()?;
         match self.restart {

@@ -21,7 +21,7 @@ mod storage;
 pub(crate) mod task;
 
 pub use crate::snapshot::ModeKind;
-pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_RETAINED};
+pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_MATERIALIZE_EVERY, DEFAULT_RETAINED};
 pub use lock::{DirectoryLock, LOCK_FILE};
 pub use recovery::RestoreReport;
 pub use storage::{

@@ -143,9 +143,13 @@ where
         // (`owned_pages`), else per write.
         let (key, init, step, out) = (&self.key, &self.init, &mut self.step, &mut self.out);
         out.reserve(records.len());
-        match self.state.owned_pages() {
-            Some(mut pages) => fold_run(records, &mut self.keys, &mut pages, key, init, step, out),
-            None => fold_run(records, &mut self.keys, &mut self.state, key, init, step, out),
+        if let Some(mut pages) = self.state.owned_pages() {
+            fold_run(records, &mut self.keys, &mut pages, key, init, step, out)
+        } else if let Some(mut pages) = self.state.owned_pages_tracked() {
+            // Changelog checkpoints: each write also marks its slot.
+            fold_run(records, &mut self.keys, &mut pages, key, init, step, out)
+        } else {
+            fold_run(records, &mut self.keys, &mut self.state, key, init, step, out)
         }
         self.next.batch(&mut self.out)
     }

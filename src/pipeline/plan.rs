@@ -10,7 +10,7 @@ use crate::barrier::{BarrierAligner, TaskCheckpointing};
 use crate::channel::Partitioning;
 use crate::checkpoint::coordinator::TaskEndpoint;
 use crate::checkpoint::task::TaskAck;
-use crate::checkpoint::{CheckpointMode, CheckpointStorage};
+use crate::checkpoint::{CheckpointMode, CheckpointStorage, PageIndex};
 use crate::context::{AttemptScope, Clock, TaskContext};
 use crate::error::{Error, Result};
 use crate::metrics::JobMetrics;
@@ -49,6 +49,8 @@ pub(crate) struct CheckpointWiring {
     /// the in-flight budget.
     pub(crate) live: Arc<crate::checkpoint::task::LiveSettings>,
     pub(crate) incremental: bool,
+    /// Changelog checkpoints: a new base after this many checkpoints of changes.
+    pub(crate) changelog: Option<u32>,
     pub(crate) acks: Sender<TaskAck>,
     pub(crate) storage: Arc<CheckpointStorage>,
     pub(crate) writer: Arc<dyn crate::checkpoint::task::SnapshotWriter>,
@@ -323,7 +325,10 @@ fn task_checkpointing(
         storage: w.storage.clone(),
         writer: w.writer.clone(),
         commits: w.commits.clone(),
-        pages: w.incremental.then(Default::default),
+        pages: match w.changelog {
+            Some(every) => Some(Arc::new(PageIndex::changelog(every))),
+            None => w.incremental.then(Default::default),
+        },
         faults: env.faults.clone(),
         clock: env.clock.clone(),
         aligner: BarrierAligner::new(0),

@@ -138,6 +138,7 @@ pub(crate) fn prepare_attempt(
             activity: metrics.activity().clone(),
             live: Arc::new(crate::checkpoint::task::LiveSettings::new(cfg)),
             incremental: cfg.incremental,
+            changelog: cfg.changelog,
             acks: acks_tx,
             storage: found.storage.clone(),
             writer: writer.clone(),

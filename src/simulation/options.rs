@@ -14,6 +14,9 @@ pub struct SimOptions {
     pub mode: ModeKind,
     /// Incremental checkpoints.
     pub incremental: bool,
+    /// Changelog checkpoints (a new base after every two checkpoints of changes, so short
+    /// runs go through bases, segments and chains cut by failures).
+    pub changelog: bool,
     /// Steps after which a run that has not finished counts as stuck.
     pub max_steps: u64,
     /// Also draw rescales: the process dies and the job starts again from its latest
@@ -25,7 +28,13 @@ pub struct SimOptions {
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { mode: ModeKind::Aligned, incremental: false, max_steps: 3_000_000, rescale: false }
+        SimOptions {
+            mode: ModeKind::Aligned,
+            incremental: false,
+            changelog: false,
+            max_steps: 3_000_000,
+            rescale: false,
+        }
     }
 }
 

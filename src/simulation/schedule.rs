@@ -243,7 +243,7 @@ impl Schedule {
     pub(super) fn config(&self, dir: &Path, options: &SimOptions, subtasks: usize) -> CheckpointConfig {
         let scale = subtasks.div_ceil(24).max(1) as u64;
         let timeout_ns = if self.short_timeout { 4 * self.interval_ns * scale } else { self.timeout_ns };
-        let c = CheckpointConfig::new(dir)
+        let mut c = CheckpointConfig::new(dir)
             .interval(Duration::from_nanos(self.interval_ns * scale))
             .incremental(options.incremental)
             .max_concurrent(self.max_concurrent)
@@ -257,6 +257,9 @@ impl Schedule {
             // the sink withdraws that output and computes it again, which the comparison with
             // the golden run checks. A withdrawal in a seed without damage fails the seed.
             .allow_retracting_output(true);
+        if options.changelog {
+            c = c.materialize_every(2);
+        }
         c.mode(options.mode.with(Duration::from_nanos(self.alignment_timeout_ns.max(1)), self.inflight_budget))
     }
 

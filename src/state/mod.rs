@@ -112,6 +112,12 @@ impl<K: Key, V: Clone> KeyedValueState<K, V> {
     pub fn owned_pages(&mut self) -> Option<OwnedPages<'_, K, V>> {
         self.map.owned_pages()
     }
+    /// [`PagedMap::owned_pages_tracked`]: the same, while writes are tracked for changelog
+    /// checkpoints.
+    #[inline]
+    pub fn owned_pages_tracked(&mut self) -> Option<OwnedPages<'_, K, V, true>> {
+        self.map.owned_pages_tracked()
+    }
     /// Sets the value of `key`.
     #[inline]
     pub fn put(&mut self, key: K, value: V) {
@@ -169,7 +175,7 @@ impl<K: Key, V: Clone> HashedEntries<K, V> for KeyedValueState<K, V> {
     }
 }
 
-impl<K: Key, V: Clone> HashedEntries<K, V> for OwnedPages<'_, K, V> {
+impl<K: Key, V: Clone, const TRACK: bool> HashedEntries<K, V> for OwnedPages<'_, K, V, TRACK> {
     #[inline(always)]
     fn prefetch_hashed(&self, hash: u64) {
         OwnedPages::prefetch_hashed(self, hash)

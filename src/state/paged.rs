@@ -13,7 +13,7 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::persist::Persist;
@@ -91,13 +91,26 @@ pub struct PagedMap<K, V> {
     mask: usize,
     len: usize,
     copied_pages: u64,
+    /// Changelog checkpoints: per page, the slots written since the last fork (a bit each),
+    /// while `track` (else empty).
+    dirty: Vec<[u64; PAGE_SLOTS / 64]>,
+    /// Whether writes are tracked in `dirty`: from the fork after a changelog checkpoint
+    /// asked for changes (`changes_wanted`), so a job without a changelog pays nothing.
+    track: bool,
+    /// Set by the writer of a changelog checkpoint through a fork: the next fork turns
+    /// tracking on.
+    changes_wanted: Arc<AtomicBool>,
+    /// The id of the changes since the last fork (the segment the next fork closes); 0 when
+    /// they are not known whole: untracked, or the slot layout changed since (grown, cleared,
+    /// restored), so they cannot be applied to the last fork's image.
+    segment: u64,
 }
 
 /// A [`PagedMap`] that owns every page, borrowed for a run of writes
 /// ([`PagedMap::owned_pages`]): its writes skip the per-record ownership check.
-pub struct OwnedPages<'a, K, V>(&'a mut PagedMap<K, V>);
+pub struct OwnedPages<'a, K, V, const TRACK: bool = false>(&'a mut PagedMap<K, V>);
 
-impl<K: Hash + Eq + Clone, V: Clone> OwnedPages<'_, K, V> {
+impl<K: Hash + Eq + Clone, V: Clone, const TRACK: bool> OwnedPages<'_, K, V, TRACK> {
     /// [`PagedMap::prefetch_hashed`].
     #[inline]
     pub fn prefetch_hashed(&self, hash: u64) {
@@ -110,7 +123,8 @@ impl<K: Hash + Eq + Clone, V: Clone> OwnedPages<'_, K, V> {
         // No fork can have run since `owned_pages` checked (this borrow is exclusive), and a
         // write that grows the map owns the new pages.
         debug_assert!(self.0.owns_every_page());
-        self.0.entry_in::<false, K>(hash, KeyArg::Owned(key), init)
+        debug_assert_eq!(self.0.track, TRACK);
+        self.0.entry_in::<false, TRACK, K>(hash, KeyArg::Owned(key), init)
     }
 
     /// [`PagedMap::entry_by_ref_hashed`], without the ownership check.
@@ -121,7 +135,8 @@ impl<K: Hash + Eq + Clone, V: Clone> OwnedPages<'_, K, V> {
         K: Borrow<Q>,
     {
         debug_assert!(self.0.owns_every_page());
-        self.0.entry_in::<false, Q>(hash, KeyArg::Borrowed(key), init)
+        debug_assert_eq!(self.0.track, TRACK);
+        self.0.entry_in::<false, TRACK, Q>(hash, KeyArg::Borrowed(key), init)
     }
 }
 
@@ -155,6 +170,16 @@ pub struct PagedFork<K, V> {
     pages: Vec<Arc<Page<K, V>>>,
     versions: Vec<u64>,
     len: usize,
+    delta: Delta,
+    changes_wanted: Arc<AtomicBool>,
+}
+
+/// What changed between two forks: the slots written since the one whose segment id is
+/// `after` (0: none that this image extends), as the segment with id `id`.
+struct Delta {
+    after: u64,
+    id: u64,
+    dirty: Vec<[u64; PAGE_SLOTS / 64]>,
 }
 
 impl<K: Hash + Eq + Clone, V: Clone> Default for PagedMap<K, V> {
@@ -213,6 +238,10 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             mask: slots - 1,
             len: 0,
             copied_pages: 0,
+            dirty: Vec::new(),
+            track: false,
+            changes_wanted: Arc::default(),
+            segment: 0,
         }
     }
 
@@ -293,11 +322,20 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
 
     #[inline]
     fn slot_mut(&mut self, i: usize) -> &mut Option<(K, V)> {
-        self.slot_mut_in::<true>(i)
+        self.slot_mut_in::<true, false>(i)
     }
 
+    /// Slot `i` for writing, marked written for the changelog while writes are tracked:
+    /// `TRACK` says they are for the run (`OwnedPages`); a `CHECKED` write asks `track`.
     #[inline(always)]
-    fn slot_mut_in<const CHECKED: bool>(&mut self, i: usize) -> &mut Option<(K, V)> {
+    fn slot_mut_in<const CHECKED: bool, const TRACK: bool>(&mut self, i: usize) -> &mut Option<(K, V)> {
+        if TRACK || (CHECKED && self.track) {
+            debug_assert!(self.track && i <= self.mask && self.dirty.len() == self.pages.len());
+            // SAFETY: `i` is masked (as in `slot`), and while tracking there is a dirty bitmap
+            // per page (`fork`, `grow`).
+            let bits = unsafe { self.dirty.get_unchecked_mut(i >> PAGE_SHIFT) };
+            bits[(i >> 6) & (PAGE_SLOTS / 64 - 1)] |= 1 << (i & 63);
+        }
         &mut self.page_mut::<CHECKED>(i >> PAGE_SHIFT).slots[i & (PAGE_SLOTS - 1)]
     }
 
@@ -378,7 +416,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// that moved its key in can still read it).
     #[inline(always)]
     pub fn entry_hashed(&mut self, hash: u64, key: K, init: impl FnOnce() -> V) -> (&K, &mut V) {
-        self.entry_in::<true, K>(hash, KeyArg::Owned(key), init)
+        self.entry_in::<true, false, K>(hash, KeyArg::Owned(key), init)
     }
 
     /// [`Self::entry_hashed`] by a borrowed form of the key (`&str` for a `String` key): the
@@ -399,7 +437,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        self.entry_in::<true, Q>(hash, KeyArg::Borrowed(key), init)
+        self.entry_in::<true, false, Q>(hash, KeyArg::Borrowed(key), init)
     }
 
     /// Writes for a run of records, when this map owns every page: ownership is checked
@@ -416,11 +454,18 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// ```
     #[inline]
     pub fn owned_pages(&mut self) -> Option<OwnedPages<'_, K, V>> {
-        self.owns_every_page().then_some(OwnedPages(self))
+        (self.owns_every_page() && !self.track).then_some(OwnedPages(self))
+    }
+
+    /// [`Self::owned_pages`] while writes are tracked for a changelog checkpoint: `None`
+    /// when they are not, or a snapshot shares a page.
+    #[inline]
+    pub fn owned_pages_tracked(&mut self) -> Option<OwnedPages<'_, K, V, true>> {
+        (self.owns_every_page() && self.track).then_some(OwnedPages(self))
     }
 
     #[inline(always)]
-    fn entry_in<const CHECKED: bool, Q>(
+    fn entry_in<const CHECKED: bool, const TRACK: bool, Q>(
         &mut self,
         hash: u64,
         key: KeyArg<'_, K, Q>,
@@ -435,17 +480,17 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             Err(_) if (self.len + 1) * 8 > (self.mask + 1) * 7 => {
                 self.grow();
                 let i = self.find_hashed(hash, key.get()).expect_err("absent");
-                *self.slot_mut_in::<CHECKED>(i) = Some((key.into_owned(), init()));
+                *self.slot_mut_in::<CHECKED, TRACK>(i) = Some((key.into_owned(), init()));
                 self.len += 1;
                 i
             }
             Err(i) => {
-                *self.slot_mut_in::<CHECKED>(i) = Some((key.into_owned(), init()));
+                *self.slot_mut_in::<CHECKED, TRACK>(i) = Some((key.into_owned(), init()));
                 self.len += 1;
                 i
             }
         };
-        let (k, v) = self.slot_mut_in::<CHECKED>(i).as_mut().expect("present");
+        let (k, v) = self.slot_mut_in::<CHECKED, TRACK>(i).as_mut().expect("present");
         (&*k, v)
     }
 
@@ -486,6 +531,10 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         self.unowned = wider.unowned;
         self.versions = wider.versions;
         self.mask = wider.mask;
+        if self.track {
+            self.dirty = vec![[0; PAGE_SLOTS / 64]; self.pages.len()];
+        }
+        self.segment = 0;
         for page in old {
             // A page no snapshot holds gives its entries up by move; a shared one is copied
             // (the snapshot keeps the originals).
@@ -574,6 +623,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         }
         self.unowned = 0;
         self.len = 0;
+        self.segment = 0;
     }
 
     /// The map a fork was taken of, sharing the fork's pages (local recovery): pointer work,
@@ -589,6 +639,10 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             mask: pages * PAGE_SLOTS - 1,
             len: fork.len,
             copied_pages: 0,
+            dirty: Vec::new(),
+            track: false,
+            changes_wanted: fork.changes_wanted.clone(),
+            segment: 0,
         }
     }
 
@@ -596,7 +650,22 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     pub fn fork(&mut self) -> PagedFork<K, V> {
         self.owned.iter_mut().for_each(|o| *o = false);
         self.unowned = self.pages.len();
-        PagedFork { pages: self.pages.clone(), versions: self.versions.clone(), len: self.len }
+        // The changes since the last fork are known whole only if tracked all along.
+        let after = if self.track { self.segment } else { 0 };
+        let dirty = std::mem::take(&mut self.dirty);
+        self.track = self.changes_wanted.load(Ordering::Relaxed);
+        if self.track {
+            self.dirty = vec![[0; PAGE_SLOTS / 64]; self.pages.len()];
+        }
+        let delta = Delta { after, id: new_version(), dirty };
+        self.segment = delta.id;
+        PagedFork {
+            pages: self.pages.clone(),
+            versions: self.versions.clone(),
+            len: self.len,
+            delta,
+            changes_wanted: self.changes_wanted.clone(),
+        }
     }
 }
 
@@ -605,7 +674,17 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
     /// mark, the entry count, the slot count), then every page as one chunk (so unchanged
     /// pages can be referred to, not rewritten) holding which of its slots are full and their
     /// entries in slot order.
+    ///
+    /// With a changelog ([`StateChunks::changelog`]), the map goes as the changes since the
+    /// last fork (a segment: the slots written since, each as it is now) or, when the
+    /// receiver cannot extend the chain of the last fork, as a base: the image above, whole.
     pub fn write_chunks(&self, out: &mut dyn StateChunks) -> std::io::Result<()> {
+        if out.changelog() {
+            // From the next fork on, the map tracks its writes.
+            self.changes_wanted.store(true, Ordering::Relaxed);
+            let d = &self.delta;
+            return out.changes(d.after, d.id, &mut |buf| self.write_image(buf), &mut |buf| self.write_segment(buf));
+        }
         let mut head = Vec::with_capacity(24);
         write_head(self.len, self.pages.len(), &mut head);
         out.bytes(&head)?;
@@ -613,6 +692,41 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
             out.page(version, &mut |buf| write_page(page, buf))?;
         }
         Ok(())
+    }
+
+    /// The whole image, as [`PagedImage`] reads it.
+    fn write_image(&self, out: &mut Vec<u8>) {
+        write_head(self.len, self.pages.len(), out);
+        self.pages.iter().for_each(|page| write_page(page, out));
+    }
+
+    /// The changes since the last fork: the slot count and the entry count (checked when
+    /// applied), then each page with a written slot: its index, which slots were written (a
+    /// bit each), and each such slot as it is now (empty, or its entry).
+    fn write_segment(&self, out: &mut Vec<u8>) {
+        ((self.pages.len() * PAGE_SLOTS) as u64).persist(out);
+        (self.len as u64).persist(out);
+        let changed = self.delta.dirty.iter().filter(|bits| bits.iter().any(|&b| b != 0)).count();
+        (changed as u64).persist(out);
+        for (p, bits) in self.delta.dirty.iter().enumerate().filter(|(_, bits)| bits.iter().any(|&b| b != 0)) {
+            (p as u64).persist(out);
+            bits.persist(out);
+            for (w, &word) in bits.iter().enumerate() {
+                let mut word = word;
+                while word != 0 {
+                    let i = w * 64 + word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    match &self.pages[p].slots[i] {
+                        Some((k, v)) => {
+                            1u8.persist(out);
+                            k.persist(out);
+                            v.persist(out);
+                        }
+                        None => 0u8.persist(out),
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -688,9 +802,77 @@ impl<K: Persist + Hash + Eq + Clone, V: Persist + Clone> Persist for PagedImage<
     }
 
     fn restore(input: &mut &[u8]) -> crate::error::Result<Self> {
+        let map = match crate::snapshot::chain_elements(input)? {
+            Some(elements) => {
+                // A changelog chain: the base, then each segment applied in order.
+                let (base, segments) = elements.split_first().expect("a chain has an element");
+                let mut map = read_laid(&mut &base[..])?;
+                for segment in segments {
+                    apply_segment(&mut map, &mut &segment[..])?;
+                }
+                map
+            }
+            None if input.get(..8) != Some(&LAID_OUT.to_le_bytes()[..]) => {
+                return Vec::restore(input).map(|entries| PagedImage(Image::Entries(entries)));
+            }
+            None => read_laid(input)?,
+        };
+        Ok(PagedImage(if map.every_entry_is_found() { Image::Laid(map) } else { Image::Entries(map.into_entries()) }))
+    }
+}
+
+/// Applies one changelog segment (see `PagedFork::write_segment`) to `map`, which must have
+/// the slot layout it was taken in.
+fn apply_segment<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
+    map: &mut PagedMap<K, V>,
+    input: &mut &[u8],
+) -> crate::error::Result<()> {
+    let corrupt = |what: String| crate::error::Error::Corrupt(format!("a paged map's changelog segment {what}"));
+    let (slots, len, changed) = (u64::restore(input)?, u64::restore(input)?, u64::restore(input)?);
+    if slots != (map.mask + 1) as u64 {
+        return Err(corrupt(format!("is for {slots} slots, applied to {}", map.mask + 1)));
+    }
+    let pages = map.pages.len() as u64;
+    if changed > pages {
+        return Err(corrupt(format!("changes {changed} of {pages} pages")));
+    }
+    let mut count = map.len as i64;
+    for _ in 0..changed {
+        let p = u64::restore(input)?;
+        if p >= pages {
+            return Err(corrupt(format!("changes page {p} of {pages}")));
+        }
+        let bits = <[u64; PAGE_SLOTS / 64]>::restore(input)?;
+        let page = map.page_mut::<true>(p as usize);
+        for (w, mut word) in bits.into_iter().enumerate() {
+            while word != 0 {
+                let i = w * 64 + word.trailing_zeros() as usize;
+                word &= word - 1;
+                let entry = match u8::restore(input)? {
+                    0 => None,
+                    1 => Some((K::restore(input)?, V::restore(input)?)),
+                    t => return Err(corrupt(format!("has a slot tagged {t}"))),
+                };
+                count += entry.is_some() as i64 - page.slots[i].is_some() as i64;
+                page.slots[i] = entry;
+            }
+        }
+    }
+    if !input.is_empty() || count != len as i64 {
+        return Err(corrupt(format!("leaves {count} entries where it says {len} ({} bytes left)", input.len())));
+    }
+    map.len = count as usize;
+    Ok(())
+}
+
+/// Reads a laid-out image (see `PagedFork::write_chunks`) into a map with its slot layout.
+fn read_laid<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
+    input: &mut &[u8],
+) -> crate::error::Result<PagedMap<K, V>> {
+    {
         let corrupt = |what: String| crate::error::Error::Corrupt(format!("a paged map's snapshot {what}"));
         if input.get(..8) != Some(&LAID_OUT.to_le_bytes()[..]) {
-            return Vec::restore(input).map(|entries| PagedImage(Image::Entries(entries)));
+            return Err(corrupt("is not laid out (a changelog chain's base must be)".into()));
         }
         *input = &input[8..];
         let len = u64::restore(input)?;
@@ -720,7 +902,7 @@ impl<K: Persist + Hash + Eq + Clone, V: Persist + Clone> Persist for PagedImage<
             return Err(corrupt(format!("says {len} entries and holds {read}")));
         }
         map.len = read as usize;
-        Ok(PagedImage(if map.every_entry_is_found() { Image::Laid(map) } else { Image::Entries(map.into_entries()) }))
+        Ok(map)
     }
 }
 

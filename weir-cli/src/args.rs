@@ -115,6 +115,9 @@ pub(crate) struct SimulateArgs {
     /// Incremental checkpoints.
     #[arg(long)]
     pub(crate) incremental: bool,
+    /// Changelog checkpoints (a new base after every two checkpoints of changes).
+    #[arg(long)]
+    pub(crate) changelog: bool,
     /// Parallelism of every operator.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub(crate) parallelism: u64,

@@ -16,6 +16,7 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
     let options = SimOptions {
         mode: args.mode,
         incremental: args.incremental,
+        changelog: args.changelog,
         rescale: args.job.rescales(),
         ..SimOptions::default()
     };
@@ -28,8 +29,8 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
             "weir simulate --job {} --mode {}{} --parallelism {p} --seeds {seed}",
             args.job,
             args.mode,
-            if args.incremental { " --incremental" } else { "" }
-        )
+            if args.incremental { " --incremental" } else { "" },
+        ) + if args.changelog { " --changelog" } else { "" }
     };
     for s in report.failing() {
         println!(

@@ -144,10 +144,12 @@ pub(crate) fn run_with_kills(input: &Path, out: &Path, chk: &Path, extra: &[&str
 fn sigkill_at_random_moments_then_rerun_gives_every_count_exactly_once() {
     let input = tempfile::tempdir().unwrap();
     let expected = write_corpus(input.path());
-    let modes: [(&str, &[&str]); 4] = [
+    let modes: [(&str, &[&str]); 5] = [
         ("aligned", &["--mode", "exactly-once"]),
         ("unaligned", &["--mode", "exactly-once", "--unaligned"]),
         ("aligned incremental", &["--mode", "exactly-once", "--incremental", "--retain", "2"]),
+        // A new base after every two checkpoints of changes: kills land in chains and bases.
+        ("aligned changelog", &["--mode", "exactly-once", "--changelog", "--materialize-every", "2"]),
         ("at-least-once", &["--mode", "at-least-once"]),
     ];
     for (what, extra) in modes.iter() {

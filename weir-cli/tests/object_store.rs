@@ -8,13 +8,18 @@ use std::path::Path;
 
 /// `weir wordcount` with `--checkpoint-dir s3://…` on a real S3 server (moto), SIGKILLed as
 /// its checkpoints complete: every run after a kill is a new process with a new working
-/// folder, so each resumes from the store alone (incremental checkpoints too: their shared
-/// files come down with them). Every count is committed exactly once.
+/// folder, so each resumes from the store alone (incremental and changelog checkpoints too:
+/// their shared files come down with them). Every count is committed exactly once.
 #[test]
 fn a_killed_word_count_resumes_from_s3_every_time() {
     let input = tempfile::tempdir().unwrap();
     let expected = crate::crash::write_corpus(input.path());
-    for (what, extra) in [("full", &[][..]), ("incremental", &["--incremental"][..])] {
+    let modes: [(&str, &[&str]); 3] = [
+        ("full", &[]),
+        ("incremental", &["--incremental"]),
+        ("changelog", &["--changelog", "--materialize-every", "2"]),
+    ];
+    for (what, extra) in modes {
         let out = tempfile::tempdir().unwrap();
         let chk = common::s3::checkpoint_url("wordcount");
         let resumed = crate::crash::run_with_kills(input.path(), out.path(), Path::new(&chk), extra, 3);

@@ -1,5 +1,6 @@
 //! Deterministic simulation of weir's jobs (`weir::simulation`): every simulated job at
-//! parallelism 1 to 4, every checkpoint mode with full and incremental checkpoints, the same
+//! parallelism 1 to 4, every checkpoint mode with full and incremental checkpoints (and
+//! changelog ones in three modes), the same
 //! number of seeds for each combination; every seed's failure schedule (failovers, crashes
 //! mid-write and mid-commit, damaged and misplaced files, failed writes, fencing, failures
 //! right after a restore, hung writes whose checkpoints expire and are resumed by the next
@@ -7,7 +8,7 @@
 //! a restart from the latest checkpoint at another one) compared with the golden run, adaptive
 //! alignment among the modes: equal output under exactly-once, nothing missing under
 //! at-least-once. Seeds that once failed are kept and rerun by name. A failing seed reruns bit
-//! for bit with `weir simulate --job J --mode M [--incremental] --parallelism P --seeds S`.
+//! for bit with `weir simulate --job J --mode M [--incremental|--changelog] --parallelism P --seeds S`.
 //!
 //! The suite is the quick check; the gate before an issue that touches the protocol, recovery
 //! or a sink is closed is `perf/simulate-sweep.sh` (6,000 seeds of every combination).
@@ -21,16 +22,38 @@ use weir_jobs::simulated::SimJob;
 /// the sweep, not this suite, is where seeds are counted in thousands).
 const SEEDS_PER_COMBINATION: u64 = 40;
 
-fn run(
-    job: SimJob,
-    mode: ModeKind,
-    incremental: bool,
-    p: usize,
-    seeds: std::ops::Range<u64>,
-) -> weir::simulation::SimReport {
+/// How checkpoints store state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Full,
+    Incremental,
+    Changelog,
+}
+
+impl Kind {
+    /// Incremental, or full.
+    fn of(incremental: bool) -> Kind {
+        if incremental {
+            Kind::Incremental
+        } else {
+            Kind::Full
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Kind::Full => "",
+            Kind::Incremental => " --incremental",
+            Kind::Changelog => " --changelog",
+        }
+    }
+}
+
+fn run(job: SimJob, mode: ModeKind, kind: Kind, p: usize, seeds: std::ops::Range<u64>) -> weir::simulation::SimReport {
     let scratch = tempfile::tempdir().unwrap();
     let build = job.builder(p, scratch.path()).unwrap();
-    let options = SimOptions { mode, incremental, rescale: job.rescales(), ..SimOptions::default() };
+    let (incremental, changelog) = (kind == Kind::Incremental, kind == Kind::Changelog);
+    let options = SimOptions { mode, incremental, changelog, rescale: job.rescales(), ..SimOptions::default() };
     let report = check(build, seeds, &options, job.expect(mode)).unwrap();
     let failing: Vec<String> = report
         .failing()
@@ -40,12 +63,12 @@ fn run(
                 s.seed,
                 s.differs.as_deref().unwrap_or(""),
                 s.stats.faults,
-                if incremental { " --incremental" } else { "" },
+                kind.flag(),
                 s.seed
             )
         })
         .collect();
-    assert!(failing.is_empty(), "{job} {mode} incremental={incremental} p={p}:\n{}", failing.join("\n"));
+    assert!(failing.is_empty(), "{job} {mode} {kind:?} p={p}:\n{}", failing.join("\n"));
     report
 }
 
@@ -67,13 +90,13 @@ fn first_seed() -> u64 {
 }
 
 /// `SEEDS_PER_COMBINATION` seeds of `mode` for every job and parallelism 1 to 4.
-fn all_jobs(mode: ModeKind, incremental: bool) {
+fn all_jobs(mode: ModeKind, kind: Kind) {
     let combos: Vec<(SimJob, usize)> = SimJob::ALL.iter().flat_map(|&j| [1, 2, 3, 4].map(|p| (j, p))).collect();
     let (mut seeds, mut faults, mut restarts, mut resumed, mut reused) = (0, 0, 0, 0, 0);
     let (mut in_store, mut late) = (0, 0);
     for &(job, p) in &combos {
         let first = first_seed();
-        let report = run(job, mode, incremental, p, first..first + SEEDS_PER_COMBINATION);
+        let report = run(job, mode, kind, p, first..first + SEEDS_PER_COMBINATION);
         seeds += report.seeds.len();
         faults += report.seeds.iter().map(|s| s.stats.faults.len()).sum::<usize>();
         restarts += report.seeds.iter().map(|s| (s.stats.failovers + s.stats.crashes) as usize).sum::<usize>();
@@ -91,66 +114,84 @@ fn all_jobs(mode: ModeKind, incremental: bool) {
     // before its publish puts a checkpoint up after a successor took over.
     assert!(in_store * 20 >= seeds && late > 0, "{seeds} seeds, {in_store} in a store, {late} late publishes");
     eprintln!(
-        "{mode} incremental={incremental}: {seeds} seeds, {faults} faults, {restarts} restarts, {resumed} checkpoints \
+        "{mode} {kind:?}: {seeds} seeds, {faults} faults, {restarts} restarts, {resumed} checkpoints \
          resumed ({reused} parts reused); all equal the golden run"
     );
 }
 
 #[test]
 fn aligned_full() {
-    all_jobs(ModeKind::Aligned, false);
+    all_jobs(ModeKind::Aligned, Kind::Full);
 }
 
 #[test]
 fn aligned_incremental() {
-    all_jobs(ModeKind::Aligned, true);
+    all_jobs(ModeKind::Aligned, Kind::Incremental);
 }
 
 #[test]
 fn unaligned_full() {
-    all_jobs(ModeKind::Unaligned, false);
+    all_jobs(ModeKind::Unaligned, Kind::Full);
 }
 
 #[test]
 fn unaligned_incremental() {
-    all_jobs(ModeKind::Unaligned, true);
+    all_jobs(ModeKind::Unaligned, Kind::Incremental);
 }
 
 #[test]
 fn aligned_timeout_full() {
-    all_jobs(ModeKind::AlignedTimeout, false);
+    all_jobs(ModeKind::AlignedTimeout, Kind::Full);
 }
 
 #[test]
 fn aligned_timeout_incremental() {
-    all_jobs(ModeKind::AlignedTimeout, true);
+    all_jobs(ModeKind::AlignedTimeout, Kind::Incremental);
 }
 
 #[test]
 fn at_least_once_full() {
-    all_jobs(ModeKind::AtLeastOnce, false);
+    all_jobs(ModeKind::AtLeastOnce, Kind::Full);
 }
 
 #[test]
 fn at_least_once_incremental() {
-    all_jobs(ModeKind::AtLeastOnce, true);
+    all_jobs(ModeKind::AtLeastOnce, Kind::Incremental);
 }
 
 #[test]
 fn adaptive_full() {
-    all_jobs(ModeKind::Adaptive, false);
+    all_jobs(ModeKind::Adaptive, Kind::Full);
 }
 
 #[test]
 fn adaptive_incremental() {
-    all_jobs(ModeKind::Adaptive, true);
+    all_jobs(ModeKind::Adaptive, Kind::Incremental);
+}
+
+// Changelog checkpoints (a new base after every two checkpoints of changes) in the modes
+// that store state differently: aligned, unaligned (in-flight data beside the chain) and
+// at-least-once; the sweep runs every mode.
+#[test]
+fn aligned_changelog() {
+    all_jobs(ModeKind::Aligned, Kind::Changelog);
+}
+
+#[test]
+fn unaligned_changelog() {
+    all_jobs(ModeKind::Unaligned, Kind::Changelog);
+}
+
+#[test]
+fn at_least_once_changelog() {
+    all_jobs(ModeKind::AtLeastOnce, Kind::Changelog);
 }
 
 /// A seed reruns bit for bit: the same steps, faults and checkpoints, the same outcome.
 #[test]
 fn a_seed_reruns_exactly() {
-    let a = run(SimJob::Join, ModeKind::AlignedTimeout, true, 2, 40..50);
-    let b = run(SimJob::Join, ModeKind::AlignedTimeout, true, 2, 40..50);
+    let a = run(SimJob::Join, ModeKind::AlignedTimeout, Kind::Changelog, 2, 40..50);
+    let b = run(SimJob::Join, ModeKind::AlignedTimeout, Kind::Changelog, 2, 40..50);
     for (x, y) in a.seeds.iter().zip(&b.seeds) {
         assert_eq!(x.stats, y.stats, "seed {}", x.seed);
     }
@@ -190,7 +231,8 @@ fn one_seed() {
     let job: SimJob = var("SIM_JOB").parse().unwrap();
     let mode: ModeKind = var("SIM_MODE").parse().unwrap();
     let seed: u64 = var("SIM_SEED").parse().unwrap();
-    let report = run(job, mode, std::env::var("SIM_INC").is_ok(), var("SIM_P").parse().unwrap(), seed..seed + 1);
+    let report =
+        run(job, mode, Kind::of(std::env::var("SIM_INC").is_ok()), var("SIM_P").parse().unwrap(), seed..seed + 1);
     eprintln!("{:?}", report.seeds);
 }
 
@@ -212,7 +254,7 @@ fn seeds_that_once_failed() {
     ];
     let mut withdrawn = 0;
     for (job, mode, incremental, p, seed) in cases {
-        let report = run(job, mode, incremental, p, seed..seed + 1);
+        let report = run(job, mode, Kind::of(incremental), p, seed..seed + 1);
         withdrawn += report.seeds.iter().map(|s| s.stats.retractions).sum::<u64>();
     }
     assert!(withdrawn > 0, "the damage reached committed output in these seeds");
@@ -225,7 +267,7 @@ fn seeds_that_once_failed() {
 /// checkpoint's file it refers to.
 #[test]
 fn a_checkpoint_that_refers_to_an_older_kept_part_keeps_its_files() {
-    let report = run(SimJob::Owned, ModeKind::Unaligned, true, 4, 90003..90004);
+    let report = run(SimJob::Owned, ModeKind::Unaligned, Kind::Incremental, 4, 90003..90004);
     let s = &report.seeds[0];
     assert_eq!(s.stats.failovers, 2, "{:?}", s.stats.faults);
     assert_eq!(s.stats.retractions, 0);
@@ -243,7 +285,7 @@ fn kafka_seeds_that_once_failed() {
     use ModeKind::{Aligned, Unaligned};
     let mut lost = 0;
     for (mode, seed) in [(Unaligned, 224), (Aligned, 17), (Aligned, 19), (Aligned, 36), (Aligned, 38)] {
-        let report = run(SimJob::Kafka, mode, false, 3, seed..seed + 1);
+        let report = run(SimJob::Kafka, mode, Kind::Full, 3, seed..seed + 1);
         lost += report.seeds.iter().map(|s| s.stats.failovers).sum::<u32>();
     }
     assert!(lost > 0, "the lost requests failed tasks over in these seeds");
@@ -259,7 +301,7 @@ fn kafka_seeds_that_once_failed() {
 fn seeds_that_once_livelocked() {
     let cases = [(false, 404), (false, 4596), (true, 4596)];
     for (incremental, seed) in cases {
-        let report = run(SimJob::Timers, ModeKind::Aligned, incremental, 3, seed..seed + 1);
+        let report = run(SimJob::Timers, ModeKind::Aligned, Kind::of(incremental), 3, seed..seed + 1);
         assert!(report.seeds.iter().all(|s| s.stats.checkpoints > 0), "the seeds complete checkpoints");
     }
 }
@@ -271,7 +313,7 @@ fn seeds_that_once_livelocked() {
 /// starts after the final checkpoint now.
 #[test]
 fn a_seed_whose_final_checkpoint_was_superseded() {
-    let report = run(SimJob::Owned, ModeKind::AtLeastOnce, false, 4, 1132658..1132659);
+    let report = run(SimJob::Owned, ModeKind::AtLeastOnce, Kind::Full, 4, 1132658..1132659);
     assert!(report.seeds.iter().all(|s| s.stats.checkpoints > 0), "the seed completes checkpoints");
 }
 
@@ -282,7 +324,7 @@ fn a_seed_whose_final_checkpoint_was_superseded() {
 /// what it committed): it resumes from the one before, and the output is the golden run's.
 #[test]
 fn a_checkpoint_put_into_the_store_after_a_successor_took_over_is_not_restored() {
-    let report = run(SimJob::Wordcount, ModeKind::Aligned, false, 2, 29..30);
+    let report = run(SimJob::Wordcount, ModeKind::Aligned, Kind::Full, 2, 29..30);
     assert!(report.seeds.iter().all(|s| s.stats.in_store && s.stats.late_publishes == 1), "the seed pauses an owner");
 }
 
@@ -294,7 +336,7 @@ fn a_checkpoint_put_into_the_store_after_a_successor_took_over_is_not_restored()
 #[test]
 fn embedded_seeds_that_once_lost_results() {
     for (mode, seed) in [(ModeKind::Aligned, 431), (ModeKind::Aligned, 45), (ModeKind::Unaligned, 45)] {
-        let report = run(SimJob::Embedded, mode, false, 1, seed..seed + 1);
+        let report = run(SimJob::Embedded, mode, Kind::Full, 1, seed..seed + 1);
         assert!(report.seeds.iter().all(|s| s.stats.crashes > 0), "the seeds restart the process");
     }
 }

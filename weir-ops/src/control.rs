@@ -369,6 +369,8 @@ fn config_values(c: &CheckpointConfig) -> serde_json::Value {
         "mode": if c.mode.exactly_once() { "exactly-once" } else { "at-least-once" },
         "incremental": c.incremental,
         "local-recovery": c.local_recovery,
+        "changelog": c.changelog.is_some(),
+        "materialize-every": c.changelog,
     })
 }
 

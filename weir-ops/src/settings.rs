@@ -149,6 +149,13 @@ pub struct CheckpointSettings {
     /// the state the process kept in memory instead of from its files.
     #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true"))]
     pub local_recovery: Option<bool>,
+    /// Changelog checkpoints: keyed state checkpointed as its changes since the last
+    /// checkpoint, with a new base every --materialize-every checkpoints.
+    #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true"))]
+    pub changelog: Option<bool>,
+    /// Changelog checkpoints between two bases, at least 1 (default 10); implies --changelog.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub materialize_every: Option<u32>,
     /// How the job restarts after a failure: none, fixed-delay (default: 10 attempts 100 ms
     /// apart), exponential-delay (from --restart-delay-ms, times --restart-backoff-multiplier
     /// up to --restart-max-delay-ms) or failure-rate (while at most
@@ -276,6 +283,8 @@ impl CheckpointSettings {
             retained,
             incremental,
             local_recovery,
+            changelog,
+            materialize_every,
             restart_strategy,
             restart_attempts,
             restart_delay_ms,
@@ -288,7 +297,7 @@ impl CheckpointSettings {
 
     /// Each setting's key (its flag without the dashes) and whether it is given, in the
     /// order of the flags; `checkpoint` and `config` apart.
-    fn settings(&self) -> [(&'static str, bool); 21] {
+    fn settings(&self) -> [(&'static str, bool); 23] {
         [
             ("checkpoint-dir", self.checkpoint_dir.is_some()),
             ("interval-ms", self.interval_ms.is_some()),
@@ -304,6 +313,8 @@ impl CheckpointSettings {
             ("retained", self.retained.is_some()),
             ("incremental", self.incremental.is_some()),
             ("local-recovery", self.local_recovery.is_some()),
+            ("changelog", self.changelog.is_some()),
+            ("materialize-every", self.materialize_every.is_some()),
             ("restart-strategy", self.restart_strategy.is_some()),
             ("restart-attempts", self.restart_attempts.is_some()),
             ("restart-delay-ms", self.restart_delay_ms.is_some()),
@@ -436,6 +447,17 @@ impl CheckpointSettings {
         if let Some(on) = self.local_recovery {
             c.local_recovery = on;
         }
+        if let Some(on) = self.changelog {
+            c = c.changelog(on);
+        }
+        if let Some(n) = self.materialize_every {
+            if self.changelog == Some(false) {
+                return Err(Error::config(
+                    "--materialize-every is for changelog checkpoints, and --changelog=false turns them off",
+                ));
+            }
+            c = c.materialize_every(n);
+        }
         c.restart = self.restart(c.restart)?;
         c.validate()?;
         Ok(c)
@@ -477,7 +499,7 @@ impl CheckpointSettings {
     /// A running job's configuration `c` with these settings (all given ones must be
     /// [`LIVE_KEYS`]): the mode word `checkpoint` or `unaligned` and its timeout or budget.
     pub fn change_live(&self, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
-        let fixed = ["checkpoint-dir", "mode", "incremental", "local-recovery"];
+        let fixed = ["checkpoint-dir", "mode", "incremental", "local-recovery", "changelog", "materialize-every"];
         if let Some(key) = self.given().into_iter().find(|k| fixed.contains(k)) {
             return Err(Error::config(format!("{key} is fixed for the job's life (a running job cannot change it)")));
         }
