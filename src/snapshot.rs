@@ -149,65 +149,45 @@ pub trait StateChunks {
     /// Changelog checkpoints: state captured as the changes since an earlier capture. `id`
     /// names the changes since the capture whose changes were named `after` (0: none this
     /// extends); `segment` encodes them (only if this receiver stored the chain `after` ends
-    /// and may extend it), `base` the whole state (otherwise, or when the chain is long
-    /// enough to start again: a materialization). Called only when [`StateChunks::changelog`]
-    /// says so.
+    /// and may extend it), `base` hands the whole state on, chunk by chunk (otherwise, or
+    /// when the chain is due to start again: a materialization). Called only when
+    /// [`StateChunks::changelog`] says so: a receiver that keeps no changelog refuses.
     fn changes(
         &mut self,
         _after: u64,
-        id: u64,
-        base: &mut dyn FnMut(&mut Vec<u8>),
+        _id: u64,
+        _base: &mut dyn FnMut(&mut dyn StateChunks) -> io::Result<()>,
         _segment: &mut dyn FnMut(&mut Vec<u8>),
     ) -> io::Result<()> {
-        self.page(id, base).map(|_| ())
+        Err(io::Error::other("this receiver of state keeps no changelog"))
     }
 }
 
 /// The mark that opens a changelog chain: a state written as a base and the segments of
-/// changes after it ([`StateChunks::changes`]), each element prefixed with its length.
+/// changes after it ([`StateChunks::changes`]), each reading its own end.
 const CHAIN_MARK: u64 = u64::MAX - 1;
 
-/// The head of a chain of `elements` (see [`chain_elements`]).
-pub(crate) fn chain_head(elements: usize) -> Vec<u8> {
+/// The head of a chain of a base and `segments` segments (see [`chain_segments`]).
+pub(crate) fn chain_head(segments: usize) -> Vec<u8> {
     let mut head = CHAIN_MARK.to_le_bytes().to_vec();
-    head.extend((elements as u64).to_le_bytes());
+    head.extend((segments as u64).to_le_bytes());
     head
 }
 
-/// Appends one element of a chain: its length, then what `encode` writes.
-pub(crate) fn chain_element(out: &mut Vec<u8>, encode: &mut dyn FnMut(&mut Vec<u8>)) {
-    let start = out.len();
-    out.extend([0; 8]);
-    encode(out);
-    let len = (out.len() - start - 8) as u64;
-    out[start..start + 8].copy_from_slice(&len.to_le_bytes());
-}
-
-/// The elements of the chain (base first) `input` starts with, taken off it; `Ok(None)` if it
-/// does not start with one. (A state may hold several, one after another.)
-pub(crate) fn chain_elements<'a>(input: &mut &'a [u8]) -> crate::Result<Option<Vec<&'a [u8]>>> {
-    let bytes: &'a [u8] = input;
-    if bytes.get(..8) != Some(&CHAIN_MARK.to_le_bytes()[..]) {
+/// If `input` starts a chain, takes its head off and returns how many segments follow the
+/// base; `Ok(None)` if it does not start one.
+pub(crate) fn chain_segments(input: &mut &[u8]) -> crate::Result<Option<u64>> {
+    if input.get(..8) != Some(&CHAIN_MARK.to_le_bytes()[..]) {
         return Ok(None);
     }
-    let corrupt = |what: &str| crate::Error::Corrupt(format!("a changelog chain ({} bytes left) {what}", bytes.len()));
-    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-    let n = word(bytes.get(8..16).ok_or_else(|| corrupt("has no element count"))?);
-    let mut rest = &bytes[16..];
-    // Each element takes at least its length: a damaged count cannot allocate more.
-    if n == 0 || n > rest.len() as u64 / 8 {
-        return Err(corrupt(&format!("says it holds {n} elements")));
+    let n = input.get(8..16).ok_or_else(|| crate::Error::Corrupt("a changelog chain ends in its head".into()))?;
+    let n = u64::from_le_bytes(n.try_into().expect("8 bytes"));
+    *input = &input[16..];
+    // Each segment takes at least its three counts: a damaged count cannot run on.
+    if n > input.len() as u64 / 24 {
+        return Err(crate::Error::Corrupt(format!("a changelog chain says {n} segments in {} bytes", input.len())));
     }
-    let mut elements = Vec::with_capacity(n as usize);
-    for _ in 0..n {
-        let len = word(rest.get(..8).ok_or_else(|| corrupt("ends inside an element's length"))?);
-        let body = rest.get(8..).and_then(|r| r.get(..usize::try_from(len).ok()?));
-        let body = body.ok_or_else(|| corrupt(&format!("ends inside an element of {len} bytes")))?;
-        elements.push(body);
-        rest = &rest[8 + body.len()..];
-    }
-    *input = rest;
-    Ok(Some(elements))
+    Ok(Some(n))
 }
 
 /// The plain receiver: every chunk written out in order.

@@ -88,20 +88,23 @@ fn restored_from(handle: &JobHandle, checkpoint: u64, from: &'static str) {
     assert!(handle.notes().contains(&note), "no note '{note}' in {:?}", handle.notes());
 }
 
-#[test]
-fn a_failover_restores_the_last_checkpoint_from_memory() {
+/// A run with a failover after the checkpoint restores it from `from`, with the output of
+/// a run without the failure.
+fn fails_over_restoring_from(local: bool, from: &'static str) {
     let dir = tempfile::tempdir().unwrap();
-    let (handle, checkpoint, rows) = run_with_a_failover(dir.path(), true);
-    restored_from(&handle, checkpoint, "memory");
+    let (handle, checkpoint, rows) = run_with_a_failover(dir.path(), local);
+    restored_from(&handle, checkpoint, from);
     assert!(rows == expected(), "output differs from the failure-free run ({} rows)", rows.len());
 }
 
 #[test]
+fn a_failover_restores_the_last_checkpoint_from_memory() {
+    fails_over_restoring_from(true, "memory");
+}
+
+#[test]
 fn without_local_recovery_a_failover_reads_the_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let (handle, checkpoint, rows) = run_with_a_failover(dir.path(), false);
-    restored_from(&handle, checkpoint, "files");
-    assert!(rows == expected(), "output differs from the failure-free run ({} rows)", rows.len());
+    fails_over_restoring_from(false, "files");
 }
 
 /// A new process has no copy: it restores from the files, though local recovery is on.

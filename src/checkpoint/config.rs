@@ -431,8 +431,9 @@ impl CheckpointConfig {
     /// base and the earlier changes stored before, so a checkpoint's cost follows the changes,
     /// not the state's size or how its changes spread over pages. After
     /// [`DEFAULT_MATERIALIZE_EVERY`] checkpoints of changes (see
-    /// [`CheckpointConfig::materialize_every`]), a checkpoint writes the state whole again
-    /// (a new base), after which retention lets the old chain go. A restore reads the base and
+    /// [`CheckpointConfig::materialize_every`]), or once the changes stored hold as many
+    /// bytes as the base, a checkpoint writes the state whole again (a new base), after which
+    /// retention lets the old chain go. A restore reads the base and
     /// applies the changes in order. Savepoints and full checkpoints are always whole.
     ///
     /// ```

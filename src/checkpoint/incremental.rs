@@ -42,9 +42,36 @@ struct PageRef {
 struct PageLocations {
     pages: HashMap<u64, PageRef>,
     files: HashMap<Arc<str>, FileDigest>,
-    /// Changelog checkpoints: by the id of a chain's newest element, the versions of its
-    /// elements (base first), each stored as a page.
-    chains: HashMap<u64, Vec<u64>>,
+    /// Changelog checkpoints: by the id of a chain's newest part (its newest segment's, or
+    /// its base's), the chain.
+    chains: HashMap<u64, Arc<Chain>>,
+}
+
+/// A changelog chain as stored: its base (the image's head, then its pages by version) and
+/// the segments after it, by version (each stored as a page).
+struct Chain {
+    head: Vec<u8>,
+    pages: Vec<u64>,
+    segments: Vec<u64>,
+}
+
+/// Passes a base's chunks on to the task file, noting its head and its pages' versions.
+struct RecordingBase<'a, 'b> {
+    inner: &'a mut TaskFileBuilder<'b>,
+    head: Vec<u8>,
+    pages: Vec<u64>,
+}
+
+impl StateChunks for RecordingBase<'_, '_> {
+    fn bytes(&mut self, bytes: &[u8]) -> io::Result<()> {
+        assert!(self.pages.is_empty(), "a base's head comes before its pages");
+        self.head.extend_from_slice(bytes);
+        self.inner.bytes(bytes)
+    }
+    fn page(&mut self, version: u64, encode: &mut dyn FnMut(&mut Vec<u8>)) -> io::Result<u64> {
+        self.pages.push(version);
+        self.inner.page(version, encode)
+    }
 }
 
 /// One task's memory of where its pages are stored, by page version. The runtime keeps one
@@ -114,7 +141,7 @@ impl Known {
         self.completed.files.get(name).or_else(|| self.kept.as_ref()?.files.get(name))
     }
 
-    fn chain(&self, newest: u64) -> Option<&Vec<u64>> {
+    fn chain(&self, newest: u64) -> Option<&Arc<Chain>> {
         self.completed.chains.get(&newest).or_else(|| self.kept.as_ref()?.chains.get(&newest))
     }
 }
@@ -237,14 +264,6 @@ impl TaskFileBuilder<'_> {
     }
 }
 
-impl TaskFileBuilder<'_> {
-    /// Whether page `version` is stored where this checkpoint may refer to it.
-    fn referable(&self, version: u64) -> bool {
-        let known = self.known.as_ref().and_then(|k| k.page(version));
-        known.is_some_and(|r| !self.compacted.contains(&r.file))
-    }
-}
-
 impl StateChunks for TaskFileBuilder<'_> {
     fn changelog(&self) -> bool {
         self.changelog.is_some()
@@ -254,24 +273,49 @@ impl StateChunks for TaskFileBuilder<'_> {
         &mut self,
         after: u64,
         id: u64,
-        base: &mut dyn FnMut(&mut Vec<u8>),
+        base: &mut dyn FnMut(&mut dyn StateChunks) -> io::Result<()>,
         segment: &mut dyn FnMut(&mut Vec<u8>),
     ) -> io::Result<()> {
         let most = self.changelog.unwrap_or(1) as usize;
         // The chain the last checkpoint stored for the state as it was at `after`, if every
-        // element can still be referred to and it is not due for a new base.
+        // part of it can still be referred to and it is not due for a new base: after `most`
+        // segments, or once its segments hold as many bytes as its base's pages (a restore
+        // then reads at most about twice the state, and a job that changes every key between
+        // checkpoints writes bases, not segments as large).
         let chain = self.known.as_ref().and_then(|k| k.chain(after)).cloned();
-        let chain = chain.filter(|c| c.len() <= most && c.iter().all(|&v| self.referable(v)));
-        let extends = chain.is_some();
-        let mut versions = chain.unwrap_or_default();
-        self.bytes(&crate::snapshot::chain_head(versions.len() + 1))?;
-        for &v in &versions {
-            self.page(v, &mut |_| unreachable!("a referable element is referred to, not written"))?;
-        }
-        let encode: &mut dyn FnMut(&mut Vec<u8>) = if extends { &mut *segment } else { &mut *base };
-        self.page(id, &mut |buf| crate::snapshot::chain_element(buf, encode))?;
-        versions.push(id);
-        self.pages.chains.insert(id, versions);
+        let len = |v: &u64| self.known.as_ref().and_then(|k| k.page(*v)).map_or(0, |r| r.len);
+        // (A live chain's files wait for its next base to be compacted: its parts cannot be
+        // written again from this fork.)
+        let known_page = |v: &u64| self.known.as_ref().and_then(|k| k.page(*v)).cloned();
+        let chain = chain.filter(|c| {
+            let (segments, base) = (c.segments.iter().map(len).sum::<u64>(), c.pages.iter().map(len).sum::<u64>());
+            c.segments.len() < most
+                && segments < base
+                && c.pages.iter().chain(&c.segments).all(|v| known_page(v).is_some())
+        });
+        let chain = match chain {
+            Some(c) => {
+                self.bytes(&crate::snapshot::chain_head(c.segments.len() + 1))?;
+                self.bytes(&c.head)?;
+                for &v in c.pages.iter().chain(&c.segments) {
+                    let r = self.known.as_ref().and_then(|k| k.page(v)).cloned().expect("every part is stored");
+                    self.stored(v, r);
+                }
+                self.page(id, segment)?;
+                let mut segments = c.segments.clone();
+                segments.push(id);
+                Chain { head: c.head.clone(), pages: c.pages.clone(), segments }
+            }
+            None => {
+                // A new base: the state's image, page by page (pages stored before are
+                // referred to, as in an incremental checkpoint).
+                self.bytes(&crate::snapshot::chain_head(0))?;
+                let mut recording = RecordingBase { inner: self, head: Vec::new(), pages: Vec::new() };
+                base(&mut recording)?;
+                Chain { head: recording.head, pages: recording.pages, segments: Vec::new() }
+            }
+        };
+        self.pages.chains.insert(id, Arc::new(chain));
         Ok(())
     }
 
@@ -309,12 +353,19 @@ impl StateChunks for TaskFileBuilder<'_> {
                 PageRef { file: self.own_file.clone(), offset, len }
             }
         };
+        Ok(self.stored(version, r))
+    }
+}
+
+impl TaskFileBuilder<'_> {
+    /// Page `version` is at `r`: referred to from the task file and remembered.
+    fn stored(&mut self, version: u64, r: PageRef) -> u64 {
         self.state_bytes += r.len;
         self.print.page(version, r.len);
         self.push_ref(&r);
         let len = r.len;
         self.pages.pages.insert(version, r);
-        Ok(len)
+        len
     }
 }
 
@@ -442,6 +493,28 @@ mod tests {
         w
     }
 
+    /// Settles checkpoint `id`: aborted (its files go), or completed and retained with the one
+    /// before it. Returns whether it completed.
+    fn settle(storage: &CheckpointStorage, index: &PageIndex, completed: &mut Vec<u64>, id: u64, abort: bool) -> bool {
+        if abort {
+            index.on_notice(CheckpointNotice::Aborted(id));
+            storage.discard(id);
+            return false;
+        }
+        index.on_notice(CheckpointNotice::Complete(id));
+        completed.push(id);
+        storage.retain(completed, 2, &HashSet::new());
+        true
+    }
+
+    /// Checkpoint `id` restores exactly `state`.
+    fn assert_restores(storage: &CheckpointStorage, id: u64, state: &KeyedValueState<u64, u64>) {
+        let got = storage.load(id).unwrap_or_else(|e| panic!("checkpoint {id}: {e}"));
+        let mut back: KeyedValueState<u64, u64> = KeyedValueState::new();
+        back.restore(got.state.get("counts", 0).unwrap()).unwrap();
+        assert!(back.len() == state.len() && state.iter().all(|(k, v)| back.get(k) == Some(v)), "checkpoint {id}");
+    }
+
     /// A chain of incremental checkpoints, some aborted, with retention deleting old ones:
     /// every retained checkpoint restores exactly what a full checkpoint of the same state
     /// restores, and the latest needs only the files retention kept.
@@ -547,14 +620,9 @@ mod tests {
             }
             *state.get_or_insert_with(7, || 0) += 1;
             let w = checkpoint(&storage, Some(&index), id, &mut state);
-            if id % 7 == 3 {
-                index.on_notice(CheckpointNotice::Aborted(id));
-                storage.discard(id);
+            if !settle(&storage, &index, &mut completed, id, id % 7 == 3) {
                 continue;
             }
-            index.on_notice(CheckpointNotice::Complete(id));
-            completed.push(id);
-            storage.retain(&mut completed, 2, &HashSet::new());
             let referred: u64 = w.shared.iter().map(|s| s.bytes).sum();
             most_files = most_files.max(w.shared.len());
             assert!(w.shared.len() <= MAX_SHARED_FILES + 1, "checkpoint {id} refers to {} files", w.shared.len());
@@ -562,10 +630,7 @@ mod tests {
             let slack = 2 * w.state_bytes + 4096 * w.shared.len() as u64;
             assert!(referred <= slack, "checkpoint {id} refers to {referred} bytes for {} of state", w.state_bytes);
             compacted_some |= id > 1 && w.written_bytes * 4 > w.state_bytes;
-            let got = storage.load(id).unwrap();
-            let mut back: KeyedValueState<u64, u64> = KeyedValueState::new();
-            back.restore(got.state.get("counts", 0).unwrap()).unwrap();
-            assert!(back.len() == state.len() && state.iter().all(|(k, v)| back.get(k) == Some(v)), "checkpoint {id}");
+            assert_restores(&storage, id, &state);
         }
         assert!(most_files > MAX_SHARED_FILES / 2, "the chain grew to {most_files} files: it did not test the bound");
         // What `weir checkpoints` shows: the latest's own bytes, and the earlier files it needs.
@@ -610,22 +675,13 @@ mod tests {
             } else {
                 bases += 1;
             }
-            if id % 9 == 5 {
-                index.on_notice(CheckpointNotice::Aborted(id));
-                storage.discard(id);
+            if !settle(&storage, &index, &mut completed, id, id % 9 == 5) {
                 continue;
             }
-            index.on_notice(CheckpointNotice::Complete(id));
-            completed.push(id);
-            storage.retain(&mut completed, 2, &HashSet::new());
+            assert_restores(&storage, id, &state);
+            // The one retained before it still loads (retention kept what its chain needs).
             for &c in &completed {
-                let got = storage.load(c).unwrap_or_else(|e| panic!("checkpoint {c}: {e}"));
-                if c == id {
-                    let mut back: KeyedValueState<u64, u64> = KeyedValueState::new();
-                    back.restore(got.state.get("counts", 0).unwrap()).unwrap();
-                    assert_eq!(back.len(), state.len(), "checkpoint {id}");
-                    assert!(state.iter().all(|(k, v)| back.get(k) == Some(v)), "checkpoint {id}");
-                }
+                storage.load(c).unwrap_or_else(|e| panic!("checkpoint {c}: {e}"));
             }
         }
         // The first, one every fifth checkpoint (four segments, then a base), and the one after

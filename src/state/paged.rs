@@ -683,8 +683,13 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
             // From the next fork on, the map tracks its writes.
             self.changes_wanted.store(true, Ordering::Relaxed);
             let d = &self.delta;
-            return out.changes(d.after, d.id, &mut |buf| self.write_image(buf), &mut |buf| self.write_segment(buf));
+            return out.changes(d.after, d.id, &mut |out| self.write_image(out), &mut |buf| self.write_segment(buf));
         }
+        self.write_image(out)
+    }
+
+    /// The whole image, page by page.
+    fn write_image(&self, out: &mut dyn StateChunks) -> std::io::Result<()> {
         let mut head = Vec::with_capacity(24);
         write_head(self.len, self.pages.len(), &mut head);
         out.bytes(&head)?;
@@ -692,12 +697,6 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
             out.page(version, &mut |buf| write_page(page, buf))?;
         }
         Ok(())
-    }
-
-    /// The whole image, as [`PagedImage`] reads it.
-    fn write_image(&self, out: &mut Vec<u8>) {
-        write_head(self.len, self.pages.len(), out);
-        self.pages.iter().for_each(|page| write_page(page, out));
     }
 
     /// The changes since the last fork: the slot count and the entry count (checked when
@@ -802,13 +801,12 @@ impl<K: Persist + Hash + Eq + Clone, V: Persist + Clone> Persist for PagedImage<
     }
 
     fn restore(input: &mut &[u8]) -> crate::error::Result<Self> {
-        let map = match crate::snapshot::chain_elements(input)? {
-            Some(elements) => {
+        let map = match crate::snapshot::chain_segments(input)? {
+            Some(segments) => {
                 // A changelog chain: the base, then each segment applied in order.
-                let (base, segments) = elements.split_first().expect("a chain has an element");
-                let mut map = read_laid(&mut &base[..])?;
-                for segment in segments {
-                    apply_segment(&mut map, &mut &segment[..])?;
+                let mut map = read_laid(input)?;
+                for _ in 0..segments {
+                    apply_segment(&mut map, input)?;
                 }
                 map
             }
@@ -858,8 +856,8 @@ fn apply_segment<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
             }
         }
     }
-    if !input.is_empty() || count != len as i64 {
-        return Err(corrupt(format!("leaves {count} entries where it says {len} ({} bytes left)", input.len())));
+    if count != len as i64 {
+        return Err(corrupt(format!("leaves {count} entries where it says {len}")));
     }
     map.len = count as usize;
     Ok(())
