@@ -9,6 +9,7 @@ mod common {
 }
 
 mod backpressure;
+mod changelog;
 mod embedded;
 mod io_faults;
 mod keyed_state;

@@ -702,6 +702,55 @@ mod tests {
         assert_eq!(back.len(), state.len());
     }
 
+    /// A truncated or damaged segment is damage: recovery skips every checkpoint whose chain
+    /// holds it and restores the newest one before, exactly — never state read from it.
+    #[test]
+    fn a_damaged_or_truncated_segment_falls_back_to_the_checkpoint_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::new(dir.path());
+        let index = PageIndex::changelog(10);
+        let mut state: KeyedValueState<u64, u64> = KeyedValueState::new();
+        for k in 0..20_000u64 {
+            state.put(k, k);
+        }
+        let mut states = Vec::new();
+        // Checkpoints 1 and 2 are bases (tracking starts at the fork after the first asked for
+        // changes); 3 and 4 extend 2's chain with a segment each.
+        for id in 1..=4u64 {
+            for j in 0..50 {
+                *state.get_or_insert_with(mix(id * 100 + j) % 20_000, || 0) += id;
+            }
+            let w = checkpoint(&storage, Some(&index), id, &mut state);
+            assert_eq!(w.written_bytes * 10 < w.state_bytes, id > 2, "checkpoint {id}: a segment from the third on");
+            states.push(state.iter().map(|(k, v)| (*k, *v)).collect::<HashMap<u64, u64>>());
+            // Every checkpoint kept (no retention), so recovery can fall back to each.
+            index.on_notice(CheckpointNotice::Complete(id));
+        }
+        let restored = |storage: &CheckpointStorage| {
+            let found = storage.latest_valid().unwrap();
+            let c = found.checkpoint.expect("a checkpoint to restore");
+            let mut back: KeyedValueState<u64, u64> = KeyedValueState::new();
+            back.restore(c.state.get("counts", 0).unwrap()).unwrap();
+            let back: HashMap<u64, u64> = back.iter().map(|(k, v)| (*k, *v)).collect();
+            (c.metadata.checkpoint, found.skipped.iter().map(|s| s.0).collect::<Vec<_>>(), back)
+        };
+        // Checkpoint 4's segment cut short: 4 is skipped, 3 restored as it was.
+        let own = |id| dir.path().join(CheckpointStorage::shared_name(id, 0));
+        let bytes = std::fs::read(own(4)).unwrap();
+        std::fs::write(own(4), &bytes[..bytes.len() - 7]).unwrap();
+        let (id, skipped, back) = restored(&storage);
+        assert_eq!((id, skipped), (3, vec![4]));
+        assert!(back == states[2], "checkpoint 3 restored exactly");
+        // A bit flipped in checkpoint 3's segment, which 4's chain holds too: both skipped.
+        let mut bytes = std::fs::read(own(3)).unwrap();
+        let last = bytes.len() - 20;
+        bytes[last] ^= 1;
+        std::fs::write(own(3), bytes).unwrap();
+        let (id, skipped, back) = restored(&storage);
+        assert_eq!((id, skipped), (2, vec![4, 3]));
+        assert!(back == states[1], "checkpoint 2 restored exactly");
+    }
+
     #[test]
     fn unreferenced_shared_files_are_removed_and_referenced_ones_kept() {
         let dir = tempfile::tempdir().unwrap();
