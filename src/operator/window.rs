@@ -75,7 +75,10 @@ pub(crate) struct ForkedWindows<H, K, V> {
     pub(crate) windows: Vec<(Timestamp, PagedFork<K, V>)>,
 }
 
-impl<H: Persist + Send, K: Key, V: Persist + Send + Sync> ForkedState for ForkedWindows<H, K, V> {
+impl<H: Persist + Send + 'static, K: Key, V: Persist + Send + Sync + 'static> ForkedState for ForkedWindows<H, K, V> {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
     fn write_chunks(&self, out: &mut dyn crate::snapshot::StateChunks) -> std::io::Result<()> {
         let mut buf = Vec::new();
         self.head.persist(&mut buf);
@@ -339,7 +342,17 @@ impl<K: Key, V: Clone> OpenWindows<K, V> {
 
     /// Replaces the open windows with what a snapshot of them wrote at `watermark`.
     pub(crate) fn import(&mut self, windows: WindowEntries<K, V>, watermark: Option<Timestamp>) {
-        self.open = windows.into_iter().map(|(s, image)| (s, image.into_map())).collect();
+        self.reopen(windows.into_iter().map(|(s, image)| (s, image.into_map())), watermark);
+    }
+
+    /// Replaces the open windows with the forks [`Self::fork`] made, sharing their pages
+    /// (local recovery).
+    pub(crate) fn import_forks(&mut self, forks: &[(Timestamp, PagedFork<K, V>)], watermark: Option<Timestamp>) {
+        self.reopen(forks.iter().map(|(s, fork)| (*s, PagedMap::from_fork(fork))), watermark);
+    }
+
+    fn reopen(&mut self, open: impl Iterator<Item = (Timestamp, PagedMap<K, V>)>, watermark: Option<Timestamp>) {
+        self.open = open.collect();
         self.open.make_contiguous().sort_by_key(|(s, _)| *s);
         self.fired = self.open.iter().take_while(|(s, _)| self.has_fired(*s, watermark)).count();
     }
@@ -432,6 +445,12 @@ pub(crate) struct WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
 }
 
 impl<T, K: Key, A: Clone, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
+    /// Local recovery: the watermark and the open windows from the fork of them.
+    fn import_local(&mut self, w: &ForkedWindows<Option<Timestamp>, K, A>) {
+        self.watermark = w.head;
+        self.windows.import_forks(&w.windows, w.head);
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         ctx: &crate::context::TaskContext,
@@ -640,6 +659,28 @@ where
         self.counts.import(counts, watermark);
         Ok(())
     }
+    fn restore_local(&mut self, fork: &dyn ForkedState) -> Result<()> {
+        // What `snapshot_state` made: the windows, and with a count trigger the counts after.
+        let any = fork.as_any();
+        let (windows, counts) = match any.and_then(|f| f.downcast_ref::<Concatenated>()) {
+            Some(Concatenated(w, c)) => (w.as_any(), c.as_any()),
+            None => (any, None),
+        };
+        let windows = windows.and_then(|w| w.downcast_ref::<ForkedWindows<Option<Timestamp>, K, A>>());
+        let counts = counts.and_then(|c| c.downcast_ref::<ForkedWindows<(), K, u64>>());
+        match (windows, counts, self.settings.early) {
+            (Some(w), Some(c), Some(EarlyFiring::Count(_))) => {
+                self.counts.import_forks(&c.windows, w.head);
+                self.import_local(w);
+                Ok(())
+            }
+            (Some(w), None, early) if !matches!(early, Some(EarlyFiring::Count(_))) => {
+                self.import_local(w);
+                Ok(())
+            }
+            _ => self.restore_state(&crate::snapshot::encoded(fork)?),
+        }
+    }
     fn restore_rescaled(&mut self, parts: &[(usize, &[u8])], scope: &crate::record::KeyScope) -> Result<()> {
         let decoded: Vec<_> = parts.iter().map(|(_, b)| decode_window_state::<K, A>(b)).collect::<Result<_>>()?;
         self.watermark = merged_watermark(decoded.iter().map(|(w, _, _)| *w));
@@ -658,6 +699,9 @@ where
 struct Concatenated(Box<dyn ForkedState>, Box<dyn ForkedState>);
 
 impl ForkedState for Concatenated {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
     fn write_chunks(&self, out: &mut dyn crate::snapshot::StateChunks) -> std::io::Result<()> {
         self.0.write_chunks(out)?;
         self.1.write_chunks(out)
