@@ -8,6 +8,16 @@ use std::time::Duration;
 use weir::prng::mix;
 use weir::{Job, JobReport, RunConfig};
 
+/// The value after flag `name` on the command line (`--keys 1000`), parsed; `default`
+/// without the flag. A value that does not parse stops the harness, naming the flag.
+pub(crate) fn flag<T: std::str::FromStr>(name: &str, default: T) -> T {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)) {
+        Some(v) => v.parse().unwrap_or_else(|_| panic!("{name} cannot take {v}")),
+        None => default,
+    }
+}
+
 /// Runs `job` under `config` for `duration`, then stops it gracefully.
 pub(crate) fn run_for(job: Job, config: RunConfig, duration: Duration) -> JobReport {
     let handle = job.start(config).expect("job starts");

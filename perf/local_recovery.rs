@@ -11,6 +11,8 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,24 +63,15 @@ fn round(keys: u64, local: bool) -> (f64, f64, String) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str, default: u64| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .map(|v| v.parse::<u64>().unwrap_or_else(|_| panic!("{name} takes a number")))
-            .unwrap_or(default)
-    };
-    let (keys, rounds) = (arg("--keys", 20_000_000), arg("--rounds", 3));
+    let (keys, rounds): (u64, u64) = (common::flag("--keys", 20_000_000), common::flag("--rounds", 3));
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("restart after a task failure, {} keys; load average before: {}", group_digits(keys), load.trim());
     println!("{:>6} {:>16} {:>12} {:>14}", "round", "local recovery", "restart ms", "checkpoint s");
-    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(String::as_str);
-    let kinds: &[bool] = match only {
-        Some("memory") => &[true],
-        Some("files") => &[false],
-        None => &[true, false],
-        Some(other) => panic!("--only takes memory or files, not {other}"),
+    let kinds: &[bool] = match common::flag("--only", String::new()).as_str() {
+        "memory" => &[true],
+        "files" => &[false],
+        "" => &[true, false],
+        other => panic!("--only takes memory or files, not {other}"),
     };
     for r in 0..rounds {
         for &local in kinds {

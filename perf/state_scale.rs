@@ -13,6 +13,8 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+mod common;
+
 use std::collections::HashSet;
 use std::time::Instant;
 
@@ -47,16 +49,9 @@ fn checkpoint(
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str, default: f64| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .map(|v| v.parse::<f64>().unwrap_or_else(|_| panic!("{name} takes a number")))
-            .unwrap_or(default)
-    };
-    let (max_gib, updates, rounds) =
-        (arg("--max-gib", 1.0), arg("--updates", 1e6) as u64, arg("--rounds", 3.0) as usize);
+    let (max_gib, updates, rounds): (f64, f64, usize) =
+        (common::flag("--max-gib", 1.0), common::flag("--updates", 1e6), common::flag("--rounds", 3));
+    let updates = updates as u64;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "incremental checkpoints after {} uniform updates; load average before: {}",

@@ -277,7 +277,6 @@ pub(crate) type SharedFork = Arc<std::sync::Mutex<Box<dyn ForkedState>>>;
 
 /// One part of a restored state: its encoding, or (local recovery) the fork it was written
 /// from, encoded only if something asks for the bytes.
-#[derive(Default)]
 struct RestoredPart {
     bytes: std::sync::OnceLock<Vec<u8>>,
     local: Option<SharedFork>,
@@ -286,24 +285,19 @@ struct RestoredPart {
 impl RestoredPart {
     fn bytes(&self) -> &[u8] {
         self.bytes.get_or_init(|| {
-            let mut bytes = Vec::new();
-            if let Some(fork) = &self.local {
-                // Only forks that hand themselves over are kept unencoded, and those encode
-                // into memory without failing (`LocalCheckpoint::restored`).
-                let fork = fork.lock().unwrap_or_else(|e| e.into_inner());
-                fork.write_to(&mut bytes).expect("a fork kept for local recovery encodes into memory");
-            }
-            bytes
+            let fork = self.local.as_ref().expect("a part has its bytes or its fork");
+            // Only forks that hand themselves over are kept unencoded, and those encode into
+            // memory without failing (`LocalCheckpoint::restored`).
+            encoded(&**fork.lock().unwrap_or_else(|e| e.into_inner())).expect("a fork kept for local recovery encodes")
         })
     }
 }
 
 impl std::fmt::Debug for RestoredPart {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (&self.local, self.bytes.get()) {
-            (_, Some(b)) => write!(f, "{} bytes", b.len()),
-            (Some(_), None) => f.write_str("a fork in memory"),
-            (None, None) => f.write_str("nothing"),
+        match self.bytes.get() {
+            Some(b) => write!(f, "{} bytes", b.len()),
+            None => f.write_str("a fork in memory"),
         }
     }
 }
@@ -347,10 +341,9 @@ impl RestoredState {
         self.parts.get(&(operator.to_string(), subtask)).map(RestoredPart::bytes)
     }
     /// The fork `operator`'s state in `subtask` was captured as, when it was restored from
-    /// this process's memory and not yet encoded.
+    /// this process's memory.
     pub(crate) fn local(&self, operator: &str, subtask: usize) -> Option<SharedFork> {
-        let part = self.parts.get(&(operator.to_string(), subtask))?;
-        part.local.clone().filter(|_| part.bytes.get().is_none())
+        self.parts.get(&(operator.to_string(), subtask))?.local.clone()
     }
     /// Whether the state came from this process's memory (local recovery), not from files.
     pub fn from_memory(&self) -> bool {

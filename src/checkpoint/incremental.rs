@@ -47,12 +47,17 @@ struct PageLocations {
     chains: HashMap<u64, Arc<Chain>>,
 }
 
-/// A changelog chain as stored: its base (the image's head, then its pages by version) and
-/// the segments after it, by version (each stored as a page).
+/// A changelog chain as stored: its base and the segments after it, by version (each stored
+/// as a page). The chains extending one base share it.
 struct Chain {
+    base: Arc<ChainBase>,
+    segments: Vec<u64>,
+}
+
+/// A chain's base: the image's head, then its pages by version.
+struct ChainBase {
     head: Vec<u8>,
     pages: Vec<u64>,
-    segments: Vec<u64>,
 }
 
 /// Passes a base's chunks on to the task file, noting its head and its pages' versions.
@@ -282,29 +287,33 @@ impl StateChunks for TaskFileBuilder<'_> {
         // segments, or once its segments hold as many bytes as its base's pages (a restore
         // then reads at most about twice the state, and a job that changes every key between
         // checkpoints writes bases, not segments as large).
-        let chain = self.known.as_ref().and_then(|k| k.chain(after)).cloned();
-        let len = |v: &u64| self.known.as_ref().and_then(|k| k.page(*v)).map_or(0, |r| r.len);
         // (A live chain's files wait for its next base to be compacted: its parts cannot be
         // written again from this fork.)
-        let known_page = |v: &u64| self.known.as_ref().and_then(|k| k.page(*v)).cloned();
-        let chain = chain.filter(|c| {
-            let (segments, base) = (c.segments.iter().map(len).sum::<u64>(), c.pages.iter().map(len).sum::<u64>());
-            c.segments.len() < most
-                && segments < base
-                && c.pages.iter().chain(&c.segments).all(|v| known_page(v).is_some())
+        let known = self.known.as_ref();
+        let chain = known.and_then(|k| {
+            let c = k.chain(after)?;
+            let parts: Vec<(u64, PageRef)> = c
+                .base
+                .pages
+                .iter()
+                .chain(&c.segments)
+                .map(|&v| Some((v, k.page(v)?.clone())))
+                .collect::<Option<_>>()?;
+            let (base, segments) = parts.split_at(c.base.pages.len());
+            let bytes = |refs: &[(u64, PageRef)]| refs.iter().map(|(_, r)| r.len).sum::<u64>();
+            (c.segments.len() < most && bytes(segments) < bytes(base)).then(|| (c.clone(), parts))
         });
         let chain = match chain {
-            Some(c) => {
+            Some((c, parts)) => {
                 self.bytes(&crate::snapshot::chain_head(c.segments.len() + 1))?;
-                self.bytes(&c.head)?;
-                for &v in c.pages.iter().chain(&c.segments) {
-                    let r = self.known.as_ref().and_then(|k| k.page(v)).cloned().expect("every part is stored");
+                self.bytes(&c.base.head)?;
+                for (v, r) in parts {
                     self.stored(v, r);
                 }
                 self.page(id, segment)?;
                 let mut segments = c.segments.clone();
                 segments.push(id);
-                Chain { head: c.head.clone(), pages: c.pages.clone(), segments }
+                Chain { base: c.base.clone(), segments }
             }
             None => {
                 // A new base: the state's image, page by page (pages stored before are
@@ -312,7 +321,8 @@ impl StateChunks for TaskFileBuilder<'_> {
                 self.bytes(&crate::snapshot::chain_head(0))?;
                 let mut recording = RecordingBase { inner: self, head: Vec::new(), pages: Vec::new() };
                 base(&mut recording)?;
-                Chain { head: recording.head, pages: recording.pages, segments: Vec::new() }
+                let base = ChainBase { head: recording.head, pages: recording.pages };
+                Chain { base: Arc::new(base), segments: Vec::new() }
             }
         };
         self.pages.chains.insert(id, Arc::new(chain));

@@ -43,9 +43,7 @@ impl LocalCheckpoint {
             if state.as_any().is_some() {
                 r.insert_local(p.operator.to_string(), p.subtask, p.state.clone());
             } else {
-                let mut bytes = Vec::new();
-                state.write_to(&mut bytes).ok()?;
-                r.insert(p.operator.to_string(), p.subtask, bytes);
+                r.insert(p.operator.to_string(), p.subtask, crate::snapshot::encoded(&**state).ok()?);
             }
         }
         Some(r)

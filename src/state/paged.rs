@@ -91,12 +91,9 @@ pub struct PagedMap<K, V> {
     mask: usize,
     len: usize,
     copied_pages: u64,
-    /// Changelog checkpoints: per page, the slots written since the last fork (a bit each),
-    /// while `track` (else empty).
+    /// Changelog checkpoints: per page, the slots written since the last fork (a bit each).
+    /// Empty while writes are not tracked ([`Self::tracking`]).
     dirty: Vec<[u64; PAGE_SLOTS / 64]>,
-    /// Whether writes are tracked in `dirty`: from the fork after a changelog checkpoint
-    /// asked for changes (`changes_wanted`), so a job without a changelog pays nothing.
-    track: bool,
     /// Set by the writer of a changelog checkpoint through a fork: the next fork turns
     /// tracking on.
     changes_wanted: Arc<AtomicBool>,
@@ -123,7 +120,7 @@ impl<K: Hash + Eq + Clone, V: Clone, const TRACK: bool> OwnedPages<'_, K, V, TRA
         // No fork can have run since `owned_pages` checked (this borrow is exclusive), and a
         // write that grows the map owns the new pages.
         debug_assert!(self.0.owns_every_page());
-        debug_assert_eq!(self.0.track, TRACK);
+        debug_assert_eq!(self.0.tracking(), TRACK);
         self.0.entry_in::<false, TRACK, K>(hash, KeyArg::Owned(key), init)
     }
 
@@ -135,7 +132,7 @@ impl<K: Hash + Eq + Clone, V: Clone, const TRACK: bool> OwnedPages<'_, K, V, TRA
         K: Borrow<Q>,
     {
         debug_assert!(self.0.owns_every_page());
-        debug_assert_eq!(self.0.track, TRACK);
+        debug_assert_eq!(self.0.tracking(), TRACK);
         self.0.entry_in::<false, TRACK, Q>(hash, KeyArg::Borrowed(key), init)
     }
 }
@@ -239,7 +236,6 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             len: 0,
             copied_pages: 0,
             dirty: Vec::new(),
-            track: false,
             changes_wanted: Arc::default(),
             segment: 0,
         }
@@ -291,11 +287,11 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         debug_assert!(self.owned[p], "a write to page {p}, which a snapshot may share");
         debug_assert_eq!(Arc::strong_count(&self.pages[p]), 1, "an owned page is unshared");
         // SAFETY: `p` is a masked slot's page (`i >> PAGE_SHIFT` with `i <= mask`; the map has
-        // `(mask + 1) / PAGE_SLOTS` pages) or restore's page below their count, so it exists. `owned[p]` is true only
-        // while this map holds the only reference to the page (see the module invariant: set
-        // after `get_mut` succeeded or a fresh `Arc::new`, and cleared by `fork` before any
-        // clone leaves the map; the map never makes `Weak`s). With `&mut self`, this is the
-        // only access to the page, so a unique reference is sound.
+        // `(mask + 1) / PAGE_SLOTS` pages) or a restore's page below their count, so it exists.
+        // `owned[p]` is true only while this map holds the only reference to the page (see the
+        // module invariant: set after `get_mut` succeeded or a fresh `Arc::new`, and cleared by
+        // `fork` before any clone leaves the map; the map never makes `Weak`s). With `&mut
+        // self`, this is the only access to the page, so a unique reference is sound.
         unsafe { &mut *(Arc::as_ptr(self.pages.get_unchecked(p)) as *mut Page<K, V>) }
     }
 
@@ -313,6 +309,13 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         self.versions[p] = new_version();
     }
 
+    /// Whether writes are marked for a changelog checkpoint: from the fork after one asked
+    /// for changes (`changes_wanted`), so a job without a changelog pays nothing.
+    #[inline(always)]
+    fn tracking(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
     /// Whether this map owns every page (no snapshot taken since shares one): writes need no
     /// ownership check until the next fork.
     #[inline]
@@ -326,11 +329,11 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     }
 
     /// Slot `i` for writing, marked written for the changelog while writes are tracked:
-    /// `TRACK` says they are for the run (`OwnedPages`); a `CHECKED` write asks `track`.
+    /// `TRACK` says they are for the run (`OwnedPages`); a `CHECKED` write asks [`Self::tracking`].
     #[inline(always)]
     fn slot_mut_in<const CHECKED: bool, const TRACK: bool>(&mut self, i: usize) -> &mut Option<(K, V)> {
-        if TRACK || (CHECKED && self.track) {
-            debug_assert!(self.track && i <= self.mask && self.dirty.len() == self.pages.len());
+        if TRACK || (CHECKED && self.tracking()) {
+            debug_assert!(i <= self.mask && self.dirty.len() == self.pages.len());
             // SAFETY: `i` is masked (as in `slot`), and while tracking there is a dirty bitmap
             // per page (`fork`, `grow`).
             let bits = unsafe { self.dirty.get_unchecked_mut(i >> PAGE_SHIFT) };
@@ -454,14 +457,14 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// ```
     #[inline]
     pub fn owned_pages(&mut self) -> Option<OwnedPages<'_, K, V>> {
-        (self.owns_every_page() && !self.track).then_some(OwnedPages(self))
+        (self.owns_every_page() && !self.tracking()).then_some(OwnedPages(self))
     }
 
     /// [`Self::owned_pages`] while writes are tracked for a changelog checkpoint: `None`
     /// when they are not, or a snapshot shares a page.
     #[inline]
     pub fn owned_pages_tracked(&mut self) -> Option<OwnedPages<'_, K, V, true>> {
-        (self.owns_every_page() && self.track).then_some(OwnedPages(self))
+        (self.owns_every_page() && self.tracking()).then_some(OwnedPages(self))
     }
 
     #[inline(always)]
@@ -531,7 +534,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         self.unowned = wider.unowned;
         self.versions = wider.versions;
         self.mask = wider.mask;
-        if self.track {
+        if self.tracking() {
             self.dirty = vec![[0; PAGE_SLOTS / 64]; self.pages.len()];
         }
         self.segment = 0;
@@ -640,7 +643,6 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             len: fork.len,
             copied_pages: 0,
             dirty: Vec::new(),
-            track: false,
             changes_wanted: fork.changes_wanted.clone(),
             segment: 0,
         }
@@ -651,10 +653,9 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         self.owned.iter_mut().for_each(|o| *o = false);
         self.unowned = self.pages.len();
         // The changes since the last fork are known whole only if tracked all along.
-        let after = if self.track { self.segment } else { 0 };
+        let after = if self.tracking() { self.segment } else { 0 };
         let dirty = std::mem::take(&mut self.dirty);
-        self.track = self.changes_wanted.load(Ordering::Relaxed);
-        if self.track {
+        if self.changes_wanted.load(Ordering::Relaxed) {
             self.dirty = vec![[0; PAGE_SLOTS / 64]; self.pages.len()];
         }
         let delta = Delta { after, id: new_version(), dirty };
@@ -705,24 +706,19 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
     fn write_segment(&self, out: &mut Vec<u8>) {
         ((self.pages.len() * PAGE_SLOTS) as u64).persist(out);
         (self.len as u64).persist(out);
-        let changed = self.delta.dirty.iter().filter(|bits| bits.iter().any(|&b| b != 0)).count();
-        (changed as u64).persist(out);
-        for (p, bits) in self.delta.dirty.iter().enumerate().filter(|(_, bits)| bits.iter().any(|&b| b != 0)) {
+        let changed = || self.delta.dirty.iter().enumerate().filter(|(_, bits)| bits.iter().any(|&b| b != 0));
+        (changed().count() as u64).persist(out);
+        for (p, bits) in changed() {
             (p as u64).persist(out);
             bits.persist(out);
-            for (w, &word) in bits.iter().enumerate() {
-                let mut word = word;
-                while word != 0 {
-                    let i = w * 64 + word.trailing_zeros() as usize;
-                    word &= word - 1;
-                    match &self.pages[p].slots[i] {
-                        Some((k, v)) => {
-                            1u8.persist(out);
-                            k.persist(out);
-                            v.persist(out);
-                        }
-                        None => 0u8.persist(out),
+            for i in set_slots(bits) {
+                match &self.pages[p].slots[i] {
+                    Some((k, v)) => {
+                        1u8.persist(out);
+                        k.persist(out);
+                        v.persist(out);
                     }
+                    None => 0u8.persist(out),
                 }
             }
         }
@@ -842,18 +838,14 @@ fn apply_segment<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
         }
         let bits = <[u64; PAGE_SLOTS / 64]>::restore(input)?;
         let page = map.page_mut::<true>(p as usize);
-        for (w, mut word) in bits.into_iter().enumerate() {
-            while word != 0 {
-                let i = w * 64 + word.trailing_zeros() as usize;
-                word &= word - 1;
-                let entry = match u8::restore(input)? {
-                    0 => None,
-                    1 => Some((K::restore(input)?, V::restore(input)?)),
-                    t => return Err(corrupt(format!("has a slot tagged {t}"))),
-                };
-                count += entry.is_some() as i64 - page.slots[i].is_some() as i64;
-                page.slots[i] = entry;
-            }
+        for i in set_slots(&bits) {
+            let entry = match u8::restore(input)? {
+                0 => None,
+                1 => Some((K::restore(input)?, V::restore(input)?)),
+                t => return Err(corrupt(format!("has a slot tagged {t}"))),
+            };
+            count += entry.is_some() as i64 - page.slots[i].is_some() as i64;
+            page.slots[i] = entry;
         }
     }
     if count != len as i64 {
@@ -867,41 +859,43 @@ fn apply_segment<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
 fn read_laid<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
     input: &mut &[u8],
 ) -> crate::error::Result<PagedMap<K, V>> {
-    {
-        let corrupt = |what: String| crate::error::Error::Corrupt(format!("a paged map's snapshot {what}"));
-        if input.get(..8) != Some(&LAID_OUT.to_le_bytes()[..]) {
-            return Err(corrupt("is not laid out (a changelog chain's base must be)".into()));
-        }
-        *input = &input[8..];
-        let len = u64::restore(input)?;
-        let slots = u64::restore(input)?;
-        let pages = slots / PAGE_SLOTS as u64;
-        // Every page takes at least its slot bits: a damaged slot count cannot allocate more
-        // pages than the bytes left could describe.
-        let page_min = (PAGE_SLOTS / 8) as u64;
-        if !slots.is_power_of_two() || pages == 0 || pages > input.len() as u64 / page_min || len >= slots {
-            return Err(corrupt(format!("has {len} entries in {slots} slots ({} bytes follow)", input.len())));
-        }
-        let mut map = PagedMap::with_slots(slots as usize);
-        let mut read = 0;
-        for p in 0..pages as usize {
-            let full = <[u64; PAGE_SLOTS / 64]>::restore(input)?;
-            let page = map.page_mut::<true>(p);
-            for (w, mut bits) in full.into_iter().enumerate() {
-                while bits != 0 {
-                    let i = w * 64 + bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    page.slots[i] = Some((K::restore(input)?, V::restore(input)?));
-                    read += 1;
-                }
-            }
-        }
-        if read != len {
-            return Err(corrupt(format!("says {len} entries and holds {read}")));
-        }
-        map.len = read as usize;
-        Ok(map)
+    let corrupt = |what: String| crate::error::Error::Corrupt(format!("a paged map's snapshot {what}"));
+    if input.get(..8) != Some(&LAID_OUT.to_le_bytes()[..]) {
+        return Err(corrupt("is not laid out (a changelog chain's base must be)".into()));
     }
+    *input = &input[8..];
+    let len = u64::restore(input)?;
+    let slots = u64::restore(input)?;
+    let pages = slots / PAGE_SLOTS as u64;
+    // Every page takes at least its slot bits: a damaged slot count cannot allocate more
+    // pages than the bytes left could describe.
+    let page_min = (PAGE_SLOTS / 8) as u64;
+    if !slots.is_power_of_two() || pages == 0 || pages > input.len() as u64 / page_min || len >= slots {
+        return Err(corrupt(format!("has {len} entries in {slots} slots ({} bytes follow)", input.len())));
+    }
+    let mut map = PagedMap::with_slots(slots as usize);
+    let mut read = 0;
+    for p in 0..pages as usize {
+        let full = <[u64; PAGE_SLOTS / 64]>::restore(input)?;
+        let page = map.page_mut::<true>(p);
+        for i in set_slots(&full) {
+            page.slots[i] = Some((K::restore(input)?, V::restore(input)?));
+            read += 1;
+        }
+    }
+    if read != len {
+        return Err(corrupt(format!("says {len} entries and holds {read}")));
+    }
+    map.len = read as usize;
+    Ok(map)
+}
+
+/// The slots a page's bitmap (a bit a slot) marks, in order.
+fn set_slots(bits: &[u64; PAGE_SLOTS / 64]) -> impl Iterator<Item = usize> + '_ {
+    bits.iter().enumerate().flat_map(|(w, &word)| {
+        std::iter::successors(Some(word).filter(|&b| b != 0), |&b| Some(b & (b - 1)).filter(|&b| b != 0))
+            .map(move |b| w * 64 + b.trailing_zeros() as usize)
+    })
 }
 
 impl<K, V> PagedFork<K, V> {
