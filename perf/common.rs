@@ -18,6 +18,13 @@ pub(crate) fn flag<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
+/// The workspace's `target` folder, for scratch files on the same disk as the build (not
+/// `/tmp`, which may be memory): `cargo bench` runs harnesses in `perf/`, a binary run by hand
+/// anywhere.
+pub(crate) fn target_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target")
+}
+
 /// Runs `job` under `config` for `duration`, then stops it gracefully.
 pub(crate) fn run_for(job: Job, config: RunConfig, duration: Duration) -> JobReport {
     let handle = job.start(config).expect("job starts");

@@ -5,7 +5,8 @@
 //! checkpoint's duration (the synchronous fork and the background write) and bytes written,
 //! median of `--rounds`, beside the bytes of the entries that changed: incremental checkpoints
 //! (every page written since the last one is written again) and changelog checkpoints (the
-//! written slots only; a new base every tenth, not among the rounds unless `--rounds` > 9),
+//! written slots only; the first round is a base too, as writes are tracked from the fork
+//! after the first changelog checkpoint, so take at least 3 rounds; a new base every tenth),
 //! on the same state and updates, one after the other.
 //!
 //! `cargo bench --bench state_scale -- [--max-gib G] [--updates N] [--rounds N]`
@@ -62,7 +63,7 @@ fn main() {
         "| state | checkpoints | keys | pages touched | changed entries' bytes | fork ms | write ms | checkpoint ms | bytes written |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
-    let scratch = tempfile::tempdir_in("target").expect("scratch");
+    let scratch = tempfile::tempdir_in(common::target_dir()).expect("scratch");
     let mut mib = 64.0;
     while mib <= max_gib * 1024.0 {
         let slots = ((mib * (1u64 << 20) as f64) as u64 / 64).next_power_of_two();
