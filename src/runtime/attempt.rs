@@ -122,8 +122,9 @@ pub(crate) fn prepare_attempt(
     let (acks_tx, acks_rx) = std::sync::mpsc::channel();
     if let Some(cfg) = &graph.checkpointing {
         let lock = shared.lock.clone().expect("a checkpointed job holds its directory's lock");
-        let local = cfg.local_recovery.then_some(&*shared.local);
-        let found = recover_directory(cfg, &identity(&graph, &fingerprint), notes, local)?;
+        // Local recovery: the process's copy, which the tasks and the coordinator keep up too.
+        let local = cfg.local_recovery.then(|| shared.local.clone());
+        let found = recover_directory(cfg, &identity(&graph, &fingerprint), notes, local.as_deref())?;
         *shared.last_restore.lock().unwrap_or_else(|e| e.into_inner()) = found.report.clone();
         recovery = found.recovery;
         restored = found.restored;
@@ -143,9 +144,9 @@ pub(crate) fn prepare_attempt(
             storage: found.storage.clone(),
             writer: writer.clone(),
             commits: commits.clone(),
-            local: cfg.local_recovery.then(|| shared.local.clone()),
+            local: local.clone(),
         });
-        coordinator = Some((cfg.clone(), found.storage, found.first_id, found.completed, writer, commits, lock));
+        coordinator = Some((cfg.clone(), found.storage, found.first_id, found.completed, writer, commits, lock, local));
     } else {
         restored = restore_from_savepoint(&identity(&graph, &fingerprint), notes)?.map(Arc::new);
     }
@@ -171,10 +172,9 @@ pub(crate) fn prepare_attempt(
     let limits = PlanLimits { workers, ring_capacity: config.ring_capacity, batch_size: config.batch_size };
     let plan = build_plan(&graph, limits, &plan_env)?;
     let live = plan_env.checkpointing.as_ref().map(|w| w.live.clone());
-    let coordinator = coordinator.map(|(cfg, storage, first_id, completed, writer, commits, lock)| {
+    let coordinator = coordinator.map(|(cfg, storage, first_id, completed, writer, commits, lock, local)| {
         let crash = env.crash.clone().or_else(|| cfg.faults.clone().map(|f| f as Arc<dyn CrashSchedule>));
         let outputs = sink_outputs(&graph);
-        let local = cfg.local_recovery.then(|| shared.local.clone());
         let core = CoordinatorCore::new(CoordinatorSetup {
             outputs,
             config: cfg,
