@@ -5,6 +5,11 @@
 //! `budget W1|W2|W2p2|W3|W5|wordcount|wordcount-strings|q5 N [SCRATCH]`: N records (word count: a
 //! generated corpus of N words under SCRATCH; q5: N Nexmark events). Prints the records
 //! processed.
+//!
+//! `budget updates|updates-tracked N [SCRATCH]`: N updates to keys drawn uniformly from a
+//! keyed state of 1,000,000 counts, after a fork; `-tracked` after a changelog checkpoint, so
+//! every write also marks its slot for the next one (what changelog checkpoints cost the run
+//! path).
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -24,6 +29,13 @@ fn main() {
         std::process::exit(2);
     };
     let scratch = PathBuf::from(args.get(2).map_or("target/budget", String::as_str));
+    if let Some(tracked) = match workload.as_str() {
+        "updates" => Some(false),
+        "updates-tracked" => Some(true),
+        _ => None,
+    } {
+        return updates(&scratch, n, tracked);
+    }
     let job = Job::new(format!("budget-{workload}")).with_parallelism(if workload == "W2p2" { 2 } else { 1 });
     match workload.as_str() {
         // Flink's W1–W3 as `../shared/peers/weir` writes them.
@@ -86,6 +98,36 @@ fn words(scratch: &std::path::Path, n: u64, make: impl FnOnce(TextSource, PathBu
     let _ = std::fs::remove_dir_all(&out);
     run(make(input, out.clone()));
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `n` uniform updates of a state of 1,000,000 counts after a fork (and, `tracked`, after a
+/// changelog checkpoint of it, which turns on the marking of written slots).
+fn updates(scratch: &std::path::Path, n: u64, tracked: bool) {
+    use weir::checkpoint::{write_task_snapshot, CheckpointStorage, PageIndex};
+    use weir::snapshot::{Barrier, TaskSnapshot};
+    use weir::state::{KeyedValueState, Snapshot};
+    const KEYS: u64 = 1_000_000;
+    let mut state: KeyedValueState<u64, u64> = KeyedValueState::new();
+    (0..KEYS).for_each(|k| state.put(k, 0));
+    if tracked {
+        let storage = CheckpointStorage::new(scratch.join(format!("updates-{}", std::process::id())));
+        storage.prepare(1).expect("a checkpoint folder");
+        let mut snap = TaskSnapshot::new(Barrier { id: 1, trigger_ns: 0, unaligned: false, savepoint: false });
+        snap.add("counts".into(), 0, state.fork());
+        write_task_snapshot(&storage, Some(&PageIndex::changelog(10)), 0, &snap).expect("a changelog checkpoint");
+        let _ = std::fs::remove_dir_all(storage.dir());
+    }
+    // Writes are marked from this fork on when a changelog checkpoint asked for them.
+    let fork = state.fork();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *state.get_or_insert_with(x % KEYS, || 0) += 1;
+    }
+    drop(fork);
+    println!("records {n}");
 }
 
 fn run(job: Job) {

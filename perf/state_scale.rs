@@ -6,10 +6,14 @@
 //! median of `--rounds`, beside the bytes of the entries that changed: incremental checkpoints
 //! (every page written since the last one is written again) and changelog checkpoints (the
 //! written slots only; the first round is a base too, as writes are tracked from the fork
-//! after the first changelog checkpoint, so take at least 3 rounds; a new base every tenth),
-//! on the same state and updates, one after the other.
+//! after the first changelog checkpoint, so take at least 3 rounds), on the same state and
+//! updates, one after the other. A changelog chain is due for a new base every
+//! `--materialize-every` checkpoints (default 4): it is materialized on a thread of its own
+//! while the updates go on, as the runtime does it, and the longest checkpoint of the rounds
+//! after the first shows whether any checkpoint waited for a base.
 //!
-//! `cargo bench --bench state_scale -- [--max-gib G] [--updates N] [--rounds N]`
+//! `cargo bench --bench state_scale -- [--max-gib G] [--updates N] [--rounds N] [--materialize-every N] [--each]`
+//! (`--each`: every checkpoint's duration, in order)
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -17,23 +21,32 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 mod common;
 
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use weir::checkpoint::{write_task_snapshot, CheckpointStorage, PageIndex};
+use weir::checkpoint::{materialize, write_task_snapshot, CheckpointStorage, PageIndex};
 use weir::metrics::group_digits;
 use weir::snapshot::{Barrier, CheckpointNotice, TaskSnapshot};
 use weir::state::{KeyedValueState, Snapshot};
 
 type Wide = [u64; 6];
 
-/// Checkpoint `id` of `state` into `storage`: seconds for the fork and for the write, and the
-/// bytes written.
+/// What one checkpoint took and wrote.
+struct Taken {
+    fork_s: f64,
+    write_s: f64,
+    written: u64,
+    /// A base due: the maps and their fork, to materialize from.
+    due: Option<(Vec<u64>, weir::snapshot::SharedFork)>,
+}
+
+/// Checkpoint `id` of `state` into `storage`.
 fn checkpoint(
     storage: &CheckpointStorage,
     index: &PageIndex,
     id: u64,
     state: &mut KeyedValueState<u64, Wide>,
-) -> (f64, f64, u64) {
+) -> Taken {
     storage.prepare(id).expect("checkpoint folder");
     let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false });
     let t = Instant::now();
@@ -43,15 +56,19 @@ fn checkpoint(
     let w = write_task_snapshot(storage, Some(index), 0, &snap).expect("checkpoint written");
     let write_s = t.elapsed().as_secs_f64();
     index.on_notice(CheckpointNotice::Complete(id));
+    // Bounds the disk used (the writes measured read nothing back).
     if id > 2 {
         storage.discard(id - 2);
     }
-    (fork_s, write_s, w.written_bytes)
+    let due = (!w.materialize.is_empty())
+        .then(|| (w.materialize, Arc::new(Mutex::new(snap.parts.pop().expect("one part").state))));
+    Taken { fork_s, write_s, written: w.written_bytes, due }
 }
 
 fn main() {
     let (max_gib, updates, rounds): (f64, f64, usize) =
         (common::flag("--max-gib", 1.0), common::flag("--updates", 1e6), common::flag("--rounds", 3));
+    let every: u32 = common::flag("--materialize-every", 4);
     let updates = updates as u64;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
@@ -60,9 +77,9 @@ fn main() {
         load.trim()
     );
     println!(
-        "| state | checkpoints | keys | pages touched | changed entries' bytes | fork ms | write ms | checkpoint ms | bytes written |"
+        "| state | checkpoints | keys | pages touched | changed entries' bytes | fork ms | write ms | checkpoint ms | longest ms | bytes written | bases materialized |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let scratch = tempfile::tempdir_in(common::target_dir()).expect("scratch");
     let mut mib = 64.0;
     while mib <= max_gib * 1024.0 {
@@ -74,31 +91,55 @@ fn main() {
         }
         for kind in ["incremental", "changelog"] {
             let storage = CheckpointStorage::new(scratch.path().join(format!("{mib}-{kind}")));
-            let index = if kind == "changelog" { PageIndex::changelog(10) } else { PageIndex::default() };
+            let index = if kind == "changelog" { PageIndex::changelog(every) } else { PageIndex::default() };
             checkpoint(&storage, &index, 1, &mut state);
             let mut x = 0x2545_F491_4F6C_DD1Du64;
             let mut runs = Vec::new();
-            for round in 0..rounds {
-                let mut changed = HashSet::new();
-                for _ in 0..updates {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let k = x % keys;
-                    state.get_or_insert_with(k, || [0; 6])[0] += 1;
-                    changed.insert(k);
+            let mut materialized = 0;
+            std::thread::scope(|scope| {
+                for round in 0..rounds {
+                    let mut changed = HashSet::new();
+                    for _ in 0..updates {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let k = x % keys;
+                        state.get_or_insert_with(k, || [0; 6])[0] += 1;
+                        changed.insert(k);
+                    }
+                    let id = 2 + round as u64;
+                    let t = checkpoint(&storage, &index, id, &mut state);
+                    // A changelog entry: the key, the value and a key group (u16) — the least it holds.
+                    runs.push((
+                        t.fork_s + t.write_s,
+                        t.fork_s,
+                        t.write_s,
+                        t.written,
+                        changed.len() as u64 * (8 + 48 + 2),
+                    ));
+                    // Materialized on a thread of its own while the updates go on.
+                    if let Some((maps, fork)) = t.due {
+                        let (storage, index) = (&storage, &index);
+                        materialized += 1;
+                        scope.spawn(move || {
+                            materialize(storage, index, 0, id, &[fork], &maps, &|| false).expect("base materialized");
+                        });
+                    }
                 }
-                let (fork_s, write_s, written) = checkpoint(&storage, &index, 2 + round as u64, &mut state);
-                // A changelog entry: the key, the value and a key group (u16) — the least it holds.
-                runs.push((fork_s + write_s, fork_s, write_s, written, changed.len() as u64 * (8 + 48 + 2)));
+            });
+            if std::env::args().any(|a| a == "--each") {
+                let each: Vec<String> = runs.iter().map(|r| format!("{:.0}", r.0 * 1e3)).collect();
+                println!("{mib} MiB {kind}, each checkpoint's ms: {}", each.join(" "));
             }
+            // The first round writes a base (writes are tracked from its fork on).
+            let longest = runs.iter().skip(1).map(|r| r.0).fold(0.0, f64::max);
             runs.sort_by(|a, b| a.0.total_cmp(&b.0));
             let (_, fork_s, write_s, written, entry_bytes) = runs[runs.len() / 2];
             // A page holds a page's share of the keys: untouched by `updates` uniform ones with
             // probability exp(-updates / pages).
             let pages = (slots / weir::state::PAGE_SLOTS as u64) as f64;
             println!(
-                "| {} MiB | {kind} | {} | ~{:.0}% | {} | {:.1} | {:.0} | {:.0} | {} |",
+                "| {} MiB | {kind} | {} | ~{:.0}% | {} | {:.1} | {:.0} | {:.0} | {:.0} | {} | {materialized} |",
                 mib,
                 group_digits(keys),
                 100.0 * (1.0 - (-(updates as f64) / pages).exp()),
@@ -106,6 +147,7 @@ fn main() {
                 fork_s * 1e3,
                 write_s * 1e3,
                 (fork_s + write_s) * 1e3,
+                longest * 1e3,
                 group_digits(written)
             );
             let _ = std::fs::remove_dir_all(scratch.path().join(format!("{mib}-{kind}")));

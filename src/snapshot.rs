@@ -271,9 +271,10 @@ impl TaskSnapshot {
     }
 }
 
-/// A fork kept in this process for local recovery, shared by the attempts that may restore
-/// from it (a fork need not be `Sync`: whoever reads it holds the lock).
-pub(crate) type SharedFork = Arc<std::sync::Mutex<Box<dyn ForkedState>>>;
+/// A fork kept in this process for local recovery and for a changelog base materialized in
+/// the background, shared by whoever reads it (a fork need not be `Sync`: whoever reads it
+/// holds the lock).
+pub type SharedFork = Arc<std::sync::Mutex<Box<dyn ForkedState>>>;
 
 /// One part of a restored state: its encoding, or (local recovery) the fork it was written
 /// from, encoded only if something asks for the bytes.

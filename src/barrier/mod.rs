@@ -49,6 +49,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use crate::channel::InputGate;
+use crate::checkpoint::local::LocalPart;
 use crate::checkpoint::resume::{changes, TaskParts, WrittenPart};
 use crate::checkpoint::task::{
     CommitsApplied, LiveSettings, SnapshotWrite, SnapshotWriter, TaskAck, TaskControl, TaskStats,
@@ -181,8 +182,11 @@ impl TaskCheckpointing {
         let full = self.pages.is_some() && self.live.is_full(id);
         let (parts, kept) = (self.parts.clone(), self.parts.kept().filter(|_| !full));
         let local = self.local.clone();
+        // Weak: a write queued in a writer must not keep it alive.
+        let writer = Arc::downgrade(&self.writer);
         let write: SnapshotWrite = Box::new(move || {
             let start = clock.now_ns();
+            let mut materialize = Vec::new();
             let result = (|| {
                 if faults.as_ref().is_some_and(|f| f.fail_async(id)) {
                     return Err(Error::Checkpoint(format!(
@@ -210,7 +214,8 @@ impl TaskCheckpointing {
                         Err(why) => stats.not_reused = Some(why),
                     }
                 }
-                let w = write_task_file(&storage, pages.as_deref(), task, &snapshot, full)?;
+                let mut w = write_task_file(&storage, pages.as_deref(), task, &snapshot, full)?;
+                materialize = std::mem::take(&mut w.materialize);
                 if faults.as_ref().is_some_and(|f| f.exit_mid_task_write(id)) {
                     // What the process dying mid-write leaves: half the file, no acknowledgement.
                     storage.cut_in_half(id, &w.file, w.file_digest.bytes);
@@ -234,12 +239,19 @@ impl TaskCheckpointing {
                 parts.written(part);
                 Ok(done)
             })();
-            // Kept before the acknowledgement, so a checkpoint the coordinator completes has
-            // every task's parts here.
-            if let (Ok(_), Some(local)) = (&result, local) {
-                local.written(id, task, snapshot.parts);
+            if result.is_ok() {
+                let parts: Vec<LocalPart> = snapshot.parts.into_iter().map(LocalPart::from).collect();
+                if let (false, Some(pages), Some(writer)) = (materialize.is_empty(), &pages, writer.upgrade()) {
+                    let forks = parts.iter().map(|p| p.state.clone()).collect();
+                    materialize_later(&*writer, storage, pages, (task, id), forks, materialize);
+                }
+                // Kept before the acknowledgement, so a checkpoint the coordinator completes
+                // has every task's parts here.
+                if let Some(local) = local {
+                    local.written(id, task, parts);
+                }
             }
-            TaskAck { checkpoint: id, task, result }
+            Some(TaskAck { checkpoint: id, task, result })
         });
         if self.writer.submit(write).is_err() {
             self.decline(
@@ -251,6 +263,33 @@ impl TaskCheckpointing {
                 )),
             );
         }
+    }
+}
+
+/// Queues the materialization of the changelog bases of `maps` (by the id of their changes)
+/// from `forks`, the state task `task` captured for checkpoint `id`: on the snapshot writer,
+/// after the checkpoint's own write. It stops once the task's attempt is gone (nothing but it
+/// holds the task's page index then).
+fn materialize_later(
+    writer: &dyn SnapshotWriter,
+    storage: Arc<CheckpointStorage>,
+    pages: &Arc<PageIndex>,
+    (task, id): (usize, u64),
+    forks: Vec<crate::snapshot::SharedFork>,
+    maps: Vec<u64>,
+) {
+    let index = Arc::downgrade(pages);
+    let wanted = maps.clone();
+    let job: SnapshotWrite = Box::new(move || {
+        let index = index.upgrade()?;
+        let alone = || Arc::strong_count(&index) == 1;
+        if let Err(e) = crate::checkpoint::materialize(&storage, &index, task, id, &forks, &wanted, &alone) {
+            tracing::warn!(task, checkpoint = id, error = %e, "a changelog base was not materialized; a later checkpoint writes one");
+        }
+        None
+    });
+    if writer.submit(job).is_err() {
+        pages.materialization_dropped(&maps);
     }
 }
 

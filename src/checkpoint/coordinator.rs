@@ -31,8 +31,8 @@ use std::time::Duration;
 use super::config::CheckpointConfig;
 use super::lock::DirectoryLock;
 use super::storage::{
-    parse_shared_name, CheckpointMetadata, CheckpointStats, CheckpointStorage, PartReuse, SharedFile, TaskFile,
-    FORMAT_VERSION,
+    is_base_name, parse_shared_name, CheckpointMetadata, CheckpointStats, CheckpointStorage, PartReuse, SharedFile,
+    TaskFile, FORMAT_VERSION,
 };
 use super::task::{SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats};
 use crate::context::{Clock, EndOfJob};
@@ -218,6 +218,10 @@ pub(crate) struct CoordinatorCore {
     /// Shared files written for checkpoints that never completed, which a completed one that
     /// resumed them refers to (retention deletes them with the last checkpoint naming them).
     adopted: HashSet<String>,
+    /// Changelog bases materialized in the background that checkpoints not (yet) completed
+    /// refer to, by checkpoint: they go with its files if it never completes (a base only a
+    /// failed checkpoint adopted is adopted by none later: its chain ended with it).
+    bases_of: HashMap<u64, Vec<String>>,
     /// Configurations taking turns ([`crate::runtime::JobController::checkpoints_in_turn`])
     /// and how many turns were taken: none when one configuration holds.
     turns: (Vec<CheckpointConfig>, usize),
@@ -254,6 +258,7 @@ impl CoordinatorCore {
             stopped: false,
             kept: None,
             adopted: HashSet::new(),
+            bases_of: HashMap::new(),
             out: Vec::new(),
         }
     }
@@ -343,6 +348,13 @@ impl CoordinatorCore {
     }
 
     fn ack(&mut self, ack: TaskAck, now_ns: u64) {
+        if let Ok(done) = &ack.result {
+            let bases = done.shared.iter().filter(|s| is_base_name(&s.file) && !self.adopted.contains(&s.file));
+            let bases: Vec<String> = bases.map(|s| s.file.clone()).collect();
+            if !bases.is_empty() {
+                self.bases_of.entry(ack.checkpoint).or_default().extend(bases);
+            }
+        }
         let Some(p) = self.pending.get_mut(&ack.checkpoint) else {
             if self.aborted.contains_key(&ack.checkpoint) && !self.is_kept(ack.checkpoint) {
                 // A writer finished after the abort: what it wrote goes too (a kept
@@ -787,6 +799,11 @@ impl CoordinatorCore {
         spare.extend(self.adopted.iter().cloned());
         let deleted = self.s.storage.discard_sparing(id, &spare);
         self.deleted_shared.extend(deleted);
+        for base in self.bases_of.remove(&id).unwrap_or_default() {
+            if !spare.contains(&base) && std::fs::remove_file(self.s.storage.dir().join(&base)).is_ok() {
+                self.deleted_shared.insert(base);
+            }
+        }
     }
 
     /// Checkpoint `p` failed (it is removed from the pending ones; the caller fails it): the
@@ -842,7 +859,15 @@ impl CoordinatorCore {
             let _ = self.s.storage.write_unpublished_metadata(&metadata);
             return Err(Error::Cancelled);
         }
-        let (unverified, foreign) = self.unverified_files(id, &metadata);
+        let (unverified, mut foreign) = self.unverified_files(id, &metadata);
+        // Changelog bases materialized in the background (read back whole when written) go
+        // into the object store with the first checkpoint that refers to them.
+        let bases: Vec<String> = metadata
+            .shared
+            .iter()
+            .filter(|s| is_base_name(&s.file) && !self.adopted.contains(&s.file) && !unverified.contains(&s.file))
+            .map(|s| s.file.clone())
+            .collect();
         self.s.storage.commit(&metadata)?;
         // Read back and verified before anything is committed under it: a checkpoint that
         // would not restore must never be the one sink transactions are committed under (its
@@ -857,7 +882,8 @@ impl CoordinatorCore {
             return Err(Error::Cancelled);
         }
         let uploading = self.s.clock.now_ns();
-        self.s.storage.publish(&metadata, &unverified)?;
+        let publish_also: HashSet<String> = unverified.iter().chain(&bases).cloned().collect();
+        self.s.storage.publish(&metadata, &publish_also)?;
         let mut stats = stats;
         if self.s.storage.mirror().is_some() {
             let upload_ms = ms(self.s.clock.now_ns().saturating_sub(uploading));
@@ -874,6 +900,7 @@ impl CoordinatorCore {
         // included), so after a crash from here on, recovery commits them from it alone. Only
         // an owner deletes anything or lets the sinks commit.
         self.still_owner()?;
+        foreign.extend(bases);
         self.retire_older(id, &metadata, foreign, in_use);
         if self.crashes_at(CrashPoint::BeforeCompletionNotice, id) {
             return Err(Error::Cancelled);
@@ -1023,6 +1050,7 @@ impl CoordinatorCore {
     /// a kept part it resumed, what it does not refer to.
     fn retire_older(&mut self, id: u64, metadata: &CheckpointMetadata, foreign: Vec<String>, in_use: &HashSet<String>) {
         self.adopted.extend(foreign);
+        self.bases_of.remove(&id);
         self.s.completed.push(id);
         let deleted = self.s.storage.retain(&mut self.s.completed, self.s.config.retained, in_use);
         for f in &deleted {

@@ -10,6 +10,15 @@
 //! old file once no retained checkpoint names it. So what a checkpoint refers to stays within
 //! twice its state and a bounded number of files, however long the chain runs.
 //!
+//! Changelog checkpoints ([`PageIndex::changelog`]): a map goes as the changes since the last
+//! checkpoint (a segment) appended to the chain of a base and the segments after it. Once a
+//! chain is due for a new base, the checkpoint still only appends its segment, and the base is
+//! materialized in the background ([`materialize`]) from the state that checkpoint captured,
+//! read back whole, and adopted by the first checkpoint after it is durable: its chain is the
+//! new base and the segments after the capture. Only a chain that cannot be extended (a
+//! restart, a failed checkpoint's hole, a grown map) or whose materialization fell twice
+//! behind writes its base in the checkpoint itself.
+//!
 //! The index of a task moves forward only on a completion notice: a checkpoint in progress or
 //! aborted never becomes a reference, so every reference points into a file that a completed
 //! (and so retained, until a newer one completes) checkpoint names — or that a failed
@@ -60,6 +69,41 @@ struct ChainBase {
     pages: Vec<u64>,
 }
 
+/// A base materialized in the background from the state one checkpoint captured, until a
+/// checkpoint's chain adopts it.
+struct Materialized {
+    base: Arc<ChainBase>,
+    /// Where its pages lie: in its own file, or in files stored before.
+    pages: HashMap<u64, PageRef>,
+    /// Its own file (none when every page was stored before) and that file's digest.
+    file: Option<(Arc<str>, FileDigest)>,
+    /// That file on disk, removed when the base is forgotten and no checkpoint adopted it.
+    path: std::path::PathBuf,
+    /// [`OPEN`], then [`ADOPTED`] (by a checkpoint being written) or [`REMOVED`] (its file,
+    /// by the index), whichever comes first: a base is never adopted after its file went.
+    fate: Arc<std::sync::atomic::AtomicU8>,
+}
+
+const OPEN: u8 = 0;
+const ADOPTED: u8 = 1;
+const REMOVED: u8 = 2;
+
+impl Materialized {
+    /// Whether a checkpoint may adopt it: every file it refers to is its own or one the last
+    /// checkpoint refers to (so retained until this one completes, and then kept by it).
+    fn usable(&self, known: &Known) -> bool {
+        let own = self.file.as_ref().map(|f| &f.0);
+        self.pages.values().all(|r| Some(&r.file) == own || known.file(&r.file).is_some())
+            && self.settle(ADOPTED) != REMOVED
+    }
+
+    /// Moves an open base to `fate`; returns the fate it has now.
+    fn settle(&self, fate: u8) -> u8 {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.fate.compare_exchange(OPEN, fate, SeqCst, SeqCst).map_or_else(|now| now, |_| fate)
+    }
+}
+
 /// Passes a base's chunks on to the task file, noting its head and its pages' versions.
 struct RecordingBase<'a, 'b> {
     inner: &'a mut TaskFileBuilder<'b>,
@@ -98,6 +142,36 @@ struct PageIndexInner {
     /// The pages of this task's part of a failed checkpoint that the coordinator kept: the
     /// next checkpoints refer to them too, until one completes.
     kept: Option<(u64, Arc<PageLocations>)>,
+    /// Changelog: maps (by the id of the changes their fork captured) whose base is being
+    /// materialized in the background, and the bases materialized, by the same id.
+    materializing: HashSet<u64>,
+    materialized: HashMap<u64, Arc<Materialized>>,
+}
+
+impl PageIndexInner {
+    /// Forgets the bases no chain written here can adopt any more (a chain adopts a base of
+    /// a capture among its segments).
+    fn prune_materialized(&mut self) {
+        let chains = self.completed.chains.values().chain(self.pending.values().flat_map(|p| p.chains.values()));
+        let chains = chains.chain(self.kept.iter().flat_map(|k| k.1.chains.values()));
+        let live: HashSet<u64> = chains.flat_map(|c| c.segments.iter().copied()).collect();
+        let mut gone = Vec::new();
+        self.materialized.retain(|f, m| {
+            let keep = live.contains(f);
+            if !keep && m.file.is_some() {
+                gone.push(m.clone());
+            }
+            keep
+        });
+        for m in gone {
+            // No checkpoint adopted it (it came too late for its chain) nor may one still
+            // adopt another base in its file: it goes. (Adopted only by checkpoints that
+            // failed, it stays until a new process's start removes what nothing names.)
+            if !self.materialized.values().any(|o| o.path == m.path) && m.settle(REMOVED) == REMOVED {
+                let _ = std::fs::remove_file(&m.path);
+            }
+        }
+    }
 }
 
 /// A shared file is compacted when the pages the last checkpoint referred to in it are under
@@ -112,6 +186,8 @@ pub const MAX_SHARED_FILES: usize = 64;
 struct Known {
     completed: Arc<PageLocations>,
     kept: Option<Arc<PageLocations>>,
+    materializing: HashSet<u64>,
+    materialized: HashMap<u64, Arc<Materialized>>,
 }
 
 impl Known {
@@ -165,7 +241,33 @@ impl PageIndex {
 
     fn known(&self) -> Known {
         let inner = self.lock();
-        Known { completed: inner.completed.clone(), kept: inner.kept.as_ref().map(|k| k.1.clone()) }
+        Known {
+            completed: inner.completed.clone(),
+            kept: inner.kept.as_ref().map(|k| k.1.clone()),
+            materializing: inner.materializing.clone(),
+            materialized: inner.materialized.clone(),
+        }
+    }
+
+    /// The bases of `forks` are to be materialized in the background (see [`materialize`]).
+    fn materializing(&self, forks: &[u64]) {
+        self.lock().materializing.extend(forks);
+    }
+
+    /// The materialization of `maps` was not queued (the writer is full): a later checkpoint
+    /// asks again.
+    pub(crate) fn materialization_dropped(&self, maps: &[u64]) {
+        self.materialized(maps, None);
+    }
+
+    /// The materialization of `forks` ended: with their bases, or (`None`) without.
+    fn materialized(&self, forks: &[u64], bases: Option<HashMap<u64, Materialized>>) {
+        let mut inner = self.lock();
+        for f in forks {
+            inner.materializing.remove(f);
+        }
+        inner.materialized.extend(bases.into_iter().flatten().map(|(f, m)| (f, Arc::new(m))));
+        inner.prune_materialized();
     }
 
     /// The coordinator kept this task's part of failed checkpoint `id`: its pages stay
@@ -210,6 +312,7 @@ impl PageIndex {
                 }
             }
         }
+        inner.prune_materialized();
     }
 }
 
@@ -225,6 +328,13 @@ struct TaskFileBuilder<'a> {
     /// Changelog checkpoints (not a full one, nor a savepoint): segments after which a new
     /// base is written.
     changelog: Option<u32>,
+    /// Maps (by the id of their changes) whose base is due: materialized in the background
+    /// after this checkpoint is written.
+    materialize: Vec<u64>,
+    /// A materialization ([`materialize`]): only these maps' bases are written, nothing else.
+    materializing: Option<HashSet<u64>>,
+    /// Whether a materialization is to stop (the task's attempt ended).
+    cancelled: &'a dyn Fn() -> bool,
     /// This checkpoint's own shared file (pages written now), opened at the first new page.
     own_file: Arc<str>,
     new_pages: Option<ChecksummedWriter>,
@@ -281,12 +391,16 @@ impl StateChunks for TaskFileBuilder<'_> {
         base: &mut dyn FnMut(&mut dyn StateChunks) -> io::Result<()>,
         segment: &mut dyn FnMut(&mut Vec<u8>),
     ) -> io::Result<()> {
+        if let Some(wanted) = &self.materializing {
+            if wanted.contains(&id) {
+                let base = self.write_base(base)?;
+                self.pages.chains.insert(id, Arc::new(Chain { base: Arc::new(base), segments: Vec::new() }));
+            }
+            return Ok(());
+        }
         let most = self.changelog.unwrap_or(1) as usize;
         // The chain the last checkpoint stored for the state as it was at `after`, if every
-        // part of it can still be referred to and it is not due for a new base: after `most`
-        // segments, or once its segments hold as many bytes as its base's pages (a restore
-        // then reads at most about twice the state, and a job that changes every key between
-        // checkpoints writes bases, not segments as large).
+        // part of it can still be referred to.
         // (A live chain's files wait for its next base to be compacted: its parts cannot be
         // written again from this fork.)
         let known = self.known.as_ref();
@@ -299,33 +413,71 @@ impl StateChunks for TaskFileBuilder<'_> {
                 .chain(&c.segments)
                 .map(|&v| Some((v, k.page(v)?.clone())))
                 .collect::<Option<_>>()?;
-            let (base, segments) = parts.split_at(c.base.pages.len());
-            let bytes = |refs: &[(u64, PageRef)]| refs.iter().map(|(_, r)| r.len).sum::<u64>();
-            (c.segments.len() < most && bytes(segments) < bytes(base)).then(|| (c.clone(), parts))
+            Some((c.clone(), parts))
         });
-        let chain = match chain {
-            Some((c, parts)) => {
-                self.bytes(&crate::snapshot::chain_head(c.segments.len() + 1))?;
-                self.bytes(&c.base.head)?;
-                for (v, r) in parts {
-                    self.stored(v, r);
+        let Some((c, parts)) = chain else {
+            // A new base, now: the state's image.
+            let base = self.write_base(base)?;
+            self.pages.chains.insert(id, Arc::new(Chain { base: Arc::new(base), segments: Vec::new() }));
+            return Ok(());
+        };
+        let known = known.expect("a chain is known");
+        let (base_parts, segment_parts) = parts.split_at(c.base.pages.len());
+        // The newest base materialized from a capture among the chain's segments, if it can be
+        // adopted: the chain is then that base and the segments after its capture.
+        let adopt = c.segments.iter().enumerate().rev().find_map(|(i, s)| {
+            let m = known.materialized.get(s).filter(|m| m.usable(known))?;
+            Some((m.clone(), i + 1))
+        });
+        let (chain_base, kept) = match &adopt {
+            Some((m, from)) => (m.base.clone(), &segment_parts[*from..]),
+            None => (c.base.clone(), segment_parts),
+        };
+        // Due for a new base after `most` segments, or once its segments hold as many bytes
+        // as its base's pages (a restore then reads at most about twice the state, and a job
+        // that changes every key between checkpoints writes bases, not segments as large).
+        // The base is materialized in the background; a chain twice past due gets one now:
+        // by its segments' bytes always (what a restore reads), by their count only when no
+        // materialization is underway (it failed; a slow one is waited for rather than
+        // written twice).
+        let bytes = |refs: &[(u64, PageRef)]| refs.iter().map(|(_, r)| r.len).sum::<u64>();
+        let (n, seg_bytes, base_bytes) = match &adopt {
+            Some((m, _)) => (kept.len(), bytes(kept), m.pages.values().map(|r| r.len).sum::<u64>()),
+            None => (kept.len(), bytes(kept), bytes(base_parts)),
+        };
+        let underway = c.segments.iter().any(|s| known.materializing.contains(s) || known.materialized.contains_key(s));
+        if (n >= 2 * most && !underway) || seg_bytes >= 2 * base_bytes.max(1) {
+            let base = self.write_base(base)?;
+            self.pages.chains.insert(id, Arc::new(Chain { base: Arc::new(base), segments: Vec::new() }));
+            return Ok(());
+        }
+        let due = n + 1 >= most || seg_bytes >= base_bytes;
+        if due && adopt.is_none() && !underway {
+            self.materialize.push(id);
+        }
+        self.bytes(&crate::snapshot::chain_head(kept.len() + 1))?;
+        self.bytes(&chain_base.head)?;
+        match &adopt {
+            Some((m, _)) => {
+                for v in &m.base.pages {
+                    self.stored(*v, m.pages[v].clone());
                 }
-                self.page(id, segment)?;
-                let mut segments = c.segments.clone();
-                segments.push(id);
-                Chain { base: c.base.clone(), segments }
+                if let Some((name, digest)) = &m.file {
+                    self.pages.files.insert(name.clone(), *digest);
+                }
             }
             None => {
-                // A new base: the state's image, page by page (pages stored before are
-                // referred to, as in an incremental checkpoint).
-                self.bytes(&crate::snapshot::chain_head(0))?;
-                let mut recording = RecordingBase { inner: self, head: Vec::new(), pages: Vec::new() };
-                base(&mut recording)?;
-                let base = ChainBase { head: recording.head, pages: recording.pages };
-                Chain { base: Arc::new(base), segments: Vec::new() }
+                for (v, r) in base_parts {
+                    self.stored(*v, r.clone());
+                }
             }
-        };
-        self.pages.chains.insert(id, Arc::new(chain));
+        }
+        for (v, r) in kept {
+            self.stored(*v, r.clone());
+        }
+        self.page(id, segment)?;
+        let segments = kept.iter().map(|(v, _)| *v).chain([id]).collect();
+        self.pages.chains.insert(id, Arc::new(Chain { base: chain_base, segments }));
         Ok(())
     }
 
@@ -351,8 +503,11 @@ impl StateChunks for TaskFileBuilder<'_> {
         let r = match known.page(version).filter(|r| !self.compacted.contains(&r.file)) {
             Some(r) => r.clone(),
             None => {
+                if (self.cancelled)() {
+                    return Err(io::Error::other("the task's attempt ended"));
+                }
                 if self.new_pages.is_none() {
-                    self.new_pages = Some(self.storage.create_shared(self.id, self.task)?);
+                    self.new_pages = Some(self.storage.create_shared_named(&self.own_file, self.id, self.task)?);
                 }
                 let out = self.new_pages.as_mut().expect("opened above");
                 self.scratch.clear();
@@ -367,7 +522,42 @@ impl StateChunks for TaskFileBuilder<'_> {
     }
 }
 
-impl TaskFileBuilder<'_> {
+impl<'a> TaskFileBuilder<'a> {
+    /// A builder of task `task`'s file of checkpoint `id` whose new pages go into `own_file`,
+    /// referring to the `known` pages (none: every byte inline).
+    fn new(storage: &'a CheckpointStorage, (id, task): (u64, usize), known: Option<Known>, own_file: Arc<str>) -> Self {
+        TaskFileBuilder {
+            storage,
+            id,
+            task,
+            changelog: None,
+            materialize: Vec::new(),
+            materializing: None,
+            cancelled: &|| false,
+            compacted: known.as_ref().map(Known::to_compact).unwrap_or_default(),
+            known,
+            own_file,
+            new_pages: None,
+            scratch: Vec::new(),
+            content: TaskFileContent::default(),
+            file_index: HashMap::new(),
+            pages: PageLocations::default(),
+            chunks: Vec::new(),
+            state_bytes: 0,
+            written_bytes: 0,
+            print: TaskPrint::default(),
+        }
+    }
+
+    /// Writes a base: the state's image, page by page (pages stored before are referred to,
+    /// as in an incremental checkpoint).
+    fn write_base(&mut self, base: &mut dyn FnMut(&mut dyn StateChunks) -> io::Result<()>) -> io::Result<ChainBase> {
+        self.bytes(&crate::snapshot::chain_head(0))?;
+        let mut recording = RecordingBase { inner: self, head: Vec::new(), pages: Vec::new() };
+        base(&mut recording)?;
+        Ok(ChainBase { head: recording.head, pages: recording.pages })
+    }
+
     /// Page `version` is at `r`: referred to from the task file and remembered.
     fn stored(&mut self, version: u64, r: PageRef) -> u64 {
         self.state_bytes += r.len;
@@ -394,6 +584,9 @@ pub struct TaskFileWritten {
     pub shared: Vec<SharedFile>,
     /// What it holds, to tell whether a later snapshot holds the same.
     pub(crate) print: TaskPrint,
+    /// Changelog: the maps (by the id of their changes) whose base is due, to be written by
+    /// [`materialize`] from this snapshot in the background.
+    pub materialize: Vec<u64>,
 }
 
 /// Writes task `task`'s part of checkpoint `snapshot.barrier.id`: with an `index`
@@ -423,24 +616,8 @@ pub(crate) fn write_task_file(
     let known = index.map(|i| if full { Known::default() } else { i.known() });
     // A savepoint is always whole and canonical; so is a full checkpoint.
     let changelog = index.and_then(|i| i.changelog).filter(|_| !full && !snapshot.barrier.savepoint);
-    let mut b = TaskFileBuilder {
-        storage,
-        id,
-        task,
-        changelog,
-        compacted: known.as_ref().map(Known::to_compact).unwrap_or_default(),
-        known,
-        own_file: CheckpointStorage::shared_name(id, task).into(),
-        new_pages: None,
-        scratch: Vec::new(),
-        content: TaskFileContent::default(),
-        file_index: HashMap::new(),
-        pages: PageLocations::default(),
-        chunks: Vec::new(),
-        state_bytes: 0,
-        written_bytes: 0,
-        print: TaskPrint::default(),
-    };
+    let mut b = TaskFileBuilder::new(storage, (id, task), known, CheckpointStorage::shared_name(id, task).into());
+    b.changelog = changelog;
     for p in &snapshot.parts {
         b.print.start(&p.operator, p.subtask);
         p.state.write_chunks(&mut b).map_err(|e| {
@@ -465,6 +642,7 @@ pub(crate) fn write_task_file(
     let (file, file_digest) = storage.write_task(id, task, &b.content)?;
     if let Some(index) = index {
         index.written(id, b.pages);
+        index.materializing(&b.materialize);
     }
     Ok(TaskFileWritten {
         file,
@@ -473,7 +651,61 @@ pub(crate) fn write_task_file(
         written_bytes: b.written_bytes,
         shared,
         print: b.print,
+        materialize: b.materialize,
     })
+}
+
+/// Materializes in the background the bases of the maps `forks` names (by the id of their
+/// changes; [`TaskFileWritten::materialize`]) from `parts`, the state checkpoint `id` of task
+/// `task` captured: their images go into the task's base file beside that checkpoint
+/// ([`CheckpointStorage::base_name`]), pages stored before referred to; the file is read back
+/// whole, and then the bases are `index`'s to adopt. Stops, handing nothing over, when
+/// `cancelled()` says so between pages. Either way the maps are no longer materializing.
+pub fn materialize(
+    storage: &CheckpointStorage,
+    index: &PageIndex,
+    task: usize,
+    id: u64,
+    parts: &[crate::snapshot::SharedFork],
+    forks: &[u64],
+    cancelled: &dyn Fn() -> bool,
+) -> Result<()> {
+    let name: Arc<str> = CheckpointStorage::base_name(id, task).into();
+    let mut b = TaskFileBuilder::new(storage, (id, task), Some(index.known()), name.clone());
+    (b.changelog, b.materializing, b.cancelled) = (index.changelog, Some(forks.iter().copied().collect()), cancelled);
+    let path = storage.dir().join(&*name);
+    b.print.start("", 0);
+    let result = (|| {
+        for p in parts {
+            let state = p.lock().unwrap_or_else(|e| e.into_inner());
+            state.write_chunks(&mut b).map_err(|e| Error::io("cannot materialize a changelog base", &path, e))?;
+        }
+        let file = match b.new_pages.take() {
+            Some(w) => {
+                let digest = w.finish().map_err(|e| Error::io("cannot materialize a changelog base", &path, e))?;
+                storage.verify_shared(&name, id, task, &digest)?;
+                Some((name.clone(), digest))
+            }
+            None => None,
+        };
+        // The bases in one file share its fate.
+        let fate: Arc<std::sync::atomic::AtomicU8> = Arc::default();
+        let bases = b.pages.chains.iter().map(|(&fork, chain)| {
+            let pages = chain.base.pages.iter().map(|v| (*v, b.pages.pages[v].clone())).collect();
+            let (file, path, fate) = (file.clone(), path.clone(), fate.clone());
+            (fork, Materialized { base: chain.base.clone(), pages, file, path, fate })
+        });
+        Ok(bases.collect())
+    })();
+    match result {
+        Ok(bases) => index.materialized(forks, Some(bases)),
+        Err(e) => {
+            index.materialized(forks, None);
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 // Their fields are closures, shared internals or whole state: a name says enough.
@@ -482,7 +714,7 @@ crate::debug_as_name!([] PageIndex);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::storage::test_metadata;
+    use crate::checkpoint::storage::{is_base_name, test_metadata};
     use crate::prng::mix;
     use crate::snapshot::Barrier;
     use crate::state::{KeyedValueState, Snapshot};
@@ -501,6 +733,44 @@ mod tests {
         let w = write_task_snapshot(storage, index, 0, &snap).unwrap();
         storage.commit(&test_metadata(id, w.file.clone(), w.file_digest, w.shared.clone())).unwrap();
         w
+    }
+
+    /// [`checkpoint`], giving back the fork it wrote, to materialize a base from.
+    fn checkpoint_keeping_fork(
+        storage: &CheckpointStorage,
+        index: &PageIndex,
+        id: u64,
+        state: &mut KeyedValueState<u64, u64>,
+    ) -> (TaskFileWritten, crate::snapshot::SharedFork) {
+        storage.prepare(id).unwrap();
+        let mut snap = TaskSnapshot::new(Barrier { id, trigger_ns: 0, unaligned: false, savepoint: false });
+        snap.add("counts".into(), 0, state.fork());
+        let w = write_task_snapshot(storage, Some(index), 0, &snap).unwrap();
+        storage.commit(&test_metadata(id, w.file.clone(), w.file_digest, w.shared.clone())).unwrap();
+        let fork = Arc::new(Mutex::new(snap.parts.pop().unwrap().state));
+        (w, fork)
+    }
+
+    /// Keys `0..keys`, each counting itself.
+    fn counts(keys: u64) -> KeyedValueState<u64, u64> {
+        let mut state = KeyedValueState::new();
+        (0..keys).for_each(|k| state.put(k, k));
+        state
+    }
+
+    /// 300 updates to keys drawn uniformly (every page is touched), a new key and a removal
+    /// (backward shifts move entries between slots).
+    fn update(state: &mut KeyedValueState<u64, u64>, id: u64, keys: u64) {
+        for j in 0..300 {
+            *state.get_or_insert_with(mix(id * 1000 + j) % keys, || 0) += 1;
+        }
+        state.put(keys + id, id);
+        state.remove(&(mix(id) % keys));
+    }
+
+    /// Whether checkpoint `id`'s chain stands on a base materialized in the background.
+    fn on_materialized_base(storage: &CheckpointStorage, id: u64) -> bool {
+        storage.metadata(id).unwrap().shared.iter().any(|s| is_base_name(&s.file))
     }
 
     /// Settles checkpoint `id`: aborted (its files go), or completed and retained with the one
@@ -664,21 +934,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let storage = CheckpointStorage::new(dir.path());
         let index = PageIndex::changelog(4);
-        let mut state: KeyedValueState<u64, u64> = KeyedValueState::new();
         let keys = 40_000u64;
-        for k in 0..keys {
-            state.put(k, k);
-        }
+        let mut state = counts(keys);
         let mut completed = Vec::new();
         let (mut small, mut bases) = (0, 0);
         for id in 1..=24u64 {
-            // 300 updates to keys drawn uniformly (every page of ~200 is touched), a new key
-            // and a removal (backward shifts move entries between slots).
-            for j in 0..300 {
-                *state.get_or_insert_with(mix(id * 1000 + j) % keys, || 0) += 1;
-            }
-            state.put(keys + id, id);
-            state.remove(&(mix(id) % keys));
+            update(&mut state, id, keys);
             let w = checkpoint(&storage, Some(&index), id, &mut state);
             if w.written_bytes * 10 < w.state_bytes {
                 small += 1;
@@ -714,6 +975,123 @@ mod tests {
 
     /// A truncated or damaged segment is damage: recovery skips every checkpoint whose chain
     /// holds it and restores the newest one before, exactly — never state read from it.
+    /// A chain due for a new base gets it in the background: the due checkpoint and those
+    /// after it write their changes only, the first checkpoint after the base is durable
+    /// stands on it, and every checkpoint restores exactly. Only the first two checkpoints and
+    /// the one after each failed checkpoint's hole write a base themselves.
+    #[test]
+    fn a_base_materialized_in_the_background_keeps_every_checkpoint_small() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::new(dir.path());
+        let index = PageIndex::changelog(3);
+        let keys = 40_000u64;
+        let mut state = counts(keys);
+        let (mut completed, mut adopted, mut materialized, mut last) = (Vec::new(), 0, 0, 0);
+        let mut after_hole = true;
+        let mut due: Option<(u64, Vec<u64>, crate::snapshot::SharedFork)> = None;
+        for id in 1..=40u64 {
+            update(&mut state, id, keys);
+            let (w, fork) = checkpoint_keeping_fork(&storage, &index, id, &mut state);
+            // The map tracks its writes from the fork after the first changelog checkpoint on.
+            let wrote_base = w.written_bytes * 10 >= w.state_bytes;
+            let (bytes, of) = (w.written_bytes, w.state_bytes);
+            assert_eq!(wrote_base, id <= 2 || after_hole, "checkpoint {id} wrote {bytes} of {of} bytes");
+            if !w.materialize.is_empty() {
+                assert!(due.is_none(), "one materialization at a time");
+                due = Some((id, w.materialize.clone(), fork));
+            }
+            // The materialization finishes at varying points: before the due checkpoint
+            // completes, or a checkpoint later.
+            if due.as_ref().is_some_and(|d| id % 2 == 0 || d.0 < id) {
+                let (at, maps, fork) = due.take().unwrap();
+                materialize(&storage, &index, 0, at, &[fork], &maps, &|| false).unwrap();
+                (materialized, last) = (materialized + 1, at);
+            }
+            after_hole = !settle(&storage, &index, &mut completed, id, id % 11 == 7);
+            if after_hole {
+                // A base only a failed checkpoint adopted is the coordinator's to remove
+                // (`CoordinatorCore::drop_files`): no later chain can stand on it.
+                for s in w.shared.iter().filter(|s| is_base_name(&s.file)) {
+                    let named = completed.iter().any(|c| storage.metadata(*c).unwrap().shared.contains(s));
+                    if !named {
+                        std::fs::remove_file(dir.path().join(&s.file)).unwrap();
+                    }
+                }
+                continue;
+            }
+            adopted += on_materialized_base(&storage, id) as u32;
+            assert_restores(&storage, id, &state);
+            for &c in &completed {
+                storage.load(c).unwrap_or_else(|e| panic!("checkpoint {c}: {e}"));
+            }
+        }
+        assert!(materialized >= 8 && adopted >= 8, "{materialized} bases materialized, {adopted} checkpoints on one");
+        // What the retained checkpoints name is what is on disk: a base no checkpoint adopted
+        // (its chain broken by a hole first) was removed.
+        let on_disk: HashSet<String> = std::fs::read_dir(dir.path().join(crate::checkpoint::SHARED_DIR))
+            .unwrap()
+            .map(|e| format!("shared/{}", e.unwrap().file_name().to_str().unwrap()))
+            .collect();
+        let mut needed: HashSet<String> =
+            completed.iter().flat_map(|id| storage.metadata(*id).unwrap().shared.into_iter().map(|s| s.file)).collect();
+        // And the last base materialized, which the next checkpoint would adopt.
+        needed.insert(CheckpointStorage::base_name(last, 0));
+        assert_eq!(on_disk, needed);
+    }
+
+    /// A materialization that stops part way (its task's attempt ended, or the process died
+    /// in it) leaves nothing a checkpoint refers to: the chain goes on with its old base,
+    /// gets a base of its own once twice past due, and every checkpoint restores exactly; a
+    /// new process's start removes what a crash in it left.
+    #[test]
+    fn a_materialization_cut_short_leaves_the_chain_on_its_old_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::new(dir.path());
+        let index = PageIndex::changelog(2);
+        let keys = 40_000u64;
+        let mut state = counts(keys);
+        let mut completed = Vec::new();
+        let mut bases = Vec::new();
+        for id in 1..=8u64 {
+            update(&mut state, id, keys);
+            let (w, fork) = checkpoint_keeping_fork(&storage, &index, id, &mut state);
+            if w.written_bytes * 10 >= w.state_bytes {
+                bases.push(id);
+            }
+            if !w.materialize.is_empty() {
+                // Cut short after a few pages, as a task's attempt ending mid-way does.
+                let pages = std::cell::Cell::new(0);
+                let cancelled = || {
+                    pages.set(pages.get() + 1);
+                    pages.get() > 5
+                };
+                let e = materialize(&storage, &index, 0, id, &[fork], &w.materialize, &cancelled).unwrap_err();
+                assert!(e.to_string().contains("attempt ended"), "{e}");
+                assert!(!dir.path().join(CheckpointStorage::base_name(id, 0)).exists(), "the cut file is removed");
+            }
+            assert!(settle(&storage, &index, &mut completed, id, false));
+            assert!(!on_materialized_base(&storage, id));
+            assert_restores(&storage, id, &state);
+        }
+        // The first two (the map tracks its writes from the second fork on), then one once
+        // the chain is twice past due: four segments (3 to 6) after its base.
+        assert_eq!(bases, [1, 2, 7]);
+        // What a process dying mid-materialization leaves: part of a base file. Recovery
+        // never reads it, and the next process's start removes it.
+        update(&mut state, 9, keys);
+        let (w, fork) = checkpoint_keeping_fork(&storage, &index, 9, &mut state);
+        assert!(!w.materialize.is_empty(), "checkpoint 9 is due for a base");
+        materialize(&storage, &index, 0, 9, &[fork], &w.materialize, &|| false).unwrap();
+        let base = dir.path().join(CheckpointStorage::base_name(9, 0));
+        let bytes = std::fs::read(&base).unwrap();
+        std::fs::write(&base, &bytes[..bytes.len() / 2]).unwrap();
+        let fresh = CheckpointStorage::new(dir.path());
+        let point = fresh.latest_valid().unwrap();
+        assert_eq!((point.checkpoint.map(|c| c.metadata.checkpoint), point.skipped.len()), (Some(9), 0));
+        assert_eq!(fresh.remove_unreferenced_shared(), [CheckpointStorage::base_name(9, 0)]);
+        assert_restores(&fresh, 9, &state);
+    }
+
     #[test]
     fn a_damaged_or_truncated_segment_falls_back_to_the_checkpoint_before() {
         let dir = tempfile::tempdir().unwrap();

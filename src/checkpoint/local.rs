@@ -25,6 +25,12 @@ pub(crate) struct LocalPart {
     pub(crate) state: SharedFork,
 }
 
+impl From<SnapshotPart> for LocalPart {
+    fn from(p: SnapshotPart) -> Self {
+        LocalPart { operator: p.operator, subtask: p.subtask, state: Arc::new(Mutex::new(p.state)) }
+    }
+}
+
 /// Every task's parts of one checkpoint.
 pub(crate) struct LocalCheckpoint {
     pub(crate) id: u64,
@@ -75,18 +81,14 @@ impl LocalCopies {
     }
 
     /// Task `task` wrote its parts of checkpoint `id` (called after the write succeeded).
-    pub(crate) fn written(&self, id: u64, task: usize, parts: Vec<SnapshotPart>) {
+    pub(crate) fn written(&self, id: u64, task: usize, parts: Vec<LocalPart>) {
         let mut copies = self.lock();
         if copies.completed.as_ref().is_some_and(|c| c.id >= id) {
             return;
         }
         let pending = copies.pending.entry(id).or_default();
         pending.tasks.insert(task);
-        pending.parts.extend(parts.into_iter().map(|p| LocalPart {
-            operator: p.operator,
-            subtask: p.subtask,
-            state: Arc::new(Mutex::new(p.state)),
-        }));
+        pending.parts.extend(parts);
     }
 
     /// Checkpoint `id` of `tasks` tasks completed: its parts become the copy if every task's
@@ -122,8 +124,8 @@ mod tests {
     #[test]
     fn a_checkpoint_is_the_copy_once_complete_with_every_task_part() {
         let copies = LocalCopies::default();
-        copies.written(1, 0, vec![part("src", 0, b"a")]);
-        copies.written(1, 1, vec![part("sum", 0, b"b")]);
+        copies.written(1, 0, vec![LocalPart::from(part("src", 0, b"a"))]);
+        copies.written(1, 1, vec![LocalPart::from(part("sum", 0, b"b"))]);
         assert!(copies.latest().is_none(), "not complete yet");
         copies.completed(1, 2);
         let c = copies.latest().expect("complete with both tasks' parts");
@@ -131,19 +133,19 @@ mod tests {
         assert_eq!((r.checkpoint, r.get("src", 0), r.get("sum", 0)), (1, Some(&b"a"[..]), Some(&b"b"[..])));
 
         // A checkpoint one task's part of which is missing leaves no copy: the files are read.
-        copies.written(2, 0, vec![part("src", 0, b"c")]);
+        copies.written(2, 0, vec![LocalPart::from(part("src", 0, b"c"))]);
         copies.completed(2, 2);
         assert!(copies.latest().is_none());
 
         // An aborted one goes; a later one completes on its own.
-        copies.written(3, 0, vec![part("src", 0, b"d")]);
+        copies.written(3, 0, vec![LocalPart::from(part("src", 0, b"d"))]);
         copies.aborted(3);
-        copies.written(4, 0, vec![part("src", 0, b"e")]);
+        copies.written(4, 0, vec![LocalPart::from(part("src", 0, b"e"))]);
         copies.completed(4, 1);
         assert_eq!(copies.latest().unwrap().id, 4);
         assert!(copies.lock().pending.is_empty());
         // A part written late for a checkpoint older than the copy is not kept.
-        copies.written(3, 1, vec![part("sum", 0, b"f")]);
+        copies.written(3, 1, vec![LocalPart::from(part("sum", 0, b"f"))]);
         assert!(copies.lock().pending.is_empty());
     }
 }

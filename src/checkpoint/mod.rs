@@ -35,7 +35,9 @@ pub use storage::{
 // tests and fuzz targets (which build and damage checkpoint files), not part of the API.
 #[doc(hidden)]
 pub(crate) use incremental::write_task_file;
-pub use incremental::{write_task_snapshot, PageIndex, TaskFileWritten, COMPACT_BELOW_LIVE, MAX_SHARED_FILES};
+pub use incremental::{
+    materialize, write_task_snapshot, PageIndex, TaskFileWritten, COMPACT_BELOW_LIVE, MAX_SHARED_FILES,
+};
 #[doc(hidden)]
 pub use storage::{
     decode_file, encode_file, read_expected, read_file, write_file, write_finished, FileDigest, FileIdentity, FileKind,

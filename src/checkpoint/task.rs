@@ -155,8 +155,10 @@ pub(crate) struct TaskAck {
 }
 
 /// One task's part of a checkpoint, written in the background; returns the task's
-/// acknowledgement (or decline) for the coordinator.
-pub(crate) type SnapshotWrite = Box<dyn FnOnce() -> TaskAck + Send>;
+/// acknowledgement (or decline) for the coordinator. Work that acknowledges nothing (a
+/// changelog base materialized after a checkpoint, see `incremental::materialize`) returns
+/// `None`.
+pub(crate) type SnapshotWrite = Box<dyn FnOnce() -> Option<TaskAck> + Send>;
 
 /// Where the asynchronous part of snapshots runs: rayon's pool in production
 /// ([`PoolWriter`]), a queue the simulator runs on its own thread under simulation. Both bound
@@ -210,7 +212,9 @@ impl SnapshotWriter for PoolWriter {
         rayon::spawn(move || {
             let _in_flight = in_flight;
             // The coordinator may be gone (the attempt ended); nothing to tell then.
-            let _ = acks.send(write());
+            if let Some(ack) = write() {
+                let _ = acks.send(ack);
+            }
         });
         Ok(())
     }

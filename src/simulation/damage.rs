@@ -88,7 +88,7 @@ pub(super) fn damage(storage: &CheckpointStorage, id: u64, misplace: bool, rng: 
 pub(super) fn crash_writes(writes: &QueuedWrites, rng: &mut Prng) {
     for write in writes.drain() {
         if rng.chance(1, 2) {
-            let ack = write();
+            let Some(ack) = write() else { continue };
             if let Ok(done) = ack.result {
                 writes.storage.cut_in_half(ack.checkpoint, &done.file, done.digest.bytes);
             }

@@ -628,7 +628,7 @@ fn run_a_write(
     step: u64,
 ) -> Option<AttemptEnd> {
     let write = writes.take(&mut schedule.rng)?;
-    let mut ack = write();
+    let mut ack = write()?;
     if schedule.take(|f| *f == Fault::HangsWrite(ack.checkpoint)).is_some() {
         // In half the seeds the process then dies as a checkpoint that may have resumed this
         // one completes, so a restore reads the parts it reused.

@@ -14,8 +14,9 @@ pub struct SimOptions {
     pub mode: ModeKind,
     /// Incremental checkpoints.
     pub incremental: bool,
-    /// Changelog checkpoints (a new base after every two checkpoints of changes, so short
-    /// runs go through bases, segments and chains cut by failures).
+    /// Changelog checkpoints (a new base due after every two checkpoints of changes and
+    /// materialized in the background, so short runs go through bases, segments, adopted
+    /// bases and chains cut by failures).
     pub changelog: bool,
     /// Steps after which a run that has not finished counts as stuck.
     pub max_steps: u64,

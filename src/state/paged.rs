@@ -377,15 +377,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     #[inline]
     pub fn prefetch_hashed(&self, hash: u64) {
         let i = hash as usize & self.mask;
-        let slot: *const Option<(K, V)> = self.slot(i);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is only a hint: it never faults and reads nothing into the
-        // program, so any address is allowed (this one points at a live slot anyway).
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot.cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = slot;
+        prefetch_slot(self.slot(i));
     }
 
     /// The value of `key`.
@@ -706,9 +698,17 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
     fn write_segment(&self, out: &mut Vec<u8>) {
         ((self.pages.len() * PAGE_SLOTS) as u64).persist(out);
         (self.len as u64).persist(out);
-        let changed = || self.delta.dirty.iter().enumerate().filter(|(_, bits)| bits.iter().any(|&b| b != 0));
-        (changed().count() as u64).persist(out);
-        for (p, bits) in changed() {
+        let changed: Vec<(usize, &[u64; PAGE_SLOTS / 64])> =
+            self.delta.dirty.iter().enumerate().filter(|(_, bits)| bits.iter().any(|&b| b != 0)).collect();
+        (changed.len() as u64).persist(out);
+        // The written slots lie scattered over the state: while one page's are encoded, the
+        // next one's are loaded (a miss each otherwise, most of a large segment's time).
+        let prefetch = |&(p, bits): &(usize, &[u64; PAGE_SLOTS / 64])| {
+            set_slots(bits).for_each(|i| prefetch_slot(&self.pages[p].slots[i]));
+        };
+        changed.iter().take(1).for_each(prefetch);
+        for (j, &(p, bits)) in changed.iter().enumerate() {
+            changed.get(j + 1).iter().for_each(|c| prefetch(c));
             (p as u64).persist(out);
             bits.persist(out);
             for i in set_slots(bits) {
@@ -891,6 +891,19 @@ fn read_laid<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
 }
 
 /// The slots a page's bitmap (a bit a slot) marks, in order.
+/// Asks the CPU to start loading `slot` (a hint: it reads nothing into the program).
+#[inline]
+fn prefetch_slot<T>(slot: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults and reads nothing into the program,
+    // so any address is allowed (callers pass a live slot's anyway).
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = slot;
+}
+
 fn set_slots(bits: &[u64; PAGE_SLOTS / 64]) -> impl Iterator<Item = usize> + '_ {
     bits.iter().enumerate().flat_map(|(w, &word)| {
         std::iter::successors(Some(word).filter(|&b| b != 0), |&b| Some(b & (b - 1)).filter(|&b| b != 0))

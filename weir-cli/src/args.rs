@@ -115,7 +115,8 @@ pub(crate) struct SimulateArgs {
     /// Incremental checkpoints.
     #[arg(long)]
     pub(crate) incremental: bool,
-    /// Changelog checkpoints (a new base after every two checkpoints of changes).
+    /// Changelog checkpoints (a new base due after every two checkpoints of changes,
+    /// materialized in the background).
     #[arg(long)]
     pub(crate) changelog: bool,
     /// Parallelism of every operator.

@@ -142,14 +142,34 @@ impl CheckpointStorage {
         format!("{SHARED_DIR}/chk-{id}-task-{task}.pages")
     }
 
+    /// The name of the shared file in which task `task` keeps a changelog base materialized
+    /// in the background from its state as checkpoint `id` captured it.
+    pub fn base_name(id: u64, task: usize) -> String {
+        format!("{SHARED_DIR}/chk-{id}-task-{task}{BASE_SUFFIX}")
+    }
+
     /// Starts the shared pages file of task `task` for checkpoint `id`.
     pub fn create_shared(&self, id: u64, task: usize) -> std::io::Result<ChecksummedWriter> {
-        let path = self.dir.join(Self::shared_name(id, task));
+        self.create_shared_named(&Self::shared_name(id, task), id, task)
+    }
+
+    /// Starts shared pages file `name` (a [`Self::shared_name`] or a [`Self::base_name`]) of
+    /// task `task`, written for checkpoint `id`.
+    pub fn create_shared_named(&self, name: &str, id: u64, task: usize) -> std::io::Result<ChecksummedWriter> {
+        let path = self.dir.join(name);
         let folder = self.dir.join(SHARED_DIR);
         let identity = FileIdentity::new(FileKind::SharedPages, &self.fingerprint, id, Some(task));
         std::fs::create_dir_all(&folder)
             .and_then(|_| ChecksummedWriter::create(&path, &identity))
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))
+    }
+
+    /// Reads shared file `name` (of task `task`, written for checkpoint `id`) back whole and
+    /// checks it against `digest`: a base materialized in the background is verified so before
+    /// any checkpoint refers to it.
+    pub fn verify_shared(&self, name: &str, id: u64, task: usize, digest: &FileDigest) -> Result<()> {
+        let expected = FileIdentity::new(FileKind::SharedPages, &self.fingerprint, id, Some(task));
+        read_expected(&self.dir.join(name), &expected, Some(digest)).map(|_| ())
     }
 
     /// Puts task file `file` of checkpoint `from` into checkpoint `to`'s folder under the same
@@ -228,7 +248,9 @@ impl CheckpointStorage {
         if let Ok(entries) = std::fs::read_dir(self.dir.join(SHARED_DIR)) {
             for e in entries.filter_map(|e| e.ok()) {
                 let Some(name) = e.file_name().to_str().map(|n| format!("{SHARED_DIR}/{n}")) else { continue };
-                let own = name[SHARED_DIR.len() + 1..].starts_with(&prefix);
+                // A base materialized beside it is not its own: its task's page index removes
+                // it when no chain stands on it, retention once no checkpoint names it.
+                let own = name[SHARED_DIR.len() + 1..].starts_with(&prefix) && !is_base_name(&name);
                 if own && !spare.contains(&name) && std::fs::remove_file(e.path()).is_ok() {
                     deleted.push(name);
                 }

@@ -135,11 +135,23 @@ impl<'a> SharedFiles<'a> {
     }
 }
 
-/// The checkpoint and task of a shared file's name, `shared/chk-<n>-task-<i>.pages`.
+/// How the name of a changelog base materialized in the background ends
+/// ([`super::CheckpointStorage::base_name`]).
+pub(crate) const BASE_SUFFIX: &str = ".base.pages";
+
+/// The checkpoint and task of a shared file's name, `shared/chk-<n>-task-<i>.pages` (or a
+/// base's, `….base.pages`).
 pub(crate) fn parse_shared_name(name: &str) -> Option<(u64, usize)> {
-    let rest = name.strip_prefix(SHARED_DIR)?.strip_prefix('/')?.strip_prefix("chk-")?.strip_suffix(".pages")?;
+    let rest = name.strip_prefix(SHARED_DIR)?.strip_prefix('/')?.strip_prefix("chk-")?;
+    let rest = rest.strip_suffix(BASE_SUFFIX).or_else(|| rest.strip_suffix(".pages"))?;
     let (id, task) = rest.split_once("-task-")?;
     Some((id.parse().ok()?, task.parse().ok()?))
+}
+
+/// Whether shared file `name` is a changelog base materialized in the background (written
+/// beside checkpoint `n`, not by it: the checkpoint that first refers to it publishes it).
+pub(crate) fn is_base_name(name: &str) -> bool {
+    name.ends_with(BASE_SUFFIX)
 }
 
 /// The identity task `t`'s file of the checkpoint `metadata` describes must have.
