@@ -37,7 +37,10 @@ pub fn main() -> ExitCode {
     if !matches!(cli.command, Some(Command::Checkpoints(_) | Command::Simulate(_) | Command::Control(_))) {
         // From the first instant of a command that runs a job: a restart restores its state
         // before the job runs (seconds, for much state), and a SIGTERM then must not kill it.
-        install_stop_handler();
+        // The command is the process: nothing installed a handler before.
+        if let Err(e) = install_stop_handler() {
+            eprintln!("warning: {e}");
+        }
     }
     let result = match cli.command {
         None => default_job::run_default(&cli.default_job),

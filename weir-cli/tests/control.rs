@@ -25,7 +25,8 @@ pub(crate) fn bench_with_control(args: &[&str]) -> (Running, String) {
 /// at `addr`.
 pub(crate) fn metric(addr: &str, name: &str) -> f64 {
     let (ok, text) = control(addr, &["metrics"]);
-    assert!(ok && text.contains("# TYPE weir_source_records_total counter"), "{text}");
+    // Prometheus' text format (OpenMetrics only for a scraper that asks for it).
+    assert!(ok && text.contains("# TYPE weir_source_records_total counter") && !text.contains("# EOF"), "{text}");
     let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} in {text}"));
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
@@ -112,21 +113,21 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
     // metrics count them and every word.
     let metric = |name: &str| metric(&addr, name);
     common::wait_until("checkpoints at the new interval", || metric("weir_checkpoints_completed_total") >= 5.0);
-    common::wait_until("every word counted", || metric("weir_sink_records_total{job=\"wordcount\"}") == 4000.0);
+    common::wait_until("every word counted", || metric("weir_sink_records_total{job_name=\"wordcount\"}") == 4000.0);
     let (ok, text) = control(&addr, &["checkpoints"]);
     assert!(ok && text.contains("checkpoints completed: ") && text.contains("duration"), "{text}");
     // Per operator subtask: the counting operator received every word, over its subtasks.
     let (_, text) = control(&addr, &["metrics"]);
     let counted: f64 = text
         .lines()
-        .filter(|l| l.starts_with("weir_operator_records_in_total{job=\"wordcount\",operator=\"count\""))
+        .filter(|l| l.starts_with("weir_operator_records_in_total{job_name=\"wordcount\",operator=\"count\""))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum();
     assert_eq!(counted, 4000.0, "{text}");
     // And the words the splitting operator sent into the keyed exchange, per subtask.
     let sent: f64 = text
         .lines()
-        .filter(|l| l.starts_with("weir_operator_records_out_total{job=\"wordcount\",operator=\"words\""))
+        .filter(|l| l.starts_with("weir_operator_records_out_total{job_name=\"wordcount\",operator=\"words\""))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum();
     assert_eq!(sent, 4000.0, "{text}");
@@ -176,7 +177,9 @@ fn state_and_written(table: &str, id: u64) -> (u64, u64) {
 fn a_full_checkpoint_of_an_incremental_job_on_demand() {
     let dir = tempfile::tempdir().unwrap();
     let FollowedLog { mut job, addr, .. } = FollowedLog::start(dir.path(), 500, &["--incremental"]);
-    common::wait_until("every word counted", || metric(&addr, "weir_sink_records_total{job=\"wordcount\"}") == 4000.0);
+    common::wait_until("every word counted", || {
+        metric(&addr, "weir_sink_records_total{job_name=\"wordcount\"}") == 4000.0
+    });
     let take = |args: &[&str]| -> u64 {
         let (ok, text) = control(&addr, &[&["checkpoint"][..], args].concat());
         assert!(ok, "{text}");
@@ -259,8 +262,9 @@ fn a_programs_own_job_gets_the_commands_handling() {
 }
 
 /// Latency stayed empty until subtasks ended: a running benchmark's metrics now carry its
-/// latency quantiles while it runs, in all and by what the tasks did for checkpoints while
-/// each record was in flight.
+/// latency histograms while it runs, in all and by what the tasks did for checkpoints while
+/// each record was in flight (buckets, which add up over subtasks and processes, where a
+/// summary's quantiles did not).
 #[test]
 fn latency_is_in_the_metrics_while_the_job_runs() {
     let (mut job, addr) = bench_with_control(&[
@@ -275,9 +279,9 @@ fn latency_is_in_the_metrics_while_the_job_runs() {
     ]);
     common::wait_until("latency in the metrics", || {
         let (_, text) = control(&addr, &["metrics"]);
-        text.contains("# TYPE weir_latency_seconds summary")
-            && text.contains("quantile=\"0.99\"")
-            && text.contains("cause=\"nothing\",quantile=\"0.99\"}")
+        text.contains("# TYPE weir_latency_seconds histogram")
+            && text.contains("weir_latency_seconds_bucket{le=\"0.001\",job_name=\"default\"}")
+            && text.contains("weir_latency_by_cause_seconds_bucket{le=\"+Inf\",job_name=\"default\",cause=\"nothing\"}")
     });
     let (ok, text) = control(&addr, &["job"]);
     assert!(ok && text.contains("\"finished\": false"), "still running: {text}");
@@ -294,7 +298,9 @@ fn the_metrics_show_where_the_rings_are_full() {
     common::wait_until("a full input ring at the sink", || {
         let (_, text) = control(&addr, &["metrics"]);
         text.lines()
-            .filter(|l| l.starts_with("weir_input_ring_fill_ratio{job=\"bench-backpressure\",operator=\"rebalance"))
+            .filter(|l| {
+                l.starts_with("weir_input_ring_fill_ratio{job_name=\"bench-backpressure\",operator=\"rebalance")
+            })
             .any(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() > 0.9)
     });
     job.child.kill().unwrap();
@@ -312,8 +318,8 @@ fn the_metrics_show_records_out_and_watermark_lag() {
     };
     common::wait_until("records out and watermark lag", || {
         let (_, text) = control(&addr, &["metrics"]);
-        let out = samples(&text, "weir_operator_records_out_total{job=\"default\"");
-        let lag = samples(&text, "weir_operator_watermark_lag{job=\"default\",operator=\"window-count\"");
+        let out = samples(&text, "weir_operator_records_out_total{job_name=\"default\"");
+        let lag = samples(&text, "weir_operator_watermark_lag{job_name=\"default\",operator=\"window-count\"");
         out.iter().sum::<f64>() > 0.0 && lag.len() == 2 && lag.contains(&0.0)
     });
     job.child.kill().unwrap();

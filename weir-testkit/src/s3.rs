@@ -22,9 +22,10 @@ pub fn endpoint() -> &'static str {
 fn start_moto(settings: &str) -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let script = format!(
-        "{settings} python3 -m moto.server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
+        "{settings} '{python}' -m moto.server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
          while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill $m",
-        me = std::process::id()
+        me = std::process::id(),
+        python = crate::python()
     );
     drop(Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap());
     let addr = format!("127.0.0.1:{port}");
