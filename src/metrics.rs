@@ -597,6 +597,75 @@ pub const TASK_STATS_KEPT: usize = 100;
 /// would copy them all.
 pub const HISTORY_KEPT: usize = 1000;
 
+/// The failed checkpoints whose failure a running job keeps, the newest (how many failed in
+/// all is counted apart): a job whose storage is gone fails a checkpoint a second for as long
+/// as it runs.
+pub const FAILURES_KEPT: usize = 100;
+
+/// Why a checkpoint failed, and when.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CheckpointFailure {
+    /// The checkpoint.
+    pub checkpoint: u64,
+    /// When it failed (milliseconds since the Unix epoch, from the job's clock).
+    pub failed_unix_ms: u64,
+    /// Why (declined by a task, expired, failed to write, …).
+    pub reason: String,
+}
+
+impl std::fmt::Display for CheckpointFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "checkpoint {} failed: {}", self.checkpoint, self.reason)
+    }
+}
+
+/// A job's checkpoint failures: the newest [`FAILURES_KEPT`], and how many in all.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointFailures {
+    kept: std::collections::VecDeque<CheckpointFailure>,
+    total: u64,
+}
+
+impl CheckpointFailures {
+    /// One more failure.
+    pub(crate) fn push(&mut self, failure: CheckpointFailure) {
+        self.total += 1;
+        self.kept.push_back(failure);
+        if self.kept.len() > FAILURES_KEPT {
+            self.kept.pop_front();
+        }
+    }
+
+    /// The failures kept, oldest first.
+    pub(crate) fn kept(&self) -> Vec<CheckpointFailure> {
+        self.kept.iter().cloned().collect()
+    }
+
+    /// Checkpoints failed in all.
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+}
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+
+    /// A job that fails a checkpoint a second for a month keeps the newest hundred, with
+    /// their times, and counts them all (the list grew without end).
+    #[test]
+    fn failures_are_kept_bounded_and_counted() {
+        let mut f = CheckpointFailures::default();
+        for id in 1..=250 {
+            f.push(CheckpointFailure { checkpoint: id, failed_unix_ms: 1000 * id, reason: "expired".into() });
+        }
+        let kept = f.kept();
+        assert_eq!((kept.len(), f.total()), (FAILURES_KEPT, 250));
+        assert_eq!((kept[0].checkpoint, kept[99].checkpoint, kept[99].failed_unix_ms), (151, 250, 250_000));
+        assert_eq!(kept[99].to_string(), "checkpoint 250 failed: expired");
+    }
+}
+
 /// A job's completed checkpoints: the statistics of the newest [`HISTORY_KEPT`] (per-task
 /// details of the newest [`TASK_STATS_KEPT`]), and how many completed in all.
 #[derive(Debug, Default)]

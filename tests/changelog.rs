@@ -66,7 +66,7 @@ fn a_full_disk_declines_a_changelog_checkpoint_and_the_next_writes_a_base() {
     assert!(w3 * 2 < s3, "checkpoint 3 wrote {w3} of {s3} bytes: the changes only");
     let (w5, s5) = written(5);
     assert!(w5 * 2 > s5, "checkpoint 5 wrote {w5} of {s5} bytes: a new base");
-    assert!(handle.checkpoint_failures().iter().any(|f| f.contains("No space left")));
+    assert!(handle.checkpoint_failures().iter().any(|f| f.reason.contains("No space left")));
 
     // The failover restored checkpoint 5 from its files, exactly.
     assert_eq!(done, vec![1, 2, 3, 5]);

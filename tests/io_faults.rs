@@ -48,7 +48,7 @@ fn sorted(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 fn run_to_the_end(job: Job) -> (weir::Result<weir::JobReport>, Vec<String>) {
     let mut handle = job.start(RunConfig::default().workers(2)).unwrap();
     let result = crate::common::finish(&mut handle);
-    (result, handle.checkpoint_failures())
+    (result, handle.checkpoint_failures().iter().map(ToString::to_string).collect())
 }
 
 #[test]

@@ -106,7 +106,7 @@ fn run(w: Workload, p: usize, corpus: &Path, checkpointing: Option<CheckpointCon
     let mut rows = out.records();
     rows.sort_unstable();
     let mut notes = handle.notes().to_vec();
-    notes.extend(handle.checkpoint_failures());
+    notes.extend(handle.checkpoint_failures().iter().map(ToString::to_string));
     notes.push(format!("{} checkpoints completed", report.checkpoints.len()));
     (rows, report.restarts, notes)
 }

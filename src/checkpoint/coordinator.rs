@@ -128,7 +128,7 @@ pub(crate) struct CoordinatorSetup {
     pub(crate) outputs: Vec<super::storage::SinkOutput>,
     pub(crate) stats: Arc<Mutex<crate::metrics::CheckpointHistory>>,
     /// Why checkpoints failed, for the job's notes.
-    pub(crate) failures: Arc<Mutex<Vec<String>>>,
+    pub(crate) failures: Arc<Mutex<crate::metrics::CheckpointFailures>>,
     /// The next checkpoint id, shared across attempts so ids never repeat.
     pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) end: EndOfJob,
@@ -555,11 +555,7 @@ impl CoordinatorCore {
             // The final checkpoint failed (its reason is among the failures): the job ends
             // without it rather than wait for one that may never fit, and its last output is
             // committed once the whole job has succeeded, as without checkpoints.
-            self.s
-                .failures
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(format!("the final checkpoint {f} failed: the job ends without it"));
+            self.record_failure(f, "it was the final checkpoint: the job ends without it");
             self.end_input();
             return true;
         }
@@ -729,7 +725,9 @@ impl CoordinatorCore {
 
     fn record_failure(&self, id: u64, reason: &str) {
         tracing::warn!(job = %self.s.job, checkpoint = id, reason, "checkpoint failed");
-        self.s.failures.lock().unwrap_or_else(|e| e.into_inner()).push(format!("checkpoint {id} failed: {reason}"));
+        let failed_unix_ms = self.s.clock.epoch_ms_at(self.s.clock.now_ns());
+        let failure = crate::metrics::CheckpointFailure { checkpoint: id, failed_unix_ms, reason: reason.to_string() };
+        self.s.failures.lock().unwrap_or_else(|e| e.into_inner()).push(failure);
     }
 
     /// Aborts `id` and counts a failure; fails the job after too many in a row.
@@ -1290,7 +1288,7 @@ mod tests {
         let first = triggered(&c.on_tick(10 * ms));
         c.on_ack(ack(&c, 0, first[0]), 11 * ms);
         c.on_tick(70 * ms);
-        let failures = c.s.failures.lock().unwrap().clone();
+        let failures: Vec<String> = c.s.failures.lock().unwrap().kept().iter().map(ToString::to_string).collect();
         assert_eq!(
             failures,
             vec!["checkpoint 1 failed: expired after 50ms: 1 of 2 tasks had completed their part (kept for the next \

@@ -13,7 +13,7 @@ pub(crate) struct AttemptShared {
     pub(crate) metrics: Arc<JobMetrics>,
     /// Statistics of the checkpoints completed.
     pub(crate) stats: Arc<Mutex<crate::metrics::CheckpointHistory>>,
-    pub(crate) checkpoint_failures: Arc<Mutex<Vec<String>>>,
+    pub(crate) checkpoint_failures: Arc<Mutex<crate::metrics::CheckpointFailures>>,
     /// The checkpoint directory's lock, held for the job's life.
     pub(crate) lock: Option<Arc<DirectoryLock>>,
     /// A checkpoint configuration changed on the running job (or several taking turns), for

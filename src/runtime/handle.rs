@@ -27,6 +27,17 @@ impl JobController {
         self.run.progress()
     }
 
+    /// Stops every worker at once (Flink's cancel): whoever holds the job's handle sees
+    /// [`Error::Cancelled`] from [`JobHandle::join`]. Nothing is committed after it.
+    pub fn cancel(&self) {
+        self.run.shared.control.cancel.store(true, Ordering::SeqCst);
+        if let Some(a) = &self.progress().attempt {
+            for p in &a.parkers {
+                p.unpark_now();
+            }
+        }
+    }
+
     /// The job's name.
     pub fn name(&self) -> String {
         self.run.job.graph.borrow().name.clone()
@@ -281,9 +292,15 @@ impl JobController {
         notes
     }
 
-    /// Why checkpoints failed (declined, expired, failed to write), oldest first.
-    pub fn checkpoint_failures(&self) -> Vec<String> {
-        self.run.shared.checkpoint_failures.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    /// Why checkpoints failed (declined, expired, failed to write) and when, oldest first: the
+    /// newest [`crate::metrics::FAILURES_KEPT`].
+    pub fn checkpoint_failures(&self) -> Vec<crate::metrics::CheckpointFailure> {
+        self.run.shared.checkpoint_failures.lock().unwrap_or_else(|e| e.into_inner()).kept()
+    }
+
+    /// Checkpoints failed so far, in all.
+    pub fn checkpoints_failed(&self) -> u64 {
+        self.run.shared.checkpoint_failures.lock().unwrap_or_else(|e| e.into_inner()).total()
     }
 }
 
@@ -383,8 +400,7 @@ impl JobHandle {
 
     /// Stops every worker at once; [`JobHandle::join`] then returns [`Error::Cancelled`].
     pub fn cancel(&self) {
-        self.run.shared.control.cancel.store(true, Ordering::SeqCst);
-        self.wake_all();
+        self.controller().cancel();
     }
 
     fn wake_all(&self) {
@@ -538,8 +554,8 @@ impl JobHandle {
         self.controller().notes()
     }
 
-    /// Why checkpoints failed (declined, expired, failed to write), oldest first.
-    pub fn checkpoint_failures(&self) -> Vec<String> {
+    /// Why checkpoints failed ([`JobController::checkpoint_failures`]).
+    pub fn checkpoint_failures(&self) -> Vec<crate::metrics::CheckpointFailure> {
         self.controller().checkpoint_failures()
     }
 

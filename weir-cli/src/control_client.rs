@@ -93,8 +93,17 @@ fn shown(request: &ControlRequest, body: &str) -> String {
         if !stats.is_empty() {
             out.push_str(&weir_ops::tables::checkpoint_stats(&stats));
         }
-        for f in value.get("failures").and_then(|f| f.as_array()).into_iter().flatten() {
-            out.push_str(&format!("{}\n", f.as_str().unwrap_or_default()));
+        let failed = value.get("failed_total").and_then(|t| t.as_u64()).unwrap_or(0);
+        let failures = value.get("failures").and_then(|f| f.as_array()).cloned().unwrap_or_default();
+        if failed > 0 {
+            out.push_str(&format!(
+                "checkpoints failed: {failed}{}\n",
+                weir_ops::tables::listed(failed, failures.len())
+            ));
+        }
+        for f in failures {
+            let (id, reason) = (f["checkpoint"].as_u64().unwrap_or(0), f["reason"].as_str().unwrap_or_default());
+            out.push_str(&format!("checkpoint {id} failed: {reason}\n"));
         }
         return out;
     }

@@ -11,10 +11,15 @@
 //! |---|---|
 //! | `GET /` | the dashboard: one page, its script bundled (`dashboard.html`), that reads the rest |
 //! | `GET /job` | the job: name, uptime, workers, records, restarts, the last restore and where it came from (JSON) |
+//! | `GET /health` | `{"status": "running"}` (or `finished`): the endpoint and the job answer |
 //! | `POST /checkpoints` | a checkpoint now: `{"checkpoint": id}` once complete |
-//! | `GET /checkpoints` | completed checkpoints' statistics and failures (JSON) |
-//! | `POST /savepoints?dir=DIR` | a savepoint, the job going on: `{"savepoint": path}` |
-//! | `POST /stop?dir=DIR` | stop with a savepoint: `{"savepoint": path}` |
+//! | `GET /checkpoints` | Flink's shape: counts, summary (min/avg/max/percentiles), latest completed/failed/restored, the history and the failures with their times (JSON) |
+//! | `POST /savepoints?dir=DIR` | a savepoint, the job going on: `{"savepoint": path}` once taken |
+//! | `POST /stop?dir=DIR` | stop with a savepoint: `{"savepoint": path}` once taken |
+//! | `POST /jobs/JOB/savepoints` | Flink's: `{"target-directory": DIR, "cancel-job": bool}` → 202 `{"request-id": ID}` at once |
+//! | `GET /jobs/JOB/savepoints/ID` | `{"status": {"id": "IN_PROGRESS" or "COMPLETED"}, "operation": {"location" or "failure-cause"}}` |
+//! | `POST /jobs/JOB/stop` | a stop with a savepoint by request id, as above |
+//! | `POST /cancel`, `PATCH /jobs/JOB?mode=cancel` | cancels the job (no savepoint) |
 //! | `GET /config` | the checkpoint configuration in force (JSON, the keys below) |
 //! | `POST /config?KEY=VALUE…` | changes it, all or nothing |
 //! | `GET /metrics` | OpenMetrics text (Prometheus scrapes it) |
@@ -63,6 +68,60 @@ pub struct ControlEndpoint {
 struct Shared {
     job: JobController,
     stops: Sender<StopRequest>,
+    triggers: std::sync::Arc<Mutex<Triggers>>,
+}
+
+/// The savepoints and stops asked for by trigger (Flink's asynchronous operations): each
+/// request's state by its id, the newest [`TRIGGERS_KEPT`].
+#[derive(Default)]
+struct Triggers {
+    next: u64,
+    states: std::collections::VecDeque<(String, TriggerState)>,
+}
+
+/// The trigger requests whose outcome the endpoint keeps.
+const TRIGGERS_KEPT: usize = 100;
+/// The trigger requests that may be in progress at once; more are refused (429).
+const TRIGGERS_IN_PROGRESS: usize = 4;
+
+#[derive(Clone)]
+enum TriggerState {
+    InProgress,
+    Completed(String),
+    Failed(String),
+}
+
+impl Triggers {
+    /// A new request's id, or none when too many are in progress.
+    fn start(&mut self) -> Option<String> {
+        if self.states.iter().filter(|(_, s)| matches!(s, TriggerState::InProgress)).count() >= TRIGGERS_IN_PROGRESS {
+            return None;
+        }
+        self.next += 1;
+        let id = format!("{:016x}", weir::prng::mix(self.next ^ std::process::id() as u64));
+        self.states.push_back((id.clone(), TriggerState::InProgress));
+        while self.states.len() > TRIGGERS_KEPT {
+            // The oldest finished one goes (one in progress stays until it ends).
+            match self.states.iter().position(|(_, s)| !matches!(s, TriggerState::InProgress)) {
+                Some(i) => drop(self.states.remove(i)),
+                None => break,
+            }
+        }
+        Some(id)
+    }
+
+    fn finish(&mut self, id: &str, outcome: Result<String, String>) {
+        if let Some((_, s)) = self.states.iter_mut().find(|(i, _)| i == id) {
+            *s = match outcome {
+                Ok(location) => TriggerState::Completed(location),
+                Err(why) => TriggerState::Failed(why),
+            };
+        }
+    }
+
+    fn get(&self, id: &str) -> Option<TriggerState> {
+        self.states.iter().find(|(i, _)| i == id).map(|(_, s)| s.clone())
+    }
 }
 
 /// The control endpoint's address, bound before the job starts (a bad address or one in use
@@ -107,7 +166,7 @@ impl ControlBinding {
     pub fn serve(self, job: JobController) -> weir::Result<ControlEndpoint> {
         let ControlBinding { listener, addr } = self;
         let (stop_tx, stop_rx) = std::sync::mpsc::channel();
-        let shared = Shared { job, stops: stop_tx };
+        let shared = Shared { job, stops: stop_tx, triggers: Default::default() };
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -176,13 +235,19 @@ fn router(shared: Shared) -> Router {
         .route("/stop", post(stop))
         .route("/config", get(config).post(change_config))
         .route("/metrics", get(metrics))
+        .route("/health", get(health))
+        .route("/cancel", post(cancel))
+        .route("/jobs/{job}", axum::routing::patch(cancel_job))
+        .route("/jobs/{job}/savepoints", post(trigger_savepoint))
+        .route("/jobs/{job}/savepoints/{trigger}", get(trigger_status))
+        .route("/jobs/{job}/stop", post(trigger_stop))
         .fallback(|| async {
             refuse(
                 StatusCode::NOT_FOUND,
-                "no such request: GET / (the dashboard), /job, /checkpoints, /config, /metrics; POST \
-                 /checkpoints[?type=full|incremental], \
-                 /savepoints?dir=DIR, \
-                 /stop?dir=DIR, /config?KEY=VALUE",
+                "no such request: GET / (the dashboard), /job, /health, /checkpoints, /config, /metrics, \
+                 /jobs/JOB/savepoints/TRIGGER; POST /checkpoints[?type=full|incremental], \
+                 /savepoints?dir=DIR, /stop?dir=DIR, /cancel, /config?KEY=VALUE, /jobs/JOB/savepoints, \
+                 /jobs/JOB/stop; PATCH /jobs/JOB?mode=cancel",
             )
         })
         .with_state(shared)
@@ -239,12 +304,57 @@ async fn job(State(s): State<Shared>) -> Response {
     }))
 }
 
+/// Whether the endpoint and the job answer: 200 with the job's state (`running` or
+/// `finished`), for a liveness probe.
+async fn health(State(s): State<Shared>) -> Response {
+    let status = if s.job.is_finished() { "finished" } else { "running" };
+    json(serde_json::json!({ "status": status, "job": s.job.name() }))
+}
+
+/// The checkpoints in Flink's shape (`/jobs/:id/checkpoints`): counts, a summary of the kept
+/// history (min, average, max and percentiles), the latest completed, failed and restored,
+/// and the history itself with trigger times; the failures with their times, the newest
+/// [`weir::metrics::FAILURES_KEPT`].
 async fn checkpoints(State(s): State<Shared>) -> Response {
+    let completed = s.job.checkpoint_stats();
+    let failures = s.job.checkpoint_failures();
+    let (done, failed) = (s.job.checkpoints_completed(), s.job.checkpoints_failed());
+    let summary = |figure: fn(&weir::metrics::CheckpointStats) -> f64| summary(completed.iter().map(figure).collect());
     json(serde_json::json!({
-        "completed": s.job.checkpoint_stats(),
-        "completed_total": s.job.checkpoints_completed(),
-        "failures": s.job.checkpoint_failures(),
+        "counts": { "completed": done, "failed": failed, "total": done + failed },
+        "summary": {
+            "end_to_end_duration_ms": summary(|c| c.duration_ms),
+            "start_delay_ms": summary(|c| c.start_delay_ms),
+            "alignment_ms": summary(|c| c.alignment_ms),
+            "sync_ms": summary(|c| c.sync_ms),
+            "async_ms": summary(|c| c.async_ms),
+            "state_bytes": summary(|c| c.state_bytes as f64),
+            "written_bytes": summary(|c| c.written_bytes as f64),
+            "inflight_bytes": summary(|c| c.inflight_bytes as f64),
+        },
+        "latest": {
+            "completed": completed.last(),
+            "failed": failures.last(),
+            "restored": s.job.last_restore(),
+        },
+        "completed": completed,
+        "completed_total": done,
+        "failures": failures,
+        "failed_total": failed,
     }))
+}
+
+/// Min, average, max and percentiles of `values` (none: all zero), as Flink summarizes.
+fn summary(mut values: Vec<f64>) -> serde_json::Value {
+    values.sort_by(f64::total_cmp);
+    let at = |q: f64| values.get(((values.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0);
+    let avg = if values.is_empty() { 0.0 } else { values.iter().sum::<f64>() / values.len() as f64 };
+    serde_json::json!({
+        "min": values.first().copied().unwrap_or(0.0),
+        "avg": avg,
+        "max": values.last().copied().unwrap_or(0.0),
+        "p50": at(0.5), "p90": at(0.9), "p95": at(0.95), "p99": at(0.99), "p999": at(0.999),
+    })
 }
 
 #[derive(serde::Deserialize)]
@@ -313,12 +423,7 @@ async fn savepoint(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Respon
         Ok(d) => d,
         Err(r) => return r.into_response(),
     };
-    let taken = blocking(move || {
-        check_folder(&s.job, &dir)?;
-        let dir = crate::stored::SavepointDir::open(&dir)?;
-        let path = s.job.trigger_savepoint(dir.folder())?;
-        dir.keep(&path)
-    });
+    let taken = blocking(move || savepoint_now(&s.job, &dir));
     match taken.await {
         Ok(Ok(kept)) => json(serde_json::json!({ "savepoint": kept })),
         Ok(Err(e)) => refuse(StatusCode::CONFLICT, e.to_string()),
@@ -334,17 +439,140 @@ async fn stop(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Response {
     if let Err(e) = check_folder(&s.job, &dir) {
         return refuse(StatusCode::CONFLICT, e.to_string());
     }
-    let (reply, answer) = std::sync::mpsc::channel();
-    let sent = s.stops.send(StopRequest { dir, reply });
-    if sent.is_err() {
-        return refuse(StatusCode::CONFLICT, "the job is not supervised any more (it is ending)");
-    }
-    // The supervisor looks every 100 ms; the savepoint takes its own timeout.
-    match blocking(move || answer.recv_timeout(Duration::from_secs(3600))).await {
-        Ok(Ok(Ok(path))) => json(serde_json::json!({ "savepoint": path })),
-        Ok(Ok(Err(why))) => refuse(StatusCode::CONFLICT, why),
-        Ok(Err(_)) => refuse(StatusCode::CONFLICT, "the job ended before it could stop with a savepoint"),
+    match blocking(move || stop_now(&s, dir)).await {
+        Ok(Ok(path)) => json(serde_json::json!({ "savepoint": path })),
+        Ok(Err(why)) => refuse(StatusCode::CONFLICT, why),
         Err(r) => r.into_response(),
+    }
+}
+
+/// Cancels the job (no savepoint, nothing committed after it): Flink's `cancel`.
+async fn cancel(State(s): State<Shared>) -> Response {
+    s.job.cancel();
+    (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "cancelled": s.job.name() }))).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct CancelQuery {
+    mode: Option<String>,
+}
+
+/// `PATCH /jobs/:id?mode=cancel`, as Flink's REST API cancels.
+async fn cancel_job(
+    State(s): State<Shared>,
+    axum::extract::Path(job): axum::extract::Path<String>,
+    Query(q): Query<CancelQuery>,
+) -> Response {
+    if let Err(r) = this_job(&s, &job) {
+        return r.into_response();
+    }
+    match q.mode.as_deref() {
+        None | Some("cancel") => cancel(State(s)).await,
+        Some(other) => refuse(StatusCode::BAD_REQUEST, format!("unknown mode '{other}': cancel")),
+    }
+}
+
+/// The job a `/jobs/:id/…` request names is this endpoint's (by its name).
+fn this_job(s: &Shared, job: &str) -> Result<(), Refusal> {
+    let name = s.job.name();
+    match job == name {
+        true => Ok(()),
+        false => Err(Refusal(StatusCode::NOT_FOUND, format!("no job '{job}': this endpoint serves job '{name}'"))),
+    }
+}
+
+/// A trigger request's body (Flink's names; `dir` as the other requests name it).
+#[derive(serde::Deserialize, Default)]
+struct TriggerBody {
+    #[serde(rename = "target-directory", alias = "targetDirectory", alias = "dir")]
+    target_directory: Option<String>,
+    #[serde(rename = "cancel-job", default)]
+    cancel_job: bool,
+}
+
+/// `POST /jobs/:id/savepoints`: starts a savepoint (with `cancel-job`, a stop with one) and
+/// answers at once with the request's id to poll (`GET /jobs/:id/savepoints/:trigger`).
+async fn trigger_savepoint(
+    State(s): State<Shared>,
+    axum::extract::Path(job): axum::extract::Path<String>,
+    body: Option<axum::Json<TriggerBody>>,
+) -> Response {
+    let body = body.map(|b| b.0).unwrap_or_default();
+    start_trigger(s, &job, body.target_directory, body.cancel_job)
+}
+
+/// `POST /jobs/:id/stop`: a stop with a savepoint, by trigger.
+async fn trigger_stop(
+    State(s): State<Shared>,
+    axum::extract::Path(job): axum::extract::Path<String>,
+    body: Option<axum::Json<TriggerBody>>,
+) -> Response {
+    let body = body.map(|b| b.0).unwrap_or_default();
+    start_trigger(s, &job, body.target_directory, true)
+}
+
+fn start_trigger(s: Shared, job: &str, dir: Option<String>, stop: bool) -> Response {
+    if let Err(r) = this_job(&s, job) {
+        return r.into_response();
+    }
+    let dir = match savepoint_dir(&DirQuery { dir }) {
+        Ok(d) => d,
+        Err(r) => return r.into_response(),
+    };
+    if let Err(e) = check_folder(&s.job, &dir) {
+        return refuse(StatusCode::CONFLICT, e.to_string());
+    }
+    let Some(id) = s.triggers.lock().unwrap_or_else(|e| e.into_inner()).start() else {
+        return refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("{TRIGGERS_IN_PROGRESS} savepoints or stops are in progress already: poll them, then ask again"),
+        );
+    };
+    let (triggers, trigger) = (s.triggers.clone(), id.clone());
+    std::thread::spawn(move || {
+        let outcome = if stop { stop_now(&s, dir) } else { savepoint_now(&s.job, &dir).map_err(|e| e.to_string()) };
+        triggers.lock().unwrap_or_else(|e| e.into_inner()).finish(&trigger, outcome);
+    });
+    (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "request-id": id }))).into_response()
+}
+
+/// `GET /jobs/:id/savepoints/:trigger`: the request's state as Flink answers it.
+async fn trigger_status(
+    State(s): State<Shared>,
+    axum::extract::Path((job, trigger)): axum::extract::Path<(String, String)>,
+) -> Response {
+    if let Err(r) = this_job(&s, &job) {
+        return r.into_response();
+    }
+    let state = s.triggers.lock().unwrap_or_else(|e| e.into_inner()).get(&trigger);
+    match state {
+        None => refuse(StatusCode::NOT_FOUND, format!("no savepoint or stop request '{trigger}' (or it is too old)")),
+        Some(TriggerState::InProgress) => json(serde_json::json!({ "status": { "id": "IN_PROGRESS" } })),
+        Some(TriggerState::Completed(location)) => json(serde_json::json!({
+            "status": { "id": "COMPLETED" }, "operation": { "location": location }
+        })),
+        Some(TriggerState::Failed(why)) => json(serde_json::json!({
+            "status": { "id": "COMPLETED" }, "operation": { "failure-cause": { "message": why } }
+        })),
+    }
+}
+
+/// A savepoint into `dir` with the job going on: its path.
+fn savepoint_now(job: &JobController, dir: &std::path::Path) -> weir::Result<String> {
+    check_folder(job, dir)?;
+    let dir = crate::stored::SavepointDir::open(dir)?;
+    let path = job.trigger_savepoint(dir.folder())?;
+    dir.keep(&path)
+}
+
+/// A stop with a savepoint into `dir`, carried out by the job's supervisor: its path.
+fn stop_now(s: &Shared, dir: PathBuf) -> Result<String, String> {
+    let (reply, answer) = std::sync::mpsc::channel();
+    s.stops.send(StopRequest { dir, reply }).map_err(|_| "the job is not supervised any more (it is ending)")?;
+    // The supervisor looks every 100 ms; the savepoint takes its own timeout.
+    match answer.recv_timeout(Duration::from_secs(3600)) {
+        Ok(outcome) => outcome,
+        Err(_) => Err("the job ended before it could stop with a savepoint".into()),
     }
 }
 

@@ -257,7 +257,7 @@ fn checkpoint_families(f: &mut Families<'_>, job: &JobController) -> Fmt {
         return Ok(());
     }
     f.counter("weir_checkpoints_completed", "Checkpoints completed.", [(vec![], job.checkpoints_completed())])?;
-    let failed = job.checkpoint_failures().len() as u64;
+    let failed = job.checkpoints_failed();
     f.counter("weir_checkpoints_failed", "Checkpoints that failed.", [(vec![], failed)])?;
     let Some(last) = job.last_checkpoint() else { return Ok(()) };
     f.gauge("weir_last_checkpoint_id", "Id of the newest completed checkpoint.", None, [(vec![], last.id as f64)])?;

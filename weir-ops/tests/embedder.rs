@@ -12,12 +12,84 @@ use weir_ops::ControlEndpoint;
 
 /// One HTTP/1.1 request, the whole answer (status line, headers and body) as text.
 fn request(addr: SocketAddr, method: &str, path: &str) -> String {
+    request_with(addr, method, path, "")
+}
+
+/// [`request`] with a JSON `body`.
+fn request_with(addr: SocketAddr, method: &str, path: &str, body: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let kind = if body.is_empty() { "" } else { "Content-Type: application/json\r\n" };
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{kind}Content-Length: {}\r\nConnection: close",
+        body.len()
+    );
+    write!(s, "{head}\r\n\r\n{body}").unwrap();
     let mut answer = String::new();
     s.read_to_string(&mut answer).unwrap();
     answer
+}
+
+/// The JSON body of an answer.
+fn body(answer: &str) -> serde_json::Value {
+    let text = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {answer}"))
+}
+
+/// Flink's REST model for what takes long: a savepoint asked for answers at once with a
+/// request id to poll (it held the connection until done, up to an hour); a health check;
+/// `/checkpoints` with counts, a summary and the latest of each; cancel. Requests for another
+/// job are refused with a status and a JSON error, the job going on.
+#[test]
+fn savepoints_by_trigger_health_checkpoint_summary_and_cancel() {
+    let dir = tempfile::tempdir().unwrap();
+    let job =
+        Job::new("rest-job").with_checkpointing(CheckpointConfig::new(dir.path()).interval(Duration::from_secs(3600)));
+    job.generator(Generator::new(|i, _| (i % 7, 1u64)).count(u64::MAX))
+        .key_by(|&(k, _)| k)
+        .reduce(|a, b| (a.0, a.1 + b.1))
+        .discard();
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    let endpoint = ControlEndpoint::start("127.0.0.1:0", false, handle.controller()).unwrap();
+    let addr = endpoint.addr();
+
+    let health = request(addr, "GET", "/health");
+    assert!(health.starts_with("HTTP/1.1 200") && body(&health)["status"] == "running", "{health}");
+
+    let sp = dir.path().join("savepoints");
+    let asked = format!("{{\"target-directory\": \"{}\"}}", sp.display());
+    let trigger = request_with(addr, "POST", "/jobs/rest-job/savepoints", &asked);
+    assert!(trigger.starts_with("HTTP/1.1 202"), "answered at once: {trigger}");
+    let id = body(&trigger)["request-id"].as_str().unwrap().to_string();
+    let mut status = serde_json::Value::Null;
+    for _ in 0..12_000 {
+        status = body(&request(addr, "GET", &format!("/jobs/rest-job/savepoints/{id}")));
+        if status["status"]["id"] == "COMPLETED" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let location = status["operation"]["location"].as_str().unwrap_or_else(|| panic!("{status}"));
+    assert!(std::path::Path::new(location).join("_metadata").exists(), "{status}");
+
+    let other = request_with(addr, "POST", "/jobs/other/savepoints", &asked);
+    assert!(
+        other.starts_with("HTTP/1.1 404") && body(&other)["error"].as_str().unwrap().contains("rest-job"),
+        "{other}"
+    );
+    let unknown = request(addr, "GET", "/jobs/rest-job/savepoints/nothing");
+    assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
+
+    assert!(request(addr, "POST", "/checkpoints").starts_with("HTTP/1.1 200"));
+    let checkpoints = body(&request(addr, "GET", "/checkpoints"));
+    assert_eq!(checkpoints["counts"]["completed"], 2, "the savepoint and the checkpoint: {checkpoints}");
+    let duration = &checkpoints["summary"]["end_to_end_duration_ms"];
+    assert!(duration["min"].as_f64() <= duration["max"].as_f64() && duration["p99"].as_f64() > Some(0.0), "{duration}");
+    assert_eq!(checkpoints["latest"]["completed"]["id"], 2, "{checkpoints}");
+
+    let cancel = request(addr, "PATCH", "/jobs/rest-job?mode=cancel");
+    assert!(cancel.starts_with("HTTP/1.1 202"), "{cancel}");
+    assert!(matches!(handle.join(), Err(weir::Error::Cancelled)));
 }
 
 #[test]
