@@ -62,6 +62,31 @@ fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
     assert!(history.contains("<td>aligned</td>") && history.contains("<td>unaligned</td>"), "{history}");
     assert!(dom.contains("class=\"aligned\"") && dom.contains("class=\"unaligned\""), "the duration bars: {dom}");
     assert!(dom.contains("<span id=\"error\"></span>"), "the page reached the job: {dom}");
+    // Flink's checkpoint overview: counts, and the latest completed, failed and restored.
+    let part = |id: &str| {
+        let from = dom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no {id} in {dom}"));
+        dom[from..from + dom[from..].find("</table>").unwrap()].to_string()
+    };
+    let overview = part("overview");
+    assert!(overview.contains("<td>counts</td>") && overview.contains(" completed, 0 failed</td>"), "{overview}");
+    assert!(overview.contains("<td>latest completed</td>") && overview.contains("state bytes ("), "{overview}");
+    assert!(overview.contains("<td>latest failed</td>") && overview.contains("<td>latest restored</td>"), "{overview}");
+    // The summary: min, average, max and percentiles of each figure.
+    let summary = part("summary");
+    assert!(summary.contains("<td>end-to-end duration</td>") && summary.matches(" ms</td>").count() >= 8, "{summary}");
+    assert!(summary.contains("<th>p99.9</th>") && summary.contains("<td>state bytes</td>"), "{summary}");
+    // The configuration in force.
+    let config = part("config");
+    assert!(config.contains("<td>interval-ms</td><td>100</td>") && config.contains("<td>mode</td>"), "{config}");
+    // The history with trigger times; the count is the job's, not the kept history's.
+    assert!(history.contains("<th>triggered</th>") && history.contains(" s</td>"), "{history}");
+    let completed = dom.split("id=\"completed\">").nth(1).and_then(|s| s.split(' ').next()).unwrap_or("");
+    let completed: u64 = completed.replace(',', "").parse().unwrap_or_else(|_| panic!("{completed}: {dom}"));
+    assert!(completed >= 6, "{completed} completed");
+    // Charts with axis labels; wide tables scroll in their box rather than wrap.
+    assert!(dom.contains("records/s</text>") && dom.contains("time since the job started (s)"), "{dom}");
+    assert!(dom.contains("duration (ms)</text>") && dom.contains("checkpoint id: "), "{dom}");
+    assert!(dom.contains("<div class=\"wide\"><table id=\"tasks\">"), "{dom}");
     // The newest checkpoint selected: its tasks, each with its own figures.
     let tasks = &dom[dom.find("id=\"tasks\"").expect("the tasks table")..];
     let tasks = &tasks[..tasks.find("</table>").unwrap()];
