@@ -1,11 +1,10 @@
 //! `weir control ADDR …`: the control endpoint's client ([`weir_ops::control`]). One HTTP/1.1
-//! request per command over a plain connection; the answer is printed as it comes (JSON, or
+//! request per command through `ureq`; the answer is printed as it comes (JSON, or
 //! Prometheus text), an error answer as `error: …` with a non-zero exit.
 //!
 //! May touch: `args`.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 use weir::Error;
@@ -116,52 +115,44 @@ fn absolute(dir: &std::path::Path) -> weir::Result<String> {
     Ok(d.display().to_string())
 }
 
-/// Sends one request to the endpoint at `addr`; its status and body, within `timeout`.
+/// Sends one request to the endpoint at `addr`; its status and body, within `timeout`. Each
+/// error says what kind it is: the address is no address, nothing listens there, it did not
+/// answer in time, or what answered is not HTTP.
 fn request(addr: &str, method: &str, target: &str, timeout: Duration) -> weir::Result<(u16, String)> {
     let host = addr.trim_start_matches("http://").trim_end_matches('/');
-    let unreachable =
-        |e: std::io::Error| Error::Unreachable(format!("cannot reach the control endpoint at {addr}: {e}"));
-    let sock = host
-        .to_socket_addrs()
+    // Checked first: a bad address is the caller's to fix, not the endpoint's absence.
+    host.to_socket_addrs()
         .map_err(|e| Error::config(format!("control endpoint address '{addr}' is not HOST:PORT: {e}")))?
         .next()
         .ok_or_else(|| Error::config(format!("control endpoint address '{addr}' resolves to nothing")))?;
-    let mut s = TcpStream::connect_timeout(&sock, Duration::from_secs(5)).map_err(unreachable)?;
-    s.set_read_timeout(Some(timeout)).map_err(unreachable)?;
-    s.set_write_timeout(Some(QUICK_ANSWER_TIMEOUT)).map_err(unreachable)?;
-    write!(s, "{method} {target} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-        .map_err(unreachable)?;
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Unreachable(format!(
+    let config = ureq::Agent::config_builder()
+        .timeout_connect(Some(Duration::from_secs(5)))
+        .timeout_global(Some(timeout))
+        // Error answers are the endpoint's to explain (their JSON `error`), not the client's.
+        .http_status_as_error(false)
+        .build();
+    let agent = ureq::Agent::new_with_config(config);
+    let url = format!("http://{host}{target}");
+    let answer = match method {
+        "POST" => agent.post(&url).send_empty(),
+        _ => agent.get(&url).call(),
+    };
+    let failed = |e: ureq::Error| match e {
+        ureq::Error::Timeout(_) => Error::Unreachable(format!(
             "the control endpoint at {addr} accepted the connection and did not answer {method} {target} within {} s \
              (is weir's control endpoint listening there?)",
             timeout.as_secs()
         )),
-        _ => unreachable(e),
-    })?;
-    let answer = String::from_utf8_lossy(&answer);
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| {
-        Error::config(format!("the control endpoint at {addr} answered something that is not HTTP: {head}"))
-    })?;
-    // The server answers with a length or closes; chunked bodies are decoded.
-    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
-    Ok((status, if chunked { dechunk(body) } else { body.to_string() }))
-}
-
-/// The body of a chunked answer.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
-        if n == 0 || rest.len() < n {
-            break;
+        ureq::Error::Io(e) => Error::Unreachable(format!("cannot reach the control endpoint at {addr}: {e}")),
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+            Error::Unreachable(format!("cannot reach the control endpoint at {addr}: {e}"))
         }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
+        e => Error::Refused(format!("the control endpoint at {addr} answered something that is not HTTP: {e}")),
+    };
+    let mut answer = answer.map_err(failed)?;
+    let status = answer.status().as_u16();
+    let body = answer.body_mut().read_to_string().map_err(failed)?;
+    Ok((status, body))
 }
 
 #[cfg(test)]
@@ -169,8 +160,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queries_are_encoded_and_chunks_joined() {
+    fn queries_are_encoded() {
         assert_eq!(encode("/tmp/a b&c=d"), "/tmp/a%20b%26c%3Dd");
-        assert_eq!(dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), "hello world");
+    }
+
+    /// Each failure names its kind: nothing listening is `Unreachable` ("Connection refused"
+    /// read "invalid configuration"), an answer that is not HTTP is named so, a bad address is
+    /// the caller's.
+    #[test]
+    fn errors_name_their_kind() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let e = request(&format!("127.0.0.1:{port}"), "GET", "/job", QUICK_ANSWER_TIMEOUT).unwrap_err();
+        assert!(matches!(e, Error::Unreachable(_)), "{e:?}");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = s.read(&mut [0; 1024]);
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\n");
+        });
+        let e = request(&addr, "GET", "/job", QUICK_ANSWER_TIMEOUT).unwrap_err();
+        assert!(e.to_string().contains("not HTTP"), "{e}");
+        let e = request("no-port", "GET", "/job", QUICK_ANSWER_TIMEOUT).unwrap_err();
+        assert!(e.to_string().contains("is not HOST:PORT"), "{e}");
     }
 }
