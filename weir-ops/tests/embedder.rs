@@ -30,6 +30,20 @@ fn request_with(addr: SocketAddr, method: &str, path: &str, body: &str) -> Strin
     answer
 }
 
+/// A job named `name` that runs until stopped (checkpoints only on demand), its checkpoint
+/// folder and the control endpoint serving it.
+fn running(name: &str) -> (tempfile::TempDir, weir::JobHandle, ControlEndpoint) {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::new(name).with_checkpointing(CheckpointConfig::new(dir.path()).interval(Duration::from_secs(3600)));
+    job.generator(Generator::new(|i, _| (i % 7, 1u64)).count(u64::MAX))
+        .key_by(|&(k, _)| k)
+        .reduce(|a, b| (a.0, a.1 + b.1))
+        .discard();
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    let endpoint = ControlEndpoint::start("127.0.0.1:0", false, handle.controller()).unwrap();
+    (dir, handle, endpoint)
+}
+
 /// The JSON body of an answer.
 fn body(answer: &str) -> serde_json::Value {
     let text = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
@@ -42,15 +56,7 @@ fn body(answer: &str) -> serde_json::Value {
 /// job are refused with a status and a JSON error, the job going on.
 #[test]
 fn savepoints_by_trigger_health_checkpoint_summary_and_cancel() {
-    let dir = tempfile::tempdir().unwrap();
-    let job =
-        Job::new("rest-job").with_checkpointing(CheckpointConfig::new(dir.path()).interval(Duration::from_secs(3600)));
-    job.generator(Generator::new(|i, _| (i % 7, 1u64)).count(u64::MAX))
-        .key_by(|&(k, _)| k)
-        .reduce(|a, b| (a.0, a.1 + b.1))
-        .discard();
-    let handle = job.start(RunConfig::default().workers(2)).unwrap();
-    let endpoint = ControlEndpoint::start("127.0.0.1:0", false, handle.controller()).unwrap();
+    let (dir, handle, endpoint) = running("rest-job");
     let addr = endpoint.addr();
 
     let health = request(addr, "GET", "/health");
@@ -94,16 +100,7 @@ fn savepoints_by_trigger_health_checkpoint_summary_and_cancel() {
 
 #[test]
 fn a_programs_own_job_serves_its_metrics_and_dashboard() {
-    let dir = tempfile::tempdir().unwrap();
-    let job =
-        Job::new("own-job").with_checkpointing(CheckpointConfig::new(dir.path()).interval(Duration::from_secs(3600)));
-    // Runs until stopped: the requests below see it running.
-    job.generator(Generator::new(|i, _| (i % 7, 1u64)).count(u64::MAX))
-        .key_by(|&(k, _)| k)
-        .reduce(|a, b| (a.0, a.1 + b.1))
-        .discard();
-    let handle = job.start(RunConfig::default().workers(2)).unwrap();
-    let endpoint = ControlEndpoint::start("127.0.0.1:0", false, handle.controller()).unwrap();
+    let (_dir, handle, endpoint) = running("own-job");
     let addr = endpoint.addr();
 
     let page = request(addr, "GET", "/");
