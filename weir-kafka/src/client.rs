@@ -201,6 +201,11 @@ impl KafkaClient {
         Ok((0..self.partitions[topic]).collect())
     }
 
+    /// The broker address it was connected through.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
     /// The address of the leader of `topic`'s `partition`.
     fn leader(&mut self, topic: &str, partition: i32) -> Result<String> {
         let key = (topic.to_string(), partition);

@@ -42,6 +42,7 @@
 
 pub mod client;
 pub mod committed;
+pub mod compression;
 mod error;
 pub mod group;
 pub mod log;
@@ -53,6 +54,7 @@ mod wire;
 
 pub use client::KafkaClient;
 pub use committed::{read_topic, TopicContents};
+pub use compression::Compression;
 pub use group::{CompletedOffsets, ConsumerGroup, GroupState};
 pub use sink::{Delivery, KafkaRecord, KafkaSink, KafkaSinkSubtask};
 pub use source::{Assignment, KafkaMessage, KafkaSource, KafkaSubtask};

@@ -1,8 +1,8 @@
 //! Kafka's record batch format (magic 2), both ways: [`BatchWriter`] encodes the records a
 //! sink produces into one batch (with the producer's identity and sequence for idempotent and
-//! transactional writes), [`batches`] walks the batches a fetch returned and hands on each
-//! record as slices of the response, without copying it. Compressed batches are refused with
-//! a message that says so (weir writes none).
+//! transactional writes), compressed as the sink is told ([`crate::Compression`]);
+//! [`batches`] walks the batches a fetch returned and hands on each record as slices of the
+//! response, without copying it — or, for a compressed batch, of its records decompressed.
 //!
 //! May touch: nothing else in the crate.
 
@@ -118,7 +118,7 @@ pub enum Item<'a> {
 /// Walks the record batches in `data` (a fetch response's records), handing `f` each
 /// [`Item`]. A batch cut off at the end of `data` (the broker fills a response up to its size
 /// limit) is left out.
-pub fn batches<'a>(data: &'a [u8], mut f: impl FnMut(Item<'a>) -> Result<bool>) -> Result<()> {
+pub fn batches(data: &[u8], mut f: impl FnMut(Item<'_>) -> Result<bool>) -> Result<()> {
     let mut rest = data;
     while rest.len() >= 12 {
         let base_offset = be_i64(rest);
@@ -143,13 +143,18 @@ pub fn batches<'a>(data: &'a [u8], mut f: impl FnMut(Item<'a>) -> Result<bool>) 
             return Err(corrupt(&format!("the batch at offset {base_offset} fails its CRC")));
         }
         let attributes = be_i16(&batch[21..]);
-        if attributes & 0x7 != 0 {
-            return Err(Error::config(format!(
-                "a Kafka record batch at offset {base_offset} is compressed (codec {}): weir reads uncompressed \
-                 batches only (set the producer's compression.type=none)",
-                attributes & 0x7
-            )));
-        }
+        let codec = crate::Compression::of_codec(attributes & 0x7)?;
+        let decompressed;
+        let records = match codec {
+            crate::Compression::None => &batch[HEADER..],
+            c => {
+                decompressed = c.decompress(&batch[HEADER..]).map_err(|e| match e {
+                    Error::Corrupt(m) => Error::Corrupt(format!("the record batch at offset {base_offset}: {m}")),
+                    e => e,
+                })?;
+                &decompressed[..]
+            }
+        };
         let info = BatchInfo {
             base_offset,
             last_offset: base_offset + i64::from(be_i32(&batch[23..])),
@@ -159,7 +164,7 @@ pub fn batches<'a>(data: &'a [u8], mut f: impl FnMut(Item<'a>) -> Result<bool>) 
         };
         let base_timestamp = be_i64(&batch[27..]);
         let count = be_i32(&batch[57..]);
-        let mut r = Reader { buf: &batch[HEADER..] };
+        let mut r = Reader { buf: records };
         let mut first = None;
         for _ in 0..count.max(0) {
             let len = r.varint()?;
@@ -203,6 +208,7 @@ pub struct BatchWriter {
     count: i32,
     first_timestamp: i64,
     max_timestamp: i64,
+    compression: crate::Compression,
 }
 
 fn put_varint(out: &mut Vec<u8>, v: i64) {
@@ -220,6 +226,11 @@ fn varint_len(v: i64) -> usize {
 }
 
 impl BatchWriter {
+    /// A writer whose batches are compressed with `compression`.
+    pub fn compressed(compression: crate::Compression) -> BatchWriter {
+        BatchWriter { compression, ..BatchWriter::default() }
+    }
+
     /// Records so far.
     pub fn len(&self) -> usize {
         self.count as usize
@@ -270,14 +281,22 @@ impl BatchWriter {
     /// The batch, written by producer `producer` (`(id, epoch, first sequence)`; `None` for a
     /// plain producer), in a transaction or not; the writer is emptied.
     pub fn finish(&mut self, producer: Option<(i64, i16, i32)>, transactional: bool) -> bytes::Bytes {
-        let mut out = Vec::with_capacity(HEADER + self.records.len());
+        let packed;
+        let records = match self.compression {
+            crate::Compression::None => &self.records,
+            c => {
+                packed = c.compress(&self.records);
+                &packed
+            }
+        };
+        let mut out = Vec::with_capacity(HEADER + records.len());
         let (id, epoch, seq) = producer.unwrap_or((-1, -1, -1));
         out.extend_from_slice(&0i64.to_be_bytes()); // base offset: the broker assigns it
-        out.extend_from_slice(&((HEADER - 12 + self.records.len()) as i32).to_be_bytes());
+        out.extend_from_slice(&((HEADER - 12 + records.len()) as i32).to_be_bytes());
         out.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
         out.push(2); // magic
         out.extend_from_slice(&[0; 4]); // CRC, below
-        let attributes: i16 = if transactional { TRANSACTIONAL } else { 0 };
+        let attributes: i16 = if transactional { TRANSACTIONAL } else { 0 } | self.compression.codec();
         out.extend_from_slice(&attributes.to_be_bytes());
         out.extend_from_slice(&(self.count - 1).to_be_bytes());
         out.extend_from_slice(&self.first_timestamp.to_be_bytes());
@@ -286,7 +305,7 @@ impl BatchWriter {
         out.extend_from_slice(&epoch.to_be_bytes());
         out.extend_from_slice(&seq.to_be_bytes());
         out.extend_from_slice(&self.count.to_be_bytes());
-        out.extend_from_slice(&self.records);
+        out.extend_from_slice(records);
         let crc = crc32c::crc32c(&out[CRC_FROM..]);
         out[17..21].copy_from_slice(&crc.to_be_bytes());
         self.records.clear();

@@ -101,6 +101,7 @@ pub struct KafkaSink<T> {
     delivery: Delivery,
     prefix: Option<String>,
     batch_bytes: usize,
+    compression: crate::Compression,
     encode: Encode<T>,
 }
 
@@ -145,6 +146,7 @@ impl<T: Send + 'static> KafkaSink<T> {
             delivery: Delivery::ExactlyOnce,
             prefix: None,
             batch_bytes: BATCH_BYTES,
+            compression: crate::Compression::None,
             encode: Arc::new(encode),
         }
     }
@@ -159,6 +161,13 @@ impl<T: Send + 'static> KafkaSink<T> {
     /// larger batches cost fewer requests, smaller ones hold less in memory.
     pub fn batch_bytes(mut self, bytes: usize) -> Self {
         self.batch_bytes = bytes.max(1);
+        self
+    }
+
+    /// How the batches it writes are compressed (Kafka's `compression.type`; none by default):
+    /// a batch's records are compressed whole, by the sink's task as it sends them.
+    pub fn compression(mut self, compression: crate::Compression) -> Self {
+        self.compression = compression;
         self
     }
 
@@ -205,6 +214,7 @@ pub struct KafkaSinkSubtask<T> {
     delivery: Delivery,
     prefix: String,
     batch_bytes: usize,
+    compression: crate::Compression,
     encode: Encode<T>,
     ctx: TaskContext,
     partitions: i32,
@@ -273,6 +283,7 @@ impl<T: Send + 'static> KafkaSinkSubtask<T> {
             delivery: sink.delivery,
             prefix,
             batch_bytes: sink.batch_bytes,
+            compression: sink.compression,
             encode: sink.encode.clone(),
             ctx: ctx.clone(),
             partitions,
@@ -411,7 +422,8 @@ impl<T: Send + 'static> Sink<T> for KafkaSinkSubtask<T> {
                     self.round_robin
                 }
             };
-            let batch = self.batches.entry(p).or_default();
+            let compression = self.compression;
+            let batch = self.batches.entry(p).or_insert_with(|| BatchWriter::compressed(compression));
             batch.push(now, m.key.as_deref(), &m.value);
             if batch.bytes() >= self.batch_bytes {
                 self.send(p)?;

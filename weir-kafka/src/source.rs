@@ -453,6 +453,16 @@ impl<T: Send + 'static> KafkaSubtask<T> {
                     Item::Record(..) => {}
                 }
                 Ok(true)
+            })
+            .map_err(|e| match e {
+                // Which broker, topic and partition sent it.
+                Error::Corrupt(m) => Error::Corrupt(format!(
+                    "from Kafka broker {}, topic '{}' partition {}: {m}",
+                    self.client.bootstrap(),
+                    self.topic,
+                    part.partition
+                )),
+                e => e,
             })?;
             if let Some(last) = last {
                 let cursor = &mut self.cursors[ci];
