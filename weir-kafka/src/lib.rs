@@ -21,7 +21,7 @@
 //! ```
 //!
 //! The modules, in the order data flows: `wire` (one connection), [`client`] (the
-//! requests), [`records`] (the batch format), [`source`], [`log`] (what the sink needs of
+//! requests), [`records`] (the batch format, with [`compression`]'s codecs), [`source`], [`log`] (what the sink needs of
 //! Kafka, and an in-memory model of it), [`sink`], [`committed`] (reading a topic as the
 //! protocol defines what is committed), [`url`] (`kafka://` addresses), and beside them
 //! [`group`] (a consumer group's membership, for processes that let Kafka share the
@@ -29,6 +29,7 @@
 //!
 //! ## Modules, lowest layer first (a module uses only modules above it in this list)
 //!
+//! - `compression`: the codecs of compressed batches.
 //! - `error`, `records`, `url`: the crate's errors, the batch format, `kafka://` addresses.
 //! - `wire`: one connection.
 //! - `client`: the requests.

@@ -4,7 +4,7 @@
 //! [`batches`] walks the batches a fetch returned and hands on each record as slices of the
 //! response, without copying it — or, for a compressed batch, of its records decompressed.
 //!
-//! May touch: nothing else in the crate.
+//! May touch: `compression`.
 
 use weir::{Error, Result};
 

@@ -19,7 +19,7 @@
 //! hash, Kafka's own default partitioner (a record without a key goes round-robin). The sink
 //! writes through a [`TransactionLog`]: a Kafka cluster, or the in-memory model of one.
 //!
-//! May touch: `client`, `log`, `records`.
+//! May touch: `client`, `compression`, `log`, `records`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
