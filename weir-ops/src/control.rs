@@ -241,6 +241,10 @@ fn router(shared: Shared) -> Router {
         .route("/jobs/{job}/savepoints", post(trigger_savepoint))
         .route("/jobs/{job}/savepoints/{trigger}", get(trigger_status))
         .route("/jobs/{job}/stop", post(trigger_stop))
+        // A known path asked with the wrong method: the status and a JSON error too.
+        .method_not_allowed_fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
+            refuse(StatusCode::METHOD_NOT_ALLOWED, format!("{} does not take {method}", uri.path()))
+        })
         .fallback(|| async {
             refuse(
                 StatusCode::NOT_FOUND,

@@ -93,6 +93,20 @@ fn savepoints_by_trigger_health_checkpoint_summary_and_cancel() {
     assert!(duration["min"].as_f64() <= duration["max"].as_f64() && duration["p99"].as_f64() > Some(0.0), "{duration}");
     assert_eq!(checkpoints["latest"]["completed"]["id"], 2, "{checkpoints}");
 
+    // Hostile requests: a wrong method, an unknown path, a huge query string — each a status
+    // and a JSON error, the job going on.
+    let wrong = request(addr, "DELETE", "/job");
+    assert!(wrong.starts_with("HTTP/1.1 405") && body(&wrong)["error"].as_str().unwrap().contains("DELETE"), "{wrong}");
+    let unknown_path = request(addr, "GET", "/nothing/here");
+    assert!(unknown_path.starts_with("HTTP/1.1 404") && body(&unknown_path)["error"].is_string(), "{unknown_path}");
+    let long = request(addr, "POST", &format!("/config?{}={}", "k".repeat(15_000), "v".repeat(15_000)));
+    assert!(long.starts_with("HTTP/1.1 400") && body(&long)["error"].is_string(), "{}", &long[..long.len().min(300)]);
+    // Past 64 KB the HTTP server answers before the endpoint sees it: a status, no body.
+    let huge = request(addr, "POST", &format!("/config?k={}", "v".repeat(100_000)));
+    assert!(huge.starts_with("HTTP/1.1 414"), "{}", &huge[..huge.len().min(300)]);
+    let health = request(addr, "GET", "/health");
+    assert!(health.starts_with("HTTP/1.1 200") && body(&health)["status"] == "running", "{health}");
+
     let cancel = request(addr, "PATCH", "/jobs/rest-job?mode=cancel");
     assert!(cancel.starts_with("HTTP/1.1 202"), "{cancel}");
     assert!(matches!(handle.join(), Err(weir::Error::Cancelled)));
