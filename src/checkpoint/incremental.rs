@@ -89,9 +89,10 @@ const ADOPTED: u8 = 1;
 const REMOVED: u8 = 2;
 
 impl Materialized {
-    /// Whether a checkpoint may adopt it: every file it refers to is its own or one the last
-    /// checkpoint refers to (so retained until this one completes, and then kept by it).
-    fn usable(&self, known: &Known) -> bool {
+    /// Adopts it for a checkpoint being written, if it may be: every file it refers to is its
+    /// own or one the last checkpoint refers to (so retained until this one completes, and
+    /// then kept by it), and its file was not removed first. Returns whether it was adopted.
+    fn adopt(&self, known: &Known) -> bool {
         let own = self.file.as_ref().map(|f| &f.0);
         self.pages.values().all(|r| Some(&r.file) == own || known.file(&r.file).is_some())
             && self.settle(ADOPTED) != REMOVED
@@ -426,7 +427,7 @@ impl StateChunks for TaskFileBuilder<'_> {
         // The newest base materialized from a capture among the chain's segments, if it can be
         // adopted: the chain is then that base and the segments after its capture.
         let adopt = c.segments.iter().enumerate().rev().find_map(|(i, s)| {
-            let m = known.materialized.get(s).filter(|m| m.usable(known))?;
+            let m = known.materialized.get(s).filter(|m| m.adopt(known))?;
             Some((m.clone(), i + 1))
         });
         let (chain_base, kept) = match &adopt {

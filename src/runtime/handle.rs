@@ -31,6 +31,11 @@ impl JobController {
     /// [`Error::Cancelled`] from [`JobHandle::join`]. Nothing is committed after it.
     pub fn cancel(&self) {
         self.run.shared.control.cancel.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    /// Wakes every worker of the running attempt, to see a stop or a cancel at once.
+    fn wake_all(&self) {
         if let Some(a) = &self.progress().attempt {
             for p in &a.parkers {
                 p.unpark_now();
@@ -395,20 +400,12 @@ impl JobHandle {
     /// finishes normally.
     pub fn stop(&self) {
         self.run.shared.control.stop.store(true, Ordering::SeqCst);
-        self.wake_all();
+        self.controller().wake_all();
     }
 
     /// Stops every worker at once; [`JobHandle::join`] then returns [`Error::Cancelled`].
     pub fn cancel(&self) {
         self.controller().cancel();
-    }
-
-    fn wake_all(&self) {
-        if let Some(a) = &self.progress().attempt {
-            for p in &a.parkers {
-                p.unpark_now();
-            }
-        }
     }
 
     /// Whether the job has ended for good (finished, failed past its restart strategy, or
