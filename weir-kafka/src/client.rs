@@ -4,7 +4,7 @@
 //! per broker and a failed request tried again a few times (after a metadata refresh) before
 //! its error reaches the job, which then fails over.
 //!
-//! May touch: `error`, `wire`.
+//! May touch: `error`, `security`, `wire`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -24,6 +24,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::error::{network, protocol, transient};
+use crate::security::Security;
 use crate::wire::Connection;
 use weir::{Error, Result};
 
@@ -62,6 +63,8 @@ pub struct ProducerIdentity {
 /// A connection pool to one Kafka cluster.
 pub struct KafkaClient {
     bootstrap: String,
+    /// How every connection is secured.
+    security: Security,
     /// Connections by broker address.
     conns: HashMap<String, Connection>,
     /// Broker addresses by node id.
@@ -85,14 +88,22 @@ fn name(s: &str) -> StrBytes {
 }
 
 impl KafkaClient {
-    /// Connects to the cluster through `bootstrap` (`host:port`). An unreachable broker is an
-    /// error within seconds, naming it.
+    /// Connects to the cluster through `bootstrap` (`host:port`), plaintext. An unreachable
+    /// broker is an error within seconds, naming it.
     pub fn connect(bootstrap: &str) -> Result<KafkaClient> {
-        let conn = Connection::open(bootstrap)?;
+        KafkaClient::connect_with(bootstrap, &Security::plaintext())
+    }
+
+    /// Connects to the cluster through `bootstrap` (`host:port`), every connection secured
+    /// as `security` says (TLS, SASL). A broker that refuses the login or whose certificate
+    /// is not trusted is a configuration error naming it.
+    pub fn connect_with(bootstrap: &str, security: &Security) -> Result<KafkaClient> {
+        let conn = Connection::open(bootstrap, security)?;
         let mut conns = HashMap::new();
         conns.insert(bootstrap.to_string(), conn);
         Ok(KafkaClient {
             bootstrap: bootstrap.to_string(),
+            security: security.clone(),
             conns,
             brokers: HashMap::new(),
             leaders: HashMap::new(),
@@ -103,7 +114,7 @@ impl KafkaClient {
 
     fn conn(&mut self, addr: &str) -> Result<&mut Connection> {
         if !self.conns.contains_key(addr) {
-            let c = Connection::open(addr)?;
+            let c = Connection::open(addr, &self.security)?;
             self.conns.insert(addr.to_string(), c);
         }
         Ok(self.conns.get_mut(addr).expect("inserted above"))

@@ -4,7 +4,7 @@
 //! exactly-once output does not trust the broker's own `read_committed` filtering (Tansu 0.6,
 //! the broker weir's tests run against, hands aborted records to `read_committed` readers).
 //!
-//! May touch: `client`, `records`.
+//! May touch: `client`, `records`, `security`.
 
 use std::collections::HashMap;
 
@@ -42,7 +42,12 @@ pub struct TopicContents {
 /// Reads all of `topic` through `bootstrap`, markers included, and sorts its messages into
 /// committed, aborted and open (see the module doc).
 pub fn read_topic(bootstrap: &str, topic: &str) -> Result<TopicContents> {
-    let mut client = KafkaClient::connect(bootstrap)?;
+    read_topic_with(bootstrap, &crate::Security::plaintext(), topic)
+}
+
+/// [`read_topic`] with connections secured as `security` says (TLS, SASL).
+pub fn read_topic_with(bootstrap: &str, security: &crate::Security, topic: &str) -> Result<TopicContents> {
+    let mut client = KafkaClient::connect_with(bootstrap, security)?;
     let partitions = client.partitions(topic)?;
     let bounds = client.bounds(topic, &partitions, false)?;
     let mut out = TopicContents::default();

@@ -13,7 +13,7 @@
 //! What a member must do when the group changes (stop with its offsets committed before it
 //! joins again) is the caller's: [`ConsumerGroup::heartbeat`] says when.
 //!
-//! May touch: `client`, `wire`, `error`.
+//! May touch: `client`, `wire`, `error`, `security`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -133,10 +133,21 @@ impl ConsumerGroup {
     /// reading `topic`; returns once the group has handed this member its partitions (which
     /// waits for the other members to join too).
     pub fn join(bootstrap: &str, group: &str, topic: &str, name: &str) -> Result<ConsumerGroup> {
+        ConsumerGroup::join_with(bootstrap, &crate::Security::plaintext(), group, topic, name)
+    }
+
+    /// [`ConsumerGroup::join`] with connections secured as `security` says (TLS, SASL).
+    pub fn join_with(
+        bootstrap: &str,
+        security: &crate::Security,
+        group: &str,
+        topic: &str,
+        name: &str,
+    ) -> Result<ConsumerGroup> {
         if group.is_empty() {
             return Err(Error::config("a consumer group needs a name"));
         }
-        let mut client = KafkaClient::connect(bootstrap)?;
+        let mut client = KafkaClient::connect_with(bootstrap, security)?;
         // A missing topic is named now, not as an empty assignment.
         client.partitions(topic)?;
         let mut me = ConsumerGroup {

@@ -20,7 +20,13 @@
 //! job.execute(RunConfig::default()).unwrap();
 //! ```
 //!
-//! The modules, in the order data flows: `wire` (one connection), [`client`] (the
+//! Clusters that are not open plaintext (managed Kafka: MSK, Confluent Cloud, Aiven) are
+//! reached with a [`Security`]: TLS with the platform's roots or a CA file, SASL PLAIN or
+//! SCRAM-SHA-256/512 (`KafkaSource::security`, `KafkaSink::security`,
+//! `KafkaClient::connect_with`).
+//!
+//! The modules, in the order data flows: `wire` (one connection, with [`security`]'s TLS and
+//! SASL), [`client`] (the
 //! requests), [`records`] (the batch format, with [`compression`]'s codecs), [`source`], [`log`] (what the sink needs of
 //! Kafka, and an in-memory model of it), [`sink`], [`committed`] (reading a topic as the
 //! protocol defines what is committed), [`url`] (`kafka://` addresses), and beside them
@@ -30,7 +36,8 @@
 //! ## Modules, lowest layer first (a module uses only modules above it in this list)
 //!
 //! - `compression`: the codecs of compressed batches.
-//! - `error`, `records`, `url`: the crate's errors, the batch format, `kafka://` addresses.
+//! - `error`, `records`, `security`, `url`: the crate's errors, the batch format, TLS and SASL
+//!   settings, `kafka://` addresses.
 //! - `wire`: one connection.
 //! - `client`: the requests.
 //! - `committed`, `group`, `log`: committed output read back, a consumer group, the log the
@@ -48,15 +55,17 @@ mod error;
 pub mod group;
 pub mod log;
 pub mod records;
+pub mod security;
 pub mod sink;
 pub mod source;
 pub mod url;
 mod wire;
 
 pub use client::KafkaClient;
-pub use committed::{read_topic, TopicContents};
+pub use committed::{read_topic, read_topic_with, TopicContents};
 pub use compression::Compression;
 pub use group::{CompletedOffsets, ConsumerGroup, GroupState};
+pub use security::{Sasl, SaslMechanism, Security, Tls};
 pub use sink::{Delivery, KafkaRecord, KafkaSink, KafkaSinkSubtask};
 pub use source::{Assignment, KafkaMessage, KafkaSource, KafkaSubtask};
 pub use url::KafkaUrl;

@@ -19,7 +19,7 @@
 //! hash, Kafka's own default partitioner (a record without a key goes round-robin). The sink
 //! writes through a [`TransactionLog`]: a Kafka cluster, or the in-memory model of one.
 //!
-//! May touch: `client`, `compression`, `log`, `records`.
+//! May touch: `client`, `compression`, `log`, `records`, `security`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -179,6 +179,16 @@ impl<T: Send + 'static> KafkaSink<T> {
     /// prefix aborts that one's open transactions.
     pub fn transactional_id_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// How its connections to the cluster it was made for ([`KafkaSink::new`]) are secured
+    /// (TLS, SASL); plaintext by default.
+    pub fn security(mut self, security: crate::Security) -> Self {
+        let address = self.bootstrap.clone();
+        self.connect = Arc::new(move || {
+            KafkaClient::connect_with(&address, &security).map(|c| Box::new(c) as Box<dyn TransactionLog>)
+        });
         self
     }
 

@@ -12,7 +12,7 @@
 //! savepoint restored at another parallelism hands each partition to the subtask that owns it
 //! now), with per-partition watermarks that an idle partition stops holding back.
 //!
-//! May touch: `client`, `group` (a consumer group's partitions), `records`.
+//! May touch: `client`, `group` (a consumer group's partitions), `records`, `security`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -69,6 +69,7 @@ pub struct KafkaSource<T> {
     assignment: Option<Assignment>,
     follow: bool,
     watermarks: Option<Watermarks>,
+    security: crate::Security,
     decode: Decode<T>,
 }
 
@@ -119,6 +120,7 @@ impl<T: Send + 'static> KafkaSource<T> {
             assignment: None,
             follow: false,
             watermarks: None,
+            security: crate::Security::plaintext(),
             decode: Arc::new(decode),
         }
     }
@@ -165,6 +167,12 @@ impl<T: Send + 'static> KafkaSource<T> {
             out_of_order_ms: out_of_order.as_millis() as u64,
             idle_after_ns: idle_after.as_nanos().min(u128::from(u64::MAX)) as u64,
         });
+        self
+    }
+
+    /// How its connections are secured (TLS, SASL); plaintext by default.
+    pub fn security(mut self, security: crate::Security) -> Self {
+        self.security = security;
         self
     }
 
@@ -291,7 +299,7 @@ fn owned(all: &[i32], subtask: usize, parallelism: usize) -> Vec<i32> {
 
 impl<T: Send + 'static> KafkaSubtask<T> {
     fn start(source: &KafkaSource<T>, ctx: &TaskContext) -> Result<Self> {
-        let mut client = KafkaClient::connect(&source.bootstrap)?;
+        let mut client = KafkaClient::connect_with(&source.bootstrap, &source.security)?;
         let topic_partitions = client.partitions(&source.topic)?;
         if let Some(given) = &source.partitions {
             if let Some(missing) = given.iter().find(|p| !topic_partitions.contains(p)) {

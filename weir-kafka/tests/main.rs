@@ -7,3 +7,4 @@ mod common {
 }
 
 mod kafka;
+mod security;

@@ -225,3 +225,129 @@ pub fn broker_behind_proxy() -> Proxy {
 pub fn unique_lines(batch: usize, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("b{batch}x{i} b{batch}y{i} b{batch}z{i}")).collect()
 }
+
+/// A broker of its own reached the way managed Kafka is: through a TLS-terminating proxy
+/// (Debian's `stunnel4`, its certificate signed by a CA made for the test), with SASL logins
+/// required (Tansu's `--authentication`: SCRAM-SHA-256 and -512 checked against users that
+/// Tansu 0.6's memory and S3 storage never keep, so every login is refused; no PLAIN), or
+/// both. Stopped when the test binary exits.
+#[derive(Debug)]
+pub struct SecuredBroker {
+    /// The address clients use (the proxy's, with TLS; the broker advertises it).
+    pub addr: String,
+    /// The broker's own plaintext listener (with TLS, behind the proxy).
+    pub plaintext: String,
+    /// The CA that signed the proxy's certificate (PEM), with TLS.
+    pub ca_file: std::path::PathBuf,
+    /// How a client reaches it without a login: TLS as above (with authentication, such a
+    /// client gets the API versions and nothing more).
+    pub admin: weir_kafka::Security,
+    _dir: tempfile::TempDir,
+}
+
+/// The TLS proxy's binary: `WEIR_TEST_STUNNEL`, else `stunnel4` or `stunnel` on the path.
+pub fn stunnel_binary() -> String {
+    if let Ok(s) = std::env::var("WEIR_TEST_STUNNEL") {
+        return s;
+    }
+    for name in ["stunnel4", "stunnel"] {
+        if Command::new(name).arg("-version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok() {
+            return name.to_string();
+        }
+    }
+    panic!(
+        "the Kafka TLS tests need a TLS-terminating proxy: install Debian's stunnel4 (apt-get install stunnel4), or \
+         set WEIR_TEST_STUNNEL to its binary (.ci/run installs it)"
+    )
+}
+
+/// Runs `openssl` with `args` in `dir`, failing the test with its output if it fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl").args(args).current_dir(dir).output().unwrap_or_else(|e| {
+        panic!("the Kafka TLS tests make their certificates with openssl (apt-get install openssl): {e}")
+    });
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Starts `script` under `sh`, ended when this test binary exits.
+fn start_until_exit(script: &str) {
+    let script = format!(
+        "{script} & t=$!; while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill $t",
+        me = std::process::id()
+    );
+    drop(Command::new("sh").arg("-c").arg(script).stdin(Stdio::null()).spawn().unwrap());
+}
+
+/// A broker with TLS in front of it (`tls`) and SASL logins required (`authentication`).
+pub fn secured_broker(tls: bool, authentication: bool) -> SecuredBroker {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, tls_port) = (free_port(), free_port());
+    let advertised = if tls { tls_port } else { port };
+    start_until_exit(&format!(
+        "{} broker --listener-url tcp://127.0.0.1:{port} --advertised-listener-url tcp://127.0.0.1:{advertised} \
+         --storage-engine memory://tansu/ {} >/dev/null 2>&1",
+        tansu_binary(),
+        if authentication { "--authentication" } else { "" }
+    ));
+    let ca_file = dir.path().join("ca.pem");
+    let mut admin = weir_kafka::Security::plaintext();
+    if tls {
+        // A CA, and the proxy's certificate for 127.0.0.1 signed by it (a self-signed
+        // certificate would be a CA used as an end entity, which TLS refuses).
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        openssl(
+            dir.path(),
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=weir test CA"],
+            ]
+            .concat(),
+        );
+        openssl(
+            dir.path(),
+            &[&["req"][..], &ec, &["-keyout", "key.pem", "-out", "proxy.csr", "-subj", "/CN=127.0.0.1"]].concat(),
+        );
+        std::fs::write(
+            dir.path().join("proxy.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(
+            dir.path(),
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "proxy.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "cert.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "proxy.ext",
+            ],
+        );
+        let conf = dir.path().join("stunnel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "foreground = yes\npid =\ndebug = 3\n[kafka]\naccept = 127.0.0.1:{tls_port}\nconnect = 127.0.0.1:{port}\n\
+                 cert = {}\nkey = {}\n",
+                dir.path().join("cert.pem").display(),
+                dir.path().join("key.pem").display()
+            ),
+        )
+        .unwrap();
+        start_until_exit(&format!("{} {} >/dev/null 2>&1", stunnel_binary(), conf.display()));
+        admin = admin.tls(weir_kafka::Tls::ca_file(&ca_file).unwrap());
+    }
+    let addr = format!("127.0.0.1:{advertised}");
+    crate::wait_until("the secured broker accepts connections", || KafkaClient::connect_with(&addr, &admin).is_ok());
+    SecuredBroker { addr, plaintext: format!("127.0.0.1:{port}"), ca_file, admin, _dir: dir }
+}
