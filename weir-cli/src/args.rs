@@ -78,6 +78,11 @@ pub(crate) enum ControlRequest {
     Stop {
         /// The folder the savepoint goes into (created).
         dir: PathBuf,
+        /// Drain first (Flink's stop --drain): the sources end their streams, every window
+        /// fires, the output is committed and the job finishes; its final checkpoint is the
+        /// savepoint. For a job retired, not paused.
+        #[arg(long)]
+        drain: bool,
     },
     /// Shows the checkpoint configuration in force, or changes it: KEY=VALUE … (all or
     /// nothing), keys as the checkpoint flags' a running job can change: checkpoint (aligned,
@@ -398,13 +403,22 @@ pub(crate) struct RuntimeArgs {
     /// Let --control serve off loopback (anyone who reaches it can stop the job).
     #[arg(long, requires = "control")]
     pub(crate) control_public: bool,
+    /// Let the control endpoint write savepoints only under DIR (a folder or s3://BUCKET/PREFIX;
+    /// give it again for more): a request for a folder elsewhere is refused. Without it, any
+    /// folder this process may write.
+    #[arg(long, value_name = "DIR", requires = "control")]
+    pub(crate) control_savepoint_root: Vec<String>,
 }
 
 impl RuntimeArgs {
     /// The control endpoint's address the flags ask for, bound now: before the job starts, so
     /// that a bad address stops nothing that ran.
     pub(crate) fn bind_control(&self) -> weir::Result<Option<weir_ops::control::ControlBinding>> {
-        self.control.as_deref().map(|a| weir_ops::control::ControlBinding::bind(a, self.control_public)).transpose()
+        let roots = &self.control_savepoint_root;
+        self.control
+            .as_deref()
+            .map(|a| weir_ops::control::ControlBinding::bind(a, self.control_public).map(|b| b.savepoint_roots(roots)))
+            .transpose()
     }
 }
 
@@ -458,6 +472,8 @@ pub(crate) struct WordcountArgs {
     #[arg(long, value_name = "GROUP")]
     pub(crate) group: Option<String>,
     #[command(flatten)]
+    pub(crate) kafka: KafkaArgs,
+    #[command(flatten)]
     pub(crate) runtime: RuntimeArgs,
     #[command(flatten)]
     pub(crate) checkpoints: CheckpointArgs,
@@ -474,6 +490,137 @@ where
     // Parsed once per flag per run: the names live as long as the process.
     let names: Vec<&'static str> = all.iter().map(|v| &*Box::leak(v.to_string().into_boxed_str())).collect();
     clap::builder::PossibleValuesParser::new(names).try_map(|s: String| s.parse::<T>().map_err(|e| e.to_string()))
+}
+
+/// How the Kafka input and output are reached (TLS, SASL) and how the output is compressed.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct KafkaArgs {
+    /// Speak TLS to the Kafka brokers, checking their certificates against the platform's
+    /// roots (managed Kafka: MSK, Confluent Cloud, Aiven).
+    #[arg(long)]
+    pub(crate) kafka_tls: bool,
+    /// Speak TLS to the Kafka brokers, checking their certificates against the CA
+    /// certificates in this PEM file only (a private CA).
+    #[arg(long, value_name = "PEM")]
+    pub(crate) kafka_ca_file: Option<PathBuf>,
+    /// Log in to the Kafka brokers with SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, as
+    /// --kafka-sasl-username with the password in the environment variable
+    /// WEIR_KAFKA_SASL_PASSWORD or in --kafka-sasl-password-file (never on the command line,
+    /// where other users of the machine can read it).
+    #[arg(long, value_name = "MECHANISM", value_parser = listed(&KAFKA_SASL_MECHANISMS))]
+    pub(crate) kafka_sasl_mechanism: Option<SaslName>,
+    /// The SASL user.
+    #[arg(long, value_name = "USER")]
+    pub(crate) kafka_sasl_username: Option<String>,
+    /// A file holding the SASL password (its first line).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) kafka_sasl_password_file: Option<PathBuf>,
+    /// How the Kafka output's batches are compressed (Kafka's compression.type); the input's
+    /// are read whatever their codec.
+    #[arg(long, value_name = "CODEC", default_value = "none", value_parser = listed(&KAFKA_COMPRESSIONS))]
+    pub(crate) kafka_compression: CompressionName,
+}
+
+/// A SASL mechanism as the command line names it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SaslName(pub(crate) weir_kafka::SaslMechanism);
+
+impl std::fmt::Display for SaslName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl std::str::FromStr for SaslName {
+    type Err = weir::Error;
+    fn from_str(s: &str) -> weir::Result<SaslName> {
+        s.parse().map(SaslName)
+    }
+}
+
+const KAFKA_SASL_MECHANISMS: [SaslName; 3] = [
+    SaslName(weir_kafka::SaslMechanism::Plain),
+    SaslName(weir_kafka::SaslMechanism::ScramSha256),
+    SaslName(weir_kafka::SaslMechanism::ScramSha512),
+];
+
+/// A Kafka compression codec as the command line names it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CompressionName(pub(crate) weir_kafka::Compression);
+
+impl std::fmt::Display for CompressionName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name())
+    }
+}
+
+impl std::str::FromStr for CompressionName {
+    type Err = weir::Error;
+    fn from_str(s: &str) -> weir::Result<CompressionName> {
+        s.parse().map(CompressionName)
+    }
+}
+
+const KAFKA_COMPRESSIONS: [CompressionName; 5] = [
+    CompressionName(weir_kafka::Compression::None),
+    CompressionName(weir_kafka::Compression::Gzip),
+    CompressionName(weir_kafka::Compression::Snappy),
+    CompressionName(weir_kafka::Compression::Lz4),
+    CompressionName(weir_kafka::Compression::Zstd),
+];
+
+impl KafkaArgs {
+    /// Whether any flag asks for more than plaintext and no compression.
+    pub(crate) fn given(&self) -> bool {
+        self.kafka_tls
+            || self.kafka_ca_file.is_some()
+            || self.kafka_sasl_mechanism.is_some()
+            || self.kafka_sasl_username.is_some()
+            || self.kafka_sasl_password_file.is_some()
+            || !matches!(self.kafka_compression.0, weir_kafka::Compression::None)
+    }
+
+    /// The security the flags ask for; a login without a user or password, or a password
+    /// file that cannot be read, is an error naming what is missing.
+    pub(crate) fn security(&self) -> weir::Result<weir_kafka::Security> {
+        let mut security = weir_kafka::Security::plaintext();
+        if let Some(ca) = &self.kafka_ca_file {
+            security = security.tls(weir_kafka::Tls::ca_file(ca)?);
+        } else if self.kafka_tls {
+            security = security.tls(weir_kafka::Tls::platform_roots()?);
+        }
+        match (&self.kafka_sasl_mechanism, &self.kafka_sasl_username) {
+            (None, None) if self.kafka_sasl_password_file.is_none() => {}
+            (None, _) => {
+                return Err(weir::Error::config(
+                    "--kafka-sasl-username and --kafka-sasl-password-file need --kafka-sasl-mechanism (PLAIN, \
+                     SCRAM-SHA-256 or SCRAM-SHA-512)",
+                ))
+            }
+            (Some(_), None) => return Err(weir::Error::config("--kafka-sasl-mechanism needs --kafka-sasl-username")),
+            (Some(mechanism), Some(user)) => {
+                let password = match &self.kafka_sasl_password_file {
+                    Some(file) => {
+                        let text = std::fs::read_to_string(file).map_err(|e| {
+                            weir::Error::config(format!(
+                                "cannot read --kafka-sasl-password-file {}: {e}",
+                                file.display()
+                            ))
+                        })?;
+                        text.lines().next().unwrap_or("").to_string()
+                    }
+                    None => std::env::var("WEIR_KAFKA_SASL_PASSWORD").map_err(|_| {
+                        weir::Error::config(
+                            "--kafka-sasl-mechanism needs a password: in the environment variable \
+                             WEIR_KAFKA_SASL_PASSWORD or in --kafka-sasl-password-file",
+                        )
+                    })?,
+                };
+                security = security.sasl(weir_kafka::Sasl::new(mechanism.0, user.clone(), password));
+            }
+        }
+        Ok(security)
+    }
 }
 
 /// Kafka partitions, sorted, each once.

@@ -35,8 +35,13 @@ pub(crate) struct GroupSession {
 impl GroupSession {
     /// Joins `group` reading `topic` as the member called `name`, and keeps the membership
     /// alive from now on.
-    pub(crate) fn join(topic: &KafkaUrl, group: &str, name: &str) -> weir::Result<GroupSession> {
-        let member = ConsumerGroup::join(&topic.bootstrap, group, &topic.topic, name)?;
+    pub(crate) fn join(
+        topic: &KafkaUrl,
+        security: &weir_kafka::Security,
+        group: &str,
+        name: &str,
+    ) -> weir::Result<GroupSession> {
+        let member = ConsumerGroup::join_with(&topic.bootstrap, security, group, &topic.topic, name)?;
         let member = Arc::new(Mutex::new(member));
         let (changing, quit) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
         let heart = {

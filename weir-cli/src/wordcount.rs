@@ -31,6 +31,16 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let args = &args;
     let (kafka_in, kafka_out) = (kafka_url(&args.input)?, kafka_url(&args.output)?);
     let (config, parallelism) = args.runtime.config();
+    if args.kafka.given() && kafka_in.is_none() && kafka_out.is_none() {
+        return Err(Error::config("the --kafka-* flags need a Kafka input or output (kafka://HOST:PORT/TOPIC)"));
+    }
+    if !matches!(args.kafka.kafka_compression.0, weir_kafka::Compression::None) && kafka_out.is_none() {
+        return Err(Error::config(
+            "--kafka-compression needs a Kafka output (--output kafka://HOST:PORT/TOPIC); the input's batches are \
+             read whatever their codec",
+        ));
+    }
+    let security = args.kafka.security()?;
     if args.partitions.is_some() && kafka_in.is_none() {
         return Err(Error::config("--partitions needs a Kafka input (--input kafka://HOST:PORT/TOPIC)"));
     }
@@ -66,7 +76,9 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
                 None => topic.to_string(),
             };
             let partitions = partitions.map_or(KafkaPartitions::All, KafkaPartitions::Only);
-            (WordInput::Kafka { topic: topic.clone(), partitions, follow: args.follow }, None, from)
+            let input =
+                WordInput::Kafka { topic: topic.clone(), partitions, follow: args.follow, security: security.clone() };
+            (input, None, from)
         }
         None => {
             let text = TextSource::open(&args.input)?.follow(args.follow);
@@ -76,7 +88,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         }
     };
     if let Some(topic) = kafka_out {
-        let (output, description, written) = kafka_output(args, &topic, &from);
+        let (output, description, written) = kafka_output(args, &topic, &from, &security);
         let job = wordcount_between(input, output, parallelism);
         return run_job(args, job, description, config, bytes, &written, None).map(|_| ());
     }
@@ -88,10 +100,21 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
 /// per checkpoint), as the files are. The transactional ids are named by the checkpoint
 /// directory's identity (the sink's default): every directory's its own, however the
 /// input is named (two word counts of different files into one topic took each other's).
-fn kafka_output(args: &WordcountArgs, topic: &KafkaUrl, from: &str) -> (WordOutput, String, String) {
+fn kafka_output(
+    args: &WordcountArgs,
+    topic: &KafkaUrl,
+    from: &str,
+    security: &weir_kafka::Security,
+) -> (WordOutput, String, String) {
     let transactional = args.checkpoints.flags.checkpoint_dir.is_some();
     let delivery = if transactional { Delivery::ExactlyOnce } else { Delivery::None };
-    let output = WordOutput::Kafka { topic: topic.clone(), delivery, transactional_id_prefix: None };
+    let output = WordOutput::Kafka {
+        topic: topic.clone(),
+        delivery,
+        transactional_id_prefix: None,
+        security: security.clone(),
+        compression: args.kafka.kafka_compression.0,
+    };
     (output, format!("word count of {from} into {topic}"), topic.to_string())
 }
 
@@ -106,16 +129,21 @@ fn run_in_group(
     config: weir::RunConfig,
     parallelism: usize,
 ) -> weir::Result<()> {
+    let security = &args.kafka.security()?;
     let name = crate::group::member_name(dir);
-    let mut session = crate::group::GroupSession::join(topic, group, &name)?;
+    let mut session = crate::group::GroupSession::join(topic, security, group, &name)?;
     let from = format!("{topic} (consumer group {group})");
     loop {
         let assignment = session.assignment()?;
-        let input =
-            WordInput::Kafka { topic: topic.clone(), partitions: KafkaPartitions::Group(assignment), follow: true };
+        let input = WordInput::Kafka {
+            topic: topic.clone(),
+            partitions: KafkaPartitions::Group(assignment),
+            follow: true,
+            security: security.clone(),
+        };
         let (output, description, written) = match kafka_out {
             // The transactional ids are this member's, whatever partitions it has.
-            Some(out) => kafka_output(args, out, &from),
+            Some(out) => kafka_output(args, out, &from, security),
             None => file_output(args, &from)?,
         };
         let job = wordcount_between(input, output, parallelism);

@@ -104,6 +104,82 @@ fn the_command_names_bad_kafka_addresses() {
         let text = run_with(from, &out_dir, &flags);
         assert!(text.contains(says), "{flags:?}: {text}");
     }
+    // TLS, SASL and compression: what each needs, named; a password never on the command line.
+    let missing_ca = out.path().join("missing.pem").display().to_string();
+    let cases: [(&str, Vec<&str>, &str); 6] = [
+        (file.to_str().unwrap(), vec!["--kafka-tls"], "need a Kafka input or output"),
+        (&from, vec!["--kafka-compression", "zstd"], "--kafka-compression needs a Kafka output"),
+        (&from, vec!["--kafka-compression", "brotli"], "[possible values: none, gzip, snappy, lz4, zstd]"),
+        (&from, vec!["--kafka-sasl-mechanism", "SCRAM-SHA-256"], "--kafka-sasl-mechanism needs --kafka-sasl-username"),
+        (
+            &from,
+            vec!["--kafka-sasl-mechanism", "SCRAM-SHA-256", "--kafka-sasl-username", "u"],
+            "WEIR_KAFKA_SASL_PASSWORD",
+        ),
+        (&from, vec!["--kafka-ca-file", &missing_ca], "missing.pem: cannot read it"),
+    ];
+    for (from, flags, says) in cases {
+        let text = run_with(from, &out_dir, &flags);
+        assert!(text.contains(says), "{flags:?}: {text}");
+    }
+    let text = run_with(&from, &out_dir, &["--kafka-sasl-mechanism", "GSSAPI", "--kafka-sasl-username", "u"]);
+    assert!(text.contains("possible values: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"), "{text}");
+}
+
+/// `weir wordcount` from a topic to a topic through a TLS-terminating proxy
+/// (`--kafka-ca-file`), the output compressed (`--kafka-compression zstd`), exactly once:
+/// every count committed once, read back over TLS; and the batches written are zstd's.
+#[test]
+fn a_word_count_over_tls_writes_compressed_batches() {
+    let broker = secured_broker(true, false);
+    let security = weir_kafka::Security::plaintext().tls(weir_kafka::Tls::ca_file(&broker.ca_file).unwrap());
+    let mut client = KafkaClient::connect_with(&broker.addr, &security).unwrap();
+    let (input, output) = ("tls-lines", "tls-counts");
+    client.create_topic(input, 2).unwrap();
+    client.create_topic(output, 2).unwrap();
+    let lines: Vec<String> = (0..500).map(|i| format!("w{} x{}", i % 37, i % 5)).collect();
+    let mut batch = BatchWriter::default();
+    for l in &lines {
+        batch.push(0, None, l.as_bytes());
+    }
+    client.produce(None, input, 0, batch.finish(None, false)).unwrap();
+    let chk = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["wordcount", "--no-progress", "--input", &format!("kafka://{}/{input}", broker.addr)])
+        .args(["--output", &format!("kafka://{}/{output}", broker.addr)])
+        .args(["--checkpoint-dir", chk.path().join("c").to_str().unwrap()])
+        .args(["--kafka-ca-file", broker.ca_file.to_str().unwrap(), "--kafka-compression", "zstd"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let contents = weir_kafka::read_topic_with(&broker.addr, &security, output).unwrap();
+    assert_eq!(contents.open, 0);
+    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
+    for m in &contents.committed {
+        let text = String::from_utf8(m.value.clone().unwrap()).unwrap();
+        let (w, c) = text.split_once('\t').unwrap();
+        got.entry(w.to_string()).or_default().push(c.parse().unwrap());
+    }
+    for counts in got.values_mut() {
+        counts.sort_unstable();
+    }
+    assert_eq!(got, running_counts(&lines));
+    // Written compressed: the data batches' attributes name zstd (codec 4; markers are not
+    // compressed). A batch: base offset (8 bytes), length (4), …, attributes at 21.
+    let fetched = client.fetch(output, &[(0, 0), (1, 0)], 1, 1 << 20, false).unwrap();
+    let mut codecs = Vec::new();
+    for f in &fetched {
+        let mut rest = &f.records[..];
+        while rest.len() >= 23 {
+            let len = 12 + i32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize;
+            let attributes = i16::from_be_bytes([rest[21], rest[22]]);
+            if attributes & 0x20 == 0 {
+                codecs.push(attributes & 0x7);
+            }
+            rest = &rest[len.min(rest.len())..];
+        }
+    }
+    assert!(!codecs.is_empty() && codecs.iter().all(|&c| c == 4), "{codecs:?}");
 }
 
 /// Two `weir` processes share a four-partition topic (partitions 0,1 and 2,3), each with its

@@ -9,7 +9,7 @@ use weir::operator::window::{Window, WindowBounds};
 use weir::pipeline::Job;
 use weir::record::Word;
 use weir::source::{Generator, TextSource};
-use weir_kafka::{Assignment, Delivery, KafkaRecord, KafkaSink, KafkaSource, KafkaUrl};
+use weir_kafka::{Assignment, Compression, Delivery, KafkaRecord, KafkaSink, KafkaSource, KafkaUrl, Security};
 
 /// An event of the default job: a key and the time it was created (also its event time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, weir::Persist)]
@@ -127,6 +127,8 @@ pub enum WordInput {
         partitions: KafkaPartitions,
         /// Keep reading as the topic grows.
         follow: bool,
+        /// How its connections are secured (TLS, SASL).
+        security: Security,
     },
 }
 
@@ -161,6 +163,10 @@ pub enum WordOutput {
         /// different for every process writing the topic. `None`: the sink's default, named
         /// by the checkpoint directory's identity (unique by construction).
         transactional_id_prefix: Option<String>,
+        /// How its connections are secured (TLS, SASL).
+        security: Security,
+        /// How its batches are compressed.
+        compression: Compression,
     },
 }
 
@@ -177,9 +183,10 @@ pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usiz
     let job = Job::new("wordcount").with_parallelism(parallelism);
     let words = match input {
         WordInput::Text(text) => job.text(text).words(),
-        WordInput::Kafka { topic, partitions, follow } => {
-            let mut source =
-                KafkaSource::new(&topic.bootstrap, &topic.topic, |m| m.value.map(<[u8]>::to_vec)).follow(follow);
+        WordInput::Kafka { topic, partitions, follow, security } => {
+            let mut source = KafkaSource::new(&topic.bootstrap, &topic.topic, |m| m.value.map(<[u8]>::to_vec))
+                .follow(follow)
+                .security(security);
             source = match partitions {
                 KafkaPartitions::All => source,
                 KafkaPartitions::Only(p) => source.partitions(p),
@@ -195,14 +202,16 @@ pub fn wordcount_between(input: WordInput, output: WordOutput, parallelism: usiz
     let counts = running_counts(words);
     match output {
         WordOutput::Files { dir, transactional } => write_counts(counts, dir, transactional),
-        WordOutput::Kafka { topic, delivery, transactional_id_prefix } => {
+        WordOutput::Kafka { topic, delivery, transactional_id_prefix, security, compression } => {
             let mut sink = KafkaSink::new(&topic.bootstrap, &topic.topic, |wc: &(Word, u64)| {
                 let mut value = Vec::new();
                 format_count(wc, &mut value);
                 value.pop(); // one message per count: no newline
                 KafkaRecord { key: Some(wc.0.as_str().into_bytes()), value }
             })
-            .delivery(delivery);
+            .delivery(delivery)
+            .security(security)
+            .compression(compression);
             if let Some(prefix) = transactional_id_prefix {
                 sink = sink.transactional_id_prefix(prefix);
             }
