@@ -38,7 +38,9 @@ fn savepoint(keys: u64, scratch: &Path) -> PathBuf {
     }
     match handle.stop_with_savepoint(scratch.join("savepoints")).expect("savepoint") {
         Stopped::Savepoint(path) => path,
-        Stopped::Finished(_) => unreachable!("the generator never ends"),
+        Stopped::Finished(_) | Stopped::Drained { .. } => {
+            unreachable!("the generator never ends, and no drain was asked")
+        }
     }
 }
 

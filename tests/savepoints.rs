@@ -281,3 +281,39 @@ fn a_file_to_file_job_rescales_through_a_savepoint_exactly_once() {
     }
     assert!(got.is_empty());
 }
+
+/// Flink's `stop --drain`: a job over an endless source, stopped with a drain, fires every
+/// window it has (each record is counted in a fired window, the open ones included, where a
+/// stop with a savepoint leaves the open ones in the savepoint), commits it all, finishes, and
+/// its final checkpoint is the savepoint. Without checkpointing there is none to make: a clear
+/// error, the job going on.
+#[test]
+fn a_stop_with_a_drain_fires_every_window_and_keeps_the_final_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::new("drain")
+        .with_parallelism(2)
+        .with_checkpointing(CheckpointConfig::new(dir.path().join("c")).interval(Duration::from_secs(3600)));
+    let out = job
+        .generator(Generator::new(|i, _| (i % 5, i)).rate(200_000.0))
+        .with_watermarks(|e: &(u64, u64)| e.1, 0)
+        .key_by(|e: &(u64, u64)| e.0)
+        .window(weir::Window::tumbling(1_000_000), |e: &(u64, u64)| e.1)
+        .count()
+        .map(|(k, w, c)| (k, w.start, c))
+        .collect_exactly_once();
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    crate::common::wait_until("records flow", || handle.metrics().source_records() > 10_000);
+    let stopped = handle.stop_with_drain(dir.path().join("sp")).unwrap();
+    let weir::Stopped::Drained { savepoint, report } = stopped else { panic!("drained: {stopped:?}") };
+    let counted: u64 = out.records().iter().map(|&(_, _, c)| c).sum();
+    assert_eq!(counted, report.source_records, "every record is in a fired window");
+    assert!(report.source_records > 10_000);
+    let metadata = weir::checkpoint::read_metadata(&savepoint).unwrap();
+    assert_eq!(metadata.kind, "savepoint");
+
+    let unchecked = Job::new("no-checkpoints");
+    unchecked.generator(Generator::new(|i, _| i).rate(1000.0)).discard();
+    let handle = unchecked.start(RunConfig::default().workers(1)).unwrap();
+    let e = handle.stop_with_drain(dir.path().join("sp2")).unwrap_err().to_string();
+    assert!(e.contains("needs checkpointing"), "{e}");
+}

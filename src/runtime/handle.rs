@@ -319,13 +319,21 @@ pub enum Stopped {
     /// could be taken: the job was stopped gracefully instead and finished, committing all its
     /// output.
     Finished(JobReport),
+    /// [`JobHandle::stop_with_drain`]: the job drained (every window fired, all output
+    /// committed) and finished; its final checkpoint was copied as `savepoint`.
+    Drained {
+        /// The savepoint's folder.
+        savepoint: std::path::PathBuf,
+        /// How the job ran.
+        report: JobReport,
+    },
 }
 
 impl Stopped {
     /// The savepoint's folder, if one was taken.
     pub fn savepoint(self) -> Option<std::path::PathBuf> {
         match self {
-            Stopped::Savepoint(path) => Some(path),
+            Stopped::Savepoint(path) | Stopped::Drained { savepoint: path, .. } => Some(path),
             Stopped::Finished(_) => None,
         }
     }
@@ -494,6 +502,51 @@ impl JobHandle {
             Ok(_) | Err(Error::Cancelled) => Ok(Stopped::Savepoint(path)),
             Err(e) => Err(e),
         }
+    }
+
+    /// Stops the job with a drain (Flink's `stop --drain`): the sources end their streams,
+    /// every window fires and every timer with it, the sinks commit everything, the job
+    /// finishes with its final checkpoint, and that checkpoint is copied into
+    /// `<dir>/savepoint-<id>/`. For a job that is retired rather than paused: a job restored
+    /// from the savepoint has every window already fired. Needs checkpointing.
+    ///
+    /// ```no_run
+    /// # fn f(handle: weir::JobHandle) -> weir::Result<()> {
+    /// if let weir::Stopped::Drained { savepoint, report } = handle.stop_with_drain("savepoints")? {
+    ///     println!("drained after {} records into {}", report.source_records, savepoint.display());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn stop_with_drain(self, dir: impl Into<std::path::PathBuf>) -> Result<Stopped> {
+        let checkpoints = match &self.run.job.graph.borrow().checkpointing {
+            Some(c) => c.dir.clone(),
+            None => {
+                return Err(Error::config(
+                    "a stop with a drain ends in a savepoint, which needs checkpointing: configure the job with \
+                     with_checkpointing (or stop it without one)",
+                ))
+            }
+        };
+        let dir = dir.into();
+        self.controller().check_savepoint_folder(&dir)?;
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create the savepoint directory", &dir, e))?;
+        self.stop();
+        let report = self.join()?;
+        // The final checkpoint is the newest; one that failed leaves its folder incomplete,
+        // and an older checkpoint would be a savepoint from before output that is committed.
+        let storage = crate::checkpoint::CheckpointStorage::new(&checkpoints);
+        let id = match storage.list().last().copied() {
+            Some(id) if storage.is_complete(id) => id,
+            _ => {
+                return Err(Error::Checkpoint(
+                    "the job drained and finished with its output committed, and its final checkpoint did not \
+                     complete: there is no savepoint of its end (nothing is left to resume)"
+                        .into(),
+                ))
+            }
+        };
+        let savepoint = storage.copy_to_savepoint(id, &dir)?;
+        Ok(Stopped::Drained { savepoint, report })
     }
 
     /// A view of the running job that others may hold beside this handle (a control

@@ -41,7 +41,10 @@ pub(crate) fn run_control(args: &ControlArgs) -> weir::Result<()> {
             ("POST", format!("/checkpoints{kind}"))
         }
         ControlRequest::Savepoint { dir } => ("POST", format!("/savepoints?dir={}", encode(&absolute(dir)?))),
-        ControlRequest::Stop { dir } => ("POST", format!("/stop?dir={}", encode(&absolute(dir)?))),
+        ControlRequest::Stop { dir, drain } => {
+            let drain = if *drain { "&drain=true" } else { "" };
+            ("POST", format!("/stop?dir={}{drain}", encode(&absolute(dir)?)))
+        }
         ControlRequest::Config { settings } if settings.is_empty() => ("GET", "/config".to_string()),
         ControlRequest::Config { settings } => {
             let mut query = Vec::new();

@@ -400,3 +400,41 @@ fn a_savepoint_into_the_jobs_own_folders_is_refused() {
     job.child.kill().unwrap();
     job.child.wait().unwrap();
 }
+
+/// An operator's bounds on the endpoint: with `--control-savepoint-root`, a savepoint into a
+/// folder elsewhere (or with a `..` out of the root) is refused with 403, nothing is written
+/// there, and the job goes on; one inside is taken. Then Flink's `stop --drain`: the followed
+/// log's stream ends, the job finishes with every count committed, and its final checkpoint
+/// is the savepoint.
+#[test]
+fn savepoints_stay_under_the_allowed_root_and_a_stop_with_a_drain_commits_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let allowed = dir.path().join("allowed");
+    let f = FollowedLog::start(dir.path(), 50, &["--control-savepoint-root", allowed.to_str().unwrap()]);
+    let (mut job, addr) = (f.job, f.addr);
+    let elsewhere = dir.path().join("elsewhere");
+    for (folder, says) in [
+        (elsewhere.clone(), "outside the folders the operator allowed"),
+        (allowed.join("..").join("elsewhere"), "has a '..' in it"),
+    ] {
+        let (ok, text) = control(&addr, &["savepoint", folder.to_str().unwrap()]);
+        assert!(!ok && text.contains("403") && text.contains(says), "{}: {text}", folder.display());
+        let (ok, text) = control(&addr, &["stop", folder.to_str().unwrap()]);
+        assert!(!ok && text.contains("403"), "{text}");
+    }
+    assert!(!elsewhere.exists(), "nothing is written outside the root");
+    let (ok, text) = control(&addr, &["savepoint", allowed.join("sp").to_str().unwrap()]);
+    assert!(ok && text.contains("savepoint-"), "inside the root: {text}");
+
+    let (ok, text) = control(&addr, &["stop", allowed.join("drained").to_str().unwrap(), "--drain"]);
+    assert!(ok && text.contains("savepoint-"), "{text}");
+    let status = job.child.wait().unwrap();
+    assert!(status.success() && job.said("drained: every window fired") == 1, "{}", job.text.lock().unwrap());
+    let savepoint = std::fs::read_dir(allowed.join("drained")).unwrap().next().unwrap().unwrap().path();
+    assert!(savepoint.join("_metadata").exists());
+    let mut expected = std::collections::HashMap::new();
+    for w in f.lines.iter().flat_map(|l| l.split(' ')) {
+        *expected.entry(w.to_string()).or_insert(0u64) += 1;
+    }
+    crate::crash::check_exactly_once(&expected, &f.out, "drained");
+}

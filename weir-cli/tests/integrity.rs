@@ -714,7 +714,9 @@ fn stop_with_savepoint_when_the_job_is_finishing_finishes_it_and_says_so() {
     wait_until("the end of the input", || handle.is_finishing());
     match handle.stop_with_savepoint(&sp).unwrap() {
         weir::Stopped::Finished(report) => assert_eq!(report.sink_records, 2_000, "{report:?}"),
-        weir::Stopped::Savepoint(p) => panic!("a savepoint was taken ({}) after the input ended", p.display()),
+        weir::Stopped::Savepoint(p) | weir::Stopped::Drained { savepoint: p, .. } => {
+            panic!("a savepoint was taken ({}) after the input ended", p.display())
+        }
     }
     assert!(pending_transactions(&out).is_empty(), "the finished job left pending output");
     assert_eq!(committed_numbers(&out), (0..2_000).collect::<Vec<_>>());

@@ -15,14 +15,18 @@
 //! | `POST /checkpoints` | a checkpoint now: `{"checkpoint": id}` once complete |
 //! | `GET /checkpoints` | Flink's shape: counts, summary (min/avg/max/percentiles), latest completed/failed/restored, the history and the failures with their times (JSON) |
 //! | `POST /savepoints?dir=DIR` | a savepoint, the job going on: `{"savepoint": path}` once taken |
-//! | `POST /stop?dir=DIR` | stop with a savepoint: `{"savepoint": path}` once taken |
+//! | `POST /stop?dir=DIR[&drain=true]` | stop with a savepoint (with `drain`, Flink's `stop --drain`: every window fires, the job finishes, its final checkpoint is the savepoint): `{"savepoint": path}` once taken |
 //! | `POST /jobs/JOB/savepoints` | Flink's: `{"target-directory": DIR, "cancel-job": bool}` → 202 `{"request-id": ID}` at once |
 //! | `GET /jobs/JOB/savepoints/ID` | `{"status": {"id": "IN_PROGRESS" or "COMPLETED"}, "operation": {"location" or "failure-cause"}}` |
-//! | `POST /jobs/JOB/stop` | a stop with a savepoint by request id, as above |
+//! | `POST /jobs/JOB/stop` | a stop with a savepoint by request id, as above (`{"targetDirectory", "drain"}`) |
 //! | `POST /cancel`, `PATCH /jobs/JOB?mode=cancel` | cancels the job (no savepoint) |
 //! | `GET /config` | the checkpoint configuration in force (JSON, the keys below) |
 //! | `POST /config?KEY=VALUE…` | changes it, all or nothing |
 //! | `GET /metrics` | OpenMetrics text (Prometheus scrapes it) |
+//!
+//! Savepoints go only where the operator allowed ([`ControlBinding::savepoint_roots`], the
+//! command's `--control-savepoint-root`): a folder a request names outside them, or with a
+//! `..` in it, is refused with 403.
 //!
 //! May touch: `metrics`, `settings` (the live keys), `stored` (savepoint folders); the job's
 //! [`JobController`]; the supervisor through [`StopRequest`]s.
@@ -50,6 +54,8 @@ use crate::settings::CheckpointSettings;
 pub struct StopRequest {
     /// Where the savepoint goes.
     pub dir: PathBuf,
+    /// Drain first (Flink's `stop --drain`): [`weir::JobHandle::stop_with_drain`].
+    pub drain: bool,
     /// The answer.
     pub reply: Sender<Result<String, String>>,
 }
@@ -67,6 +73,8 @@ pub struct ControlEndpoint {
 #[derive(Clone)]
 struct Shared {
     job: JobController,
+    /// Where savepoints may go; empty, anywhere.
+    roots: std::sync::Arc<Vec<String>>,
     stops: Sender<StopRequest>,
     triggers: std::sync::Arc<Mutex<Triggers>>,
 }
@@ -130,6 +138,7 @@ impl Triggers {
 pub struct ControlBinding {
     listener: std::net::TcpListener,
     addr: SocketAddr,
+    roots: Vec<String>,
 }
 
 impl ControlBinding {
@@ -154,7 +163,15 @@ impl ControlBinding {
         let listener = std::net::TcpListener::bind(first).map_err(cannot)?;
         listener.set_nonblocking(true).map_err(cannot)?;
         let addr = listener.local_addr().map_err(cannot)?;
-        Ok(ControlBinding { listener, addr })
+        Ok(ControlBinding { listener, addr, roots: Vec::new() })
+    }
+
+    /// Lets savepoints go only into folders under `roots` (local folders, or `s3://` ones);
+    /// none given, anywhere this process may write. A request naming another folder is
+    /// refused with 403 and the job goes on.
+    pub fn savepoint_roots(mut self, roots: impl IntoIterator<Item = impl Into<String>>) -> ControlBinding {
+        self.roots = roots.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Where it will serve.
@@ -164,9 +181,9 @@ impl ControlBinding {
 
     /// Serves `job` from now on.
     pub fn serve(self, job: JobController) -> weir::Result<ControlEndpoint> {
-        let ControlBinding { listener, addr } = self;
+        let ControlBinding { listener, addr, roots } = self;
         let (stop_tx, stop_rx) = std::sync::mpsc::channel();
-        let shared = Shared { job, stops: stop_tx, triggers: Default::default() };
+        let shared = Shared { job, roots: std::sync::Arc::new(roots), stops: stop_tx, triggers: Default::default() };
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -397,11 +414,49 @@ async fn checkpoint_now(State(s): State<Shared>, Query(q): Query<CheckpointQuery
 #[derive(serde::Deserialize)]
 struct DirQuery {
     dir: Option<String>,
+    #[serde(default)]
+    drain: bool,
 }
 
-/// The `dir` of a savepoint request, or the answer that it is missing.
-fn savepoint_dir(q: &DirQuery) -> Result<PathBuf, Refusal> {
-    match q.dir.as_deref().filter(|d| !d.is_empty()) {
+/// Whether savepoint folder `dir` lies under one of `roots` (none: anywhere). A `..` in it
+/// is refused outright: lexically under a root, it may point anywhere.
+fn within_roots(roots: &[String], dir: &str) -> Result<(), Refusal> {
+    if roots.is_empty() {
+        return Ok(());
+    }
+    let forbidden = |why: &str| {
+        Refusal(
+            StatusCode::FORBIDDEN,
+            format!("savepoint folder '{dir}' {why}: this endpoint writes savepoints only under {}", roots.join(", ")),
+        )
+    };
+    if dir.split(['/', '\\']).any(|part| part == "..") {
+        return Err(forbidden("has a '..' in it"));
+    }
+    let s3 = weir_object_store::S3Url::is_s3;
+    let inside = |root: &String| match (s3(root), s3(dir)) {
+        (true, true) => {
+            let root = root.trim_end_matches('/');
+            dir.strip_prefix(root).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        }
+        (false, false) => {
+            let absolute = |p: &str| std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p));
+            absolute(dir).starts_with(absolute(root))
+        }
+        _ => false,
+    };
+    match roots.iter().any(inside) {
+        true => Ok(()),
+        false => Err(forbidden("is outside the folders the operator allowed")),
+    }
+}
+
+/// The `dir` of a savepoint request, or the answer that it is missing or not allowed.
+fn savepoint_dir(roots: &[String], dir: Option<&str>) -> Result<PathBuf, Refusal> {
+    if let Some(d) = dir.filter(|d| !d.is_empty()) {
+        within_roots(roots, d)?;
+    }
+    match dir.filter(|d| !d.is_empty()) {
         // Percent-encoded bytes that are no UTF-8 text arrive as U+FFFD: a folder of that name
         // is nobody's.
         Some(d) if d.contains('\u{FFFD}') => Err(Refusal(
@@ -423,7 +478,7 @@ fn check_folder(job: &JobController, dir: &std::path::Path) -> weir::Result<()> 
 }
 
 async fn savepoint(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Response {
-    let dir = match savepoint_dir(&q) {
+    let dir = match savepoint_dir(&s.roots, q.dir.as_deref()) {
         Ok(d) => d,
         Err(r) => return r.into_response(),
     };
@@ -436,14 +491,14 @@ async fn savepoint(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Respon
 }
 
 async fn stop(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Response {
-    let dir = match savepoint_dir(&q) {
+    let dir = match savepoint_dir(&s.roots, q.dir.as_deref()) {
         Ok(d) => d,
         Err(r) => return r.into_response(),
     };
     if let Err(e) = check_folder(&s.job, &dir) {
         return refuse(StatusCode::CONFLICT, e.to_string());
     }
-    match blocking(move || stop_now(&s, dir)).await {
+    match blocking(move || stop_now(&s, dir, q.drain)).await {
         Ok(Ok(path)) => json(serde_json::json!({ "savepoint": path })),
         Ok(Err(why)) => refuse(StatusCode::CONFLICT, why),
         Err(r) => r.into_response(),
@@ -492,6 +547,9 @@ struct TriggerBody {
     target_directory: Option<String>,
     #[serde(rename = "cancel-job", default)]
     cancel_job: bool,
+    /// A stop's: drain first (Flink's `stop --drain`).
+    #[serde(default)]
+    drain: bool,
 }
 
 /// `POST /jobs/:id/savepoints`: starts a savepoint (with `cancel-job`, a stop with one) and
@@ -502,7 +560,7 @@ async fn trigger_savepoint(
     body: Option<axum::Json<TriggerBody>>,
 ) -> Response {
     let body = body.map(|b| b.0).unwrap_or_default();
-    start_trigger(s, &job, body.target_directory, body.cancel_job)
+    start_trigger(s, &job, body.target_directory, body.cancel_job, false)
 }
 
 /// `POST /jobs/:id/stop`: a stop with a savepoint, by trigger.
@@ -512,14 +570,14 @@ async fn trigger_stop(
     body: Option<axum::Json<TriggerBody>>,
 ) -> Response {
     let body = body.map(|b| b.0).unwrap_or_default();
-    start_trigger(s, &job, body.target_directory, true)
+    start_trigger(s, &job, body.target_directory, true, body.drain)
 }
 
-fn start_trigger(s: Shared, job: &str, dir: Option<String>, stop: bool) -> Response {
+fn start_trigger(s: Shared, job: &str, dir: Option<String>, stop: bool, drain: bool) -> Response {
     if let Err(r) = this_job(&s, job) {
         return r.into_response();
     }
-    let dir = match savepoint_dir(&DirQuery { dir }) {
+    let dir = match savepoint_dir(&s.roots, dir.as_deref()) {
         Ok(d) => d,
         Err(r) => return r.into_response(),
     };
@@ -534,7 +592,8 @@ fn start_trigger(s: Shared, job: &str, dir: Option<String>, stop: bool) -> Respo
     };
     let (triggers, trigger) = (s.triggers.clone(), id.clone());
     std::thread::spawn(move || {
-        let outcome = if stop { stop_now(&s, dir) } else { savepoint_now(&s.job, &dir).map_err(|e| e.to_string()) };
+        let outcome =
+            if stop { stop_now(&s, dir, drain) } else { savepoint_now(&s.job, &dir).map_err(|e| e.to_string()) };
         triggers.lock().unwrap_or_else(|e| e.into_inner()).finish(&trigger, outcome);
     });
     (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "request-id": id }))).into_response()
@@ -569,10 +628,17 @@ fn savepoint_now(job: &JobController, dir: &std::path::Path) -> weir::Result<Str
     dir.keep(&path)
 }
 
-/// A stop with a savepoint into `dir`, carried out by the job's supervisor: its path.
-fn stop_now(s: &Shared, dir: PathBuf) -> Result<String, String> {
+/// A stop with a savepoint into `dir` (drained first if `drain`), carried out by the job's
+/// supervisor: its path. A job without checkpoints is refused here, before the supervisor
+/// stops anything: it could make no savepoint.
+fn stop_now(s: &Shared, dir: PathBuf, drain: bool) -> Result<String, String> {
+    if s.job.checkpoint_config().is_none() {
+        return Err("a stop with a savepoint needs checkpointing, and this job takes none: it goes on (cancel it \
+                    to end it)"
+            .into());
+    }
     let (reply, answer) = std::sync::mpsc::channel();
-    s.stops.send(StopRequest { dir, reply }).map_err(|_| "the job is not supervised any more (it is ending)")?;
+    s.stops.send(StopRequest { dir, drain, reply }).map_err(|_| "the job is not supervised any more (it is ending)")?;
     // The supervisor looks every 100 ms; the savepoint takes its own timeout.
     match answer.recv_timeout(Duration::from_secs(3600)) {
         Ok(outcome) => outcome,

@@ -132,6 +132,13 @@ fn stopped_with_savepoint(
             );
             Ok((Supervised::Finished(Box::new(report)), String::new()))
         }
+        weir::Stopped::Drained { savepoint, report } => {
+            let kept = dir.keep(&savepoint)?;
+            println!(
+                "drained: every window fired and the output is committed; its final checkpoint is savepoint {kept}"
+            );
+            Ok((Supervised::Finished(Box::new(report)), kept))
+        }
     }
 }
 
@@ -158,7 +165,8 @@ fn savepoint_folder_asked(
         let _ = request.reply.send(Err("the job is already stopping".into()));
         return None;
     }
-    bar.println(format!("stopping with a savepoint into {} (asked by the control endpoint)…", request.dir.display()));
+    let how = if request.drain { "draining, then stopping" } else { "stopping" };
+    bar.println(format!("{how} with a savepoint into {} (asked by the control endpoint)…", request.dir.display()));
     match crate::stored::SavepointDir::open(&request.dir) {
         Ok(d) => Some(d),
         Err(e) => {
@@ -175,7 +183,8 @@ fn answer_stop(
     ended: weir::Result<(Supervised, String)>,
 ) -> weir::Result<Supervised> {
     let _ = request.reply.send(match &ended {
-        Ok((Supervised::Savepoint, kept)) => Ok(kept.clone()),
+        // A savepoint, or a drain's (the job finished, and its last checkpoint was kept).
+        Ok((_, kept)) if !kept.is_empty() => Ok(kept.clone()),
         Ok(_) => Err("the job was reaching the end of its input: it finished instead".into()),
         Err(e) => Err(e.to_string()),
     });
@@ -215,12 +224,17 @@ pub fn supervise_with(
             let _ = std::fs::remove_dir_all(&scratch);
             return match stopped? {
                 weir::Stopped::Savepoint(_) => Ok(Supervised::HandedOver),
-                weir::Stopped::Finished(report) => Ok(Supervised::Finished(Box::new(report))),
+                weir::Stopped::Finished(report) | weir::Stopped::Drained { report, .. } => {
+                    Ok(Supervised::Finished(Box::new(report)))
+                }
             };
         }
         if let Some(request) = control.and_then(ControlEndpoint::stop_request) {
             if let Some(dir) = savepoint_folder_asked(&request, stopped, &bar) {
-                let outcome = handle.stop_with_savepoint(dir.folder());
+                let outcome = match request.drain {
+                    true => handle.stop_with_drain(dir.folder()),
+                    false => handle.stop_with_savepoint(dir.folder()),
+                };
                 bar.finish_and_clear();
                 return answer_stop(request, stopped_with_savepoint(&dir, outcome));
             }
