@@ -3,8 +3,10 @@
 //! rate, the client reading the same partitions alone with no job around it, and with
 //! `--features rdkafka`, against librdkafka's consumer reading them alone), and the sink's
 //! write rate exactly once against at least once and none, alternating in one run so the
-//! ratios share the machine's load. Prints one table; `cat /proc/loadavg` beside it says how
-//! busy the machine was.
+//! ratios share the machine's load. With `--tls TLS_HOST:PORT --ca-file PEM` (a second broker
+//! behind a TLS-terminating proxy: `perf/kafka-tls.sh` starts both and runs this), the source
+//! also reads the same messages over TLS, in turn with plaintext. Prints one table; `cat
+//! /proc/loadavg` beside it says how busy the machine was.
 
 use std::time::{Duration, Instant};
 
@@ -13,20 +15,19 @@ use weir::sink::DiscardSink;
 use weir::source::Generator;
 use weir::{Job, RunConfig};
 use weir_kafka::records::{batches, BatchWriter, Item};
-use weir_kafka::{Delivery, KafkaClient, KafkaRecord, KafkaSink, KafkaSource};
+use weir_kafka::{Delivery, KafkaClient, KafkaRecord, KafkaSink, KafkaSource, Security, Tls};
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let Some(broker) = args.first().cloned() else {
-        eprintln!("usage: cargo bench --bench kafka -- HOST:PORT [MESSAGES]");
-        std::process::exit(2);
-    };
-    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
-    let stamp = std::process::id();
-    let mut client = KafkaClient::connect(&broker).unwrap_or_else(|e| panic!("{e}"));
-    // The input: `n` 100-byte messages over 4 partitions.
-    let input = format!("bench-in-{stamp}");
-    client.create_topic(&input, 4).unwrap();
+/// The value of flag `name` in `args`, removing both.
+fn flag(args: &mut Vec<String>, name: &str) -> Option<String> {
+    let i = args.iter().position(|a| a == name)?;
+    let value = args.get(i + 1).cloned();
+    args.drain(i..(i + 2).min(args.len()));
+    value
+}
+
+/// Writes `n` 100-byte messages over the 4 partitions of `topic` through `client`.
+fn fill(client: &mut KafkaClient, topic: &str, n: u64) {
+    client.create_topic(topic, 4).unwrap();
     let value = [b'x'; 100];
     for p in 0..4 {
         let mut left = n / 4;
@@ -36,9 +37,45 @@ fn main() {
                 b.push(0, None, &value);
             }
             left -= b.len() as u64;
-            client.produce(None, &input, p, b.finish(None, false)).unwrap();
+            client.produce(None, topic, p, b.finish(None, false)).unwrap();
         }
     }
+}
+
+/// Messages a second the source reads of `topic` (`messages` of them) at parallelism 1, its
+/// connections secured by `security`.
+fn source_rate(broker: &str, topic: &str, messages: u64, security: &Security) -> f64 {
+    let job = Job::new("kafka-read");
+    job.source(KafkaSource::new(broker, topic, |m| m.value.map(<[u8]>::len)).security(security.clone()).subtasks())
+        .sink(|_| Ok(DiscardSink));
+    let t = Instant::now();
+    let report = job.execute(RunConfig::default().workers(1)).unwrap();
+    assert_eq!(report.source_records, messages);
+    messages as f64 / t.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let tls = flag(&mut args, "--tls");
+    let ca_file = flag(&mut args, "--ca-file");
+    let Some(broker) = args.first().cloned() else {
+        eprintln!("usage: cargo bench --bench kafka -- HOST:PORT [MESSAGES] [--tls TLS_HOST:PORT --ca-file PEM]");
+        std::process::exit(2);
+    };
+    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let stamp = std::process::id();
+    let mut client = KafkaClient::connect(&broker).unwrap_or_else(|e| panic!("{e}"));
+    // The input: `n` 100-byte messages over 4 partitions.
+    let input = format!("bench-in-{stamp}");
+    let secured = tls.map(|addr| {
+        let ca = ca_file.as_deref().unwrap_or_else(|| panic!("--tls needs --ca-file PEM"));
+        let security = Security::plaintext().tls(Tls::ca_file(ca).unwrap_or_else(|e| panic!("{e}")));
+        let mut over_tls = KafkaClient::connect_with(&addr, &security).unwrap_or_else(|e| panic!("{e}"));
+        fill(&mut over_tls, &input, n);
+        (addr, security)
+    });
+    fill(&mut client, &input, n);
+    let value = [b'x'; 100];
     let messages = (n / 4) * 4;
     println!("| what | messages/s | ratio |");
     println!("|---|---|---|");
@@ -64,16 +101,14 @@ fn main() {
             }
         }
         let alone = messages as f64 / t.elapsed().as_secs_f64();
-        // The source in a job, into nothing.
-        let job = Job::new("kafka-read");
-        job.source(KafkaSource::new(&broker, &input, |m| m.value.map(<[u8]>::len)).subtasks())
-            .sink(|_| Ok(DiscardSink));
-        let t = Instant::now();
-        let report = job.execute(RunConfig::default().workers(1)).unwrap();
-        assert_eq!(report.source_records, messages);
-        let source = messages as f64 / t.elapsed().as_secs_f64();
+        // The source in a job, into nothing; over TLS too, in turn.
+        let source = source_rate(&broker, &input, messages, &Security::plaintext());
         println!("| round {round}: fetch alone | {alone:.0} | |");
         println!("| round {round}: source | {source:.0} | {:.2} |", source / alone);
+        if let Some((addr, security)) = &secured {
+            let over_tls = source_rate(addr, &input, messages, security);
+            println!("| round {round}: source over TLS / plaintext | {over_tls:.0} | {:.2} |", over_tls / source);
+        }
         #[cfg(feature = "rdkafka")]
         {
             let consumer = rdkafka_rate(&broker, &input, messages);
