@@ -131,6 +131,52 @@ fn updates(scratch: &std::path::Path, n: u64, tracked: bool) {
 }
 
 fn run(job: Job) {
-    let report = job.execute(RunConfig::default().workers(1)).expect("the job runs");
+    let config = RunConfig::default().workers(1);
+    let report = match std::env::var("WEIR_BUDGET_SCRAPE_MS").ok().and_then(|ms| ms.parse::<u64>().ok()) {
+        None => job.execute(config).expect("the job runs"),
+        Some(every_ms) => {
+            // The control endpoint on, its metrics scraped every `every_ms` of wall time as
+            // Prometheus would: perf/instructions.sh --scraped counts the threads apart.
+            let mut handle = job.start(config).expect("the job starts");
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let scraper = {
+                let (job, done) = (handle.controller(), done.clone());
+                std::thread::spawn(move || scrape_metrics_every(job, every_ms, &done))
+            };
+            let report = loop {
+                if let Some(r) = handle.try_finish() {
+                    break r.expect("the job runs");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            };
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            let scrapes = scraper.join().expect("the scraper ends");
+            eprintln!("scrapes {scrapes}");
+            report
+        }
+    };
     println!("records {}", report.source_records);
+}
+
+/// Serves `job`'s control endpoint and gets its `/metrics` every `every_ms` until `done`;
+/// how many it got. The endpoint is started here, off the main thread, so that callgrind's
+/// per-thread counts put everything it costs in this thread and the endpoint's own (named so
+/// that perf/instructions.sh --scraped finds them).
+#[inline(never)]
+fn scrape_metrics_every(job: weir::JobController, every_ms: u64, done: &std::sync::atomic::AtomicBool) -> u64 {
+    use std::io::{Read, Write};
+    let endpoint = weir_ops::ControlEndpoint::start("127.0.0.1:0", false, job).expect("the endpoint serves");
+    let addr = endpoint.addr();
+    let mut scrapes = 0;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            let mut answer = Vec::new();
+            if s.read_to_end(&mut answer).is_ok() && answer.starts_with(b"HTTP/1.1 200") {
+                scrapes += 1;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(every_ms));
+    }
+    scrapes
 }

@@ -8,7 +8,13 @@
 # Prints each figure next to the baseline in perf/instructions-baseline.txt and flags one
 # more than 10% above it; exits 1 if any is. `--save` writes the figures as the new baseline
 # (after a change that is meant to cost or save instructions: say so in the commit).
-#   perf/instructions.sh [--save]
+#
+# `--scraped`: the same figures with the control endpoint on and its metrics scraped every
+# second of wall time (as Prometheus would), each thread counted apart (callgrind
+# --separate-threads): the job's threads against the plain run's, and what the endpoint and
+# its scraper cost per scrape. (Under callgrind a run is ~50x slower, so it sees ~50x the
+# scrapes per record a real run does: those are counted apart, not spread over the records.)
+#   perf/instructions.sh [--save | --scraped]
 set -eu
 cd "$(dirname "$0")/.."
 baseline=perf/instructions-baseline.txt
@@ -21,6 +27,35 @@ count() { # workload n -> instructions
   valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" "$scratch" 2>&1 \
     | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
+# workload n -> "job endpoint scrapes": instructions of the job's threads, of the endpoint's
+# and the scraper's, and the scrapes made, with the endpoint on and scraped every second.
+count_scraped() {
+  local d f t job=0 served=0 scrapes
+  d=$(mktemp -d)
+  scrapes=$(WEIR_BUDGET_SCRAPE_MS=1000 valgrind --tool=callgrind --separate-threads=yes \
+    --callgrind-out-file="$d/cg" "$bin" "$1" "$2" "$scratch" 2>&1 >/dev/null | sed -n 's/^scrapes \([0-9]*\)/\1/p')
+  for f in "$d"/cg-*; do
+    t=$(sed -n 's/^\(totals\|summary\): *\([0-9]*\).*/\2/p' "$f" | head -1)
+    if grep -q 'tokio\|scrape_metrics_every' "$f"; then served=$((served + t)); else job=$((job + t)); fi
+  done
+  rm -rf "$d"
+  echo "$job $served ${scrapes:-0}"
+}
+if [ "${1:-}" = --scraped ]; then
+  printf '%-10s %10s %14s %14s %8s %16s\n' workload N "instr/record" "scraped" ratio "instr/scrape"
+  for spec in W1:1000000 W2:500000 W3:200000 wordcount:300000; do
+    w=${spec%%:*} n=${spec#*:}
+    "$bin" "$w" $((2 * n)) "$scratch" >/dev/null && "$bin" "$w" "$n" "$scratch" >/dev/null
+    a=$(count "$w" "$n") b=$(count "$w" $((2 * n)))
+    read -r ja sa ka <<<"$(count_scraped "$w" "$n")"
+    read -r jb sb kb <<<"$(count_scraped "$w" $((2 * n)))"
+    awk -v w="$w" -v n="$n" -v a="$a" -v b="$b" -v ja="$ja" -v jb="$jb" -v s="$((sa + sb))" -v k="$((ka + kb))" 'BEGIN {
+      plain = (b - a) / n; scraped = (jb - ja) / n
+      printf "%-10s %10s %14.1f %14.1f %8.3f %16s\n", w, n, plain, scraped, scraped / plain, (k > 0 ? sprintf("%.0f (%d)", s / k, k) : "-")
+    }'
+  done
+  exit 0
+fi
 over=0 out=""
 printf '%-10s %10s %14s %14s %8s\n' workload N "instr/record" baseline ratio
 for spec in W1:1000000 W2:500000 W2p2:500000 W3:200000 W5:500000 wordcount:300000 wordcount-strings:300000 q5:200000; do
