@@ -9,11 +9,13 @@
 # more than 10% above it; exits 1 if any is. `--save` writes the figures as the new baseline
 # (after a change that is meant to cost or save instructions: say so in the commit).
 #
-# `--scraped`: the same figures with the control endpoint on and its metrics scraped every
-# second of wall time (as Prometheus would), each thread counted apart (callgrind
-# --separate-threads): the job's threads against the plain run's, and what the endpoint and
-# its scraper cost per scrape. (Under callgrind a run is ~50x slower, so it sees ~50x the
-# scrapes per record a real run does: those are counted apart, not spread over the records.)
+# `--scraped`: what the metrics cost. The budgets counted on the workers alone (callgrind
+# collecting only inside the worker's run loop) with the control endpoint on and its metrics
+# scraped every second of wall time, as Prometheus would, against the same without it; and
+# what one scrape costs the process (the endpoint, its HTTP, the collector reading the job),
+# from W2 scraped every 10 ms against W2 alone. (Under callgrind a run is ~50x slower and sees
+# ~50x the scrapes per record a real run does, so the scrapes are counted apart, not spread
+# over the records.)
 #   perf/instructions.sh [--save | --scraped]
 set -eu
 cd "$(dirname "$0")/.."
@@ -27,33 +29,32 @@ count() { # workload n -> instructions
   valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" "$scratch" 2>&1 \
     | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
-# workload n -> "job endpoint scrapes": instructions of the job's threads, of the endpoint's
-# and the scraper's, and the scrapes made, with the endpoint on and scraped every second.
-count_scraped() {
-  local d f t job=0 served=0 scrapes
-  d=$(mktemp -d)
-  scrapes=$(WEIR_BUDGET_SCRAPE_MS=1000 valgrind --tool=callgrind --separate-threads=yes \
-    --callgrind-out-file="$d/cg" "$bin" "$1" "$2" "$scratch" 2>&1 >/dev/null | sed -n 's/^scrapes \([0-9]*\)/\1/p')
-  for f in "$d"/cg-*; do
-    t=$(sed -n 's/^\(totals\|summary\): *\([0-9]*\).*/\2/p' "$f" | head -1)
-    if grep -q 'tokio\|scrape_metrics_every' "$f"; then served=$((served + t)); else job=$((job + t)); fi
-  done
-  rm -rf "$d"
-  echo "$job $served ${scrapes:-0}"
+# workload n [scrape ms] -> instructions inside the workers' run loop
+count_workers() {
+  WEIR_BUDGET_SCRAPE_MS=${3:-} valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    --toggle-collect='*Worker*run*' "$bin" "$1" "$2" "$scratch" 2>&1 | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 if [ "${1:-}" = --scraped ]; then
-  printf '%-10s %10s %14s %14s %8s %16s\n' workload N "instr/record" "scraped" ratio "instr/scrape"
-  for spec in W1:1000000 W2:500000 W3:200000 wordcount:300000; do
+  printf '%-10s %10s %16s %16s %8s\n' workload N "workers/record" "scraped 1/s" ratio
+  for spec in W1:1000000 W2:500000 W3:200000 W5:500000 wordcount:300000; do
     w=${spec%%:*} n=${spec#*:}
     "$bin" "$w" $((2 * n)) "$scratch" >/dev/null && "$bin" "$w" "$n" "$scratch" >/dev/null
-    a=$(count "$w" "$n") b=$(count "$w" $((2 * n)))
-    read -r ja sa ka <<<"$(count_scraped "$w" "$n")"
-    read -r jb sb kb <<<"$(count_scraped "$w" $((2 * n)))"
-    awk -v w="$w" -v n="$n" -v a="$a" -v b="$b" -v ja="$ja" -v jb="$jb" -v s="$((sa + sb))" -v k="$((ka + kb))" 'BEGIN {
-      plain = (b - a) / n; scraped = (jb - ja) / n
-      printf "%-10s %10s %14.1f %14.1f %8.3f %16s\n", w, n, plain, scraped, scraped / plain, (k > 0 ? sprintf("%.0f (%d)", s / k, k) : "-")
+    a=$(count_workers "$w" "$n") b=$(count_workers "$w" $((2 * n)))
+    sa=$(count_workers "$w" "$n" 1000) sb=$(count_workers "$w" $((2 * n)) 1000)
+    awk -v w="$w" -v n="$n" -v a="$a" -v b="$b" -v sa="$sa" -v sb="$sb" 'BEGIN {
+      plain = (b - a) / n; scraped = (sb - sa) / n
+      printf "%-10s %10s %16.1f %16.1f %8.3f\n", w, n, plain, scraped, scraped / plain
     }'
   done
+  # One scrape's cost to the process: W2 scraped every 10 ms against W2 alone, whole process.
+  n=2000000
+  plain=$(count W2 "$n")
+  out=$(WEIR_BUDGET_SCRAPE_MS=10 valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" W2 "$n" "$scratch" 2>&1)
+  scraped=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' <<<"$out")
+  scrapes=$(sed -n 's/^scrapes \([0-9]*\)/\1/p' <<<"$out")
+  awk -v p="$plain" -v s="$scraped" -v k="$scrapes" 'BEGIN {
+    printf "one scrape (W2, %d scrapes every 10 ms): %.0f instructions, the endpoint'"'"'s start included\n", k, (s - p) / k
+  }'
   exit 0
 fi
 over=0 out=""

@@ -74,6 +74,9 @@ pub(super) struct Worker {
 }
 
 impl Worker {
+    // Not inlined into the thread's closure: profilers name the worker's loop by it
+    // (perf/instructions.sh --scraped counts what runs under it). Called once a thread.
+    #[inline(never)]
     pub(super) fn run(mut self) {
         self.parker.bind_current();
         if let Some(core) = self.core {

@@ -508,7 +508,7 @@ pub(crate) struct KafkaArgs {
     /// WEIR_KAFKA_SASL_PASSWORD or in --kafka-sasl-password-file (never on the command line,
     /// where other users of the machine can read it).
     #[arg(long, value_name = "MECHANISM", value_parser = listed(&KAFKA_SASL_MECHANISMS))]
-    pub(crate) kafka_sasl_mechanism: Option<SaslName>,
+    pub(crate) kafka_sasl_mechanism: Option<weir_kafka::SaslMechanism>,
     /// The SASL user.
     #[arg(long, value_name = "USER")]
     pub(crate) kafka_sasl_username: Option<String>,
@@ -518,55 +518,21 @@ pub(crate) struct KafkaArgs {
     /// How the Kafka output's batches are compressed (Kafka's compression.type); the input's
     /// are read whatever their codec.
     #[arg(long, value_name = "CODEC", default_value = "none", value_parser = listed(&KAFKA_COMPRESSIONS))]
-    pub(crate) kafka_compression: CompressionName,
+    pub(crate) kafka_compression: weir_kafka::Compression,
 }
 
-/// A SASL mechanism as the command line names it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SaslName(pub(crate) weir_kafka::SaslMechanism);
-
-impl std::fmt::Display for SaslName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0.name())
-    }
-}
-
-impl std::str::FromStr for SaslName {
-    type Err = weir::Error;
-    fn from_str(s: &str) -> weir::Result<SaslName> {
-        s.parse().map(SaslName)
-    }
-}
-
-const KAFKA_SASL_MECHANISMS: [SaslName; 3] = [
-    SaslName(weir_kafka::SaslMechanism::Plain),
-    SaslName(weir_kafka::SaslMechanism::ScramSha256),
-    SaslName(weir_kafka::SaslMechanism::ScramSha512),
+const KAFKA_SASL_MECHANISMS: [weir_kafka::SaslMechanism; 3] = [
+    weir_kafka::SaslMechanism::Plain,
+    weir_kafka::SaslMechanism::ScramSha256,
+    weir_kafka::SaslMechanism::ScramSha512,
 ];
 
-/// A Kafka compression codec as the command line names it.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct CompressionName(pub(crate) weir_kafka::Compression);
-
-impl std::fmt::Display for CompressionName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0.name())
-    }
-}
-
-impl std::str::FromStr for CompressionName {
-    type Err = weir::Error;
-    fn from_str(s: &str) -> weir::Result<CompressionName> {
-        s.parse().map(CompressionName)
-    }
-}
-
-const KAFKA_COMPRESSIONS: [CompressionName; 5] = [
-    CompressionName(weir_kafka::Compression::None),
-    CompressionName(weir_kafka::Compression::Gzip),
-    CompressionName(weir_kafka::Compression::Snappy),
-    CompressionName(weir_kafka::Compression::Lz4),
-    CompressionName(weir_kafka::Compression::Zstd),
+const KAFKA_COMPRESSIONS: [weir_kafka::Compression; 5] = [
+    weir_kafka::Compression::None,
+    weir_kafka::Compression::Gzip,
+    weir_kafka::Compression::Snappy,
+    weir_kafka::Compression::Lz4,
+    weir_kafka::Compression::Zstd,
 ];
 
 impl KafkaArgs {
@@ -577,7 +543,7 @@ impl KafkaArgs {
             || self.kafka_sasl_mechanism.is_some()
             || self.kafka_sasl_username.is_some()
             || self.kafka_sasl_password_file.is_some()
-            || !matches!(self.kafka_compression.0, weir_kafka::Compression::None)
+            || self.kafka_compression != weir_kafka::Compression::None
     }
 
     /// The security the flags ask for; a login without a user or password, or a password
@@ -616,7 +582,7 @@ impl KafkaArgs {
                         )
                     })?,
                 };
-                security = security.sasl(weir_kafka::Sasl::new(mechanism.0, user.clone(), password));
+                security = security.sasl(weir_kafka::Sasl::new(*mechanism, user.clone(), password));
             }
         }
         Ok(security)

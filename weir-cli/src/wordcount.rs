@@ -34,7 +34,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     if args.kafka.given() && kafka_in.is_none() && kafka_out.is_none() {
         return Err(Error::config("the --kafka-* flags need a Kafka input or output (kafka://HOST:PORT/TOPIC)"));
     }
-    if !matches!(args.kafka.kafka_compression.0, weir_kafka::Compression::None) && kafka_out.is_none() {
+    if args.kafka.kafka_compression != weir_kafka::Compression::None && kafka_out.is_none() {
         return Err(Error::config(
             "--kafka-compression needs a Kafka output (--output kafka://HOST:PORT/TOPIC); the input's batches are \
              read whatever their codec",
@@ -113,7 +113,7 @@ fn kafka_output(
         delivery,
         transactional_id_prefix: None,
         security: security.clone(),
-        compression: args.kafka.kafka_compression.0,
+        compression: args.kafka.kafka_compression,
     };
     (output, format!("word count of {from} into {topic}"), topic.to_string())
 }

@@ -33,6 +33,13 @@ const SNAPPY_BLOCK: usize = 32 * 1024;
 /// takes the process's memory (Kafka's own fetch limit is far below).
 const MAX_UNCOMPRESSED: u64 = 1 << 30;
 
+impl std::fmt::Display for Compression {
+    /// Kafka's name for it (`compression.type`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for Compression {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {

@@ -156,6 +156,13 @@ impl SaslMechanism {
     }
 }
 
+impl std::fmt::Display for SaslMechanism {
+    /// Kafka's name for it (`sasl.mechanism`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for SaslMechanism {
     type Err = Error;
     fn from_str(s: &str) -> Result<SaslMechanism> {
