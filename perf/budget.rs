@@ -151,7 +151,7 @@ fn run(job: Job) {
             };
             done.store(true, std::sync::atomic::Ordering::SeqCst);
             let scrapes = scraper.join().expect("the scraper ends");
-            eprintln!("scrapes {scrapes}");
+            println!("scrapes {scrapes}");
             report
         }
     };
