@@ -521,11 +521,8 @@ pub(crate) struct KafkaArgs {
     pub(crate) kafka_compression: weir_kafka::Compression,
 }
 
-const KAFKA_SASL_MECHANISMS: [weir_kafka::SaslMechanism; 3] = [
-    weir_kafka::SaslMechanism::Plain,
-    weir_kafka::SaslMechanism::ScramSha256,
-    weir_kafka::SaslMechanism::ScramSha512,
-];
+const KAFKA_SASL_MECHANISMS: [weir_kafka::SaslMechanism; 3] =
+    [weir_kafka::SaslMechanism::Plain, weir_kafka::SaslMechanism::ScramSha256, weir_kafka::SaslMechanism::ScramSha512];
 
 const KAFKA_COMPRESSIONS: [weir_kafka::Compression; 5] = [
     weir_kafka::Compression::None,

@@ -62,7 +62,8 @@ fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
     assert!(history.contains("<td>aligned</td>") && history.contains("<td>unaligned</td>"), "{history}");
     assert!(dom.contains("class=\"aligned\"") && dom.contains("class=\"unaligned\""), "the duration bars: {dom}");
     assert!(dom.contains("<span id=\"error\"></span>"), "the page reached the job: {dom}");
-    // Flink's checkpoint overview: counts, and the latest completed, failed and restored.
+    // Flink's checkpoint overview: counts, and the latest completed, failed, restored and
+    // savepoint.
     let part = |id: &str| {
         let from = dom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no {id} in {dom}"));
         dom[from..from + dom[from..].find("</table>").unwrap()].to_string()
@@ -71,6 +72,7 @@ fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
     assert!(overview.contains("<td>counts</td>") && overview.contains(" completed, 0 failed</td>"), "{overview}");
     assert!(overview.contains("<td>latest completed</td>") && overview.contains("state bytes ("), "{overview}");
     assert!(overview.contains("<td>latest failed</td>") && overview.contains("<td>latest restored</td>"), "{overview}");
+    assert!(overview.contains("<td>latest savepoint</td>"), "{overview}");
     // The summary: min, average, max and percentiles of each figure.
     let summary = part("summary");
     assert!(summary.contains("<td>end-to-end duration</td>") && summary.matches(" ms</td>").count() >= 8, "{summary}");

@@ -13,7 +13,7 @@
 //! | `GET /job` | the job: name, uptime, workers, records, restarts, the last restore and where it came from (JSON) |
 //! | `GET /health` | `{"status": "running"}` (or `finished`): the endpoint and the job answer |
 //! | `POST /checkpoints` | a checkpoint now: `{"checkpoint": id}` once complete |
-//! | `GET /checkpoints` | Flink's shape: counts, summary (min/avg/max/percentiles), latest completed/failed/restored, the history and the failures with their times (JSON) |
+//! | `GET /checkpoints` | Flink's shape: counts, summary (min/avg/max/percentiles), latest completed/failed/restored/savepoint, the history and the failures with their times (JSON) |
 //! | `POST /savepoints?dir=DIR` | a savepoint, the job going on: `{"savepoint": path}` once taken |
 //! | `POST /stop?dir=DIR[&drain=true]` | stop with a savepoint (with `drain`, Flink's `stop --drain`: every window fires, the job finishes, its final checkpoint is the savepoint): `{"savepoint": path}` once taken |
 //! | `POST /jobs/JOB/savepoints` | Flink's: `{"target-directory": DIR, "cancel-job": bool}` → 202 `{"request-id": ID}` at once |
@@ -75,6 +75,8 @@ struct Shared {
     job: JobController,
     /// Where savepoints may go; empty, anywhere.
     roots: std::sync::Arc<Vec<String>>,
+    /// The newest savepoint taken through this endpoint: its location and when (Unix ms).
+    last_savepoint: std::sync::Arc<Mutex<Option<(String, u64)>>>,
     stops: Sender<StopRequest>,
     triggers: std::sync::Arc<Mutex<Triggers>>,
 }
@@ -183,7 +185,13 @@ impl ControlBinding {
     pub fn serve(self, job: JobController) -> weir::Result<ControlEndpoint> {
         let ControlBinding { listener, addr, roots } = self;
         let (stop_tx, stop_rx) = std::sync::mpsc::channel();
-        let shared = Shared { job, roots: std::sync::Arc::new(roots), stops: stop_tx, triggers: Default::default() };
+        let shared = Shared {
+            job,
+            roots: std::sync::Arc::new(roots),
+            last_savepoint: Default::default(),
+            stops: stop_tx,
+            triggers: Default::default(),
+        };
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -357,6 +365,9 @@ async fn checkpoints(State(s): State<Shared>) -> Response {
             "completed": completed.last(),
             "failed": failures.last(),
             "restored": s.job.last_restore(),
+            "savepoint": s.last_savepoint.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(location, at)| {
+                serde_json::json!({ "location": location, "completed_unix_ms": at })
+            }),
         },
         "completed": completed,
         "completed_total": done,
@@ -482,7 +493,7 @@ async fn savepoint(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Respon
         Ok(d) => d,
         Err(r) => return r.into_response(),
     };
-    let taken = blocking(move || savepoint_now(&s.job, &dir));
+    let taken = blocking(move || savepoint_now(&s, &dir));
     match taken.await {
         Ok(Ok(kept)) => json(serde_json::json!({ "savepoint": kept })),
         Ok(Err(e)) => refuse(StatusCode::CONFLICT, e.to_string()),
@@ -592,8 +603,7 @@ fn start_trigger(s: Shared, job: &str, dir: Option<String>, stop: bool, drain: b
     };
     let (triggers, trigger) = (s.triggers.clone(), id.clone());
     std::thread::spawn(move || {
-        let outcome =
-            if stop { stop_now(&s, dir, drain) } else { savepoint_now(&s.job, &dir).map_err(|e| e.to_string()) };
+        let outcome = if stop { stop_now(&s, dir, drain) } else { savepoint_now(&s, &dir).map_err(|e| e.to_string()) };
         triggers.lock().unwrap_or_else(|e| e.into_inner()).finish(&trigger, outcome);
     });
     (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "request-id": id }))).into_response()
@@ -620,12 +630,15 @@ async fn trigger_status(
     }
 }
 
-/// A savepoint into `dir` with the job going on: its path.
-fn savepoint_now(job: &JobController, dir: &std::path::Path) -> weir::Result<String> {
-    check_folder(job, dir)?;
+/// A savepoint into `dir` with the job going on: its path (kept as the latest savepoint).
+fn savepoint_now(s: &Shared, dir: &std::path::Path) -> weir::Result<String> {
+    check_folder(&s.job, dir)?;
     let dir = crate::stored::SavepointDir::open(dir)?;
-    let path = job.trigger_savepoint(dir.folder())?;
-    dir.keep(&path)
+    let path = s.job.trigger_savepoint(dir.folder())?;
+    let kept = dir.keep(&path)?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    *s.last_savepoint.lock().unwrap_or_else(|e| e.into_inner()) = Some((kept.clone(), now));
+    Ok(kept)
 }
 
 /// A stop with a savepoint into `dir` (drained first if `drain`), carried out by the job's

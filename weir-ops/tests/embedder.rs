@@ -92,6 +92,7 @@ fn savepoints_by_trigger_health_checkpoint_summary_and_cancel() {
     let duration = &checkpoints["summary"]["end_to_end_duration_ms"];
     assert!(duration["min"].as_f64() <= duration["max"].as_f64() && duration["p99"].as_f64() > Some(0.0), "{duration}");
     assert_eq!(checkpoints["latest"]["completed"]["id"], 2, "{checkpoints}");
+    assert_eq!(checkpoints["latest"]["savepoint"]["location"], location, "{checkpoints}");
 
     // Hostile requests: a wrong method, an unknown path, a huge query string — each a status
     // and a JSON error, the job going on.
