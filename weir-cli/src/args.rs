@@ -74,7 +74,8 @@ pub(crate) enum ControlRequest {
         /// The folder the savepoint goes into (created).
         dir: PathBuf,
     },
-    /// Stops the job with a savepoint into DIR: its folder.
+    /// Stops the job with a savepoint into DIR: its folder (with --drain, every window fires
+    /// and the job finishes first).
     Stop {
         /// The folder the savepoint goes into (created).
         dir: PathBuf,
