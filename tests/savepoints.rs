@@ -317,3 +317,38 @@ fn a_stop_with_a_drain_fires_every_window_and_keeps_the_final_checkpoint() {
     let e = handle.stop_with_drain(dir.path().join("sp2")).unwrap_err().to_string();
     assert!(e.contains("needs checkpointing"), "{e}");
 }
+
+/// The count of checkpoints in progress (the `/checkpoints` overview's): 1 while a checkpoint
+/// waits on an operator that holds its barrier back, 0 once it completed.
+#[test]
+fn checkpoints_in_progress_are_counted_until_they_complete() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::new("pending")
+        .with_checkpointing(CheckpointConfig::new(dir.path().join("c")).interval(Duration::from_secs(3600)));
+    let held = Arc::new(AtomicBool::new(false));
+    let hold = held.clone();
+    job.generator(Generator::new(|i, _| i).rate(10_000.0))
+        .map(move |i| {
+            while hold.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            i
+        })
+        .discard();
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    let controller = handle.controller();
+    assert_eq!(controller.checkpoints_in_progress(), 0);
+    held.store(true, Ordering::SeqCst);
+    let asked = std::thread::spawn({
+        let controller = controller.clone();
+        move || controller.trigger_checkpoint()
+    });
+    crate::common::wait_until("the checkpoint is pending", || controller.checkpoints_in_progress() == 1);
+    held.store(false, Ordering::SeqCst);
+    let id = asked.join().unwrap().unwrap();
+    crate::common::wait_until("no checkpoint pending", || controller.checkpoints_in_progress() == 0);
+    assert_eq!(controller.checkpoints_completed(), 1, "checkpoint {id} completed");
+    handle.cancel();
+}

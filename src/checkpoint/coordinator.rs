@@ -131,6 +131,9 @@ pub(crate) struct CoordinatorSetup {
     pub(crate) failures: Arc<Mutex<crate::metrics::CheckpointFailures>>,
     /// The next checkpoint id, shared across attempts so ids never repeat.
     pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
+    /// How many checkpoints are pending, for the job's statistics (written by the
+    /// coordinator's thread after each step, read by anyone).
+    pub(crate) in_progress: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) end: EndOfJob,
     /// The checkpoint directory's lock: checked before every completion and commit notice.
     pub(crate) lock: Arc<DirectoryLock>,
@@ -1095,6 +1098,15 @@ pub(crate) fn run_thread(
             }
         }
     };
+    let in_progress = core.s.in_progress.clone();
+    // 0 again however the thread ends: the attempt's pending checkpoints end with it.
+    struct NonePending(Arc<std::sync::atomic::AtomicU64>);
+    impl Drop for NonePending {
+        fn drop(&mut self) {
+            self.0.store(0, Ordering::SeqCst);
+        }
+    }
+    let _none_pending = NonePending(in_progress.clone());
     loop {
         if shutdown.load(Ordering::SeqCst) {
             // A writer that outlives the wait only leaves a folder the next start removes.
@@ -1118,6 +1130,7 @@ pub(crate) fn run_thread(
             core.on_request(req);
         }
         dispatch(core.on_tick(clock.now_ns()));
+        in_progress.store(core.pending.len() as u64, Ordering::Relaxed);
         if core.is_halted() {
             return;
         }
@@ -1152,6 +1165,7 @@ mod tests {
             stats: Arc::default(),
             failures: Arc::default(),
             next_id: Arc::default(),
+            in_progress: Arc::default(),
             end: EndOfJob::default(),
             lock: Arc::new(lock),
             crash: None,

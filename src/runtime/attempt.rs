@@ -8,6 +8,9 @@ use super::*;
 #[derive(Default)]
 pub(crate) struct AttemptShared {
     pub(crate) next_checkpoint: Arc<std::sync::atomic::AtomicU64>,
+    /// Checkpoints triggered and not yet completed, failed or aborted (the coordinator's,
+    /// published after each of its steps; 0 between attempts).
+    pub(crate) checkpoints_in_progress: Arc<std::sync::atomic::AtomicU64>,
     /// Stop and cancel flags.
     pub(crate) control: Arc<JobControl>,
     pub(crate) metrics: Arc<JobMetrics>,
@@ -188,6 +191,7 @@ pub(crate) fn prepare_attempt(
             stats: stats.clone(),
             failures: shared.checkpoint_failures.clone(),
             next_id: shared.next_checkpoint.clone(),
+            in_progress: shared.checkpoints_in_progress.clone(),
             end: scope.end.clone(),
             lock,
             crash,

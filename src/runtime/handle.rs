@@ -281,6 +281,11 @@ impl JobController {
         self.run.checkpoints_completed()
     }
 
+    /// Checkpoints triggered and not yet completed, failed or aborted (savepoints included).
+    pub fn checkpoints_in_progress(&self) -> u64 {
+        self.run.shared.checkpoints_in_progress.load(Ordering::Relaxed)
+    }
+
     /// The newest completed checkpoint's statistics (without copying the others).
     pub fn last_checkpoint(&self) -> Option<CheckpointStats> {
         self.run.last_checkpoint()

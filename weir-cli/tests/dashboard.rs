@@ -70,6 +70,7 @@ fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
     };
     let overview = part("overview");
     assert!(overview.contains("<td>counts</td>") && overview.contains(" completed, 0 failed</td>"), "{overview}");
+    assert!(overview.contains(" triggered, ") && overview.contains(" in progress, "), "{overview}");
     assert!(overview.contains("<td>latest completed</td>") && overview.contains("state bytes ("), "{overview}");
     assert!(overview.contains("<td>latest failed</td>") && overview.contains("<td>latest restored</td>"), "{overview}");
     assert!(overview.contains("<td>latest savepoint</td>"), "{overview}");

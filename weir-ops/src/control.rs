@@ -348,9 +348,15 @@ async fn checkpoints(State(s): State<Shared>) -> Response {
     let completed = s.job.checkpoint_stats();
     let failures = s.job.checkpoint_failures();
     let (done, failed) = (s.job.checkpoints_completed(), s.job.checkpoints_failed());
+    let in_progress = s.job.checkpoints_in_progress();
     let summary = |figure: fn(&weir::metrics::CheckpointStats) -> f64| summary(completed.iter().map(figure).collect());
     json(serde_json::json!({
-        "counts": { "completed": done, "failed": failed, "total": done + failed },
+        "counts": {
+            "completed": done,
+            "failed": failed,
+            "in_progress": in_progress,
+            "total": done + failed + in_progress,
+        },
         "summary": {
             "end_to_end_duration_ms": summary(|c| c.duration_ms),
             "start_delay_ms": summary(|c| c.start_delay_ms),

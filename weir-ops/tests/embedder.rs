@@ -89,6 +89,7 @@ fn savepoints_by_trigger_health_checkpoint_summary_and_cancel() {
     assert!(request(addr, "POST", "/checkpoints").starts_with("HTTP/1.1 200"));
     let checkpoints = body(&request(addr, "GET", "/checkpoints"));
     assert_eq!(checkpoints["counts"]["completed"], 2, "the savepoint and the checkpoint: {checkpoints}");
+    assert_eq!(checkpoints["counts"]["in_progress"], 0, "none pending between requests: {checkpoints}");
     let duration = &checkpoints["summary"]["end_to_end_duration_ms"];
     assert!(duration["min"].as_f64() <= duration["max"].as_f64() && duration["p99"].as_f64() > Some(0.0), "{duration}");
     assert_eq!(checkpoints["latest"]["completed"]["id"], 2, "{checkpoints}");
