@@ -9,7 +9,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[path = "../ring_hop.rs"]
+#[path = "../perf/ring_hop.rs"]
 mod ring_hop;
 use ring_hop::{bare_rtrb, weir_channel};
 
