@@ -619,33 +619,53 @@ impl std::fmt::Display for CheckpointFailure {
     }
 }
 
-/// A job's checkpoint failures: the newest [`FAILURES_KEPT`], and how many in all.
-#[derive(Debug, Default)]
-pub(crate) struct CheckpointFailures {
-    kept: std::collections::VecDeque<CheckpointFailure>,
+/// The newest `N` of a series (checkpoints completed, failures), oldest first, and how many
+/// there were in all: a job that runs for months keeps a bounded list and an exact count.
+#[derive(Debug)]
+pub(crate) struct NewestKept<T, const N: usize> {
+    kept: std::collections::VecDeque<T>,
     total: u64,
 }
 
-impl CheckpointFailures {
-    /// One more failure.
-    pub(crate) fn push(&mut self, failure: CheckpointFailure) {
+impl<T, const N: usize> Default for NewestKept<T, N> {
+    fn default() -> Self {
+        NewestKept { kept: std::collections::VecDeque::new(), total: 0 }
+    }
+}
+
+impl<T: Clone, const N: usize> NewestKept<T, N> {
+    /// One more, the oldest kept going past `N`.
+    pub(crate) fn push(&mut self, item: T) {
         self.total += 1;
-        self.kept.push_back(failure);
-        if self.kept.len() > FAILURES_KEPT {
+        self.kept.push_back(item);
+        if self.kept.len() > N {
             self.kept.pop_front();
         }
     }
 
-    /// The failures kept, oldest first.
-    pub(crate) fn kept(&self) -> Vec<CheckpointFailure> {
+    /// Those kept, oldest first.
+    pub(crate) fn kept(&self) -> Vec<T> {
         self.kept.iter().cloned().collect()
     }
 
-    /// Checkpoints failed in all.
+    /// The newest.
+    pub(crate) fn last(&self) -> Option<T> {
+        self.kept.back().cloned()
+    }
+
+    /// How many in all.
     pub(crate) fn total(&self) -> u64 {
         self.total
     }
+
+    /// Takes those kept, oldest first, leaving none (the count stays).
+    pub(crate) fn take(&mut self) -> Vec<T> {
+        self.kept.drain(..).collect()
+    }
 }
+
+/// A job's checkpoint failures: the newest [`FAILURES_KEPT`], and how many in all.
+pub(crate) type CheckpointFailures = NewestKept<CheckpointFailure, FAILURES_KEPT>;
 
 #[cfg(test)]
 mod failure_tests {
@@ -669,41 +689,35 @@ mod failure_tests {
 /// A job's completed checkpoints: the statistics of the newest [`HISTORY_KEPT`] (per-task
 /// details of the newest [`TASK_STATS_KEPT`]), and how many completed in all.
 #[derive(Debug, Default)]
-pub(crate) struct CheckpointHistory {
-    kept: std::collections::VecDeque<CheckpointStats>,
-    completed: u64,
-}
+pub(crate) struct CheckpointHistory(NewestKept<CheckpointStats, HISTORY_KEPT>);
 
 impl CheckpointHistory {
     /// One more completed checkpoint.
     pub(crate) fn push(&mut self, stats: CheckpointStats) {
-        self.completed += 1;
-        self.kept.push_back(stats);
-        if self.kept.len() > HISTORY_KEPT {
-            self.kept.pop_front();
-        }
-        if let Some(old) = self.kept.len().checked_sub(TASK_STATS_KEPT + 1) {
-            self.kept[old].tasks = Vec::new();
+        self.0.push(stats);
+        let kept = &mut self.0.kept;
+        if let Some(old) = kept.len().checked_sub(TASK_STATS_KEPT + 1) {
+            kept[old].tasks = Vec::new();
         }
     }
 
     /// The statistics kept, oldest first.
     pub(crate) fn stats(&self) -> Vec<CheckpointStats> {
-        self.kept.iter().cloned().collect()
+        self.0.kept()
     }
 
     /// The newest checkpoint's statistics.
     pub(crate) fn last(&self) -> Option<CheckpointStats> {
-        self.kept.back().cloned()
+        self.0.last()
     }
 
     /// Checkpoints completed in all.
     pub(crate) fn completed(&self) -> u64 {
-        self.completed
+        self.0.total()
     }
     /// Takes the statistics kept, oldest first, leaving none (the count stays).
     pub(crate) fn take(&mut self) -> Vec<CheckpointStats> {
-        self.kept.drain(..).collect()
+        self.0.take()
     }
 }
 

@@ -40,7 +40,6 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
              read whatever their codec",
         ));
     }
-    let security = args.kafka.security()?;
     if args.partitions.is_some() && kafka_in.is_none() {
         return Err(Error::config("--partitions needs a Kafka input (--input kafka://HOST:PORT/TOPIC)"));
     }
@@ -68,6 +67,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
         }
         return run_in_group(args, topic, group, dir, kafka_out.as_ref(), config, parallelism);
     }
+    let security = args.kafka.security()?;
     let (input, bytes, from) = match &kafka_in {
         Some(topic) => {
             let partitions = args.partitions.clone().map(|p| p.0);

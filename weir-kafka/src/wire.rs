@@ -133,6 +133,12 @@ impl Write for Stream {
     }
 }
 
+/// Whether an I/O error is the broker closing the connection (what a listener does to a
+/// client speaking what it does not expect: TLS, plaintext, or no login).
+fn closed_by_peer(kind: std::io::ErrorKind) -> bool {
+    matches!(kind, std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset)
+}
+
 /// The host part of `host:port` (an IPv6 address without its brackets), the name a
 /// broker's certificate must carry.
 fn host_of(addr: &str) -> &str {
@@ -183,7 +189,7 @@ fn tls_failure(addr: &str, tls: &Tls, e: std::io::Error) -> weir::Error {
             ),
             e,
         ),
-        (ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset, None) => network(
+        (kind, None) if closed_by_peer(kind) => network(
             format!(
                 "Kafka broker {addr} closed the connection during the TLS handshake (is it a plaintext listener? \
                  then connect without TLS)"
@@ -247,10 +253,7 @@ impl Connection {
                             ));
                         }
                         Err(weir::Error::Io { source, .. })
-                            if matches!(
-                                source.kind(),
-                                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
-                            ) && security.tls.is_none() =>
+                            if closed_by_peer(source.kind()) && security.tls.is_none() =>
                         {
                             return Err(network(
                                 format!(
@@ -303,14 +306,10 @@ impl Connection {
         handshake.mechanism = StrBytes::from_static_str(mechanism);
         let answer = self.call(&handshake).map_err(|e| match e {
             // Some brokers close the connection instead of naming the mechanisms they take.
-            weir::Error::Io { source, .. }
-                if matches!(source.kind(), std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset) =>
-            {
-                weir::Error::config(format!(
-                    "Kafka broker {addr} closed the connection at the SASL handshake for {mechanism}: it does not take \
+            weir::Error::Io { source, .. } if closed_by_peer(source.kind()) => weir::Error::config(format!(
+                "Kafka broker {addr} closed the connection at the SASL handshake for {mechanism}: it does not take \
                      {mechanism} logins, or no SASL at all"
-                ))
-            }
+            )),
             e => e,
         })?;
         if answer.error_code == kafka_protocol::ResponseError::UnsupportedSaslMechanism.code() {
@@ -408,11 +407,9 @@ impl Connection {
             .map_err(|e| network(format!("cannot send {what} to Kafka broker {}", self.addr), e))?;
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size).map_err(|e| {
-            let hint = match e.kind() {
-                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
-                    " (it closed the connection: does it want a SASL login, or TLS?)"
-                }
-                _ => "",
+            let hint = match closed_by_peer(e.kind()) {
+                true => " (it closed the connection: does it want a SASL login, or TLS?)",
+                false => "",
             };
             network(format!("no answer to {what} from Kafka broker {}{hint}", self.addr), e)
         })?;

@@ -470,19 +470,19 @@ fn within_roots(roots: &[String], dir: &str) -> Result<(), Refusal> {
 
 /// The `dir` of a savepoint request, or the answer that it is missing or not allowed.
 fn savepoint_dir(roots: &[String], dir: Option<&str>) -> Result<PathBuf, Refusal> {
-    if let Some(d) = dir.filter(|d| !d.is_empty()) {
-        within_roots(roots, d)?;
-    }
-    match dir.filter(|d| !d.is_empty()) {
-        // Percent-encoded bytes that are no UTF-8 text arrive as U+FFFD: a folder of that name
-        // is nobody's.
-        Some(d) if d.contains('\u{FFFD}') => Err(Refusal(
+    let Some(d) = dir.filter(|d| !d.is_empty()) else {
+        return Err(Refusal(StatusCode::BAD_REQUEST, "a savepoint needs ?dir=DIR: the folder it goes into".into()));
+    };
+    within_roots(roots, d)?;
+    // Percent-encoded bytes that are no UTF-8 text arrive as U+FFFD: a folder of that name is
+    // nobody's.
+    if d.contains('\u{FFFD}') {
+        return Err(Refusal(
             StatusCode::BAD_REQUEST,
             format!("the savepoint folder '{d}' is not valid UTF-8 (its percent-encoded bytes are no text)"),
-        )),
-        Some(d) => Ok(PathBuf::from(d)),
-        None => Err(Refusal(StatusCode::BAD_REQUEST, "a savepoint needs ?dir=DIR: the folder it goes into".into())),
+        ));
     }
+    Ok(PathBuf::from(d))
 }
 
 /// Refuses a local savepoint folder among the job's own (before anything makes it); one in an
