@@ -188,11 +188,14 @@ pub(crate) trait HostDelivery: Send + Sync {
 
 impl<T: Send> HostDelivery for PullShared<T> {
     fn when_delivered(&self, done: Box<dyn FnOnce() + Send>) {
-        if self.detached.load(Ordering::Acquire) {
-            return;
-        }
         *lock(&self.on_delivered) = Some(done);
+        // A host that drained everything may have dropped its receiver before the job got
+        // here (it saw `Ended`): the marker is still its due. One that left with results
+        // undelivered gets none (a rerun hands them out again).
         self.check_delivered();
+        if self.detached.load(Ordering::Acquire) {
+            drop(lock(&self.on_delivered).take());
+        }
     }
 }
 
@@ -203,6 +206,12 @@ impl<T> PullShared<T> {
         q.extend(items.into_iter().filter(|d| handled.is_none_or(|h| d.seq > h)));
         self.queued.store(q.len(), Ordering::Release);
         drop(q);
+        self.signal.notify();
+    }
+
+    /// Every result is released: the host learns the stream is complete once it drained them.
+    fn end_stream(&self) {
+        self.stream_ended.store(true, Ordering::Release);
         self.signal.notify();
     }
 
@@ -446,8 +455,10 @@ impl<T> EventReceiver<T> {
 
 impl<T> Drop for EventReceiver<T> {
     fn drop(&mut self) {
-        // Nobody takes results any more: the finished job is not marked done (a rerun hands
-        // them out again), and what the marker's writer holds (the directory's lock) goes.
+        // Nobody takes results any more: unless the host had them all, the finished job is not
+        // marked done (a rerun hands them out again), and what the marker's writer holds (the
+        // directory's lock) goes.
+        self.shared.check_delivered();
         self.shared.detached.store(true, Ordering::Release);
         drop(lock(&self.shared.on_delivered).take());
     }
@@ -530,6 +541,7 @@ impl<T> PullSinkFactory<T> {
             current: Vec::new(),
             pending: Vec::new(),
             finished: false,
+            released_on_success: false,
         }
     }
 }
@@ -549,15 +561,22 @@ pub(crate) struct PullSink<T> {
     pending: Vec<(u64, Vec<(u64, T)>)>,
     /// The input ended.
     finished: bool,
+    /// Exactly once: the input ended with results that only the job's success releases; the
+    /// host is told the stream is complete by that release, not before.
+    released_on_success: bool,
 }
 
 impl<T> PullSink<T> {
     /// Tells the host the stream is complete once the input ended and nothing is left to
     /// release.
     fn end_if_released(&self) {
-        if self.finished && self.held.is_empty() && self.current.is_empty() && self.pending.is_empty() {
-            self.shared.stream_ended.store(true, Ordering::Release);
-            self.shared.signal.notify();
+        if self.finished
+            && !self.released_on_success
+            && self.held.is_empty()
+            && self.current.is_empty()
+            && self.pending.is_empty()
+        {
+            self.shared.end_stream();
         }
     }
 }
@@ -647,11 +666,13 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
         }
         let mut rest = std::mem::take(&mut self.pending);
         rest.push((super::FINAL_TXN, std::mem::take(&mut self.current)));
+        self.released_on_success = true;
         let shared = self.shared.clone();
         self.ctx.on_job_success(move || {
             for (txn, records) in std::mem::take(&mut rest) {
                 shared.release(txn, records);
             }
+            shared.end_stream();
             Ok(())
         });
         Ok(())

@@ -99,4 +99,10 @@ pub trait Source<T>: Send {
     fn seek_rescaled(&mut self, _parts: &[(usize, &[u8])], _subtask: usize, _parallelism: usize) -> Result<()> {
         Err(crate::Error::config("this source cannot be restored at another parallelism"))
     }
+
+    /// The source's position is settled: restored from a checkpoint ([`Source::seek`]) or a
+    /// fresh start. Called once per attempt, before the first [`Source::poll`] and whatever
+    /// the rest of the job is doing (a push source tells its host where to resume here, so a
+    /// host waiting for that before it drains a full sink is never deadlocked).
+    fn restored(&mut self) {}
 }

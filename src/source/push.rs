@@ -99,6 +99,16 @@ struct PushShared<T> {
     sender_gone: AtomicBool,
 }
 
+impl<T> PushShared<T> {
+    /// The resume point, or the job's end; `None` while neither is known.
+    fn resume_or_end(&self) -> Option<std::result::Result<u64, SendError<()>>> {
+        if let Some(seq) = *lock(&self.resume) {
+            return Some(Ok(seq));
+        }
+        self.signal.outcome().map(|error| Err(SendError::Ended { event: (), error: error.clone() }))
+    }
+}
+
 /// The host's end of a push source: send events into a running (or not yet started) job.
 ///
 /// `Send`: it may move to another thread (a tokio blocking task, say), but there is one sender.
@@ -181,18 +191,21 @@ impl<T> EventSender<T> {
     /// The number the job gives the first event this sender sends: 0 on a fresh start; after
     /// a restart from a checkpoint, the first event that checkpoint does not cover. A host that
     /// logs its events resends its log from here. Waits up to `timeout` for the job's source to
-    /// start (it knows the number only once it restored); an async host awaits
-    /// [`EventSender::resume_point`] instead.
+    /// be restored (it knows the number only then), which does not wait for the host to receive
+    /// anything: ask before, while or after receiving. `Err(SendError::Timeout(()))` means "not
+    /// known yet" (the job has not started, or is still reading its checkpoint), never "nothing
+    /// to resend": ask again. An async host awaits [`EventSender::resume_point`] instead.
     pub fn resume_from(&self, timeout: Duration) -> std::result::Result<u64, SendError<()>> {
         let shared = &self.shared;
         shared
             .signal
-            .wait_until(Instant::now() + timeout, || self.resume_or_end())
+            .wait_until(Instant::now() + timeout, || shared.resume_or_end())
             .unwrap_or(Err(SendError::Timeout(())))
     }
 
     /// [`EventSender::resume_from`] without blocking a thread: a future ready with the resume
-    /// point once the job's source started (or with the job's end). No timeout of its own: wrap
+    /// point once the job's source was restored (or with the job's end). It is `Send` and
+    /// borrows nothing, so a spawned task can await it. No timeout of its own: wrap
     /// it in the runtime's (`tokio::time::timeout`).
     ///
     /// ```no_run
@@ -201,16 +214,8 @@ impl<T> EventSender<T> {
     /// // Resend the host's own log from `from` on.
     /// # }
     /// ```
-    pub fn resume_point(&self) -> ResumePoint<'_, T> {
-        ResumePoint { sender: self }
-    }
-
-    /// The resume point, or the job's end; `None` while neither is known.
-    fn resume_or_end(&self) -> Option<std::result::Result<u64, SendError<()>>> {
-        if let Some(seq) = *lock(&self.shared.resume) {
-            return Some(Ok(seq));
-        }
-        self.shared.signal.outcome().map(|error| Err(SendError::Ended { event: (), error: error.clone() }))
+    pub fn resume_point(&self) -> ResumePoint<T> {
+        ResumePoint { shared: self.shared.clone() }
     }
 
     /// The number of the next event this sender sends, once the job told its resume point.
@@ -323,22 +328,23 @@ impl<T> std::future::Future for Closing<T> {
     }
 }
 
-/// The future of [`EventSender::resume_point`].
+/// The future of [`EventSender::resume_point`]: `Send` (it holds none of the sender's
+/// single-threaded ring end), so a `tokio::spawn`ed task can await it.
 #[must_use = "a future does nothing unless awaited (or polled)"]
-pub struct ResumePoint<'a, T> {
-    sender: &'a EventSender<T>,
+pub struct ResumePoint<T> {
+    shared: Arc<PushShared<T>>,
 }
 
-impl<T> std::future::Future for ResumePoint<'_, T> {
+impl<T> std::future::Future for ResumePoint<T> {
     type Output = std::result::Result<u64, SendError<()>>;
 
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        if let Some(r) = self.sender.resume_or_end() {
+        if let Some(r) = self.shared.resume_or_end() {
             return std::task::Poll::Ready(r);
         }
-        self.sender.shared.signal.register(cx.waker());
-        // The source may have started between the look and the registration.
-        match self.sender.resume_or_end() {
+        self.shared.signal.register(cx.waker());
+        // The source may have been restored between the look and the registration.
+        match self.shared.resume_or_end() {
             Some(r) => std::task::Poll::Ready(r),
             None => std::task::Poll::Pending,
         }
@@ -363,7 +369,6 @@ pub(crate) struct PushSource<T> {
     /// Keep events for replay (checkpoints are on).
     replaying: bool,
     replay_capacity: usize,
-    started: bool,
     /// The host ring was full at a poll, and has not been below half full since.
     backlogged: bool,
 }
@@ -419,7 +424,6 @@ impl<T> PushSourceFactory<T> {
             next,
             replaying: checkpointed,
             replay_capacity,
-            started: false,
             backlogged: false,
         })
     }
@@ -441,12 +445,6 @@ impl<T: Clone + Send> Source<T> for PushSource<T> {
     fn poll(&mut self, _ctx: &TaskContext, out: &mut Vec<T>, max: usize) -> Result<SourcePoll> {
         let log = self.log.as_mut().expect("held for the source's life");
         let before = out.len();
-        if !self.started {
-            self.started = true;
-            log.fresh = false;
-            *lock(&self.shared.resume) = Some(self.next);
-            self.shared.signal.notify();
-        }
         let (queued, capacity) = (log.consumer.slots(), log.consumer.buffer().capacity());
         if queued >= capacity {
             self.backlogged = true;
@@ -528,6 +526,17 @@ impl<T: Clone + Send> Source<T> for PushSource<T> {
         Ok(())
     }
 
+    fn restored(&mut self) {
+        // The host may be waiting for this before it receives anything: a sink restored with
+        // more results than its queue holds keeps this task from polling until the host drains
+        // it, so the resume point is told now, not at the first poll.
+        if let Some(log) = self.log.as_mut() {
+            log.fresh = false;
+        }
+        *lock(&self.shared.resume) = Some(self.next);
+        self.shared.signal.notify();
+    }
+
     fn checkpoint_complete(&mut self, _id: u64, offset: &[u8]) {
         let Ok(bytes) = <[u8; 8]>::try_from(offset) else { return };
         let covered = u64::from_le_bytes(bytes);
@@ -543,7 +552,7 @@ impl<T: Clone + Send> Source<T> for PushSource<T> {
 crate::debug_as_name!([T] EventSender<T>);
 crate::debug_as_name!(['a, T] Sending<'a, T>);
 crate::debug_as_name!([T] Closing<T>);
-crate::debug_as_name!(['a, T] ResumePoint<'a, T>);
+crate::debug_as_name!([T] ResumePoint<T>);
 
 #[cfg(test)]
 mod tests {
@@ -555,11 +564,18 @@ mod tests {
         factory.make(ctx, checkpointed, 4).unwrap()
     }
 
+    /// [`source`] as the job starts it fresh: nothing restored.
+    fn started(factory: &PushSourceFactory<u32>, ctx: &TaskContext, checkpointed: bool) -> PushSource<u32> {
+        let mut src = source(factory, ctx, checkpointed);
+        src.restored();
+        src
+    }
+
     #[test]
     fn events_arrive_in_order_then_end() {
         let (mut tx, factory) = push_channel::<u32>(4);
         let ctx = TaskContext::for_test("push", 0, 1);
-        let mut src = source(&factory, &ctx, false);
+        let mut src = started(&factory, &ctx, false);
         assert_eq!(tx.send_slice(&[1, 2, 3, 4, 5]), 4);
         assert_eq!(tx.try_send(9), Err(SendError::Full(9)), "a full ring hands the event back");
         let mut out = Vec::new();
@@ -579,7 +595,7 @@ mod tests {
     fn a_new_attempt_replays_from_the_restored_offset() {
         let (mut tx, factory) = push_channel::<u32>(8);
         let ctx = TaskContext::for_test("push", 0, 1);
-        let mut src = source(&factory, &ctx, true);
+        let mut src = started(&factory, &ctx, true);
         assert_eq!(tx.send_slice(&[10, 11, 12, 13, 14, 15]), 6);
         let mut out = Vec::new();
         src.poll(&ctx, &mut out, 2).unwrap();
@@ -591,6 +607,7 @@ mod tests {
         drop(src); // the attempt fails
         let mut again = source(&factory, &ctx, true);
         again.seek(&checkpoint).unwrap();
+        again.restored();
         let mut replayed = Vec::new();
         again.poll(&ctx, &mut replayed, 10).unwrap();
         again.poll(&ctx, &mut replayed, 10).unwrap();
@@ -605,7 +622,7 @@ mod tests {
     fn a_sender_dropped_at_a_full_ring_ends_the_stream_without_waiting() {
         let (mut tx, factory) = push_channel::<u32>(4);
         let ctx = TaskContext::for_test("push", 0, 1);
-        let mut src = source(&factory, &ctx, false);
+        let mut src = started(&factory, &ctx, false);
         assert_eq!(tx.send_slice(&[1, 2, 3, 4]), 4, "the ring is full");
         let signal = factory.signal();
         let dropping = std::thread::spawn(move || drop(tx));
@@ -629,7 +646,7 @@ mod tests {
     fn a_closed_sender_is_seen_before_its_ring_is_abandoned() {
         let (mut tx, factory) = push_channel::<u32>(2);
         let ctx = TaskContext::for_test("push", 0, 1);
-        let mut src = source(&factory, &ctx, false);
+        let mut src = started(&factory, &ctx, false);
         assert_eq!(tx.send_slice(&[7, 8]), 2);
         tx.end_stream();
         let mut out = Vec::new();
@@ -650,7 +667,8 @@ mod tests {
         assert!(std::pin::Pin::new(&mut point).poll(&mut cx).is_pending(), "the source has not started");
         let mut src = source(&factory, &ctx, true);
         src.seek(&5u64.to_le_bytes()).unwrap();
-        src.poll(&ctx, &mut Vec::new(), 1).unwrap();
+        assert!(std::pin::Pin::new(&mut point).poll(&mut cx).is_pending(), "not restored yet");
+        src.restored();
         assert_eq!(std::pin::Pin::new(&mut point).poll(&mut cx), std::task::Poll::Ready(Ok(5)));
         let (tx, factory) = push_channel::<u32>(1);
         factory.signal().job_ended(None);

@@ -246,6 +246,7 @@ impl Job {
                 RestoreView::Rescaled { parts, .. } => source.seek_rescaled(&parts, ctx.subtask, ctx.parallelism),
                 RestoreView::Nothing => Ok(()),
             })?;
+            source.restored();
             let out = downcast_collector::<T>(out);
             Ok(Box::new(SourceTask::new(ctx.clone(), Box::new(source), out, batch, control, checkpointing))
                 as Box<dyn Task>)
