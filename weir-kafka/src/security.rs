@@ -76,8 +76,12 @@ impl std::fmt::Debug for Tls {
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     // Given to each configuration, never installed process-wide: the embedding program's own
-    // TLS keeps whatever provider it chose.
-    Arc::new(rustls::crypto::ring::default_provider())
+    // TLS keeps whatever provider it chose. rustls 0.23.48 deprecates ring's provider for its
+    // lack of post-quantum key exchange; ring stays, since aws-lc-rs (the other provider) needs
+    // cmake and a C toolchain to build. Kafka's brokers offer no post-quantum groups yet.
+    #[allow(deprecated)]
+    let ring = rustls::crypto::ring::default_provider();
+    Arc::new(ring)
 }
 
 impl Tls {

@@ -175,7 +175,11 @@ impl object_store::client::HttpConnector for RingConnector {
         use rustls_platform_verifier::BuilderVerifierExt;
         let failed =
             |e: Box<dyn std::error::Error + Send + Sync>| object_store::Error::Generic { store: "S3", source: e };
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); ring stays,
+        // as aws-lc-rs needs cmake and a C toolchain to build.
+        #[allow(deprecated)]
+        let ring = rustls::crypto::ring::default_provider();
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(ring))
             .with_safe_default_protocol_versions()
             .and_then(|b| b.with_platform_verifier())
             .map_err(|e| failed(Box::new(e)))?
