@@ -165,7 +165,8 @@ fn run(job: Job) {
 #[inline(never)]
 fn scrape_metrics_every(job: weir::JobController, every_ms: u64, done: &std::sync::atomic::AtomicBool) -> u64 {
     use std::io::{Read, Write};
-    let endpoint = weir_ops::ControlEndpoint::start("127.0.0.1:0", false, job).expect("the endpoint serves");
+    let endpoint = weir_ops::ControlEndpoint::start("127.0.0.1:0", weir_ops::control::Reach::Loopback, job)
+        .expect("the endpoint serves");
     let addr = endpoint.addr();
     let mut scrapes = 0;
     while !done.load(std::sync::atomic::Ordering::SeqCst) {

@@ -182,6 +182,6 @@ pub use pipeline::{
     Stream, WindowedStream,
 };
 pub use record::{for_each_word, for_each_word_in_bytes, Key, Record, Timestamp, Word};
-pub use runtime::{JobController, JobHandle, RunConfig, Stopped};
+pub use runtime::{JobController, JobFailure, JobHandle, JobState, RunConfig, Stopped};
 /// `#[derive(weir::Persist)]`: see [`persist`] for the encoding and how a type may evolve.
 pub use weir_derive::Persist;

@@ -522,6 +522,53 @@ pub struct ChannelAlignment {
     pub wait_ms: f64,
 }
 
+/// A checkpoint triggered and not yet completed or failed (Flink's `IN_PROGRESS` row).
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct CheckpointInProgress {
+    /// The checkpoint id.
+    pub id: u64,
+    /// Trigger time, milliseconds since the Unix epoch.
+    pub trigger_unix_ms: u64,
+    /// Tasks that acknowledged it so far, of `tasks`.
+    pub acknowledged: usize,
+    /// Tasks that must acknowledge it.
+    pub tasks: usize,
+    /// Whether it is a savepoint.
+    pub savepoint: bool,
+}
+
+/// The checkpoints in progress, published by the coordinator's thread after each of its steps
+/// (written only when they changed), read by anyone.
+#[derive(Debug, Default)]
+pub(crate) struct InProgress {
+    count: std::sync::atomic::AtomicU64,
+    rows: std::sync::Mutex<Vec<CheckpointInProgress>>,
+}
+
+impl InProgress {
+    /// How many are in progress.
+    pub(crate) fn count(&self) -> u64 {
+        self.count.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The rows, oldest first.
+    pub(crate) fn rows(&self) -> Vec<CheckpointInProgress> {
+        self.rows.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Publishes `rows` if they differ from what is published (most of the coordinator's steps
+    /// change nothing: they allocate nothing then).
+    pub(crate) fn publish(&self, rows: impl ExactSizeIterator<Item = CheckpointInProgress> + Clone) {
+        let mut published = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        if rows.len() == published.len() && rows.clone().zip(published.iter()).all(|(r, p)| r == *p) {
+            return;
+        }
+        published.clear();
+        published.extend(rows);
+        self.count.store(published.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Statistics of one completed checkpoint.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct CheckpointStats {
@@ -529,6 +576,11 @@ pub struct CheckpointStats {
     pub id: u64,
     /// Trigger time, milliseconds since the job (attempt) started.
     pub trigger_ms: f64,
+    /// Trigger time, milliseconds since the Unix epoch (Flink's `trigger_timestamp`; 0 in the
+    /// statistics of a checkpoint written before it was kept, and under simulation the
+    /// simulated time).
+    #[serde(default)]
+    pub trigger_unix_ms: u64,
     /// From trigger to completion.
     pub duration_ms: f64,
     /// Longest time from trigger until a task saw the first barrier.

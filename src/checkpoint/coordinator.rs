@@ -131,9 +131,9 @@ pub(crate) struct CoordinatorSetup {
     pub(crate) failures: Arc<Mutex<crate::metrics::CheckpointFailures>>,
     /// The next checkpoint id, shared across attempts so ids never repeat.
     pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
-    /// How many checkpoints are pending, for the job's statistics (written by the
-    /// coordinator's thread after each step, read by anyone).
-    pub(crate) in_progress: Arc<std::sync::atomic::AtomicU64>,
+    /// The checkpoints pending, for the job's statistics (written by the coordinator's thread
+    /// after each step, read by anyone).
+    pub(crate) in_progress: Arc<crate::metrics::InProgress>,
     pub(crate) end: EndOfJob,
     /// The checkpoint directory's lock: checked before every completion and commit notice.
     pub(crate) lock: Arc<DirectoryLock>,
@@ -925,6 +925,18 @@ impl CoordinatorCore {
         Ok(())
     }
 
+    /// The pending checkpoints as the job's statistics show them.
+    fn in_progress_rows(&self) -> impl ExactSizeIterator<Item = crate::metrics::CheckpointInProgress> + Clone + '_ {
+        let tasks = self.s.tasks.iter().filter(|t| t.2).count();
+        self.pending.values().map(move |p| crate::metrics::CheckpointInProgress {
+            id: p.barrier.id,
+            trigger_unix_ms: self.s.clock.epoch_ms_at(p.barrier.trigger_ns),
+            acknowledged: p.acks.len(),
+            tasks,
+            savepoint: p.savepoint.is_some(),
+        })
+    }
+
     /// A completed checkpoint's statistics, from its tasks' acknowledgements.
     fn stats_of(&self, p: &Pending, now_ns: u64) -> CheckpointStats {
         let id = p.barrier.id;
@@ -934,6 +946,7 @@ impl CoordinatorCore {
         CheckpointStats {
             id,
             trigger_ms: ms(p.barrier.trigger_ns),
+            trigger_unix_ms: self.s.clock.epoch_ms_at(p.barrier.trigger_ns),
             duration_ms: ms(now_ns.saturating_sub(p.barrier.trigger_ns)),
             start_delay_ms: ms(max(|s| s.start_delay_ns)),
             alignment_ms: ms(max(|s| s.alignment_ns)),
@@ -1099,11 +1112,11 @@ pub(crate) fn run_thread(
         }
     };
     let in_progress = core.s.in_progress.clone();
-    // 0 again however the thread ends: the attempt's pending checkpoints end with it.
-    struct NonePending(Arc<std::sync::atomic::AtomicU64>);
+    // None again however the thread ends: the attempt's pending checkpoints end with it.
+    struct NonePending(Arc<crate::metrics::InProgress>);
     impl Drop for NonePending {
         fn drop(&mut self) {
-            self.0.store(0, Ordering::SeqCst);
+            self.0.publish(std::iter::empty());
         }
     }
     let _none_pending = NonePending(in_progress.clone());
@@ -1130,7 +1143,7 @@ pub(crate) fn run_thread(
             core.on_request(req);
         }
         dispatch(core.on_tick(clock.now_ns()));
-        in_progress.store(core.pending.len() as u64, Ordering::Relaxed);
+        in_progress.publish(core.in_progress_rows());
         if core.is_halted() {
             return;
         }

@@ -10,7 +10,7 @@ pub(crate) struct AttemptShared {
     pub(crate) next_checkpoint: Arc<std::sync::atomic::AtomicU64>,
     /// Checkpoints triggered and not yet completed, failed or aborted (the coordinator's,
     /// published after each of its steps; 0 between attempts).
-    pub(crate) checkpoints_in_progress: Arc<std::sync::atomic::AtomicU64>,
+    pub(crate) checkpoints_in_progress: Arc<crate::metrics::InProgress>,
     /// Stop and cancel flags.
     pub(crate) control: Arc<JobControl>,
     pub(crate) metrics: Arc<JobMetrics>,
@@ -27,6 +27,8 @@ pub(crate) struct AttemptShared {
     pub(crate) local: Arc<crate::checkpoint::local::LocalCopies>,
     /// Where the newest attempt's state came from.
     pub(crate) last_restore: Mutex<Option<crate::checkpoint::RestoreReport>>,
+    /// Attempts that restored a checkpoint or savepoint (Flink's `counts.restored`).
+    pub(crate) restores: std::sync::atomic::AtomicU64,
 }
 
 /// One attempt of a job: its workers and, with checkpointing, its coordinator. A failover
@@ -128,6 +130,9 @@ pub(crate) fn prepare_attempt(
         // Local recovery: the process's copy, which the tasks and the coordinator keep up too.
         let local = cfg.local_recovery.then(|| shared.local.clone());
         let found = recover_directory(cfg, &identity(&graph, &fingerprint), notes, local.as_deref())?;
+        if found.report.is_some() {
+            shared.restores.fetch_add(1, Ordering::Relaxed);
+        }
         *shared.last_restore.lock().unwrap_or_else(|e| e.into_inner()) = found.report.clone();
         recovery = found.recovery;
         restored = found.restored;

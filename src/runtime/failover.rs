@@ -54,6 +54,14 @@ impl Supervised {
                     let error = result.as_ref().err().map(|e| e.to_string());
                     {
                         let mut progress = self.progress();
+                        progress.ended_as = Some(match &result {
+                            Ok(_) => JobState::Finished,
+                            Err(Error::Cancelled) => JobState::Cancelled,
+                            Err(_) => JobState::Failed,
+                        });
+                        if let Some(cause) = &error {
+                            progress.last_failure = Some(failure(cause.clone(), false));
+                        }
                         progress.result = Some(result);
                         progress.over = true;
                     }
@@ -84,7 +92,11 @@ impl Supervised {
                 let delay = strategy.and_then(|s| s.delay(restarts, &failures_ago));
                 let Some(delay) = delay.filter(|_| e.is_retryable() && !cancelled) else { return Some(Err(e)) };
                 tracing::warn!(job = %self.job.graph.borrow().name, restart = restarts + 1, cause = %e, "job restarts");
-                self.progress().notes.push(format!("restart {} after: {e}", restarts + 1));
+                {
+                    let mut progress = self.progress();
+                    progress.notes.push(format!("restart {} after: {e}", restarts + 1));
+                    progress.last_failure = Some(failure(e.to_string(), true));
+                }
                 std::thread::sleep(delay);
                 let mut notes = Vec::new();
                 let next = start_attempt(&self.job, &self.config, &self.shared, &mut notes);
@@ -143,6 +155,13 @@ impl Supervised {
             restarts: self.progress().restarts,
         }))
     }
+}
+
+/// A failure seen now.
+fn failure(cause: String, restarted: bool) -> JobFailure {
+    let unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    JobFailure { cause, unix_ms, restarted }
 }
 
 /// The completion marker of a finished checkpointed job, and where it goes.

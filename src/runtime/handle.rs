@@ -79,6 +79,41 @@ impl JobController {
         self.progress().over
     }
 
+    /// The checkpoints triggered and not yet completed or failed, oldest first.
+    pub fn checkpoints_in_progress_now(&self) -> Vec<crate::metrics::CheckpointInProgress> {
+        self.run.shared.checkpoints_in_progress.rows()
+    }
+
+    /// How many attempts restored a checkpoint or savepoint (Flink's `counts.restored`).
+    pub fn restores(&self) -> u64 {
+        self.run.shared.restores.load(Ordering::Relaxed)
+    }
+
+    /// Milliseconds since the Unix epoch when the job started.
+    pub fn started_unix_ms(&self) -> u64 {
+        self.run.started_unix_ms
+    }
+
+    /// Where the job is in its life ([`JobState`]).
+    pub fn state(&self) -> JobState {
+        let progress = self.progress();
+        if let Some(ended) = progress.ended_as {
+            return ended;
+        }
+        let cancelling = self.run.shared.control.cancel.load(Ordering::SeqCst);
+        match &progress.attempt {
+            _ if cancelling => JobState::Cancelling,
+            None => JobState::Restarting,
+            Some(a) if a.state.has_failed() => JobState::Failing,
+            Some(_) => JobState::Running,
+        }
+    }
+
+    /// The newest failure, of the job or of an attempt that restarted (Flink's exceptions).
+    pub fn last_failure(&self) -> Option<JobFailure> {
+        self.progress().last_failure.clone()
+    }
+
     /// Workers the job runs on.
     pub fn workers(&self) -> usize {
         self.run.workers
@@ -283,7 +318,7 @@ impl JobController {
 
     /// Checkpoints triggered and not yet completed, failed or aborted (savepoints included).
     pub fn checkpoints_in_progress(&self) -> u64 {
-        self.run.shared.checkpoints_in_progress.load(Ordering::Relaxed)
+        self.run.shared.checkpoints_in_progress.count()
     }
 
     /// The newest completed checkpoint's statistics (without copying the others).
@@ -374,6 +409,8 @@ pub(super) struct Supervised {
     pub(super) config: RunConfig,
     pub(super) shared: Arc<AttemptShared>,
     pub(super) started: Instant,
+    /// `started`, in milliseconds since the Unix epoch.
+    pub(super) started_unix_ms: u64,
     pub(super) workers: usize,
     pub(super) state: Mutex<RunProgress>,
     /// Signalled when the job ended for good.
@@ -393,6 +430,75 @@ pub(super) struct RunProgress {
     pub(super) result: Option<Result<JobReport>>,
     /// Whether the job ended for good.
     pub(super) over: bool,
+    /// How it ended, once it has ([`JobState::Finished`], `Cancelled` or `Failed`).
+    pub(super) ended_as: Option<JobState>,
+    /// The newest failure (of an attempt that restarted, or of the job), Flink's "root
+    /// exception".
+    pub(super) last_failure: Option<JobFailure>,
+}
+
+/// Where a job is in its life, in Flink's names (`JobStatus`): what a control endpoint, a
+/// health probe and a dashboard say. A job is `Running` from [`crate::Job::start`] on (its
+/// first attempt starts before `start` returns, so Flink's `CREATED` is never seen).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    /// Its tasks run.
+    Running,
+    /// A task failed and the attempt's workers wind down; a restart or the end follows.
+    Failing,
+    /// Waiting out the restart strategy's delay, or starting the next attempt.
+    Restarting,
+    /// Cancelled, its workers stopping.
+    Cancelling,
+    /// Cancelled ([`JobController::cancel`]): nothing was committed after it.
+    Cancelled,
+    /// Failed past its restart strategy, or with an error that no restart mends.
+    Failed,
+    /// Every source ended (or it was stopped with a savepoint) and every result was committed.
+    Finished,
+}
+
+impl JobState {
+    /// Flink's name: `RUNNING`, `FAILED`, …
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Running => "RUNNING",
+            JobState::Failing => "FAILING",
+            JobState::Restarting => "RESTARTING",
+            JobState::Cancelling => "CANCELLING",
+            JobState::Cancelled => "CANCELED",
+            JobState::Failed => "FAILED",
+            JobState::Finished => "FINISHED",
+        }
+    }
+
+    /// Whether the job has ended for good in this state.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Cancelled | JobState::Failed | JobState::Finished)
+    }
+
+    /// Every state, in the order of a job's life (for a metric per state).
+    pub const ALL: [JobState; 7] = [
+        JobState::Running,
+        JobState::Failing,
+        JobState::Restarting,
+        JobState::Cancelling,
+        JobState::Cancelled,
+        JobState::Failed,
+        JobState::Finished,
+    ];
+}
+
+/// A failure of the job or of one of its attempts: why, and when (Unix milliseconds).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct JobFailure {
+    /// The error, as the job's result or its restart note says it.
+    pub cause: String,
+    /// When the supervisor saw it, in milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// Whether the job restarted after it (false: the job ended with it).
+    pub restarted: bool,
 }
 
 impl std::fmt::Debug for JobHandle {

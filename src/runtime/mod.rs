@@ -137,7 +137,7 @@ pub use crate::checkpoint::FINISHED_MARKER;
 pub(crate) use attempt::{prepare_attempt, AttemptEnv, AttemptShared, PreparedAttempt, PreparedCoordinator};
 use attempt::{start_attempt, Attempt};
 pub(crate) use failover::FinishedMarker;
-pub use handle::{JobController, JobHandle, Stopped};
+pub use handle::{JobController, JobFailure, JobHandle, JobState, Stopped};
 use handle::{RunProgress, Supervised};
 
 impl Job {
@@ -171,6 +171,9 @@ impl Job {
             config,
             shared,
             started: Instant::now(),
+            started_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
             workers: config.effective_workers(),
             state: Mutex::new(RunProgress {
                 attempt: Some(attempt),
@@ -179,6 +182,8 @@ impl Job {
                 notes,
                 result: None,
                 over: false,
+                ended_as: None,
+                last_failure: None,
             }),
             ended: std::sync::Condvar::new(),
         });

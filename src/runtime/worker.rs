@@ -49,6 +49,11 @@ impl RunState {
         }
     }
 
+    /// Whether a task failed (the attempt is winding down).
+    pub(super) fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
     pub(super) fn take_error(&self) -> Option<Error> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
     }

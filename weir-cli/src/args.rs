@@ -99,8 +99,12 @@ pub(crate) enum ControlRequest {
     Checkpoints,
     /// The job's metrics, in Prometheus's text format.
     Metrics,
-    /// The job: name, uptime, records, restarts.
+    /// The job: name, state, uptime, records, restarts, the last failure.
     Job,
+    /// Whether the job is healthy: its state; exits non-zero once it failed.
+    Health,
+    /// Cancels the job (no savepoint; Flink's cancel).
+    Cancel,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -418,7 +422,10 @@ impl RuntimeArgs {
         let roots = &self.control_savepoint_root;
         self.control
             .as_deref()
-            .map(|a| weir_ops::control::ControlBinding::bind(a, self.control_public).map(|b| b.savepoint_roots(roots)))
+            .map(|a| {
+                weir_ops::control::ControlBinding::bind(a, weir_ops::control::Reach::of_public(self.control_public))
+                    .map(|b| b.savepoint_roots(roots))
+            })
             .transpose()
     }
 }
@@ -565,12 +572,8 @@ impl KafkaArgs {
             (Some(mechanism), Some(user)) => {
                 let password = match &self.kafka_sasl_password_file {
                     Some(file) => {
-                        let text = std::fs::read_to_string(file).map_err(|e| {
-                            weir::Error::config(format!(
-                                "cannot read --kafka-sasl-password-file {}: {e}",
-                                file.display()
-                            ))
-                        })?;
+                        // A password is a line: a FIFO or /dev/zero is refused, not read.
+                        let text = weir_ops::settings::read_plain_file(file, "--kafka-sasl-password-file", 4096)?;
                         text.lines().next().unwrap_or("").to_string()
                     }
                     None => std::env::var("WEIR_KAFKA_SASL_PASSWORD").map_err(|_| {

@@ -59,6 +59,8 @@ pub(crate) fn run_control(args: &ControlArgs) -> weir::Result<()> {
         ControlRequest::Checkpoints => ("GET", "/checkpoints".to_string()),
         ControlRequest::Metrics => ("GET", "/metrics".to_string()),
         ControlRequest::Job => ("GET", "/job".to_string()),
+        ControlRequest::Health => ("GET", "/health".to_string()),
+        ControlRequest::Cancel => ("POST", "/cancel".to_string()),
     };
     let long = matches!(
         args.request,
@@ -112,8 +114,13 @@ fn shown(request: &ControlRequest, body: &str) -> String {
     format!("{}\n", serde_json::to_string_pretty(&value).unwrap_or_else(|_| body.to_string()))
 }
 
-/// A folder the job's process can find whatever its working folder.
+/// A folder the job's process can find whatever its working folder: a local one made
+/// absolute, a store's (`s3://BUCKET/PREFIX`) as it is (made absolute, it became a local
+/// folder named `s3:`).
 fn absolute(dir: &std::path::Path) -> weir::Result<String> {
+    if let Some(url) = dir.to_str().filter(|d| weir_ops::stored::is_stored(d)) {
+        return Ok(url.to_string());
+    }
     let d = std::path::absolute(dir).map_err(|e| Error::io("cannot resolve the folder", dir, e))?;
     Ok(d.display().to_string())
 }
@@ -165,6 +172,13 @@ mod tests {
     #[test]
     fn queries_are_encoded() {
         assert_eq!(encode("/tmp/a b&c=d"), "/tmp/a%20b%26c%3Dd");
+    }
+
+    /// A store's folder went through `std::path::absolute` and became `$PWD/s3:/BUCKET/P`.
+    #[test]
+    fn a_store_folder_is_sent_as_it_is() {
+        assert_eq!(absolute(std::path::Path::new("s3://bucket/savepoints")).unwrap(), "s3://bucket/savepoints");
+        assert!(absolute(std::path::Path::new("local")).unwrap().starts_with('/'));
     }
 
     /// Each failure names its kind: nothing listening is `Unreachable` ("Connection refused"

@@ -247,7 +247,7 @@ fn a_programs_own_job_gets_the_commands_handling() {
         CheckpointConfig::new(dir.path().join("chk")).interval(std::time::Duration::from_secs(3600)),
     );
     job.generator(Generator::new(|i, _| i).count(u64::MAX).rate(10_000.0)).discard();
-    let binding = weir_ops::control::ControlBinding::bind("127.0.0.1:0", false).unwrap();
+    let binding = weir_ops::control::ControlBinding::bind("127.0.0.1:0", weir_ops::control::Reach::Loopback).unwrap();
     let addr = binding.addr().to_string();
     let run = std::thread::spawn(move || {
         weir_ops::Runner::new().control_at(binding).quiet(true).run(job, weir::RunConfig::default().workers(2))

@@ -38,13 +38,14 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use weir::checkpoint::CheckpointConfig;
-use weir::{Error, JobController};
+use weir::{Error, JobController, JobState};
 
 use crate::settings::CheckpointSettings;
 
@@ -61,12 +62,18 @@ pub struct StopRequest {
 }
 
 /// A running control endpoint; dropped, it stops serving.
-#[derive(Debug)]
 pub struct ControlEndpoint {
     addr: SocketAddr,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     stops: Mutex<Receiver<StopRequest>>,
+    triggers: std::sync::Arc<Mutex<Triggers>>,
+}
+
+impl std::fmt::Debug for ControlEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlEndpoint").field("addr", &self.addr).finish_non_exhaustive()
+    }
 }
 
 /// What the handlers share.
@@ -77,7 +84,8 @@ struct Shared {
     roots: std::sync::Arc<Vec<String>>,
     /// The newest savepoint taken through this endpoint: its location and when (Unix ms).
     last_savepoint: std::sync::Arc<Mutex<Option<(String, u64)>>>,
-    stops: Sender<StopRequest>,
+    /// Where stops with a savepoint go; none, they are refused.
+    stops: Option<Sender<StopRequest>>,
     triggers: std::sync::Arc<Mutex<Triggers>>,
 }
 
@@ -87,6 +95,8 @@ struct Shared {
 struct Triggers {
     next: u64,
     states: std::collections::VecDeque<(String, TriggerState)>,
+    /// Requests whose outcome is known and was not polled yet.
+    unread: std::collections::HashSet<String>,
 }
 
 /// The trigger requests whose outcome the endpoint keeps.
@@ -100,6 +110,11 @@ enum TriggerState {
     Completed(String),
     Failed(String),
 }
+
+/// How long a command's endpoint stays up after its job ended while a savepoint or stop asked
+/// for by trigger has an outcome nobody polled yet ([`ControlEndpoint::linger`]): a stop by
+/// trigger ends the job, and its caller learns the savepoint's location only by polling.
+pub const TRIGGER_LINGER: Duration = Duration::from_secs(30);
 
 impl Triggers {
     /// A new request's id, or none when too many are in progress.
@@ -126,12 +141,95 @@ impl Triggers {
                 Ok(location) => TriggerState::Completed(location),
                 Err(why) => TriggerState::Failed(why),
             };
+            self.unread.insert(id.to_string());
         }
     }
 
-    fn get(&self, id: &str) -> Option<TriggerState> {
-        self.states.iter().find(|(i, _)| i == id).map(|(_, s)| s.clone())
+    /// Request `id`'s state, its outcome counted as read.
+    fn read(&mut self, id: &str) -> Option<TriggerState> {
+        let state = self.states.iter().find(|(i, _)| i == id).map(|(_, s)| s.clone())?;
+        if !matches!(state, TriggerState::InProgress) {
+            self.unread.remove(id);
+        }
+        Some(state)
     }
+
+    /// Whether a request is in progress, or has an outcome nobody polled.
+    fn awaited(&self) -> bool {
+        !self.unread.is_empty() || self.states.iter().any(|(_, s)| matches!(s, TriggerState::InProgress))
+    }
+}
+
+/// Who may reach a control endpoint's address ([`ControlBinding::bind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Loopback only: an address elsewhere is refused (the default, and the command's unless
+    /// `--control-public`).
+    Loopback,
+    /// Any address: whoever reaches it can stop the job.
+    Anywhere,
+}
+
+impl Reach {
+    /// [`Reach::Anywhere`] when `public` (the command's `--control-public`), else loopback.
+    pub fn of_public(public: bool) -> Reach {
+        if public {
+            Reach::Anywhere
+        } else {
+            Reach::Loopback
+        }
+    }
+}
+
+/// What a control endpoint may do beyond asking the job ([`router`]), by name.
+#[derive(Debug, Default)]
+pub struct ControlOptions {
+    roots: Vec<String>,
+    stops: Option<Sender<StopRequest>>,
+}
+
+impl ControlOptions {
+    /// Savepoints anywhere this process may write, and no stops with a savepoint.
+    pub fn new() -> ControlOptions {
+        ControlOptions::default()
+    }
+
+    /// Lets savepoints go only into folders under `roots` ([`ControlBinding::savepoint_roots`]).
+    pub fn savepoint_roots(mut self, roots: impl IntoIterator<Item = impl Into<String>>) -> ControlOptions {
+        self.roots = roots.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Hands stops with a savepoint (`POST /stop`, `/jobs/JOB/stop`, a savepoint with
+    /// `cancel-job`) to whoever holds the job's handle, which answers each one
+    /// ([`crate::supervisor`] does it for the command). Without it they are refused with 501:
+    /// only the handle can stop a job with a savepoint.
+    pub fn stop_requests(mut self, stops: Sender<StopRequest>) -> ControlOptions {
+        self.stops = Some(stops);
+        self
+    }
+}
+
+/// The control endpoint's routes for `job` (the table in this module's doc), to mount in a
+/// program's own axum server: `Router::new().nest("/weir", router(job, options))` serves them
+/// under `/weir`. A program that has no HTTP server of its own uses [`ControlBinding`] instead.
+///
+/// ```no_run
+/// # fn host(job: weir::JobController) -> axum::Router {
+/// use weir_ops::control::{router, ControlOptions};
+/// axum::Router::new().nest("/weir", router(job, ControlOptions::new().savepoint_roots(["/var/lib/savepoints"])))
+/// # }
+/// ```
+pub fn router(job: JobController, options: ControlOptions) -> Router {
+    let ControlOptions { roots, stops } = options;
+    let shared = Shared {
+        job,
+        roots: std::sync::Arc::new(roots),
+        last_savepoint: Default::default(),
+        stops,
+        triggers: Default::default(),
+    };
+    routes(shared)
 }
 
 /// The control endpoint's address, bound before the job starts (a bad address or one in use
@@ -145,9 +243,9 @@ pub struct ControlBinding {
 
 impl ControlBinding {
     /// Binds `addr` (`HOST:PORT`; port 0 picks a free one). An address off loopback is
-    /// refused unless `public` (anyone who reaches it can stop the job). An address in use is
-    /// an error naming it.
-    pub fn bind(addr: &str, public: bool) -> weir::Result<ControlBinding> {
+    /// refused unless `reach` is [`Reach::Anywhere`] (anyone who reaches it can stop the job).
+    /// An address in use is an error naming it.
+    pub fn bind(addr: &str, reach: Reach) -> weir::Result<ControlBinding> {
         let resolved: Vec<SocketAddr> = addr
             .to_socket_addrs()
             .map_err(|e| Error::config(format!("control endpoint address '{addr}' is not HOST:PORT: {e}")))?
@@ -155,7 +253,7 @@ impl ControlBinding {
         let Some(&first) = resolved.first() else {
             return Err(Error::config(format!("control endpoint address '{addr}' resolves to nothing")));
         };
-        if !public && !resolved.iter().all(|a| a.ip().is_loopback()) {
+        if reach == Reach::Loopback && !resolved.iter().all(|a| a.ip().is_loopback()) {
             return Err(Error::config(format!(
                 "control endpoint address '{addr}' is not on loopback: anyone who reaches it can stop the job. \
                  Give --control-public to serve there anyway"
@@ -186,12 +284,14 @@ impl ControlBinding {
         let ControlBinding { listener, addr, roots } = self;
         let (stop_tx, stop_rx) = std::sync::mpsc::channel();
         let shared = Shared {
-            job,
+            job: job.clone(),
             roots: std::sync::Arc::new(roots),
             last_savepoint: Default::default(),
-            stops: stop_tx,
+            stops: Some(stop_tx),
             triggers: Default::default(),
         };
+        let triggers = shared.triggers.clone();
+        let routes = routes(shared);
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -202,27 +302,51 @@ impl ControlBinding {
             .spawn(move || {
                 runtime.block_on(async move {
                     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
-                    let _ = axum::serve(listener, router(shared))
+                    let _ = axum::serve(listener, routes)
                         .with_graceful_shutdown(async move {
                             let _ = shutdown_rx.await;
                         })
                         .await;
                 });
+                // The job's last reference may be this thread's (the program joined its
+                // handle), and a job with checkpoints in an object store owns that client's
+                // runtime: dropped inside `block_on` it panicked ("Cannot drop a runtime in a
+                // context where blocking is not allowed"). It goes here, outside any runtime.
+                drop(runtime);
+                drop(job);
             })
             .map_err(|e| Error::config(format!("cannot start the control endpoint's thread: {e}")))?;
-        Ok(ControlEndpoint { addr, shutdown: Some(shutdown), thread: Some(thread), stops: Mutex::new(stop_rx) })
+        Ok(ControlEndpoint {
+            addr,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+            stops: Mutex::new(stop_rx),
+            triggers,
+        })
     }
 }
 
 impl ControlEndpoint {
     /// Serves `job` at `addr` ([`ControlBinding::bind`], then [`ControlBinding::serve`]).
-    pub fn start(addr: &str, public: bool, job: JobController) -> weir::Result<ControlEndpoint> {
-        ControlBinding::bind(addr, public)?.serve(job)
+    pub fn start(addr: &str, reach: Reach, job: JobController) -> weir::Result<ControlEndpoint> {
+        ControlBinding::bind(addr, reach)?.serve(job)
     }
 
     /// Where it serves.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Keeps serving, up to `max`, while a savepoint or stop asked for by trigger is in
+    /// progress or has an outcome nobody polled: called once the job ended (a stop by trigger
+    /// ends it), so the caller can still read where its savepoint went. Returns at once when
+    /// nothing is awaited.
+    pub fn linger(&self, max: Duration) {
+        let deadline = std::time::Instant::now() + max;
+        while self.triggers.lock().unwrap_or_else(|e| e.into_inner()).awaited() && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// A stop-with-savepoint asked for since the last call, if any: the supervisor's to carry
@@ -251,7 +375,7 @@ impl Drop for ControlEndpoint {
     }
 }
 
-fn router(shared: Shared) -> Router {
+fn routes(shared: Shared) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/job", get(job))
@@ -262,7 +386,11 @@ fn router(shared: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/cancel", post(cancel))
-        .route("/jobs/{job}", axum::routing::patch(cancel_job))
+        .route("/jobs", get(jobs))
+        .route("/jobs/overview", get(jobs_overview))
+        .route("/jobs/{job}", get(job_details).patch(cancel_job))
+        .route("/jobs/{job}/checkpoints", get(job_checkpoints))
+        .route("/jobs/{job}/checkpoints/config", get(job_checkpoint_config))
         .route("/jobs/{job}/savepoints", post(trigger_savepoint))
         .route("/jobs/{job}/savepoints/{trigger}", get(trigger_status))
         .route("/jobs/{job}/stop", post(trigger_stop))
@@ -279,7 +407,21 @@ fn router(shared: Shared) -> Router {
                  /jobs/JOB/stop; PATCH /jobs/JOB?mode=cancel",
             )
         })
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(shared)
+}
+
+/// Every error answer is JSON, `{"error": …}`: axum's own rejections (a query that does not
+/// parse, a body too large) are plain text, turned into the same shape here.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let json =
+        response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || json {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), 64 * 1024).await.unwrap_or_default();
+    refuse(status, String::from_utf8_lossy(&text).trim().to_string())
 }
 
 /// An error answer: the status and a message (`{"error": …}`).
@@ -329,33 +471,166 @@ async fn job(State(s): State<Shared>) -> Response {
         // Why it restarted, the newest last (the job's notes: `restart N after: …`).
         "restart_causes": s.job.notes().into_iter().filter(|n| n.starts_with("restart ")).collect::<Vec<_>>(),
         "finished": s.job.is_finished(),
+        "state": s.job.state().name(),
+        "start_unix_ms": s.job.started_unix_ms(),
+        // Why the job (or its newest attempt) failed: Flink's root exception.
+        "last_failure": s.job.last_failure(),
         "checkpointing": s.job.checkpoint_config().is_some(),
     }))
 }
 
-/// Whether the endpoint and the job answer: 200 with the job's state (`running` or
-/// `finished`), for a liveness probe.
+/// Whether the endpoint and the job answer, for a probe: 200 with the job's state in lower
+/// case (`running`, `restarting`, `finished`, `cancelled`, …), 503 once it failed for good.
 async fn health(State(s): State<Shared>) -> Response {
-    let status = if s.job.is_finished() { "finished" } else { "running" };
-    json(serde_json::json!({ "status": status, "job": s.job.name() }))
+    let state = s.job.state();
+    let body = serde_json::json!({
+        "status": health_word(state),
+        "state": state.name(),
+        "job": s.job.name(),
+        "last_failure": s.job.last_failure().filter(|_| state == JobState::Failed).map(|f| f.cause),
+    });
+    match state {
+        JobState::Failed => (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response(),
+        _ => json(body),
+    }
 }
 
-/// The checkpoints in Flink's shape (`/jobs/:id/checkpoints`): counts, a summary of the kept
-/// history (min, average, max and percentiles), the latest completed, failed and restored,
-/// and the history itself with trigger times; the failures with their times, the newest
-/// [`weir::metrics::FAILURES_KEPT`].
+/// `/health`'s word for a state.
+fn health_word(state: JobState) -> &'static str {
+    match state {
+        JobState::Running => "running",
+        JobState::Failing => "failing",
+        JobState::Restarting => "restarting",
+        JobState::Cancelling => "cancelling",
+        JobState::Cancelled => "cancelled",
+        JobState::Failed => "failed",
+        JobState::Finished => "finished",
+    }
+}
+
+/// Flink's `GET /jobs`: the jobs with their states (this endpoint's one).
+async fn jobs(State(s): State<Shared>) -> Response {
+    json(serde_json::json!({ "jobs": [{ "id": s.job.name(), "status": s.job.state().name() }] }))
+}
+
+/// Flink's `GET /jobs/overview`.
+async fn jobs_overview(State(s): State<Shared>) -> Response {
+    json(serde_json::json!({ "jobs": [job_summary(&s)] }))
+}
+
+/// Flink's `GET /jobs/:id`: the job's details.
+async fn job_details(State(s): State<Shared>, axum::extract::Path(job): axum::extract::Path<String>) -> Response {
+    if let Err(r) = this_job(&s, &job) {
+        return r.into_response();
+    }
+    let mut details = job_summary(&s);
+    details["restarts"] = s.job.restarts().into();
+    details["last-failure"] = serde_json::to_value(s.job.last_failure()).unwrap_or_default();
+    details["workers"] = s.job.workers().into();
+    json(details)
+}
+
+/// A job as Flink's overview and details name it (`jid` is the job's name: one job an
+/// endpoint).
+fn job_summary(s: &Shared) -> serde_json::Value {
+    let start = s.job.started_unix_ms();
+    let duration = s.job.elapsed().as_millis() as u64;
+    serde_json::json!({
+        "jid": s.job.name(),
+        "name": s.job.name(),
+        "state": s.job.state().name(),
+        "start-time": start,
+        // Flink's -1 while it runs; the time of the endpoint's answer after, as it keeps no end.
+        "end-time": if s.job.state().is_terminal() { (start + duration) as i64 } else { -1 },
+        "duration": duration,
+        "now": start + duration,
+    })
+}
+
+/// The checkpoints in Flink's shape (`/jobs/:id/checkpoints`, and `/checkpoints`): counts
+/// (with `restored`), a summary of the kept history (min, average, max and percentiles), the
+/// latest completed, failed, restored and savepoint, and the history, newest first, a row per
+/// checkpoint with its status (`IN_PROGRESS`, `COMPLETED`, `FAILED`) and epoch-millisecond
+/// times. The keys of weir's first shape stay beside Flink's: `completed` (the completed rows
+/// with their details, oldest first), `failures`, `completed_total`, `failed_total`.
 async fn checkpoints(State(s): State<Shared>) -> Response {
+    json(checkpoint_statistics(&s))
+}
+
+/// `GET /jobs/:id/checkpoints`: [`checkpoints`] for the job it names.
+async fn job_checkpoints(State(s): State<Shared>, axum::extract::Path(job): axum::extract::Path<String>) -> Response {
+    match this_job(&s, &job) {
+        Ok(()) => json(checkpoint_statistics(&s)),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// `GET /jobs/:id/checkpoints/config`: the checkpoint configuration in Flink's names.
+async fn job_checkpoint_config(
+    State(s): State<Shared>,
+    axum::extract::Path(job): axum::extract::Path<String>,
+) -> Response {
+    if let Err(r) = this_job(&s, &job) {
+        return r.into_response();
+    }
+    let Some(c) = s.job.checkpoint_config() else {
+        return refuse(StatusCode::CONFLICT, "the job takes no checkpoints");
+    };
+    let ms = |d: Duration| d.as_millis() as u64;
+    json(serde_json::json!({
+        "mode": if c.mode.exactly_once() { "exactly_once" } else { "at_least_once" },
+        "interval": ms(c.interval),
+        "timeout": ms(c.checkpoint_timeout),
+        "min_pause": ms(c.min_pause),
+        "max_concurrent": c.max_concurrent,
+        "tolerable_failed_checkpoints": c.tolerable_failed_checkpoints,
+        "unaligned_checkpoints": c.mode.may_overtake(),
+        "aligned_checkpoint_timeout": c.mode.alignment_timeout().map_or(0, ms),
+        "checkpoint_storage": if c.store.is_some() { "object store" } else { "filesystem" },
+        "state_changelog_enabled": c.changelog.is_some(),
+        "incremental": c.incremental,
+        "local_recovery": c.local_recovery,
+        "retained": c.retained,
+        "weir": config_values(&c),
+    }))
+}
+
+/// The body of [`checkpoints`].
+fn checkpoint_statistics(s: &Shared) -> serde_json::Value {
     let completed = s.job.checkpoint_stats();
     let failures = s.job.checkpoint_failures();
+    let in_progress_rows = s.job.checkpoints_in_progress_now();
     let (done, failed) = (s.job.checkpoints_completed(), s.job.checkpoints_failed());
-    let in_progress = s.job.checkpoints_in_progress();
+    let in_progress = in_progress_rows.len() as u64;
     let summary = |figure: fn(&weir::metrics::CheckpointStats) -> f64| summary(completed.iter().map(figure).collect());
-    json(serde_json::json!({
+    let mut history: Vec<(u64, serde_json::Value)> = completed.iter().map(|c| (c.id, completed_row(c))).collect();
+    history.extend(failures.iter().map(|f| {
+        (
+            f.checkpoint,
+            serde_json::json!({
+                "id": f.checkpoint, "status": "FAILED", "failure_timestamp": f.failed_unix_ms,
+                "failure_message": f.reason,
+            }),
+        )
+    }));
+    history.extend(in_progress_rows.iter().map(|p| {
+        (
+            p.id,
+            serde_json::json!({
+                "id": p.id, "status": "IN_PROGRESS", "is_savepoint": p.savepoint,
+                "trigger_timestamp": p.trigger_unix_ms, "num_subtasks": p.tasks,
+                "num_acknowledged_subtasks": p.acknowledged,
+            }),
+        )
+    }));
+    history.sort_by(|a, b| b.0.cmp(&a.0));
+    serde_json::json!({
         "counts": {
+            "restored": s.job.restores(),
+            "total": done + failed + in_progress,
+            "in_progress": in_progress,
             "completed": done,
             "failed": failed,
-            "in_progress": in_progress,
-            "total": done + failed + in_progress,
         },
         "summary": {
             "end_to_end_duration_ms": summary(|c| c.duration_ms),
@@ -375,11 +650,31 @@ async fn checkpoints(State(s): State<Shared>) -> Response {
                 serde_json::json!({ "location": location, "completed_unix_ms": at })
             }),
         },
+        "history": history.into_iter().map(|(_, row)| row).collect::<Vec<_>>(),
         "completed": completed,
         "completed_total": done,
         "failures": failures,
         "failed_total": failed,
-    }))
+    })
+}
+
+/// A completed checkpoint as a row of Flink's history.
+fn completed_row(c: &weir::metrics::CheckpointStats) -> serde_json::Value {
+    let ms = |f: f64| f.round() as u64;
+    serde_json::json!({
+        "id": c.id,
+        "status": "COMPLETED",
+        "is_savepoint": c.alignment.is_none(),
+        "trigger_timestamp": c.trigger_unix_ms,
+        "latest_ack_timestamp": c.trigger_unix_ms + ms(c.duration_ms),
+        "end_to_end_duration": ms(c.duration_ms),
+        "state_size": c.state_bytes,
+        "checkpointed_size": c.written_bytes,
+        "persisted_data": c.inflight_bytes,
+        "alignment_duration": ms(c.alignment_ms),
+        "num_subtasks": c.tasks.len(),
+        "num_acknowledged_subtasks": c.tasks.len(),
+    })
 }
 
 /// Min, average, max and percentiles of `values` (none: all zero), as Flink summarizes.
@@ -450,21 +745,38 @@ fn within_roots(roots: &[String], dir: &str) -> Result<(), Refusal> {
     if dir.split(['/', '\\']).any(|part| part == "..") {
         return Err(forbidden("has a '..' in it"));
     }
-    let s3 = weir_object_store::S3Url::is_s3;
+    let s3 = crate::stored::is_stored;
     let inside = |root: &String| match (s3(root), s3(dir)) {
         (true, true) => {
             let root = root.trim_end_matches('/');
             dir.strip_prefix(root).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
         }
-        (false, false) => {
-            let absolute = |p: &str| std::path::absolute(p).unwrap_or_else(|_| PathBuf::from(p));
-            absolute(dir).starts_with(absolute(root))
-        }
+        (false, false) => resolved(dir).zip(resolved(root)).is_some_and(|(dir, root)| dir.starts_with(root)),
         _ => false,
     };
     match roots.iter().any(inside) {
         true => Ok(()),
         false => Err(forbidden("is outside the folders the operator allowed")),
+    }
+}
+
+/// `folder` as the operating system will find it: absolute, with every symbolic link in the
+/// part that exists resolved (a link inside a root led outside it, and the text said inside),
+/// and the part that does not exist yet (made as plain folders) appended. `None` where a part
+/// is there and cannot be resolved: a link to nothing (made, the folder would be its target).
+fn resolved(folder: &str) -> Option<PathBuf> {
+    let absolute = std::path::absolute(folder).ok()?;
+    let mut existing = absolute.as_path();
+    let mut missing = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return Some(missing.iter().rev().fold(real, |path, part| path.join(part)));
+        }
+        if existing.symlink_metadata().is_ok() {
+            return None;
+        }
+        missing.push(existing.file_name()?.to_os_string());
+        existing = existing.parent()?;
     }
 }
 
@@ -488,7 +800,7 @@ fn savepoint_dir(roots: &[String], dir: Option<&str>) -> Result<PathBuf, Refusal
 /// Refuses a local savepoint folder among the job's own (before anything makes it); one in an
 /// object store is taken into a staging folder of its own.
 fn check_folder(job: &JobController, dir: &std::path::Path) -> weir::Result<()> {
-    match dir.to_str().is_some_and(weir_object_store::S3Url::is_s3) {
+    match dir.to_str().is_some_and(crate::stored::is_stored) {
         true => Ok(()),
         false => job.check_savepoint_folder(dir),
     }
@@ -574,20 +886,37 @@ struct TriggerBody {
 async fn trigger_savepoint(
     State(s): State<Shared>,
     axum::extract::Path(job): axum::extract::Path<String>,
-    body: Option<axum::Json<TriggerBody>>,
+    body: Result<axum::Json<TriggerBody>, JsonRejection>,
 ) -> Response {
-    let body = body.map(|b| b.0).unwrap_or_default();
-    start_trigger(s, &job, body.target_directory, body.cancel_job, false)
+    match trigger_body(body) {
+        Ok(body) => start_trigger(s, &job, body.target_directory, body.cancel_job, false),
+        Err(r) => r.into_response(),
+    }
 }
 
 /// `POST /jobs/:id/stop`: a stop with a savepoint, by trigger.
 async fn trigger_stop(
     State(s): State<Shared>,
     axum::extract::Path(job): axum::extract::Path<String>,
-    body: Option<axum::Json<TriggerBody>>,
+    body: Result<axum::Json<TriggerBody>, JsonRejection>,
 ) -> Response {
-    let body = body.map(|b| b.0).unwrap_or_default();
-    start_trigger(s, &job, body.target_directory, true, body.drain)
+    match trigger_body(body) {
+        Ok(body) => start_trigger(s, &job, body.target_directory, true, body.drain),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// A trigger's body: none (no body, or not JSON by its content type) is the defaults; one that
+/// is not the JSON it should be is refused with a JSON error, not axum's plain text.
+fn trigger_body(body: Result<axum::Json<TriggerBody>, JsonRejection>) -> Result<TriggerBody, Refusal> {
+    match body {
+        Ok(axum::Json(body)) => Ok(body),
+        Err(JsonRejection::MissingJsonContentType(_)) => Ok(TriggerBody::default()),
+        Err(e) => Err(Refusal(
+            StatusCode::BAD_REQUEST,
+            format!("the request's body is not the JSON it should be: {}", e.body_text()),
+        )),
+    }
 }
 
 fn start_trigger(s: Shared, job: &str, dir: Option<String>, stop: bool, drain: bool) -> Response {
@@ -623,7 +952,7 @@ async fn trigger_status(
     if let Err(r) = this_job(&s, &job) {
         return r.into_response();
     }
-    let state = s.triggers.lock().unwrap_or_else(|e| e.into_inner()).get(&trigger);
+    let state = s.triggers.lock().unwrap_or_else(|e| e.into_inner()).read(&trigger);
     match state {
         None => refuse(StatusCode::NOT_FOUND, format!("no savepoint or stop request '{trigger}' (or it is too old)")),
         Some(TriggerState::InProgress) => json(serde_json::json!({ "status": { "id": "IN_PROGRESS" } })),
@@ -656,8 +985,13 @@ fn stop_now(s: &Shared, dir: PathBuf, drain: bool) -> Result<String, String> {
                     to end it)"
             .into());
     }
+    let Some(stops) = &s.stops else {
+        return Err("this endpoint carries out no stops with a savepoint (it was mounted without \
+                    ControlOptions::stop_requests): take a savepoint, then cancel"
+            .into());
+    };
     let (reply, answer) = std::sync::mpsc::channel();
-    s.stops.send(StopRequest { dir, drain, reply }).map_err(|_| "the job is not supervised any more (it is ending)")?;
+    stops.send(StopRequest { dir, drain, reply }).map_err(|_| "the job is not supervised any more (it is ending)")?;
     // The supervisor looks every 100 ms; the savepoint takes its own timeout.
     match answer.recv_timeout(Duration::from_secs(3600)) {
         Ok(outcome) => outcome,

@@ -26,7 +26,8 @@
 //! - `supervisor`: watching a job, carrying out the endpoint's stops.
 //! - `runner`: a program's job under the supervisor.
 //!
-//! May touch: `weir`, `weir-object-store` (savepoints in a store).
+//! May touch: `weir`, `weir-object-store` (savepoints in a store, with the `object-store`
+//! feature: without it the crate builds with no C compiler).
 
 #![warn(missing_docs)]
 #![warn(missing_debug_implementations)]

@@ -96,7 +96,11 @@ impl Runner {
         }
         let binding = match self.binding {
             Some(b) => Some(b),
-            None => self.control.as_deref().map(|addr| ControlBinding::bind(addr, self.control_public)).transpose()?,
+            None => self
+                .control
+                .as_deref()
+                .map(|addr| ControlBinding::bind(addr, crate::control::Reach::of_public(self.control_public)))
+                .transpose()?,
         };
         let savepoints = self.savepoint_dir.as_deref().map(crate::stored::SavepointDir::open).transpose()?;
         let checkpointing = job.checkpointing().is_some();

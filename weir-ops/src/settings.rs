@@ -681,24 +681,28 @@ fn within(key: &str, n: u64, min: u64, max: u64) -> weir::Result<u64> {
 /// The largest configuration file read: a few dozen keys take a few hundred bytes.
 const CONFIG_FILE_MAX_BYTES: u64 = 1 << 20;
 
-/// The settings of configuration file `path`: a plain file (a FIFO blocked the command for
-/// ever, and `/dev/zero` was read until memory ran out) of at most [`CONFIG_FILE_MAX_BYTES`].
-fn read_file(path: &Path) -> weir::Result<CheckpointSettings> {
-    let cannot = |e| Error::io("cannot read the configuration file", path, e);
+/// The text of `path`, `what` the user named (a configuration file, a password file): a plain
+/// file of at most `max_bytes`. A FIFO would block the command for ever and `/dev/zero` would
+/// be read until memory ran out, so anything but a plain file is refused, and a larger one.
+pub fn read_plain_file(path: &Path, what: &str, max_bytes: u64) -> weir::Result<String> {
+    let cannot = |e| Error::io(format!("cannot read the {what}"), path, e);
     let meta = std::fs::metadata(path).map_err(cannot)?;
     if !meta.is_file() {
-        return Err(Error::config(format!("configuration file {}: not a plain file", path.display())));
+        return Err(Error::config(format!("{what} {}: not a plain file", path.display())));
     }
     let mut text = String::new();
     let file = std::fs::File::open(path).map_err(cannot)?;
-    std::io::Read::read_to_string(&mut std::io::Read::take(file, CONFIG_FILE_MAX_BYTES + 1), &mut text)
-        .map_err(cannot)?;
-    if text.len() as u64 > CONFIG_FILE_MAX_BYTES {
-        return Err(Error::config(format!(
-            "configuration file {}: larger than {CONFIG_FILE_MAX_BYTES} bytes, not a configuration",
-            path.display()
-        )));
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, max_bytes + 1), &mut text).map_err(cannot)?;
+    if text.len() as u64 > max_bytes {
+        return Err(Error::config(format!("{what} {}: larger than {max_bytes} bytes", path.display())));
     }
+    Ok(text)
+}
+
+/// The settings of configuration file `path`: a plain file (a FIFO blocked the command for
+/// ever, and `/dev/zero` was read until memory ran out) of at most [`CONFIG_FILE_MAX_BYTES`].
+fn read_file(path: &Path) -> weir::Result<CheckpointSettings> {
+    let text = read_plain_file(path, "configuration file", CONFIG_FILE_MAX_BYTES)?;
     toml::from_str::<CheckpointSettings>(&text)
         .map_err(|e| Error::config(format!("configuration file {}: {e}", path.display())))
 }

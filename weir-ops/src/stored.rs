@@ -3,13 +3,35 @@
 //! `PREFIX/savepoint-<n>/`, `_metadata` last) and `--restore s3://BUCKET/PREFIX/savepoint-<n>`
 //! (brought down into a working folder, then restored as a local one).
 //!
+//! Without the crate's `object-store` feature an `s3://` folder is refused with an error that
+//! names the feature (the store's client needs a C compiler to build).
+//!
 //! May touch: nothing else in the crate (weir's checkpoint mirror, `weir-object-store`).
 
 use std::path::{Path, PathBuf};
 
 use weir::checkpoint::CheckpointMirror;
 use weir::{Error, Result};
-use weir_object_store::S3Url;
+
+/// Whether `folder` names a place in an object store (`s3://BUCKET/PREFIX`) rather than a
+/// local folder.
+pub fn is_stored(folder: &str) -> bool {
+    folder.starts_with("s3://")
+}
+
+/// The client of the store at `url` (`s3://BUCKET/PREFIX`).
+fn open_store(url: &str) -> Result<CheckpointMirror> {
+    #[cfg(feature = "object-store")]
+    {
+        Ok(CheckpointMirror::new(weir_object_store::open(url)?))
+    }
+    #[cfg(not(feature = "object-store"))]
+    {
+        Err(Error::config(format!(
+            "{url} is in an object store, and this program was built without weir-ops' `object-store` feature"
+        )))
+    }
+}
 
 /// Where a stop-with-savepoint goes.
 #[derive(Debug)]
@@ -31,9 +53,9 @@ impl SavepointDir {
     /// `dir` as a savepoint directory: a store's is checked now (a listing), a folder is
     /// created now, so a bad one is found at start, not when the savepoint is asked for.
     pub fn open(dir: &Path) -> Result<SavepointDir> {
-        match dir.to_str().filter(|d| S3Url::is_s3(d)) {
+        match dir.to_str().filter(|d| is_stored(d)) {
             Some(url) => {
-                let mirror = CheckpointMirror::new(weir_object_store::open(url)?);
+                let mirror = open_store(url)?;
                 mirror.probe()?;
                 let staging = crate::scratch_dir("savepoints");
                 Ok(SavepointDir::Stored { url: url.trim_end_matches('/').to_string(), mirror, staging })
@@ -71,7 +93,7 @@ impl SavepointDir {
 /// The folder to restore `path` from: itself, or for `s3://BUCKET/PREFIX/savepoint-<n>` (or
 /// `chk-<n>`), a working folder it was brought down into.
 pub fn restorable(path: &Path) -> Result<PathBuf> {
-    let Some(url) = path.to_str().filter(|p| S3Url::is_s3(p)) else { return Ok(path.to_path_buf()) };
+    let Some(url) = path.to_str().filter(|p| is_stored(p)) else { return Ok(path.to_path_buf()) };
     let url = url.trim_end_matches('/');
     let name = url.rsplit_once('/').map(|(_, n)| n).unwrap_or_default();
     if !(name.starts_with("savepoint-") || name.starts_with("chk-")) {
@@ -79,7 +101,7 @@ pub fn restorable(path: &Path) -> Result<PathBuf> {
             "{url} is not a savepoint or checkpoint in a store: expected s3://BUCKET/PREFIX/savepoint-<n> (or chk-<n>)"
         )));
     }
-    let mirror = CheckpointMirror::new(weir_object_store::open(url)?);
+    let mirror = open_store(url)?;
     let to = crate::scratch_dir("restore").join(name);
     if mirror.download_folder("", &to)? == 0 {
         return Err(Error::config(format!("{url} holds nothing: no savepoint or checkpoint there")));

@@ -194,7 +194,26 @@ fn answer_stop(
 /// [`supervise`], asking `hand_over` after every look at the job whether to stop it with a
 /// savepoint now (a consumer group changing under it, or a member asked to leave: it sees
 /// Ctrl-C first, in [`STOP_REQUESTS`]), and carrying out the stops `control` is asked for.
+///
+/// Once the job ended, the endpoint keeps serving while a savepoint or stop asked for by
+/// trigger awaits its poll, up to [`crate::control::TRIGGER_LINGER`].
 pub fn supervise_with(
+    handle: JobHandle,
+    limit: Option<Duration>,
+    progress: bool,
+    savepoint_dir: Option<&crate::stored::SavepointDir>,
+    control: Option<&ControlEndpoint>,
+    hand_over: &mut dyn FnMut(&JobHandle) -> weir::Result<bool>,
+) -> weir::Result<Supervised> {
+    let ended = watch(handle, limit, progress, savepoint_dir, control, hand_over);
+    if let Some(control) = control {
+        control.linger(crate::control::TRIGGER_LINGER);
+    }
+    ended
+}
+
+/// [`supervise_with`] until the job ended.
+fn watch(
     mut handle: JobHandle,
     limit: Option<Duration>,
     progress: bool,

@@ -40,7 +40,8 @@ fn running(name: &str) -> (tempfile::TempDir, weir::JobHandle, ControlEndpoint) 
         .reduce(|a, b| (a.0, a.1 + b.1))
         .discard();
     let handle = job.start(RunConfig::default().workers(2)).unwrap();
-    let endpoint = ControlEndpoint::start("127.0.0.1:0", false, handle.controller()).unwrap();
+    let endpoint =
+        ControlEndpoint::start("127.0.0.1:0", weir_ops::control::Reach::Loopback, handle.controller()).unwrap();
     (dir, handle, endpoint)
 }
 
