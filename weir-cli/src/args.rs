@@ -413,6 +413,11 @@ pub(crate) struct RuntimeArgs {
     /// folder this process may write.
     #[arg(long, value_name = "DIR", requires = "control")]
     pub(crate) control_savepoint_root: Vec<String>,
+    /// Keep the control endpoint serving this long after the job ended (`30s`, `2m`), so
+    /// that a probe or an operator reads how it ended (`/health`, `/job`); it serves on anyway
+    /// while a savepoint or stop asked for by trigger has an outcome nobody polled, up to 30 s.
+    #[arg(long, value_name = "DURATION", requires = "control", value_parser = duration_s)]
+    pub(crate) control_linger: Option<f64>,
 }
 
 impl RuntimeArgs {
@@ -424,7 +429,10 @@ impl RuntimeArgs {
             .as_deref()
             .map(|a| {
                 weir_ops::control::ControlBinding::bind(a, weir_ops::control::Reach::of_public(self.control_public))
-                    .map(|b| b.savepoint_roots(roots))
+                    .map(|b| {
+                        let linger = Duration::from_secs_f64(self.control_linger.unwrap_or(0.0));
+                        b.savepoint_roots(roots).linger(linger)
+                    })
             })
             .transpose()
     }
@@ -629,8 +637,15 @@ pub(crate) fn positive_at_most(s: &str, max: f64, unit: &str) -> Result<f64, Str
     Ok(v)
 }
 
+/// Seconds, as a number (`2.5`) or a duration with its unit (`90s`, `1m30s`, `500ms`: read as
+/// the checkpoint settings read theirs, [`weir_ops::settings::millis`]).
 pub(crate) fn duration_s(s: &str) -> Result<f64, String> {
-    positive_at_most(s, MAX_DURATION_S, "seconds")
+    if s.trim().parse::<f64>().is_ok() {
+        return positive_at_most(s, MAX_DURATION_S, "seconds");
+    }
+    let ms = weir_ops::settings::millis(s)?;
+    positive_at_most(&(ms as f64 / 1e3).to_string(), MAX_DURATION_S, "seconds")
+        .map_err(|_| format!("'{s}' must be a positive duration of at most {MAX_DURATION_S:e} seconds"))
 }
 
 pub(crate) fn rate_per_s(s: &str) -> Result<f64, String> {

@@ -341,7 +341,7 @@ fn every_checkpointing_command_takes_one_set_of_flags_and_a_file() {
         let o = weir(&[&["bench", "--duration-s", "0.5", "--no-progress"][..], args].concat());
         assert!(o.status.success() && text_of(&o).contains("every 200 ms"), "{args:?}: {}", text_of(&o));
     }
-    assert_refused(&["bench", "--interval-ms", "2d"], "'2d' has the unknown unit 'd'");
+    assert_refused(&["bench", "--interval-ms", "2x"], "'2x' has the unknown unit 'x'");
     assert_refused(&["bench", "--min-pause-ms", "0.5ms"], "'0.5ms' is not a duration in milliseconds");
     std::fs::write(&file, "interval-ms = \"soon\"\n").unwrap();
     assert_refused(&["bench", "--config", file.to_str().unwrap()], "'soon' is not a duration");

@@ -83,7 +83,7 @@ fn a_running_job_is_checkpointed_reconfigured_and_stopped_from_outside() {
     for (bad, says) in [
         ("bogus=1", "unknown configuration key 'bogus'"),
         ("interval-ms=soon", "interval-ms=soon: invalid type: string \"soon\""),
-        ("interval-ms=2d", "'2d' has the unknown unit 'd'"),
+        ("interval-ms=2x", "'2x' has the unknown unit 'x'"),
         ("incremental=true", "fixed for the job's life"),
         ("local-recovery=false", "fixed for the job's life"),
         ("max-concurrent=0", "max-concurrent must be from 1 to 64, not 0"),

@@ -24,4 +24,5 @@ mod dashboard;
 mod integrity;
 mod kafka;
 mod object_store;
+mod operating;
 mod prometheus;

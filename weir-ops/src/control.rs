@@ -68,6 +68,8 @@ pub struct ControlEndpoint {
     thread: Option<JoinHandle<()>>,
     stops: Mutex<Receiver<StopRequest>>,
     triggers: std::sync::Arc<Mutex<Triggers>>,
+    /// How long it serves on after the job ended ([`ControlBinding::linger`]).
+    linger: Duration,
 }
 
 impl std::fmt::Debug for ControlEndpoint {
@@ -239,6 +241,7 @@ pub struct ControlBinding {
     listener: std::net::TcpListener,
     addr: SocketAddr,
     roots: Vec<String>,
+    linger: Duration,
 }
 
 impl ControlBinding {
@@ -263,7 +266,7 @@ impl ControlBinding {
         let listener = std::net::TcpListener::bind(first).map_err(cannot)?;
         listener.set_nonblocking(true).map_err(cannot)?;
         let addr = listener.local_addr().map_err(cannot)?;
-        Ok(ControlBinding { listener, addr, roots: Vec::new() })
+        Ok(ControlBinding { listener, addr, roots: Vec::new(), linger: Duration::ZERO })
     }
 
     /// Lets savepoints go only into folders under `roots` (local folders, or `s3://` ones);
@@ -274,6 +277,13 @@ impl ControlBinding {
         self
     }
 
+    /// Keeps serving `linger` after the job ended ([`ControlEndpoint::linger`]), so that how
+    /// it ended can be read; none by default.
+    pub fn linger(mut self, linger: Duration) -> ControlBinding {
+        self.linger = linger;
+        self
+    }
+
     /// Where it will serve.
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -281,7 +291,7 @@ impl ControlBinding {
 
     /// Serves `job` from now on.
     pub fn serve(self, job: JobController) -> weir::Result<ControlEndpoint> {
-        let ControlBinding { listener, addr, roots } = self;
+        let ControlBinding { listener, addr, roots, linger } = self;
         let (stop_tx, stop_rx) = std::sync::mpsc::channel();
         let shared = Shared {
             job: job.clone(),
@@ -322,6 +332,7 @@ impl ControlBinding {
             thread: Some(thread),
             stops: Mutex::new(stop_rx),
             triggers,
+            linger,
         })
     }
 }
@@ -337,14 +348,14 @@ impl ControlEndpoint {
         self.addr
     }
 
-    /// Keeps serving, up to `max`, while a savepoint or stop asked for by trigger is in
-    /// progress or has an outcome nobody polled: called once the job ended (a stop by trigger
-    /// ends it), so the caller can still read where its savepoint went. Returns at once when
-    /// nothing is awaited.
-    pub fn linger(&self, max: Duration) {
-        let deadline = std::time::Instant::now() + max;
-        while self.triggers.lock().unwrap_or_else(|e| e.into_inner()).awaited() && std::time::Instant::now() < deadline
-        {
+    /// Keeps serving once the job ended: for its [`ControlBinding::linger`], and, up to
+    /// [`TRIGGER_LINGER`], while a savepoint or stop asked for by trigger is in progress or has
+    /// an outcome nobody polled (a stop by trigger ends the job, and its caller learns where
+    /// the savepoint went by polling). Returns at once when neither holds.
+    pub fn linger(&self) {
+        let started = std::time::Instant::now();
+        let awaited = || self.triggers.lock().unwrap_or_else(|e| e.into_inner()).awaited();
+        while started.elapsed() < self.linger || (awaited() && started.elapsed() < TRIGGER_LINGER) {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -836,6 +847,13 @@ async fn stop(State(s): State<Shared>, Query(q): Query<DirQuery>) -> Response {
 
 /// Cancels the job (no savepoint, nothing committed after it): Flink's `cancel`.
 async fn cancel(State(s): State<Shared>) -> Response {
+    let state = s.job.state();
+    if state.is_terminal() {
+        return refuse(
+            StatusCode::CONFLICT,
+            format!("the job has ended already ({}): nothing to cancel", state.name()),
+        );
+    }
     s.job.cancel();
     (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "cancelled": s.job.name() }))).into_response()
 }

@@ -209,12 +209,17 @@ fn plan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<CheckpointPlan>
     checkpoint_plan(&s).map(Some).map_err(serde::de::Error::custom)
 }
 
-/// Milliseconds from `500`, `500ms`, `2s`, `1.5s`, `3m` or `1h`: every setting in
-/// milliseconds takes a duration with its unit too, on the command line, in the file and at the
-/// control endpoint. An unknown unit, or a number that is no whole count of milliseconds, is
-/// named.
+/// Milliseconds from `500`, `500ms`, `2s`, `1.5s`, `3m`, `1h`, or a duration as `humantime`
+/// reads it (`1m30s`, `1h 15min`): every setting in milliseconds takes a duration with its unit
+/// too, on the command line, in the file and at the control endpoint. An unknown unit, or a
+/// number that is no whole count of milliseconds, is named.
 pub fn millis(value: &str) -> Result<u64, String> {
     let text = value.trim();
+    if let Ok(d) = humantime::parse_duration(text) {
+        if d.subsec_nanos() % 1_000_000 == 0 {
+            return u64::try_from(d.as_millis()).map_err(|_| format!("'{value}' is too long a duration"));
+        }
+    }
     let (number, unit) = text.split_at(text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len()));
     let not_a_duration = || format!("'{value}' is not a duration in milliseconds (say 500, 500ms, 2s, 1m or 1h)");
     if number.is_empty() {

@@ -195,8 +195,7 @@ fn answer_stop(
 /// savepoint now (a consumer group changing under it, or a member asked to leave: it sees
 /// Ctrl-C first, in [`STOP_REQUESTS`]), and carrying out the stops `control` is asked for.
 ///
-/// Once the job ended, the endpoint keeps serving while a savepoint or stop asked for by
-/// trigger awaits its poll, up to [`crate::control::TRIGGER_LINGER`].
+/// Once the job ended, the endpoint keeps serving as [`ControlEndpoint::linger`] says.
 pub fn supervise_with(
     handle: JobHandle,
     limit: Option<Duration>,
@@ -207,7 +206,7 @@ pub fn supervise_with(
 ) -> weir::Result<Supervised> {
     let ended = watch(handle, limit, progress, savepoint_dir, control, hand_over);
     if let Some(control) = control {
-        control.linger(crate::control::TRIGGER_LINGER);
+        control.linger();
     }
     ended
 }

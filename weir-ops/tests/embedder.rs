@@ -146,3 +146,59 @@ fn a_programs_own_job_serves_its_metrics_and_dashboard() {
     handle.stop();
     handle.join().unwrap();
 }
+
+/// A service that already serves HTTP had to open a second port: `ControlEndpoint::start`
+/// started its own server and `router()` was private. The endpoint's routes now mount in the
+/// program's own axum server, beside its own routes, with options by name; stops with a
+/// savepoint, which only the job's handle can carry out, are refused with a JSON error unless
+/// the program takes them.
+#[test]
+fn the_endpoint_mounts_in_the_programs_own_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let job =
+        Job::new("mounted").with_checkpointing(CheckpointConfig::new(dir.path()).interval(Duration::from_secs(3600)));
+    job.generator(Generator::new(|i, _| i).count(u64::MAX)).discard();
+    let handle = job.start(RunConfig::default().workers(1)).unwrap();
+    let allowed = dir.path().join("allowed");
+    let options = weir_ops::control::ControlOptions::new().savepoint_roots([allowed.to_str().unwrap()]);
+    let app = axum::Router::new()
+        .route("/own", axum::routing::get(|| async { "the program's own" }))
+        .nest("/weir", weir_ops::control::router(handle.controller(), options));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_io().build().unwrap();
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    runtime.spawn(async move { axum::serve(listener, app).await });
+
+    assert!(request(addr, "GET", "/own").ends_with("the program's own"));
+    let job = request(addr, "GET", "/weir/job");
+    assert!(job.starts_with("HTTP/1.1 200") && body(&job)["state"] == "RUNNING", "{job}");
+    let outside = request(addr, "POST", &format!("/weir/savepoints?dir={}", dir.path().join("x").display()));
+    assert!(outside.starts_with("HTTP/1.1 403"), "the options hold: {outside}");
+    let stop = request(addr, "POST", &format!("/weir/stop?dir={}", allowed.display()));
+    assert!(stop.starts_with("HTTP/1.1 409"), "{stop}");
+    assert!(body(&stop)["error"].as_str().unwrap().contains("stop_requests"), "{stop}");
+    let taken = request(addr, "POST", &format!("/weir/savepoints?dir={}", allowed.display()));
+    assert!(taken.starts_with("HTTP/1.1 200") && body(&taken)["savepoint"].is_string(), "{taken}");
+    handle.cancel();
+    assert!(handle.join().is_err());
+    drop(runtime);
+}
+
+/// `weir-ops` needed a C compiler (ring, through the object store's TLS) though README said
+/// "no C build": without its `object-store` feature nothing in its build compiles C.
+#[test]
+fn weir_ops_builds_without_a_c_compiler_unless_asked() {
+    let tree = |features: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["tree", "--offline", "-p", "weir-ops", "-e", "normal,build", "--prefix", "none"])
+            .args(features)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let builds_c = |tree: &str| tree.lines().any(|l| l.starts_with("cc v"));
+    assert!(!builds_c(&tree(&[])), "{}", tree(&[]));
+    assert!(builds_c(&tree(&["--features", "object-store"])), "the check can see a C build");
+}
