@@ -164,3 +164,36 @@ fn a_savepoint_in_s3_resumes_in_a_new_process() {
     assert!(o.status.success() && text.contains("restoring savepoint"), "{text}");
     crate::crash::check_exactly_once(&expected, out.path(), "resumed from a savepoint in S3");
 }
+
+/// `weir control ADDR savepoint s3://BUCKET/P` wrote the savepoint into a local folder named
+/// `s3:` (the client made the address absolute), and every job with `s3://` checkpoints and
+/// `--control` panicked the endpoint's thread as it ended ("Cannot drop a runtime in a context
+/// where blocking is not allowed"), exiting 0. The savepoint goes to the store, and the job ends
+/// cleanly.
+#[test]
+fn a_savepoint_into_s3_from_the_control_client_and_a_clean_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("log.txt");
+    std::fs::write(&input, "a b\nc d\n").unwrap();
+    let chk = common::s3::checkpoint_url("controlled");
+    let savepoints = common::s3::checkpoint_url("controlled-savepoints");
+    let flags = ["--follow", "--interval-ms", "3600000", "--control", "127.0.0.1:0"];
+    let mut command = common::wordcount(&input, &dir.path().join("out"), Path::new(&chk), &flags);
+    command.current_dir(dir.path());
+    let mut job = common::Running::start(command);
+    job.wait_to_say("control endpoint: http://", 1);
+    let addr = job.word_after("control endpoint: http://").unwrap();
+    let mut client = std::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+    let o = client.args(["control", &addr, "savepoint", &savepoints]).current_dir(dir.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.contains(&format!("{savepoints}/savepoint-")), "{text}");
+    assert!(!dir.path().join("s3:").exists(), "no local folder named after the address");
+    let keys = common::s3::store(&savepoints).list("savepoint-").unwrap();
+    assert!(keys.iter().any(|k| k.ends_with("/_metadata")), "the savepoint is in the store: {keys:?}");
+    let (ok, text) = crate::control::control(&addr, &["cancel"]);
+    assert!(ok, "{text}");
+    let status = job.child.wait().unwrap();
+    let said = job.text.lock().unwrap().clone();
+    assert!(!said.contains("panicked"), "{said}");
+    assert!(!status.success(), "a cancelled job exits non-zero: {said}");
+}
