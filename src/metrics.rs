@@ -83,8 +83,8 @@ impl OperatorMetrics {
     }
 
     #[inline]
-    pub(crate) fn received(&self, n: usize) {
-        self.records_in.add(n as u64);
+    pub(crate) fn received(&self, n: u64) {
+        self.records_in.add(n);
     }
 
     #[inline]

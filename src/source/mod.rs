@@ -16,7 +16,7 @@ mod text;
 pub use generator::Generator;
 pub(crate) use push::push_channel;
 pub use push::{Closing, EventSender, ResumePoint, SendError, Sending, DEFAULT_REPLAY_EVENTS};
-pub(crate) use text::TextBlocks;
+pub(crate) use text::{lines_in, TextBlocks};
 pub use text::{TextSource, TEXT_BACKLOG_BYTES};
 
 use crate::context::TaskContext;

@@ -509,7 +509,7 @@ impl Source<Vec<u8>> for TextBlocks {
 /// Lines in a block of whole lines, the last perhaps without its newline. Counted in 64-byte
 /// chunks the compiler turns into vector compares: a fraction of the cost of the word
 /// splitting every block goes through next.
-fn lines_in(block: &[u8]) -> u64 {
+pub(crate) fn lines_in(block: &[u8]) -> u64 {
     let mut chunks = block.chunks_exact(64);
     // A chunk's count fits a byte: summed as bytes, the compare and add stay 16 or 32 lanes wide.
     let mut n: u64 =

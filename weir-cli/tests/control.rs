@@ -319,7 +319,8 @@ fn the_metrics_show_records_out_and_watermark_lag() {
     common::wait_until("records out and watermark lag", || {
         let (_, text) = control(&addr, &["metrics"]);
         let out = samples(&text, "weir_operator_records_out_total{job_name=\"default\"");
-        let lag = samples(&text, "weir_operator_watermark_lag{job_name=\"default\",operator=\"window-count\"");
+        let lag =
+            samples(&text, "weir_operator_watermark_lag_milliseconds{job_name=\"default\",operator=\"window-count\"");
         out.iter().sum::<f64>() > 0.0 && lag.len() == 2 && lag.contains(&0.0)
     });
     job.child.kill().unwrap();

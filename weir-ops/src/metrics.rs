@@ -173,6 +173,15 @@ impl Collector for JobMetrics {
         f.counter("weir_sink_records", "Records the job's sinks received.", [(vec![], m.sink_records())])?;
         f.counter("weir_late_records", "Late records windows dropped.", [(vec![], m.late_records())])?;
         f.counter("weir_restarts", "Restarts after failures.", [(vec![], u64::from(job.restarts()))])?;
+        let state = job.state();
+        f.gauge(
+            "weir_job_state",
+            "1 for the state the job is in (Flink's names), 0 for the others.",
+            None,
+            weir::JobState::ALL
+                .iter()
+                .map(|&s| (vec![("state", s.name().to_string())], f64::from(u8::from(s == state)))),
+        )?;
         let uptime = job.elapsed().as_secs_f64();
         f.gauge("weir_uptime", "Time since the job started.", Some(Unit::Seconds), [(vec![], uptime)])?;
         f.gauge("weir_workers", "Worker threads the job runs on.", None, [(vec![], job.workers() as f64)])?;
@@ -198,11 +207,13 @@ impl Collector for JobMetrics {
              are the next one's records in).",
             operators.iter().filter(|o| o.records_out() > 0).map(|o| (at(o), o.records_out())),
         )?;
+        // Event time is in milliseconds (Flink's `currentInputWatermark`), the unit in the name.
+        let ms = Some(Unit::Other("milliseconds".into()));
         f.gauge(
             "weir_operator_watermark",
-            "The newest watermark a one-input operator subtask received, in the job's event time (its own unit: \
-             wall-clock milliseconds for most jobs, as Flink's).",
-            None,
+            "The newest watermark a one-input operator subtask received, in the job's event time: milliseconds \
+             since the Unix epoch for a job whose timestamps are those (most are, as Flink's).",
+            ms.clone(),
             operators.iter().filter_map(|o| o.watermark().map(|w| (at(o), w as f64))),
         )?;
         // A subtask's lag is how far it is behind the job's most advanced watermark: the
@@ -211,8 +222,8 @@ impl Collector for JobMetrics {
         f.gauge(
             "weir_operator_watermark_lag",
             "How far a one-input operator subtask's newest watermark is behind the job's most advanced one, in event \
-             time's unit: the subtasks that hold event time back.",
-            None,
+             time: the subtasks that hold event time back.",
+            ms,
             operators.iter().filter_map(|o| {
                 let (w, ahead) = (o.watermark().filter(|&w| w < u64::MAX / 2)?, ahead?);
                 Some((at(o), ahead.saturating_sub(w) as f64))
@@ -259,8 +270,19 @@ fn checkpoint_families(f: &mut Families<'_>, job: &JobController) -> Fmt {
     f.counter("weir_checkpoints_completed", "Checkpoints completed.", [(vec![], job.checkpoints_completed())])?;
     let failed = job.checkpoints_failed();
     f.counter("weir_checkpoints_failed", "Checkpoints that failed.", [(vec![], failed)])?;
+    let in_progress = job.checkpoints_in_progress() as f64;
+    f.gauge("weir_checkpoints_in_progress", "Checkpoints triggered and not yet done.", None, [(vec![], in_progress)])?;
+    f.counter("weir_restores", "Attempts that restored a checkpoint or savepoint.", [(vec![], job.restores())])?;
     let Some(last) = job.last_checkpoint() else { return Ok(()) };
     f.gauge("weir_last_checkpoint_id", "Id of the newest completed checkpoint.", None, [(vec![], last.id as f64)])?;
+    // What an alert on checkpoints that stopped completing compares with `time()`.
+    let completed_s = (last.trigger_unix_ms as f64 + last.duration_ms) / 1e3;
+    f.gauge(
+        "weir_last_checkpoint_completed_timestamp",
+        "When the newest checkpoint completed, in seconds since the Unix epoch.",
+        Some(Unit::Seconds),
+        [(vec![], completed_s)],
+    )?;
     let seconds: [(&str, &str, f64); 5] = [
         ("weir_last_checkpoint_duration", "Its duration, trigger to completion.", last.duration_ms),
         ("weir_last_checkpoint_start_delay", "Its barriers' delay to the tasks.", last.start_delay_ms),

@@ -31,7 +31,8 @@ impl LineStream {
             .job
             .source_of(move |ctx| Ok(TextBlocks::new(source.subtask(ctx.subtask, ctx.parallelism))))
             .named_by_default("text");
-        chained_op(&blocks, "flat_map", move |_, next| {
+        // Its records in are the blocks' lines, as the source counts them.
+        chained_op_counting::<_, _, _, crate::pipeline::task::LinesInBlocks>(&blocks, "flat_map", move |_, next| {
             Ok(Box::new(FlatMap::new(
                 |block: Vec<u8>, e: &mut Emitter<'_, crate::Word>| {
                     crate::record::for_each_word_in_bytes(&block, |w| e.emit(w))

@@ -18,7 +18,7 @@ use crate::pipeline::graph::{
     channels_of, downcast_collector, downcast_readers, downcast_two, fan_out_of, AnyBox, EdgeInput, MakeChannels,
     NodeKind,
 };
-use crate::pipeline::task::{Guarded, OneInputTask, Task, TwoInputTask};
+use crate::pipeline::task::{CountIn, Guarded, OneInputTask, PerElement, Task, TwoInputTask};
 use crate::record::Record;
 use crate::sink::{Sink, SinkOperator};
 
@@ -27,7 +27,15 @@ use super::*;
 /// Wraps one subtask's operator so its panics name it, and erases its type for the plan.
 /// Restores the operator's state when the job restarts from a checkpoint.
 pub(super) fn guarded<T: 'static>(ctx: &TaskContext, op: Box<dyn Collector<T>>) -> Result<AnyBox> {
-    let mut op = Guarded::new(ctx.clone(), op);
+    guarded_counting::<T, PerElement>(ctx, op)
+}
+
+/// [`guarded`], its records in counted by `N`.
+pub(super) fn guarded_counting<T: 'static, N: CountIn<T> + 'static>(
+    ctx: &TaskContext,
+    op: Box<dyn Collector<T>>,
+) -> Result<AnyBox> {
+    let mut op = Guarded::<_, N>::new(ctx.clone(), op);
     match ctx.restored_fork() {
         // Local recovery: the fork the process kept, handed back without being encoded.
         Some(fork) => {
@@ -75,10 +83,21 @@ where
     U: Clone + Send + 'static,
     M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + Send + 'static,
 {
+    chained_op_counting::<T, U, M, PerElement>(s, base, make)
+}
+
+/// [`chained_op`], its records in counted by `N`.
+pub(super) fn chained_op_counting<T, U, M, N>(s: &Stream<T>, base: &str, make: M) -> Stream<U>
+where
+    T: Clone + Send + 'static,
+    U: Clone + Send + 'static,
+    M: Fn(&TaskContext, Box<dyn Collector<U>>) -> Result<Box<dyn Collector<T>>> + Send + 'static,
+    N: CountIn<T> + 'static,
+{
     let job = s.job();
     let p = s.parallelism();
     let kind = NodeKind::OneInput {
-        make: Box::new(move |ctx, down| guarded(ctx, make(ctx, downcast_collector::<U>(down))?)),
+        make: Box::new(move |ctx, down| guarded_counting::<T, N>(ctx, make(ctx, downcast_collector::<U>(down))?)),
         // Never a task head: its input edge has no rings, and the plan refuses to break it.
         make_task: Box::new(|_, _, _, _, _| -> Result<Box<dyn Task>> {
             unreachable!("an edge carrying non-plain records is always chained")
