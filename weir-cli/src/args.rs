@@ -227,23 +227,23 @@ pub(crate) struct CheckpointArgs {
     pub(crate) flags: weir_ops::settings::CheckpointSettings,
     /// Ctrl-C or SIGTERM stops the job with a savepoint in this directory, a folder or
     /// s3://BUCKET/PREFIX (needs --checkpoint-dir).
-    #[arg(long)]
+    #[arg(long, help_heading = "Savepoints and restores")]
     pub(crate) savepoint_dir: Option<PathBuf>,
     /// Milliseconds the savepoint of --savepoint-dir may take before it fails (default
     /// 600000), apart from --checkpoint-timeout-ms.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Savepoints and restores")]
     pub(crate) savepoint_timeout_ms: Option<u64>,
     /// Start from this savepoint (savepoint-<n>) or checkpoint (chk-<n>) folder, or one in an
     /// object store (s3://BUCKET/PREFIX/savepoint-<n>).
-    #[arg(long)]
+    #[arg(long, help_heading = "Savepoints and restores")]
     pub(crate) restore: Option<PathBuf>,
     /// With --restore: drop state of operators this job lacks instead of refusing it.
-    #[arg(long)]
+    #[arg(long, help_heading = "Savepoints and restores")]
     pub(crate) allow_non_restored_state: bool,
     /// Let a recovery that falls back past a damaged checkpoint (or finds none left) remove
     /// the output committed under the checkpoints it cannot restore, and compute it again;
     /// without it, such a recovery refuses to start and names the files.
-    #[arg(long)]
+    #[arg(long, help_heading = "Savepoints and restores")]
     pub(crate) allow_retracting_output: bool,
     /// Tests only: end the process right after checkpoint N is complete, before any sink
     /// commits it.
@@ -381,6 +381,7 @@ impl CheckpointArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Runtime")]
 pub(crate) struct RuntimeArgs {
     /// Worker threads, one per core (default: every available core).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
@@ -403,20 +404,20 @@ pub(crate) struct RuntimeArgs {
     /// Serve the control endpoint at HOST:PORT (port 0 picks one; the address is printed):
     /// checkpoints and savepoints on demand, stop with a savepoint, the live checkpoint
     /// configuration, statistics, Prometheus metrics. `weir control ADDR …` is its client.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Control")]
     pub(crate) control: Option<String>,
     /// Let --control serve off loopback (anyone who reaches it can stop the job).
-    #[arg(long, requires = "control")]
+    #[arg(long, requires = "control", help_heading = "Control")]
     pub(crate) control_public: bool,
     /// Let the control endpoint write savepoints only under DIR (a folder or s3://BUCKET/PREFIX;
     /// give it again for more): a request for a folder elsewhere is refused. Without it, any
     /// folder this process may write.
-    #[arg(long, value_name = "DIR", requires = "control")]
+    #[arg(long, value_name = "DIR", requires = "control", help_heading = "Control")]
     pub(crate) control_savepoint_root: Vec<String>,
     /// Keep the control endpoint serving this long after the job ended (`30s`, `2m`), so
     /// that a probe or an operator reads how it ended (`/health`, `/job`); it serves on anyway
     /// while a savepoint or stop asked for by trigger has an outcome nobody polled, up to 30 s.
-    #[arg(long, value_name = "DURATION", requires = "control", value_parser = duration_s)]
+    #[arg(long, value_name = "DURATION", requires = "control", value_parser = duration_s, help_heading = "Control")]
     pub(crate) control_linger: Option<f64>,
 }
 
@@ -457,6 +458,7 @@ pub(crate) struct DefaultArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Input and output")]
 pub(crate) struct WordcountArgs {
     /// A text file, a folder of text files (read in name order), - for standard input, or a
     /// Kafka topic, kafka://HOST:PORT/TOPIC (one line of text per message; read up to the
@@ -510,6 +512,7 @@ where
 
 /// How the Kafka input and output are reached (TLS, SASL) and how the output is compressed.
 #[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Kafka")]
 pub(crate) struct KafkaArgs {
     /// Speak TLS to the Kafka brokers, checking their certificates against the platform's
     /// roots (managed Kafka: MSK, Confluent Cloud, Aiven).

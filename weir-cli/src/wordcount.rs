@@ -22,6 +22,15 @@ fn join(parts: &[i32], sep: &str) -> String {
 /// `arg` as a Kafka topic address, if it is meant as one (`kafka://…`; a malformed one is an
 /// error that shows the form).
 fn kafka_url(arg: &std::path::Path) -> weir::Result<Option<KafkaUrl>> {
+    if let Some((scheme, _)) = arg.to_str().and_then(|s| s.split_once("://")).filter(|(s, _)| *s != "kafka") {
+        // `kafkas://…` (or any other address) was read as a file path named after it.
+        let tls = if scheme.eq_ignore_ascii_case("kafkas") { " (over TLS: kafka://… with --kafka-tls)" } else { "" };
+        return Err(Error::config(format!(
+            "'{}' is an address weir does not take: a Kafka topic is kafka://HOST:PORT/TOPIC{tls}, anything else a \
+             file or folder",
+            arg.display()
+        )));
+    }
     arg.to_str().filter(|s| KafkaUrl::is_kafka(s)).map(KafkaUrl::parse).transpose()
 }
 

@@ -124,6 +124,29 @@ fn the_command_names_bad_kafka_addresses() {
     }
     let text = run_with(&from, &out_dir, &["--kafka-sasl-mechanism", "GSSAPI", "--kafka-sasl-username", "u"]);
     assert!(text.contains("possible values: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"), "{text}");
+    // `kafkas://` was read as a file path named after it.
+    let text = run(&format!("kafkas://{}/{input}", broker()), &out_dir);
+    assert!(text.contains("is an address weir does not take") && text.contains("--kafka-tls"), "{text}");
+    // A password file that is a FIFO blocked the command for good (and /dev/zero was read until
+    // memory ran out): refused at once, as the configuration file is.
+    let fifo = out.path().join("password.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["wordcount", "--no-progress", "--input", &from, "--output", &out_dir])
+        .args(["--kafka-sasl-mechanism", "PLAIN", "--kafka-sasl-username", "u", "--kafka-sasl-password-file"])
+        .arg(&fifo)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let o = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && text.contains("not a plain file"), "{text}");
 }
 
 /// `weir wordcount` from a topic to a topic through a TLS-terminating proxy

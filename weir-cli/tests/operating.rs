@@ -234,3 +234,27 @@ fn the_metrics_count_records_and_say_when_the_last_checkpoint_completed() {
     }
     stop(job);
 }
+
+/// The command: `wordcount --help` was one flat list of ~60 flags; `1m30s` was refused as a
+/// duration.
+#[test]
+fn help_comes_in_headings_and_durations_read_as_people_write_them() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weir")).args(["wordcount", "--help"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    for heading in ["Input and output:", "Kafka:", "Runtime:", "Control:", "Checkpoints:", "State:", "Restarts:"] {
+        assert!(text.lines().any(|l| l == heading), "{heading} in {text}");
+    }
+    let state = text.split("\nState:").nth(1).unwrap();
+    assert!(state.trim_start().starts_with("--incremental"), "{text}");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--duration-s", "0m0.5s", "--workers", "1", "--no-progress"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["bench", "--duration-s", "1m30x"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && text.contains("'1m30x'"), "{text}");
+}

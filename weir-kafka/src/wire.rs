@@ -173,14 +173,14 @@ fn tls_failure(addr: &str, tls: &Tls, e: std::io::Error) -> weir::Error {
     use std::io::ErrorKind;
     let rustls_error = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
     match (e.kind(), rustls_error) {
-        (_, Some(rustls::Error::InvalidCertificate(why))) => weir::Error::config(format!(
+        (_, Some(rustls::Error::InvalidCertificate(why))) => weir::Error::Refused(format!(
             "Kafka broker {addr}'s TLS certificate is not trusted ({why:?}), checked against {}",
             tls.roots
         )),
-        (_, Some(rustls::Error::InvalidMessage(_))) => weir::Error::config(format!(
+        (_, Some(rustls::Error::InvalidMessage(_))) => weir::Error::Refused(format!(
             "Kafka broker {addr} did not answer in TLS ({e}): is it a plaintext listener? (then connect without TLS)"
         )),
-        (_, Some(other)) => weir::Error::config(format!("the TLS handshake with Kafka broker {addr} failed: {other}")),
+        (_, Some(other)) => weir::Error::Refused(format!("the TLS handshake with Kafka broker {addr} failed: {other}")),
         (ErrorKind::WouldBlock | ErrorKind::TimedOut, None) => network(
             format!(
                 "Kafka broker {addr} did not answer the TLS handshake within {} s (is it a plaintext listener? then \
@@ -306,7 +306,7 @@ impl Connection {
         handshake.mechanism = StrBytes::from_static_str(mechanism);
         let answer = self.call(&handshake).map_err(|e| match e {
             // Some brokers close the connection instead of naming the mechanisms they take.
-            weir::Error::Io { source, .. } if closed_by_peer(source.kind()) => weir::Error::config(format!(
+            weir::Error::Io { source, .. } if closed_by_peer(source.kind()) => weir::Error::Refused(format!(
                 "Kafka broker {addr} closed the connection at the SASL handshake for {mechanism}: it does not take \
                      {mechanism} logins, or no SASL at all"
             )),
@@ -314,7 +314,16 @@ impl Connection {
         })?;
         if answer.error_code == kafka_protocol::ResponseError::UnsupportedSaslMechanism.code() {
             let offered: Vec<&str> = answer.mechanisms.iter().map(|m| m.as_str()).collect();
-            return Err(weir::Error::config(format!(
+            // A broker names the mechanisms it is configured with, whatever the listener: one
+            // that "does not take" a mechanism it names takes no SASL on this listener.
+            if offered.contains(&mechanism) {
+                return Err(weir::Error::Refused(format!(
+                    "Kafka broker {addr} takes no SASL logins on this listener (its SASL mechanisms, {}, are for \
+                     another listener): connect to its SASL listener, or without a SASL login",
+                    offered.join(", ")
+                )));
+            }
+            return Err(weir::Error::Refused(format!(
                 "Kafka broker {addr} does not take SASL {mechanism} logins (it takes: {})",
                 if offered.is_empty() { "none".to_string() } else { offered.join(", ") }
             )));
@@ -323,7 +332,7 @@ impl Connection {
             return Err(protocol(&addr, "SaslHandshake", answer.error_code));
         }
         let refused = |why: String| {
-            weir::Error::config(format!(
+            weir::Error::Refused(format!(
                 "Kafka broker {addr} refused the SASL {mechanism} login of user '{}': {why}",
                 sasl.username
             ))

@@ -74,6 +74,7 @@ pub fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
 /// Every one is optional: unset, the engine's default holds.
 #[derive(Deserialize, Debug, Clone, Default)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
+#[cfg_attr(feature = "clap", command(next_help_heading = "Checkpoints"))]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CheckpointSettings {
     /// A TOML file of these settings, one `key = value` per flag without its dashes (say
@@ -143,44 +144,53 @@ pub struct CheckpointSettings {
     pub retained: Option<u64>,
     /// Incremental checkpoints: write only the state pages changed since the last completed
     /// checkpoint and refer to earlier files for the rest.
-    #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true"))]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = "State")
+    )]
     pub incremental: Option<bool>,
     /// Local recovery (default on): a failover restores the newest completed checkpoint from
     /// the state the process kept in memory instead of from its files.
-    #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true"))]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = "State")
+    )]
     pub local_recovery: Option<bool>,
     /// Changelog checkpoints: keyed state checkpointed as its changes since the last
     /// checkpoint, with a new base every --materialize-every checkpoints.
-    #[cfg_attr(feature = "clap", arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true"))]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = "State")
+    )]
     pub changelog: Option<bool>,
     /// Changelog checkpoints between two bases, at least 1 (default 10); implies --changelog.
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "State"))]
     pub materialize_every: Option<u32>,
     /// How the job restarts after a failure: none, fixed-delay (default: 10 attempts 100 ms
     /// apart), exponential-delay (from --restart-delay-ms, times --restart-backoff-multiplier
     /// up to --restart-max-delay-ms) or failure-rate (while at most
     /// --restart-failures-per-interval failures fell in --restart-failure-rate-interval-ms).
-    #[cfg_attr(feature = "clap", arg(long, value_name = "STRATEGY", value_parser = RESTART_STRATEGIES))]
+    #[cfg_attr(feature = "clap", arg(long, value_name = "STRATEGY", value_parser = RESTART_STRATEGIES, help_heading = "Restarts"))]
     pub restart_strategy: Option<String>,
     /// Restarts allowed (fixed-delay and exponential-delay; default 10).
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "Restarts"))]
     pub restart_attempts: Option<u32>,
     /// Milliseconds before a restart; exponential-delay's first (default 100).
-    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis, help_heading = "Restarts"))]
     #[serde(deserialize_with = "duration_ms")]
     pub restart_delay_ms: Option<u64>,
     /// exponential-delay: the longest wait, in milliseconds (default 60000).
-    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis, help_heading = "Restarts"))]
     #[serde(deserialize_with = "duration_ms")]
     pub restart_max_delay_ms: Option<u64>,
     /// exponential-delay: the wait's growth per restart, at least 1 (default 1.5).
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "Restarts"))]
     pub restart_backoff_multiplier: Option<f64>,
     /// failure-rate: failures allowed within the interval (default 1).
-    #[cfg_attr(feature = "clap", arg(long))]
+    #[cfg_attr(feature = "clap", arg(long, help_heading = "Restarts"))]
     pub restart_failures_per_interval: Option<u32>,
     /// failure-rate: the interval failures are counted in, in milliseconds (default 60000).
-    #[cfg_attr(feature = "clap", arg(long, value_parser = millis))]
+    #[cfg_attr(feature = "clap", arg(long, value_parser = millis, help_heading = "Restarts"))]
     #[serde(deserialize_with = "duration_ms")]
     pub restart_failure_rate_interval_ms: Option<u64>,
 }
