@@ -13,7 +13,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn chained(n: u64) -> u64 {
     let job = Job::new("chained");
     job.generator(Generator::new(|i, _| i).count(n)).map(|x| x.wrapping_mul(3)).filter(|x| x % 4 != 1).discard();
-    let report = job.execute(RunConfig::default().workers(1)).unwrap();
+    let report = job.execute(RunConfig::default().pin_workers(true).workers(1)).unwrap();
     assert_eq!(report.source_records, n, "benches assert before they measure");
     report.sink_records
 }
@@ -26,7 +26,7 @@ fn keyed(n: u64) -> u64 {
         .key_by(|x: &(u64, u64)| x.0)
         .reduce(|a, b| (a.0, a.1.wrapping_add(b.1)))
         .discard();
-    job.execute(RunConfig::default().workers(2)).unwrap().sink_records
+    job.execute(RunConfig::default().pin_workers(true).workers(2)).unwrap().sink_records
 }
 
 fn pipelines(c: &mut Criterion) {

@@ -131,7 +131,7 @@ fn updates(scratch: &std::path::Path, n: u64, tracked: bool) {
 }
 
 fn run(job: Job) {
-    let config = RunConfig::default().workers(1);
+    let config = RunConfig::default().pin_workers(true).workers(1);
     let report = match std::env::var("WEIR_BUDGET_SCRAPE_MS").ok().and_then(|ms| ms.parse::<u64>().ok()) {
         None => job.execute(config).expect("the job runs"),
         Some(every_ms) => {

@@ -40,7 +40,7 @@ fn keyed(checkpoint: Option<CheckpointConfig>, keys: u64, d: Duration) -> JobRep
         .key_by(|x: &(u64, u64)| x.0)
         .reduce(|a, b| (a.0, a.1.wrapping_add(b.1)))
         .discard();
-    common::run_for(job, RunConfig::default().workers(2), d)
+    common::run_for(job, RunConfig::default().pin_workers(true).workers(2), d)
 }
 
 fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
@@ -66,7 +66,7 @@ fn backpressured(unaligned: bool, ring: usize, d: Duration, dir: &std::path::Pat
             x
         })
         .discard();
-    common::run_for(job, RunConfig::default().workers(2).ring_capacity(ring), d).checkpoints
+    common::run_for(job, RunConfig::default().pin_workers(true).workers(2).ring_capacity(ring), d).checkpoints
 }
 
 fn main() {

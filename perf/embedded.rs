@@ -66,7 +66,7 @@ fn key(i: u64) -> String {
 /// Round trips one at a time; returns (p50, p99) in ns.
 fn latency(checkpoints: Option<&std::path::Path>, n: u64, acks: Acks) -> (u64, u64) {
     let (job, mut tx, mut rx) = job(checkpoints, acks);
-    let handle = job.start(RunConfig::default().workers(2)).expect("start");
+    let handle = job.start(RunConfig::default().pin_workers(true).workers(2)).expect("start");
     let mut rtt = Vec::with_capacity(n as usize);
     for i in 0..n {
         let t = Instant::now();
@@ -107,7 +107,7 @@ fn drain(rx: &mut EventReceiver<(String, u64)>, acks: Acks) -> u64 {
 /// Requests per second with the ring kept full.
 fn throughput(checkpoints: Option<&std::path::Path>, n: u64, acks: Acks) -> f64 {
     let (job, mut tx, mut rx) = job(checkpoints, acks);
-    let handle = job.start(RunConfig::default().workers(2)).expect("start");
+    let handle = job.start(RunConfig::default().pin_workers(true).workers(2)).expect("start");
     let start = Instant::now();
     let receiver = std::thread::spawn(move || drain(&mut rx, acks));
     for i in 0..n {

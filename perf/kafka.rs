@@ -49,7 +49,7 @@ fn source_rate(broker: &str, topic: &str, messages: u64, security: &Security) ->
     job.source(KafkaSource::new(broker, topic, |m| m.value.map(<[u8]>::len)).security(security.clone()).subtasks())
         .sink(|_| Ok(DiscardSink));
     let t = Instant::now();
-    let report = job.execute(RunConfig::default().workers(1)).unwrap();
+    let report = job.execute(RunConfig::default().pin_workers(true).workers(1)).unwrap();
     assert_eq!(report.source_records, messages);
     messages as f64 / t.elapsed().as_secs_f64()
 }
@@ -132,7 +132,7 @@ fn main() {
                 .subtasks(),
             );
             let t = Instant::now();
-            job.execute(RunConfig::default().workers(1)).unwrap();
+            job.execute(RunConfig::default().pin_workers(true).workers(1)).unwrap();
             rates.push((delivery, messages as f64 / t.elapsed().as_secs_f64()));
         }
         for (d, r) in &rates {

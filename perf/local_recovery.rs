@@ -44,7 +44,7 @@ fn round(keys: u64, local: bool) -> (f64, f64, String) {
         .reduce(|a, b| (a.0, a.1 + b.1))
         .named("sum")
         .discard();
-    let handle = job.start(RunConfig::default().workers(2)).expect("start");
+    let handle = job.start(RunConfig::default().pin_workers(true).workers(2)).expect("start");
     while handle.metrics().source_records() < keys {
         std::thread::sleep(Duration::from_millis(5));
     }

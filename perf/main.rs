@@ -28,7 +28,7 @@ use weir_jobs::wordcount::{key_of, DefaultJob};
 
 /// Runs `job` on `workers` workers for `duration`, then stops it gracefully.
 fn run_for(job: Job, workers: usize, duration: Duration) -> JobReport {
-    common::run_for(job, RunConfig::default().workers(workers), duration)
+    common::run_for(job, RunConfig::default().pin_workers(true).workers(workers), duration)
 }
 
 /// The machine's stalls, as a job on every core suffers them (see [`os_stalls`]).

@@ -62,7 +62,8 @@ impl Matrix {
             inflight_budget: self.budget,
         };
         let job = config.job().expect("a valid benchmark");
-        let report = common::run_for(job, RunConfig::default().workers(2).ring_capacity(ring), self.duration);
+        let report =
+            common::run_for(job, RunConfig::default().pin_workers(true).workers(2).ring_capacity(ring), self.duration);
         let _ = std::fs::remove_dir_all(&config.checkpoint_dir);
         let result = BenchResult::new(&config, &report);
         eprintln!(

@@ -28,7 +28,7 @@ fn run(config: CheckpointConfig, keys: u64, name: &str) -> Vec<CheckpointStats> 
         .key_by(|e: &(u64, u64)| e.0)
         .aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s))
         .sink(|_| Ok(DiscardSink));
-    let report = job.execute(RunConfig::default().workers(2)).unwrap();
+    let report = job.execute(RunConfig::default().pin_workers(true).workers(2)).unwrap();
     report.checkpoints.into_iter().skip(1).collect()
 }
 

@@ -32,7 +32,8 @@ fn job(keys: u64, parallelism: usize, dir: &Path) -> Job {
 
 /// Runs the count until every key has been seen, then stops it with a savepoint.
 fn savepoint(keys: u64, scratch: &Path) -> PathBuf {
-    let handle = job(keys, 1, &scratch.join("first")).start(RunConfig::default().workers(2)).expect("start");
+    let handle =
+        job(keys, 1, &scratch.join("first")).start(RunConfig::default().pin_workers(true).workers(2)).expect("start");
     while handle.metrics().source_records() < keys {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -49,7 +50,7 @@ fn savepoint(keys: u64, scratch: &Path) -> PathBuf {
 fn restore(keys: u64, parallelism: usize, savepoint: &Path, dir: &Path) -> f64 {
     let job = job(keys, parallelism, dir).restore_from(savepoint, false);
     let t = Instant::now();
-    let handle = job.start(RunConfig::default().workers(2)).expect("restart");
+    let handle = job.start(RunConfig::default().pin_workers(true).workers(2)).expect("restart");
     let seconds = t.elapsed().as_secs_f64();
     let notes = handle.notes().join("\n");
     assert!(notes.contains("restored from savepoint"), "{notes}");

@@ -97,7 +97,7 @@ fn window_child(dir: &Path, events: u64) {
         .write_files_transactional(dir.join("out"), |&(k, w, c), out: &mut Vec<u8>| {
             let _ = writeln!(out, "{k}\t{}\t{c}", w.start);
         });
-    let mut handle = job.start(RunConfig::default().workers(2)).expect("the windowed job starts");
+    let mut handle = job.start(RunConfig::default().pin_workers(true).workers(2)).expect("the windowed job starts");
     let mut shown = 0;
     // try_finish, not join: it restarts the job after each injected failure and returns.
     let result = loop {

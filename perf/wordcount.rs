@@ -86,7 +86,7 @@ fn weir_wordcount(input: &Path, out: &Path, checkpoints: Option<(&Path, u64)>, w
             CheckpointConfig::new(dir).interval(Duration::from_millis(ms)).mode(CheckpointMode::Aligned),
         );
     }
-    let report = job.execute(RunConfig::default().workers(2)).expect("word count runs");
+    let report = job.execute(RunConfig::default().pin_workers(true).workers(2)).expect("word count runs");
     let _ = std::fs::remove_dir_all(out);
     (report.elapsed, report.sink_records, report.checkpoints.len())
 }

@@ -61,10 +61,11 @@
 //! 4. The chain forwards the barrier collector by collector ([`Collector::barrier`]; each
 //!    operator's default forwards it); sinks pre-commit ([`sink`]). A task's snapshots, and
 //!    so its barriers downstream, go in checkpoint order.
-//! 5. The snapshot is written in the background ([`checkpoint`]'s snapshot writer: rayon's
-//!    pool, bounded) into the checkpoint's folder (the file format and `_metadata` in
-//!    [`checkpoint`]'s storage); then the task acknowledges — or declines, with an
-//!    [`Error`] that says whether a later checkpoint may succeed.
+//! 5. The snapshot is written in the background ([`checkpoint`]'s snapshot writer: a rayon
+//!    pool of weir's own, not the program's global one; bounded) into the checkpoint's folder
+//!    (the file format and `_metadata` in [`checkpoint`]'s storage); then the task
+//!    acknowledges — or declines, with an [`Error`] that says whether a later checkpoint may
+//!    succeed.
 //! 6. When every task has acknowledged, the coordinator writes `_metadata` atomically, reads
 //!    the checkpoint back, retires old ones and tells every task it completed: two-phase-
 //!    commit sinks commit then ([`sink`]). A checkpoint that expires or is declined is

@@ -731,3 +731,48 @@ fn the_resume_point_is_awaited_in_a_spawned_task() {
     assert_eq!(rx.recv_timeout(WAIT).unwrap().record, 41);
     handle.join().unwrap();
 }
+
+/// Defaults that surprised a host: snapshot writes ran on rayon's global pool (the program's:
+/// with its threads busy, no checkpoint completed), and `RunConfig::default()` pinned a worker
+/// to every core beside the program's own threads. A checkpoint completes with the global pool
+/// held, and the default leaves workers where the operating system puts them.
+#[test]
+fn a_checkpoint_completes_with_the_programs_rayon_pool_busy_and_workers_unpinned() {
+    // The global pool, one thread, held for the whole test binary's life from here: no other
+    // test of this binary uses it.
+    let _ = rayon::ThreadPoolBuilder::new().num_threads(1).build_global();
+    let (hold, held) = std::sync::mpsc::channel::<()>();
+    let (started, busy) = std::sync::mpsc::channel();
+    rayon::spawn(move || {
+        started.send(()).unwrap();
+        let _ = held.recv();
+    });
+    busy.recv().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let job =
+        Job::new("host-pool").with_checkpointing(CheckpointConfig::new(dir.path()).interval(Duration::from_secs(3600)));
+    job.generator(weir::source::Generator::new(|i, _| (i % 5, 1u64)).count(u64::MAX))
+        .key_by(|&(k, _)| k)
+        .reduce(|a, b| (a.0, a.1 + b.1))
+        .named("pool-sum")
+        .discard();
+    let handle = job.start(RunConfig::default().workers(2)).unwrap();
+    let id = handle.trigger_checkpoint().expect("a checkpoint completes while the program's pool is busy");
+    assert!(id >= 1);
+    let allowed: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| {
+            let t = t.ok()?.path();
+            let name = std::fs::read_to_string(t.join("comm")).ok()?;
+            name.starts_with("weir-host-pool-").then_some(())?;
+            let status = std::fs::read_to_string(t.join("status")).ok()?;
+            status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|c| c.trim().to_string())
+        })
+        .collect();
+    let ours = std::fs::read_to_string("/proc/self/status").unwrap();
+    let ours = ours.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
+    assert!(!allowed.is_empty() && allowed.iter().all(|a| *a == ours), "workers pinned: {allowed:?} of {ours}");
+    handle.cancel();
+    assert!(handle.join().is_err());
+    drop(hold);
+}

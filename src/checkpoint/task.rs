@@ -177,7 +177,27 @@ pub(crate) trait SnapshotWriter: Send + Sync {
 /// task of a large job to have two checkpoints in flight.
 pub(crate) const DEFAULT_QUEUE_LIMIT_WRITES: usize = 1024;
 
-/// Snapshot writes on rayon's pool; acknowledgements go to the coordinator's channel. When the
+/// The threads that write snapshots: a rayon pool of weir's own, made at the first write, of
+/// at most [`SNAPSHOT_THREADS`] threads named `weir-snapshot-N`. Not rayon's global pool, which
+/// is the embedding program's (its parallel iterators would queue behind checkpoint writes, and
+/// its pool's size would bound weir's).
+fn snapshot_pool() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(cores.clamp(1, SNAPSHOT_THREADS))
+            .thread_name(|i| format!("weir-snapshot-{i}"))
+            .build()
+            .expect("the snapshot writers' threads start")
+    })
+}
+
+/// The most threads writing snapshots at once, for all jobs of a process: writes are I/O, and
+/// a handful keep a disk busy.
+pub(crate) const SNAPSHOT_THREADS: usize = 4;
+
+/// Snapshot writes on weir's pool ([`snapshot_pool`]); acknowledgements go to the coordinator's channel. When the
 /// attempt ends, the coordinator waits for them before it removes the folders of checkpoints
 /// that can no longer complete: a writer still running could otherwise create a file in a
 /// folder being removed (which then stays), or keep the space of a removed file held open.
@@ -209,7 +229,7 @@ impl SnapshotWriter for PoolWriter {
             return Err(write);
         }
         let (in_flight, acks) = (WriteInFlight(self.in_flight.clone()), self.acks.clone());
-        rayon::spawn(move || {
+        snapshot_pool().spawn(move || {
             let _in_flight = in_flight;
             // The coordinator may be gone (the attempt ended); nothing to tell then.
             if let Some(ack) = write() {

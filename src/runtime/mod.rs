@@ -59,13 +59,15 @@ pub struct RunConfig {
     pub ring_capacity: usize,
     /// Records per batch (source polls and ring reads).
     pub batch_size: usize,
-    /// Pin each worker to a core.
+    /// Pin each worker to a core. Off by default: a program that embeds weir has threads of
+    /// its own (an async runtime's, say) that pinned workers would crowd on their cores; the
+    /// `weir` command and the benchmarks pin (a machine given to the job).
     pub pin_workers: bool,
 }
 
 impl Default for RunConfig {
     fn default() -> Self {
-        RunConfig { workers: 0, ring_capacity: 4096, batch_size: 1024, pin_workers: true }
+        RunConfig { workers: 0, ring_capacity: 4096, batch_size: 1024, pin_workers: false }
     }
 }
 
@@ -85,7 +87,7 @@ impl RunConfig {
         self.batch_size = records;
         self
     }
-    /// Whether to pin workers to cores.
+    /// Whether to pin workers to cores (default: no; see [`RunConfig::pin_workers`]).
     pub fn pin_workers(mut self, pin: bool) -> Self {
         self.pin_workers = pin;
         self
