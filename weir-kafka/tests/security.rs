@@ -113,19 +113,36 @@ fn tansu_refuses_logins_and_the_errors_say_whose() {
 /// Kafka's error 58 with Kafka's message. Serves connections until the test binary ends;
 /// returns its address.
 fn login_broker(user: &'static str, password: &'static str, mechanisms: &'static [&'static str]) -> String {
+    serving(move |conn| serve_logins(conn, user, password, mechanisms, true))
+}
+
+/// A listener of a broker whose SASL is on another listener: it refuses every mechanism and
+/// names the broker's, as a Kafka broker does (the mechanism asked for among them).
+fn listener_without_sasl(mechanisms: &'static [&'static str]) -> String {
+    serving(move |conn| serve_logins(conn, "", "", mechanisms, false))
+}
+
+/// A loopback address where `serve` answers each connection.
+fn serving(serve: impl Fn(std::net::TcpStream) -> std::io::Result<()> + Copy + Send + 'static) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
             std::thread::spawn(move || {
-                let _ = serve_logins(conn, user, password, mechanisms);
+                let _ = serve(conn);
             });
         }
     });
     addr
 }
 
-fn serve_logins(mut conn: std::net::TcpStream, user: &str, password: &str, mechanisms: &[&str]) -> std::io::Result<()> {
+fn serve_logins(
+    mut conn: std::net::TcpStream,
+    user: &str,
+    password: &str,
+    mechanisms: &[&str],
+    takes_sasl: bool,
+) -> std::io::Result<()> {
     let mut mechanism = String::new();
     let mut scram: Option<(String, String)> = None; // (client-first-bare, server-first)
     loop {
@@ -150,7 +167,7 @@ fn serve_logins(mut conn: std::net::TcpStream, user: &str, password: &str, mecha
             17 => {
                 let len = i16::from_be_bytes([request[0], request[1]]) as usize;
                 mechanism = String::from_utf8_lossy(&request[2..2 + len]).into_owned();
-                let known = mechanisms.contains(&mechanism.as_str());
+                let known = takes_sasl && mechanisms.contains(&mechanism.as_str());
                 out.extend(if known { 0i16 } else { 33 }.to_be_bytes());
                 out.extend((mechanisms.len() as i32).to_be_bytes());
                 for m in mechanisms {
@@ -257,4 +274,9 @@ fn logins_a_checking_broker_takes_and_refuses() {
     let only_scram = login_broker("ana", "pw", &["SCRAM-SHA-512"]);
     let e = error_of(&only_scram, &Security::plaintext().sasl(Sasl::new(SaslMechanism::Plain, "ana", "pw")));
     assert!(e.contains("does not take SASL PLAIN logins (it takes: SCRAM-SHA-512)"), "{e}");
+    // A listener without SASL named the broker's mechanisms as if it took them: "does not
+    // take SASL SCRAM-SHA-512 logins (it takes: SCRAM-SHA-512)".
+    let plain_listener = listener_without_sasl(&["SCRAM-SHA-512"]);
+    let e = error_of(&plain_listener, &Security::plaintext().sasl(Sasl::new(SaslMechanism::ScramSha512, "ana", "pw")));
+    assert!(e.contains("takes no SASL logins on this listener") && !e.contains("invalid configuration"), "{e}");
 }
