@@ -320,7 +320,7 @@ fn the_metrics_show_records_out_and_watermark_lag() {
         let (_, text) = control(&addr, &["metrics"]);
         let out = samples(&text, "weir_operator_records_out_total{job_name=\"default\"");
         let lag =
-            samples(&text, "weir_operator_watermark_lag_milliseconds{job_name=\"default\",operator=\"window-count\"");
+            samples(&text, "weir_operator_watermark_lag_seconds{job_name=\"default\",operator=\"window-count\"");
         out.iter().sum::<f64>() > 0.0 && lag.len() == 2 && lag.contains(&0.0)
     });
     job.child.kill().unwrap();

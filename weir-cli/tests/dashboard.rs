@@ -54,6 +54,8 @@ fn the_dashboard_shows_a_running_jobs_checkpoint_history() {
     let dom = browse(&browser, &url, "--dump-dom");
     let dom = String::from_utf8_lossy(&dom.stdout).to_string();
     assert!(dom.contains("bench-backpressure"), "the job's name: {dom}");
+    assert!(dom.contains("<b id=\"state\">RUNNING</b>"), "the job's state: {dom}");
+    assert!(dom.contains("<b id=\"failure\">none</b>"), "its last failure: {dom}");
     assert!(dom.contains("<td>sink-3</td>"), "the operators' table: {dom}");
     assert!(dom.contains(" %</td>"), "the input rings' fill (backpressure): {dom}");
     let history = &dom[dom.find("id=\"history\"").expect("the history table")..];

@@ -33,6 +33,9 @@ fn corpus_lines(files: usize) -> Vec<String> {
 /// 1, 2, …, n are committed exactly once, and nothing stays open.
 #[test]
 fn a_killed_kafka_word_count_resumes_and_commits_every_count_once() {
+    if !weir_testkit::kafka::available("a_killed_kafka_word_count_resumes_and_commits_every_count_once") {
+        return;
+    }
     let lines = corpus_lines(2);
     let expected = running_counts(&lines);
     let (input, output) = (topic("lines", 3), topic("counts", 2));
@@ -49,6 +52,9 @@ fn a_killed_kafka_word_count_resumes_and_commits_every_count_once() {
 /// is named, a missing output topic is named; none panics, all exit non-zero at once.
 #[test]
 fn the_command_names_bad_kafka_addresses() {
+    if !weir_testkit::kafka::available("the_command_names_bad_kafka_addresses") {
+        return;
+    }
     let out = tempfile::tempdir().unwrap();
     let input = topic("cli-in", 1);
     let run_with = |from: &str, to: &str, extra: &[&str]| {
@@ -154,6 +160,9 @@ fn the_command_names_bad_kafka_addresses() {
 /// every count committed once, read back over TLS; and the batches written are zstd's.
 #[test]
 fn a_word_count_over_tls_writes_compressed_batches() {
+    if !weir_testkit::kafka::tls_available("a_word_count_over_tls_writes_compressed_batches") {
+        return;
+    }
     let broker = secured_broker(true, false);
     let security = weir_kafka::Security::plaintext().tls(weir_kafka::Tls::ca_file(&broker.ca_file).unwrap());
     let mut client = KafkaClient::connect_with(&broker.addr, &security).unwrap();
@@ -211,6 +220,9 @@ fn a_word_count_over_tls_writes_compressed_batches() {
 /// neither fences the other's transactions.
 #[test]
 fn two_processes_share_a_topic_by_partitions() {
+    if !weir_testkit::kafka::available("two_processes_share_a_topic_by_partitions") {
+        return;
+    }
     let lines = corpus_lines(1);
     let (input, output) = (topic("shared-in", 4), topic("shared-out", 2));
     produce(&input, lines.clone());
@@ -246,6 +258,9 @@ fn two_processes_share_a_topic_by_partitions() {
 /// ids are named by each directory's identity: both come out exact.
 #[test]
 fn two_word_counts_of_files_into_one_topic_keep_their_own_transactions() {
+    if !weir_testkit::kafka::available("two_word_counts_of_files_into_one_topic_keep_their_own_transactions") {
+        return;
+    }
     let lines = corpus_lines(2);
     let (half_a, half_b) = lines.split_at(lines.len() / 2);
     let mut expected = running_counts(half_a);
@@ -283,6 +298,9 @@ fn two_word_counts_of_files_into_one_topic_keep_their_own_transactions() {
 /// back. The run is refused, naming it, and writes nothing; allowed, it completes.
 #[test]
 fn recovery_past_a_damaged_checkpoint_refuses_to_write_kafka_output_twice() {
+    if !weir_testkit::kafka::available("recovery_past_a_damaged_checkpoint_refuses_to_write_kafka_output_twice") {
+        return;
+    }
     let lines = corpus_lines(1);
     let (input, output) = (topic("damaged-in", 2), topic("damaged-out", 2));
     produce(&input, lines);
@@ -326,6 +344,9 @@ fn recovery_past_a_damaged_checkpoint_refuses_to_write_kafka_output_twice() {
 /// open); every count is committed once.
 #[test]
 fn a_crash_between_pre_commit_and_commit_loses_no_kafka_output() {
+    if !weir_testkit::kafka::available("a_crash_between_pre_commit_and_commit_loses_no_kafka_output") {
+        return;
+    }
     let lines = corpus_lines(1);
     let expected = running_counts(&lines);
     let (input, output) = (topic("precommit-in", 2), topic("precommit-out", 2));
@@ -355,6 +376,9 @@ fn a_crash_between_pre_commit_and_commit_loses_no_kafka_output() {
 /// committed exactly once.
 #[test]
 fn a_broker_outage_under_a_running_job_loses_and_duplicates_nothing() {
+    if !weir_testkit::kafka::available("a_broker_outage_under_a_running_job_loses_and_duplicates_nothing") {
+        return;
+    }
     let proxy = broker_behind_proxy();
     let addr = format!("127.0.0.1:{}", proxy.port);
     let lines = corpus_lines(2);
@@ -432,6 +456,9 @@ impl Member {
 /// leave (SIGTERM), the group's committed offsets are the topic's ends.
 #[test]
 fn processes_in_a_consumer_group_hand_partitions_over_exactly_once() {
+    if !weir_testkit::kafka::available("processes_in_a_consumer_group_hand_partitions_over_exactly_once") {
+        return;
+    }
     let (input, output) = (topic("group-in", 4), topic("group-out", 2));
     let group = format!("{input}-wordcount");
     let (from, to) = (format!("kafka://{}/{input}", broker()), format!("kafka://{}/{output}", broker()));

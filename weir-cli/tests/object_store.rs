@@ -12,6 +12,9 @@ use std::path::Path;
 /// their shared files come down with them). Every count is committed exactly once.
 #[test]
 fn a_killed_word_count_resumes_from_s3_every_time() {
+    if !weir_testkit::s3::available("a_killed_word_count_resumes_from_s3_every_time") {
+        return;
+    }
     let input = tempfile::tempdir().unwrap();
     let expected = crate::crash::write_corpus(input.path());
     let modes: [(&str, &[&str]); 3] = [
@@ -52,6 +55,11 @@ fn a_killed_word_count_resumes_from_s3_every_time() {
 /// checkpoint counts for nothing: the third resumes from checkpoint 1, every count once.
 #[test]
 fn an_owner_paused_before_its_publish_completes_nothing_after_its_successor_took_over() {
+    if !weir_testkit::s3::available(
+        "an_owner_paused_before_its_publish_completes_nothing_after_its_successor_took_over",
+    ) {
+        return;
+    }
     let input = tempfile::tempdir().unwrap();
     let expected = crate::crash::write_corpus(input.path());
     let out = tempfile::tempdir().unwrap();
@@ -98,6 +106,9 @@ fn an_owner_paused_before_its_publish_completes_nothing_after_its_successor_took
 /// without permission): named at once, non-zero exit, no panic, nothing written.
 #[test]
 fn bad_s3_addresses_and_stores_are_named() {
+    if !weir_testkit::s3::available("bad_s3_addresses_and_stores_are_named") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.txt");
     std::fs::write(&input, "a b\n").unwrap();
@@ -128,6 +139,9 @@ fn bad_s3_addresses_and_stores_are_named() {
 /// a new process with a new checkpoint prefix: every count exactly once.
 #[test]
 fn a_savepoint_in_s3_resumes_in_a_new_process() {
+    if !weir_testkit::s3::available("a_savepoint_in_s3_resumes_in_a_new_process") {
+        return;
+    }
     let input = tempfile::tempdir().unwrap();
     let expected = crate::crash::write_corpus(input.path());
     let out = tempfile::tempdir().unwrap();
@@ -172,6 +186,9 @@ fn a_savepoint_in_s3_resumes_in_a_new_process() {
 /// cleanly.
 #[test]
 fn a_savepoint_into_s3_from_the_control_client_and_a_clean_end() {
+    if !weir_testkit::s3::available("a_savepoint_into_s3_from_the_control_client_and_a_clean_end") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("log.txt");
     std::fs::write(&input, "a b\nc d\n").unwrap();

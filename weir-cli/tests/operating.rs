@@ -228,7 +228,7 @@ fn the_metrics_count_records_and_say_when_the_last_checkpoint_completed() {
         "weir_restores_total{",
         "weir_job_state{job_name=\"wordcount\",state=\"RUNNING\"} 1",
         "weir_job_state{job_name=\"wordcount\",state=\"FAILED\"} 0",
-        "# TYPE weir_operator_watermark_lag_milliseconds gauge",
+        "# TYPE weir_operator_watermark_lag_seconds gauge",
     ] {
         assert!(text.contains(series), "{series} in {text}");
     }

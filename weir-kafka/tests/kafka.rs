@@ -21,6 +21,9 @@ use weir_kafka::{read_topic, Delivery, KafkaClient, KafkaRecord, KafkaSink, Kafk
 
 #[test]
 fn the_source_reads_every_message_once_at_any_parallelism() {
+    if !weir_testkit::kafka::available("the_source_reads_every_message_once_at_any_parallelism") {
+        return;
+    }
     let t = topic("source", 3);
     let expected: Vec<String> = (0..5_000).map(|i| format!("m{i}")).collect();
     produce(&t, expected.clone());
@@ -44,6 +47,9 @@ fn the_source_reads_every_message_once_at_any_parallelism() {
 /// after their last checkpoint was aborted; nothing stays open.
 #[test]
 fn the_exactly_once_sink_commits_each_record_once_across_failovers() {
+    if !weir_testkit::kafka::available("the_exactly_once_sink_commits_each_record_once_across_failovers") {
+        return;
+    }
     const N: u64 = 20_000;
     let t = topic("eos", 3);
     let chk = tempfile::tempdir().unwrap();
@@ -83,6 +89,9 @@ fn the_exactly_once_sink_commits_each_record_once_across_failovers() {
 
 #[test]
 fn bad_addresses_and_missing_topics_are_named() {
+    if !weir_testkit::kafka::available("bad_addresses_and_missing_topics_are_named") {
+        return;
+    }
     // Port 1: nothing listens there (a free port picked here could be the broker's by now).
     let job = Job::new("nowhere");
     job.source(KafkaSource::new("127.0.0.1:1", "t", value_text).subtasks()).sink(|_| Ok(weir::sink::DiscardSink));
@@ -105,6 +114,9 @@ fn bad_addresses_and_missing_topics_are_named() {
 /// an aborted transaction.
 #[test]
 fn the_source_reads_committed_by_the_markers_in_the_log() {
+    if !weir_testkit::kafka::available("the_source_reads_committed_by_the_markers_in_the_log") {
+        return;
+    }
     let t = topic("markers", 1);
     let mut client = KafkaClient::connect(broker()).unwrap();
     let values = |prefix: &str, n: usize| -> Vec<String> { (0..n).map(|i| format!("{prefix}{i}")).collect() };
@@ -146,6 +158,9 @@ fn the_source_reads_committed_by_the_markers_in_the_log() {
 /// and nothing it wrote after that is committed.
 #[test]
 fn a_sink_fenced_by_a_newer_producer_stops_and_commits_nothing_more() {
+    if !weir_testkit::kafka::available("a_sink_fenced_by_a_newer_producer_stops_and_commits_nothing_more") {
+        return;
+    }
     let t = topic("fenced", 1);
     let chk = tempfile::tempdir().unwrap();
     let config = CheckpointConfig::new(chk.path())
@@ -190,6 +205,9 @@ fn a_sink_fenced_by_a_newer_producer_stops_and_commits_nothing_more() {
 /// messages in it: none was late.
 #[test]
 fn an_idle_partition_stops_holding_the_watermark_back() {
+    if !weir_testkit::kafka::available("an_idle_partition_stops_holding_the_watermark_back") {
+        return;
+    }
     let t = topic("watermarks", 2);
     let mut client = KafkaClient::connect(broker()).unwrap();
     for (p, last) in [(0, 990), (1, 90)] {
@@ -236,6 +254,9 @@ fn an_idle_partition_stops_holding_the_watermark_back() {
 /// number once and no transaction stays open.
 #[test]
 fn the_sink_protocol_is_exactly_once_over_the_transaction_model() {
+    if !weir_testkit::kafka::available("the_sink_protocol_is_exactly_once_over_the_transaction_model") {
+        return;
+    }
     use weir_kafka::log::{TransactionLog, TransactionModel};
     const N: u64 = 6_000;
     for (p, seed) in [(1, 1u64), (2, 2), (3, 3)] {
@@ -285,6 +306,9 @@ fn the_sink_protocol_is_exactly_once_over_the_transaction_model() {
 /// partitions to the other.
 #[test]
 fn consumer_group_members_share_the_partitions_by_name() {
+    if !weir_testkit::kafka::available("consumer_group_members_share_the_partitions_by_name") {
+        return;
+    }
     use std::collections::BTreeMap;
     use weir_kafka::{ConsumerGroup, GroupState};
     let t = topic("group", 4);
@@ -313,6 +337,9 @@ fn consumer_group_members_share_the_partitions_by_name() {
 /// compressed records are damaged (its CRC made to match) is a clear error, never records.
 #[test]
 fn compressed_batches_are_written_and_read_in_every_codec() {
+    if !weir_testkit::kafka::available("compressed_batches_are_written_and_read_in_every_codec") {
+        return;
+    }
     use weir_kafka::Compression;
     for c in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
         let t = topic(&format!("compressed-{}", c.name()), 2);

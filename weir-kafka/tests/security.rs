@@ -58,6 +58,9 @@ fn error_of(addr: &str, security: &Security) -> String {
 
 #[test]
 fn tls_through_a_terminating_proxy_and_its_mismatches() {
+    if !weir_testkit::kafka::tls_available("tls_through_a_terminating_proxy_and_its_mismatches") {
+        return;
+    }
     let broker = secured_broker(true, false);
     let tls = Security::plaintext().tls(Tls::ca_file(&broker.ca_file).unwrap());
     round_trip(&broker.addr, &tls, &broker.admin, 2_000);
@@ -82,6 +85,9 @@ fn tls_through_a_terminating_proxy_and_its_mismatches() {
 /// at all are errors naming the broker too.
 #[test]
 fn tansu_refuses_logins_and_the_errors_say_whose() {
+    if !weir_testkit::kafka::tls_available("tansu_refuses_logins_and_the_errors_say_whose") {
+        return;
+    }
     for tls in [false, true] {
         let broker = secured_broker(tls, true);
         let base =

@@ -207,14 +207,14 @@ impl Collector for JobMetrics {
              are the next one's records in).",
             operators.iter().filter(|o| o.records_out() > 0).map(|o| (at(o), o.records_out())),
         )?;
-        // Event time is in milliseconds (Flink's `currentInputWatermark`), the unit in the name.
-        let ms = Some(Unit::Other("milliseconds".into()));
+        // Event time is in milliseconds (Flink's `currentInputWatermark`); Prometheus' base unit
+        // is the second, and the unit is in the name.
         f.gauge(
             "weir_operator_watermark",
-            "The newest watermark a one-input operator subtask received, in the job's event time: milliseconds \
-             since the Unix epoch for a job whose timestamps are those (most are, as Flink's).",
-            ms.clone(),
-            operators.iter().filter_map(|o| o.watermark().map(|w| (at(o), w as f64))),
+            "The newest watermark a one-input operator subtask received, in the job's event time: seconds since \
+             the Unix epoch for a job whose timestamps are milliseconds since it (most are, as Flink's).",
+            Some(Unit::Seconds),
+            operators.iter().filter_map(|o| o.watermark().map(|w| (at(o), w as f64 / 1e3))),
         )?;
         // A subtask's lag is how far it is behind the job's most advanced watermark: the
         // subtasks that hold event time back (windows close at the slowest input's watermark).
@@ -223,10 +223,10 @@ impl Collector for JobMetrics {
             "weir_operator_watermark_lag",
             "How far a one-input operator subtask's newest watermark is behind the job's most advanced one, in event \
              time: the subtasks that hold event time back.",
-            ms,
+            Some(Unit::Seconds),
             operators.iter().filter_map(|o| {
                 let (w, ahead) = (o.watermark().filter(|&w| w < u64::MAX / 2)?, ahead?);
-                Some((at(o), ahead.saturating_sub(w) as f64))
+                Some((at(o), ahead.saturating_sub(w) as f64 / 1e3))
             }),
         )?;
         let fills = m.input_fills();

