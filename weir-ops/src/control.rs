@@ -634,7 +634,7 @@ fn checkpoint_statistics(s: &Shared) -> serde_json::Value {
             }),
         )
     }));
-    history.sort_by(|a, b| b.0.cmp(&a.0));
+    history.sort_by_key(|row| std::cmp::Reverse(row.0));
     serde_json::json!({
         "counts": {
             "restored": s.job.restores(),
