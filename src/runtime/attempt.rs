@@ -104,6 +104,79 @@ pub(crate) struct PreparedAttempt {
     pub(crate) coordinator: Option<PreparedCoordinator>,
 }
 
+/// What a checkpointed attempt recovered from its checkpoint directory, for its tasks and its
+/// coordinator.
+struct Recovered {
+    recovery: Recovery,
+    restored: Option<Arc<crate::snapshot::RestoredState>>,
+    /// What the tasks' checkpoint side is wired to.
+    wiring: CheckpointWiring,
+    /// What the coordinator is built from, once the plan knows the tasks.
+    coordinator: CoordinatorParts,
+}
+
+/// The coordinator's part of a recovered checkpoint directory.
+struct CoordinatorParts {
+    config: CheckpointConfig,
+    storage: Arc<CheckpointStorage>,
+    first_id: u64,
+    completed: Vec<u64>,
+    writer: Arc<dyn SnapshotWriter>,
+    commits: Arc<CommitsApplied>,
+    lock: Arc<DirectoryLock>,
+    local: Option<Arc<crate::checkpoint::local::LocalCopies>>,
+}
+
+/// Recovers `cfg`'s checkpoint directory for an attempt of `graph`: the newest usable
+/// checkpoint (or the process's copy of it: local recovery), and the writer, commit counter
+/// and acknowledgement channel (`acks`) the tasks and the coordinator share.
+fn recover_checkpointed(
+    cfg: &CheckpointConfig,
+    graph: &crate::pipeline::Graph,
+    env: &AttemptEnv,
+    shared: &Arc<AttemptShared>,
+    notes: &mut Vec<String>,
+    acks: std::sync::mpsc::Sender<crate::checkpoint::task::TaskAck>,
+) -> Result<Recovered> {
+    let lock = shared.lock.clone().expect("a checkpointed job holds its directory's lock");
+    // Local recovery: the process's copy, which the tasks and the coordinator keep up too.
+    let local = cfg.local_recovery.then(|| shared.local.clone());
+    let found = recover_directory(cfg, &identity(graph, &graph.fingerprint()), notes, local.as_deref())?;
+    if found.report.is_some() {
+        shared.restores.fetch_add(1, Ordering::Relaxed);
+    }
+    *shared.last_restore.lock().unwrap_or_else(|e| e.into_inner()) = found.report.clone();
+    let writer = (env.writer)(acks.clone());
+    let commits = Arc::new(CommitsApplied::default());
+    let wiring = CheckpointWiring {
+        mode: cfg.mode,
+        // Every exactly-once job's gates check the priority slots, so a running job can turn
+        // unaligned checkpoints on (and off).
+        unaligned: cfg.mode.exactly_once(),
+        slice_records: cfg.mode.may_overtake(),
+        activity: shared.metrics.activity().clone(),
+        live: Arc::new(crate::checkpoint::task::LiveSettings::new(cfg)),
+        incremental: cfg.incremental,
+        changelog: cfg.changelog,
+        acks,
+        storage: found.storage.clone(),
+        writer: writer.clone(),
+        commits: commits.clone(),
+        local: local.clone(),
+    };
+    let coordinator = CoordinatorParts {
+        config: cfg.clone(),
+        storage: found.storage,
+        first_id: found.first_id,
+        completed: found.completed,
+        writer,
+        commits,
+        lock,
+        local,
+    };
+    Ok(Recovered { recovery: found.recovery, restored: found.restored, wiring, coordinator })
+}
+
 /// What the runtime and the simulator share of starting an attempt: recovers the checkpoint
 /// directory (or the savepoint to start from), builds the tasks and the coordinator.
 pub(crate) fn prepare_attempt(
@@ -113,51 +186,22 @@ pub(crate) fn prepare_attempt(
     shared: &Arc<AttemptShared>,
     notes: &mut Vec<String>,
 ) -> Result<PreparedAttempt> {
-    let (control, metrics, stats) = (&shared.control, &shared.metrics, &shared.stats);
     let graph = job.graph.borrow();
-    let workers = env.parkers.len();
     let fingerprint = graph.fingerprint();
     if let Some(f) = graph.checkpointing.as_ref().and_then(|c| c.faults.as_ref()) {
         f.new_attempt();
     }
-    let restored;
-    let mut recovery = Recovery::default();
-    let mut wiring = None;
-    let mut coordinator = None;
     let (acks_tx, acks_rx) = std::sync::mpsc::channel();
-    if let Some(cfg) = &graph.checkpointing {
-        let lock = shared.lock.clone().expect("a checkpointed job holds its directory's lock");
-        // Local recovery: the process's copy, which the tasks and the coordinator keep up too.
-        let local = cfg.local_recovery.then(|| shared.local.clone());
-        let found = recover_directory(cfg, &identity(&graph, &fingerprint), notes, local.as_deref())?;
-        if found.report.is_some() {
-            shared.restores.fetch_add(1, Ordering::Relaxed);
+    let (recovery, restored, wiring, parts) = match &graph.checkpointing {
+        Some(cfg) => {
+            let r = recover_checkpointed(cfg, &graph, env, shared, notes, acks_tx)?;
+            (r.recovery, r.restored, Some(r.wiring), Some(r.coordinator))
         }
-        *shared.last_restore.lock().unwrap_or_else(|e| e.into_inner()) = found.report.clone();
-        recovery = found.recovery;
-        restored = found.restored;
-        let writer = (env.writer)(acks_tx.clone());
-        let commits = Arc::new(CommitsApplied::default());
-        wiring = Some(CheckpointWiring {
-            mode: cfg.mode,
-            // Every exactly-once job's gates check the priority slots, so a running job can
-            // turn unaligned checkpoints on (and off).
-            unaligned: cfg.mode.exactly_once(),
-            slice_records: cfg.mode.may_overtake(),
-            activity: metrics.activity().clone(),
-            live: Arc::new(crate::checkpoint::task::LiveSettings::new(cfg)),
-            incremental: cfg.incremental,
-            changelog: cfg.changelog,
-            acks: acks_tx,
-            storage: found.storage.clone(),
-            writer: writer.clone(),
-            commits: commits.clone(),
-            local: local.clone(),
-        });
-        coordinator = Some((cfg.clone(), found.storage, found.first_id, found.completed, writer, commits, lock, local));
-    } else {
-        restored = restore_from_savepoint(&identity(&graph, &fingerprint), notes)?.map(Arc::new);
-    }
+        None => {
+            let restored = restore_from_savepoint(&identity(&graph, &fingerprint), notes)?.map(Arc::new);
+            (Recovery::default(), restored, None, None)
+        }
+    };
     let scope = Arc::new(
         AttemptScope::new(recovery, graph.checkpointing.is_some()).with_lock(
             shared
@@ -169,42 +213,42 @@ pub(crate) fn prepare_attempt(
     );
     let plan_env = PlanEnv {
         clock: env.clock.clone(),
-        metrics: metrics.clone(),
-        control: control.clone(),
+        metrics: shared.metrics.clone(),
+        control: shared.control.clone(),
         parkers: env.parkers.clone(),
         restored,
         faults: graph.checkpointing.as_ref().and_then(|c| c.faults.clone()),
         attempt: scope.clone(),
         checkpointing: wiring,
     };
-    let limits = PlanLimits { workers, ring_capacity: config.ring_capacity, batch_size: config.batch_size };
+    let limits =
+        PlanLimits { workers: env.parkers.len(), ring_capacity: config.ring_capacity, batch_size: config.batch_size };
     let plan = build_plan(&graph, limits, &plan_env)?;
     let live = plan_env.checkpointing.as_ref().map(|w| w.live.clone());
-    let coordinator = coordinator.map(|(cfg, storage, first_id, completed, writer, commits, lock, local)| {
-        let crash = env.crash.clone().or_else(|| cfg.faults.clone().map(|f| f as Arc<dyn CrashSchedule>));
-        let outputs = sink_outputs(&graph);
+    let coordinator = parts.map(|p| {
+        let crash = env.crash.clone().or_else(|| p.config.faults.clone().map(|f| f as Arc<dyn CrashSchedule>));
         let core = CoordinatorCore::new(CoordinatorSetup {
-            outputs,
-            config: cfg,
-            storage,
+            outputs: sink_outputs(&graph),
+            config: p.config,
+            storage: p.storage,
             tasks: plan.endpoints.iter().map(|e| (e.index, e.name.clone(), e.is_source)).collect(),
             clock: env.clock.clone(),
-            first_id,
-            completed,
+            first_id: p.first_id,
+            completed: p.completed,
             job: graph.name.clone(),
             fingerprint,
-            stats: stats.clone(),
+            stats: shared.stats.clone(),
             failures: shared.checkpoint_failures.clone(),
             next_id: shared.next_checkpoint.clone(),
             in_progress: shared.checkpoints_in_progress.clone(),
             end: scope.end.clone(),
-            lock,
+            lock: p.lock,
             crash,
             update: shared.checkpoint_update.clone(),
             live,
-            local,
+            local: p.local,
         });
-        PreparedCoordinator { core, endpoints: plan.endpoints, acks: acks_rx, writer, commits }
+        PreparedCoordinator { core, endpoints: plan.endpoints, acks: acks_rx, writer: p.writer, commits: p.commits }
     });
     Ok(PreparedAttempt { tasks: plan.tasks, scope, coordinator })
 }

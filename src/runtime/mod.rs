@@ -13,7 +13,8 @@
 //!
 //! May touch: `checkpoint` (starts the coordinator, finds the checkpoint to restore),
 //! `pipeline` (the plan and tasks it runs), `sink` (waits for the host to have a pull sink's
-//! results before it marks a finished job done), `context`, `error`, `metrics`, `wake`.
+//! results before it marks a finished job done), `snapshot` (the restored state it hands the
+//! plan), `context`, `error`, `metrics`, `wake`.
 
 mod attempt;
 mod failover;

@@ -319,8 +319,7 @@ fn the_metrics_show_records_out_and_watermark_lag() {
     common::wait_until("records out and watermark lag", || {
         let (_, text) = control(&addr, &["metrics"]);
         let out = samples(&text, "weir_operator_records_out_total{job_name=\"default\"");
-        let lag =
-            samples(&text, "weir_operator_watermark_lag_seconds{job_name=\"default\",operator=\"window-count\"");
+        let lag = samples(&text, "weir_operator_watermark_lag_seconds{job_name=\"default\",operator=\"window-count\"");
         out.iter().sum::<f64>() > 0.0 && lag.len() == 2 && lag.contains(&0.0)
     });
     job.child.kill().unwrap();
