@@ -1,6 +1,6 @@
 //! Keyed state, and the snapshot interface every stateful operator implements.
 //!
-//! A snapshot is two steps (the shared DESIGN.md's section 4): a synchronous
+//! A snapshot is two steps (Flink's synchronous and asynchronous parts): a synchronous
 //! [`Snapshot::fork`] taken while the task is paused at a barrier, and an asynchronous
 //! [`ForkedState::write_to`] run in the background while the task goes on. Every keyed state
 //! ([`KeyedValueState`] and the kinds in `kinds`, timers, TTL) keeps its entries in a

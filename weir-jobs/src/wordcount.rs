@@ -1,5 +1,6 @@
-//! The jobs the `weir` command runs, as library functions so that tests and benchmarks run
-//! exactly what users run.
+//! The default job (generator → key_by → tumbling window count, with its events and results)
+//! and the word count (lines of text or a Kafka topic → words → running counts, into files
+//! or a Kafka topic), as the `weir` command runs them.
 //!
 //! May touch: `pipeline`, `operator`, `record`, `source`, and `weir_kafka`.
 

@@ -1124,3 +1124,53 @@ async fn metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Res
         ([(header::CONTENT_TYPE, crate::metrics::TEXT_CONTENT_TYPE)], text).into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder inside a root by its text and outside it through a link is outside; a link
+    /// to nothing is refused (made, the folder would be its target); a `..` is refused
+    /// before anything is resolved.
+    #[test]
+    fn savepoint_roots_are_checked_where_the_file_system_leads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, elsewhere) = (dir.path().join("root"), dir.path().join("elsewhere"));
+        std::fs::create_dir_all(root.join("plain")).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("link")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("none"), root.join("dangling")).unwrap();
+        let roots = [root.display().to_string()];
+        let check = |d: &std::path::Path| within_roots(&roots, &d.display().to_string()).map_err(|r| (r.0, r.1));
+        assert!(check(&root.join("plain/new/deeper")).is_ok());
+        assert!(check(&root.join("not-yet")).is_ok());
+        for outside in [root.join("link"), root.join("link/deep"), root.join("dangling/x"), elsewhere.clone()] {
+            let (status, why) = check(&outside).unwrap_err();
+            assert!(status == StatusCode::FORBIDDEN && why.contains("outside"), "{}: {why}", outside.display());
+        }
+        let (_, why) = check(&root.join("..").join("elsewhere")).unwrap_err();
+        assert!(why.contains("'..'"), "{why}");
+        assert!(within_roots(&["s3://b/p".into()], "s3://b/p/sp").is_ok());
+        assert!(within_roots(&["s3://b/p".into()], "s3://b/pp").is_err());
+        assert!(within_roots(&[], "/anywhere").is_ok(), "no roots: anywhere");
+    }
+
+    /// A trigger's outcome is awaited until it was polled; one in progress is awaited too.
+    #[test]
+    fn triggers_are_awaited_until_their_outcome_is_read() {
+        let mut t = Triggers::default();
+        assert!(!t.awaited());
+        let id = t.start().unwrap();
+        assert!(t.awaited(), "in progress");
+        assert!(matches!(t.read(&id), Some(TriggerState::InProgress)));
+        t.finish(&id, Ok("/sp/savepoint-3".into()));
+        assert!(t.awaited(), "completed and not yet read");
+        assert!(matches!(t.read(&id), Some(TriggerState::Completed(l)) if l == "/sp/savepoint-3"));
+        assert!(!t.awaited(), "read");
+        assert!(t.read("nobody").is_none());
+        for _ in 0..TRIGGERS_IN_PROGRESS {
+            t.start().unwrap();
+        }
+        assert!(t.start().is_none(), "at most {TRIGGERS_IN_PROGRESS} in progress");
+    }
+}

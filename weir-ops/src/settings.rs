@@ -2,8 +2,7 @@
 //! `nexmark`), the keys of a TOML configuration file (`--config FILE`, the flags overriding
 //! it) and of the control endpoint's live configuration: one struct, so a flag, a file key
 //! and a `weir control ADDR config KEY=VALUE` key are the same name by construction. Names
-//! follow Flink's `execution.checkpointing.*` and `restart-strategy.*` options. May touch:
-//! the engine's checkpoint configuration.
+//! follow Flink's `execution.checkpointing.*` and `restart-strategy.*` options.
 //!
 //! Defaults are the engine's, the same on every command, and Flink's except where said:
 //! tolerable failed checkpoints 3 (Flink 0: one checkpoint expired under a backlog should not
@@ -720,4 +719,41 @@ fn read_file(path: &Path) -> weir::Result<CheckpointSettings> {
     let text = read_plain_file(path, "configuration file", CONFIG_FILE_MAX_BYTES)?;
     toml::from_str::<CheckpointSettings>(&text)
         .map_err(|e| Error::config(format!("configuration file {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        for (text, ms) in [("500", 500), ("500ms", 500), ("2s", 2_000), ("1.5s", 1_500), ("3m", 180_000)] {
+            assert_eq!(millis(text), Ok(ms), "{text}");
+        }
+        for (text, ms) in [("1m30s", 90_000), ("1h 15min", 4_500_000), ("2d", 172_800_000)] {
+            assert_eq!(millis(text), Ok(ms), "{text}");
+        }
+        let e = millis("2x").unwrap_err();
+        assert!(e.contains("unknown unit 'x'"), "{e}");
+        assert!(millis("").is_err() && millis("0.0001s").is_err());
+    }
+
+    /// Only a plain file of bounded size is read: a FIFO blocked for ever, `/dev/zero` was
+    /// read until memory ran out.
+    #[test]
+    fn only_plain_files_of_bounded_size_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let e = read_plain_file(&fifo, "password file", 64).unwrap_err().to_string();
+        assert!(e.contains("password file") && e.contains("not a plain file"), "{e}");
+        let e = read_plain_file(Path::new("/dev/zero"), "password file", 64).unwrap_err().to_string();
+        assert!(e.contains("not a plain file"), "{e}");
+        let big = dir.path().join("big");
+        std::fs::write(&big, [b'x'; 65]).unwrap();
+        assert!(read_plain_file(&big, "password file", 64).unwrap_err().to_string().contains("larger than 64"));
+        std::fs::write(&big, "secret\n").unwrap();
+        assert_eq!(read_plain_file(&big, "password file", 64).unwrap(), "secret\n");
+        assert!(read_plain_file(&dir.path().join("missing"), "password file", 64).is_err());
+    }
 }
