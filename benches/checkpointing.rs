@@ -3,6 +3,7 @@
 //! copy-on-write write after a fork, and the snapshot writer (full and incremental).
 //!
 //! `cargo bench --bench checkpointing`
+#![allow(clippy::disallowed_methods)] // the engine's rule (clippy.toml); a benchmark may read the wall clock and start threads
 
 use std::time::{Duration, Instant};
 

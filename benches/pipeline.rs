@@ -2,6 +2,7 @@
 //! the same with a key_by and a keyed sum on two workers.
 //!
 //! `cargo bench --bench pipeline`
+#![allow(clippy::disallowed_methods)] // the engine's rule (clippy.toml); a benchmark may read the wall clock and start threads
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use weir::source::Generator;

@@ -3,6 +3,7 @@
 //! in the same process, so their ratio is meaningful on a noisy machine.
 //!
 //! `cargo bench --bench ring`
+#![allow(clippy::disallowed_methods)] // the engine's rule (clippy.toml); a benchmark may read the wall clock and start threads
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 

@@ -2,6 +2,7 @@
 //! update of the same key and value types, in the same run; and the synchronous fork.
 //!
 //! `cargo bench --bench state`
+#![allow(clippy::disallowed_methods)] // the engine's rule (clippy.toml); a benchmark may read the wall clock and start threads
 
 use std::collections::HashMap;
 

@@ -2,6 +2,7 @@
 //! the same 100 ms event-time window.
 //!
 //! `cargo run --release --example join`
+#![allow(clippy::disallowed_methods)] // the engine's rule (clippy.toml); an example is a program, which may read the wall clock and start threads
 
 use weir::source::Generator;
 use weir::{Job, RunConfig, Window};

@@ -2,6 +2,7 @@
 //! 200 ms out of order.
 //!
 //! `cargo run --release --example windowed_count`
+#![allow(clippy::disallowed_methods)] // the engine's rule (clippy.toml); an example is a program, which may read the wall clock and start threads
 
 use weir::source::Generator;
 use weir::{Job, RunConfig, Window};

@@ -15,6 +15,29 @@ use crate::record::KeyScope;
 use crate::snapshot::{FaultInjector, RestoredState};
 use crate::wake::Parker;
 
+/// The wall clock, for what waits on it outside the job's time: a host's timeout, the
+/// supervisor's restart delay, the coordinator waiting for its writers, a directory lock's
+/// and a transaction's names. With [`Clock`] the engine's only reads of it (`clippy.toml`
+/// forbids them elsewhere); a task's time is its context's clock, which the simulator drives.
+pub(crate) mod wall {
+    /// Now, for a deadline or a duration outside the job's time.
+    #[allow(clippy::disallowed_methods)] // the home of wall-clock reads
+    pub(crate) fn now() -> std::time::Instant {
+        std::time::Instant::now()
+    }
+
+    /// Nanoseconds since the Unix epoch (0 before it).
+    #[allow(clippy::disallowed_methods)] // the home of wall-clock reads
+    pub(crate) fn unix_nanos() -> u128 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    }
+
+    /// Milliseconds since the Unix epoch (0 before it).
+    pub(crate) fn unix_ms() -> u64 {
+        (unix_nanos() / 1_000_000) as u64
+    }
+}
+
 /// The job's monotonic clock: nanoseconds since the job started.
 #[derive(Clone, Debug)]
 pub struct Clock {
@@ -28,13 +51,12 @@ pub struct Clock {
 impl Clock {
     /// A clock starting now.
     pub fn start() -> Clock {
-        let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Clock { origin: Instant::now(), origin_epoch_ms: epoch.as_millis() as u64, manual: None }
+        Clock { origin: wall::now(), origin_epoch_ms: wall::unix_ms(), manual: None }
     }
 
     /// A clock that reads `time` (nanoseconds), which only its owner moves: the simulator's.
     pub(crate) fn manual(time: Arc<AtomicU64>) -> Clock {
-        Clock { origin: Instant::now(), origin_epoch_ms: 0, manual: Some(time) }
+        Clock { origin: wall::now(), origin_epoch_ms: 0, manual: Some(time) }
     }
 
     /// Nanoseconds since the clock started.

@@ -2,6 +2,7 @@
 //! file), a module per concern, built with the engine's failure points (`testing`).
 //! `no_alloc.rs` is a binary of its own: its counting allocator counts the whole process.
 //! The command's tests are `weir-cli`'s, the connectors' their own packages'.
+#![allow(clippy::disallowed_methods)] // the engine's rule (clippy.toml); tests may read the wall clock and start threads
 
 /// The helpers every package's tests share.
 mod common {

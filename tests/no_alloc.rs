@@ -1,6 +1,7 @@
 //! The per-record path does not allocate: a counting allocator shows that ten times the
 //! records cost no more allocations once the job's buffers and state have reached their size.
 //! (One test in this file: the allocator counts the whole process.)
+#![allow(clippy::disallowed_methods)] // the engine's rule (clippy.toml); tests may read the wall clock and start threads
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -429,3 +429,53 @@ fn operators_hold_no_unsafe_code() {
         .collect();
     assert!(unsafe_lines.is_empty(), "unsafe code in operators:\n{}", unsafe_lines.join("\n"));
 }
+
+/// The engine's rules that `clippy.toml` keeps (DESIGN and STYLE: time through the task's
+/// context and the job's clock, threads only the runtime's). The lint fails a wall-clock read
+/// or a thread started anywhere else in the engine; this test keeps the way around it narrow:
+/// the root's `clippy.toml` names the four methods, every other crate has its own file (so the
+/// rule is the engine's alone), and `#[allow(clippy::disallowed_methods)]` stands only at the
+/// clock's home, the runtime's `spawn_named`, the host signal's wait, and on test modules,
+/// examples, benches and integration tests.
+#[test]
+fn wall_clock_reads_and_threads_stay_where_the_lint_allows_them() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = std::fs::read_to_string(root.join("clippy.toml")).unwrap();
+    for method in
+        ["std::time::Instant::now", "std::time::SystemTime::now", "std::thread::spawn", "std::thread::Builder::spawn"]
+    {
+        assert!(config.contains(&format!("path = \"{method}\", reason = \"")), "clippy.toml forbids {method}");
+    }
+    for member in [
+        "weir-derive",
+        "weir-jobs",
+        "weir-kafka",
+        "weir-object-store",
+        "weir-ops",
+        "weir-cli",
+        "weir-testkit",
+        "perf",
+        "fuzz",
+    ] {
+        let own = std::fs::read_to_string(root.join(member).join("clippy.toml"))
+            .unwrap_or_else(|_| panic!("{member}/clippy.toml keeps the engine's rule from reaching {member}"));
+        assert!(!own.contains("disallowed-methods"), "{member}: the rule is the engine's");
+    }
+    let allowed_files = ["context.rs", "runtime/mod.rs", "wake.rs"];
+    let mut stray = Vec::new();
+    let engine = Crate::read(".");
+    for (path, text) in &engine.files {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !line.contains("allow(clippy::disallowed_methods)") {
+                continue;
+            }
+            let on_tests = i > 0 && lines[i - 1].trim() == "#[cfg(test)]";
+            let home = allowed_files.iter().any(|f| path.ends_with(f));
+            if !(on_tests || home) {
+                stray.push(format!("{}:{}", path.display(), i + 1));
+            }
+        }
+    }
+    assert!(stray.is_empty(), "wall-clock reads or threads allowed outside their homes: {stray:?}");
+}

@@ -626,6 +626,7 @@ fn check_writable(dir: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive the engine from outside: their threads and clocks are theirs
 mod tests {
     use super::*;
 

@@ -229,7 +229,7 @@ fn instance_of(dir: &Path, mirror: Option<&CheckpointMirror>) -> Result<String> 
     }
     // OS-seeded keys make each `RandomState` a fresh random function.
     use std::hash::BuildHasher;
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let nanos = crate::context::wall::unix_nanos();
     let instance =
         format!("{:016x}", std::collections::hash_map::RandomState::new().hash_one((nanos, std::process::id())));
     std::fs::write(&path, &instance).map_err(|e| Error::io("cannot write the job identity", &path, e))?;

@@ -3,12 +3,12 @@
 //! or the simulator's queue), and which completions the tasks applied ([`CommitsApplied`]).
 //! What a task does with a barrier is in [`crate::barrier`].
 //!
-//! May touch: `error`, `snapshot` (and storage, beside it).
+//! May touch: `context` (the wall clock of its waits), `error`, `snapshot` (and storage, beside it).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::storage::{ChannelAlignment, FileDigest, SharedFile};
 use crate::error::Error;
@@ -244,9 +244,9 @@ impl SnapshotWriter for PoolWriter {
     }
 
     fn wait_idle(&self, limit: Duration) -> bool {
-        let until = Instant::now() + limit;
+        let until = crate::context::wall::now() + limit;
         while self.in_flight.load(Ordering::SeqCst) > 0 {
-            if Instant::now() >= until {
+            if crate::context::wall::now() >= until {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -290,13 +290,13 @@ impl CommitsApplied {
     /// Waits until `tasks` tasks applied checkpoint `id`'s completion, for at most `limit` or
     /// until `ended()` (the attempt's workers are gone). Returns whether they did.
     pub(crate) fn wait(&self, id: u64, tasks: usize, ended: impl Fn() -> bool, limit: Duration) -> bool {
-        let until = Instant::now() + limit;
+        let until = crate::context::wall::now() + limit;
         let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if newest.values().filter(|&&n| n >= id).count() >= tasks {
                 return true;
             }
-            let left = until.saturating_duration_since(Instant::now());
+            let left = until.saturating_duration_since(crate::context::wall::now());
             if left.is_zero() || ended() {
                 return false;
             }

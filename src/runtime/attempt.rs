@@ -284,24 +284,22 @@ pub(super) fn start_attempt(
             commits = Some(c.commits);
             let fail_state = state.clone();
             let stop = shutdown.clone();
-            let t = std::thread::Builder::new()
-                .name(format!("weir-{name}-coordinator"))
-                .spawn(move || {
-                    run_thread(
-                        c.core,
-                        c.endpoints,
-                        c.acks,
-                        request_rx,
-                        stop,
-                        c.writer,
-                        Box::new(move |e| fail_state.fail(e)),
-                    )
-                })
-                .map_err(|e| Error::Io {
-                    context: "cannot start the checkpoint coordinator".into(),
-                    path: None,
-                    source: e,
-                })?;
+            let t = spawn_named(format!("weir-{name}-coordinator"), move || {
+                run_thread(
+                    c.core,
+                    c.endpoints,
+                    c.acks,
+                    request_rx,
+                    stop,
+                    c.writer,
+                    Box::new(move |e| fail_state.fail(e)),
+                )
+            })
+            .map_err(|e| Error::Io {
+                context: "cannot start the checkpoint coordinator".into(),
+                path: None,
+                source: e,
+            })?;
             Some((t, shutdown))
         }
         None => None,
@@ -322,16 +320,14 @@ pub(super) fn start_attempt(
             scope: scope.clone(),
             core: if cores.is_empty() { None } else { Some(cores[i % cores.len()]) },
         };
-        let t = std::thread::Builder::new()
-            .name(format!("weir-{name}-{i}"))
-            .spawn({
-                let exited = ExitCount(exited.clone());
-                move || {
-                    let _counted = exited;
-                    worker.run()
-                }
-            })
-            .map_err(|e| Error::Io { context: "cannot start a worker thread".into(), path: None, source: e })?;
+        let t = spawn_named(format!("weir-{name}-{i}"), {
+            let exited = ExitCount(exited.clone());
+            move || {
+                let _counted = exited;
+                worker.run()
+            }
+        })
+        .map_err(|e| Error::Io { context: "cannot start a worker thread".into(), path: None, source: e })?;
         threads.push(t);
     }
     Ok(Attempt { threads, state, parkers, scope, coordinator, requests, commits, task_count, exited })

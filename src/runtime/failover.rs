@@ -87,8 +87,11 @@ impl Supervised {
             // request) is a failure like any other: the strategy decides whether to go on.
             loop {
                 let cancelled = self.shared.control.cancel.load(Ordering::SeqCst);
-                let failures_ago =
-                    RestartStrategy::remember_failure(strategy.as_ref(), &mut self.progress().failures, Instant::now());
+                let failures_ago = RestartStrategy::remember_failure(
+                    strategy.as_ref(),
+                    &mut self.progress().failures,
+                    crate::context::wall::now(),
+                );
                 let delay = strategy.and_then(|s| s.delay(restarts, &failures_ago));
                 let Some(delay) = delay.filter(|_| e.is_retryable() && !cancelled) else { return Some(Err(e)) };
                 tracing::warn!(job = %self.job.graph.borrow().name, restart = restarts + 1, cause = %e, "job restarts");
@@ -159,8 +162,7 @@ impl Supervised {
 
 /// A failure seen now.
 fn failure(cause: String, restarted: bool) -> JobFailure {
-    let unix_ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let unix_ms = crate::context::wall::unix_ms();
     JobFailure { cause, unix_ms, restarted }
 }
 
@@ -222,9 +224,7 @@ impl FinishedMarker {
                     return;
                 }
                 let Some(marker) = marker.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
-                let written = std::thread::Builder::new()
-                    .name("weir-finished".into())
-                    .spawn(move || marker.write().map_err(|e| e.to_string()))
+                let written = spawn_named("weir-finished".into(), move || marker.write().map_err(|e| e.to_string()))
                     .map_err(|e| e.to_string())
                     .and_then(|t| t.join().unwrap_or_else(|_| Err("its writer panicked".into())));
                 if let Err(e) = written {

@@ -143,6 +143,16 @@ pub(crate) use failover::FinishedMarker;
 pub use handle::{JobController, JobFailure, JobHandle, JobState, Stopped};
 use handle::{RunProgress, Supervised};
 
+/// Starts thread `name` running `f`: the engine's threads (workers, the coordinator, the
+/// supervisor, the completion marker's writer) start here and nowhere else (`clippy.toml`).
+#[allow(clippy::disallowed_methods)] // the runtime's threads
+pub(crate) fn spawn_named<T: Send + 'static>(
+    name: String,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<JoinHandle<T>> {
+    std::thread::Builder::new().name(name).spawn(f)
+}
+
 impl Job {
     /// Starts the job on its worker threads.
     pub fn start(self, config: RunConfig) -> Result<JobHandle> {
@@ -173,10 +183,8 @@ impl Job {
             job: self,
             config,
             shared,
-            started: Instant::now(),
-            started_unix_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            started: crate::context::wall::now(),
+            started_unix_ms: crate::context::wall::unix_ms(),
             workers: config.effective_workers(),
             state: Mutex::new(RunProgress {
                 attempt: Some(attempt),
@@ -191,9 +199,7 @@ impl Job {
             ended: std::sync::Condvar::new(),
         });
         let supervised = run.clone();
-        let supervisor = std::thread::Builder::new()
-            .name(format!("weir-{name}-supervisor"))
-            .spawn(move || supervised.supervise())
+        let supervisor = spawn_named(format!("weir-{name}-supervisor"), move || supervised.supervise())
             .map_err(|e| Error::Io { context: "cannot start the job's supervisor".into(), path: None, source: e })?;
         Ok(JobHandle { run, supervisor: Some(supervisor) })
     }

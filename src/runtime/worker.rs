@@ -115,7 +115,7 @@ impl Worker {
             }
             if self.tasks.is_empty() {
                 if self.state.completed_workers.fetch_add(1, Ordering::SeqCst) + 1 == self.state.workers {
-                    *self.state.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+                    *self.state.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(crate::context::wall::now());
                 }
                 return;
             }

@@ -31,7 +31,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::Sink;
 use crate::context::TaskContext;
@@ -407,7 +407,7 @@ impl<T> EventReceiver<T> {
         }
         let signal = self.shared.signal.clone();
         let shared = self.shared.clone();
-        signal.wait_until(Instant::now() + timeout, || {
+        signal.wait_until(crate::context::wall::now() + timeout, || {
             (shared.queued.load(Ordering::Acquire) > 0 || shared.stream_ended.load(Ordering::Acquire)).then_some(())
         });
         match self.try_recv() {

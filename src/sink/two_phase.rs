@@ -173,7 +173,7 @@ impl<F> TwoPhaseFileSink<F> {
     /// The sink for subtask `ctx.subtask`, writing into `dir` (created if missing).
     pub fn create(dir: &Path, ctx: &TaskContext, format: F) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create output folder", dir, e))?;
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let nanos = crate::context::wall::unix_nanos();
         Ok(TwoPhaseFileSink {
             dir: dir.to_path_buf(),
             ctx: ctx.clone(),

@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rtrb::{Consumer, Producer};
 
@@ -142,12 +142,12 @@ impl<T> EventSender<T> {
 
     /// Sends one event, waiting up to `timeout` for room in the ring.
     pub fn send_timeout(&mut self, event: T, timeout: Duration) -> std::result::Result<(), SendError<T>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::context::wall::now() + timeout;
         let signal = self.shared.signal.clone();
         let mut event = event;
         loop {
             event = match self.try_send(event) {
-                Err(SendError::Full(e)) if Instant::now() < deadline => e,
+                Err(SendError::Full(e)) if crate::context::wall::now() < deadline => e,
                 Err(SendError::Full(e)) => return Err(SendError::Timeout(e)),
                 other => return other,
             };
@@ -199,7 +199,7 @@ impl<T> EventSender<T> {
         let shared = &self.shared;
         shared
             .signal
-            .wait_until(Instant::now() + timeout, || shared.resume_or_end())
+            .wait_until(crate::context::wall::now() + timeout, || shared.resume_or_end())
             .unwrap_or(Err(SendError::Timeout(())))
     }
 
@@ -555,6 +555,7 @@ crate::debug_as_name!([T] Closing<T>);
 crate::debug_as_name!([T] ResumePoint<T>);
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive the engine from outside: their threads and clocks are theirs
 mod tests {
     use std::future::Future;
 

@@ -668,6 +668,7 @@ fn into_text(bytes: Vec<u8>) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive the engine from outside: their threads and clocks are theirs
 mod tests {
     use super::*;
 
@@ -708,6 +709,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // tests drive the engine from outside: their threads and clocks are theirs
 mod span_tests {
     use super::*;
 
