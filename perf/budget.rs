@@ -140,7 +140,7 @@ fn run(job: Job) {
             let mut handle = job.start(config).expect("the job starts");
             let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let scraper = {
-                let (job, done) = (handle.controller(), done.clone());
+                let (job, done) = (handle.controller(), std::sync::Arc::clone(&done));
                 std::thread::spawn(move || scrape_metrics_every(job, every_ms, &done))
             };
             let report = loop {

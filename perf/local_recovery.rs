@@ -32,7 +32,7 @@ fn round(keys: u64, local: bool) -> (f64, f64, String) {
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::ZERO });
     let job = Job::new("local-recovery-bench").with_checkpointing(config);
     let fail = Arc::new(AtomicBool::new(false));
-    let failing = fail.clone();
+    let failing = Arc::clone(&fail);
     job.generator(Generator::new(move |i, _| (i % keys, 1u64)))
         .map(move |r: (u64, u64)| {
             if failing.swap(false, Ordering::Relaxed) {

@@ -292,7 +292,7 @@ fn main() {
     // The writer: ~1.5 MB/s of text lines, whole lines only.
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
-        let (log, stop) = (log.clone(), stop.clone());
+        let (log, stop) = (log.clone(), Arc::clone(&stop));
         std::thread::spawn(move || {
             let mut f = std::fs::OpenOptions::new().append(true).open(&log).expect("log");
             let mut counts: HashMap<String, u64> = HashMap::new();

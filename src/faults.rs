@@ -213,7 +213,7 @@ impl FaultInjector {
         }
         let counter = {
             let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            seen.entry(operator.to_string()).or_default().clone()
+            Arc::clone(seen.entry(operator.to_string()).or_default())
         };
         let after = counter.fetch_add(n as u64, Ordering::SeqCst) + n as u64;
         // One failure per batch; a fault whose record passed in the same batch as another's

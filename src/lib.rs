@@ -115,11 +115,6 @@
 //! assert_eq!(total, 30);
 //! ```
 
-#![deny(unsafe_op_in_unsafe_fn)]
-#![deny(clippy::undocumented_unsafe_blocks)]
-#![warn(missing_docs)]
-#![warn(missing_debug_implementations)]
-
 /// `Debug` for a public type whose fields are closures, shared internals or whole state: the
 /// type's name.
 macro_rules! debug_as_name {

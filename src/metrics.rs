@@ -279,7 +279,7 @@ pub struct JobMetrics {
 
 fn register(list: &Mutex<Vec<Arc<Counter>>>) -> Arc<Counter> {
     let c = Arc::new(Counter::default());
-    list.lock().unwrap_or_else(|e| e.into_inner()).push(c.clone());
+    list.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::clone(&c));
     c
 }
 
@@ -293,16 +293,16 @@ impl JobMetrics {
     pub fn operator(&self, operator: &Arc<str>, subtask: usize) -> Arc<OperatorMetrics> {
         let mut all = self.operators.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = all.iter().find(|m| m.operator == *operator && m.subtask == subtask) {
-            return m.clone();
+            return Arc::clone(m);
         }
         let m = Arc::new(OperatorMetrics {
-            operator: operator.clone(),
+            operator: Arc::clone(operator),
             subtask,
             records_in: Counter::default(),
             records_out: Counter::default(),
             watermark: CachePadded::new(AtomicU64::new(u64::MAX)),
         });
-        all.push(m.clone());
+        all.push(Arc::clone(&m));
         m
     }
 
@@ -321,11 +321,11 @@ impl JobMetrics {
             f.operator == *operator && f.subtask == subtask && f.input == input && f.waiting.len() == channels
         };
         if let Some(f) = all.iter().find(same) {
-            return f.clone();
+            return Arc::clone(f);
         }
         let waiting = (0..channels).map(|_| CachePadded::new(AtomicU64::new(0))).collect();
-        let f = Arc::new(InputFill { operator: operator.clone(), subtask, input, capacity, waiting });
-        all.push(f.clone());
+        let f = Arc::new(InputFill { operator: Arc::clone(operator), subtask, input, capacity, waiting });
+        all.push(Arc::clone(&f));
         f
     }
 

@@ -191,7 +191,7 @@ mod tests {
         for _ in 0..200 {
             let signal = Arc::new(HostSignal::default());
             let value = Arc::new(AtomicU64::new(0));
-            let (s, v) = (signal.clone(), value.clone());
+            let (s, v) = (Arc::clone(&signal), Arc::clone(&value));
             let t = std::thread::spawn(move || {
                 v.store(7, Ordering::SeqCst);
                 s.notify();

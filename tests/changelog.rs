@@ -28,7 +28,7 @@ fn a_full_disk_declines_a_changelog_checkpoint_and_the_next_writes_a_base() {
         .changelog(true)
         .local_recovery(false)
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
-        .faults(faults.clone());
+        .faults(std::sync::Arc::clone(&faults));
     let job = Job::new("changelog").with_checkpointing(cfg);
     let (mut tx, records) = job.push_source::<u64>(64);
     let out = records

@@ -486,7 +486,7 @@ fn slow_host(root: &Path, acks: bool, stop: HostStop, capacity: usize, shape: Sh
     };
     let joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let joiner = {
-        let joined = joined.clone();
+        let joined = Arc::clone(&joined);
         std::thread::spawn(move || {
             let r = handle.join();
             if let Err(e) = &r {

@@ -71,7 +71,7 @@ fn storage_errors_decline_checkpoints_and_the_job_goes_on() {
         .tolerable_failed_checkpoints(10)
         .retained(3)
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
-        .faults(faults.clone());
+        .faults(std::sync::Arc::clone(&faults));
     // The end waits for two checkpoints to complete after the last (re)start: the second is
     // past the failing ones however slowly checkpoints come (they once did not all come
     // before the end on a loaded machine).
@@ -181,7 +181,7 @@ fn a_real_full_disk_declines_checkpoints_and_recovery_uses_one_that_fitted() {
         .tolerable_failed_checkpoints(1_000)
         .retained(1)
         .restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(1) })
-        .faults(faults.clone());
+        .faults(std::sync::Arc::clone(&faults));
     let (j, out) = growing(Some(config));
     let (result, failures) = run_to_the_end(j);
     match result {
@@ -231,7 +231,7 @@ fn a_restart_whose_start_fails_retryably_is_restarted_again() {
         .faults(faults);
     let job = Job::new("flaky-sink").with_checkpointing(config);
     let (opened, written) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-    let (o, w) = (opened.clone(), written.clone());
+    let (o, w) = (Arc::clone(&opened), Arc::clone(&written));
     job.generator(Generator::new(|i, _| i).count(N)).map(|i| i).named("copy").sink(move |_ctx| {
         match o.fetch_add(1, Ordering::SeqCst) {
             1 => Err(Error::Io {
@@ -239,7 +239,7 @@ fn a_restart_whose_start_fails_retryably_is_restarted_again() {
                 path: None,
                 source: std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer"),
             }),
-            _ => Ok(Counting(w.clone())),
+            _ => Ok(Counting(Arc::clone(&w))),
         }
     });
     let report = job.execute(RunConfig::default().workers(1)).unwrap();

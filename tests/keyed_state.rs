@@ -92,7 +92,7 @@ fn incremental_checkpoints_write_only_changed_pages_and_recover_exactly() {
         .retained(2)
         .tolerable_failed_checkpoints(100)
         .restart(RestartStrategy::FixedDelay { attempts: 5, delay: Duration::from_millis(1) })
-        .faults(faults.clone());
+        .faults(std::sync::Arc::clone(&faults));
     let (got, report) = run(Some(config));
     assert_eq!(faults.fired(), 2);
     assert_eq!(report.restarts, 2);
@@ -162,7 +162,7 @@ fn a_user_function_over_map_and_list_state_recovers_exactly() {
             .incremental(incremental)
             .tolerable_failed_checkpoints(100)
             .restart(RestartStrategy::FixedDelay { attempts: 5, delay: Duration::from_millis(1) })
-            .faults(faults.clone());
+            .faults(std::sync::Arc::clone(&faults));
         let (got, report) = distinct(Some(config));
         assert_eq!(report.restarts, 2, "incremental={incremental}");
         assert!(got == golden, "incremental={incremental}: output differs from the failure-free run");

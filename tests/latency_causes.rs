@@ -95,13 +95,13 @@ fn a_held_alignment_gets_the_slow_samples() {
     let clock = Arc::new(AtomicU64::new(1));
     let config = CheckpointConfig::new(dir.path()).interval(Duration::from_millis(200));
     let job =
-        Job::new("held alignment").with_parallelism(2).with_checkpointing(config).with_manual_clock(clock.clone());
+        Job::new("held alignment").with_parallelism(2).with_checkpointing(config).with_manual_clock(Arc::clone(&clock));
     let until_ns = 1_500_000_000;
     let progress = Arc::new(Progress::default());
-    let sources = progress.clone();
+    let sources = Arc::clone(&progress);
     job.source(move |ctx: &TaskContext| {
-        let progress = sources.clone();
-        Ok(Paced { clock: clock.clone(), progress, subtask: ctx.subtask, next_ns: 0, until_ns, emitted: 0 })
+        let progress = Arc::clone(&sources);
+        Ok(Paced { clock: Arc::clone(&clock), progress, subtask: ctx.subtask, next_ns: 0, until_ns, emitted: 0 })
     })
     .named("paced")
     .rebalance()

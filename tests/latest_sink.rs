@@ -78,7 +78,7 @@ fn failures_leave_the_same_table_as_a_failure_free_run() {
     let config = CheckpointConfig::new(chk.path())
         .interval(Duration::from_millis(15))
         .restart(RestartStrategy::FixedDelay { attempts: 5, delay: Duration::from_millis(1) })
-        .faults(faults.clone());
+        .faults(std::sync::Arc::clone(&faults));
     let report = job(out.path(), 3, Some(config)).execute(RunConfig::default().workers(2)).unwrap();
     assert_eq!(report.restarts, 2);
     for s in 0..3 {

@@ -61,7 +61,7 @@ fn send(tx: &mut EventSender<u64>, records: std::ops::Range<u64>) {
 /// them); returns the handle, the checkpoint's id and the sorted output.
 fn run_with_a_failover(dir: &Path, local: bool) -> (JobHandle, u64, Vec<(u64, u64)>) {
     let faults = FaultInjector::new(vec![Fault::AtRecord { operator: "count".into(), nth: FAIL_AT }]);
-    let (job, mut tx, out) = build(dir, local, faults.clone(), true);
+    let (job, mut tx, out) = build(dir, local, Arc::clone(&faults), true);
     let mut handle = job.start(RunConfig::default().workers(2)).unwrap();
     send(&mut tx, 0..BEFORE);
     let checkpoint = handle.trigger_checkpoint().unwrap();

@@ -55,7 +55,10 @@ fn failing_three_times(dir: &std::path::Path, restart: RestartStrategy) -> (Job,
     let faults = FaultInjector::new(
         [10_000, 20_000, 30_000].map(|nth| Fault::AtRecord { operator: "sum".into(), nth }).to_vec(),
     );
-    let config = CheckpointConfig::new(dir).interval(Duration::from_millis(5)).restart(restart).faults(faults.clone());
+    let config = CheckpointConfig::new(dir)
+        .interval(Duration::from_millis(5))
+        .restart(restart)
+        .faults(std::sync::Arc::clone(&faults));
     let job = Job::new("failing").with_checkpointing(config);
     job.generator(Generator::new(|i, _| (i % 64, 1u64)).count(N))
         .key_by(|e: &(u64, u64)| e.0)

@@ -191,7 +191,7 @@ fn check_workload(w: Workload, records: u64) {
             let dir = tempfile::tempdir().unwrap();
             let (_, operator) = build(w, &Job::new("probe"), corpus.path());
             let faults = FaultInjector::new(schedule(seed, operator, records));
-            let config = checkpointed(dir.path(), mode, faults.clone()).incremental(incremental);
+            let config = checkpointed(dir.path(), mode, Arc::clone(&faults)).incremental(incremental);
             let (got, restarts, notes) = run(w, p, corpus.path(), Some(config));
             let name = format!("{w:?} p={p} {mode} incremental={incremental}");
             assert!(restarts >= 2, "{name}: the schedule should force restarts ({restarts}): {notes:?}");
@@ -266,7 +266,7 @@ fn partitioned_files_recover_exactly_once() {
         assert_eq!(golden.len(), EVENTS as usize);
         let (chk, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let faults = FaultInjector::new(schedule(seed, "copy", EVENTS));
-        let report = write(p, Some(checkpointed(chk.path(), CheckpointMode::Aligned, faults.clone())), out.path());
+        let report = write(p, Some(checkpointed(chk.path(), CheckpointMode::Aligned, Arc::clone(&faults))), out.path());
         assert!(report.restarts >= 2, "p={p}: the schedule should force restarts ({})", report.restarts);
         assert!(faults.fired() >= 3, "p={p}: only {} faults fired", faults.fired());
         let got = lines_under(out.path());

@@ -328,7 +328,7 @@ fn checkpoints_in_progress_are_counted_until_they_complete() {
     let job = Job::new("pending")
         .with_checkpointing(CheckpointConfig::new(dir.path().join("c")).interval(Duration::from_secs(3600)));
     let held = Arc::new(AtomicBool::new(false));
-    let hold = held.clone();
+    let hold = Arc::clone(&held);
     job.generator(Generator::new(|i, _| i).rate(10_000.0))
         .map(move |i| {
             while hold.load(Ordering::SeqCst) {

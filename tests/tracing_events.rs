@@ -73,7 +73,7 @@ fn an_embedding_program_sees_the_checkpoint_lifecycle_in_its_own_logs() {
         .interval(Duration::from_millis(5))
         .tolerable_failed_checkpoints(5)
         .restart(RestartStrategy::FixedDelay { attempts: 2, delay: Duration::from_millis(1) })
-        .faults(faults.clone());
+        .faults(std::sync::Arc::clone(&faults));
     let job = Job::new("traced").with_parallelism(2).with_checkpointing(config);
     job.generator(Generator::new(|i, _| (i % 10, i)).count(N).rate(20_000.0))
         .key_by(|e: &(u64, u64)| e.0)

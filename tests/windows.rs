@@ -400,10 +400,16 @@ fn lagging_sources(job: Job) -> (u64, u64) {
     use std::sync::Arc;
     let (leader, gap) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let job = job.with_parallelism(2);
-    let (l, g) = (leader.clone(), gap.clone());
+    let (l, g) = (Arc::clone(&leader), Arc::clone(&gap));
     let counts = job
         .source(move |ctx| {
-            Ok(LaggingSource { subtask: ctx.subtask, next: 0, leader: l.clone(), seen: u64::MAX, gap: g.clone() })
+            Ok(LaggingSource {
+                subtask: ctx.subtask,
+                next: 0,
+                leader: Arc::clone(&l),
+                seen: u64::MAX,
+                gap: Arc::clone(&g),
+            })
         })
         .with_watermarks(|e: &(u64, u64)| e.1, 0)
         .key_by(|e: &(u64, u64)| e.0)

@@ -63,8 +63,8 @@ mod tests {
     fn a_task_enters_and_leaves_and_a_dropped_one_holds_nothing() {
         let time = Arc::new(AtomicU64::new(1_000));
         let activity = Arc::new(CheckpointActivity::default());
-        let mut a = ActivityReport::new(activity.clone(), Clock::manual(time.clone()));
-        let mut b = ActivityReport::new(activity.clone(), Clock::manual(time.clone()));
+        let mut a = ActivityReport::new(Arc::clone(&activity), Clock::manual(Arc::clone(&time)));
+        let mut b = ActivityReport::new(Arc::clone(&activity), Clock::manual(Arc::clone(&time)));
         assert_eq!(activity.spells(), [(0, 0); 3], "nothing ever happened");
         a.set(true, false);
         time.store(1_500, Ordering::Relaxed);

@@ -176,11 +176,11 @@ impl TaskCheckpointing {
     pub(crate) fn write_async(&self, snapshot: TaskSnapshot, mut stats: TaskStats) {
         stats.inflight_bytes = snapshot.inflight_bytes();
         let (task, storage, faults, clock, pages) =
-            (self.task, self.storage.clone(), self.faults.clone(), self.clock.clone(), self.pages.clone());
+            (self.task, Arc::clone(&self.storage), self.faults.clone(), self.clock.clone(), self.pages.clone());
         let id = snapshot.barrier.id;
         // A full checkpoint reuses nothing of an earlier one either.
         let full = self.pages.is_some() && self.live.is_full(id);
-        let (parts, kept) = (self.parts.clone(), self.parts.kept().filter(|_| !full));
+        let (parts, kept) = (Arc::clone(&self.parts), self.parts.kept().filter(|_| !full));
         let local = self.local.clone();
         // Weak: a write queued in a writer must not keep it alive.
         let writer = Arc::downgrade(&self.writer);
@@ -242,7 +242,7 @@ impl TaskCheckpointing {
             if result.is_ok() {
                 let parts: Vec<LocalPart> = snapshot.parts.into_iter().map(LocalPart::from).collect();
                 if let (false, Some(pages), Some(writer)) = (materialize.is_empty(), &pages, writer.upgrade()) {
-                    let forks = parts.iter().map(|p| p.state.clone()).collect();
+                    let forks = parts.iter().map(|p| Arc::clone(&p.state)).collect();
                     materialize_later(&*writer, storage, pages, (task, id), forks, materialize);
                 }
                 // Kept before the acknowledgement, so a checkpoint the coordinator completes

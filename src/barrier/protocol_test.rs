@@ -105,8 +105,8 @@ fn a_newer_unaligned_barrier_passes_an_older_capture_without_declining_it() {
         std::fs::create_dir_all(cp.storage.checkpoint_dir(id)).unwrap();
     }
     let parker = Arc::new(Parker::default());
-    let (mut ahead, r0) = channel::<u64>(16, parker.clone(), parker.clone());
-    let (mut behind, r1) = channel::<u64>(16, parker.clone(), parker);
+    let (mut ahead, r0) = channel::<u64>(16, Arc::clone(&parker), Arc::clone(&parker));
+    let (mut behind, r1) = channel::<u64>(16, Arc::clone(&parker), parker);
     let mut gate = InputGate::new(vec![r0, r1]);
     gate.set_unaligned(true);
     let ident = TaskIdent { name: "op (1/1)".into(), operator: "op".into(), subtask: 0 };
@@ -155,8 +155,8 @@ fn an_in_flight_budget_aligns_what_fits_and_captures_the_rest_under_it() {
         let (mut cp, acks, _control) = adaptive_task(dir.path(), 2, budget);
         std::fs::create_dir_all(cp.storage.checkpoint_dir(1)).unwrap();
         let parker = Arc::new(Parker::default());
-        let (mut long, r0) = channel::<u64>(64, parker.clone(), parker.clone());
-        let (mut short, r1) = channel::<u64>(64, parker.clone(), parker);
+        let (mut long, r0) = channel::<u64>(64, Arc::clone(&parker), Arc::clone(&parker));
+        let (mut short, r1) = channel::<u64>(64, Arc::clone(&parker), parker);
         let mut gate = InputGate::new(vec![r0, r1]);
         gate.set_unaligned(true);
         let ident = TaskIdent { name: "op (1/1)".into(), operator: "op".into(), subtask: 0 };
@@ -270,10 +270,10 @@ fn turning_unaligned_on_while_running_slices_a_backlog_of_slow_records() {
     let dir = tempfile::tempdir().unwrap();
     let (mut cp, _acks, _control) = unaligned_task(dir.path(), 1);
     let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    cp.clock = Clock::manual(time.clone());
+    cp.clock = Clock::manual(Arc::clone(&time));
     cp.live = Arc::new(LiveSettings::new(&crate::checkpoint::CheckpointConfig::new(dir.path())));
     let parker = Arc::new(Parker::default());
-    let (mut out, reader) = channel::<u64>(1024, parker.clone(), parker);
+    let (mut out, reader) = channel::<u64>(1024, Arc::clone(&parker), parker);
     let mut gate = InputGate::new(vec![reader]);
     gate.set_unaligned(true);
     let ident = TaskIdent { name: "op (1/1)".into(), operator: "op".into(), subtask: 0 };

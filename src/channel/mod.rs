@@ -136,7 +136,7 @@ mod model_test;
 /// ```
 pub fn pair<T: crate::record::Record>(capacity: usize) -> (ChannelSender<T>, ChannelReceiver<T>) {
     let parker = std::sync::Arc::new(Parker::default());
-    let (w, r) = channel::<T>(capacity, parker.clone(), parker);
+    let (w, r) = channel::<T>(capacity, std::sync::Arc::clone(&parker), parker);
     (
         ChannelSender { writer: ChannelWriter::new(vec![w], Partitioner::Forward) },
         ChannelReceiver { gate: InputGate::new(vec![r]) },

@@ -589,7 +589,7 @@ impl CheckpointConfig {
         }
         check_writable(&self.dir)?;
         match &self.store {
-            Some(store) => super::storage::CheckpointMirror::new(store.clone()).probe(),
+            Some(store) => super::storage::CheckpointMirror::new(Arc::clone(store)).probe(),
             None => Ok(()),
         }
     }

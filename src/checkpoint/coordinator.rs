@@ -1111,7 +1111,7 @@ pub(crate) fn run_thread(
             }
         }
     };
-    let in_progress = core.s.in_progress.clone();
+    let in_progress = Arc::clone(&core.s.in_progress);
     // None again however the thread ends: the attempt's pending checkpoints end with it.
     struct NonePending(Arc<crate::metrics::InProgress>);
     impl Drop for NonePending {
@@ -1119,7 +1119,7 @@ pub(crate) fn run_thread(
             self.0.publish(std::iter::empty());
         }
     }
-    let _none_pending = NonePending(in_progress.clone());
+    let _none_pending = NonePending(Arc::clone(&in_progress));
     loop {
         if shutdown.load(Ordering::SeqCst) {
             // A writer that outlives the wait only leaves a folder the next start removes.
@@ -1200,7 +1200,7 @@ mod tests {
         let config = CheckpointConfig::new(dir.path()).interval(Duration::from_millis(10));
         let live = Arc::new(crate::checkpoint::task::LiveSettings::new(&config));
         let mut core = core_with(config.clone());
-        core.s.live = Some(live.clone());
+        core.s.live = Some(Arc::clone(&live));
         let turns = vec![
             config.clone().mode(crate::checkpoint::CheckpointMode::Aligned),
             config.clone().mode(crate::checkpoint::CheckpointMode::Unaligned),

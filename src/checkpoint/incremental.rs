@@ -160,7 +160,7 @@ impl PageIndexInner {
         self.materialized.retain(|f, m| {
             let keep = live.contains(f);
             if !keep && m.file.is_some() {
-                gone.push(m.clone());
+                gone.push(Arc::clone(m));
             }
             keep
         });
@@ -211,7 +211,7 @@ impl Known {
                 let size = self.file(f).map_or(0, |d| d.bytes);
                 *i < over || (*bytes as f64) < COMPACT_BELOW_LIVE * size as f64
             })
-            .map(|(_, (_, f))| (*f).clone())
+            .map(|(_, (_, f))| Arc::clone(*f))
             .collect()
     }
 
@@ -243,8 +243,8 @@ impl PageIndex {
     fn known(&self) -> Known {
         let inner = self.lock();
         Known {
-            completed: inner.completed.clone(),
-            kept: inner.kept.as_ref().map(|k| k.1.clone()),
+            completed: Arc::clone(&inner.completed),
+            kept: inner.kept.as_ref().map(|k| Arc::clone(&k.1)),
             materializing: inner.materializing.clone(),
             materialized: inner.materialized.clone(),
         }
@@ -356,7 +356,7 @@ impl TaskFileBuilder<'_> {
             return;
         }
         let next = self.content.shared.len() as u32;
-        let file = *self.file_index.entry(r.file.clone()).or_insert(next);
+        let file = *self.file_index.entry(Arc::clone(&r.file)).or_insert(next);
         if file == next {
             self.content.shared.push(r.file.to_string());
         }
@@ -414,7 +414,7 @@ impl StateChunks for TaskFileBuilder<'_> {
                 .chain(&c.segments)
                 .map(|&v| Some((v, k.page(v)?.clone())))
                 .collect::<Option<_>>()?;
-            Some((c.clone(), parts))
+            Some((Arc::clone(c), parts))
         });
         let Some((c, parts)) = chain else {
             // A new base, now: the state's image.
@@ -428,11 +428,11 @@ impl StateChunks for TaskFileBuilder<'_> {
         // adopted: the chain is then that base and the segments after its capture.
         let adopt = c.segments.iter().enumerate().rev().find_map(|(i, s)| {
             let m = known.materialized.get(s).filter(|m| m.adopt(known))?;
-            Some((m.clone(), i + 1))
+            Some((Arc::clone(m), i + 1))
         });
         let (chain_base, kept) = match &adopt {
-            Some((m, from)) => (m.base.clone(), &segment_parts[*from..]),
-            None => (c.base.clone(), segment_parts),
+            Some((m, from)) => (Arc::clone(&m.base), &segment_parts[*from..]),
+            None => (Arc::clone(&c.base), segment_parts),
         };
         // Due for a new base after `most` segments, or once its segments hold as many bytes
         // as its base's pages (a restore then reads at most about twice the state, and a job
@@ -464,7 +464,7 @@ impl StateChunks for TaskFileBuilder<'_> {
                     self.stored(*v, m.pages[v].clone());
                 }
                 if let Some((name, digest)) = &m.file {
-                    self.pages.files.insert(name.clone(), *digest);
+                    self.pages.files.insert(Arc::clone(name), *digest);
                 }
             }
             None => {
@@ -516,7 +516,7 @@ impl StateChunks for TaskFileBuilder<'_> {
                 let (offset, len) = (out.position(), self.scratch.len() as u64);
                 out.write(&self.scratch)?;
                 self.written_bytes += len;
-                PageRef { file: self.own_file.clone(), offset, len }
+                PageRef { file: Arc::clone(&self.own_file), offset, len }
             }
         };
         Ok(self.stored(version, r))
@@ -631,7 +631,7 @@ pub(crate) fn write_task_file(
         let name = CheckpointStorage::shared_name(id, task);
         let digest =
             w.finish().map_err(|e| Error::io("cannot write shared state pages", storage.dir().join(&name), e))?;
-        b.pages.files.insert(b.own_file.clone(), digest);
+        b.pages.files.insert(Arc::clone(&b.own_file), digest);
     }
     let mut shared = Vec::with_capacity(b.content.shared.len());
     for name in &b.content.shared {
@@ -672,7 +672,7 @@ pub fn materialize(
     cancelled: &dyn Fn() -> bool,
 ) -> Result<()> {
     let name: Arc<str> = CheckpointStorage::base_name(id, task).into();
-    let mut b = TaskFileBuilder::new(storage, (id, task), Some(index.known()), name.clone());
+    let mut b = TaskFileBuilder::new(storage, (id, task), Some(index.known()), Arc::clone(&name));
     (b.changelog, b.materializing, b.cancelled) = (index.changelog, Some(forks.iter().copied().collect()), cancelled);
     let path = storage.dir().join(&*name);
     b.print.start("", 0);
@@ -685,7 +685,7 @@ pub fn materialize(
             Some(w) => {
                 let digest = w.finish().map_err(|e| Error::io("cannot materialize a changelog base", &path, e))?;
                 storage.verify_shared(&name, id, task, &digest)?;
-                Some((name.clone(), digest))
+                Some((Arc::clone(&name), digest))
             }
             None => None,
         };
@@ -693,8 +693,8 @@ pub fn materialize(
         let fate: Arc<std::sync::atomic::AtomicU8> = Arc::default();
         let bases = b.pages.chains.iter().map(|(&fork, chain)| {
             let pages = chain.base.pages.iter().map(|v| (*v, b.pages.pages[v].clone())).collect();
-            let (file, path, fate) = (file.clone(), path.clone(), fate.clone());
-            (fork, Materialized { base: chain.base.clone(), pages, file, path, fate })
+            let (file, path, fate) = (file.clone(), path.clone(), Arc::clone(&fate));
+            (fork, Materialized { base: Arc::clone(&chain.base), pages, file, path, fate })
         });
         Ok(bases.collect())
     })();

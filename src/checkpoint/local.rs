@@ -47,7 +47,7 @@ impl LocalCheckpoint {
         for p in &self.parts {
             let state = p.state.lock().unwrap_or_else(|e| e.into_inner());
             if state.as_any().is_some() {
-                r.insert_local(p.operator.to_string(), p.subtask, p.state.clone());
+                r.insert_local(p.operator.to_string(), p.subtask, Arc::clone(&p.state));
             } else {
                 r.insert(p.operator.to_string(), p.subtask, crate::snapshot::encoded(&**state).ok()?);
             }

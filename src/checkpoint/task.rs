@@ -228,7 +228,7 @@ impl SnapshotWriter for PoolWriter {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(write);
         }
-        let (in_flight, acks) = (WriteInFlight(self.in_flight.clone()), self.acks.clone());
+        let (in_flight, acks) = (WriteInFlight(Arc::clone(&self.in_flight)), self.acks.clone());
         snapshot_pool().spawn(move || {
             let _in_flight = in_flight;
             // The coordinator may be gone (the attempt ended); nothing to tell then.

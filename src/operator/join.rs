@@ -215,7 +215,7 @@ mod tests {
             |r: &(u8, u64)| r.1,
             |k: &u8, l: &(u8, u64), r: &(u8, u64)| (*k, l.1, r.1),
             Arc::new(Counter::default()),
-            Box::new(rec.clone()),
+            Box::new(Arc::clone(&rec)),
         );
         op.batch1(&mut vec![(1, 1), (2, 2), (1, 15)]).unwrap();
         op.batch2(&mut vec![(1, 5), (1, 7), (2, 12), (1, 19)]).unwrap();

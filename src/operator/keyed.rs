@@ -258,7 +258,7 @@ mod tests {
                 *c += 1;
                 (*k, *c)
             },
-            Box::new(rec.clone()),
+            Box::new(Arc::clone(&rec)),
         );
         op.batch(&mut vec![1, 2, 1, 1, 2]).unwrap();
         assert_eq!(rec.lock().unwrap().records, vec![(1, 1), (2, 1), (1, 2), (1, 3), (2, 2)]);
@@ -271,7 +271,8 @@ mod tests {
     fn a_key_borrowed_from_the_record_counts_as_one_made_from_it() {
         use crate::state::Snapshot;
         let rec = Arc::new(Mutex::new(Recorder::<(String, u64)>::default()));
-        let mut op = KeyedAggregate::new(ByRef::new(|x: &String| x.as_str()), || 0u64, count, Box::new(rec.clone()));
+        let mut op =
+            KeyedAggregate::new(ByRef::new(|x: &String| x.as_str()), || 0u64, count, Box::new(Arc::clone(&rec)));
         let mut expected = Vec::new();
         let mut counts = HashMap::new();
         let mut forks = Vec::new();
@@ -291,7 +292,7 @@ mod tests {
     #[test]
     fn owned_keys_over_many_blocks_are_counted_in_order() {
         let rec = Arc::new(Mutex::new(Recorder::<(String, u64)>::default()));
-        let mut op = KeyedAggregate::new(ByValue(|x: &String| x.clone()), || 0u64, count, Box::new(rec.clone()));
+        let mut op = KeyedAggregate::new(ByValue(|x: &String| x.clone()), || 0u64, count, Box::new(Arc::clone(&rec)));
         let mut expected = Vec::new();
         let mut counts = HashMap::new();
         for batch in [0..100u64, 100..101, 101..173] {

@@ -138,7 +138,7 @@ mod tests {
     fn every_record_is_counted_once_whatever_its_runs() {
         let ctx = TaskContext::for_test("latency", 0, 1);
         let rec = Arc::new(Mutex::new(Recorder::<u64>::default()));
-        let mut probe = LatencyProbe::new(|&created: &u64| created, ctx.clone(), Box::new(rec.clone()));
+        let mut probe = LatencyProbe::new(|&created: &u64| created, ctx.clone(), Box::new(Arc::clone(&rec)));
         // u64::MAX is "created in the future": recorded as the lowest value, 1 ns; 0 is as old
         // as the job clock.
         let future = u64::MAX;
@@ -162,7 +162,7 @@ mod tests {
         use std::sync::atomic::{AtomicU64, Ordering};
         let time = Arc::new(AtomicU64::new(0));
         let mut ctx = TaskContext::for_test("latency", 0, 1);
-        ctx.clock = crate::context::Clock::manual(time.clone());
+        ctx.clock = crate::context::Clock::manual(Arc::clone(&time));
         let rec = Arc::new(Mutex::new(Recorder::<u64>::default()));
         let mut probe = LatencyProbe::new(|&created: &u64| created, ctx.clone(), Box::new(rec));
         probe.batch(&mut vec![0, 0]).unwrap();
@@ -185,10 +185,10 @@ mod tests {
         const MS: u64 = 1_000_000;
         let time = Arc::new(AtomicU64::new(0));
         let mut ctx = TaskContext::for_test("latency", 0, 1);
-        ctx.clock = crate::context::Clock::manual(time.clone());
+        ctx.clock = crate::context::Clock::manual(Arc::clone(&time));
         let mut probe = LatencyProbe::new(|&created: &u64| created, ctx.clone(), Box::new(crate::collector::Nowhere));
         // What a task reports (barrier::activity), told to the job's activity directly.
-        let task = ctx.metrics.activity().clone();
+        let task = Arc::clone(ctx.metrics.activity());
         // Before any checkpoint work: nothing.
         time.store(5 * MS, Ordering::Relaxed);
         probe.batch(&mut vec![4 * MS]).unwrap();

@@ -259,7 +259,7 @@ mod tests {
             |c: &mut u64, _| *c += 1,
             |c: &mut u64, other: u64| *c += other,
             |k: &u8, b: WindowBounds, c: &u64, out: &mut Vec<(u8, u64, u64, u64)>| out.push((*k, b.start, b.end, *c)),
-            Outputs::main(Box::new(rec.clone())),
+            Outputs::main(Box::new(Arc::clone(&rec))),
         );
         (op, rec)
     }

@@ -24,7 +24,7 @@ pub struct OutputTag<T> {
 
 impl<T> Clone for OutputTag<T> {
     fn clone(&self) -> Self {
-        OutputTag { name: self.name.clone(), _t: PhantomData }
+        OutputTag { name: Arc::clone(&self.name), _t: PhantomData }
     }
 }
 

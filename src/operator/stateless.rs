@@ -108,7 +108,7 @@ mod tests {
                 e.emit(x);
                 e.emit(x + 100);
             },
-            Box::new(rec.clone()),
+            Box::new(Arc::clone(&rec)),
         );
         let filter = Filter::new(|x: &u64| x.is_multiple_of(2), Box::new(fm));
         let mut map = Map::new(|x: u64| x * 3, Box::new(filter));

@@ -74,7 +74,7 @@ impl<E> MemberList<E> {
             *copy = crate::wake::lock(&self.members)
                 .iter()
                 .filter(|(_, e)| me.is_none_or(|me| !Arc::ptr_eq(e, me)))
-                .map(|(_, e)| e.clone())
+                .map(|(_, e)| Arc::clone(e))
                 .collect();
             *seen = generation;
         }
@@ -127,8 +127,8 @@ impl WatermarkAlignment {
     /// Joins the group (or takes over this subtask's place after a restart).
     fn join(self: &Arc<Self>, operator: Arc<str>, subtask: usize) -> AlignedMember {
         let slot = Arc::new(AtomicU64::new(0));
-        self.members.join(operator, subtask, slot.clone());
-        AlignedMember { group: self.clone(), slot, others: Vec::new(), seen: u64::MAX }
+        self.members.join(operator, subtask, Arc::clone(&slot));
+        AlignedMember { group: Arc::clone(self), slot, others: Vec::new(), seen: u64::MAX }
     }
 }
 
@@ -155,8 +155,8 @@ impl WatermarkRegistry {
     /// Joins (or takes over this subtask's entry after a restart).
     fn join(self: &Arc<Self>, operator: Arc<str>, subtask: usize) -> Registered {
         let entry = Arc::new(RegisteredWatermark::default());
-        self.members.join(operator, subtask, entry.clone());
-        Registered { registry: self.clone(), entry, others: Vec::new(), seen: u64::MAX }
+        self.members.join(operator, subtask, Arc::clone(&entry));
+        Registered { registry: Arc::clone(self), entry, others: Vec::new(), seen: u64::MAX }
     }
 }
 
@@ -426,16 +426,18 @@ mod tests {
     fn an_idle_assigner_follows_the_active_ones_and_holds_again_on_input() {
         let registry = Arc::new(WatermarkRegistry::default());
         let time = Arc::new(AtomicU64::new(0));
-        let clock = Clock::manual(time.clone());
+        let clock = Clock::manual(Arc::clone(&time));
         let recorder = || Arc::new(Mutex::new(Recorder::<u64>::default()));
         let (busy_out, quiet_out) = (recorder(), recorder());
         let op: Arc<str> = "watermarks".into();
-        let mut busy = WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(busy_out.clone()) as Box<dyn Collector<u64>>)
-            .registered(&registry, op.clone(), 0)
-            .idle_after(std::time::Duration::from_millis(100), clock.clone());
-        let mut quiet = WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(quiet_out.clone()) as Box<dyn Collector<u64>>)
-            .registered(&registry, op.clone(), 1)
-            .idle_after(std::time::Duration::from_millis(100), clock.clone());
+        let mut busy =
+            WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(Arc::clone(&busy_out)) as Box<dyn Collector<u64>>)
+                .registered(&registry, Arc::clone(&op), 0)
+                .idle_after(std::time::Duration::from_millis(100), clock.clone());
+        let mut quiet =
+            WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(Arc::clone(&quiet_out)) as Box<dyn Collector<u64>>)
+                .registered(&registry, Arc::clone(&op), 1)
+                .idle_after(std::time::Duration::from_millis(100), clock.clone());
         quiet.batch(&mut vec![5]).unwrap();
         busy.batch(&mut vec![1_000]).unwrap();
         time.store(50_000_000, Ordering::SeqCst);
@@ -454,9 +456,9 @@ mod tests {
         quiet.drain().unwrap();
         assert_eq!(quiet_out.lock().unwrap().watermarks, vec![5, 2_000, 3_000, 3_001], "active: its own time");
         let mut third = WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(recorder()) as Box<dyn Collector<u64>>)
-            .registered(&registry, op.clone(), 2);
+            .registered(&registry, Arc::clone(&op), 2);
         third.batch(&mut vec![1]).unwrap();
-        let mut probe = registry.join(op.clone(), 3);
+        let mut probe = registry.join(Arc::clone(&op), 3);
         assert_eq!(probe.followed_watermark(), Some(1), "every active input counts, the quiet one again too");
         // Every other input idle: the greatest of them (nothing active holds time back).
         third.end().unwrap();
@@ -466,7 +468,7 @@ mod tests {
         quiet.drain().unwrap();
         assert_eq!(quiet_out.lock().unwrap().watermarks.last(), Some(&9_000), "all idle: the greatest");
         // Every other input ended: nothing to follow.
-        let mut alone = registry.join(op.clone(), 4);
+        let mut alone = registry.join(Arc::clone(&op), 4);
         busy.registered.as_ref().unwrap().publish(Timestamp::MAX);
         quiet.registered.as_ref().unwrap().publish(Timestamp::MAX);
         assert_eq!(alone.followed_watermark(), None, "ended inputs say nothing");
@@ -478,9 +480,10 @@ mod tests {
         let rec = || Box::new(Arc::new(Mutex::new(Recorder::<u64>::default()))) as Box<dyn Collector<u64>>;
         let op: Arc<str> = "watermarks".into();
         let fast_out = Arc::new(Mutex::new(Recorder::<u64>::default()));
-        let mut fast = WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(fast_out.clone()) as Box<dyn Collector<u64>>)
-            .aligned(&group, op.clone(), 0);
-        let mut slow = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op.clone(), 1);
+        let mut fast =
+            WatermarkAssigner::new(|t: &u64| *t, 0, Box::new(Arc::clone(&fast_out)) as Box<dyn Collector<u64>>)
+                .aligned(&group, Arc::clone(&op), 0);
+        let mut slow = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, Arc::clone(&op), 1);
         fast.batch(&mut vec![100]).unwrap();
         assert!(fast.drain().unwrap(), "100 is within the drift of the slow one's 0");
         fast.batch(&mut vec![150]).unwrap();
@@ -493,13 +496,13 @@ mod tests {
         slow.batch(&mut vec![60]).unwrap();
         assert!(fast.drain().unwrap(), "the slow one caught up to within the drift");
         // A restarted subtask takes over its slot: it starts from 0 again, holding the fast one.
-        let mut slow = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op.clone(), 1);
+        let mut slow = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, Arc::clone(&op), 1);
         assert!(!fast.drain().unwrap());
         // An input that ended holds nobody, and is never held itself (its end may be what
         // the others wait for).
         slow.end().unwrap();
         assert!(fast.drain().unwrap());
-        let mut behind = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, op.clone(), 2);
+        let mut behind = WatermarkAssigner::new(|t: &u64| *t, 0, rec()).aligned(&group, Arc::clone(&op), 2);
         behind.batch(&mut vec![1]).unwrap();
         fast.end().unwrap();
         assert!(fast.drain().unwrap(), "at the end of event time, far past 1, and not held");
@@ -508,7 +511,7 @@ mod tests {
     #[test]
     fn watermarks_trail_the_maximum_by_the_bound() {
         let rec = Arc::new(Mutex::new(Recorder::<u64>::default()));
-        let mut w = WatermarkAssigner::new(|t: &u64| *t, 10, Box::new(rec.clone()));
+        let mut w = WatermarkAssigner::new(|t: &u64| *t, 10, Box::new(Arc::clone(&rec)));
         w.batch(&mut vec![100, 50]).unwrap();
         w.batch(&mut vec![95]).unwrap(); // no advance
         w.batch(&mut vec![130]).unwrap();

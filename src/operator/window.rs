@@ -809,7 +809,7 @@ mod tests {
         let late_rec = Arc::new(Mutex::new(Recorder::<(u8, u64)>::default()));
         let ctx = crate::context::TaskContext::for_test("window", 0, 1);
         let name: Arc<str> = "late".into();
-        let side = super::super::side::SideOut::new(Box::new(late_rec.clone()) as Box<dyn Collector<(u8, u64)>>);
+        let side = super::super::side::SideOut::new(Box::new(Arc::clone(&late_rec)) as Box<dyn Collector<(u8, u64)>>);
         let sides = super::super::side::SideOutputs::new(vec![(name, Box::new(side) as _)]);
         let op = WindowAggregate::new(
             &ctx,
@@ -820,9 +820,9 @@ mod tests {
             || 0u64,
             |c: &mut u64, _r| *c += 1,
             |k: &u8, b: WindowBounds, c: &u64, out: &mut Vec<(u8, u64, u64)>| out.push((*k, b.start, *c)),
-            Outputs { main: Box::new(rec.clone()), sides },
+            Outputs { main: Box::new(Arc::clone(&rec)), sides },
         );
-        (op, rec, late_rec, ctx.metrics.clone())
+        (op, rec, late_rec, Arc::clone(&ctx.metrics))
     }
 
     fn records<T: Clone + Ord>(r: &Recorded<T>) -> Vec<T> {

@@ -299,8 +299,11 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
                 if spec.partitioning == Partitioning::Forward && i != j {
                     continue;
                 }
-                let (w, r) =
-                    channel::<T>(spec.capacity, spec.downstream_parkers[j].clone(), spec.upstream_parkers[i].clone());
+                let (w, r) = channel::<T>(
+                    spec.capacity,
+                    Arc::clone(&spec.downstream_parkers[j]),
+                    Arc::clone(&spec.upstream_parkers[i]),
+                );
                 out.push(w.with_expiry(spec.barrier_expiry.clone()));
                 input.push(r);
             }
@@ -322,7 +325,7 @@ pub(crate) fn channels_of<T: Record, H: Fn(&T) -> u64 + Clone + Send + 'static>(
                         router: KeyRouter::new(spec.max_parallelism, down),
                     },
                 };
-                let writer = ChannelWriter::new(o, partitioner).counting_into(spec.senders[i].clone());
+                let writer = ChannelWriter::new(o, partitioner).counting_into(Arc::clone(&spec.senders[i]));
                 Box::new(Box::new(writer) as Box<dyn Collector<T>>) as AnyBox
             })
             .collect();

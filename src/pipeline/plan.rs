@@ -99,7 +99,7 @@ fn validate(graph: &Graph) -> Result<()> {
                 crate::snapshot::PART_SEPARATOR
             )));
         }
-        if !names.insert(n.name.clone()) {
+        if !names.insert(Arc::clone(&n.name)) {
             return Err(Error::config(format!("two operators are named '{}'; names must be unique", n.name)));
         }
         if n.parallelism == 0 {
@@ -147,16 +147,16 @@ impl Builder<'_> {
         let n = &self.graph.nodes[node];
         TaskContext {
             job: self.graph.name.as_str().into(),
-            operator: n.name.clone(),
+            operator: Arc::clone(&n.name),
             subtask,
             parallelism: n.parallelism,
             max_parallelism: self.graph.max_parallelism,
             clock: self.env.clock.clone(),
-            metrics: self.env.metrics.clone(),
-            parker: self.env.parkers[self.worker(subtask)].clone(),
+            metrics: Arc::clone(&self.env.metrics),
+            parker: Arc::clone(&self.env.parkers[self.worker(subtask)]),
             restored: self.env.restored.clone(),
             faults: self.env.faults.clone(),
-            attempt: self.env.attempt.clone(),
+            attempt: Arc::clone(&self.env.attempt),
         }
     }
 
@@ -178,7 +178,7 @@ impl Builder<'_> {
         Ok(match &n.with_sides {
             None => main,
             Some(join) => {
-                let sides = n.side_ports.iter().zip(outs).map(|(p, o)| (p.name.clone(), (p.make)(o))).collect();
+                let sides = n.side_ports.iter().zip(outs).map(|(p, o)| (Arc::clone(&p.name), (p.make)(o))).collect();
                 join(main, crate::operator::side::SideOutputs::new(sides))
             }
         })
@@ -221,13 +221,13 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
             downstream: to.parallelism,
             capacity: limits.ring_capacity,
             max_parallelism: graph.max_parallelism,
-            upstream_parkers: (0..from.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
-            downstream_parkers: (0..to.parallelism).map(|i| env.parkers[b.worker(i)].clone()).collect(),
+            upstream_parkers: (0..from.parallelism).map(|i| Arc::clone(&env.parkers[b.worker(i)])).collect(),
+            downstream_parkers: (0..to.parallelism).map(|i| Arc::clone(&env.parkers[b.worker(i)])).collect(),
             senders: (0..from.parallelism).map(|i| env.metrics.operator(&from.name, i)).collect(),
             // With unaligned on, an aligned-checkpoint timeout may be set on the running job.
             barrier_expiry: env.checkpointing.as_ref().filter(|w| w.unaligned).map(|w| crate::channel::BarrierExpiry {
                 clock: env.clock.clone(),
-                timeout_ns: w.live.alignment_timeout_ns.clone(),
+                timeout_ns: Arc::clone(&w.live.alignment_timeout_ns),
             }),
         };
         let Some(make_channels) = &edge.make_channels else {
@@ -271,7 +271,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
             let task = match &node.kind {
                 NodeKind::Source(make) => {
                     let out = b.output(id, i)?;
-                    make(&ctx, out, limits.batch_size, env.control.clone(), checkpointing)?
+                    make(&ctx, out, limits.batch_size, Arc::clone(&env.control), checkpointing)?
                 }
                 NodeKind::OneInput { make_task, .. } | NodeKind::TwoInput { make_task, .. } => {
                     let head = b.chained(id, i)?;
@@ -317,14 +317,14 @@ fn task_checkpointing(
         mode: w.mode,
         unaligned: w.unaligned,
         sliced: w.slice_records,
-        activity: crate::barrier::activity::ActivityReport::new(w.activity.clone(), env.clock.clone()),
+        activity: crate::barrier::activity::ActivityReport::new(Arc::clone(&w.activity), env.clock.clone()),
         pending_unaligned: Vec::new(),
         unaligned_done: 0,
         control: rx,
         acks: w.acks.clone(),
-        storage: w.storage.clone(),
-        writer: w.writer.clone(),
-        commits: w.commits.clone(),
+        storage: Arc::clone(&w.storage),
+        writer: Arc::clone(&w.writer),
+        commits: Arc::clone(&w.commits),
         pages: match w.changelog {
             Some(every) => Some(Arc::new(PageIndex::changelog(every))),
             None => w.incremental.then(Default::default),
@@ -332,7 +332,7 @@ fn task_checkpointing(
         faults: env.faults.clone(),
         clock: env.clock.clone(),
         aligner: BarrierAligner::new(0),
-        live: w.live.clone(),
+        live: Arc::clone(&w.live),
         deferred: None,
         parts: Default::default(),
         local: w.local.clone(),

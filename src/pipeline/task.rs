@@ -403,7 +403,7 @@ impl<T> SourceTask<T> {
         let mut snapshot = TaskSnapshot::new(barrier);
         if let Some(offset) = self.source.offset() {
             self.offsets.push((barrier.id, offset.clone()));
-            snapshot.add(self.ctx.operator.clone(), self.ctx.subtask, Box::new(RawBytes(offset)));
+            snapshot.add(Arc::clone(&self.ctx.operator), self.ctx.subtask, Box::new(RawBytes(offset)));
         }
         self.out.barrier(barrier, &mut snapshot)?;
         let now = self.ctx.now_ns();
@@ -526,7 +526,7 @@ impl<T: Send> Task for SourceTask<T> {
 }
 
 fn ident(ctx: &TaskContext) -> TaskIdent {
-    TaskIdent { name: task_name(ctx), operator: ctx.operator.clone(), subtask: ctx.subtask }
+    TaskIdent { name: task_name(ctx), operator: Arc::clone(&ctx.operator), subtask: ctx.subtask }
 }
 
 /// How a task's gates take part in checkpoints.

@@ -140,7 +140,7 @@ fn recover_checkpointed(
 ) -> Result<Recovered> {
     let lock = shared.lock.clone().expect("a checkpointed job holds its directory's lock");
     // Local recovery: the process's copy, which the tasks and the coordinator keep up too.
-    let local = cfg.local_recovery.then(|| shared.local.clone());
+    let local = cfg.local_recovery.then(|| std::sync::Arc::clone(&shared.local));
     let found = recover_directory(cfg, &identity(graph, &graph.fingerprint()), notes, local.as_deref())?;
     if found.report.is_some() {
         shared.restores.fetch_add(1, Ordering::Relaxed);
@@ -154,14 +154,14 @@ fn recover_checkpointed(
         // unaligned checkpoints on (and off).
         unaligned: cfg.mode.exactly_once(),
         slice_records: cfg.mode.may_overtake(),
-        activity: shared.metrics.activity().clone(),
+        activity: std::sync::Arc::clone(shared.metrics.activity()),
         live: Arc::new(crate::checkpoint::task::LiveSettings::new(cfg)),
         incremental: cfg.incremental,
         changelog: cfg.changelog,
         acks,
-        storage: found.storage.clone(),
-        writer: writer.clone(),
-        commits: commits.clone(),
+        storage: std::sync::Arc::clone(&found.storage),
+        writer: std::sync::Arc::clone(&writer),
+        commits: std::sync::Arc::clone(&commits),
         local: local.clone(),
     };
     let coordinator = CoordinatorParts {
@@ -213,18 +213,18 @@ pub(crate) fn prepare_attempt(
     );
     let plan_env = PlanEnv {
         clock: env.clock.clone(),
-        metrics: shared.metrics.clone(),
-        control: shared.control.clone(),
+        metrics: std::sync::Arc::clone(&shared.metrics),
+        control: std::sync::Arc::clone(&shared.control),
         parkers: env.parkers.clone(),
         restored,
         faults: graph.checkpointing.as_ref().and_then(|c| c.faults.clone()),
-        attempt: scope.clone(),
+        attempt: std::sync::Arc::clone(&scope),
         checkpointing: wiring,
     };
     let limits =
         PlanLimits { workers: env.parkers.len(), ring_capacity: config.ring_capacity, batch_size: config.batch_size };
     let plan = build_plan(&graph, limits, &plan_env)?;
-    let live = plan_env.checkpointing.as_ref().map(|w| w.live.clone());
+    let live = plan_env.checkpointing.as_ref().map(|w| std::sync::Arc::clone(&w.live));
     let coordinator = parts.map(|p| {
         let crash = env.crash.clone().or_else(|| p.config.faults.clone().map(|f| f as Arc<dyn CrashSchedule>));
         let core = CoordinatorCore::new(CoordinatorSetup {
@@ -237,14 +237,14 @@ pub(crate) fn prepare_attempt(
             completed: p.completed,
             job: graph.name.clone(),
             fingerprint,
-            stats: shared.stats.clone(),
-            failures: shared.checkpoint_failures.clone(),
-            next_id: shared.next_checkpoint.clone(),
-            in_progress: shared.checkpoints_in_progress.clone(),
+            stats: std::sync::Arc::clone(&shared.stats),
+            failures: std::sync::Arc::clone(&shared.checkpoint_failures),
+            next_id: std::sync::Arc::clone(&shared.next_checkpoint),
+            in_progress: std::sync::Arc::clone(&shared.checkpoints_in_progress),
             end: scope.end.clone(),
             lock: p.lock,
             crash,
-            update: shared.checkpoint_update.clone(),
+            update: std::sync::Arc::clone(&shared.checkpoint_update),
             live,
             local: p.local,
         });
@@ -282,8 +282,8 @@ pub(super) fn start_attempt(
             let (request_tx, request_rx) = std::sync::mpsc::channel();
             requests = Some(request_tx);
             commits = Some(c.commits);
-            let fail_state = state.clone();
-            let stop = shutdown.clone();
+            let fail_state = std::sync::Arc::clone(&state);
+            let stop = std::sync::Arc::clone(&shutdown);
             let t = spawn_named(format!("weir-{name}-coordinator"), move || {
                 run_thread(
                     c.core,
@@ -314,14 +314,14 @@ pub(super) fn start_attempt(
     for (i, tasks) in per_worker.into_iter().enumerate() {
         let worker = Worker {
             tasks,
-            parker: parkers[i].clone(),
-            control: control.clone(),
-            state: state.clone(),
-            scope: scope.clone(),
+            parker: std::sync::Arc::clone(&parkers[i]),
+            control: std::sync::Arc::clone(control),
+            state: std::sync::Arc::clone(&state),
+            scope: std::sync::Arc::clone(&scope),
             core: if cores.is_empty() { None } else { Some(cores[i % cores.len()]) },
         };
         let t = spawn_named(format!("weir-{name}-{i}"), {
-            let exited = ExitCount(exited.clone());
+            let exited = ExitCount(std::sync::Arc::clone(&exited));
             move || {
                 let _counted = exited;
                 worker.run()

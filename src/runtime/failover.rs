@@ -218,7 +218,7 @@ impl FinishedMarker {
         let left = Arc::new(std::sync::atomic::AtomicUsize::new(deliveries.len()));
         let marker = Arc::new(Mutex::new(Some(self)));
         for d in deliveries {
-            let (left, marker) = (left.clone(), marker.clone());
+            let (left, marker) = (std::sync::Arc::clone(&left), std::sync::Arc::clone(&marker));
             d.when_delivered(Box::new(move || {
                 if left.fetch_sub(1, Ordering::AcqRel) != 1 {
                     return;

@@ -589,11 +589,9 @@ impl JobHandle {
             }
             Err(e) => return Err(e),
         };
-        let waiting = self
-            .progress()
-            .attempt
-            .as_ref()
-            .and_then(|a| a.commits.clone().map(|c| (c, a.task_count, a.exited.clone(), a.parkers.len())));
+        let waiting = self.progress().attempt.as_ref().and_then(|a| {
+            a.commits.clone().map(|c| (c, a.task_count, std::sync::Arc::clone(&a.exited), a.parkers.len()))
+        });
         if let Some((commits, tasks, exited, workers)) = waiting {
             let timeout =
                 self.run.job.graph.borrow().checkpointing.as_ref().map_or(Duration::ZERO, |c| c.checkpoint_timeout);
@@ -665,7 +663,7 @@ impl JobHandle {
     /// statistics and metrics. It outlives the job harmlessly (then it answers that the job is
     /// not running).
     pub fn controller(&self) -> JobController {
-        JobController { run: self.run.clone() }
+        JobController { run: std::sync::Arc::clone(&self.run) }
     }
 
     /// Takes a savepoint now ([`JobController::trigger_savepoint`]).

@@ -198,7 +198,7 @@ impl Job {
             }),
             ended: std::sync::Condvar::new(),
         });
-        let supervised = run.clone();
+        let supervised = Arc::clone(&run);
         let supervisor = spawn_named(format!("weir-{name}-supervisor"), move || supervised.supervise())
             .map_err(|e| Error::Io { context: "cannot start the job's supervisor".into(), path: None, source: e })?;
         Ok(JobHandle { run, supervisor: Some(supervisor) })

@@ -189,7 +189,7 @@ where
         readable: read.is_some(),
         schedule,
         stats,
-        crashes: crashes.clone(),
+        crashes: Arc::clone(&crashes),
         store,
         damages,
         dir,
@@ -347,7 +347,7 @@ where
                 "checkpoint {id}, put into the store by generation {g} after a successor took over, was brought down"
             ))));
         }
-        let shared = Arc::new(AttemptShared { lock: Some(lock.clone()), ..AttemptShared::default() });
+        let shared = Arc::new(AttemptShared { lock: Some(Arc::clone(&lock)), ..AttemptShared::default() });
         loop {
             match self.attempt(&storage, &lock, &shared)? {
                 Next::Attempt => {}
@@ -368,12 +368,12 @@ where
             limit_writes: 64,
             storage: CheckpointStorage::new(&self.dir),
         });
-        let writer = writes.clone();
+        let writer = Arc::clone(&writes);
         let env = AttemptEnv {
-            clock: Clock::manual(self.time.clone()),
+            clock: Clock::manual(Arc::clone(&self.time)),
             parkers: vec![Arc::new(Parker::default())],
-            writer: Box::new(move |_acks| writer.clone() as Arc<dyn SnapshotWriter>),
-            crash: Some(self.crashes.clone() as Arc<dyn CrashSchedule>),
+            writer: Box::new(move |_acks| Arc::clone(&writer) as Arc<dyn SnapshotWriter>),
+            crash: Some(Arc::clone(&self.crashes) as Arc<dyn CrashSchedule>),
         };
         let run_config = RunConfig::default()
             .workers(1)
@@ -438,7 +438,7 @@ where
     fn finished(&mut self, lock: &Arc<DirectoryLock>) -> Result<Option<Next>> {
         let graph = self.job.graph.borrow();
         let stored = self.store.clone().map(crate::checkpoint::CheckpointMirror::new);
-        let marker = crate::runtime::FinishedMarker::of(&graph, self.dir.clone(), stored, Some(lock.clone()));
+        let marker = crate::runtime::FinishedMarker::of(&graph, self.dir.clone(), stored, Some(Arc::clone(lock)));
         if let Err(e) = marker.write_when_delivered(&graph.host_deliveries) {
             return Ok(Some(Next::End(Err(e.to_string()))));
         }

@@ -139,7 +139,7 @@ impl ArmedCrashes {
     /// own), then dies; the owner's checkpoint goes up after that.
     fn successor_takes_over(&self, id: u64) {
         let Some(store) = &self.store else { return };
-        let mirror = CheckpointMirror::new(store.clone());
+        let mirror = CheckpointMirror::new(Arc::clone(store));
         let Ok(generation) = mirror.next_generation() else { return };
         let Ok(folder) = super::driver::Scratch::new() else { return };
         if mirror.take_over(&folder.path, generation, "a successor (simulated)").is_ok() {

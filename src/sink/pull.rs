@@ -405,8 +405,8 @@ impl<T> EventReceiver<T> {
             Err(RecvError::Empty) => {}
             other => return other,
         }
-        let signal = self.shared.signal.clone();
-        let shared = self.shared.clone();
+        let signal = Arc::clone(&self.shared.signal);
+        let shared = Arc::clone(&self.shared);
         signal.wait_until(crate::context::wall::now() + timeout, || {
             (shared.queued.load(Ordering::Acquire) > 0 || shared.stream_ended.load(Ordering::Acquire)).then_some(())
         });
@@ -511,13 +511,13 @@ pub(crate) fn pull_channel<T>(capacity: usize, guarantee: Guarantee) -> (PullSin
         on_delivered: Mutex::new(None),
         detached: AtomicBool::new(false),
     });
-    (PullSinkFactory { shared: shared.clone(), guarantee }, EventReceiver { shared, local: VecDeque::new() })
+    (PullSinkFactory { shared: Arc::clone(&shared), guarantee }, EventReceiver { shared, local: VecDeque::new() })
 }
 
 impl<T> PullSinkFactory<T> {
     /// The signal the runtime uses to tell the host the job ended.
     pub(crate) fn signal(&self) -> Arc<HostSignal> {
-        self.shared.signal.clone()
+        Arc::clone(&self.shared.signal)
     }
 
     /// What the runtime waits on before it marks the finished job done.
@@ -525,15 +525,15 @@ impl<T> PullSinkFactory<T> {
     where
         T: Send + 'static,
     {
-        self.shared.clone()
+        Arc::clone(&self.shared) as Arc<dyn HostDelivery>
     }
 
     pub(crate) fn make(&self, ctx: &TaskContext) -> PullSink<T> {
-        *lock(&self.shared.worker) = Some(ctx.parker.clone());
+        *lock(&self.shared.worker) = Some(Arc::clone(&ctx.parker));
         self.shared.stream_ended.store(false, Ordering::Release);
         self.shared.total.store(u64::MAX, Ordering::Release);
         PullSink {
-            shared: self.shared.clone(),
+            shared: Arc::clone(&self.shared),
             ctx: ctx.clone(),
             guarantee: self.guarantee,
             next_seq: 0,
@@ -667,7 +667,7 @@ impl<T: Persist + Clone + Send + Sync + 'static> Sink<T> for PullSink<T> {
         let mut rest = std::mem::take(&mut self.pending);
         rest.push((super::FINAL_TXN, std::mem::take(&mut self.current)));
         self.released_on_success = true;
-        let shared = self.shared.clone();
+        let shared = Arc::clone(&self.shared);
         self.ctx.on_job_success(move || {
             for (txn, records) in std::mem::take(&mut rest) {
                 shared.release(txn, records);

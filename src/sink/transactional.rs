@@ -40,7 +40,7 @@ pub struct CommittedOutput<T> {
 
 impl<T> Clone for CommittedOutput<T> {
     fn clone(&self) -> Self {
-        CommittedOutput { log: self.log.clone() }
+        CommittedOutput { log: Arc::clone(&self.log) }
     }
 }
 

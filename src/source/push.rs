@@ -143,7 +143,7 @@ impl<T> EventSender<T> {
     /// Sends one event, waiting up to `timeout` for room in the ring.
     pub fn send_timeout(&mut self, event: T, timeout: Duration) -> std::result::Result<(), SendError<T>> {
         let deadline = crate::context::wall::now() + timeout;
-        let signal = self.shared.signal.clone();
+        let signal = Arc::clone(&self.shared.signal);
         let mut event = event;
         loop {
             event = match self.try_send(event) {
@@ -215,7 +215,7 @@ impl<T> EventSender<T> {
     /// # }
     /// ```
     pub fn resume_point(&self) -> ResumePoint<T> {
-        ResumePoint { shared: self.shared.clone() }
+        ResumePoint { shared: Arc::clone(&self.shared) }
     }
 
     /// The number of the next event this sender sends, once the job told its resume point.
@@ -385,7 +385,7 @@ pub(crate) fn push_channel<T>(capacity: usize) -> (EventSender<T>, PushSourceFac
         sender_gone: AtomicBool::new(false),
     });
     let sender =
-        EventSender { producer, shared: shared.clone(), worker: None, worker_epoch: 0, sent: 0, closed: false };
+        EventSender { producer, shared: Arc::clone(&shared), worker: None, worker_epoch: 0, sent: 0, closed: false };
     (sender, PushSourceFactory { shared })
 }
 
@@ -397,7 +397,7 @@ pub(crate) struct PushSourceFactory<T> {
 impl<T> PushSourceFactory<T> {
     /// The signal the runtime uses to tell the host the job ended.
     pub(crate) fn signal(&self) -> Arc<HostSignal> {
-        self.shared.signal.clone()
+        Arc::clone(&self.shared.signal)
     }
 
     /// The source of one attempt; `replay_capacity` bounds the replay buffer when
@@ -413,13 +413,13 @@ impl<T> PushSourceFactory<T> {
         let log = lock(&self.shared.log).take().ok_or_else(|| {
             Error::config(format!("push source '{}' is already running in another attempt", ctx.operator))
         })?;
-        *lock(&self.shared.worker) = Some(ctx.parker.clone());
+        *lock(&self.shared.worker) = Some(Arc::clone(&ctx.parker));
         self.shared.worker_epoch.fetch_add(1, Ordering::Release);
         // A fresh attempt (no checkpoint restored) replays everything still buffered: no
         // completed checkpoint covers it.
         let next = log.base;
         Ok(PushSource {
-            shared: self.shared.clone(),
+            shared: Arc::clone(&self.shared),
             log: Some(log),
             next,
             replaying: checkpointed,

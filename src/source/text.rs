@@ -191,7 +191,7 @@ impl TextSource {
             }
         }
         TextSubtask {
-            files: self.files.clone(),
+            files: Arc::clone(&self.files),
             replayable: self.replayable(),
             follow: self.follow,
             max_line: self.max_line,

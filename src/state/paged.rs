@@ -635,7 +635,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             len: fork.len,
             copied_pages: 0,
             dirty: Vec::new(),
-            changes_wanted: fork.changes_wanted.clone(),
+            changes_wanted: Arc::clone(&fork.changes_wanted),
             segment: 0,
         }
     }
@@ -657,7 +657,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             versions: self.versions.clone(),
             len: self.len,
             delta,
-            changes_wanted: self.changes_wanted.clone(),
+            changes_wanted: Arc::clone(&self.changes_wanted),
         }
     }
 }
@@ -1129,14 +1129,14 @@ mod tests {
         let witness = Arc::new(());
         let mut m: PagedMap<String, (Arc<()>, Vec<String>)> = PagedMap::new();
         for k in 0..1_000u64 {
-            m.insert(format!("key-{k}"), (witness.clone(), vec![format!("v{k}")]));
+            m.insert(format!("key-{k}"), (Arc::clone(&witness), vec![format!("v{k}")]));
         }
         let fork = m.fork();
         for k in 0..1_000u64 {
             m.get_or_insert_with(format!("key-{k}"), || unreachable!("present")).1.push("more".into());
         }
         for k in 1_000..3_000u64 {
-            m.insert(format!("key-{k}"), (witness.clone(), Vec::new())); // grows past the fork
+            m.insert(format!("key-{k}"), (Arc::clone(&witness), Vec::new())); // grows past the fork
         }
         assert_eq!(m.get(&"key-7".to_string()).map(|v| v.1.clone()), Some(vec!["v7".to_string(), "more".into()]));
         let at_fork: Vec<&Vec<String>> = fork.iter().map(|(_, v)| &v.1).collect();

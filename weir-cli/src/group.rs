@@ -45,7 +45,7 @@ impl GroupSession {
         let member = Arc::new(Mutex::new(member));
         let (changing, quit) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
         let heart = {
-            let (member, changing, quit) = (member.clone(), changing.clone(), quit.clone());
+            let (member, changing, quit) = (Arc::clone(&member), Arc::clone(&changing), Arc::clone(&quit));
             std::thread::Builder::new()
                 .name("weir-group-heartbeat".into())
                 .spawn(move || beat(&member, &changing, &quit))

@@ -353,7 +353,7 @@ fn two_stop_requests_at_once_are_both_answered_and_the_process_exits() {
     let (mut job, addr) = (f.job, f.addr);
     let answers = Arc::new(Mutex::new(Vec::new()));
     for name in ["first", "second"] {
-        let (addr, answers, sp) = (addr.clone(), answers.clone(), dir.path().join(name));
+        let (addr, answers, sp) = (addr.clone(), Arc::clone(&answers), dir.path().join(name));
         std::thread::spawn(move || {
             let answer = control(&addr, &["stop", sp.to_str().unwrap()]);
             answers.lock().unwrap().push(answer);

@@ -13,8 +13,6 @@
 //!
 //! May touch: `weir`, and `weir-ops` for the checkpoint choice.
 
-#![warn(missing_docs)]
-
 pub mod bench;
 pub mod nexmark;
 pub mod simulated;

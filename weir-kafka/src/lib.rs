@@ -46,8 +46,6 @@
 //!
 //! May touch: `weir` (the public API).
 
-#![warn(missing_docs, missing_debug_implementations)]
-
 pub mod client;
 pub mod committed;
 pub mod compression;

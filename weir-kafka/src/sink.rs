@@ -288,13 +288,13 @@ impl<T: Send + 'static> KafkaSinkSubtask<T> {
         let prefix = sink.prefix.clone().unwrap_or_else(|| default_prefix(ctx, &sink.topic));
         Ok(KafkaSinkSubtask {
             client,
-            connect: sink.connect.clone(),
+            connect: Arc::clone(&sink.connect),
             topic: sink.topic.clone(),
             delivery: sink.delivery,
             prefix,
             batch_bytes: sink.batch_bytes,
             compression: sink.compression,
-            encode: sink.encode.clone(),
+            encode: Arc::clone(&sink.encode),
             ctx: ctx.clone(),
             partitions,
             round_robin: ctx.subtask as i32,
@@ -507,7 +507,7 @@ impl<T: Send + 'static> Sink<T> for KafkaSinkSubtask<T> {
         if rest.is_empty() {
             return Ok(());
         }
-        let connect = self.connect.clone();
+        let connect = Arc::clone(&self.connect);
         self.ctx.on_job_success(move || {
             // Tried again after a lost answer: from the first not known to be committed (a
             // commit repeated is done).

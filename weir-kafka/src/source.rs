@@ -317,7 +317,7 @@ impl<T: Send + 'static> KafkaSubtask<T> {
             explicit: source.partitions.clone(),
             assignment: source.assignment.as_ref().map(|a| (a.committed.clone(), a.completed.clone())),
             follow: source.follow,
-            decode: source.decode.clone(),
+            decode: Arc::clone(&source.decode),
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
             cursors: Vec::new(),

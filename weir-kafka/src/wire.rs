@@ -159,7 +159,7 @@ fn tls_handshake(
             "Kafka broker {addr}: '{host}' is not a name or address a TLS certificate can carry"
         ))
     })?;
-    let mut conn = rustls::ClientConnection::new(tls.config.clone(), name)
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::clone(&tls.config), name)
         .map_err(|e| weir::Error::config(format!("cannot start TLS to Kafka broker {addr}: {e}")))?;
     while conn.is_handshaking() {
         if let Err(e) = conn.complete_io(&mut tcp) {

@@ -30,9 +30,9 @@ fn the_source_reads_every_message_once_at_any_parallelism() {
     for p in [1, 2, 4] {
         let got = Arc::new(Mutex::new(Vec::new()));
         let job = Job::new("read").with_parallelism(p);
-        let into = got.clone();
+        let into = Arc::clone(&got);
         job.source(KafkaSource::new(broker(), &t, value_text).subtasks())
-            .sink(move |_| Ok(CollectSink::new(into.clone())));
+            .sink(move |_| Ok(CollectSink::new(Arc::clone(&into))));
         job.execute(RunConfig::default().workers(2)).unwrap();
         let mut got = got.lock().unwrap().clone();
         got.sort();
@@ -58,7 +58,7 @@ fn the_exactly_once_sink_commits_each_record_once_across_failovers() {
         Fault::AtRecord { operator: "copy".into(), nth: 2 * N / 3 },
         Fault::RightAfterRestore { restart: 1 },
     ]);
-    let job = Job::new("eos").with_parallelism(2).with_checkpointing(checkpointed(chk.path(), faults.clone()));
+    let job = Job::new("eos").with_parallelism(2).with_checkpointing(checkpointed(chk.path(), Arc::clone(&faults)));
     job.generator(Generator::new(|i, _| i).count(N).rate(200_000.0)).map(|i| i).named("copy").sink(
         KafkaSink::new(broker(), &t, |i: &u64| KafkaRecord {
             key: Some(i.to_string().into_bytes()),
@@ -146,8 +146,9 @@ fn the_source_reads_committed_by_the_markers_in_the_log() {
     let expected: Vec<String> = [values("a", 100), values("c", 50), values("b", 10), values("d", 10)].concat();
     let got = Arc::new(Mutex::new(Vec::new()));
     let job = Job::new("markers");
-    let into = got.clone();
-    job.source(KafkaSource::new(broker(), &t, value_text).subtasks()).sink(move |_| Ok(CollectSink::new(into.clone())));
+    let into = Arc::clone(&got);
+    job.source(KafkaSource::new(broker(), &t, value_text).subtasks())
+        .sink(move |_| Ok(CollectSink::new(Arc::clone(&into))));
     job.execute(RunConfig::default().workers(1)).unwrap();
     assert_eq!(*got.lock().unwrap(), expected, "the committed and plain records once, in log order");
 }
@@ -219,7 +220,7 @@ fn an_idle_partition_stops_holding_the_watermark_back() {
     }
     let got = Arc::new(Mutex::new(Vec::new()));
     let job = Job::new("watermarks");
-    let into = got.clone();
+    let into = Arc::clone(&got);
     job.source(
         KafkaSource::new(broker(), &t, |m| Some(m.timestamp as u64))
             .follow(true)
@@ -230,7 +231,7 @@ fn an_idle_partition_stops_holding_the_watermark_back() {
     .window(weir::Window::tumbling(100), |ts: &u64| *ts)
     .count()
     .map(|(_, w, c): (u64, weir::WindowBounds, u64)| (w.start, c))
-    .sink(move |_| Ok(CollectSink::new(into.clone())));
+    .sink(move |_| Ok(CollectSink::new(Arc::clone(&into))));
     let handle = job.start(RunConfig::default().workers(1)).unwrap();
     // Partition 0 stays live: each look adds one message to it, after 990 ms.
     let mut next = 1_000;
@@ -271,7 +272,8 @@ fn the_sink_protocol_is_exactly_once_over_the_transaction_model() {
             Fault::AsyncSnapshot { checkpoint: 2 + weir::prng::mix(seed + 1) % 3 },
             Fault::Decline { checkpoint: 1 + weir::prng::mix(seed + 2) % 4 },
         ]);
-        let job = Job::new("model").with_parallelism(p).with_checkpointing(checkpointed(chk.path(), faults.clone()));
+        let job =
+            Job::new("model").with_parallelism(p).with_checkpointing(checkpointed(chk.path(), Arc::clone(&faults)));
         let handle = model.clone();
         let connect = Arc::new(move || Ok(Box::new(handle.clone()) as Box<dyn TransactionLog>));
         job.generator(Generator::new(|i, _| i).count(N).rate(100_000.0)).map(|i| i).named("copy").sink(
@@ -355,9 +357,9 @@ fn compressed_batches_are_written_and_read_in_every_codec() {
         job.execute(RunConfig::default().workers(2)).unwrap();
         let got = Arc::new(Mutex::new(Vec::new()));
         let read = Job::new("read-compressed");
-        let into = got.clone();
+        let into = Arc::clone(&got);
         read.source(KafkaSource::new(broker(), &t, value_text).subtasks())
-            .sink(move |_| Ok(CollectSink::new(into.clone())));
+            .sink(move |_| Ok(CollectSink::new(Arc::clone(&into))));
         read.execute(RunConfig::default().workers(2)).unwrap();
         let mut got = got.lock().unwrap().clone();
         got.sort();

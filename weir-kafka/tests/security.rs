@@ -43,9 +43,9 @@ fn round_trip(addr: &str, security: &Security, admin: &Security, n: u64) {
 
     let got = Arc::new(Mutex::new(Vec::new()));
     let job = Job::new("secured-read").with_parallelism(2);
-    let into = got.clone();
+    let into = Arc::clone(&got);
     job.source(KafkaSource::new(addr, &topic, value_text).security(security.clone()).subtasks())
-        .sink(move |_| Ok(CollectSink::new(into.clone())));
+        .sink(move |_| Ok(CollectSink::new(Arc::clone(&into))));
     job.execute(RunConfig::default().workers(2)).unwrap();
     let mut got: Vec<u64> = got.lock().unwrap().iter().map(|v| v.parse().unwrap()).collect();
     got.sort_unstable();

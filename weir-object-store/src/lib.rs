@@ -267,7 +267,7 @@ impl weir::checkpoint::ObjectStore for S3Store {
         let path = self.path(key);
         let mut file = std::fs::File::open(from)?;
         let len = file.metadata()?.len() as usize;
-        let store = self.inner.clone();
+        let store = Arc::clone(&self.inner);
         if len <= PART_BYTES {
             let mut bytes = Vec::with_capacity(len);
             file.read_to_end(&mut bytes)?;

@@ -31,7 +31,7 @@ fn job(
 ) -> (Job, CheckpointConfig) {
     let faults =
         FaultInjector::new(if fail { vec![Fault::AtRecord { operator: "sum".into(), nth: N / 2 }] } else { vec![] });
-    let config = CheckpointConfig::in_store(store.clone())
+    let config = CheckpointConfig::in_store(Arc::clone(store))
         .interval(Duration::from_millis(5))
         .incremental(incremental)
         .restart(RestartStrategy::None)
@@ -80,7 +80,7 @@ fn a_lost_process_resumes_from_the_store_in_a_fresh_folder_with_the_failure_free
         assert_eq!(expected.len() as u64, N, "one line per record");
 
         let memory = Arc::new(InMemoryObjectStore::default());
-        let store: Arc<dyn ObjectStore> = memory.clone();
+        let store: Arc<dyn ObjectStore> = Arc::clone(&memory) as Arc<dyn ObjectStore>;
         // Two checkpoints complete at N / 4, before the failure at N / 2.
         let (first, first_config) = job(&store, out.path(), true, incremental, &[(N / 4, 2)]);
         assert!(first.execute(RunConfig::default().workers(2)).is_err(), "the injected failure ends the first run");
@@ -140,7 +140,7 @@ fn a_second_process_on_the_same_store_fences_the_first() {
     let clean: Arc<dyn ObjectStore> = Arc::new(InMemoryObjectStore::default());
     job(&clean, expected_out.path(), false, false, &[]).0.execute(RunConfig::default().workers(1)).unwrap();
     let memory = Arc::new(InMemoryObjectStore::default());
-    let store: Arc<dyn ObjectStore> = memory.clone();
+    let store: Arc<dyn ObjectStore> = Arc::clone(&memory) as Arc<dyn ObjectStore>;
     // Held at N / 2 for good (checkpointing all the while): running when the second starts.
     let (a, _) = job(&store, out.path(), false, false, &[(N / 2, u32::MAX)]);
     let mut first = a.start(RunConfig::default().workers(1)).unwrap();

@@ -300,7 +300,7 @@ impl ControlBinding {
             stops: Some(stop_tx),
             triggers: Default::default(),
         };
-        let triggers = shared.triggers.clone();
+        let triggers = std::sync::Arc::clone(&shared.triggers);
         let routes = routes(shared);
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -954,7 +954,7 @@ fn start_trigger(s: Shared, job: &str, dir: Option<String>, stop: bool, drain: b
             format!("{TRIGGERS_IN_PROGRESS} savepoints or stops are in progress already: poll them, then ask again"),
         );
     };
-    let (triggers, trigger) = (s.triggers.clone(), id.clone());
+    let (triggers, trigger) = (std::sync::Arc::clone(&s.triggers), id.clone());
     std::thread::spawn(move || {
         let outcome = if stop { stop_now(&s, dir, drain) } else { savepoint_now(&s, &dir).map_err(|e| e.to_string()) };
         triggers.lock().unwrap_or_else(|e| e.into_inner()).finish(&trigger, outcome);

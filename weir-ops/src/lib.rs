@@ -29,9 +29,6 @@
 //! May touch: `weir`, `weir-object-store` (savepoints in a store, with the `object-store`
 //! feature: without it the crate builds with no C compiler).
 
-#![warn(missing_docs)]
-#![warn(missing_debug_implementations)]
-
 use std::path::PathBuf;
 
 pub mod choice;

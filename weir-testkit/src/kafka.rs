@@ -191,7 +191,7 @@ impl Proxy {
         use std::sync::atomic::Ordering;
         let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
         let proxy = Proxy { port, down: Arc::default(), refused: Arc::default(), live: Arc::default() };
-        let (down, refused, live) = (proxy.down.clone(), proxy.refused.clone(), proxy.live.clone());
+        let (down, refused, live) = (Arc::clone(&proxy.down), Arc::clone(&proxy.refused), Arc::clone(&proxy.live));
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 if down.load(Ordering::SeqCst) {

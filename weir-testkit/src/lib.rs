@@ -211,7 +211,7 @@ impl Running {
             Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
             Box::new(child.stderr.take().unwrap()),
         ] {
-            let text = text.clone();
+            let text = std::sync::Arc::clone(&text);
             std::thread::spawn(move || {
                 for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)).map_while(Result::ok) {
                     let mut t = text.lock().unwrap();

@@ -579,7 +579,7 @@ mod tests {
 
     fn one_channel_gate(entries: &[Entry<u64>]) -> InputGate<u64> {
         let parker = Arc::new(Parker::default());
-        let (mut out, reader) = channel::<u64>(8, parker.clone(), parker);
+        let (mut out, reader) = channel::<u64>(8, Arc::clone(&parker), parker);
         for e in entries {
             out.write_entry(*e);
         }
@@ -595,8 +595,8 @@ mod tests {
     fn a_queued_barrier_overtakes_the_backlog_once_its_checkpoint_times_out() {
         let parker = Arc::new(Parker::default());
         let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let expiry = BarrierExpiry::after(crate::context::Clock::manual(time.clone()), 10);
-        let (out, reader) = channel::<u64>(4, parker.clone(), parker);
+        let expiry = BarrierExpiry::after(crate::context::Clock::manual(Arc::clone(&time)), 10);
+        let (out, reader) = channel::<u64>(4, Arc::clone(&parker), parker);
         let mut out = out.with_expiry(Some(expiry));
         let mut backlog: Vec<u64> = (0..6).collect();
         out.write_records(&mut backlog);
@@ -622,7 +622,7 @@ mod tests {
         // A barrier the reader has already consumed is not republished.
         time.store(12, std::sync::atomic::Ordering::Relaxed);
         let (out, reader) = channel::<u64>(4, Arc::new(Parker::default()), Arc::new(Parker::default()));
-        let mut out = out.with_expiry(Some(BarrierExpiry::after(crate::context::Clock::manual(time.clone()), 10)));
+        let mut out = out.with_expiry(Some(BarrierExpiry::after(crate::context::Clock::manual(Arc::clone(&time)), 10)));
         out.write_entry(Entry::Barrier(b));
         let mut gate = InputGate::new(vec![reader]);
         gate.set_unaligned(true);
@@ -640,7 +640,7 @@ mod tests {
     #[test]
     fn an_unaligned_capture_takes_the_ring_and_what_the_barrier_carried() {
         let parker = Arc::new(Parker::default());
-        let (mut out, reader) = channel::<u64>(4, parker.clone(), parker);
+        let (mut out, reader) = channel::<u64>(4, Arc::clone(&parker), parker);
         let mut backlog: Vec<u64> = (0..10).collect();
         out.write_records(&mut backlog);
         out.write_entry(Entry::Watermark(3));
@@ -674,8 +674,8 @@ mod tests {
     fn a_republished_barrier_carries_what_was_staged_before_it() {
         let parker = Arc::new(Parker::default());
         let time = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let expiry = BarrierExpiry::after(crate::context::Clock::manual(time.clone()), 10);
-        let (out, reader) = channel::<u64>(4, parker.clone(), parker);
+        let expiry = BarrierExpiry::after(crate::context::Clock::manual(Arc::clone(&time)), 10);
+        let (out, reader) = channel::<u64>(4, Arc::clone(&parker), parker);
         let mut out = out.with_expiry(Some(expiry));
         out.write_records(&mut (0..6).collect());
         out.write_entry(Entry::Barrier(barrier(1)));
@@ -710,7 +710,7 @@ mod tests {
     #[test]
     fn a_capture_takes_a_run_partly_consumed_and_peeks_the_rest() {
         let parker = Arc::new(Parker::default());
-        let (mut out, reader) = channel::<u64>(16, parker.clone(), parker);
+        let (mut out, reader) = channel::<u64>(16, Arc::clone(&parker), parker);
         out.write_records(&mut (0..5).collect());
         out.write_entry(Entry::Watermark(5));
         out.write_records(&mut (5..10).collect());
@@ -739,10 +739,10 @@ mod tests {
     /// that reads `time`, and the ring's producer.
     fn sliced_gate(time: &Arc<std::sync::atomic::AtomicU64>) -> (OutChannel<u64>, InputGate<u64>) {
         let parker = Arc::new(Parker::default());
-        let (out, reader) = channel::<u64>(64, parker.clone(), parker);
+        let (out, reader) = channel::<u64>(64, Arc::clone(&parker), parker);
         let mut gate = InputGate::new(vec![reader]);
         gate.set_unaligned(true);
-        gate.set_slicing(Some(crate::context::Clock::manual(time.clone())));
+        gate.set_slicing(Some(crate::context::Clock::manual(Arc::clone(time))));
         (out, gate)
     }
 

@@ -501,7 +501,7 @@ mod tests {
     #[test]
     fn a_newer_claim_fences_the_older_owner_and_a_checkpoint_is_completed_once() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemoryObjectStore::default());
-        let (a, b) = (CheckpointMirror::new(store.clone()), CheckpointMirror::new(store.clone()));
+        let (a, b) = (CheckpointMirror::new(Arc::clone(&store)), CheckpointMirror::new(Arc::clone(&store)));
         assert_eq!(a.next_generation().unwrap(), 1);
         a.claim(1, "a").unwrap();
         a.check(1).unwrap();
@@ -556,9 +556,9 @@ mod tests {
     fn a_checkpoint_published_after_a_newer_claim_counts_for_nothing() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemoryObjectStore::default());
         let (a, b, c) = (
-            CheckpointMirror::new(store.clone()),
-            CheckpointMirror::new(store.clone()),
-            CheckpointMirror::new(store.clone()),
+            CheckpointMirror::new(Arc::clone(&store)),
+            CheckpointMirror::new(Arc::clone(&store)),
+            CheckpointMirror::new(Arc::clone(&store)),
         );
         a.take_over(tempfile::tempdir().unwrap().path(), 1, "a").unwrap();
         publish(&a, 1, 1);

@@ -209,7 +209,7 @@ impl Job {
     }
 
     pub(super) fn stream<T>(&self, node: usize) -> Stream<T> {
-        Stream { graph: self.graph.clone(), node, _t: PhantomData }
+        Stream { graph: Arc::clone(&self.graph), node, _t: PhantomData }
     }
 
     /// A source from a constructor called once per subtask.
@@ -310,7 +310,7 @@ impl Job {
             }
             None => {
                 let n: Arc<str> = name.into();
-                g.tags.push((n.clone(), id, type_name));
+                g.tags.push((Arc::clone(&n), id, type_name));
                 n
             }
         };

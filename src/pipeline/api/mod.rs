@@ -70,7 +70,7 @@ pub struct Stream<T> {
 /// ```
 impl<T> Clone for Stream<T> {
     fn clone(&self) -> Self {
-        Stream { graph: self.graph.clone(), node: self.node, _t: PhantomData }
+        Stream { graph: Arc::clone(&self.graph), node: self.node, _t: PhantomData }
     }
 }
 

@@ -163,7 +163,7 @@ pub(super) fn replay_inflight<T: Record>(
 
 impl<T> Stream<T> {
     pub(super) fn job(&self) -> Job {
-        Job { graph: self.graph.clone() }
+        Job { graph: Arc::clone(&self.graph) }
     }
 
     pub(super) fn parallelism(&self) -> usize {

@@ -30,8 +30,8 @@ impl<T: Record> Stream<T> {
     /// Collects every record into the returned vector (for tests and small jobs).
     pub fn collect(self) -> Arc<Mutex<Vec<T>>> {
         let out = Arc::new(Mutex::new(Vec::new()));
-        let o = out.clone();
-        self.sink_node("collect", move |_| Ok(CollectSink::new(o.clone())));
+        let o = Arc::clone(&out);
+        self.sink_node("collect", move |_| Ok(CollectSink::new(Arc::clone(&o))));
         out
     }
 

@@ -62,7 +62,7 @@ impl<T: Record> Stream<T> {
             let mut g = self.graph.borrow_mut();
             let known = g.tags.iter().find(|(n, _, _)| Arc::ptr_eq(n, &tag.name)).map(|(_, t, _)| *t);
             let node = &mut g.nodes[self.node];
-            let name = node.name.clone();
+            let name = Arc::clone(&node.name);
             let mut error = None;
             if node.with_sides.is_none() {
                 error = Some(format!(
@@ -84,7 +84,7 @@ impl<T: Record> Stream<T> {
                 }
                 Some(p) => p + 1,
                 None => {
-                    node.side_ports.push(crate::pipeline::graph::side_port_of::<X>(tag.name.clone()));
+                    node.side_ports.push(crate::pipeline::graph::side_port_of::<X>(Arc::clone(&tag.name)));
                     node.side_ports.len()
                 }
             };

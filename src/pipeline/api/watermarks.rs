@@ -15,7 +15,7 @@ impl<T: Record> Stream<T> {
     /// named group join.
     pub(super) fn default_watermark_groups(&self) -> (Arc<WatermarkRegistry>, Arc<WatermarkAlignment>) {
         let g = self.graph.borrow();
-        (g.watermark_registry.clone(), g.default_alignment.clone())
+        (Arc::clone(&g.watermark_registry), Arc::clone(&g.default_alignment))
     }
 
     /// Assigns event time: `timestamp` reads a record's time; watermarks trail the largest time
@@ -31,10 +31,10 @@ impl<T: Record> Stream<T> {
         self.forward("watermarks", move |ctx, next| {
             let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next).registered(
                 &registry,
-                ctx.operator.clone(),
+                Arc::clone(&ctx.operator),
                 ctx.subtask,
             );
-            Ok(Box::new(assigner.aligned_if_bounded(&alignment, ctx.operator.clone(), ctx.subtask)))
+            Ok(Box::new(assigner.aligned_if_bounded(&alignment, Arc::clone(&ctx.operator), ctx.subtask)))
         })
     }
 
@@ -72,9 +72,9 @@ impl<T: Record> Stream<T> {
                 ));
             }
             let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next)
-                .registered(&registry, ctx.operator.clone(), ctx.subtask)
+                .registered(&registry, Arc::clone(&ctx.operator), ctx.subtask)
                 .idle_after(idleness, ctx.clock.clone())
-                .aligned_if_bounded(&alignment, ctx.operator.clone(), ctx.subtask);
+                .aligned_if_bounded(&alignment, Arc::clone(&ctx.operator), ctx.subtask);
             Ok(Box::new(assigner))
         })
     }
@@ -107,16 +107,16 @@ impl<T: Record> Stream<T> {
         let alignment = {
             let mut g = self.graph.borrow_mut();
             match g.watermark_groups.iter().find(|(name, _)| name == group) {
-                Some((_, a)) => a.clone(),
+                Some((_, a)) => Arc::clone(a),
                 None => {
                     let a = WatermarkAlignment::new(max_drift);
-                    g.watermark_groups.push((group.to_string(), a.clone()));
+                    g.watermark_groups.push((group.to_string(), Arc::clone(&a)));
                     a
                 }
             }
         };
         let group = group.to_string();
-        let registry = self.graph.borrow().watermark_registry.clone();
+        let registry = Arc::clone(&self.graph.borrow().watermark_registry);
         self.forward("watermarks", move |ctx, next| {
             if max_drift == 0 {
                 return Err(crate::Error::config(format!(
@@ -134,10 +134,10 @@ impl<T: Record> Stream<T> {
             }
             let assigner = WatermarkAssigner::new(timestamp.clone(), out_of_orderness, next).registered(
                 &registry,
-                ctx.operator.clone(),
+                Arc::clone(&ctx.operator),
                 ctx.subtask,
             );
-            Ok(Box::new(assigner.aligned(&alignment, ctx.operator.clone(), ctx.subtask)))
+            Ok(Box::new(assigner.aligned(&alignment, Arc::clone(&ctx.operator), ctx.subtask)))
         })
     }
 }
