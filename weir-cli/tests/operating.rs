@@ -258,3 +258,49 @@ fn help_comes_in_headings_and_durations_read_as_people_write_them() {
     let text = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && text.contains("'1m30x'"), "{text}");
 }
+
+/// One bad combination of checkpoint settings, through each edge: the command's flags, a
+/// configuration file, and a running job's keys at the control endpoint. The running job
+/// took `checkpoint=aligned aligned-checkpoint-timeout-ms=5` and dropped the timeout, where
+/// the flags refused it; every edge now refuses it in the same words.
+#[test]
+fn a_bad_checkpoint_setting_is_refused_in_the_same_words_at_every_edge() {
+    let dir = tempfile::tempdir().unwrap();
+    let weir = env!("CARGO_BIN_EXE_weir");
+    let refusal = |text: &str| -> String {
+        let at = text.find("invalid configuration: ").unwrap_or_else(|| panic!("a refusal: {text}"));
+        text[at..].lines().next().unwrap().trim_end_matches('"').to_string()
+    };
+    for (mode, key, value) in
+        [("aligned", "aligned-checkpoint-timeout-ms", "5"), ("unaligned", "inflight-budget-bytes", "4096")]
+    {
+        let flag = format!("--{key}");
+        let o = std::process::Command::new(weir)
+            .args(["bench", "--duration-s", "1", "--no-progress", "--checkpoint", mode, &flag, value])
+            .output()
+            .unwrap();
+        let by_flags = refusal(&String::from_utf8_lossy(&o.stderr));
+        let file = dir.path().join(format!("{mode}.toml"));
+        std::fs::write(&file, format!("checkpoint = \"{mode}\"\n{key} = {value}\n")).unwrap();
+        let o = std::process::Command::new(weir)
+            .args(["bench", "--duration-s", "1", "--no-progress", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let by_file = refusal(&String::from_utf8_lossy(&o.stderr));
+        let own = dir.path().join(mode);
+        std::fs::create_dir_all(&own).unwrap();
+        let (job, addr) = followed(&own, &["--checkpoint", "aligned"]);
+        let (status, text) = http(&addr, "POST", &format!("/config?checkpoint={mode}&{key}={value}"), None);
+        assert_eq!(status, 400, "{text}");
+        let by_endpoint = refusal(value_of_error(&text).as_str());
+        assert_eq!(by_flags, by_file, "flags and file");
+        assert_eq!(by_flags, by_endpoint, "flags and the running job's keys");
+        assert!(by_flags.contains(&flag), "{by_flags}");
+        stop(job);
+    }
+}
+
+fn value_of_error(text: &str) -> String {
+    value(text)["error"].as_str().unwrap_or_else(|| panic!("{text}")).to_string()
+}

@@ -384,16 +384,7 @@ impl CheckpointSettings {
                         self.mode.as_deref().unwrap_or_default()
                     )));
                 }
-                if timeout && !p.uses(CheckpointChoice::AlignedTimeout) {
-                    return Err(Error::config(format!(
-                        "--aligned-checkpoint-timeout-ms needs --checkpoint aligned-timeout (not {p})"
-                    )));
-                }
-                if budget && !p.uses(CheckpointChoice::Adaptive) {
-                    return Err(Error::config(format!(
-                        "--inflight-budget-bytes needs --checkpoint adaptive (not {p})"
-                    )));
-                }
+                check_parameters(p, timeout, budget)?;
                 p.clone()
             }
             None => {
@@ -530,6 +521,11 @@ impl CheckpointSettings {
                 )));
             }
             Some(p) => {
+                check_parameters(
+                    p,
+                    self.aligned_checkpoint_timeout_ms.is_some(),
+                    self.inflight_budget_bytes.is_some(),
+                )?;
                 let budget = self.inflight_budget_bytes.or(c.mode.inflight_budget());
                 let timeout = self.aligned_checkpoint_timeout_ms.map(ms).or(c.mode.alignment_timeout());
                 c = with_choice(c, p.first(), timeout, budget);
@@ -676,6 +672,23 @@ fn with_choice(
         }
         None => c,
     }
+}
+
+/// Whether a mode named in one word (`checkpoint`) takes the parameters given beside it: an
+/// aligned-checkpoint timeout only `aligned-timeout`, an in-flight budget only `adaptive`. The
+/// same rule and words for a command's flags, a configuration file and a running job's keys
+/// (a running job took `checkpoint=aligned aligned-checkpoint-timeout-ms=5` and dropped the
+/// timeout, where the flags refused it).
+fn check_parameters(p: &CheckpointPlan, timeout: bool, budget: bool) -> weir::Result<()> {
+    if timeout && !p.uses(CheckpointChoice::AlignedTimeout) {
+        return Err(Error::config(format!(
+            "--aligned-checkpoint-timeout-ms needs --checkpoint aligned-timeout (not {p})"
+        )));
+    }
+    if budget && !p.uses(CheckpointChoice::Adaptive) {
+        return Err(Error::config(format!("--inflight-budget-bytes needs --checkpoint adaptive (not {p})")));
+    }
+    Ok(())
 }
 
 fn at_least(key: &str, n: u64, min: u64) -> weir::Result<u64> {
