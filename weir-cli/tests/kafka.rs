@@ -145,11 +145,7 @@ fn the_command_names_bad_kafka_addresses() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let started = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() && started.elapsed() < std::time::Duration::from_secs(60) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let _ = child.kill();
+    crate::common::wait_until("the command to refuse the FIFO", || child.try_wait().unwrap().is_some());
     let o = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && text.contains("not a plain file"), "{text}");
