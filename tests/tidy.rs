@@ -347,7 +347,7 @@ fn every_live_setting_has_one_name() {
 /// test below fails unless the longest function is exactly this long and is the one named, so
 /// the limit comes down with every split of the longest (name its successor then), and is
 /// never raised. Round 4 began with 17 functions over 100 lines (simulate 306); none is now.
-const LONGEST_FUNCTION: (usize, &str) = (100, "weir-ops/src/settings.rs: plan");
+const LONGEST_FUNCTION: (usize, &str) = (99, "src/checkpoint/recovery.rs: recover_directory");
 
 /// Each function of `text` (a method, a nested or a test function too): its name, its first
 /// line and its length in lines. Bodies are found by indentation, as rustfmt lays them out: a
