@@ -541,14 +541,13 @@ pub struct CheckpointInProgress {
 /// (written only when they changed), read by anyone.
 #[derive(Debug, Default)]
 pub(crate) struct InProgress {
-    count: std::sync::atomic::AtomicU64,
     rows: std::sync::Mutex<Vec<CheckpointInProgress>>,
 }
 
 impl InProgress {
     /// How many are in progress.
     pub(crate) fn count(&self) -> u64 {
-        self.count.load(std::sync::atomic::Ordering::Relaxed)
+        self.rows.lock().unwrap_or_else(|e| e.into_inner()).len() as u64
     }
 
     /// The rows, oldest first.
@@ -565,7 +564,6 @@ impl InProgress {
         }
         published.clear();
         published.extend(rows);
-        self.count.store(published.len() as u64, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -223,15 +223,15 @@ impl ControlOptions {
 /// # }
 /// ```
 pub fn router(job: JobController, options: ControlOptions) -> Router {
-    let ControlOptions { roots, stops } = options;
-    let shared = Shared {
-        job,
-        roots: std::sync::Arc::new(roots),
-        last_savepoint: Default::default(),
-        stops,
-        triggers: Default::default(),
-    };
-    routes(shared)
+    routes(Shared::new(job, options))
+}
+
+impl Shared {
+    fn new(job: JobController, options: ControlOptions) -> Shared {
+        let ControlOptions { roots, stops } = options;
+        let roots = std::sync::Arc::new(roots);
+        Shared { job, roots, last_savepoint: Default::default(), stops, triggers: Default::default() }
+    }
 }
 
 /// The control endpoint's address, bound before the job starts (a bad address or one in use
@@ -293,13 +293,7 @@ impl ControlBinding {
     pub fn serve(self, job: JobController) -> weir::Result<ControlEndpoint> {
         let ControlBinding { listener, addr, roots, linger } = self;
         let (stop_tx, stop_rx) = std::sync::mpsc::channel();
-        let shared = Shared {
-            job: job.clone(),
-            roots: std::sync::Arc::new(roots),
-            last_savepoint: Default::default(),
-            stops: Some(stop_tx),
-            triggers: Default::default(),
-        };
+        let shared = Shared::new(job.clone(), ControlOptions::new().savepoint_roots(roots).stop_requests(stop_tx));
         let triggers = std::sync::Arc::clone(&shared.triggers);
         let routes = routes(shared);
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
