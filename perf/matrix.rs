@@ -24,9 +24,20 @@ use plot::{Point, Series, Stamp};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, ModeKeys, ModeKind};
 use weir::metrics::{format_ns, group_digits};
 use weir::RunConfig;
-use weir_jobs::bench::{BenchConfig, BenchResult, CheckpointChoice, Workload};
+use weir_jobs::bench::{BenchConfig, BenchResult, Workload};
+
+/// The modes of the matrix's headline (throughput without backpressure): none, aligned,
+/// unaligned, at-least-once.
+const HEADLINE: [Option<ModeKind>; 4] =
+    [None, Some(ModeKind::Aligned), Some(ModeKind::Unaligned), Some(ModeKind::AtLeastOnce)];
+
+/// A mode's name, or `none`.
+fn named(c: Option<ModeKind>) -> &'static str {
+    c.map_or("none", ModeKind::name)
+}
 
 struct Matrix {
     duration: Duration,
@@ -41,35 +52,35 @@ impl Matrix {
     fn run(
         &mut self,
         workload: Workload,
-        checkpoint: CheckpointChoice,
+        checkpoint: Option<ModeKind>,
         rate: Option<f64>,
         ring: usize,
         interval_ms: u64,
         stage_cost_ns: u64,
     ) -> BenchResult {
         self.count += 1;
+        let dir = self.scratch.path().join(format!("run-{}", self.count));
+        let keys = |k| ModeKeys::word(k, weir::checkpoint::DEFAULT_ALIGNMENT_TIMEOUT, self.budget);
         let config = BenchConfig {
             workload,
-            checkpoint,
-            interval: Duration::from_millis(interval_ms),
-            checkpoint_dir: self.scratch.path().join(format!("run-{}", self.count)),
+            checkpoint: checkpoint.map(|k| {
+                let mode = CheckpointMode::from_flat(keys(k)).expect("a budget above zero");
+                CheckpointConfig::new(&dir).interval(Duration::from_millis(interval_ms)).mode(mode)
+            }),
             parallelism: 2,
             rate,
             keys: 10_000,
             sink_cost_ns: stage_cost_ns,
-            alignment_timeout: weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT,
-            max_concurrent: 1,
-            inflight_budget: self.budget,
         };
         let job = config.job().expect("a valid benchmark");
         let report =
             common::run_for(job, RunConfig::default().pin_workers(true).workers(2).ring_capacity(ring), self.duration);
-        let _ = std::fs::remove_dir_all(&config.checkpoint_dir);
+        let _ = std::fs::remove_dir_all(&dir);
         let result = BenchResult::new(&config, &report);
         eprintln!(
             "{:>12} {:>15} {:>6} ring {:>5} cost {:>6}: {:>15} rec/s, {} checkpoints",
             workload.to_string(),
-            checkpoint.to_string(),
+            named(checkpoint),
             rate.map_or("max".into(), short_rate),
             ring,
             format_ns(stage_cost_ns),
@@ -125,7 +136,7 @@ fn main() {
         scratch: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("scratch folder"),
         runs: Vec::new(),
         count: 0,
-        budget: weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET,
+        budget: weir::checkpoint::DEFAULT_INFLIGHT_BUDGET,
     };
     let rounds: usize = arg("--rounds").and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
     let mut md = String::new();
@@ -152,7 +163,7 @@ fn main() {
                 let mut this = [0f64; 4];
                 for k in 0..4 {
                     let i = (round + k) % 4;
-                    let r = m.run(w, CheckpointChoice::HEADLINE[i], None, 4096, 1000, SINK_COST_NS);
+                    let r = m.run(w, HEADLINE[i], None, 4096, 1000, SINK_COST_NS);
                     this[i] = r.throughput_rps;
                     busy_samples[i].push(checkpoint_share(&r));
                 }
@@ -195,11 +206,11 @@ fn main() {
         }
         md += "\n";
         let categories: Vec<String> = workloads.iter().map(|w| w.to_string()).collect();
-        let series: Vec<Series> = CheckpointChoice::HEADLINE
+        let series: Vec<Series> = HEADLINE
             .iter()
             .enumerate()
             .map(|(i, c)| Series {
-                name: c.to_string(),
+                name: named(*c).to_string(),
                 points: throughput_points.iter().map(|t| t[i].scaled(1e-6)).collect(),
             })
             .collect();
@@ -226,8 +237,9 @@ fn main() {
             (Workload::Window, throughput[2][0] / 2.0),
         ];
         for (w, rate) in rates {
-            for c in [CheckpointChoice::None, CheckpointChoice::Aligned, CheckpointChoice::Unaligned] {
+            for c in [None, Some(ModeKind::Aligned), Some(ModeKind::Unaligned)] {
                 let r = m.run(w, c, Some(rate), 4096, 1000, SINK_COST_NS);
+                let c = named(c);
                 let Some(l) = r.latency_ns.clone() else { continue };
                 md += &format!(
                     "| {w} | {c} | {} rec/s | {} | {} | {} | {} | {} |\n",
@@ -263,16 +275,11 @@ fn main() {
     let backlog_rounds = rounds.min(3);
     md += &format!(
         "## Aligned against unaligned under a backlog\n\nThe `backlog` workload: generator → key_by (half the events on one key) → a keyed running sum spending the given cost per record → rebalance → sink, checkpoints every 500 ms, aligned-timeout with a {} ms timeout, adaptive with an in-flight budget of half what the rings hold ({BACKLOG_BUDGET_PER_SLOT} bytes per ring slot: the job's 8 channels of 32-byte entries). Each figure is the median over every checkpoint of {backlog_rounds} rounds (modes back to back, a different one first each round); the spread is the smallest and largest median of one round.\n\n| stage cost | ring | mode | checkpoints | median duration (spread) | max duration | start delay | alignment | in-flight bytes | throughput (rec/s) |\n|---|---|---|---|---|---|---|---|---|---|\n",
-        weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT.as_millis(),
+        weir::checkpoint::DEFAULT_ALIGNMENT_TIMEOUT.as_millis(),
     );
     let rings = [256usize, 1024, 4096];
     let costs = [10_000u64, 100_000];
-    let modes = [
-        CheckpointChoice::Aligned,
-        CheckpointChoice::Unaligned,
-        CheckpointChoice::AlignedTimeout,
-        CheckpointChoice::Adaptive,
-    ];
+    let modes = [ModeKind::Aligned, ModeKind::Unaligned, ModeKind::AlignedTimeout, ModeKind::Adaptive];
     let mut durations: Vec<Series> = Vec::new();
     let mut inflight: Vec<Series> = Vec::new();
     // Median duration and in-flight bytes per (cost, mode, ring), for the ratios under the table.
@@ -287,7 +294,7 @@ fn main() {
             for round in 0..backlog_rounds {
                 for k in 0..modes.len() {
                     let i = (round + k) % modes.len();
-                    runs[i].push(m.run(Workload::Backlog, modes[i], None, ring, 500, cost));
+                    runs[i].push(m.run(Workload::Backlog, Some(modes[i]), None, ring, 500, cost));
                 }
             }
             for (i, mode) in modes.iter().enumerate() {
@@ -321,7 +328,7 @@ fn main() {
         }
         for (i, mode) in modes.iter().enumerate() {
             durations.push(Series { name: format!("{mode}, {}", format_ns(cost)), points: line[i].clone() });
-            if *mode != CheckpointChoice::Aligned {
+            if *mode != ModeKind::Aligned {
                 inflight.push(Series { name: format!("{mode}, {}", format_ns(cost)), points: bytes_line[i].clone() });
             }
         }
@@ -340,15 +347,15 @@ fn main() {
     // 4. Adaptive alignment where most in-flight bytes sit in channels that move.
     md += &format!(
         "\n## Adaptive alignment: a lagging pipeline beside a moving one\n\nThe `mixed` workload: the backlog workload's pipeline (100 µs per record) and, in the same job, generator → rebalance → 1 µs per 1 KiB event → sink, whose rings are full but drain in milliseconds; ring 4096, checkpoints every 500 ms, adaptive with a {} byte budget; median over every checkpoint of {backlog_rounds} rounds.\n\n| mode | checkpoints | median duration (spread) | max duration | in-flight bytes | channels aligned / captured | throughput (rec/s) |\n|---|---|---|---|---|---|---|\n",
-        group_digits(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET),
+        group_digits(weir::checkpoint::DEFAULT_INFLIGHT_BUDGET),
     );
-    m.budget = weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET;
-    let mixed_modes = [CheckpointChoice::Unaligned, CheckpointChoice::Adaptive, CheckpointChoice::Aligned];
+    m.budget = weir::checkpoint::DEFAULT_INFLIGHT_BUDGET;
+    let mixed_modes = [ModeKind::Unaligned, ModeKind::Adaptive, ModeKind::Aligned];
     let mut mixed: Vec<Vec<BenchResult>> = vec![Vec::new(); mixed_modes.len()];
     for round in 0..backlog_rounds {
         for k in 0..mixed_modes.len() {
             let i = (round + k) % mixed_modes.len();
-            mixed[i].push(m.run(Workload::Mixed, mixed_modes[i], None, 4096, 500, 100_000));
+            mixed[i].push(m.run(Workload::Mixed, Some(mixed_modes[i]), None, 4096, 500, 100_000));
         }
     }
     let mut mixed_medians = Vec::new();
@@ -376,7 +383,7 @@ fn main() {
             per_round.iter().cloned().fold(0.0, f64::max),
             all().map(|c| c.duration_ms).fold(0.0, f64::max),
             group_digits(bytes as u64),
-            if *mode == CheckpointChoice::Adaptive { format!("{aligned} / {captured}") } else { "–".into() },
+            if *mode == ModeKind::Adaptive { format!("{aligned} / {captured}") } else { "–".into() },
             group_digits(median(mixed[i].iter().map(|r| r.throughput_rps).collect()) as u64),
         );
         mixed_medians.push((duration, bytes));

@@ -21,7 +21,7 @@ use crossbeam_utils::CachePadded;
 pub use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::ModeKind;
+use crate::snapshot::CheckpointMode;
 
 /// A monotonically increasing counter written by one subtask.
 #[derive(Default, Debug)]
@@ -605,19 +605,13 @@ pub struct CheckpointStats {
     /// See `interval_ms`.
     #[serde(default)]
     pub timeout_ms: f64,
-    /// How its barriers went: the mode it was taken in (`aligned-timeout` turning unaligned
-    /// after `alignment_timeout_ms`, `adaptive` under `inflight_budget`), or `None` for a
-    /// savepoint (always aligned); written as the mode's name or `savepoint`.
-    #[serde(default, with = "mode_or_savepoint")]
-    pub alignment: Option<ModeKind>,
-    /// See `alignment`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub alignment_timeout_ms: Option<f64>,
-    /// Adaptive alignment: the in-flight budget it ran under (bytes), and each task's input
-    /// channels, aligned or captured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inflight_budget: Option<u64>,
-    /// See `inflight_budget`.
+    /// How its barriers went: the mode it was taken in, with its parameter, or `None` for a
+    /// savepoint (always aligned). Written in JSON as it always was: `alignment` (the mode's
+    /// name, or `savepoint`), `alignment_timeout_ms` for aligned-timeout and
+    /// `inflight_budget` (bytes) for adaptive.
+    #[serde(flatten, with = "mode_fields")]
+    pub mode: Option<CheckpointMode>,
+    /// Adaptive alignment: each task's input channels, aligned or captured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub channels: Vec<ChannelAlignment>,
     /// A checkpoint that resumed a failed one (it expired, or a task declined it): that
@@ -858,22 +852,42 @@ mod tests {
     }
 }
 
-/// [`CheckpointStats::alignment`] as JSON: the mode's name, or `savepoint` for none (what the
-/// dashboard and `_metadata` of earlier versions read).
-mod mode_or_savepoint {
-    use serde::{Deserialize, Deserializer, Serializer};
+/// [`CheckpointStats::mode`] as JSON: the fields the dashboard and `_metadata` of earlier
+/// versions read (`alignment`: the mode's name, or `savepoint` for none; its timeout in
+/// milliseconds; its in-flight budget).
+mod mode_fields {
+    use std::time::Duration;
 
-    use crate::snapshot::ModeKind;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(mode: &Option<ModeKind>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(mode.map_or("savepoint", ModeKind::name))
+    use crate::snapshot::{CheckpointMode, ModeKind};
+
+    #[derive(Serialize, Deserialize, Default)]
+    struct Fields {
+        #[serde(default)]
+        alignment: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        alignment_timeout_ms: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        inflight_budget: Option<u64>,
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ModeKind>, D::Error> {
-        let name = String::deserialize(d)?;
-        if name == "savepoint" || name.is_empty() {
+    pub(super) fn serialize<S: Serializer>(mode: &Option<CheckpointMode>, s: S) -> Result<S::Ok, S::Error> {
+        Fields {
+            alignment: mode.map_or("savepoint", |m| m.kind().name()).to_string(),
+            alignment_timeout_ms: mode.and_then(CheckpointMode::alignment_timeout).map(|t| t.as_nanos() as f64 / 1e6),
+            inflight_budget: mode.and_then(CheckpointMode::inflight_budget),
+        }
+        .serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CheckpointMode>, D::Error> {
+        let f = Fields::deserialize(d)?;
+        if f.alignment == "savepoint" || f.alignment.is_empty() {
             return Ok(None);
         }
-        name.parse().map(Some).map_err(serde::de::Error::custom)
+        let kind: ModeKind = f.alignment.parse().map_err(serde::de::Error::custom)?;
+        let timeout = Duration::from_nanos((f.alignment_timeout_ms.unwrap_or(0.0) * 1e6).round() as u64);
+        Ok(Some(kind.with(timeout, f.inflight_budget.unwrap_or(0))))
     }
 }

@@ -37,7 +37,7 @@ use super::storage::{
 use super::task::{SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats};
 use crate::context::{Clock, EndOfJob};
 use crate::error::Error;
-use crate::snapshot::{Barrier, CheckpointNotice};
+use crate::snapshot::{Barrier, CheckpointMode, CheckpointNotice};
 
 /// How the coordinator reaches one task.
 pub(crate) struct TaskEndpoint {
@@ -151,14 +151,11 @@ pub(crate) struct CoordinatorSetup {
 struct Pending {
     barrier: Barrier,
     started_ns: u64,
-    /// The configuration in force when it was triggered: interval, timeout, how its barriers
-    /// go (see `CheckpointStats::alignment`), alignment timeout and in-flight budget.
+    /// The configuration in force when it was triggered: interval, timeout, and how its
+    /// barriers go (`None` for a savepoint: always aligned, whatever the mode).
     interval_ns: u64,
     timeout_ns: u64,
-    /// How its barriers went: the mode's kind, `None` for a savepoint (always aligned).
-    kind: Option<crate::checkpoint::ModeKind>,
-    alignment_timeout_ns: Option<u64>,
-    inflight_budget: Option<u64>,
+    mode: Option<CheckpointMode>,
     acks: HashMap<usize, TaskDone>,
     /// When each acknowledgement came.
     acked_ns: HashMap<usize, u64>,
@@ -633,19 +630,12 @@ impl CoordinatorCore {
         let timeout =
             if barrier.savepoint { self.s.config.savepoint_timeout } else { self.s.config.checkpoint_timeout };
         let (interval_ns, timeout_ns) = (self.interval_ns().unwrap_or(0), ns(timeout));
-        let c = &self.s.config;
-        let inflight_budget = c.mode.inflight_budget().filter(|_| barrier.unaligned);
-        let alignment_timeout_ns = c.mode.alignment_timeout().filter(|_| !barrier.savepoint).map(ns);
-        // A savepoint's barriers are always aligned, whatever the mode.
-        let kind = (!barrier.savepoint).then(|| c.mode.kind());
         Pending {
             barrier,
             started_ns: now,
             interval_ns,
             timeout_ns,
-            kind,
-            alignment_timeout_ns,
-            inflight_budget,
+            mode: (!barrier.savepoint).then_some(self.s.config.mode),
             acks: HashMap::new(),
             acked_ns: HashMap::new(),
             requested: if barrier.savepoint { Vec::new() } else { std::mem::take(&mut self.requested) },
@@ -914,7 +904,7 @@ impl CoordinatorCore {
             job = %self.s.job,
             checkpoint = id,
             duration_ms = stats.duration_ms,
-            alignment = stats.alignment.map_or("savepoint", crate::checkpoint::ModeKind::name),
+            alignment = stats.mode.map_or("savepoint", |m| m.kind().name()),
             state_bytes = stats.state_bytes,
             "checkpoint completed"
         );
@@ -957,9 +947,7 @@ impl CoordinatorCore {
             inflight_bytes: sum(|s| s.inflight_bytes),
             interval_ms: ms(p.interval_ns),
             timeout_ms: ms(p.timeout_ns),
-            alignment: p.kind,
-            alignment_timeout_ms: p.alignment_timeout_ns.map(ms),
-            inflight_budget: p.inflight_budget,
+            mode: p.mode,
             channels: {
                 let mut c: Vec<_> = p.acks.values().flat_map(|a| a.stats.channels.iter().cloned()).collect();
                 c.sort_by_key(|c| (c.task, c.channel));

@@ -20,8 +20,8 @@ pub(crate) mod resume;
 mod storage;
 pub(crate) mod task;
 
-pub use crate::snapshot::ModeKind;
-pub use config::{CheckpointConfig, CheckpointMode, RestartStrategy, DEFAULT_MATERIALIZE_EVERY, DEFAULT_RETAINED};
+pub use crate::snapshot::{CheckpointMode, ModeKeys, ModeKind, DEFAULT_ALIGNMENT_TIMEOUT, DEFAULT_INFLIGHT_BUDGET};
+pub use config::{CheckpointConfig, RestartStrategy, DEFAULT_MATERIALIZE_EVERY, DEFAULT_RETAINED};
 pub use lock::{DirectoryLock, LOCK_FILE};
 pub use recovery::RestoreReport;
 pub use storage::{

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::checkpoint::coordinator::{CrashPoint, CrashSchedule};
-use crate::checkpoint::{CheckpointConfig, CheckpointMirror, ObjectStore};
+use crate::checkpoint::{CheckpointConfig, CheckpointMirror, CheckpointMode, ModeKeys, ObjectStore};
 use crate::prng::Prng;
 
 use super::*;
@@ -260,7 +260,9 @@ impl Schedule {
         if options.changelog {
             c = c.materialize_every(2);
         }
-        c.mode(options.mode.with(Duration::from_nanos(self.alignment_timeout_ns.max(1)), self.inflight_budget))
+        let timeout = Duration::from_nanos(self.alignment_timeout_ns.max(1));
+        let keys = ModeKeys::word(options.mode, timeout, self.inflight_budget.max(1));
+        c.mode(CheckpointMode::from_flat(keys).expect("a drawn timeout and budget are above zero"))
     }
 
     /// Whether fault `f` is due at `step`, taking it out of the schedule.

@@ -376,7 +376,7 @@ impl CheckpointArgs {
             }
             c = c.savepoint_timeout(Duration::from_millis(ms));
         }
-        self.flags.apply(plan.first(), c).map(Some)
+        self.flags.apply(&plan, c).map(Some)
     }
 }
 

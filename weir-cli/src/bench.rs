@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use weir::checkpoint::CheckpointConfig;
 use weir::metrics::group_digits;
 use weir::Error;
 
@@ -11,39 +12,30 @@ use crate::args::*;
 use weir_ops::supervisor::*;
 
 pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
-    use weir_jobs::bench::{BenchConfig, BenchResult, CheckpointChoice};
+    use weir_jobs::bench::{BenchConfig, BenchResult};
     let flags = args.checkpoints.clone().with_file()?;
     let plan = flags.plan(true)?;
-    let first = plan.as_ref().map_or(CheckpointChoice::None, |p| p.first());
     let interval_ms = flags.interval_ms.unwrap_or(DEFAULT_BENCH_INTERVAL_MS);
     let (config, parallelism) = args.runtime.config();
-    let checkpointing = plan.is_some();
-    let temporary = flags.checkpoint_dir.is_none() && checkpointing;
+    let temporary = flags.checkpoint_dir.is_none() && plan.is_some();
     let checkpoint_dir = flags.checkpoint_dir.clone().unwrap_or_else(|| weir_ops::scratch_dir("bench"));
     if let Some(json) = &args.json {
         // Refuse an unwritable destination before running for minutes.
         std::fs::write(json, b"").map_err(|e| Error::io("cannot write the JSON results", json, e))?;
     }
-    let bench = BenchConfig {
+    let mut bench = BenchConfig {
         workload: args.workload,
-        checkpoint: first,
-        interval: Duration::from_millis(interval_ms),
-        checkpoint_dir: checkpoint_dir.clone(),
+        checkpoint: None,
         parallelism,
         rate: args.rate,
         keys: args.keys,
         sink_cost_ns: args.sink_cost_ns,
-        alignment_timeout: flags
-            .aligned_checkpoint_timeout_ms
-            .map_or(weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT, Duration::from_millis),
-        max_concurrent: flags.max_concurrent.unwrap_or(1) as usize,
-        inflight_budget: flags.inflight_budget_bytes.unwrap_or(weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET),
     };
     println!(
         "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
         args.workload,
         plan.as_ref().map_or_else(|| "none".to_string(), |p| p.to_string()),
-        if checkpointing { format!(" every {interval_ms} ms") } else { String::new() },
+        if plan.is_some() { format!(" every {interval_ms} ms") } else { String::new() },
         config.effective_workers(),
         parallelism,
         args.rate
@@ -52,14 +44,21 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         args.duration_s
     );
     let binding = args.runtime.bind_control()?;
-    let job = weir_ops::settings::with_flags(bench.job()?, &flags, first, config.ring_capacity)?;
+    // The checkpoint configuration, built once from the flags (the bench's interval unless
+    // given) on the workload's graph, whose rings fit the in-flight budget.
+    let mut job = bench.job()?;
+    if let Some(plan) = &plan {
+        let c = CheckpointConfig::new(&checkpoint_dir).interval(Duration::from_millis(interval_ms));
+        job = weir_ops::settings::with_flags(job.with_checkpointing(c), &flags, plan, config.ring_capacity)?;
+        bench.checkpoint = job.checkpointing();
+    }
     // The checkpoint lab: the modes take turns through the live configuration.
-    let lab = plan.as_ref().filter(|p| p.modes.len() > 1).map(|p| {
-        let budget = flags
-            .inflight_budget_bytes
-            .unwrap_or_else(|| weir_jobs::bench::default_inflight_budget(&job, config.ring_capacity));
-        weir_ops::lab::CheckpointLab::new(p.modes.clone(), bench.alignment_timeout, budget)
-    });
+    let lab = match &plan {
+        Some(p) if p.modes.len() > 1 => {
+            Some(weir_ops::lab::CheckpointLab::new(flags.fitted_modes(p, &job, config.ring_capacity)?))
+        }
+        _ => None,
+    };
     let (handle, control) = start_with_control(job, config, binding)?;
     let limit = Some(Duration::from_secs_f64(args.duration_s));
     let progress = !args.runtime.no_progress;
@@ -75,7 +74,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     }
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.
     let Some(report) = report? else { return Ok(()) };
-    weir_ops::runner::print_report(&report, checkpointing, None);
+    weir_ops::runner::print_report(&report, plan.is_some(), None);
     if let (Some(_), Some(plan)) = (&lab, &plan) {
         println!("the checkpoint lab ({plan}):");
         print!("{}", weir_ops::tables::lab(&weir_ops::lab::CheckpointLab::summary(&report.checkpoints)));

@@ -9,9 +9,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use weir::checkpoint::CheckpointConfig;
+use weir::checkpoint::{CheckpointConfig, CheckpointMode};
 use weir::metrics::group_digits;
-use weir_jobs::bench::{BenchConfig, CheckpointChoice, Workload};
+use weir_jobs::bench::{BenchConfig, Workload};
 use weir_jobs::wordcount::DefaultJob;
 use weir_ops::lab::CheckpointLab;
 
@@ -80,16 +80,11 @@ fn run_lab(args: &DefaultArgs, parallelism: usize, seconds: f64, config: weir::R
     let dir = weir_ops::scratch_dir("default-lab");
     let bench = BenchConfig {
         workload: Workload::Backpressure,
-        checkpoint: CheckpointChoice::Aligned,
-        interval: Duration::from_millis(200),
-        checkpoint_dir: dir.clone(),
+        checkpoint: Some(CheckpointConfig::new(&dir).interval(Duration::from_millis(200))),
         parallelism,
         rate: None,
         keys: args.keys,
         sink_cost_ns: LAB_SINK_COST_NS,
-        alignment_timeout: weir_jobs::bench::DEFAULT_ALIGNMENT_TIMEOUT,
-        max_concurrent: 1,
-        inflight_budget: weir_jobs::bench::DEFAULT_INFLIGHT_BUDGET,
     };
     println!(
         "\nthe checkpoint lab: a sink spending {} µs a record fills the rings; aligned and unaligned checkpoints take \
@@ -97,12 +92,7 @@ fn run_lab(args: &DefaultArgs, parallelism: usize, seconds: f64, config: weir::R
         LAB_SINK_COST_NS / 1000
     );
     let job = bench.job()?;
-    let budget = weir_jobs::bench::default_inflight_budget(&job, config.ring_capacity);
-    let lab = CheckpointLab::new(
-        vec![CheckpointChoice::Aligned, CheckpointChoice::Unaligned],
-        bench.alignment_timeout,
-        budget,
-    );
+    let lab = CheckpointLab::new(vec![CheckpointMode::Aligned, CheckpointMode::Unaligned]);
     let handle = announce_restores(job).start(config)?;
     lab.start(&handle)?;
     let limit = Some(Duration::from_secs_f64(seconds));

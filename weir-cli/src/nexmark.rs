@@ -13,7 +13,6 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
     const MAX_CHECKED: u64 = 2_000_000;
     let flags = args.checkpoints.clone().with_file()?;
     let plan = flags.plan(false)?;
-    let first = plan.as_ref().map_or(weir_jobs::bench::CheckpointChoice::None, |p| p.first());
     if args.check && args.events > MAX_CHECKED {
         return Err(Error::config(format!(
             "--check computes the answer sequentially in memory: use at most {} events, not {}",
@@ -60,11 +59,13 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         group_digits(args.events),
         workers,
         parallelism,
-        first,
+        plan.as_ref().map_or_else(|| "none".to_string(), |p| p.to_string()),
         if flags.incremental == Some(true) { " (incremental)" } else { "" }
     );
     let binding = args.runtime.bind_control()?;
-    let job = weir_ops::settings::with_flags(job, &flags, first, config.ring_capacity)?;
+    if let Some(plan) = &plan {
+        job = weir_ops::settings::with_flags(job, &flags, plan, config.ring_capacity)?;
+    }
     let (handle, control) = start_with_control(job, config, binding)?;
     let report = supervise(handle, None, !args.runtime.no_progress, None, control.as_ref());
     if flags.checkpoint_dir.is_none() {

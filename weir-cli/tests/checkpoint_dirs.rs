@@ -207,26 +207,30 @@ fn a_running_job_takes_a_new_interval_and_refuses_what_it_cannot_change() {
     let after = handle.checkpoint_stats();
     assert!(after[seen..].iter().all(|s| s.interval_ms == 30.0), "the refused changes changed nothing");
     assert!(
-        after.iter().all(|s| s.alignment == Some(ModeKind::Aligned)),
+        after.iter().all(|s| s.mode == Some(CheckpointMode::Aligned)),
         "{:?}",
-        after.iter().map(|s| &s.alignment).collect::<Vec<_>>()
+        after.iter().map(|s| &s.mode).collect::<Vec<_>>()
     );
     // Aligned, then unaligned, then aligned with a timeout, then adaptive, on the running job.
-    let newest = |h: &weir::JobHandle| h.checkpoint_stats().last().and_then(|s| s.alignment);
+    let newest = |h: &weir::JobHandle| h.checkpoint_stats().last().and_then(|s| s.mode.map(CheckpointMode::kind));
     handle.update_checkpoints(|c| c.mode(CheckpointMode::Unaligned)).unwrap();
     common::wait_until("an unaligned checkpoint", || newest(&handle) == Some(ModeKind::Unaligned));
     let timeout = Duration::from_millis(5);
     handle.update_checkpoints(|c| c.mode(CheckpointMode::AlignedTimeout { timeout })).unwrap();
     common::wait_until("an aligned-timeout checkpoint", || newest(&handle) == Some(ModeKind::AlignedTimeout));
-    assert!(handle.checkpoint_stats().last().unwrap().alignment_timeout_ms == Some(5.0));
+    assert_eq!(handle.checkpoint_stats().last().unwrap().mode, Some(CheckpointMode::AlignedTimeout { timeout }));
     let mut adaptive = None;
     handle.update_checkpoints(|c| c.mode(CheckpointMode::Adaptive { budget: 1 << 16 })).unwrap();
     common::wait_until("an adaptive checkpoint", || {
-        adaptive = handle.checkpoint_stats().last().filter(|s| s.alignment == Some(ModeKind::Adaptive)).cloned();
+        adaptive = handle
+            .checkpoint_stats()
+            .last()
+            .filter(|s| s.mode.map(CheckpointMode::kind) == Some(ModeKind::Adaptive))
+            .cloned();
         adaptive.is_some()
     });
     let adaptive = adaptive.unwrap();
-    assert_eq!(adaptive.inflight_budget, Some(1 << 16));
+    assert_eq!(adaptive.mode, Some(CheckpointMode::Adaptive { budget: 1 << 16 }));
     // The keyed stage's tasks report each of their input channels (2 subtasks, 2 channels each).
     assert_eq!(adaptive.channels.len(), 4, "{:?}", adaptive.channels);
     handle.stop();

@@ -8,13 +8,12 @@
 //! May touch: `wordcount` (the default job); weir's `checkpoint` (configuration), `error`,
 //! `metrics`, `operator`, `pipeline`, `runtime`, `sink`, `source`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::wordcount::{key_of, DefaultJob};
-use weir::checkpoint::CheckpointStats;
+use weir::checkpoint::{CheckpointConfig, CheckpointStats};
 use weir::error::{Error, Result};
 use weir::metrics::JobReport;
 use weir::operator::window::Window;
@@ -87,23 +86,14 @@ impl std::fmt::Display for Workload {
     }
 }
 
-// The checkpoint choice and its defaults are weir-ops' (the command's flags, the lab and
-// programs name them); the benchmarks take them from there.
-pub use weir_ops::choice::{
-    default_inflight_budget, fit_inflight_budget, CheckpointChoice, DEFAULT_ALIGNMENT_TIMEOUT, DEFAULT_INFLIGHT_BUDGET,
-};
-
 /// One benchmark's settings.
 #[derive(Clone, Debug)]
 pub struct BenchConfig {
     /// What runs.
     pub workload: Workload,
-    /// Which checkpoints it takes.
-    pub checkpoint: CheckpointChoice,
-    /// Time between checkpoints.
-    pub interval: Duration,
-    /// Where checkpoints go.
-    pub checkpoint_dir: PathBuf,
+    /// Its checkpoints (`None`: none), built once by whoever runs it: the command from its
+    /// flags, perf/ and the tests from a mode.
+    pub checkpoint: Option<CheckpointConfig>,
     /// Parallelism of every operator.
     pub parallelism: usize,
     /// Events per second in all; `None` runs as fast as possible.
@@ -113,12 +103,6 @@ pub struct BenchConfig {
     /// Nanoseconds the slow stage spends per record: the sink's in `backpressure`, the keyed
     /// stage's in `backlog`.
     pub sink_cost_ns: u64,
-    /// `aligned-timeout`: how long a checkpoint aligns before its barriers turn unaligned.
-    pub alignment_timeout: Duration,
-    /// Checkpoints in flight at once.
-    pub max_concurrent: usize,
-    /// `adaptive`: the in-flight budget of a checkpoint, bytes.
-    pub inflight_budget: u64,
 }
 
 /// A benchmark event: a key, a value, and when it was created (job clock, ns).
@@ -249,14 +233,9 @@ impl BenchConfig {
             Workload::Backlog => self.lagging_sum(&job).rebalance().measure_latency(created).discard(),
             Workload::Mixed => self.mixed(&job),
         }
-        let Some(config) =
-            self.checkpoint.config(&self.checkpoint_dir, self.interval, self.alignment_timeout, self.inflight_budget)
-        else {
-            return Ok(job);
-        };
-        let config = config.max_concurrent(self.max_concurrent);
+        let Some(config) = &self.checkpoint else { return Ok(job) };
         config.validate()?;
-        Ok(job.with_checkpointing(config))
+        Ok(job.with_checkpointing(config.clone()))
     }
 
     /// Two generators joined per key in 10 ms tumbling windows of event time.
@@ -381,7 +360,7 @@ impl LatencySummary {
 pub struct BenchResult {
     /// The workload.
     pub workload: String,
-    /// The checkpoint choice.
+    /// How it checkpointed at first: a mode's name, or `none`.
     pub checkpoint: String,
     /// Parallelism of every operator.
     pub parallelism: usize,
@@ -417,7 +396,7 @@ impl BenchResult {
             .collect();
         BenchResult {
             workload: config.workload.to_string(),
-            checkpoint: config.checkpoint.to_string(),
+            checkpoint: config.checkpoint.as_ref().map_or("none", |c| c.mode.kind().name()).to_string(),
             parallelism: config.parallelism,
             workers: report.workers,
             duration_s: report.elapsed.as_secs_f64(),

@@ -11,7 +11,7 @@
 //! - `nexmark`, `simulated`, `wordcount`: the jobs, which never use each other.
 //! - `bench`: the benchmark workloads (it runs the default job of `wordcount`).
 //!
-//! May touch: `weir`, and `weir-ops` for the checkpoint choice.
+//! May touch: `weir`.
 
 pub mod bench;
 pub mod nexmark;

@@ -121,7 +121,7 @@ mod wordcount {
 mod bench {
     use std::time::Duration;
 
-    use weir::checkpoint::ModeKind;
+    use weir::checkpoint::{CheckpointConfig, CheckpointMode, ModeKeys, ModeKind};
     use weir::runtime::RunConfig;
     use weir_jobs::bench::*;
 
@@ -130,38 +130,38 @@ mod bench {
         for w in Workload::ALL {
             assert_eq!(w.to_string().parse::<Workload>(), Ok(w));
         }
-        for c in CheckpointChoice::ALL {
-            assert_eq!(c.to_string().parse::<CheckpointChoice>(), Ok(c));
-        }
         assert!("fast".parse::<Workload>().unwrap_err().contains("stateless"));
     }
 
-    /// Every workload runs under every checkpoint choice and reports what the JSON needs.
+    /// Every workload runs under every checkpoint mode (and none) and reports what the JSON
+    /// needs.
     #[test]
     fn every_workload_runs_and_reports() {
         let dir = tempfile::tempdir().unwrap();
+        let choices: Vec<Option<ModeKind>> = [None].into_iter().chain(ModeKind::ALL.map(Some)).collect();
         for (i, workload) in Workload::ALL.into_iter().enumerate() {
-            let checkpoint = CheckpointChoice::ALL[i % CheckpointChoice::ALL.len()];
+            let kind = choices[i % choices.len()];
+            // Under what the smallest job's rings hold.
+            let keys = |k| ModeKeys::word(k, Duration::from_millis(2), 64 << 10);
+            let checkpoint = kind.map(|k| {
+                CheckpointConfig::new(dir.path().join(workload.to_string()))
+                    .interval(Duration::from_millis(20))
+                    .mode(CheckpointMode::from_flat(keys(k)).unwrap())
+            });
             let config = BenchConfig {
                 workload,
                 checkpoint,
-                interval: Duration::from_millis(20),
-                checkpoint_dir: dir.path().join(workload.to_string()),
                 parallelism: 2,
                 rate: Some(200_000.0),
                 keys: 100,
                 sink_cost_ns: 1_000,
-                alignment_timeout: Duration::from_millis(2),
-                max_concurrent: 1,
-                // Under what the smallest job's rings hold.
-                inflight_budget: 64 << 10,
             };
+            let checkpoint = kind.map_or("none", ModeKind::name);
             let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
             // Runs until what the report is checked for has happened: records at the sink, and
             // a completed checkpoint when it takes them.
             crate::common::wait_until(&format!("{workload} {checkpoint} to report"), || {
-                handle.metrics().sink_records() > 0
-                    && (checkpoint == CheckpointChoice::None || !handle.checkpoint_stats().is_empty())
+                handle.metrics().sink_records() > 0 && (kind.is_none() || !handle.checkpoint_stats().is_empty())
             });
             handle.stop();
             let report = handle.join().unwrap();
@@ -175,7 +175,8 @@ mod bench {
             if workload != Workload::Join && workload != Workload::Window {
                 assert!(json["latency_ns"]["p99"].as_u64().is_some(), "{workload}: latency");
             }
-            if checkpoint != CheckpointChoice::None {
+            assert_eq!(json["checkpoint"], checkpoint, "{workload}");
+            if kind.is_some() {
                 assert!(!result.checkpoints.is_empty(), "{workload} {checkpoint}: no checkpoint completed");
                 assert!(json["checkpoints"][0]["incremental_bytes"].is_u64());
             }
@@ -191,39 +192,32 @@ mod bench {
         let dir = tempfile::tempdir().unwrap();
         let config = BenchConfig {
             workload: Workload::Backpressure,
-            checkpoint: CheckpointChoice::Aligned,
             // Far shorter than the runner's supervise tick (100 ms).
-            interval: Duration::from_millis(5),
-            checkpoint_dir: dir.path().to_path_buf(),
+            checkpoint: Some(CheckpointConfig::new(dir.path()).interval(Duration::from_millis(5))),
             parallelism: 2,
             rate: None,
             keys: 100,
             sink_cost_ns: 1_000,
-            alignment_timeout: Duration::from_millis(2),
-            max_concurrent: 1,
-            inflight_budget: 64 << 10,
         };
         let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
-        let lab = weir_ops::lab::CheckpointLab::new(
-            vec![CheckpointChoice::Aligned, CheckpointChoice::Unaligned],
-            config.alignment_timeout,
-            config.inflight_budget,
-        );
-        lab.start(&handle).unwrap();
+        // What weir-ops' checkpoint lab hands the coordinator.
+        handle
+            .checkpoints_in_turn(|c| vec![c.clone().mode(CheckpointMode::Aligned), c.mode(CheckpointMode::Unaligned)])
+            .unwrap();
         crate::common::wait_until("twelve checkpoints", || handle.checkpoints_completed() >= 12);
         handle.stop();
         let report = handle.join().unwrap();
-        let stats: Vec<_> = report.checkpoints.iter().filter(|s| s.alignment.is_some()).collect();
+        let stats: Vec<_> = report.checkpoints.iter().filter(|s| s.mode.is_some()).collect();
         // Consecutive ids (a failed one between two would leave a gap), each the other mode.
         let pairs: Vec<_> = stats.windows(2).filter(|w| w[1].id == w[0].id + 1).collect();
         assert!(pairs.len() >= 6, "{} consecutive pairs in {stats:?}", pairs.len());
         for w in pairs {
-            assert_ne!(w[0].alignment, w[1].alignment, "checkpoints {} and {} went one way", w[0].id, w[1].id);
+            assert_ne!(w[0].mode, w[1].mode, "checkpoints {} and {} went one way", w[0].id, w[1].id);
         }
         // The first ones before the turns began went the job's own (aligned) way; after that
         // both modes are there.
-        for mode in [ModeKind::Aligned, ModeKind::Unaligned] {
-            assert!(stats.iter().filter(|s| s.alignment == Some(mode)).count() >= 3, "{mode}: {stats:?}");
+        for mode in [CheckpointMode::Aligned, CheckpointMode::Unaligned] {
+            assert!(stats.iter().filter(|s| s.mode == Some(mode)).count() >= 3, "{mode}: {stats:?}");
         }
     }
 }

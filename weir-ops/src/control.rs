@@ -669,7 +669,7 @@ fn completed_row(c: &weir::metrics::CheckpointStats) -> serde_json::Value {
     serde_json::json!({
         "id": c.id,
         "status": "COMPLETED",
-        "is_savepoint": c.alignment.is_none(),
+        "is_savepoint": c.mode.is_none(),
         "trigger_timestamp": c.trigger_unix_ms,
         "latest_ack_timestamp": c.trigger_unix_ms + ms(c.duration_ms),
         "end_to_end_duration": ms(c.duration_ms),

@@ -5,14 +5,10 @@
 //! consecutive checkpoints share the moment, so their ratios hold still.
 //!
 //! ```no_run
-//! use weir_ops::choice::CheckpointChoice;
+//! use weir::checkpoint::CheckpointMode;
 //! use weir_ops::lab::CheckpointLab;
 //! # fn f(handle: &weir::JobHandle) -> weir::Result<()> {
-//! let lab = CheckpointLab::new(
-//!     vec![CheckpointChoice::Aligned, CheckpointChoice::Unaligned],
-//!     std::time::Duration::from_millis(10),
-//!     1 << 19,
-//! );
+//! let lab = CheckpointLab::new(vec![CheckpointMode::Aligned, CheckpointMode::Adaptive { budget: 1 << 19 }]);
 //! // Once the job (started with lab.first()'s configuration) runs:
 //! lab.start(handle)?;
 //! // When it has ended: per mode its medians, per pair of modes the ratios.
@@ -23,45 +19,30 @@
 //! # Ok(()) }
 //! ```
 //!
-//! May touch: `choice` (the modes), weir's job handle and statistics.
+//! May touch: weir's checkpoint modes, job handle and statistics.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use weir::checkpoint::{CheckpointConfig, CheckpointStats, ModeKind};
+use weir::checkpoint::{CheckpointMode, CheckpointStats};
 use weir::JobHandle;
-
-use crate::choice::CheckpointChoice;
 
 /// Modes taking turns in a running job.
 #[derive(Clone, Debug)]
 pub struct CheckpointLab {
-    modes: Vec<CheckpointChoice>,
-    alignment_timeout: Duration,
-    inflight_budget: u64,
+    modes: Vec<CheckpointMode>,
 }
 
 impl CheckpointLab {
     /// `modes` in turn (aligned, unaligned, aligned-timeout or adaptive: what a running job can
-    /// switch between), with `alignment_timeout` for aligned-timeout and `inflight_budget` for
-    /// adaptive.
-    pub fn new(modes: Vec<CheckpointChoice>, alignment_timeout: Duration, inflight_budget: u64) -> CheckpointLab {
+    /// switch between), each with its parameter.
+    pub fn new(modes: Vec<CheckpointMode>) -> CheckpointLab {
         assert!(!modes.is_empty(), "a lab needs a mode");
-        CheckpointLab { modes, alignment_timeout, inflight_budget }
+        CheckpointLab { modes }
     }
 
     /// The mode the job starts with.
-    pub fn first(&self) -> CheckpointChoice {
+    pub fn first(&self) -> CheckpointMode {
         self.modes[0]
-    }
-
-    /// `c` taking its barriers as `mode` does (the rest of it kept); a choice of no
-    /// checkpoints keeps `c`'s.
-    pub fn switched(&self, c: CheckpointConfig, mode: CheckpointChoice) -> CheckpointConfig {
-        match mode.kind() {
-            Some(kind) => c.mode(kind.with(self.alignment_timeout, self.inflight_budget)),
-            None => c,
-        }
     }
 
     /// Hands the modes to the running job's coordinator, which takes the next one as it
@@ -69,7 +50,7 @@ impl CheckpointLab {
     /// fast they come (picking by the completed count once per supervise tick repeated a mode
     /// whenever two checkpoints fell in one tick).
     pub fn start(&self, handle: &JobHandle) -> weir::Result<()> {
-        handle.checkpoints_in_turn(|c| self.modes.iter().map(|m| self.switched(c.clone(), *m)).collect())
+        handle.checkpoints_in_turn(|c| self.modes.iter().map(|m| c.clone().mode(*m)).collect())
     }
 
     /// Per mode (as each checkpoint records how its barriers went), the checkpoints and the
@@ -78,7 +59,7 @@ impl CheckpointLab {
     /// to the same direction), their median and spread.
     pub fn summary(stats: &[CheckpointStats]) -> LabSummary {
         // By name, as reports list them (and each ratio's direction follows).
-        let name = |s: &CheckpointStats| s.alignment.map_or("savepoint", ModeKind::name);
+        let name = |s: &CheckpointStats| s.mode.map_or("savepoint", |m| m.kind().name());
         let mut by_mode: BTreeMap<&str, Vec<&CheckpointStats>> = BTreeMap::new();
         for s in stats {
             by_mode.entry(name(s)).or_default().push(s);
@@ -182,10 +163,16 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use weir::checkpoint::ModeKeys;
+
     use super::*;
 
     fn stat(id: u64, alignment: &str, duration_ms: f64) -> CheckpointStats {
-        CheckpointStats { id, alignment: Some(alignment.parse().unwrap()), duration_ms, ..Default::default() }
+        let kind: weir::checkpoint::ModeKind = alignment.parse().unwrap();
+        let mode = CheckpointMode::from_flat(ModeKeys::word(kind, Duration::from_millis(10), 1 << 20)).unwrap();
+        CheckpointStats { id, mode: Some(mode), duration_ms, ..Default::default() }
     }
 
     #[test]
@@ -205,20 +192,5 @@ mod tests {
         let [r] = &summary.ratios[..] else { panic!("one pair of modes: {summary:?}") };
         assert_eq!((r.numerator.as_str(), r.denominator.as_str(), r.pairs), ("unaligned", "aligned", 4));
         assert!((r.median - 0.1).abs() < 1e-9 && (r.p10 - 0.05).abs() < 1e-9, "{r:?}");
-    }
-
-    #[test]
-    fn switching_keeps_the_rest_of_the_configuration() {
-        let lab = CheckpointLab::new(
-            vec![CheckpointChoice::Aligned, CheckpointChoice::Adaptive],
-            Duration::from_millis(10),
-            1234,
-        );
-        let c = CheckpointConfig::new("/tmp/x").interval(Duration::from_millis(77)).retained(5);
-        let adaptive = lab.switched(c.clone(), CheckpointChoice::Adaptive);
-        assert_eq!(adaptive.mode, weir::checkpoint::CheckpointMode::Adaptive { budget: 1234 });
-        assert_eq!((adaptive.interval, adaptive.retained), (Duration::from_millis(77), 5));
-        let back = lab.switched(adaptive, CheckpointChoice::Aligned);
-        assert_eq!(back.mode, weir::checkpoint::CheckpointMode::Aligned);
     }
 }

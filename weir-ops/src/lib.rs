@@ -14,13 +14,12 @@
 //!   program's own).
 //! - [`stored`]: savepoints staged in a working folder for an object store, and restores
 //!   brought down from one; [`tables`]: the reports' tables.
-//! - [`choice`]: no checkpoints or a checkpoint mode, as commands name them; [`lab`]: modes
-//!   taking turns checkpoint by checkpoint in one running job.
+//! - [`lab`]: checkpoint modes taking turns checkpoint by checkpoint in one running job.
 //!
 //! ## Modules, lowest layer first (a module uses only modules above it in this list)
 //!
-//! - `choice`, `metrics`, `stored`: the vocabulary, which never use each other.
-//! - `lab`, `settings`: what takes the choice.
+//! - `metrics`, `stored`: the vocabulary, which never use each other.
+//! - `lab`, `settings`: checkpoint modes (weir's, resolved by `CheckpointMode::from_flat`).
 //! - `tables`: the reports (with the lab's).
 //! - `control`: the endpoint.
 //! - `supervisor`: watching a job, carrying out the endpoint's stops.
@@ -31,7 +30,6 @@
 
 use std::path::PathBuf;
 
-pub mod choice;
 pub mod control;
 pub mod lab;
 pub mod metrics;
@@ -41,7 +39,6 @@ pub mod stored;
 pub mod supervisor;
 pub mod tables;
 
-pub use choice::CheckpointChoice;
 pub use control::{ControlBinding, ControlEndpoint};
 pub use lab::CheckpointLab;
 pub use runner::Runner;

@@ -11,58 +11,86 @@
 //! exponential-delay from 1 s: weir restarts inside its process in milliseconds, with no
 //! cluster to reschedule on).
 //!
-//! May touch: `choice` (the mode a plan names); weir's checkpoint configuration.
+//! May touch: weir's checkpoint configuration (its modes resolved by `CheckpointMode::from_flat`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::choice::CheckpointChoice;
 use serde::Deserialize;
-use weir::checkpoint::{CheckpointConfig, CheckpointMode, RestartStrategy};
+use weir::checkpoint::{CheckpointConfig, CheckpointMode, ModeKeys, ModeKind, RestartStrategy};
 use weir::Error;
 
-/// `weir bench --checkpoint`: one way of checkpointing, or several taking turns.
+/// `--checkpoint`: no checkpoints (`none`), one mode, or for `weir bench` several taking
+/// turns (`alternate:MODE,MODE…`, the checkpoint lab).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointPlan {
-    /// The modes, in turn (one: no alternation).
-    pub modes: Vec<crate::choice::CheckpointChoice>,
+    /// The modes, in turn: none for no checkpoints, one for no alternation.
+    pub modes: Vec<ModeKind>,
 }
 
 impl CheckpointPlan {
-    /// The mode the job starts with.
-    pub fn first(&self) -> crate::choice::CheckpointChoice {
-        self.modes[0]
+    /// The mode the job starts with (`None`: no checkpoints).
+    pub fn first(&self) -> Option<ModeKind> {
+        self.modes.first().copied()
     }
 
     /// Whether `mode` is among the plan's.
-    pub fn uses(&self, mode: crate::choice::CheckpointChoice) -> bool {
+    pub fn uses(&self, mode: ModeKind) -> bool {
         self.modes.contains(&mode)
+    }
+
+    /// Each of the plan's modes with the flat keys given beside the word (`keys.kind` is
+    /// ignored): a timeout or budget goes to the modes that take it, and where none does,
+    /// the first mode refuses it, in [`CheckpointMode::from_flat`]'s words.
+    pub fn resolve(&self, keys: ModeKeys) -> weir::Result<Vec<CheckpointMode>> {
+        let takes = |kind: ModeKind, needed: ModeKind| kind == needed || !self.uses(needed);
+        self.modes
+            .iter()
+            .map(|&kind| {
+                CheckpointMode::from_flat(ModeKeys {
+                    kind: Some(kind),
+                    timeout: keys.timeout.filter(|_| takes(kind, ModeKind::AlignedTimeout)),
+                    budget: keys.budget.filter(|_| takes(kind, ModeKind::Adaptive)),
+                    ..keys
+                })
+            })
+            .collect()
     }
 }
 
 impl std::fmt::Display for CheckpointPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.modes.as_slice() {
+            [] => f.write_str("none"),
             [one] => write!(f, "{one}"),
             many => write!(f, "alternate:{}", many.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(",")),
         }
     }
 }
 
-/// A checkpoint choice, or `alternate:` and two or more of those a running job can switch
-/// between (its live configuration: aligned, unaligned, aligned-timeout, adaptive).
+/// `none`, a checkpoint mode, or `alternate:` and two or more of those a running job can
+/// switch between (its live configuration: aligned, unaligned, aligned-timeout, adaptive).
 pub fn checkpoint_plan(s: &str) -> Result<CheckpointPlan, String> {
-    use crate::choice::CheckpointChoice;
+    let word = |w: &str| w.parse::<ModeKind>().map_err(|e| format!("{e}, or none"));
     let Some(list) = s.strip_prefix("alternate:") else {
-        return s.parse::<CheckpointChoice>().map(|m| CheckpointPlan { modes: vec![m] });
+        return match s {
+            "none" => Ok(CheckpointPlan { modes: Vec::new() }),
+            _ => word(s).map(|m| CheckpointPlan { modes: vec![m] }),
+        };
     };
-    let modes = list.split(',').map(|m| m.trim().parse::<CheckpointChoice>()).collect::<Result<Vec<_>, _>>()?;
-    if let Some(m) = modes.iter().find(|m| matches!(m, CheckpointChoice::None | CheckpointChoice::AtLeastOnce)) {
-        return Err(format!(
+    let cannot = |m: &str| {
+        format!(
             "'{m}' cannot take turns: a running job switches between aligned, unaligned, aligned-timeout and \
              adaptive only"
-        ));
-    }
+        )
+    };
+    let modes = list
+        .split(',')
+        .map(|m| match m.trim() {
+            m @ ("none" | "at-least-once") => Err(cannot(m)),
+            m => word(m),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if modes.len() < 2 || modes.iter().all(|m| *m == modes[0]) {
         return Err(format!("alternate:{list} needs two modes or more, say alternate:aligned,unaligned"));
     }
@@ -348,16 +376,13 @@ impl CheckpointSettings {
     /// the aligned-checkpoint timeout, the in-flight budget); `None`: no checkpoints (then
     /// no other setting may be given). `alternate` allows the checkpoint lab's plans.
     pub fn plan(&self, alternate: bool) -> weir::Result<Option<CheckpointPlan>> {
-        let at_least_once = match self.mode.as_deref() {
-            None | Some("exactly-once") => false,
-            Some("at-least-once") => true,
-            Some(m) => return Err(Error::config(format!("mode: '{m}' is not exactly-once or at-least-once"))),
-        };
-        let timeout = self.aligned_checkpoint_timeout_ms.is_some();
-        let budget = self.inflight_budget_bytes.is_some();
+        // Every value checked first, naming its key, before a command builds its job on them.
+        self.apply_live(CheckpointConfig::new(std::env::temp_dir()))?;
+        self.restart(RestartStrategy::None)?;
+        let keys = self.mode_keys()?;
         let given = self.given();
         let plan = match &self.checkpoint {
-            Some(p) if p.first() == CheckpointChoice::None => {
+            Some(p) if p.modes.is_empty() => {
                 if let Some(key) = given.first() {
                     return Err(Error::config(format!("--{key} needs checkpoints, and --checkpoint is none")));
                 }
@@ -369,54 +394,11 @@ impl CheckpointSettings {
                         "--checkpoint {p}: the checkpoint lab (modes taking turns) is weir bench's"
                     )));
                 }
-                let unaligned = p.modes.iter().any(|m| {
-                    matches!(
-                        m,
-                        CheckpointChoice::Unaligned | CheckpointChoice::AlignedTimeout | CheckpointChoice::Adaptive
-                    )
-                });
-                if self.unaligned.is_some_and(|u| u != unaligned || p.modes.len() > 1) {
-                    return Err(Error::config(format!("--checkpoint {p} and --unaligned disagree: give one of them")));
-                }
-                if self.mode.is_some() && at_least_once != (p.first() == CheckpointChoice::AtLeastOnce) {
-                    return Err(Error::config(format!(
-                        "--checkpoint {p} and --mode {} disagree: give one of them",
-                        self.mode.as_deref().unwrap_or_default()
-                    )));
-                }
-                check_parameters(p, timeout, budget)?;
+                p.resolve(keys)?;
                 p.clone()
             }
             None => {
-                let unaligned = self.unaligned.unwrap_or(false);
-                let choice = match (unaligned, at_least_once, timeout, budget) {
-                    (true, true, ..) => {
-                        return Err(Error::config(
-                            "--unaligned and --mode at-least-once cannot be combined: unaligned checkpoints are \
-                             exactly-once (Flink refuses them too)",
-                        ))
-                    }
-                    (true, _, true, true) => {
-                        return Err(Error::config(
-                            "--aligned-checkpoint-timeout-ms and --inflight-budget-bytes cannot be combined: choose \
-                             aligned-then-unaligned or adaptive alignment",
-                        ))
-                    }
-                    (true, _, true, false) => CheckpointChoice::AlignedTimeout,
-                    (true, _, false, true) => CheckpointChoice::Adaptive,
-                    (true, ..) => CheckpointChoice::Unaligned,
-                    (false, _, true, _) => {
-                        return Err(Error::config("--aligned-checkpoint-timeout-ms needs unaligned checkpoints: add --unaligned (or --checkpoint aligned-timeout)"))
-                    }
-                    (false, _, _, true) => {
-                        return Err(Error::config(
-                            "--inflight-budget-bytes needs unaligned checkpoints: add --unaligned (or --checkpoint \
-                             adaptive)",
-                        ))
-                    }
-                    (false, true, ..) => CheckpointChoice::AtLeastOnce,
-                    (false, false, ..) => CheckpointChoice::Aligned,
-                };
+                let mode = CheckpointMode::from_flat(keys)?;
                 let on = self.checkpoint_dir.is_some()
                     || self.interval_ms.is_some()
                     || self.mode.is_some()
@@ -430,22 +412,61 @@ impl CheckpointSettings {
                     }
                     return Ok(None);
                 }
-                CheckpointPlan { modes: vec![choice] }
+                CheckpointPlan { modes: vec![mode.kind()] }
             }
         };
-        // Every value checked now, before a command builds its job on them.
-        self.apply_live(CheckpointConfig::new(std::env::temp_dir()))?;
-        self.restart(RestartStrategy::None)?;
         Ok(Some(plan))
     }
 
-    /// `c` with these settings for a job that starts checkpointing as `first`: everything but
-    /// its directory. A job of `adaptive` without a budget gets
-    /// [`crate::choice::DEFAULT_INFLIGHT_BUDGET`], for the command to fit to its rings.
-    pub fn apply(&self, first: CheckpointChoice, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
-        let ms = Duration::from_millis;
+    /// The mode's keys these settings give, the word aside (a plan holds it): `mode`,
+    /// `unaligned`, the aligned-checkpoint timeout and the in-flight budget.
+    fn mode_keys(&self) -> weir::Result<ModeKeys> {
+        let exactly_once = match self.mode.as_deref() {
+            None => None,
+            Some("exactly-once") => Some(true),
+            Some("at-least-once") => Some(false),
+            Some(m) => return Err(Error::config(format!("mode: '{m}' is not exactly-once or at-least-once"))),
+        };
+        Ok(ModeKeys {
+            kind: None,
+            exactly_once,
+            unaligned: self.unaligned,
+            timeout: self.aligned_checkpoint_timeout_ms.map(Duration::from_millis),
+            budget: self.inflight_budget_bytes,
+        })
+    }
+
+    /// The modes of `plan` (as [`CheckpointSettings::plan`] returned it) with these settings'
+    /// parameters, in turn.
+    pub fn modes(&self, plan: &CheckpointPlan) -> weir::Result<Vec<CheckpointMode>> {
+        plan.resolve(self.mode_keys()?)
+    }
+
+    /// [`CheckpointSettings::modes`] for `job` with rings of `ring_capacity` entries: without
+    /// a budget given, adaptive alignment's is [`weir::Job::default_inflight_budget`].
+    pub fn fitted_modes(
+        &self,
+        plan: &CheckpointPlan,
+        job: &weir::Job,
+        ring_capacity: usize,
+    ) -> weir::Result<Vec<CheckpointMode>> {
+        let fit = |m| match m {
+            CheckpointMode::Adaptive { .. } if self.inflight_budget_bytes.is_none() => {
+                CheckpointMode::Adaptive { budget: job.default_inflight_budget(ring_capacity) }
+            }
+            m => m,
+        };
+        Ok(self.modes(plan)?.into_iter().map(fit).collect())
+    }
+
+    /// `c` with these settings for a job that checkpoints as `plan` says (its first mode):
+    /// everything but its directory. A job of `adaptive` without a budget gets
+    /// [`weir::checkpoint::DEFAULT_INFLIGHT_BUDGET`], for the command to fit to its rings.
+    pub fn apply(&self, plan: &CheckpointPlan, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
         let mut c = self.apply_live(c)?;
-        c = with_choice(c, first, self.aligned_checkpoint_timeout_ms.map(ms), self.inflight_budget_bytes);
+        if let Some(mode) = self.modes(plan)?.first() {
+            c = c.mode(*mode);
+        }
         if let Some(on) = self.incremental {
             c.incremental = on;
         }
@@ -510,33 +531,20 @@ impl CheckpointSettings {
         }
         let mut c = self.apply_live(c)?;
         c.restart = self.restart(c.restart)?;
-        let ms = Duration::from_millis;
+        let keys = self.mode_keys()?;
         match &self.checkpoint {
             Some(p) if p.modes.len() > 1 => {
                 return Err(Error::config("checkpoint: one mode at a time (the lab is weir bench's)"));
             }
-            Some(p) if matches!(p.first(), CheckpointChoice::None | CheckpointChoice::AtLeastOnce) => {
+            Some(p) if matches!(p.first(), None | Some(ModeKind::AtLeastOnce)) => {
                 return Err(Error::config(format!(
                     "checkpoint: a running job switches between aligned, unaligned, aligned-timeout and adaptive, not {p}"
                 )));
             }
-            Some(p) => {
-                check_parameters(
-                    p,
-                    self.aligned_checkpoint_timeout_ms.is_some(),
-                    self.inflight_budget_bytes.is_some(),
-                )?;
-                let budget = self.inflight_budget_bytes.or(c.mode.inflight_budget());
-                let timeout = self.aligned_checkpoint_timeout_ms.map(ms).or(c.mode.alignment_timeout());
-                c = with_choice(c, p.first(), timeout, budget);
-            }
-            None => {
-                // Flink's flat keys, each over the running job's own: one mode, or refused.
-                let unaligned = self.unaligned.unwrap_or(c.mode.may_overtake());
-                let timeout = self.aligned_checkpoint_timeout_ms.map(ms).or(c.mode.alignment_timeout());
-                let budget = self.inflight_budget_bytes.or(c.mode.inflight_budget());
-                c.mode = CheckpointMode::from_flat(c.mode.exactly_once(), unaligned, timeout, budget)
-                    .map_err(Error::config)?;
+            // The word or Flink's flat keys, each over the running job's own: one mode, or refused.
+            _ => {
+                let keys = ModeKeys { kind: self.checkpoint.as_ref().and_then(CheckpointPlan::first), ..keys };
+                c.mode = CheckpointMode::from_flat(keys.over(c.mode))?;
             }
         }
         Ok(c)
@@ -641,54 +649,20 @@ fn setting_value(value: &str) -> toml::Value {
 }
 
 /// `job` with `flags` on its checkpoint configuration (a job without one is returned as it
-/// is), checkpointing as `first`; without a budget given, adaptive alignment's is fitted to
-/// the job's rings of `ring_capacity` entries.
+/// is), checkpointing as `plan` says; without a budget given, adaptive alignment's is fitted
+/// to the job's rings of `ring_capacity` entries ([`CheckpointSettings::fitted_modes`]).
 pub fn with_flags(
     job: weir::Job,
     flags: &CheckpointSettings,
-    first: CheckpointChoice,
+    plan: &CheckpointPlan,
     ring_capacity: usize,
 ) -> weir::Result<weir::Job> {
     let Some(c) = job.checkpointing() else { return Ok(job) };
-    let job = job.with_checkpointing(flags.apply(first, c)?);
-    Ok(match flags.inflight_budget_bytes {
-        Some(_) => job,
-        None => crate::choice::fit_inflight_budget(job, ring_capacity),
-    })
-}
-
-/// `c` checkpointing as `choice`: its unaligned switch, aligned-checkpoint timeout (default
-/// 10 ms) and in-flight budget (default 1 MiB) as the choice has them.
-fn with_choice(
-    c: CheckpointConfig,
-    choice: CheckpointChoice,
-    timeout: Option<Duration>,
-    budget: Option<u64>,
-) -> CheckpointConfig {
-    use crate::choice::{DEFAULT_ALIGNMENT_TIMEOUT, DEFAULT_INFLIGHT_BUDGET};
-    match choice.kind() {
-        Some(kind) => {
-            c.mode(kind.with(timeout.unwrap_or(DEFAULT_ALIGNMENT_TIMEOUT), budget.unwrap_or(DEFAULT_INFLIGHT_BUDGET)))
-        }
-        None => c,
+    let mut c = flags.apply(plan, c)?;
+    if let Some(first) = flags.fitted_modes(plan, &job, ring_capacity)?.first() {
+        c = c.mode(*first);
     }
-}
-
-/// Whether a mode named in one word (`checkpoint`) takes the parameters given beside it: an
-/// aligned-checkpoint timeout only `aligned-timeout`, an in-flight budget only `adaptive`. The
-/// same rule and words for a command's flags, a configuration file and a running job's keys
-/// (a running job took `checkpoint=aligned aligned-checkpoint-timeout-ms=5` and dropped the
-/// timeout, where the flags refused it).
-fn check_parameters(p: &CheckpointPlan, timeout: bool, budget: bool) -> weir::Result<()> {
-    if timeout && !p.uses(CheckpointChoice::AlignedTimeout) {
-        return Err(Error::config(format!(
-            "--aligned-checkpoint-timeout-ms needs --checkpoint aligned-timeout (not {p})"
-        )));
-    }
-    if budget && !p.uses(CheckpointChoice::Adaptive) {
-        return Err(Error::config(format!("--inflight-budget-bytes needs --checkpoint adaptive (not {p})")));
-    }
-    Ok(())
+    Ok(job.with_checkpointing(c))
 }
 
 fn at_least(key: &str, n: u64, min: u64) -> weir::Result<u64> {

@@ -122,6 +122,15 @@ impl Job {
         crate::pipeline::plan::ring_bytes(&self.graph.borrow(), ring_capacity)
     }
 
+    /// The in-flight budget adaptive alignment takes unless told one, with rings of
+    /// `ring_capacity` entries: half of what they hold, at most
+    /// [`crate::checkpoint::DEFAULT_INFLIGHT_BUDGET`] (1 MiB was refused on the default rings
+    /// of the backpressure workload, which hold 512 KiB).
+    pub fn default_inflight_budget(&self, ring_capacity: usize) -> u64 {
+        let most = crate::checkpoint::DEFAULT_INFLIGHT_BUDGET;
+        self.ring_bytes(ring_capacity).map_or(most, |bytes| most.min(bytes / 2).max(1))
+    }
+
     /// The checkpoint configuration, if checkpointing is on.
     pub fn checkpointing(&self) -> Option<crate::checkpoint::CheckpointConfig> {
         self.graph.borrow().checkpointing.clone()

@@ -9,11 +9,14 @@
 //!
 //! May touch: `error`, `faults`, `persist`.
 
+mod mode;
+
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::sync::Arc;
 
 use crate::persist::Persist;
+pub use mode::{CheckpointMode, ModeKeys, ModeKind, DEFAULT_ALIGNMENT_TIMEOUT, DEFAULT_INFLIGHT_BUDGET};
 
 /// A checkpoint barrier, travelling in-band through the rings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,60 +31,6 @@ pub struct Barrier {
     /// A savepoint's barrier: always aligned, never switched to unaligned by the aligned-
     /// checkpoint timeout (a savepoint holds no in-flight data).
     pub savepoint: bool,
-}
-
-/// Which checkpoint mode, without its parameter: what a command line, a lab, the simulator
-/// and each checkpoint's statistics name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ModeKind {
-    /// [`crate::checkpoint::CheckpointMode::Aligned`].
-    Aligned,
-    /// [`crate::checkpoint::CheckpointMode::Unaligned`].
-    Unaligned,
-    /// [`crate::checkpoint::CheckpointMode::AlignedTimeout`].
-    AlignedTimeout,
-    /// [`crate::checkpoint::CheckpointMode::Adaptive`].
-    Adaptive,
-    /// [`crate::checkpoint::CheckpointMode::AtLeastOnce`].
-    AtLeastOnce,
-}
-
-impl ModeKind {
-    /// Every kind, in the order `weir simulate` and `weir bench` list them.
-    pub const ALL: [ModeKind; 5] =
-        [ModeKind::Aligned, ModeKind::Unaligned, ModeKind::AlignedTimeout, ModeKind::AtLeastOnce, ModeKind::Adaptive];
-
-    /// Whether results after a recovery are as if no failure happened.
-    pub fn exactly_once(self) -> bool {
-        self != ModeKind::AtLeastOnce
-    }
-
-    /// Its name on command lines and in statistics.
-    pub fn name(self) -> &'static str {
-        match self {
-            ModeKind::Aligned => "aligned",
-            ModeKind::Unaligned => "unaligned",
-            ModeKind::AlignedTimeout => "aligned-timeout",
-            ModeKind::Adaptive => "adaptive",
-            ModeKind::AtLeastOnce => "at-least-once",
-        }
-    }
-}
-
-impl std::fmt::Display for ModeKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for ModeKind {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        ModeKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            format!("'{s}' is not a checkpoint mode (aligned, unaligned, aligned-timeout, adaptive or at-least-once)")
-        })
-    }
 }
 
 /// A notice from the coordinator after a checkpoint's fate is decided.
