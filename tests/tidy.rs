@@ -445,6 +445,28 @@ fn operators_hold_no_unsafe_code() {
     assert!(unsafe_lines.is_empty(), "unsafe code in operators:\n{}", unsafe_lines.join("\n"));
 }
 
+/// The coordinator's parts each own their state and never use each other (moving the core's
+/// methods into files alone had tied them in circles: pending ↔ trigger ↔ shared files); the
+/// core in `mod.rs` composes them, and they share only its vocabulary (`super::{..}`).
+#[test]
+fn the_coordinators_parts_never_use_each_other() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/checkpoint/coordinator");
+    let parts = ["pending", "requests", "shared_files", "trigger"];
+    let mut wrong = Vec::new();
+    for part in parts {
+        let text = std::fs::read_to_string(dir.join(format!("{part}.rs"))).unwrap();
+        assert!(text.contains("#[test]"), "{part}.rs: a part has tests of its own");
+        for other in parts.iter().filter(|o| **o != part) {
+            if text.contains(&format!("super::{other}")) || text.contains(&format!("coordinator::{other}")) {
+                wrong.push(format!("{part}.rs uses {other}"));
+            }
+        }
+    }
+    let core = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
+    assert!(parts.iter().all(|p| core.contains(&format!("mod {p};"))), "mod.rs composes every part");
+    assert!(wrong.is_empty(), "the coordinator's parts use each other: {wrong:?}");
+}
+
 /// The engine's rules that `clippy.toml` keeps (DESIGN and STYLE: time through the task's
 /// context and the job's clock, threads only the runtime's). The lint fails a wall-clock read
 /// or a thread started anywhere else in the engine; this test keeps the way around it narrow:

@@ -231,7 +231,7 @@ pub(crate) fn prepare_attempt(
             outputs: sink_outputs(&graph),
             config: p.config,
             storage: p.storage,
-            tasks: plan.endpoints.iter().map(|e| (e.index, e.name.clone(), e.is_source)).collect(),
+            tasks: plan.endpoints.iter().map(crate::checkpoint::coordinator::TaskInfo::from).collect(),
             clock: env.clock.clone(),
             first_id: p.first_id,
             completed: p.completed,

@@ -215,7 +215,7 @@ impl JobController {
         what: &str,
         wait: Duration,
         why_so_long: &str,
-        request: impl FnOnce(std::sync::mpsc::Sender<std::result::Result<R, String>>) -> CoordinatorRequest,
+        request: impl FnOnce(crate::checkpoint::coordinator::Reply<R>) -> CoordinatorRequest,
     ) -> Result<R> {
         let sender = self.progress().attempt.as_ref().and_then(|a| a.requests.clone()).ok_or_else(|| {
             Error::Checkpoint(format!("the {what} failed: the job is not running (it ended, or is restarting)"))

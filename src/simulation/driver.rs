@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::checkpoint::coordinator::{Command, CrashPoint, CrashSchedule};
+use crate::checkpoint::coordinator::{Command, CrashPoint, CrashSchedule, RequestRefused};
 use crate::checkpoint::task::{SnapshotWriter, TaskControl};
 use crate::checkpoint::{CheckpointStorage, DirectoryLock};
 use crate::context::Clock;
@@ -658,7 +658,7 @@ fn stop_with_savepoint(
     schedule: &mut Schedule,
     step: u64,
     dir: &Path,
-    stopping: &mut Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), String>>>,
+    stopping: &mut Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), RequestRefused>>>,
     taken: &mut Option<(u64, PathBuf)>,
 ) -> Option<PathBuf> {
     if stopping.is_none() && schedule.take(|f| matches!(f, Fault::StopWithSavepoint(n) if *n <= step)).is_some() {
@@ -692,7 +692,7 @@ pub(super) fn run_attempt(
 ) -> AttemptEnd {
     let World { host, schedule, time, writes, stats, max_steps, dir, lock } = world;
     // A stop with a savepoint in progress: its reply, then (id, folder) once it is taken.
-    let mut stopping: Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), String>>> = None;
+    let mut stopping: Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), RequestRefused>>> = None;
     let mut taken: Option<(u64, PathBuf)> = None;
     let (time, writes, max_steps) = (*time, *writes, *max_steps);
     let mut tasks: Vec<Box<dyn Task>> = prepared.tasks.into_iter().map(|(_, t)| t).collect();

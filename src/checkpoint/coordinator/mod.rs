@@ -21,8 +21,22 @@
 //! the job, an injected crash); time comes in as an argument, never from the wall clock. The
 //! runtime runs it behind a thin thread loop ([`run_thread`]); the simulator calls it from
 //! its one thread.
+//!
+//! The core composes four parts, each with the state it owns and tests of its own, which
+//! never use each other: `trigger` (when the next checkpoint is due: interval, pause, the
+//! final checkpoint, configurations taking turns), `pending` (the checkpoints in flight, the
+//! kept parts, the aborted ones; a completed one's statistics), `requests` (savepoints,
+//! checkpoints asked for now and configurations handed over from outside, and their answers)
+//! and `shared_files` (what retention deleted, what was adopted, changelog bases).
+//!
+//! May touch: `context`, `error`, `faults`, `metrics`, `snapshot`.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+mod pending;
+mod requests;
+mod shared_files;
+mod trigger;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -30,14 +44,15 @@ use std::time::Duration;
 
 use super::config::CheckpointConfig;
 use super::lock::DirectoryLock;
-use super::storage::{
-    is_base_name, parse_shared_name, CheckpointMetadata, CheckpointStats, CheckpointStorage, PartReuse, SharedFile,
-    TaskFile, FORMAT_VERSION,
-};
-use super::task::{SnapshotWriter, TaskAck, TaskControl, TaskDone, TaskStats};
+use super::storage::{CheckpointMetadata, CheckpointStorage, SharedFile, TaskFile, FORMAT_VERSION};
+use super::task::{SnapshotWriter, TaskAck, TaskControl};
 use crate::context::{Clock, EndOfJob};
 use crate::error::Error;
-use crate::snapshot::{Barrier, CheckpointMode, CheckpointNotice};
+use crate::snapshot::{Barrier, CheckpointNotice};
+use pending::{KeptParts, Pending, PendingSet};
+use requests::OutsideRequests;
+use shared_files::SharedFileRegistry;
+use trigger::{ns, Moment, TriggerPolicy};
 
 /// How the coordinator reaches one task.
 pub(crate) struct TaskEndpoint {
@@ -47,11 +62,56 @@ pub(crate) struct TaskEndpoint {
     pub(crate) control: Sender<TaskControl>,
 }
 
+/// Why a request from outside was not carried out: what its asker hears.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RequestRefused {
+    /// No checkpoint could be taken for it (the job is finishing or stopping, say): why.
+    NotTaken(String),
+    /// The checkpoint asked for was triggered and failed.
+    Failed {
+        /// The checkpoint.
+        checkpoint: u64,
+        /// Why it failed.
+        reason: String,
+    },
+    /// A savepoint's checkpoint was triggered and failed.
+    SavepointFailed {
+        /// The checkpoint.
+        checkpoint: u64,
+        /// Why it failed.
+        reason: String,
+    },
+    /// A savepoint's checkpoint completed, and copying it into the savepoint's folder failed.
+    NotCopied(String),
+}
+
+impl std::fmt::Display for RequestRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestRefused::NotTaken(why) | RequestRefused::NotCopied(why) => f.write_str(why),
+            RequestRefused::Failed { checkpoint, reason } => write!(f, "checkpoint {checkpoint} failed: {reason}"),
+            RequestRefused::SavepointFailed { checkpoint, reason } => {
+                write!(f, "its checkpoint ({checkpoint}) failed: {reason}")?;
+                if reason.starts_with("expired") {
+                    f.write_str(
+                        ". A savepoint waits its own timeout: give it more (CheckpointConfig::savepoint_timeout; \
+                         weir: --savepoint-timeout-ms)",
+                    )?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Where a request's answer goes: what it asked for, or why not.
+pub(crate) type Reply<T> = Sender<Result<T, RequestRefused>>;
+
 /// A request for a savepoint: an aligned checkpoint copied, complete, into `dir`.
 pub(crate) struct SavepointRequest {
     pub(crate) dir: std::path::PathBuf,
     /// The savepoint's checkpoint id and folder, or why it failed.
-    pub(crate) reply: Sender<Result<(u64, std::path::PathBuf), String>>,
+    pub(crate) reply: Reply<(u64, std::path::PathBuf)>,
     /// A stop with a savepoint: once it is complete no other checkpoint may complete (its
     /// commits would be output after the savepoint, which a job started from it produces
     /// again), so none is triggered any more.
@@ -65,7 +125,23 @@ pub(crate) enum CoordinatorRequest {
     /// A checkpoint now, as the configuration makes them (Flink's `flink checkpoint`), or
     /// `full` (every page written, nothing referred to in earlier checkpoints: `flink
     /// checkpoint --full`): the reply is its id once it completed, or why it failed.
-    Checkpoint { reply: Sender<Result<u64, String>>, full: bool },
+    Checkpoint { reply: Reply<u64>, full: bool },
+}
+
+/// One task, as the coordinator names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TaskInfo {
+    /// Its index in the plan.
+    pub(crate) index: usize,
+    pub(crate) name: String,
+    /// A source's task: checkpoints are triggered there.
+    pub(crate) is_source: bool,
+}
+
+impl From<&TaskEndpoint> for TaskInfo {
+    fn from(e: &TaskEndpoint) -> Self {
+        TaskInfo { index: e.index, name: e.name.clone(), is_source: e.is_source }
+    }
 }
 
 /// Where a process may be made to die on the coordinator's path (fault injection: the
@@ -115,8 +191,7 @@ pub(crate) enum Command {
 pub(crate) struct CoordinatorSetup {
     pub(crate) config: CheckpointConfig,
     pub(crate) storage: Arc<CheckpointStorage>,
-    /// (index, name, is source) of every task.
-    pub(crate) tasks: Vec<(usize, String, bool)>,
+    pub(crate) tasks: Vec<TaskInfo>,
     pub(crate) clock: Clock,
     /// The id of the first checkpoint this attempt triggers.
     pub(crate) first_id: u64,
@@ -148,118 +223,38 @@ pub(crate) struct CoordinatorSetup {
     pub(crate) local: Option<Arc<super::local::LocalCopies>>,
 }
 
-struct Pending {
-    barrier: Barrier,
-    started_ns: u64,
-    /// The configuration in force when it was triggered: interval, timeout, and how its
-    /// barriers go (`None` for a savepoint: always aligned, whatever the mode).
-    interval_ns: u64,
-    timeout_ns: u64,
-    mode: Option<CheckpointMode>,
-    acks: HashMap<usize, TaskDone>,
-    /// When each acknowledgement came.
-    acked_ns: HashMap<usize, u64>,
-    savepoint: Option<SavepointRequest>,
-    /// Who asked for a checkpoint now and got this one.
-    requested: Vec<Sender<Result<u64, String>>>,
-    /// The failed checkpoint whose parts were kept when this one was triggered, and the tasks
-    /// whose parts they are.
-    resumes: Option<(u64, HashSet<usize>)>,
-}
-
-/// The parts the tasks had completed of the newest checkpoint that failed.
-struct KeptParts {
-    id: u64,
-    parts: HashMap<usize, TaskDone>,
-}
-
-impl KeptParts {
-    fn shared(&self) -> impl Iterator<Item = &String> {
-        self.parts.values().flat_map(|a| a.shared.iter().map(|s| &s.file))
-    }
-}
-
 /// The checkpoint coordinator's state machine.
 pub(crate) struct CoordinatorCore {
     s: CoordinatorSetup,
     sources: usize,
     next_id: u64,
-    pending: BTreeMap<u64, Pending>,
     consecutive_failures: u32,
-    last_completion_ns: Option<u64>,
-    /// When the last checkpoint was triggered (the attempt's start before the first): the next
-    /// is due an interval after it, the interval of the moment (see `interval_ns`).
-    last_trigger_ns: u64,
-    /// The final checkpoint, once triggered.
-    final_id: Option<u64>,
-    /// Savepoints asked for and not yet triggered.
-    savepoints: VecDeque<SavepointRequest>,
-    /// The request of a savepoint whose checkpoint left the pending ones (it completed or
-    /// failed) and that is not answered yet: answered with its checkpoint's fate, in words.
-    unanswered: Option<(u64, SavepointRequest)>,
-    /// Checkpoints asked for now, not yet triggered.
-    requested: Vec<Sender<Result<u64, String>>>,
-    /// One of them was asked for in full.
-    full_requested: bool,
-    /// Who asked for checkpoints that left the pending ones, by checkpoint: answered with its
-    /// fate.
-    requested_unanswered: HashMap<u64, Vec<Sender<Result<u64, String>>>>,
-    /// Shared files retention deleted in this attempt: a checkpoint referring to one fails.
-    deleted_shared: HashSet<String>,
-    /// Checkpoints aborted in this attempt, and when: other tasks may still be writing their
-    /// parts into the folder, so it is removed again as their late acknowledgements come in.
-    aborted: BTreeMap<u64, u64>,
     /// Set once the coordinator failed the job or crashed: it does nothing more.
     halted: bool,
     /// Set once a stop-with-savepoint completed: the job is stopping, and no checkpoint starts.
     stopped: bool,
-    /// The parts of the newest failed checkpoint, which later ones may reuse.
-    kept: Option<KeptParts>,
-    /// Shared files written for checkpoints that never completed, which a completed one that
-    /// resumed them refers to (retention deletes them with the last checkpoint naming them).
-    adopted: HashSet<String>,
-    /// Changelog bases materialized in the background that checkpoints not (yet) completed
-    /// refer to, by checkpoint: they go with its files if it never completes (a base only a
-    /// failed checkpoint adopted is adopted by none later: its chain ended with it).
-    bases_of: HashMap<u64, Vec<String>>,
-    /// Configurations taking turns ([`crate::runtime::JobController::checkpoints_in_turn`])
-    /// and how many turns were taken: none when one configuration holds.
-    turns: (Vec<CheckpointConfig>, usize),
+    trigger: TriggerPolicy,
+    pending: PendingSet,
+    requests: OutsideRequests,
+    files: SharedFileRegistry,
     out: Vec<Command>,
-}
-
-fn ns(d: Duration) -> u64 {
-    d.as_nanos().min(u64::MAX as u128) as u64
 }
 
 impl CoordinatorCore {
     pub(crate) fn new(s: CoordinatorSetup) -> Self {
         let next_id = s.first_id.max(s.next_id.load(Ordering::SeqCst));
-        let last_trigger_ns = s.clock.now_ns();
-        let sources = s.tasks.iter().filter(|t| t.2).count();
         CoordinatorCore {
-            s,
-            sources,
+            sources: s.tasks.iter().filter(|t| t.is_source).count(),
             next_id,
-            pending: BTreeMap::new(),
             consecutive_failures: 0,
-            last_completion_ns: None,
-            last_trigger_ns,
-            final_id: None,
-            savepoints: VecDeque::new(),
-            unanswered: None,
-            requested: Vec::new(),
-            turns: (Vec::new(), 0),
-            full_requested: false,
-            requested_unanswered: HashMap::new(),
-            deleted_shared: HashSet::new(),
-            aborted: BTreeMap::new(),
             halted: false,
             stopped: false,
-            kept: None,
-            adopted: HashSet::new(),
-            bases_of: HashMap::new(),
+            trigger: TriggerPolicy::new(s.clock.now_ns()),
+            pending: PendingSet::default(),
+            requests: OutsideRequests::new(Arc::clone(&s.update)),
+            files: SharedFileRegistry::default(),
             out: Vec::new(),
+            s,
         }
     }
 
@@ -268,21 +263,13 @@ impl CoordinatorCore {
         self.halted
     }
 
-    /// When the next checkpoint is due, on the job clock (never, while a backlog pauses them).
-    pub(crate) fn next_trigger_ns(&self) -> u64 {
-        self.interval_ns().map_or(u64::MAX, |i| self.last_trigger_ns.saturating_add(i))
+    fn in_backlog(&self) -> bool {
+        self.s.end.sources_in_backlog.load(Ordering::SeqCst) > 0
     }
 
-    /// The interval now: the one during backlog while a source reports one (`None` when that
-    /// is zero: no checkpoints until the backlog is gone).
-    fn interval_ns(&self) -> Option<u64> {
-        let config = &self.s.config;
-        match config.interval_during_backlog {
-            Some(during) if self.s.end.sources_in_backlog.load(Ordering::SeqCst) > 0 => {
-                (!during.is_zero()).then(|| ns(during))
-            }
-            _ => Some(ns(config.interval)),
-        }
+    /// When the next checkpoint is due, on the job clock (never, while a backlog pauses them).
+    pub(crate) fn next_trigger_ns(&self) -> u64 {
+        self.trigger.next_trigger_ns(&self.s.config, self.in_backlog())
     }
 
     fn take_commands(&mut self) -> Vec<Command> {
@@ -291,29 +278,13 @@ impl CoordinatorCore {
 
     /// A savepoint was asked for: it is triggered at the next tick.
     pub(crate) fn on_savepoint(&mut self, request: SavepointRequest) {
-        self.savepoints.push_back(request);
+        self.requests.take(CoordinatorRequest::Savepoint(request));
     }
 
     /// A request from the job's handle: a savepoint, or a checkpoint now (triggered at the
     /// next tick that has room for one, however long since the last).
     pub(crate) fn on_request(&mut self, request: CoordinatorRequest) {
-        match request {
-            CoordinatorRequest::Savepoint(r) => self.on_savepoint(r),
-            CoordinatorRequest::Checkpoint { reply, full } => {
-                self.requested.push(reply);
-                self.full_requested |= full;
-            }
-        }
-    }
-
-    /// Tells everyone waiting for a savepoint or a checkpoint now that none can be taken.
-    fn refuse_requests(&mut self, why: &str) {
-        for req in self.savepoints.drain(..) {
-            let _ = req.reply.send(Err(why.to_string()));
-        }
-        for reply in self.requested.drain(..) {
-            let _ = reply.send(Err(why.to_string()));
-        }
+        self.requests.take(request);
     }
 
     /// The attempt is over (the job ended, failed or was cancelled), and no snapshot write
@@ -323,13 +294,12 @@ impl CoordinatorCore {
         if self.halted {
             return Vec::new();
         }
-        for id in self.pending.keys().copied().collect::<Vec<_>>() {
+        for id in self.pending.ids() {
             self.remove_pending(id);
             self.abort(id);
         }
-        self.kept = None;
-        let aborted: Vec<u64> = self.aborted.keys().copied().collect();
-        for id in aborted {
+        self.pending.replace_kept(None);
+        for id in self.pending.aborted_ids() {
             if self.s.storage.checkpoint_dir(id).exists() {
                 self.drop_files(id);
             }
@@ -349,65 +319,32 @@ impl CoordinatorCore {
 
     fn ack(&mut self, ack: TaskAck, now_ns: u64) {
         if let Ok(done) = &ack.result {
-            let bases = done.shared.iter().filter(|s| is_base_name(&s.file) && !self.adopted.contains(&s.file));
-            let bases: Vec<String> = bases.map(|s| s.file.clone()).collect();
-            if !bases.is_empty() {
-                self.bases_of.entry(ack.checkpoint).or_default().extend(bases);
-            }
+            self.files.note_bases(ack.checkpoint, &done.shared);
         }
-        let Some(p) = self.pending.get_mut(&ack.checkpoint) else {
-            if self.aborted.contains_key(&ack.checkpoint) && !self.is_kept(ack.checkpoint) {
+        if !self.pending.contains(ack.checkpoint) {
+            if self.pending.was_aborted(ack.checkpoint) && !self.pending.is_kept(ack.checkpoint) {
                 // A writer finished after the abort: what it wrote goes too (a kept
                 // checkpoint's files go together, later).
                 self.drop_files(ack.checkpoint);
             }
             return;
-        };
-        let result = ack.result.and_then(|done| {
-            match done.shared.iter().find(|f| self.deleted_shared.contains(&f.file)) {
-                // Its writer read a page index older than a completion that retired the file
-                // (a race with retention): this checkpoint cannot be restored.
-                Some(f) => Err(Error::Checkpoint(format!(
-                    "refers to shared state {}, which retention already deleted",
-                    f.file
-                ))),
-                None => Ok(done),
+        }
+        let result = ack.result.and_then(|done| match self.files.deleted_among(&done.shared) {
+            // Its writer read a page index older than a completion that retired the file
+            // (a race with retention): this checkpoint cannot be restored.
+            Some(f) => {
+                Err(Error::Checkpoint(format!("refers to shared state {}, which retention already deleted", f.file)))
             }
+            None => Ok(done),
         });
         match result {
-            Ok(info) => {
-                let task = ack.task;
-                assert!(
-                    p.acks.insert(task, info).is_none(),
-                    "task {task} acknowledged checkpoint {} twice",
-                    ack.checkpoint
-                );
+            Ok(done) => {
+                let (task, id) = (ack.task, ack.checkpoint);
+                let p = self.pending.get_mut(id).expect("present");
+                assert!(p.acks.insert(task, done).is_none(), "task {task} acknowledged checkpoint {id} twice");
                 p.acked_ns.insert(task, now_ns);
-                if p.acks.len() < self.s.tasks.len() {
-                    return;
-                }
-                let p = self.remove_pending(ack.checkpoint).expect("present");
-                // Kept parts count as in use: a checkpoint older than the kept one may complete.
-                let in_use = self.shared_in_use();
-                match self.complete(p, &in_use, now_ns) {
-                    Ok(()) => {
-                        self.consecutive_failures = 0;
-                        self.last_completion_ns = Some(now_ns);
-                        if self.final_id.is_some_and(|f| ack.checkpoint >= f) {
-                            // Everything before the end of input is committed.
-                            self.end_input();
-                        }
-                        // Older checkpoints still pending are subsumed.
-                        let older: Vec<u64> = self.pending.range(..ack.checkpoint).map(|(k, _)| *k).collect();
-                        for id in older {
-                            self.remove_pending(id);
-                            self.abort(id);
-                        }
-                    }
-                    // Another process owns the directory now (touch nothing in it: its files
-                    // may be the new owner's), or the process crashed: just stop.
-                    Err(_) if self.halted => {}
-                    Err(reason) => self.failed(ack.checkpoint, &reason.to_string()),
+                if p.acks.len() >= self.s.tasks.len() {
+                    self.all_acknowledged(id, now_ns);
                 }
             }
             Err(e) if !e.is_retryable() => {
@@ -415,7 +352,7 @@ impl CoordinatorCore {
                 // job fails with the task's error rather than after more declined checkpoints.
                 self.remove_pending(ack.checkpoint);
                 let reason = format!("task {} declined: {e}", ack.task);
-                self.answer_savepoint(ack.checkpoint, &reason);
+                self.requests.answer_failed(ack.checkpoint, &reason);
                 self.abort(ack.checkpoint);
                 self.record_failure(ack.checkpoint, &reason);
                 self.halt(e);
@@ -428,6 +365,31 @@ impl CoordinatorCore {
         }
     }
 
+    /// Every task acknowledged checkpoint `id`: it completes, or fails.
+    fn all_acknowledged(&mut self, id: u64, now_ns: u64) {
+        let p = self.remove_pending(id).expect("present");
+        // Kept parts count as in use: a checkpoint older than the kept one may complete.
+        let in_use = self.pending.shared_in_use();
+        match self.complete(p, &in_use, now_ns) {
+            Ok(()) => {
+                self.consecutive_failures = 0;
+                if self.trigger.completed(id, now_ns) {
+                    // Everything before the end of input is committed.
+                    self.end_input();
+                }
+                // Older checkpoints still pending are subsumed.
+                for older in self.pending.ids_before(id) {
+                    self.remove_pending(older);
+                    self.abort(older);
+                }
+            }
+            // Another process owns the directory now (touch nothing in it: its files may be
+            // the new owner's), or the process crashed: just stop.
+            Err(_) if self.halted => {}
+            Err(reason) => self.failed(id, &reason.to_string()),
+        }
+    }
+
     /// From now on `config` holds, and the tasks read its settings at their next checkpoint.
     fn take_config(&mut self, config: CheckpointConfig) {
         if let Some(live) = &self.s.live {
@@ -437,7 +399,7 @@ impl CoordinatorCore {
             // is in force, and the next unaligned barrier, injected by a source on the same
             // worker, waits for such a chunk of slow records: the lab's unaligned checkpoints
             // on a backlog of 100 µs records took 86 ms, against 6 ms run alone.
-            if self.turns.0.iter().any(|c| c.mode.may_overtake()) {
+            if self.trigger.a_turn_overtakes() {
                 live.slice_records();
             }
         }
@@ -454,53 +416,38 @@ impl CoordinatorCore {
     }
 
     fn tick(&mut self, now: u64) {
-        let update = self.s.update.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(new) = update {
-            let first = new[0].clone();
-            self.turns = (if new.len() > 1 { new } else { Vec::new() }, 0);
+        if let Some(configs) = self.requests.take_update() {
+            let first = self.trigger.hand_over(configs);
             self.take_config(first);
         }
         if !self.expire(now) || self.refuses_checkpoints() {
             return;
         }
-        // Once every source is at the end of its input, the final checkpoint is taken at once
-        // (not after the interval).
         // A savepoint is triggered at once (aligned, whatever the mode) and alone: checkpoints
         // in flight are aborted for it (an unaligned one would overtake its barriers, and a
         // task must snapshot in checkpoint order), and none starts until it is done — not
         // even the final one, whose commits would come after a stop-with-savepoint's. Once
         // the final checkpoint started, the job is finishing and takes no savepoint.
-        let savepoint_pending = self.pending.values().any(|p| p.savepoint.is_some());
-        if self.final_id.is_some() {
-            self.refuse_requests("the job is finishing: its final checkpoint is in progress");
+        let savepoint_pending = self.pending.savepoint_in_flight();
+        if self.trigger.final_id().is_some() {
+            self.requests.refuse_all("the job is finishing: its final checkpoint is in progress");
         }
-        let final_due = self.sources > 0
-            && self.s.end.sources_at_end.load(Ordering::SeqCst) >= self.sources
-            && self.final_id.is_none()
-            && self.pending.len() < self.s.config.max_concurrent
-            && !savepoint_pending;
-        let savepoint = if savepoint_pending { None } else { self.savepoints.pop_front() };
+        let moment = Moment {
+            in_backlog: self.in_backlog(),
+            asked: self.requests.checkpoint_asked(),
+            room: self.pending.len() < self.s.config.max_concurrent && !savepoint_pending,
+            sources_at_end: self.sources > 0 && self.s.end.sources_at_end.load(Ordering::SeqCst) >= self.sources,
+        };
+        let final_due = self.trigger.final_due(moment);
+        let savepoint = if savepoint_pending { None } else { self.requests.next_savepoint() };
         if savepoint.is_some() {
-            for id in self.pending.keys().copied().collect::<Vec<_>>() {
+            for id in self.pending.ids() {
                 self.remove_pending(id);
                 self.abort(id);
                 self.record_failure(id, "aborted for a savepoint");
             }
         }
-        let next_trigger_ns = self.next_trigger_ns();
-        let config = &self.s.config;
-        // Asked for now: neither the interval nor the minimum pause holds it back.
-        let asked = !self.requested.is_empty();
-        let paused = self.last_completion_ns.is_some_and(|t| now < t.saturating_add(ns(config.min_pause)));
-        // None after the final one: a newer barrier would supersede the final one at a task
-        // that does not align (at-least-once: it then never acknowledges it), and if the newer
-        // ones failed too (a storm of them on slow storage) the job would wait out the final
-        // one's timeout.
-        let due = (asked || (now >= next_trigger_ns && !paused))
-            && self.pending.len() < config.max_concurrent
-            && !savepoint_pending
-            && self.final_id.is_none();
-        if savepoint.is_none() && !due && !final_due {
+        if savepoint.is_none() && !self.trigger.due(now, &self.s.config, moment) && !final_due {
             return;
         }
         self.trigger(now, savepoint, final_due);
@@ -508,18 +455,11 @@ impl CoordinatorCore {
 
     /// Fails every pending checkpoint past its timeout. False once the job halted for it.
     fn expire(&mut self, now: u64) -> bool {
-        let timeout = ns(self.s.config.checkpoint_timeout);
         // Writers of an aborted checkpoint end within its timeout (or fail it).
-        self.aborted.retain(|_, at| now.saturating_sub(*at) <= timeout);
-        let expired: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| now.saturating_sub(p.started_ns) > p.timeout_ns)
-            .map(|(k, _)| *k)
-            .collect();
-        for id in expired {
+        self.pending.forget_aborted(now, ns(self.s.config.checkpoint_timeout));
+        for id in self.pending.expired(now) {
             let p = self.remove_pending(id).expect("listed above");
-            let reason = self.expiry_reason(&p);
+            let reason = p.expiry_reason(&self.s.tasks);
             self.keep_parts(p);
             self.failed(id, &reason);
             if self.halted {
@@ -534,24 +474,25 @@ impl CoordinatorCore {
     fn refuses_checkpoints(&mut self) -> bool {
         if self.s.end.finished_tasks.load(Ordering::SeqCst) > 0 {
             // Some task finished: it cannot acknowledge, so no checkpoint can complete now.
-            for id in self.pending.keys().copied().collect::<Vec<_>>() {
+            let why = "the job is finishing: some of its tasks already ended";
+            for id in self.pending.ids() {
                 self.remove_pending(id);
-                self.answer_savepoint(id, "the job is finishing: some of its tasks already ended");
+                self.requests.answer_failed(id, why);
                 self.abort(id);
             }
-            self.refuse_requests("the job is finishing: some of its tasks already ended");
+            self.requests.refuse_all(why);
             return true;
         }
         if self.stopped {
-            self.refuse_requests("the job is stopping with a savepoint");
+            self.requests.refuse_all("the job is stopping with a savepoint");
             return true;
         }
         if self.s.end.input_ended.load(Ordering::SeqCst) {
             // The sources are ending their streams: no checkpoint can complete now.
-            self.refuse_requests("the job is finishing: its input has ended");
+            self.requests.refuse_all("the job is finishing: its input has ended");
             return true;
         }
-        if let Some(f) = self.final_id.filter(|f| !self.pending.contains_key(f)) {
+        if let Some(f) = self.trigger.final_id().filter(|f| !self.pending.contains(*f)) {
             // The final checkpoint failed (its reason is among the failures): the job ends
             // without it rather than wait for one that may never fit, and its last output is
             // committed once the whole job has succeeded, as without checkpoints.
@@ -566,19 +507,15 @@ impl CoordinatorCore {
     /// `final_due`): its id, its configuration's turn, its folder, its barriers to the
     /// sources' tasks, and its pending entry.
     fn trigger(&mut self, now: u64, savepoint: Option<SavepointRequest>, final_due: bool) {
+        let id = self.next_id;
         if final_due {
-            self.final_id = Some(self.next_id);
             self.s.end.final_started.store(true, Ordering::SeqCst);
         }
-        let id = self.next_id;
+        self.trigger.triggered(id, now, final_due);
         self.next_id += 1;
         self.s.next_id.store(self.next_id, Ordering::SeqCst);
-        self.last_trigger_ns = now;
         // Configurations taking turns: each checkpoint its own (a savepoint goes its own way).
-        if savepoint.is_none() && !self.turns.0.is_empty() {
-            let (turns, next) = &mut self.turns;
-            let config = turns[*next % turns.len()].clone();
-            *next += 1;
+        if let Some(config) = savepoint.is_none().then(|| self.trigger.next_turn()).flatten() {
             self.take_config(config);
         }
         // A process that lost the directory (stopped, then continued after its successor took
@@ -589,7 +526,7 @@ impl CoordinatorCore {
         if let Err(e) = self.s.storage.prepare(id) {
             return self.failed(id, &e.to_string());
         }
-        if self.injected_decline(id) {
+        if self.s.config.faults.as_ref().is_some_and(|f| f.decline(id)) {
             return self.failed(id, "declined by the coordinator (injected)");
         }
         let barrier = Barrier {
@@ -601,7 +538,7 @@ impl CoordinatorCore {
             savepoint: savepoint.is_some(),
         };
         // A savepoint refers to nothing outside its folder anyway.
-        if std::mem::take(&mut self.full_requested) && savepoint.is_none() {
+        if self.requests.take_full() && savepoint.is_none() {
             match &self.s.live {
                 Some(live) => live.mark_full(id),
                 None => {
@@ -609,8 +546,8 @@ impl CoordinatorCore {
                 }
             }
         }
-        for t in self.s.tasks.iter().filter(|t| t.2) {
-            self.out.push(Command::Send(t.0, TaskControl::Trigger(barrier)));
+        for t in self.s.tasks.iter().filter(|t| t.is_source) {
+            self.out.push(Command::Send(t.index, TaskControl::Trigger(barrier)));
         }
         tracing::info!(
             job = %self.s.job,
@@ -620,36 +557,27 @@ impl CoordinatorCore {
             "checkpoint triggered"
         );
         let pending = self.pending_for(barrier, now, savepoint);
-        self.pending.insert(id, pending);
+        self.pending.insert(pending);
     }
 
     /// The pending entry of a checkpoint triggered at `now` with `barrier`.
     fn pending_for(&mut self, barrier: Barrier, now: u64, savepoint: Option<SavepointRequest>) -> Pending {
+        let c = &self.s.config;
         // A savepoint has its own timeout: it must not fail for the reason ordinary checkpoints
         // expire (a slow job), when a user is stopping the job with it.
-        let timeout =
-            if barrier.savepoint { self.s.config.savepoint_timeout } else { self.s.config.checkpoint_timeout };
-        let (interval_ns, timeout_ns) = (self.interval_ns().unwrap_or(0), ns(timeout));
+        let timeout = if barrier.savepoint { c.savepoint_timeout } else { c.checkpoint_timeout };
         Pending {
             barrier,
             started_ns: now,
-            interval_ns,
-            timeout_ns,
-            mode: (!barrier.savepoint).then_some(self.s.config.mode),
+            interval_ns: TriggerPolicy::interval_ns(c, self.in_backlog()).unwrap_or(0),
+            timeout_ns: ns(timeout),
+            mode: (!barrier.savepoint).then_some(c.mode),
             acks: HashMap::new(),
             acked_ns: HashMap::new(),
-            requested: if barrier.savepoint { Vec::new() } else { std::mem::take(&mut self.requested) },
+            requested: if barrier.savepoint { Vec::new() } else { self.requests.take_asked() },
             savepoint,
-            resumes: self.kept.as_ref().map(|k| (k.id, k.parts.keys().copied().collect())),
+            resumes: self.pending.resumes(),
         }
-    }
-
-    fn injected_decline(&self, id: u64) -> bool {
-        self.s.config.faults.as_ref().is_some_and(|f| f.decline(id))
-    }
-
-    fn injected_metadata_error(&self, id: u64) -> Option<std::io::Error> {
-        self.s.config.faults.as_ref().and_then(|f| f.metadata_write(id))
     }
 
     /// Whether the process dies at `point` of checkpoint `id` (then it has halted).
@@ -667,53 +595,12 @@ impl CoordinatorCore {
         self.out.push(Command::Fail(e));
     }
 
-    /// Why an expired checkpoint failed: its timeout, and which tasks had not finished their
-    /// part (those that had are named by count: their parts are kept for the next one).
-    fn expiry_reason(&self, p: &Pending) -> String {
-        let missing: Vec<&str> =
-            self.s.tasks.iter().filter(|t| !p.acks.contains_key(&t.0)).map(|t| t.1.as_str()).collect();
-        const NAMED: usize = 4;
-        let more = missing.len().saturating_sub(NAMED);
-        format!(
-            "expired after {:?}: {} of {} tasks had completed their part{}; still waiting for {}{}",
-            Duration::from_nanos(p.timeout_ns),
-            p.acks.len(),
-            self.s.tasks.len(),
-            if p.barrier.savepoint { "" } else { " (kept for the next checkpoint)" },
-            missing.iter().take(NAMED).copied().collect::<Vec<_>>().join(", "),
-            if more > 0 { format!(" and {more} more") } else { String::new() }
-        )
-    }
-
-    /// Takes checkpoint `id` out of the pending ones; a savepoint's request waits in
-    /// `unanswered` for its fate.
+    /// Takes checkpoint `id` out of the pending ones; whoever waits for it (a savepoint, a
+    /// checkpoint asked for now) waits for its fate among the requests.
     fn remove_pending(&mut self, id: u64) -> Option<Pending> {
-        let mut p = self.pending.remove(&id)?;
-        if let Some(req) = p.savepoint.take() {
-            self.unanswered = Some((id, req));
-        }
-        if !p.requested.is_empty() {
-            self.requested_unanswered.insert(id, std::mem::take(&mut p.requested));
-        }
+        let mut p = self.pending.remove(id)?;
+        self.requests.await_fate(id, p.savepoint.take(), std::mem::take(&mut p.requested));
         Some(p)
-    }
-
-    /// Tells whoever asked for the savepoint of checkpoint `id` (if it was one) why it failed.
-    fn answer_savepoint(&mut self, id: u64, reason: &str) {
-        for reply in self.requested_unanswered.remove(&id).unwrap_or_default() {
-            let _ = reply.send(Err(format!("checkpoint {id} failed: {reason}")));
-        }
-        if let Some((_, req)) = self.unanswered.take_if(|(i, _)| *i == id) {
-            let _ = req.reply.send(Err(format!(
-                "its checkpoint ({id}) failed: {reason}{}",
-                if reason.starts_with("expired") {
-                    ". A savepoint waits its own timeout: give it more (CheckpointConfig::savepoint_timeout; \
-                     weir: --savepoint-timeout-ms)"
-                } else {
-                    ""
-                }
-            )));
-        }
     }
 
     fn record_failure(&self, id: u64, reason: &str) {
@@ -725,7 +612,7 @@ impl CoordinatorCore {
 
     /// Aborts `id` and counts a failure; fails the job after too many in a row.
     fn failed(&mut self, id: u64, reason: &str) {
-        self.answer_savepoint(id, reason);
+        self.requests.answer_failed(id, reason);
         self.abort(id);
         self.record_failure(id, reason);
         self.consecutive_failures += 1;
@@ -741,8 +628,8 @@ impl CoordinatorCore {
     /// Tells the sources to end their streams (the final checkpoint is done, or failed).
     fn end_input(&mut self) {
         self.s.end.input_ended.store(true, Ordering::SeqCst);
-        for t in self.s.tasks.iter().filter(|t| t.2) {
-            self.out.push(Command::Send(t.0, TaskControl::EndOfInput));
+        for t in self.s.tasks.iter().filter(|t| t.is_source) {
+            self.out.push(Command::Send(t.index, TaskControl::EndOfInput));
         }
     }
 
@@ -757,7 +644,7 @@ impl CoordinatorCore {
 
     fn notify(&mut self, notice: CheckpointNotice) {
         for t in &self.s.tasks {
-            self.out.push(Command::Send(t.0, TaskControl::Notice(notice)));
+            self.out.push(Command::Send(t.index, TaskControl::Notice(notice)));
         }
     }
 
@@ -765,36 +652,18 @@ impl CoordinatorCore {
         if let Some(local) = &self.s.local {
             local.aborted(id);
         }
-        self.answer_savepoint(id, "it was aborted: the job is ending or failing");
+        self.requests.answer_failed(id, "it was aborted: the job is ending or failing");
         self.notify(CheckpointNotice::Aborted(id));
-        if !self.is_kept(id) {
+        if !self.pending.is_kept(id) {
             self.drop_files(id);
         }
-        self.aborted.insert(id, self.s.clock.now_ns());
-    }
-
-    fn is_kept(&self, id: u64) -> bool {
-        self.kept.as_ref().is_some_and(|k| k.id == id)
-    }
-
-    /// The shared files that checkpoints in progress and kept parts refer to.
-    fn shared_in_use(&self) -> HashSet<String> {
-        let pending = self.pending.values().flat_map(|p| p.acks.values().flat_map(|a| a.shared.iter()));
-        pending.map(|s| &s.file).chain(self.kept.iter().flat_map(KeptParts::shared)).cloned().collect()
+        self.pending.aborted(id, self.s.clock.now_ns());
     }
 
     /// Removes what checkpoint `id`, which did not complete, wrote, but the shared files that
-    /// kept parts, checkpoints in progress or completed ones (`adopted`) refer to.
+    /// kept parts, checkpoints in progress or completed ones refer to.
     fn drop_files(&mut self, id: u64) {
-        let mut spare = self.shared_in_use();
-        spare.extend(self.adopted.iter().cloned());
-        let deleted = self.s.storage.discard_sparing(id, &spare);
-        self.deleted_shared.extend(deleted);
-        for base in self.bases_of.remove(&id).unwrap_or_default() {
-            if !spare.contains(&base) && std::fs::remove_file(self.s.storage.dir().join(&base)).is_ok() {
-                self.deleted_shared.insert(base);
-            }
-        }
+        self.files.drop_files(&self.s.storage, id, self.pending.shared_in_use());
     }
 
     /// Checkpoint `p` failed (it is removed from the pending ones; the caller fails it): the
@@ -807,30 +676,10 @@ impl CoordinatorCore {
         for &task in new.iter().flat_map(|k| k.parts.keys()) {
             self.out.push(Command::Send(task, TaskControl::PartKept(id)));
         }
-        if let Some(old) = std::mem::replace(&mut self.kept, new) {
+        if let Some(old) = self.pending.replace_kept(new) {
             // Parts reused from it were linked into the newer folder; what they refer to stays.
             self.drop_files(old.id);
         }
-    }
-
-    /// Each task's part of a checkpoint that resumed failed checkpoint `from`, whose parts of
-    /// the tasks `kept` were kept: reused, or why not.
-    fn part_reuse(&self, acks: &HashMap<usize, TaskDone>, from: u64, kept: &HashSet<usize>) -> Vec<PartReuse> {
-        self.s
-            .tasks
-            .iter()
-            .map(|t| {
-                let stats = &acks[&t.0].stats;
-                let why_not = match () {
-                    _ if stats.reused_from.is_some() => None,
-                    _ if !kept.contains(&t.0) => Some(format!("it had not completed its part of checkpoint {from}")),
-                    _ => Some(stats.not_reused.clone().unwrap_or_else(|| {
-                        format!("it began writing before it heard that its part of checkpoint {from} was kept")
-                    })),
-                };
-                PartReuse { task: t.0, name: t.1.clone(), reused: why_not.is_none(), why_not }
-            })
-            .collect()
     }
 
     /// Completes a checkpoint every task acknowledged; `in_use` are the shared files that
@@ -838,9 +687,9 @@ impl CoordinatorCore {
     fn complete(&mut self, p: Pending, in_use: &HashSet<String>, now_ns: u64) -> Result<(), Error> {
         let id = p.barrier.id;
         let ms = |ns: u64| ns as f64 / 1e6;
-        let stats = self.stats_of(&p, now_ns);
+        let mut stats = p.stats(&self.s.tasks, &self.s.clock, now_ns);
         let metadata = self.metadata_of(&p, stats.clone(), now_ns);
-        if let Some(e) = self.injected_metadata_error(id) {
+        if let Some(e) = self.s.config.faults.as_ref().and_then(|f| f.metadata_write(id)) {
             let path = self.s.storage.checkpoint_dir(id).join(super::storage::METADATA_FILE);
             return Err(Error::io("cannot write checkpoint metadata", path, e));
         }
@@ -850,15 +699,11 @@ impl CoordinatorCore {
             let _ = self.s.storage.write_unpublished_metadata(&metadata);
             return Err(Error::Cancelled);
         }
-        let (unverified, mut foreign) = self.unverified_files(id, &metadata);
+        let kept = self.pending.kept().into_iter().flat_map(KeptParts::shared);
+        let (unverified, mut foreign) = self.files.unverified(id, &metadata, kept, &self.s.completed);
         // Changelog bases materialized in the background (read back whole when written) go
         // into the object store with the first checkpoint that refers to them.
-        let bases: Vec<String> = metadata
-            .shared
-            .iter()
-            .filter(|s| is_base_name(&s.file) && !self.adopted.contains(&s.file) && !unverified.contains(&s.file))
-            .map(|s| s.file.clone())
-            .collect();
+        let bases = self.files.new_bases(&metadata, &unverified);
         self.s.storage.commit(&metadata)?;
         // Read back and verified before anything is committed under it: a checkpoint that
         // would not restore must never be the one sink transactions are committed under (its
@@ -875,16 +720,14 @@ impl CoordinatorCore {
         let uploading = self.s.clock.now_ns();
         let publish_also: HashSet<String> = unverified.iter().chain(&bases).cloned().collect();
         self.s.storage.publish(&metadata, &publish_also)?;
-        let mut stats = stats;
         if self.s.storage.mirror().is_some() {
             let upload_ms = ms(self.s.clock.now_ns().saturating_sub(uploading));
             (stats.upload_ms, stats.duration_ms) = (Some(upload_ms), stats.duration_ms + upload_ms);
         }
-        if let Some((_, req)) = self.unanswered.take_if(|(i, _)| *i == id) {
+        if let Some(req) = self.requests.completed_savepoint(id) {
             self.stopped |= req.stop;
-            let _ = req
-                .reply
-                .send(self.s.storage.copy_to_savepoint(id, &req.dir).map(|p| (id, p)).map_err(|e| e.to_string()));
+            let copied = self.s.storage.copy_to_savepoint(id, &req.dir);
+            let _ = req.reply.send(copied.map(|p| (id, p)).map_err(|e| RequestRefused::NotCopied(e.to_string())));
         }
         // Older checkpoints go before any sink commits: this one lists every transaction not
         // yet committed (a sink's snapshot carries all its pending ones, aborted checkpoints'
@@ -909,89 +752,27 @@ impl CoordinatorCore {
             "checkpoint completed"
         );
         self.s.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
-        for reply in self.requested_unanswered.remove(&id).unwrap_or_default() {
-            let _ = reply.send(Ok(id));
-        }
+        self.requests.answer_completed(id);
         Ok(())
     }
 
     /// The pending checkpoints as the job's statistics show them.
     fn in_progress_rows(&self) -> impl ExactSizeIterator<Item = crate::metrics::CheckpointInProgress> + Clone + '_ {
-        let tasks = self.s.tasks.iter().filter(|t| t.2).count();
-        self.pending.values().map(move |p| crate::metrics::CheckpointInProgress {
-            id: p.barrier.id,
-            trigger_unix_ms: self.s.clock.epoch_ms_at(p.barrier.trigger_ns),
-            acknowledged: p.acks.len(),
-            tasks,
-            savepoint: p.savepoint.is_some(),
-        })
-    }
-
-    /// A completed checkpoint's statistics, from its tasks' acknowledgements.
-    fn stats_of(&self, p: &Pending, now_ns: u64) -> CheckpointStats {
-        let id = p.barrier.id;
-        let ms = |ns: u64| ns as f64 / 1e6;
-        let max = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.stats)).max().unwrap_or(0);
-        let sum = |f: fn(&TaskStats) -> u64| p.acks.values().map(|a| f(&a.stats)).sum();
-        CheckpointStats {
-            id,
-            trigger_ms: ms(p.barrier.trigger_ns),
-            trigger_unix_ms: self.s.clock.epoch_ms_at(p.barrier.trigger_ns),
-            duration_ms: ms(now_ns.saturating_sub(p.barrier.trigger_ns)),
-            start_delay_ms: ms(max(|s| s.start_delay_ns)),
-            alignment_ms: ms(max(|s| s.alignment_ns)),
-            sync_ms: ms(max(|s| s.sync_ns)),
-            async_ms: ms(max(|s| s.async_ns)),
-            state_bytes: sum(|s| s.state_bytes),
-            written_bytes: sum(|s| s.written_bytes),
-            inflight_bytes: sum(|s| s.inflight_bytes),
-            interval_ms: ms(p.interval_ns),
-            timeout_ms: ms(p.timeout_ns),
-            mode: p.mode,
-            channels: {
-                let mut c: Vec<_> = p.acks.values().flat_map(|a| a.stats.channels.iter().cloned()).collect();
-                c.sort_by_key(|c| (c.task, c.channel));
-                c
-            },
-            resumed_from: p.resumes.as_ref().map(|r| r.0),
-            parts: p.resumes.as_ref().map_or_else(Vec::new, |(from, kept)| self.part_reuse(&p.acks, *from, kept)),
-            upload_ms: None,
-            tasks: self
-                .s
-                .tasks
-                .iter()
-                .map(|t| {
-                    let s = &p.acks[&t.0].stats;
-                    let acked = p.acked_ns.get(&t.0).copied().unwrap_or(now_ns);
-                    crate::metrics::TaskCheckpointStats {
-                        task: t.0,
-                        name: t.1.to_string(),
-                        acknowledged_ms: ms(acked.saturating_sub(p.barrier.trigger_ns)),
-                        start_delay_ms: ms(s.start_delay_ns),
-                        alignment_ms: ms(s.alignment_ns),
-                        sync_ms: ms(s.sync_ns),
-                        async_ms: ms(s.async_ns),
-                        state_bytes: s.state_bytes,
-                        written_bytes: s.written_bytes,
-                        inflight_bytes: s.inflight_bytes,
-                    }
-                })
-                .collect(),
-        }
+        self.pending.rows(&self.s.clock, self.sources)
     }
 
     /// A completed checkpoint's `_metadata`: its tasks' files and the shared files they
     /// refer to, with `stats`.
-    fn metadata_of(&self, p: &Pending, stats: CheckpointStats, now_ns: u64) -> CheckpointMetadata {
+    fn metadata_of(&self, p: &Pending, stats: super::storage::CheckpointStats, now_ns: u64) -> CheckpointMetadata {
         let mut tasks: Vec<TaskFile> = self
             .s
             .tasks
             .iter()
             .map(|t| {
-                let a = &p.acks[&t.0];
+                let a = &p.acks[&t.index];
                 TaskFile {
-                    task: t.0,
-                    name: t.1.clone(),
+                    task: t.index,
+                    name: t.name.clone(),
                     file: a.file.clone(),
                     bytes: a.digest.bytes,
                     crc32c: a.digest.crc32c,
@@ -1019,53 +800,16 @@ impl CoordinatorCore {
         }
     }
 
-    /// The shared files checkpoint `id` refers to that must be read back before it counts:
-    /// all of them, and apart those written for checkpoints that did not complete (adopted
-    /// once it does).
-    fn unverified_files(&self, id: u64, metadata: &CheckpointMetadata) -> (HashSet<String>, Vec<String>) {
-        // Shared files of kept parts, written for a checkpoint that never completed, are read
-        // back whole the first time a completed one refers to them.
-        let mut unverified: HashSet<String> =
-            self.kept.iter().flat_map(|k| k.shared()).filter(|f| !self.adopted.contains(*f)).cloned().collect();
-        // Shared files written for a checkpoint that did not complete, whichever: a task's
-        // write may refer to a kept part the coordinator has since replaced by a newer failed
-        // checkpoint's (checkpoint 3 referred to 4's kept pages after 5 failed; once 3 was no
-        // longer pending nothing spared them, and dropping 4's files later damaged 3:
-        // `weir simulate --job owned --mode unaligned --incremental --parallelism 4 --seeds
-        // 90003`). They are read back now and adopted, as the current kept part's are.
-        let foreign: Vec<String> = metadata
-            .shared
-            .iter()
-            .filter(|s| {
-                parse_shared_name(&s.file).is_some_and(|(written_by, _)| {
-                    written_by != id && !self.s.completed.contains(&written_by) && !self.adopted.contains(&s.file)
-                })
-            })
-            .map(|s| s.file.clone())
-            .collect();
-        unverified.extend(foreign.iter().cloned());
-        (unverified, foreign)
-    }
-
     /// After checkpoint `id` completed: it adopts the `foreign` shared files it refers to,
     /// older checkpoints go as retention says (sparing the files of those `in_use`), and of
     /// a kept part it resumed, what it does not refer to.
     fn retire_older(&mut self, id: u64, metadata: &CheckpointMetadata, foreign: Vec<String>, in_use: &HashSet<String>) {
-        self.adopted.extend(foreign);
-        self.bases_of.remove(&id);
-        self.s.completed.push(id);
-        let deleted = self.s.storage.retain(&mut self.s.completed, self.s.config.retained, in_use);
-        for f in &deleted {
-            self.adopted.remove(f);
-        }
-        self.deleted_shared.extend(deleted);
-        if let Some(k) = self.kept.take_if(|k| k.id < id) {
+        let retention = (&mut self.s.completed, self.s.config.retained);
+        self.files.retire(&self.s.storage, id, foreign, retention, in_use);
+        if let Some(k) = self.pending.take_kept_before(id) {
             // Resumed: what this checkpoint refers to of the kept parts stays with it; the
             // rest goes.
-            let kept: HashSet<&String> = k.shared().collect();
-            let adopt: Vec<String> =
-                metadata.shared.iter().filter(|s| kept.contains(&s.file)).map(|s| s.file.clone()).collect();
-            self.adopted.extend(adopt);
+            self.files.adopt_referred(metadata, k.shared());
             self.drop_files(k.id);
         }
     }
@@ -1142,6 +886,7 @@ pub(crate) fn run_thread(
 mod tests {
     use super::*;
     use crate::checkpoint::incremental::write_task_snapshot;
+    use crate::checkpoint::task::{TaskDone, TaskStats};
     use crate::snapshot::TaskSnapshot;
 
     /// A coordinator over one source (task 0) and one other task (task 1), on a clock it
@@ -1156,7 +901,10 @@ mod tests {
         CoordinatorCore::new(CoordinatorSetup {
             config,
             storage,
-            tasks: vec![(0, "source".into(), true), (1, "sink".into(), false)],
+            tasks: vec![
+                TaskInfo { index: 0, name: "source".into(), is_source: true },
+                TaskInfo { index: 1, name: "sink".into(), is_source: false },
+            ],
             outputs: Vec::new(),
             clock: Clock::manual(Arc::new(std::sync::atomic::AtomicU64::new(0))),
             first_id: 1,
@@ -1343,7 +1091,7 @@ mod tests {
         assert_eq!(second.id, 2);
         // The source's writer found nothing changed: it links its kept part into checkpoint 2.
         c.s.storage.link_task(1, 2, &source_file).unwrap();
-        let kept = c.kept.as_ref().unwrap().parts[&0].digest;
+        let kept = c.pending.kept().unwrap().parts[&0].digest;
         let stats = TaskStats { reused_from: Some(1), ..Default::default() };
         let done = TaskDone { file: source_file, digest: kept, written_for: Some(1), stats, shared: Vec::new() };
         c.on_ack(TaskAck { checkpoint: 2, task: 0, result: Ok(done) }, 81 * ms);
@@ -1386,7 +1134,7 @@ mod tests {
         assert_eq!(second.len(), 1);
         let declined = TaskAck { checkpoint: second[0].id, task: 1, result: Err(Error::Checkpoint("no room".into())) };
         c.on_ack(declined, 6 * ms);
-        let why = answer.try_recv().unwrap().unwrap_err();
+        let why = answer.try_recv().unwrap().unwrap_err().to_string();
         assert!(why.contains(&format!("checkpoint {} failed", second[0].id)) && why.contains("no room"), "{why}");
     }
 
@@ -1447,7 +1195,7 @@ mod tests {
         c.on_tick(50 * ms);
         assert!(answer.try_recv().is_err(), "not answered yet");
         c.on_tick(102 * ms);
-        let why = answer.try_recv().unwrap().unwrap_err();
+        let why = answer.try_recv().unwrap().unwrap_err().to_string();
         assert!(why.contains(&format!("its checkpoint ({})", savepoint[0].id)), "{why}");
         assert!(why.contains("expired after 100ms: 1 of 2 tasks had completed their part; still waiting for"), "{why}");
         assert!(why.contains("--savepoint-timeout-ms") && !why.contains("kept"), "{why}");
@@ -1470,7 +1218,7 @@ mod tests {
         c.s.end.sources_at_end.store(1, Ordering::SeqCst);
         let last = triggered(&c.on_tick(2 * ms));
         assert_eq!(last.len(), 1, "the final checkpoint starts at once");
-        assert_eq!(c.final_id, Some(last[0].id));
+        assert_eq!(c.trigger.final_id(), Some(last[0].id));
         for t in 3..20 {
             assert!(triggered(&c.on_tick(t * ms)).is_empty(), "nothing after the final checkpoint (at {t} ms)");
         }
@@ -1494,7 +1242,7 @@ mod tests {
         let (reply, answer) = std::sync::mpsc::channel();
         c.on_savepoint(SavepointRequest { dir: dir.path().join("sp"), reply, stop: true });
         assert!(triggered(&c.on_tick(2)).is_empty());
-        let refusal = answer.try_recv().unwrap().unwrap_err();
+        let refusal = answer.try_recv().unwrap().unwrap_err().to_string();
         assert!(refusal.contains("finishing"), "{refusal}");
     }
 }
