@@ -69,6 +69,80 @@ fn backpressured(unaligned: bool, ring: usize, d: Duration, dir: &std::path::Pat
     common::run_for(job, RunConfig::default().pin_workers(true).workers(2).ring_capacity(ring), d).checkpoints
 }
 
+/// 1. The keyed pipeline without checkpoints, configured but none taken, and every second.
+fn overhead(tmp: &std::path::Path, d: Duration, secs: f64) {
+    println!("## 1. keyed pipeline, 10k keys, p=2, {secs} s each, best of two alternating runs\n");
+    let mut best = [0f64; 3];
+    let mut completed = 0;
+    for round in 0..2 {
+        for (i, interval) in
+            [None, Some(Duration::from_secs(3600)), Some(Duration::from_secs(1))].into_iter().enumerate()
+        {
+            let config = interval.map(|iv| CheckpointConfig::new(tmp.join(format!("keyed-{round}-{i}"))).interval(iv));
+            let r = keyed(config, 10_000, d);
+            best[i] = best[i].max(r.throughput_rps());
+            if i == 2 {
+                completed = completed.max(r.checkpoints.len());
+            }
+        }
+    }
+    println!("| checkpoints | throughput | ratio |\n|---|---|---|");
+    println!("| none | {} rec/s | 1.000 |", group_digits(best[0] as u64));
+    println!(
+        "| configured, none taken (interval 1 h) | {} rec/s | {:.3} |",
+        group_digits(best[1] as u64),
+        best[1] / best[0]
+    );
+    println!(
+        "| exactly-once aligned, every 1 s ({completed} completed) | {} rec/s | {:.3} |",
+        group_digits(best[2] as u64),
+        best[2] / best[0]
+    );
+}
+
+/// 2. The synchronous pause per task with a million keys.
+fn pause(tmp: &std::path::Path, d: Duration) {
+    println!("## 2. synchronous pause per task, 1M keys, checkpoints every 1 s\n");
+    let dir = tmp.join("million");
+    let big = keyed(
+        Some(CheckpointConfig::new(&dir).interval(Duration::from_secs(1))),
+        1_000_000,
+        d.max(Duration::from_secs(4)),
+    );
+    let sync: Vec<f64> = big.checkpoints.iter().map(|c| c.sync_ms).collect();
+    println!(
+        "{} checkpoints; longest synchronous part per checkpoint: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; state {} bytes",
+        sync.len(),
+        percentile(sync.clone(), 0.5),
+        percentile(sync.clone(), 0.99),
+        sync.iter().cloned().fold(0.0, f64::max),
+        group_digits(big.checkpoints.last().map_or(0, |c| c.state_bytes))
+    );
+}
+
+/// 3. Aligned against unaligned under backpressure, as the rings grow.
+fn backpressure(tmp: &std::path::Path, d: Duration, secs: f64) {
+    println!("## 3. backpressure (sink ~2 µs/record), checkpoints every 200 ms, {secs} s each\n");
+    println!("| ring capacity | mode | checkpoints | median duration | max duration | median in-flight bytes |");
+    println!("|---|---|---|---|---|---|");
+    for ring in [256, 1024, 4096] {
+        for unaligned in [false, true] {
+            let dir = tmp.join(format!("bp-{ring}-{unaligned}"));
+            let stats = backpressured(unaligned, ring, d, &dir);
+            let durations: Vec<f64> = stats.iter().map(|c| c.duration_ms).collect();
+            let inflight: Vec<f64> = stats.iter().map(|c| c.inflight_bytes as f64).collect();
+            println!(
+                "| {ring} | {} | {} | {:.1} ms | {:.1} ms | {} |",
+                if unaligned { "unaligned" } else { "aligned" },
+                stats.len(),
+                percentile(durations.clone(), 0.5),
+                durations.iter().cloned().fold(0.0, f64::max),
+                group_digits(percentile(inflight, 0.5) as u64)
+            );
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let secs: f64 = args
@@ -91,72 +165,9 @@ fn main() {
         return;
     }
 
-    println!("## 1. keyed pipeline, 10k keys, p=2, {secs} s each, best of two alternating runs\n");
-    let mut best = [0f64; 3];
-    let mut completed = 0;
-    for round in 0..2 {
-        for (i, interval) in
-            [None, Some(Duration::from_secs(3600)), Some(Duration::from_secs(1))].into_iter().enumerate()
-        {
-            let config =
-                interval.map(|iv| CheckpointConfig::new(tmp.path().join(format!("keyed-{round}-{i}"))).interval(iv));
-            let r = keyed(config, 10_000, d);
-            best[i] = best[i].max(r.throughput_rps());
-            if i == 2 {
-                completed = completed.max(r.checkpoints.len());
-            }
-        }
-    }
-    println!("| checkpoints | throughput | ratio |\n|---|---|---|");
-    println!("| none | {} rec/s | 1.000 |", group_digits(best[0] as u64));
-    println!(
-        "| configured, none taken (interval 1 h) | {} rec/s | {:.3} |",
-        group_digits(best[1] as u64),
-        best[1] / best[0]
-    );
-    println!(
-        "| exactly-once aligned, every 1 s ({completed} completed) | {} rec/s | {:.3} |",
-        group_digits(best[2] as u64),
-        best[2] / best[0]
-    );
-
-    println!("\n## 2. synchronous pause per task, 1M keys, checkpoints every 1 s\n");
-    let dir = tmp.path().join("million");
-    let big = keyed(
-        Some(CheckpointConfig::new(&dir).interval(Duration::from_secs(1))),
-        1_000_000,
-        d.max(Duration::from_secs(4)),
-    );
-    let sync: Vec<f64> = big.checkpoints.iter().map(|c| c.sync_ms).collect();
-    println!(
-        "{} checkpoints; longest synchronous part per checkpoint: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; state {} bytes",
-        sync.len(),
-        percentile(sync.clone(), 0.5),
-        percentile(sync.clone(), 0.99),
-        sync.iter().cloned().fold(0.0, f64::max),
-        group_digits(big.checkpoints.last().map_or(0, |c| c.state_bytes))
-    );
-
-    println!("\n## 3. backpressure (sink ~2 µs/record), checkpoints every 200 ms, {secs} s each\n");
-    println!("| ring capacity | mode | checkpoints | median duration | max duration | median in-flight bytes |");
-    println!("|---|---|---|---|---|---|");
-    for ring in [256, 1024, 4096] {
-        for unaligned in [false, true] {
-            let dir = tmp.path().join(format!("bp-{ring}-{unaligned}"));
-            let stats = backpressured(unaligned, ring, d, &dir);
-            let durations: Vec<f64> = stats.iter().map(|c| c.duration_ms).collect();
-            let inflight: Vec<f64> = stats.iter().map(|c| c.inflight_bytes as f64).collect();
-            println!(
-                "| {ring} | {} | {} | {:.1} ms | {:.1} ms | {} |",
-                if unaligned { "unaligned" } else { "aligned" },
-                stats.len(),
-                percentile(durations.clone(), 0.5),
-                durations.iter().cloned().fold(0.0, f64::max),
-                group_digits(percentile(inflight, 0.5) as u64)
-            );
-        }
-    }
-
+    overhead(tmp.path(), d, secs);
+    pause(tmp.path(), d);
+    backpressure(tmp.path(), d, secs);
     state_backend(tmp.path(), gib);
 }
 

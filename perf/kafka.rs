@@ -54,6 +54,57 @@ fn source_rate(broker: &str, topic: &str, messages: u64, security: &Security) ->
     messages as f64 / t.elapsed().as_secs_f64()
 }
 
+/// Messages a second the client alone reads: every partition fetched to its end, the records
+/// counted.
+fn fetch_alone(client: &mut KafkaClient, input: &str, messages: u64) -> f64 {
+    let t = Instant::now();
+    let mut from: Vec<(i32, i64)> = (0..4).map(|p| (p, 0)).collect();
+    let mut read = 0u64;
+    while read < messages {
+        for f in client.fetch(&input, &from, 1, 4 << 20, true).unwrap() {
+            let mut last = None;
+            batches(&f.records, |item| {
+                if let Item::Record(info, _) = item {
+                    read += 1;
+                    last = Some(info.last_offset);
+                }
+                Ok(true)
+            })
+            .unwrap();
+            if let (Some(l), Some(slot)) = (last, from.iter_mut().find(|(p, _)| *p == f.partition)) {
+                slot.1 = l + 1;
+            }
+        }
+    }
+    messages as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Messages a second the sink writes under each guarantee in turn, each into a topic of its
+/// own (named after `tag`).
+fn sink_rates(client: &mut KafkaClient, broker: &str, tag: &str, messages: u64) -> Vec<(Delivery, f64)> {
+    let value = [b'x'; 100];
+    let mut rates = Vec::new();
+    for delivery in [Delivery::None, Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
+        let out = format!("bench-out-{tag}-{delivery}");
+        client.create_topic(&out, 4).unwrap();
+        let chk = tempfile::tempdir().unwrap();
+        let job = Job::new(format!("kafka-write-{tag}-{delivery}"))
+            .with_checkpointing(CheckpointConfig::new(chk.path()).interval(Duration::from_millis(200)));
+        job.generator(Generator::new(|i, _| i).count(messages)).sink(
+            KafkaSink::new(broker, &out, move |i: &u64| KafkaRecord {
+                key: Some(i.to_le_bytes().to_vec()),
+                value: value.to_vec(),
+            })
+            .delivery(delivery)
+            .subtasks(),
+        );
+        let t = Instant::now();
+        job.execute(RunConfig::default().pin_workers(true).workers(1)).unwrap();
+        rates.push((delivery, messages as f64 / t.elapsed().as_secs_f64()));
+    }
+    rates
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let tls = flag(&mut args, "--tls");
@@ -75,32 +126,11 @@ fn main() {
         (addr, security)
     });
     fill(&mut client, &input, n);
-    let value = [b'x'; 100];
     let messages = (n / 4) * 4;
     println!("| what | messages/s | ratio |");
     println!("|---|---|---|");
     for round in 0..3 {
-        // The client alone: fetch every partition to its end, count the records.
-        let t = Instant::now();
-        let mut from: Vec<(i32, i64)> = (0..4).map(|p| (p, 0)).collect();
-        let mut read = 0u64;
-        while read < messages {
-            for f in client.fetch(&input, &from, 1, 4 << 20, true).unwrap() {
-                let mut last = None;
-                batches(&f.records, |item| {
-                    if let Item::Record(info, _) = item {
-                        read += 1;
-                        last = Some(info.last_offset);
-                    }
-                    Ok(true)
-                })
-                .unwrap();
-                if let (Some(l), Some(slot)) = (last, from.iter_mut().find(|(p, _)| *p == f.partition)) {
-                    slot.1 = l + 1;
-                }
-            }
-        }
-        let alone = messages as f64 / t.elapsed().as_secs_f64();
+        let alone = fetch_alone(&mut client, &input, messages);
         // The source in a job, into nothing; over TLS too, in turn.
         let source = source_rate(&broker, &input, messages, &Security::plaintext());
         println!("| round {round}: fetch alone | {alone:.0} | |");
@@ -115,26 +145,7 @@ fn main() {
             println!("| round {round}: rdkafka's consumer alone | {consumer:.0} | |");
             println!("| round {round}: source / rdkafka's consumer | | {:.2} |", source / consumer);
         }
-        // The sink, three guarantees in turn, each into a topic of its own.
-        let mut rates = Vec::new();
-        for delivery in [Delivery::None, Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
-            let out = format!("bench-out-{stamp}-{round}-{delivery}");
-            client.create_topic(&out, 4).unwrap();
-            let chk = tempfile::tempdir().unwrap();
-            let job = Job::new(format!("kafka-write-{round}-{delivery}"))
-                .with_checkpointing(CheckpointConfig::new(chk.path()).interval(Duration::from_millis(200)));
-            job.generator(Generator::new(|i, _| i).count(messages)).sink(
-                KafkaSink::new(&broker, &out, move |i: &u64| KafkaRecord {
-                    key: Some(i.to_le_bytes().to_vec()),
-                    value: value.to_vec(),
-                })
-                .delivery(delivery)
-                .subtasks(),
-            );
-            let t = Instant::now();
-            job.execute(RunConfig::default().pin_workers(true).workers(1)).unwrap();
-            rates.push((delivery, messages as f64 / t.elapsed().as_secs_f64()));
-        }
+        let rates = sink_rates(&mut client, &broker, &format!("{stamp}-{round}"), messages);
         for (d, r) in &rates {
             println!("| round {round}: sink {d} | {r:.0} | {:.2} |", r / rates[0].1);
         }

@@ -124,39 +124,33 @@ fn chained(d: Duration, workers: usize) -> JobReport {
     run_for(job, workers, d)
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let secs: f64 = arg("--duration-s").and_then(|s| s.parse().ok()).unwrap_or(5.0);
-    let d = Duration::from_secs_f64(secs);
-    let mut rows: Vec<(String, String, String)> = Vec::new();
-    let mut json = serde_json::Map::new();
-
+/// The engine's throughput: a keyed sum, a window count, chained map/filter on 1 and 2 workers.
+fn throughput(f: &mut Findings, d: Duration) {
     let r = keyed_sum(d);
-    rows.push((
+    f.rows.push((
         "keyed sum, 10k keys, p=2".into(),
         format!("{} rec/s", group_digits(r.throughput_rps() as u64)),
         "≥ 40 M/s".into(),
     ));
-    json.insert("keyed_sum_rps".into(), r.throughput_rps().into());
+    f.json.insert("keyed_sum_rps".into(), r.throughput_rps().into());
 
     let r = window_count(d);
-    rows.push((
+    f.rows.push((
         "1 s window count, 1k keys, p=2".into(),
         format!("{} rec/s", group_digits(r.throughput_rps() as u64)),
         "≥ 20 M/s".into(),
     ));
-    json.insert("window_count_rps".into(), r.throughput_rps().into());
+    f.json.insert("window_count_rps".into(), r.throughput_rps().into());
 
     let r1 = chained(d, 1);
-    rows.push((
+    f.rows.push((
         "chained map/filter, 1 worker".into(),
         format!("{} rec/s", group_digits(r1.throughput_rps() as u64)),
         "≥ 100 M/s/core".into(),
     ));
-    json.insert("chained_1_worker_rps".into(), r1.throughput_rps().into());
+    f.json.insert("chained_1_worker_rps".into(), r1.throughput_rps().into());
     let r2 = chained(d, 2);
-    rows.push((
+    f.rows.push((
         "chained map/filter, 2 workers".into(),
         format!(
             "{} rec/s ({} per core)",
@@ -165,40 +159,45 @@ fn main() {
         ),
         "≥ 100 M/s/core".into(),
     ));
-    json.insert("chained_2_workers_rps".into(), r2.throughput_rps().into());
+    f.json.insert("chained_2_workers_rps".into(), r2.throughput_rps().into());
+}
 
+/// One ring hop: bare rtrb against weir's channel, chunked and one record at a time.
+fn ring_hop(f: &mut Findings) {
     const HOP: u64 = 1 << 24;
     let bare = (0..3).map(|_| ring_hop::bare_rtrb(HOP)).min().expect("three runs");
     let chunked = (0..3).map(|_| ring_hop::weir_channel(HOP, 256)).min().expect("three runs");
     let single = (0..3).map(|_| ring_hop::weir_channel(HOP, 1)).min().expect("three runs");
     let rps = |t: Duration| HOP as f64 / t.as_secs_f64();
-    rows.push((
+    f.rows.push((
         "ring hop, bare rtrb push/pop".into(),
         format!("{} rec/s", group_digits(rps(bare) as u64)),
         "baseline".into(),
     ));
-    rows.push((
+    f.rows.push((
         "ring hop, weir chunked (256)".into(),
         format!("{} rec/s ({:.1}× bare)", group_digits(rps(chunked) as u64), rps(chunked) / rps(bare)),
         "≥ 0.5× bare".into(),
     ));
-    rows.push((
+    f.rows.push((
         "ring hop, weir single record".into(),
         format!("{} rec/s ({:.2}× bare)", group_digits(rps(single) as u64), rps(single) / rps(bare)),
         "".into(),
     ));
-    json.insert("ring_bare_rps".into(), rps(bare).into());
-    json.insert("ring_chunked_rps".into(), rps(chunked).into());
-    json.insert("ring_single_rps".into(), rps(single).into());
+    f.json.insert("ring_bare_rps".into(), rps(bare).into());
+    f.json.insert("ring_chunked_rps".into(), rps(chunked).into());
+    f.json.insert("ring_single_rps".into(), rps(single).into());
+}
 
+/// The default job at its maximum rate, then three runs at half of it (the latency tail moves a
+/// lot between runs on a shared machine: each is reported, and the median p99 is the headline).
+fn default_job(f: &mut Findings, d: Duration) {
     let workers = weir::runtime::available_cores();
     let default = |rate: Option<f64>| DefaultJob { parallelism: workers, keys: 1000, window_ms: 10, rate_per_s: rate };
     let max = run_for(default(None).build(), workers, d);
-    // The latency tail moves a lot between runs on a shared machine: three runs, each reported,
-    // and the median p99 is the headline.
     let halves: Vec<JobReport> =
         (0..3).map(|_| run_for(default(Some(max.throughput_rps() / 2.0)).build(), workers, d)).collect();
-    rows.push((
+    f.rows.push((
         "default job, max rate".into(),
         format!("{} rec/s", group_digits(max.throughput_rps() as u64)),
         "".into(),
@@ -207,7 +206,7 @@ fn main() {
     for (i, half) in halves.iter().enumerate() {
         let h = half.latency_ns.as_ref().expect("the default job measures latency");
         p99s.push(h.value_at_quantile(0.99));
-        rows.push((
+        f.rows.push((
             format!("default job at half rate, run {}: p50 / p99 / p99.9 / max", i + 1),
             format!(
                 "{} / {} / {} / {}",
@@ -221,27 +220,43 @@ fn main() {
     }
     p99s.sort_unstable();
     let median_p99 = p99s[p99s.len() / 2];
-    rows.push(("default job at half rate: median p99 of 3 runs".into(), format_ns(median_p99), "< 50 µs".into()));
+    f.rows.push(("default job at half rate: median p99 of 3 runs".into(), format_ns(median_p99), "< 50 µs".into()));
+    let half = &halves[0];
+    let h = half.latency_ns.clone().expect("the default job measures latency");
+    f.json.insert("default_half_rate_median_p99_ns".into(), median_p99.into());
+    f.json.insert("default_max_rps".into(), max.throughput_rps().into());
+    f.json.insert("default_half_rate_rps".into(), half.throughput_rps().into());
+    f.json.insert("default_half_rate_p99_ns".into(), h.value_at_quantile(0.99).into());
+    f.json.insert("default_half_rate_p50_ns".into(), h.value_at_quantile(0.5).into());
     if workers > 1 {
-        let fewer = workers - 1;
-        let default = |rate| DefaultJob { parallelism: fewer, keys: 1000, window_ms: 10, rate_per_s: rate };
-        let max = run_for(default(None).build(), fewer, d);
-        let mut p99s: Vec<u64> = (0..3)
-            .map(|_| {
-                let r = run_for(default(Some(max.throughput_rps() / 2.0)).build(), fewer, d);
-                r.latency_ns.expect("the default job measures latency").value_at_quantile(0.99)
-            })
-            .collect();
-        p99s.sort_unstable();
-        rows.push((
-            format!("default job on {fewer} of {workers} cores at half its rate: p99 of 3 runs"),
-            p99s.iter().map(|&p| format_ns(p)).collect::<Vec<_>>().join(" / "),
-            "(one core left to the OS)".into(),
-        ));
-        json.insert("default_fewer_cores_half_rate_median_p99_ns".into(), p99s[1].into());
+        fewer_cores(f, d, workers);
     }
+}
+
+/// The default job on one core fewer than the machine has (one left to the OS).
+fn fewer_cores(f: &mut Findings, d: Duration, workers: usize) {
+    let fewer = workers - 1;
+    let default = |rate| DefaultJob { parallelism: fewer, keys: 1000, window_ms: 10, rate_per_s: rate };
+    let max = run_for(default(None).build(), fewer, d);
+    let mut p99s: Vec<u64> = (0..3)
+        .map(|_| {
+            let r = run_for(default(Some(max.throughput_rps() / 2.0)).build(), fewer, d);
+            r.latency_ns.expect("the default job measures latency").value_at_quantile(0.99)
+        })
+        .collect();
+    p99s.sort_unstable();
+    f.rows.push((
+        format!("default job on {fewer} of {workers} cores at half its rate: p99 of 3 runs"),
+        p99s.iter().map(|&p| format_ns(p)).collect::<Vec<_>>().join(" / "),
+        "(one core left to the OS)".into(),
+    ));
+    f.json.insert("default_fewer_cores_half_rate_median_p99_ns".into(), p99s[1].into());
+}
+
+/// How often the machine stalls a pinned thread: what a latency tail cannot beat.
+fn stall_rows(f: &mut Findings, d: Duration) {
     let stalls = os_stalls(d);
-    rows.push((
+    f.rows.push((
         format!("machine: stalls > {} µs of a pinned clock-reading thread on each core", STALL.as_micros()),
         format!(
             "{:.0} per second per core, {:.1}% of the time; a window end has one within 50 µs {:.1}% of the time",
@@ -251,17 +266,29 @@ fn main() {
         ),
         "< 1% for a p99 under 50 µs".into(),
     ));
-    json.insert("os_stalls_per_core_per_s".into(), stalls.per_core_per_s.into());
-    json.insert("os_stalled_share".into(), stalls.share_of_time.into());
-    json.insert("window_ends_near_os_stall".into(), stalls.window_ends_hit.into());
-    let half = &halves[0];
-    let h = half.latency_ns.clone().expect("the default job measures latency");
-    json.insert("default_half_rate_median_p99_ns".into(), median_p99.into());
-    json.insert("default_max_rps".into(), max.throughput_rps().into());
-    json.insert("default_half_rate_rps".into(), half.throughput_rps().into());
-    json.insert("default_half_rate_p99_ns".into(), h.value_at_quantile(0.99).into());
-    json.insert("default_half_rate_p50_ns".into(), h.value_at_quantile(0.5).into());
+    f.json.insert("os_stalls_per_core_per_s".into(), stalls.per_core_per_s.into());
+    f.json.insert("os_stalled_share".into(), stalls.share_of_time.into());
+    f.json.insert("window_ends_near_os_stall".into(), stalls.window_ends_hit.into());
+}
 
+/// The table's rows (what, measured, target) and the JSON beside it.
+#[derive(Default)]
+struct Findings {
+    rows: Vec<(String, String, String)>,
+    json: serde_json::Map<String, serde_json::Value>,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let secs: f64 = arg("--duration-s").and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let d = Duration::from_secs_f64(secs);
+    let mut f = Findings::default();
+    throughput(&mut f, d);
+    ring_hop(&mut f);
+    default_job(&mut f, d);
+    stall_rows(&mut f, d);
+    let (rows, json) = (f.rows, f.json);
     println!("| benchmark ({secs} s each) | measured | target |");
     println!("|---|---|---|");
     for (a, b, c) in &rows {

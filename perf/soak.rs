@@ -266,6 +266,59 @@ fn check_windows(out: &Path, events: u64) -> (usize, usize, usize) {
     (windows, wrong, extra + got.len())
 }
 
+/// The log's writer: ~1.5 MB/s of text lines, whole lines only, until `stop`; it returns each
+/// word's count.
+fn start_writer(log: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<HashMap<String, u64>> {
+    let log = log.to_path_buf();
+    std::thread::spawn(move || {
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).expect("log");
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        let mut n = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            let mut chunk = String::new();
+            for _ in 0..2_000 {
+                n += 1;
+                for w in 0..(mix(n) % 9) {
+                    let word = format!("w{}", mix(n * 31 + w) % 20_000);
+                    chunk.push_str(&word);
+                    chunk.push(' ');
+                    *counts.entry(word).or_default() += 1;
+                }
+                chunk.push('\n');
+            }
+            f.write_all(chunk.as_bytes()).expect("append");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        counts
+    })
+}
+
+/// Checks both jobs' output exactly once and prints what the soak saw.
+fn report(
+    minutes: f64,
+    (wordcount, windowed): (&Supervised, &Supervised),
+    (out, window_dir): (&Path, &Path),
+    (expected, window_events, window_took): (&HashMap<String, u64>, u64, Duration),
+) {
+    let (wrong, unknown) = check_wordcount(out, expected);
+    let (windows, windows_wrong, windows_extra) = check_windows(&window_dir.join("out"), window_events);
+    let words: u64 = expected.values().sum();
+    println!("## Soak: {minutes} min of weir wordcount --follow and a windowed job, side by side\n");
+    println!("word count: {words} words in the log, {} distinct; {}", expected.len(), wordcount.summary());
+    println!("  exactly-once check: {wrong} words with wrong counts, {unknown} words that are not in the log");
+    println!("  resident memory: {}", wordcount.memory());
+    println!(
+        "windowed job: {window_events} events, {windows} (key, window) results, done after {:.0} s; {}",
+        window_took.as_secs_f64(),
+        windowed.summary()
+    );
+    println!("  exactly-once check: {windows_wrong} results wrong or missing, {windows_extra} duplicate or unexpected");
+    println!("  resident memory: {}", windowed.memory());
+    assert_eq!(wrong, 0, "some word's counts are not 1..n exactly once");
+    assert_eq!(unknown, 0, "words in the output that are not in the log");
+    assert_eq!((windows_wrong, windows_extra), (0, 0), "window results are not exactly once");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--window-child") {
@@ -291,30 +344,7 @@ fn main() {
 
     // The writer: ~1.5 MB/s of text lines, whole lines only.
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (log, stop) = (log.clone(), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            let mut f = std::fs::OpenOptions::new().append(true).open(&log).expect("log");
-            let mut counts: HashMap<String, u64> = HashMap::new();
-            let mut n = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                let mut chunk = String::new();
-                for _ in 0..2_000 {
-                    n += 1;
-                    for w in 0..(mix(n) % 9) {
-                        let word = format!("w{}", mix(n * 31 + w) % 20_000);
-                        chunk.push_str(&word);
-                        chunk.push(' ');
-                        *counts.entry(word).or_default() += 1;
-                    }
-                    chunk.push('\n');
-                }
-                f.write_all(chunk.as_bytes()).expect("append");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            counts
-        })
-    };
+    let writer = start_writer(&log, Arc::clone(&stop));
 
     let started = Instant::now();
     let until = Duration::from_secs_f64(minutes * 60.0);
@@ -364,21 +394,5 @@ fn main() {
     }
     let window_took = started.elapsed();
 
-    let (wrong, unknown) = check_wordcount(&out, &expected);
-    let (windows, windows_wrong, windows_extra) = check_windows(&window_dir.join("out"), window_events);
-    let words: u64 = expected.values().sum();
-    println!("## Soak: {minutes} min of weir wordcount --follow and a windowed job, side by side\n");
-    println!("word count: {words} words in the log, {} distinct; {}", expected.len(), wordcount.summary());
-    println!("  exactly-once check: {wrong} words with wrong counts, {unknown} words that are not in the log");
-    println!("  resident memory: {}", wordcount.memory());
-    println!(
-        "windowed job: {window_events} events, {windows} (key, window) results, done after {:.0} s; {}",
-        window_took.as_secs_f64(),
-        windowed.summary()
-    );
-    println!("  exactly-once check: {windows_wrong} results wrong or missing, {windows_extra} duplicate or unexpected");
-    println!("  resident memory: {}", windowed.memory());
-    assert_eq!(wrong, 0, "some word's counts are not 1..n exactly once");
-    assert_eq!(unknown, 0, "words in the output that are not in the log");
-    assert_eq!((windows_wrong, windows_extra), (0, 0), "window results are not exactly once");
+    report(minutes, (&wordcount, &windowed), (&out, &window_dir), (&expected, window_events, window_took));
 }

@@ -65,6 +65,49 @@ fn checkpoint(
     Taken { fork_s, write_s, written: w.written_bytes, due }
 }
 
+/// A round's total, fork and write seconds, bytes written, and the changed entries' bytes.
+type Round = (f64, f64, f64, u64, u64);
+
+/// One checkpoint per round after `updates` uniform updates of `state`'s `keys` keys, each
+/// changelog base materialized on a thread of its own meanwhile: the rounds, and the bases
+/// materialized.
+fn run_rounds(
+    storage: &CheckpointStorage,
+    index: &PageIndex,
+    state: &mut KeyedValueState<u64, Wide>,
+    keys: u64,
+    (updates, rounds): (u64, usize),
+) -> (Vec<Round>, usize) {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut runs = Vec::new();
+    let mut materialized = 0;
+    std::thread::scope(|scope| {
+        for round in 0..rounds {
+            let mut changed = HashSet::new();
+            for _ in 0..updates {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = x % keys;
+                state.get_or_insert_with(k, || [0; 6])[0] += 1;
+                changed.insert(k);
+            }
+            let id = 2 + round as u64;
+            let t = checkpoint(storage, index, id, state);
+            // A changelog entry: the key, the value and a key group (u16) — the least it holds.
+            runs.push((t.fork_s + t.write_s, t.fork_s, t.write_s, t.written, changed.len() as u64 * (8 + 48 + 2)));
+            // Materialized on a thread of its own while the updates go on.
+            if let Some((maps, fork)) = t.due {
+                materialized += 1;
+                scope.spawn(move || {
+                    materialize(storage, index, 0, id, &[fork], &maps, &|| false).expect("base materialized");
+                });
+            }
+        }
+    });
+    (runs, materialized)
+}
+
 fn main() {
     let (max_gib, updates, rounds): (f64, f64, usize) =
         (common::flag("--max-gib", 1.0), common::flag("--updates", 1e6), common::flag("--rounds", 3));
@@ -93,40 +136,7 @@ fn main() {
             let storage = CheckpointStorage::new(scratch.path().join(format!("{mib}-{kind}")));
             let index = if kind == "changelog" { PageIndex::changelog(every) } else { PageIndex::default() };
             checkpoint(&storage, &index, 1, &mut state);
-            let mut x = 0x2545_F491_4F6C_DD1Du64;
-            let mut runs = Vec::new();
-            let mut materialized = 0;
-            std::thread::scope(|scope| {
-                for round in 0..rounds {
-                    let mut changed = HashSet::new();
-                    for _ in 0..updates {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        let k = x % keys;
-                        state.get_or_insert_with(k, || [0; 6])[0] += 1;
-                        changed.insert(k);
-                    }
-                    let id = 2 + round as u64;
-                    let t = checkpoint(&storage, &index, id, &mut state);
-                    // A changelog entry: the key, the value and a key group (u16) — the least it holds.
-                    runs.push((
-                        t.fork_s + t.write_s,
-                        t.fork_s,
-                        t.write_s,
-                        t.written,
-                        changed.len() as u64 * (8 + 48 + 2),
-                    ));
-                    // Materialized on a thread of its own while the updates go on.
-                    if let Some((maps, fork)) = t.due {
-                        let (storage, index) = (&storage, &index);
-                        materialized += 1;
-                        scope.spawn(move || {
-                            materialize(storage, index, 0, id, &[fork], &maps, &|| false).expect("base materialized");
-                        });
-                    }
-                }
-            });
+            let (mut runs, materialized) = run_rounds(&storage, &index, &mut state, keys, (updates, rounds));
             if std::env::args().any(|a| a == "--each") {
                 let each: Vec<String> = runs.iter().map(|r| format!("{:.0}", r.0 * 1e3)).collect();
                 println!("{mib} MiB {kind}, each checkpoint's ms: {}", each.join(" "));
