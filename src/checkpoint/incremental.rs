@@ -351,6 +351,50 @@ struct TaskFileBuilder<'a> {
 }
 
 impl TaskFileBuilder<'_> {
+    /// Checkpoint `id`'s state as a new chain: a base, the state's image.
+    fn new_base(&mut self, id: u64, base: &mut dyn FnMut(&mut dyn StateChunks) -> io::Result<()>) -> io::Result<()> {
+        let base = self.write_base(base)?;
+        self.pages.chains.insert(id, Arc::new(Chain { base: Arc::new(base), segments: Vec::new() }));
+        Ok(())
+    }
+
+    /// Checkpoint `id`'s state as the chain on `chain_base` (an `adopted` materialized base's,
+    /// or the last chain's with its `base_parts`), the `kept` segments and one more: `segment`.
+    fn extend_chain(
+        &mut self,
+        id: u64,
+        chain_base: Arc<ChainBase>,
+        adopted: Option<&Materialized>,
+        base_parts: &[(u64, PageRef)],
+        kept: &[(u64, PageRef)],
+        segment: &mut dyn FnMut(&mut Vec<u8>),
+    ) -> io::Result<()> {
+        self.bytes(&crate::snapshot::chain_head(kept.len() + 1))?;
+        self.bytes(&chain_base.head)?;
+        match adopted {
+            Some(m) => {
+                for v in &m.base.pages {
+                    self.stored(*v, m.pages[v].clone());
+                }
+                if let Some((name, digest)) = &m.file {
+                    self.pages.files.insert(Arc::clone(name), *digest);
+                }
+            }
+            None => {
+                for (v, r) in base_parts {
+                    self.stored(*v, r.clone());
+                }
+            }
+        }
+        for (v, r) in kept {
+            self.stored(*v, r.clone());
+        }
+        self.page(id, segment)?;
+        let segments = kept.iter().map(|(v, _)| *v).chain([id]).collect();
+        self.pages.chains.insert(id, Arc::new(Chain { base: chain_base, segments }));
+        Ok(())
+    }
+
     fn push_ref(&mut self, r: &PageRef) {
         if r.len == 0 {
             return;
@@ -394,8 +438,7 @@ impl StateChunks for TaskFileBuilder<'_> {
     ) -> io::Result<()> {
         if let Some(wanted) = &self.materializing {
             if wanted.contains(&id) {
-                let base = self.write_base(base)?;
-                self.pages.chains.insert(id, Arc::new(Chain { base: Arc::new(base), segments: Vec::new() }));
+                self.new_base(id, base)?;
             }
             return Ok(());
         }
@@ -418,9 +461,7 @@ impl StateChunks for TaskFileBuilder<'_> {
         });
         let Some((c, parts)) = chain else {
             // A new base, now: the state's image.
-            let base = self.write_base(base)?;
-            self.pages.chains.insert(id, Arc::new(Chain { base: Arc::new(base), segments: Vec::new() }));
-            return Ok(());
+            return self.new_base(id, base);
         };
         let known = known.expect("a chain is known");
         let (base_parts, segment_parts) = parts.split_at(c.base.pages.len());
@@ -448,38 +489,13 @@ impl StateChunks for TaskFileBuilder<'_> {
         };
         let underway = c.segments.iter().any(|s| known.materializing.contains(s) || known.materialized.contains_key(s));
         if (n >= 2 * most && !underway) || seg_bytes >= 2 * base_bytes.max(1) {
-            let base = self.write_base(base)?;
-            self.pages.chains.insert(id, Arc::new(Chain { base: Arc::new(base), segments: Vec::new() }));
-            return Ok(());
+            return self.new_base(id, base);
         }
         let due = n + 1 >= most || seg_bytes >= base_bytes;
         if due && adopt.is_none() && !underway {
             self.materialize.push(id);
         }
-        self.bytes(&crate::snapshot::chain_head(kept.len() + 1))?;
-        self.bytes(&chain_base.head)?;
-        match &adopt {
-            Some((m, _)) => {
-                for v in &m.base.pages {
-                    self.stored(*v, m.pages[v].clone());
-                }
-                if let Some((name, digest)) = &m.file {
-                    self.pages.files.insert(Arc::clone(name), *digest);
-                }
-            }
-            None => {
-                for (v, r) in base_parts {
-                    self.stored(*v, r.clone());
-                }
-            }
-        }
-        for (v, r) in kept {
-            self.stored(*v, r.clone());
-        }
-        self.page(id, segment)?;
-        let segments = kept.iter().map(|(v, _)| *v).chain([id]).collect();
-        self.pages.chains.insert(id, Arc::new(Chain { base: chain_base, segments }));
-        Ok(())
+        self.extend_chain(id, chain_base, adopt.as_ref().map(|(m, _)| m.as_ref()), base_parts, kept, segment)
     }
 
     fn bytes(&mut self, bytes: &[u8]) -> io::Result<()> {

@@ -71,6 +71,38 @@ fn newest_generation(storage: &CheckpointStorage) -> u64 {
         .unwrap_or(0)
 }
 
+/// The directory's lock file, opened and locked: refused, naming the process that holds it,
+/// while another holds it.
+fn lock_file(dir: &Path) -> Result<(PathBuf, File)> {
+    let path = dir.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io("cannot open the checkpoint directory's lock", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = match read_record(&path) {
+                Ok(r) => format!("process {} (job '{}')", r.pid, r.job),
+                Err(_) => "another process".to_string(),
+            };
+            return Err(Error::InUse(format!(
+                "checkpoint directory {} is in use by {holder}: one process at a time may own it (its lock is {}); \
+                 wait for that process to end, stop it, or choose another directory",
+                dir.display(),
+                path.display()
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(Error::io("cannot lock the checkpoint directory", &path, e));
+        }
+    }
+    Ok((path, file))
+}
+
 impl DirectoryLock {
     /// Takes the lock of `storage`'s directory (created if missing) for job `job`, or refuses
     /// with an error naming the directory and the process that holds it. Returns notes: the
@@ -79,32 +111,7 @@ impl DirectoryLock {
     pub fn acquire(storage: &CheckpointStorage, job: &str) -> Result<(DirectoryLock, Vec<String>)> {
         let dir = storage.dir().to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("cannot create checkpoint directory", &dir, e))?;
-        let path = dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io("cannot open the checkpoint directory's lock", &path, e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let holder = match read_record(&path) {
-                    Ok(r) => format!("process {} (job '{}')", r.pid, r.job),
-                    Err(_) => "another process".to_string(),
-                };
-                return Err(Error::InUse(format!(
-                    "checkpoint directory {} is in use by {holder}: one process at a time may own it (its lock is {}); \
-                     wait for that process to end, stop it, or choose another directory",
-                    dir.display(),
-                    path.display()
-                )));
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(Error::io("cannot lock the checkpoint directory", &path, e));
-            }
-        }
+        let (path, file) = lock_file(&dir)?;
         // From here on, dropping the lock (also on an error below) releases it.
         let mut lock = DirectoryLock {
             dir: dir.clone(),
@@ -114,8 +121,7 @@ impl DirectoryLock {
             mirror: None,
             instance: String::new(),
         };
-        let file = &lock.file;
-        let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
+        let empty = lock.file.metadata().map(|m| m.len() == 0).unwrap_or(false);
         let previous = if empty { None } else { Some(read_record(&path)) };
         let pid = lock.record.pid;
         let mut notes: Vec<String> = match &previous {
@@ -137,29 +143,13 @@ impl DirectoryLock {
         let last = previous.and_then(|r| r.ok()).map_or(0, |r| r.generation);
         lock.record.generation = newest_generation(storage).max(last) + 1;
         if let Some(m) = storage.mirror() {
-            // The store's claims fence processes on other machines, which this lock cannot see.
-            // Claimed before the store's checkpoints come down (see `storage::remote`).
-            lock.record.generation = lock.record.generation.max(m.next_generation()?);
-            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
-            let owner = format!("process {pid} on {} (job '{job}')", host.trim());
-            // The working copy is the store's, whole: what an earlier process here left (a
-            // checkpoint it published after it was fenced, files it never published) must not
-            // be restored from, nor stand in for the store's file of the same name.
-            clear_except(&dir, LOCK_FILE)?;
-            let ids = m.take_over(&dir, lock.record.generation, &owner)?;
-            notes.push(format!(
-                "checkpoint store {}: {} complete checkpoint(s) brought down into {}",
-                m.location(),
-                ids.len(),
-                dir.display()
-            ));
-            lock.mirror = Some(m.clone());
+            notes.push(lock.claim_store(m)?);
         }
         lock.instance = instance_of(&dir, lock.mirror.as_ref())?;
         let json = serde_json::to_vec(&lock.record).map_err(|e| Error::Corrupt(e.to_string()))?;
         let bytes = encode_file(&FileIdentity::new(FileKind::Lock, storage.fingerprint(), 0, None), &json);
         (|| {
-            let mut f = file;
+            let mut f = &lock.file;
             f.set_len(0)?;
             f.rewind()?;
             f.write_all(&bytes)?;
@@ -168,6 +158,27 @@ impl DirectoryLock {
         .map_err(|e| Error::io("cannot write the checkpoint directory's lock", &path, e))?;
         super::storage::sync_folder(&dir)?;
         Ok((lock, notes))
+    }
+
+    /// Claims the object store the directory is kept in (its claims fence processes on other
+    /// machines, which the file lock cannot see) and brings its checkpoints down: claimed
+    /// before they come down (see `storage::remote`). Returns the note saying so.
+    fn claim_store(&mut self, m: &CheckpointMirror) -> Result<String> {
+        self.record.generation = self.record.generation.max(m.next_generation()?);
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        let owner = format!("process {} on {} (job '{}')", self.record.pid, host.trim(), self.record.job);
+        // The working copy is the store's, whole: what an earlier process here left (a
+        // checkpoint it published after it was fenced, files it never published) must not
+        // be restored from, nor stand in for the store's file of the same name.
+        clear_except(&self.dir, LOCK_FILE)?;
+        let ids = m.take_over(&self.dir, self.record.generation, &owner)?;
+        self.mirror = Some(m.clone());
+        Ok(format!(
+            "checkpoint store {}: {} complete checkpoint(s) brought down into {}",
+            m.location(),
+            ids.len(),
+            self.dir.display()
+        ))
     }
 
     /// The identity of the job the directory belongs to: random, made when it was first used

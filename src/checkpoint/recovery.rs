@@ -150,35 +150,8 @@ pub(crate) fn recover_directory(
     // No checkpoint is being written now: shared pages of checkpoints that never completed
     // (a crash, an earlier attempt) can go.
     storage.remove_unreferenced_shared();
-    // Falling back past checkpoints another weir wrote would silently start over.
-    if let Some((id, version)) = storage
-        .list()
-        .into_iter()
-        .filter_map(|id| storage.format_version(id).map(|v| (id, v)))
-        .find(|&(_, v)| v != FORMAT_VERSION)
-    {
-        return Err(Error::config(format!(
-            "checkpoint directory {} holds checkpoint {id} in format version {version}, and this weir reads \
-             version {FORMAT_VERSION}: resume with the weir that wrote it, or remove the directory to start afresh",
-            shown,
-        )));
-    }
-    let found = match local_copy(&storage, local) {
-        Some(c) => {
-            (job.announce)(&format!(
-                "restoring checkpoint {} of job '{}' from memory (this process's copy of {}: local recovery)",
-                c.metadata.checkpoint,
-                c.metadata.job,
-                storage.checkpoint_dir(c.metadata.checkpoint).display()
-            ));
-            RecoveryPoint { checkpoint: Some(c), skipped: Vec::new() }
-        }
-        None => storage.latest_valid_with(&|id| {
-            if let Ok(m) = storage.metadata(id) {
-                (job.announce)(&restore_line("checkpoint", &storage.checkpoint_dir(id), &m));
-            }
-        })?,
-    };
+    refuse_another_format(&storage, &shown)?;
+    let found = recovery_point(&storage, local, job)?;
     for (id, why) in &found.skipped {
         tracing::warn!(checkpoint = id, reason = %why, "checkpoint damaged, skipped");
         notes.push(format!("checkpoint {id} is damaged and was skipped: {why}"));
@@ -234,6 +207,49 @@ pub(crate) fn recover_directory(
         }
     }
     Ok(Recovered { storage, restored, recovery, first_id, completed, report })
+}
+
+/// Refuses a directory holding a checkpoint in another format version: falling back past
+/// checkpoints another weir wrote would silently start over.
+fn refuse_another_format(storage: &CheckpointStorage, shown: &str) -> Result<()> {
+    if let Some((id, version)) = storage
+        .list()
+        .into_iter()
+        .filter_map(|id| storage.format_version(id).map(|v| (id, v)))
+        .find(|&(_, v)| v != FORMAT_VERSION)
+    {
+        return Err(Error::config(format!(
+            "checkpoint directory {shown} holds checkpoint {id} in format version {version}, and this weir reads \
+             version {FORMAT_VERSION}: resume with the weir that wrote it, or remove the directory to start afresh",
+        )));
+    }
+    Ok(())
+}
+
+/// The checkpoint to restore: this process's copy of the newest one (local recovery), or the
+/// newest that verifies on disk (with the damaged ones skipped), each announced before it is
+/// read.
+fn recovery_point(
+    storage: &CheckpointStorage,
+    local: Option<&LocalCopies>,
+    job: &JobIdentity<'_>,
+) -> Result<RecoveryPoint> {
+    Ok(match local_copy(storage, local) {
+        Some(c) => {
+            (job.announce)(&format!(
+                "restoring checkpoint {} of job '{}' from memory (this process's copy of {}: local recovery)",
+                c.metadata.checkpoint,
+                c.metadata.job,
+                storage.checkpoint_dir(c.metadata.checkpoint).display()
+            ));
+            RecoveryPoint { checkpoint: Some(c), skipped: Vec::new() }
+        }
+        None => storage.latest_valid_with(&|id| {
+            if let Ok(m) = storage.metadata(id) {
+                (job.announce)(&restore_line("checkpoint", &storage.checkpoint_dir(id), &m));
+            }
+        })?,
+    })
 }
 
 /// The state of the savepoint (or checkpoint) the job was told to start from, checked against

@@ -139,6 +139,61 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
+    /// Makes every ring edge's channels, keeping their writers and readers for the tasks:
+    /// per ring edge, its channels and the size of an entry, if bounded.
+    fn wire_rings(&mut self) -> Result<Vec<(usize, Option<usize>)>> {
+        let graph = self.graph;
+        let mut ring_entries = Vec::new();
+        for (e, edge) in graph.edges.iter().enumerate() {
+            let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
+            if is_chained(graph, e) {
+                self.writers.push(Vec::new());
+                self.readers.push(Vec::new());
+                continue;
+            }
+            let spec = self.channel_spec(e);
+            let Some(make_channels) = &edge.make_channels else {
+                return Err(Error::config(format!(
+                    "operator '{}' must keep the parallelism of its input '{}': its input is not records (text lines) and cannot cross a ring",
+                    to.name, from.name
+                )));
+            };
+            let (w, r) = (make_channels.make)(&spec);
+            let channels = if spec.partitioning == Partitioning::Forward {
+                to.parallelism
+            } else {
+                from.parallelism * to.parallelism
+            };
+            ring_entries.push((channels, make_channels.entry_bytes));
+            self.writers.push(w.into_iter().map(Some).collect());
+            self.readers.push(r.into_iter().map(Some).collect());
+        }
+        Ok(ring_entries)
+    }
+
+    /// The channels of ring edge `e`, as its partitioning, parallelism and the job's
+    /// checkpointing make them.
+    fn channel_spec(&self, e: usize) -> ChannelSpec {
+        let (graph, env) = (self.graph, self.env);
+        let edge = &graph.edges[e];
+        let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
+        ChannelSpec {
+            partitioning: effective(graph, e),
+            upstream: from.parallelism,
+            downstream: to.parallelism,
+            capacity: self.limits.ring_capacity,
+            max_parallelism: graph.max_parallelism,
+            upstream_parkers: (0..from.parallelism).map(|i| Arc::clone(&env.parkers[self.worker(i)])).collect(),
+            downstream_parkers: (0..to.parallelism).map(|i| Arc::clone(&env.parkers[self.worker(i)])).collect(),
+            senders: (0..from.parallelism).map(|i| env.metrics.operator(&from.name, i)).collect(),
+            // With unaligned on, an aligned-checkpoint timeout may be set on the running job.
+            barrier_expiry: env.checkpointing.as_ref().filter(|w| w.unaligned).map(|w| crate::channel::BarrierExpiry {
+                clock: env.clock.clone(),
+                timeout_ns: Arc::clone(&w.live.alignment_timeout_ns),
+            }),
+        }
+    }
+
     fn worker(&self, subtask: usize) -> usize {
         subtask % self.limits.workers
     }
@@ -206,43 +261,7 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
     graph.default_alignment.set_max_drift(graph.default_drift());
     assert!(limits.workers >= 1 && env.parkers.len() == limits.workers);
     let mut b = Builder { graph, limits, env, writers: Vec::new(), readers: Vec::new() };
-    // Per ring edge: its channels and the size of an entry, if bounded.
-    let mut ring_entries = Vec::new();
-    for (e, edge) in graph.edges.iter().enumerate() {
-        let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
-        if is_chained(graph, e) {
-            b.writers.push(Vec::new());
-            b.readers.push(Vec::new());
-            continue;
-        }
-        let spec = ChannelSpec {
-            partitioning: effective(graph, e),
-            upstream: from.parallelism,
-            downstream: to.parallelism,
-            capacity: limits.ring_capacity,
-            max_parallelism: graph.max_parallelism,
-            upstream_parkers: (0..from.parallelism).map(|i| Arc::clone(&env.parkers[b.worker(i)])).collect(),
-            downstream_parkers: (0..to.parallelism).map(|i| Arc::clone(&env.parkers[b.worker(i)])).collect(),
-            senders: (0..from.parallelism).map(|i| env.metrics.operator(&from.name, i)).collect(),
-            // With unaligned on, an aligned-checkpoint timeout may be set on the running job.
-            barrier_expiry: env.checkpointing.as_ref().filter(|w| w.unaligned).map(|w| crate::channel::BarrierExpiry {
-                clock: env.clock.clone(),
-                timeout_ns: Arc::clone(&w.live.alignment_timeout_ns),
-            }),
-        };
-        let Some(make_channels) = &edge.make_channels else {
-            return Err(Error::config(format!(
-                "operator '{}' must keep the parallelism of its input '{}': its input is not records (text lines) and cannot cross a ring",
-                to.name, from.name
-            )));
-        };
-        let (w, r) = (make_channels.make)(&spec);
-        let channels =
-            if spec.partitioning == Partitioning::Forward { to.parallelism } else { from.parallelism * to.parallelism };
-        ring_entries.push((channels, make_channels.entry_bytes));
-        b.writers.push(w.into_iter().map(Some).collect());
-        b.readers.push(r.into_iter().map(Some).collect());
-    }
+    let ring_entries = b.wire_rings()?;
     if let Some(w) = &env.checkpointing {
         let channels = ring_entries.iter().map(|(c, _)| c).sum::<usize>();
         w.live.set_channels(channels);

@@ -128,6 +128,48 @@ where
     Ok((job, host))
 }
 
+/// A run's output as its job gave it: committed output, a host, or a reader.
+type SimOutputs<'a, T> =
+    (&'a Option<CommittedOutput<T>>, &'a Option<Box<dyn SimHost<T>>>, &'a Option<Box<dyn Fn() -> Vec<T>>>);
+
+/// The parallelism every operator of `job` shares, if they share one: rescales are drawn for
+/// such a job (the rescale gives them all another).
+fn uniform_parallelism(job: &Job) -> Option<usize> {
+    let graph = job.graph.borrow();
+    let first = graph.nodes.first().map(|n| n.parallelism);
+    first.filter(|&p| graph.nodes.iter().all(|n| n.parallelism == p))
+}
+
+/// A run's output, sorted, from its committed output, its host's log or its reader; or why
+/// it failed (`result`, or committed transactions withdrawn in a run without damage, which
+/// `stats` counts otherwise).
+fn outcome<T: crate::Record + Ord>(
+    result: std::result::Result<(), String>,
+    (out, host, read): SimOutputs<'_, T>,
+    damages: bool,
+    stats: &mut RunStats,
+) -> std::result::Result<Vec<T>, String> {
+    let retracted = out.as_ref().map_or(0, |o| o.retracted());
+    let result = result.and_then(|()| match retracted {
+        0 => Ok(()),
+        n if damages => {
+            stats.retractions += n;
+            Ok(())
+        }
+        n => Err(format!("{n} committed transactions were withdrawn, and no checkpoint was damaged")),
+    });
+    result.map(|()| {
+        let mut records = match (out, host, read) {
+            (Some(out), _, _) => out.records(),
+            (None, Some(host), _) => host.log().handled.clone(),
+            (None, None, Some(read)) => read(),
+            (None, None, None) => unreachable!("a job has its output, its host or its reader"),
+        };
+        records.sort();
+        records
+    })
+}
+
 pub(super) fn simulate<T, B, O>(
     build: &B,
     seed: Option<u64>,
@@ -149,13 +191,7 @@ where
         SimOutput::Host(host) => (None, Some(host), None),
         SimOutput::Read(read) => (None, None, Some(read)),
     };
-    // Rescales are drawn for a job whose operators share one parallelism (the rescale gives
-    // them all another).
-    let uniform = {
-        let graph = job.graph.borrow();
-        let first = graph.nodes.first().map(|n| n.parallelism);
-        first.filter(|&p| graph.nodes.iter().all(|n| n.parallelism == p))
-    };
+    let uniform = uniform_parallelism(&job);
     let mut schedule = Schedule::new(seed, golden, uniform.filter(|_| options.rescale));
     let subtasks = job.graph.borrow().nodes.iter().map(|n| n.parallelism).sum();
     // Output that cannot be withdrawn must not be written twice: recovery past damage refuses.
@@ -201,25 +237,7 @@ where
     let result = processes.run()?;
     let Processes { mut stats, host, directories, .. } = processes;
     stats.late_publishes = crashes.late.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
-    let retracted = out.as_ref().map_or(0, |o| o.retracted());
-    let result = result.and_then(|()| match retracted {
-        0 => Ok(()),
-        n if damages => {
-            stats.retractions += n;
-            Ok(())
-        }
-        n => Err(format!("{n} committed transactions were withdrawn, and no checkpoint was damaged")),
-    });
-    let output = result.map(|()| {
-        let mut records = match (&out, &host, &read) {
-            (Some(out), _, _) => out.records(),
-            (None, Some(host), _) => host.log().handled.clone(),
-            (None, None, Some(read)) => read(),
-            (None, None, None) => unreachable!("a job has its output, its host or its reader"),
-        };
-        records.sort();
-        records
-    });
+    let output = outcome(result, (&out, &host, &read), damages, &mut stats);
     for d in directories {
         let _ = std::fs::remove_dir_all(&d);
         let _ = std::fs::remove_dir_all(d.with_extension("savepoints"));
@@ -684,6 +702,37 @@ fn stop_with_savepoint(
     c.commits.all_applied(*id, c.endpoints.len()).then(|| path.clone())
 }
 
+/// The clock moves; the coordinator sees the time.
+fn tick(
+    time: &AtomicU64,
+    schedule: &mut Schedule,
+    coordinator: Option<&mut crate::runtime::PreparedCoordinator>,
+    step: u64,
+) -> Option<AttemptEnd> {
+    time.fetch_add(schedule.rng.between(1, 40) * 1_000, Ordering::Relaxed);
+    let c = coordinator?;
+    let commands = c.core.on_tick(time.load(Ordering::Relaxed));
+    deliver(commands, &c.endpoints, schedule, step)
+}
+
+/// The tasks' acknowledgements reach the coordinator (declines a task sent itself in the
+/// order sent).
+fn take_acks(
+    time: &AtomicU64,
+    schedule: &mut Schedule,
+    coordinator: Option<&mut crate::runtime::PreparedCoordinator>,
+    step: u64,
+) -> Option<AttemptEnd> {
+    let c = coordinator?;
+    while let Ok(ack) = c.acks.try_recv() {
+        let commands = c.core.on_ack(ack, time.load(Ordering::Relaxed));
+        if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
+            return Some(end);
+        }
+    }
+    None
+}
+
 /// Runs one attempt on this thread until it ends.
 pub(super) fn run_attempt(
     prepared: crate::runtime::PreparedAttempt,
@@ -724,14 +773,8 @@ pub(super) fn run_attempt(
         }
         let roll = schedule.rng.below(1000);
         if roll < schedule.tick_per_mille {
-            // The clock moves; the coordinator sees the time.
-            time.fetch_add(schedule.rng.between(1, 40) * 1_000, Ordering::Relaxed);
-            if let Some(c) = coordinator.as_mut() {
-                let now = time.load(Ordering::Relaxed);
-                let commands = c.core.on_tick(now);
-                if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
-                    return settle(end, writes, &mut coordinator, &mut schedule.rng);
-                }
+            if let Some(end) = tick(time, schedule, coordinator.as_mut(), step) {
+                return settle(end, writes, &mut coordinator, &mut schedule.rng);
             }
             continue;
         }
@@ -742,25 +785,17 @@ pub(super) fn run_attempt(
             }
             continue;
         }
-        // Declines a task sent itself reach the coordinator in the order sent.
-        if let Some(c) = coordinator.as_mut() {
-            while let Ok(ack) = c.acks.try_recv() {
-                let commands = c.core.on_ack(ack, time.load(Ordering::Relaxed));
-                if let Some(end) = deliver(commands, &c.endpoints, schedule, step) {
-                    return settle(end, writes, &mut coordinator, &mut schedule.rng);
-                }
-            }
+        if let Some(end) = take_acks(time, schedule, coordinator.as_mut(), step) {
+            return settle(end, writes, &mut coordinator, &mut schedule.rng);
         }
         if tasks.is_empty() {
             // Every task finished: the job's success work (the sinks' final commits), only
             // while this process owns the directory, as in the runtime.
-            if let Err(e) = lock.check() {
-                return settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng);
-            }
-            return match scope.succeed() {
-                Ok(()) => settle(AttemptEnd::Finished, writes, &mut coordinator, &mut schedule.rng),
-                Err(e) => settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng),
+            let end = match lock.check().and_then(|()| scope.succeed()) {
+                Ok(()) => AttemptEnd::Finished,
+                Err(e) => AttemptEnd::Failed(e),
             };
+            return settle(end, writes, &mut coordinator, &mut schedule.rng);
         }
         let i = schedule.rng.below(tasks.len() as u64) as usize;
         let task_fails = fail_at_step.is_some_and(|n| n <= step)

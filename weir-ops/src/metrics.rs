@@ -169,85 +169,8 @@ impl Collector for JobMetrics {
         let job = &self.job;
         let mut f = Families { encoder, job: job.name() };
         let m = job.metrics();
-        f.counter("weir_source_records", "Records the job's sources emitted.", [(vec![], m.source_records())])?;
-        f.counter("weir_sink_records", "Records the job's sinks received.", [(vec![], m.sink_records())])?;
-        f.counter("weir_late_records", "Late records windows dropped.", [(vec![], m.late_records())])?;
-        f.counter("weir_restarts", "Restarts after failures.", [(vec![], u64::from(job.restarts()))])?;
-        let state = job.state();
-        f.gauge(
-            "weir_job_state",
-            "1 for the state the job is in (Flink's names), 0 for the others.",
-            None,
-            weir::JobState::ALL
-                .iter()
-                .map(|&s| (vec![("state", s.name().to_string())], f64::from(u8::from(s == state)))),
-        )?;
-        let uptime = job.elapsed().as_secs_f64();
-        f.gauge("weir_uptime", "Time since the job started.", Some(Unit::Seconds), [(vec![], uptime)])?;
-        f.gauge("weir_workers", "Worker threads the job runs on.", None, [(vec![], job.workers() as f64)])?;
-        let memory = weir::state::state_memory_bytes() as f64;
-        f.gauge(
-            "weir_state_memory",
-            "Memory held by keyed state pages in this process.",
-            Some(Unit::Bytes),
-            [(vec![], memory)],
-        )?;
-        let operators = m.operators();
-        let at = |o: &weir::metrics::OperatorMetrics| -> Labels {
-            vec![("operator", o.operator.to_string()), ("subtask", o.subtask.to_string())]
-        };
-        f.counter(
-            "weir_operator_records_in",
-            "Records an operator subtask received.",
-            operators.iter().map(|o| (at(o), o.records_in())),
-        )?;
-        f.counter(
-            "weir_operator_records_out",
-            "Records an operator subtask sent into its output rings (the last operator of a chain; a chained one's \
-             are the next one's records in).",
-            operators.iter().filter(|o| o.records_out() > 0).map(|o| (at(o), o.records_out())),
-        )?;
-        // Event time is in milliseconds (Flink's `currentInputWatermark`); Prometheus' base unit
-        // is the second, and the unit is in the name.
-        f.gauge(
-            "weir_operator_watermark",
-            "The newest watermark a one-input operator subtask received, in the job's event time: seconds since \
-             the Unix epoch for a job whose timestamps are milliseconds since it (most are, as Flink's).",
-            Some(Unit::Seconds),
-            operators.iter().filter_map(|o| o.watermark().map(|w| (at(o), w as f64 / 1e3))),
-        )?;
-        // A subtask's lag is how far it is behind the job's most advanced watermark: the
-        // subtasks that hold event time back (windows close at the slowest input's watermark).
-        let ahead = operators.iter().filter_map(|o| o.watermark()).filter(|&w| w < u64::MAX / 2).max();
-        f.gauge(
-            "weir_operator_watermark_lag",
-            "How far a one-input operator subtask's newest watermark is behind the job's most advanced one, in event \
-             time: the subtasks that hold event time back.",
-            Some(Unit::Seconds),
-            operators.iter().filter_map(|o| {
-                let (w, ahead) = (o.watermark().filter(|&w| w < u64::MAX / 2)?, ahead?);
-                Some((at(o), ahead.saturating_sub(w) as f64 / 1e3))
-            }),
-        )?;
-        let fills = m.input_fills();
-        f.gauge(
-            "weir_input_ring_fill_ratio",
-            "How full an input ring of an operator subtask was when last looked at (1: its producer waits, \
-             backpressure).",
-            None,
-            fills.iter().flat_map(|fill| {
-                let capacity = fill.capacity.max(1) as f64;
-                fill.waiting().into_iter().enumerate().map(move |(channel, waiting)| {
-                    let labels = vec![
-                        ("operator", fill.operator.to_string()),
-                        ("subtask", fill.subtask.to_string()),
-                        ("input", fill.input.to_string()),
-                        ("channel", channel.to_string()),
-                    ];
-                    (labels, waiting as f64 / capacity)
-                })
-            }),
-        )?;
+        job_families(&mut f, job)?;
+        operator_families(&mut f, &m)?;
         if let Some(h) = m.latency().filter(|h| !h.is_empty()) {
             f.histogram("weir_latency", "Event creation to sink, where the job measures it.", [(vec![], &h)])?;
             let by_cause = m.latency_by_cause();
@@ -259,6 +182,96 @@ impl Collector for JobMetrics {
         }
         checkpoint_families(&mut f, job)
     }
+}
+
+/// The job's own families: records in and out, late records, restarts, its state, uptime,
+/// workers and the memory its keyed state holds.
+fn job_families(f: &mut Families<'_>, job: &JobController) -> Fmt {
+    let m = job.metrics();
+    f.counter("weir_source_records", "Records the job's sources emitted.", [(vec![], m.source_records())])?;
+    f.counter("weir_sink_records", "Records the job's sinks received.", [(vec![], m.sink_records())])?;
+    f.counter("weir_late_records", "Late records windows dropped.", [(vec![], m.late_records())])?;
+    f.counter("weir_restarts", "Restarts after failures.", [(vec![], u64::from(job.restarts()))])?;
+    let state = job.state();
+    f.gauge(
+        "weir_job_state",
+        "1 for the state the job is in (Flink's names), 0 for the others.",
+        None,
+        weir::JobState::ALL.iter().map(|&s| (vec![("state", s.name().to_string())], f64::from(u8::from(s == state)))),
+    )?;
+    let uptime = job.elapsed().as_secs_f64();
+    f.gauge("weir_uptime", "Time since the job started.", Some(Unit::Seconds), [(vec![], uptime)])?;
+    f.gauge("weir_workers", "Worker threads the job runs on.", None, [(vec![], job.workers() as f64)])?;
+    let memory = weir::state::state_memory_bytes() as f64;
+    f.gauge(
+        "weir_state_memory",
+        "Memory held by keyed state pages in this process.",
+        Some(Unit::Bytes),
+        [(vec![], memory)],
+    )?;
+    Ok(())
+}
+
+/// Per operator subtask: records in and out, its watermark and how far it lags, and how full
+/// its input rings are.
+fn operator_families(f: &mut Families<'_>, m: &weir::metrics::JobMetrics) -> Fmt {
+    let operators = m.operators();
+    let at = |o: &weir::metrics::OperatorMetrics| -> Labels {
+        vec![("operator", o.operator.to_string()), ("subtask", o.subtask.to_string())]
+    };
+    f.counter(
+        "weir_operator_records_in",
+        "Records an operator subtask received.",
+        operators.iter().map(|o| (at(o), o.records_in())),
+    )?;
+    f.counter(
+        "weir_operator_records_out",
+        "Records an operator subtask sent into its output rings (the last operator of a chain; a chained one's \
+         are the next one's records in).",
+        operators.iter().filter(|o| o.records_out() > 0).map(|o| (at(o), o.records_out())),
+    )?;
+    // Event time is in milliseconds (Flink's `currentInputWatermark`); Prometheus' base unit
+    // is the second, and the unit is in the name.
+    f.gauge(
+        "weir_operator_watermark",
+        "The newest watermark a one-input operator subtask received, in the job's event time: seconds since \
+         the Unix epoch for a job whose timestamps are milliseconds since it (most are, as Flink's).",
+        Some(Unit::Seconds),
+        operators.iter().filter_map(|o| o.watermark().map(|w| (at(o), w as f64 / 1e3))),
+    )?;
+    // A subtask's lag is how far it is behind the job's most advanced watermark: the
+    // subtasks that hold event time back (windows close at the slowest input's watermark).
+    let ahead = operators.iter().filter_map(|o| o.watermark()).filter(|&w| w < u64::MAX / 2).max();
+    f.gauge(
+        "weir_operator_watermark_lag",
+        "How far a one-input operator subtask's newest watermark is behind the job's most advanced one, in event \
+         time: the subtasks that hold event time back.",
+        Some(Unit::Seconds),
+        operators.iter().filter_map(|o| {
+            let (w, ahead) = (o.watermark().filter(|&w| w < u64::MAX / 2)?, ahead?);
+            Some((at(o), ahead.saturating_sub(w) as f64 / 1e3))
+        }),
+    )?;
+    let fills = m.input_fills();
+    f.gauge(
+        "weir_input_ring_fill_ratio",
+        "How full an input ring of an operator subtask was when last looked at (1: its producer waits, \
+         backpressure).",
+        None,
+        fills.iter().flat_map(|fill| {
+            let capacity = fill.capacity.max(1) as f64;
+            fill.waiting().into_iter().enumerate().map(move |(channel, waiting)| {
+                let labels = vec![
+                    ("operator", fill.operator.to_string()),
+                    ("subtask", fill.subtask.to_string()),
+                    ("input", fill.input.to_string()),
+                    ("channel", channel.to_string()),
+                ];
+                (labels, waiting as f64 / capacity)
+            })
+        }),
+    )?;
+    Ok(())
 }
 
 /// The checkpoint families, for a job that checkpoints: completed and failed, and the newest
