@@ -188,15 +188,7 @@ impl TaskCheckpointing {
             let start = clock.now_ns();
             let mut materialize = Vec::new();
             let result = (|| {
-                if faults.as_ref().is_some_and(|f| f.fail_async(id)) {
-                    return Err(Error::Checkpoint(format!(
-                        "injected failure in the asynchronous part of checkpoint {id}"
-                    )));
-                }
-                if let Some(e) = faults.as_ref().and_then(|f| f.storage_write(id)) {
-                    let path = storage.checkpoint_dir(id).join(format!("task-{task}.state"));
-                    return Err(Error::io("cannot write task state", path, e));
-                }
+                injected_write_failure(faults.as_deref(), &storage, task, id)?;
                 if let Some(k) = kept.filter(|k| k.checkpoint < id) {
                     match reuse_part(&storage, &k, id, &snapshot) {
                         Ok(()) => {
@@ -226,15 +218,7 @@ impl TaskCheckpointing {
                 stats.state_bytes += w.state_bytes.saturating_sub(stats.inflight_bytes);
                 stats.written_bytes += w.written_bytes.saturating_sub(stats.inflight_bytes);
                 stats.async_ns = clock.now_ns() - start;
-                let part = WrittenPart {
-                    checkpoint: id,
-                    written_for: id,
-                    file: w.file,
-                    digest: w.file_digest,
-                    shared: w.shared,
-                    state_bytes: w.state_bytes,
-                    print: w.print,
-                };
+                let part = WrittenPart::of(id, w);
                 let done = part.done(stats);
                 parts.written(part);
                 Ok(done)
@@ -264,6 +248,24 @@ impl TaskCheckpointing {
             );
         }
     }
+}
+
+/// The failures tests inject into a snapshot's write (`faults`): the asynchronous part fails,
+/// or the storage refuses the task's file.
+fn injected_write_failure(
+    faults: Option<&FaultInjector>,
+    storage: &CheckpointStorage,
+    task: usize,
+    id: u64,
+) -> Result<()> {
+    if faults.is_some_and(|f| f.fail_async(id)) {
+        return Err(Error::Checkpoint(format!("injected failure in the asynchronous part of checkpoint {id}")));
+    }
+    if let Some(e) = faults.and_then(|f| f.storage_write(id)) {
+        let path = storage.checkpoint_dir(id).join(format!("task-{task}.state"));
+        return Err(Error::io("cannot write task state", path, e));
+    }
+    Ok(())
 }
 
 /// Queues the materialization of the changelog bases of `maps` (by the id of their changes)

@@ -185,6 +185,19 @@ pub(crate) struct WrittenPart {
 }
 
 impl WrittenPart {
+    /// The part `written`, task file of checkpoint `id`.
+    pub(crate) fn of(id: u64, written: crate::checkpoint::incremental::TaskFileWritten) -> WrittenPart {
+        WrittenPart {
+            checkpoint: id,
+            written_for: id,
+            file: written.file,
+            digest: written.file_digest,
+            shared: written.shared,
+            state_bytes: written.state_bytes,
+            print: written.print,
+        }
+    }
+
     /// The acknowledgement of this part as task part of checkpoint `self.checkpoint`.
     pub(crate) fn done(&self, stats: TaskStats) -> TaskDone {
         TaskDone {

@@ -211,6 +211,48 @@ pub fn supervise_with(
     ended
 }
 
+/// Stops the job with a savepoint for a successor to take over from (whose checkpoint is in
+/// the checkpoint directory: the savepoint's own copy goes).
+fn hand_over_with_savepoint(handle: JobHandle, bar: &indicatif::ProgressBar) -> weir::Result<Supervised> {
+    bar.println("handing over: stopping with a savepoint…");
+    let scratch = crate::scratch_dir("handover");
+    let stopped = handle.stop_with_savepoint(&scratch);
+    bar.finish_and_clear();
+    // The savepoint's copy is not needed: its checkpoint is in the checkpoint directory.
+    let _ = std::fs::remove_dir_all(&scratch);
+    return match stopped? {
+        weir::Stopped::Savepoint(_) => Ok(Supervised::HandedOver),
+        weir::Stopped::Finished(report) | weir::Stopped::Drained { report, .. } => {
+            Ok(Supervised::Finished(Box::new(report)))
+        }
+    };
+}
+
+/// The progress line, at most twice a second: time, records, rate and state memory.
+fn show_progress(
+    handle: &JobHandle,
+    bar: &indicatif::ProgressBar,
+    limit: Option<Duration>,
+    last: &mut (u64, Duration),
+) {
+    let elapsed = handle.elapsed();
+    let records = handle.metrics().source_records();
+    let dt = (elapsed - last.1).as_secs_f64();
+    if dt >= 0.5 {
+        let rate = (records - last.0) as f64 / dt;
+        let until = limit.map(|l| format!(" / {:.0} s", l.as_secs_f64())).unwrap_or_default();
+        bar.set_message(format!(
+            "{:.1} s{until} | {} records | {} records/s | state {:.1} MB",
+            elapsed.as_secs_f64(),
+            group_digits(records),
+            group_digits(rate as u64),
+            weir::state::state_memory_bytes() as f64 / 1e6
+        ));
+        bar.tick();
+        *last = (records, elapsed);
+    }
+}
+
 /// [`supervise_with`] until the job ended.
 fn watch(
     mut handle: JobHandle,
@@ -234,18 +276,7 @@ fn watch(
         show_notes(&handle, &bar, &mut notes_shown);
         std::thread::sleep(Duration::from_millis(100));
         if !stopped && hand_over(&handle)? {
-            bar.println("handing over: stopping with a savepoint…");
-            let scratch = crate::scratch_dir("handover");
-            let stopped = handle.stop_with_savepoint(&scratch);
-            bar.finish_and_clear();
-            // The savepoint's copy is not needed: its checkpoint is in the checkpoint directory.
-            let _ = std::fs::remove_dir_all(&scratch);
-            return match stopped? {
-                weir::Stopped::Savepoint(_) => Ok(Supervised::HandedOver),
-                weir::Stopped::Finished(report) | weir::Stopped::Drained { report, .. } => {
-                    Ok(Supervised::Finished(Box::new(report)))
-                }
-            };
+            return hand_over_with_savepoint(handle, &bar);
         }
         if let Some(request) = control.and_then(ControlEndpoint::stop_request) {
             if let Some(dir) = savepoint_folder_asked(&request, stopped, &bar) {
@@ -278,21 +309,7 @@ fn watch(
             handle.stop();
             stopped = true;
         }
-        let records = handle.metrics().source_records();
-        let dt = (elapsed - last.1).as_secs_f64();
-        if dt >= 0.5 {
-            let rate = (records - last.0) as f64 / dt;
-            let until = limit.map(|l| format!(" / {:.0} s", l.as_secs_f64())).unwrap_or_default();
-            bar.set_message(format!(
-                "{:.1} s{until} | {} records | {} records/s | state {:.1} MB",
-                elapsed.as_secs_f64(),
-                group_digits(records),
-                group_digits(rate as u64),
-                weir::state::state_memory_bytes() as f64 / 1e6
-            ));
-            bar.tick();
-            last = (records, elapsed);
-        }
+        show_progress(&handle, &bar, limit, &mut last);
     };
     bar.finish_and_clear();
     for note in &handle.notes()[notes_shown..] {

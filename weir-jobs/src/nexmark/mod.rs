@@ -343,24 +343,8 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
         Query::Q1 => bids_map(|b| Some((b.auction, b.bidder, b.price * 908 / 1000))),
         Query::Q2 => bids_map(|b| (b.auction % 123 == 0).then_some((b.auction, b.price, 0))),
         Query::Q3 => local_item_suggestion(source),
-        Query::Q4 => closed(source).key_by(|c: &Closed| c.category).aggregate(
-            || (0u64, 0u64),
-            |(n, sum): &mut (u64, u64), c: Closed| {
-                *n += 1;
-                *sum += c.price;
-            },
-            |&category, &(n, sum)| (category, n, sum / n),
-        ),
-        Query::Q5 => bid_prices(source)
-            .key_by(|b: &BidPrice| b.auction)
-            .window(Window::sliding(WINDOW_MS, SLIDE_MS), |b: &BidPrice| b.date_time)
-            .count()
-            .named("q5-count")
-            .key_by(|r: &(u64, WindowBounds, u64)| r.1.start)
-            // The leader so far: most bids, then the smaller auction id.
-            .reduce(|a, b| if (b.2, u64::MAX - b.0) > (a.2, u64::MAX - a.0) { *b } else { *a })
-            .named("q5-max")
-            .map(|(auction, w, count)| (w.start, auction, count)),
+        Query::Q4 => average_price_by_category(source),
+        Query::Q5 => hot_items(source),
         Query::Q6 => closed(source).key_by(|c: &Closed| c.seller).keyed_process(SellerAverage),
         Query::Q7 => highest_bid(source),
         Query::Q8 => new_people_selling(job, source, events, rate),
@@ -410,6 +394,32 @@ pub fn build(job: &Job, q: Query, events: Option<u64>, rate: Option<f64>) -> Str
         Query::Q22 => bids_map(|b| Some((b.auction, b.price, url_dirs(b)))),
     };
     rows.named(&name)
+}
+
+/// Q4: the average closing price per category.
+fn average_price_by_category(source: Stream<Event>) -> Stream<Row> {
+    closed(source).key_by(|c: &Closed| c.category).aggregate(
+        || (0u64, 0u64),
+        |(n, sum): &mut (u64, u64), c: Closed| {
+            *n += 1;
+            *sum += c.price;
+        },
+        |&category, &(n, sum)| (category, n, sum / n),
+    )
+}
+
+/// Q5: per sliding window, the auction with the most bids.
+fn hot_items(source: Stream<Event>) -> Stream<Row> {
+    bid_prices(source)
+        .key_by(|b: &BidPrice| b.auction)
+        .window(Window::sliding(WINDOW_MS, SLIDE_MS), |b: &BidPrice| b.date_time)
+        .count()
+        .named("q5-count")
+        .key_by(|r: &(u64, WindowBounds, u64)| r.1.start)
+        // The leader so far: most bids, then the smaller auction id.
+        .reduce(|a, b| if (b.2, u64::MAX - b.0) > (a.2, u64::MAX - a.0) { *b } else { *a })
+        .named("q5-max")
+        .map(|(auction, w, count)| (w.start, auction, count))
 }
 
 /// Q3: people in Oregon, Idaho or California joined with the auctions they sell in category 10.

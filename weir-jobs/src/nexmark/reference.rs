@@ -76,16 +76,7 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
         }
         Query::Q5 => hot_items(&all),
         Query::Q6 => average_selling_price_by_seller(&all),
-        Query::Q7 => {
-            let mut best: HashMap<u64, (u64, u64)> = HashMap::new();
-            for b in bids() {
-                let e = best.entry(window_start(b.date_time, WINDOW_MS)).or_insert((b.price, b.bidder));
-                if (b.price, u64::MAX - b.bidder) > (e.0, u64::MAX - e.1) {
-                    *e = (b.price, b.bidder);
-                }
-            }
-            best.into_iter().map(|(w, (p, bidder))| (w, p, bidder)).collect()
-        }
+        Query::Q7 => highest_bid(bids()),
         Query::Q8 => new_people_selling(&all),
         Query::Q9 => reference_closed(&all).into_iter().map(|c| (c.auction, c.price, c.bidder)).collect(),
         Query::Q10 => bids().map(|b| (b.auction, b.bidder, b.price)).collect(),
@@ -108,32 +99,50 @@ pub fn reference(q: Query, events: u64) -> Vec<Row> {
             })
             .collect(),
         Query::Q15 | Query::Q16 | Query::Q17 => bidding_statistics(&all, q),
-        Query::Q18 => {
-            let mut last: HashMap<(u64, u64), BidPrice> = HashMap::new();
-            for b in prices() {
-                let e = last.entry((b.bidder, b.auction)).or_insert(b);
-                if (b.date_time, b.price) >= (e.date_time, e.price) {
-                    *e = b;
-                }
-            }
-            last.into_values().map(|b| (b.bidder, b.auction, b.price)).collect()
-        }
+        Query::Q18 => last_bid(prices()),
         Query::Q19 => auction_top_ten(&all),
-        Query::Q20 => {
-            let items: HashMap<u64, u64> = all
-                .iter()
-                .filter_map(|e| match e {
-                    Event::Auction(a) if a.category == 10 => Some((a.id, hash_key(&a.item_name()))),
-                    _ => None,
-                })
-                .collect();
-            bids().filter_map(|b| items.get(&b.auction).map(|&item| (b.auction, b.price, item))).collect()
-        }
+        Query::Q20 => expand_bids(&all, bids()),
         Query::Q21 => bids().map(|b| (b.auction, b.price, channel_id(b))).collect(),
         Query::Q22 => bids().map(|b| (b.auction, b.price, url_dirs(b))).collect(),
     };
     rows.sort_unstable();
     rows
+}
+
+/// Q7: per window, the highest bid (then the smaller bidder).
+fn highest_bid<'a>(bids: impl Iterator<Item = &'a Bid>) -> Vec<Row> {
+    let mut best: HashMap<u64, (u64, u64)> = HashMap::new();
+    for b in bids {
+        let e = best.entry(window_start(b.date_time, WINDOW_MS)).or_insert((b.price, b.bidder));
+        if (b.price, u64::MAX - b.bidder) > (e.0, u64::MAX - e.1) {
+            *e = (b.price, b.bidder);
+        }
+    }
+    best.into_iter().map(|(w, (p, bidder))| (w, p, bidder)).collect()
+}
+
+/// Q18: each bidder's last bid on each auction (latest time, then the highest price).
+fn last_bid(prices: impl Iterator<Item = BidPrice>) -> Vec<Row> {
+    let mut last: HashMap<(u64, u64), BidPrice> = HashMap::new();
+    for b in prices {
+        let e = last.entry((b.bidder, b.auction)).or_insert(b);
+        if (b.date_time, b.price) >= (e.date_time, e.price) {
+            *e = b;
+        }
+    }
+    last.into_values().map(|b| (b.bidder, b.auction, b.price)).collect()
+}
+
+/// Q20: bids on auctions of category 10, with the auction's item.
+fn expand_bids<'a>(all: &[Event], bids: impl Iterator<Item = &'a Bid>) -> Vec<Row> {
+    let items: HashMap<u64, u64> = all
+        .iter()
+        .filter_map(|e| match e {
+            Event::Auction(a) if a.category == 10 => Some((a.id, hash_key(&a.item_name()))),
+            _ => None,
+        })
+        .collect();
+    bids.filter_map(|b| items.get(&b.auction).map(|&item| (b.auction, b.price, item))).collect()
 }
 
 /// Q3: sellers in Oregon, Idaho or California of auctions in category 10.
