@@ -69,7 +69,7 @@ fn backpressured(unaligned: bool, ring: usize, d: Duration, dir: &std::path::Pat
     common::run_for(job, RunConfig::default().pin_workers(true).workers(2).ring_capacity(ring), d).checkpoints
 }
 
-/// 1. The keyed pipeline without checkpoints, configured but none taken, and every second.
+/// Section 1: the keyed pipeline without checkpoints, configured but none taken, and every second.
 fn overhead(tmp: &std::path::Path, d: Duration, secs: f64) {
     println!("## 1. keyed pipeline, 10k keys, p=2, {secs} s each, best of two alternating runs\n");
     let mut best = [0f64; 3];
@@ -100,7 +100,7 @@ fn overhead(tmp: &std::path::Path, d: Duration, secs: f64) {
     );
 }
 
-/// 2. The synchronous pause per task with a million keys.
+/// Section 2: the synchronous pause per task with a million keys.
 fn pause(tmp: &std::path::Path, d: Duration) {
     println!("## 2. synchronous pause per task, 1M keys, checkpoints every 1 s\n");
     let dir = tmp.join("million");
@@ -120,7 +120,7 @@ fn pause(tmp: &std::path::Path, d: Duration) {
     );
 }
 
-/// 3. Aligned against unaligned under backpressure, as the rings grow.
+/// Section 3: aligned against unaligned under backpressure, as the rings grow.
 fn backpressure(tmp: &std::path::Path, d: Duration, secs: f64) {
     println!("## 3. backpressure (sink ~2 µs/record), checkpoints every 200 ms, {secs} s each\n");
     println!("| ring capacity | mode | checkpoints | median duration | max duration | median in-flight bytes |");

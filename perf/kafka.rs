@@ -61,7 +61,7 @@ fn fetch_alone(client: &mut KafkaClient, input: &str, messages: u64) -> f64 {
     let mut from: Vec<(i32, i64)> = (0..4).map(|p| (p, 0)).collect();
     let mut read = 0u64;
     while read < messages {
-        for f in client.fetch(&input, &from, 1, 4 << 20, true).unwrap() {
+        for f in client.fetch(input, &from, 1, 4 << 20, true).unwrap() {
             let mut last = None;
             batches(&f.records, |item| {
                 if let Item::Record(info, _) = item {

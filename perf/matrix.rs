@@ -144,7 +144,7 @@ impl Matrix {
         Headline { throughput, throughput_points, ratios, busy }
     }
 
-    /// 1. Throughput: every workload under every checkpoint choice, as fast as possible. A
+    /// Section 1, throughput: every workload under every checkpoint choice, as fast as possible. A
     /// round runs the four modes back to back (starting with a different one each round), and
     /// each mode's ratio to the run without checkpoints of the same round is one sample: runs
     /// close in time share the machine's mood, which drifts by more than 3% over minutes.
@@ -203,7 +203,7 @@ impl Matrix {
         throughput
     }
 
-    /// 2. Latency at half of each workload's speed without checkpoints (`throughput`), and the
+    /// Section 2, latency at half of each workload's speed without checkpoints (`throughput`), and the
     /// keyed one at W5's rates (1 M and 10 k records/s: a run is handed on when its producer has
     /// nothing more, so a slow stream waits for no batch to fill).
     fn latency(&mut self, throughput: &[Vec<f64>]) {
@@ -251,7 +251,7 @@ impl Matrix {
         .expect("plot");
     }
 
-    /// 3. Aligned against unaligned under a real backlog, as the rings and the lag grow: the
+    /// Section 3, aligned against unaligned under a real backlog, as the rings and the lag grow: the
     /// table, and each mode's median duration and in-flight bytes by ring for the plots.
     fn backlog(&mut self) -> (Vec<Series>, Vec<Series>) {
         let backlog_rounds = self.rounds.min(3);
@@ -329,7 +329,7 @@ impl Matrix {
         (durations, inflight)
     }
 
-    /// 4. Adaptive alignment where most in-flight bytes sit in channels that move.
+    /// Section 4, adaptive alignment where most in-flight bytes sit in channels that move.
     fn mixed(&mut self) {
         let backlog_rounds = self.rounds.min(3);
         self.md += &format!(

@@ -418,6 +418,45 @@ impl<T> SourceTask<T> {
 }
 
 impl<T> SourceTask<T> {
+    /// Carries out the coordinator's messages: triggers (a checkpoint here), the end of input,
+    /// kept parts and notices.
+    #[inline]
+    fn take_control(&mut self) -> Result<()> {
+        while let Some(msg) = self.checkpointing.as_ref().and_then(|c| c.next_control()) {
+            match msg {
+                TaskControl::Trigger(b) if matches!(self.phase, Phase::Running | Phase::AtEnd) => self.checkpoint(b)?,
+                TaskControl::Trigger(_) => {}
+                TaskControl::EndOfInput if self.phase == Phase::AtEnd => {
+                    self.out.end()?;
+                    self.phase = Phase::Ending;
+                }
+                TaskControl::EndOfInput => {}
+                TaskControl::PartKept(id) => self.checkpointing.as_ref().expect("message came from it").keep_part(id),
+                TaskControl::Notice(n) => {
+                    self.source_learns(n);
+                    let out = &mut self.out;
+                    let cp = self.checkpointing.as_mut().expect("message came from it");
+                    apply_notice(cp, n, &mut |n| out.notify(n))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts this source among those in a backlog, or no longer.
+    #[inline]
+    fn note_backlog(&mut self, backlog: bool) {
+        if backlog != self.in_backlog {
+            self.in_backlog = backlog;
+            let count = &self.ctx.attempt.end.sources_in_backlog;
+            if backlog {
+                count.fetch_add(1, Ordering::SeqCst);
+            } else {
+                count.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
     /// Tells the source which of its offsets a completed checkpoint covers.
     fn source_learns(&mut self, notice: CheckpointNotice) {
         match notice {
@@ -448,24 +487,7 @@ impl<T: Send> Task for SourceTask<T> {
                 message: "injected failure right after the restore".into(),
             });
         }
-        while let Some(msg) = self.checkpointing.as_ref().and_then(|c| c.next_control()) {
-            match msg {
-                TaskControl::Trigger(b) if matches!(self.phase, Phase::Running | Phase::AtEnd) => self.checkpoint(b)?,
-                TaskControl::Trigger(_) => {}
-                TaskControl::EndOfInput if self.phase == Phase::AtEnd => {
-                    self.out.end()?;
-                    self.phase = Phase::Ending;
-                }
-                TaskControl::EndOfInput => {}
-                TaskControl::PartKept(id) => self.checkpointing.as_ref().expect("message came from it").keep_part(id),
-                TaskControl::Notice(n) => {
-                    self.source_learns(n);
-                    let out = &mut self.out;
-                    let cp = self.checkpointing.as_mut().expect("message came from it");
-                    apply_notice(cp, n, &mut |n| out.notify(n))?;
-                }
-            }
-        }
+        self.take_control()?;
         if !self.out.drain()? {
             return Ok(TaskPoll::Idle);
         }
@@ -496,15 +518,7 @@ impl<T: Send> Task for SourceTask<T> {
             }
         }
         let backlog = status != SourcePoll::Finished && self.source.backlog();
-        if backlog != self.in_backlog {
-            self.in_backlog = backlog;
-            let count = &self.ctx.attempt.end.sources_in_backlog;
-            if backlog {
-                count.fetch_add(1, Ordering::SeqCst);
-            } else {
-                count.fetch_sub(1, Ordering::SeqCst);
-            }
-        }
+        self.note_backlog(backlog);
         match status {
             SourcePoll::Emitted => Ok(TaskPoll::Progress),
             SourcePoll::Idle => Ok(TaskPoll::Idle),

@@ -477,6 +477,23 @@ where
         Ok(None)
     }
 
+    /// The user starts the job again in a new directory (named after `why`): from `restore`
+    /// if given, at `parallelism` if given.
+    fn start_again(&mut self, why: &str, restore: Option<PathBuf>, parallelism: Option<usize>) {
+        self.dir = self.dir.with_extension(format!("{why}-{}", self.restarts));
+        self.directories.push(self.dir.clone());
+        let mut graph = self.job.graph.borrow_mut();
+        if let Some(path) = restore {
+            graph.restore = Some((path, false));
+        }
+        if let Some(p) = parallelism {
+            graph.nodes.iter_mut().for_each(|n| n.parallelism = p);
+        }
+        if let Some(c) = graph.checkpointing.as_mut() {
+            c.dir = self.dir.clone();
+        }
+    }
+
     /// What follows an attempt that ended as `end`.
     fn after(&mut self, end: AttemptEnd, storage: &CheckpointStorage) -> Next {
         match end {
@@ -507,13 +524,7 @@ where
             AttemptEnd::Stopped(savepoint) => {
                 // The user starts the job again from the savepoint, in a new directory.
                 self.restarts += 1;
-                self.dir = self.dir.with_extension(format!("from-savepoint-{}", self.restarts));
-                self.directories.push(self.dir.clone());
-                let mut graph = self.job.graph.borrow_mut();
-                graph.restore = Some((savepoint, false));
-                if let Some(c) = graph.checkpointing.as_mut() {
-                    c.dir = self.dir.clone();
-                }
+                self.start_again("from-savepoint", Some(savepoint), None);
                 Next::Process
             }
             AttemptEnd::Rescaled(parallelism) => {
@@ -522,18 +533,7 @@ where
                 self.stats.crashes += 1;
                 self.restarts += 1;
                 let latest = storage.list().into_iter().rev().find(|&id| storage.is_complete(id));
-                self.dir = self.dir.with_extension(format!("rescaled-{}", self.restarts));
-                self.directories.push(self.dir.clone());
-                let mut graph = self.job.graph.borrow_mut();
-                if let Some(id) = latest {
-                    graph.restore = Some((storage.checkpoint_dir(id), false));
-                }
-                for n in &mut graph.nodes {
-                    n.parallelism = parallelism;
-                }
-                if let Some(c) = graph.checkpointing.as_mut() {
-                    c.dir = self.dir.clone();
-                }
+                self.start_again("rescaled", latest.map(|id| storage.checkpoint_dir(id)), Some(parallelism));
                 Next::Process
             }
             AttemptEnd::Failed(Error::Fenced(_)) => {
@@ -676,7 +676,7 @@ fn stop_with_savepoint(
     schedule: &mut Schedule,
     step: u64,
     dir: &Path,
-    stopping: &mut Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), RequestRefused>>>,
+    stopping: &mut Option<SavepointAnswer>,
     taken: &mut Option<(u64, PathBuf)>,
 ) -> Option<PathBuf> {
     if stopping.is_none() && schedule.take(|f| matches!(f, Fault::StopWithSavepoint(n) if *n <= step)).is_some() {
@@ -733,6 +733,14 @@ fn take_acks(
     None
 }
 
+/// The answer to a stop with a savepoint: its checkpoint and folder, or why not.
+type SavepointAnswer = std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), RequestRefused>>;
+
+/// The failure the schedule injects into `task`, as a panic in it.
+fn injected_panic(task: &dyn Task) -> Error {
+    Error::OperatorPanicked { operator: task.name().to_string(), subtask: 0, message: INJECTED.into() }
+}
+
 /// Runs one attempt on this thread until it ends.
 pub(super) fn run_attempt(
     prepared: crate::runtime::PreparedAttempt,
@@ -741,7 +749,7 @@ pub(super) fn run_attempt(
 ) -> AttemptEnd {
     let World { host, schedule, time, writes, stats, max_steps, dir, lock } = world;
     // A stop with a savepoint in progress: its reply, then (id, folder) once it is taken.
-    let mut stopping: Option<std::sync::mpsc::Receiver<std::result::Result<(u64, PathBuf), RequestRefused>>> = None;
+    let mut stopping: Option<SavepointAnswer> = None;
     let mut taken: Option<(u64, PathBuf)> = None;
     let (time, writes, max_steps) = (*time, *writes, *max_steps);
     let mut tasks: Vec<Box<dyn Task>> = prepared.tasks.into_iter().map(|(_, t)| t).collect();
@@ -801,9 +809,7 @@ pub(super) fn run_attempt(
         let task_fails = fail_at_step.is_some_and(|n| n <= step)
             || schedule.take(|f| matches!(f, Fault::TaskFails(n) if *n <= step)).is_some();
         if task_fails {
-            let e =
-                Error::OperatorPanicked { operator: tasks[i].name().to_string(), subtask: 0, message: INJECTED.into() };
-            return settle(AttemptEnd::Failed(e), writes, &mut coordinator, &mut schedule.rng);
+            return settle(AttemptEnd::Failed(injected_panic(&*tasks[i])), writes, &mut coordinator, &mut schedule.rng);
         }
         match poll_catching_panics(&mut *tasks[i]) {
             Ok(TaskPoll::Finished) => {

@@ -575,12 +575,7 @@ impl TextSubtask {
             // This read's line (a block holds earlier lines too).
             let complete = block.len() > line_start && block.last() == Some(&b'\n');
             if n as u64 > self.max_line {
-                return Err(Error::Corrupt(format!(
-                    "{}: the line at byte {} is longer than {} bytes (is this a text file?)",
-                    path.display(),
-                    open.pos,
-                    self.max_line
-                )));
+                return Err(line_too_long(path, open.pos, self.max_line));
             }
             if self.follow && open.end == FOLLOWED && !complete {
                 // The log's last line is still being written: read it again once it is whole.
@@ -604,14 +599,7 @@ impl TextSubtask {
                 }
                 continue;
             }
-            let mut line: &[u8] = &block;
-            if let Some(l) = line.strip_suffix(b"\n") {
-                line = l;
-            }
-            if let Some(l) = line.strip_suffix(b"\r") {
-                line = l;
-            }
-            out.push(line_record(line));
+            out.push(line_record(without_line_end(&block)));
             block.clear();
             emitted += 1;
         };
@@ -620,6 +608,22 @@ impl TextSubtask {
         }
         Ok(result)
     }
+}
+
+/// A line longer than the limit `max` at byte `at` of `path`: refused, never held whole.
+#[cold]
+fn line_too_long(path: &Path, at: u64, max: u64) -> Error {
+    Error::Corrupt(format!(
+        "{}: the line at byte {at} is longer than {max} bytes (is this a text file?)",
+        path.display()
+    ))
+}
+
+/// `line` without its `\n` or `\r\n`.
+#[inline]
+fn without_line_end(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
 }
 
 /// Many whole lines at once into `block`, straight from `open`'s read buffer: a byte before

@@ -7,9 +7,10 @@ use weir::Error;
 
 use crate::args::*;
 
-pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
-    // A directory in an object store is read from a copy of its complete checkpoints.
-    let url = args.dir.to_str().filter(|d| weir_object_store::S3Url::is_s3(d));
+/// What the checkpoint directory `dir` holds, folder by folder. A directory in an object
+/// store is read from a copy of its complete checkpoints, removed afterwards.
+fn inspect(dir: &std::path::Path) -> weir::Result<Vec<(String, CheckpointStatus)>> {
+    let url = dir.to_str().filter(|d| weir_object_store::S3Url::is_s3(d));
     let copy = match url {
         Some(url) => {
             let copy = weir_ops::scratch_dir("checkpoints-listing");
@@ -21,11 +22,15 @@ pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
         }
         None => None,
     };
-    let found = weir::checkpoint::inspect(copy.as_deref().unwrap_or(&args.dir));
+    let found = weir::checkpoint::inspect(copy.as_deref().unwrap_or(dir));
     if let Some(copy) = &copy {
         let _ = std::fs::remove_dir_all(copy);
     }
-    let found = found?;
+    found
+}
+
+pub(crate) fn list_checkpoints(args: &CheckpointsArgs) -> weir::Result<()> {
+    let found = inspect(&args.dir)?;
     if found.is_empty() {
         println!("no checkpoints in {}", args.dir.display());
         return Ok(());

@@ -123,6 +123,66 @@ fn construct(path: Tokens, fields: &Fields, list: &[Field]) -> Tokens {
     }
 }
 
+/// A struct's `persist` and `restore` bodies: its fields in a frame.
+fn struct_bodies(name: &syn::Ident, s: &syn::DataStruct) -> syn::Result<(Tokens, Tokens)> {
+    let list = fields_of(&s.fields)?;
+    let pattern = construct(quote!(#name), &s.fields, &list);
+    let write = write_frame(&list);
+    let read = read_frame(&list, &name.to_string());
+    let built = construct(quote!(#name), &s.fields, &list);
+    Ok((
+        quote! {
+            #[allow(unused_variables)]
+            let #pattern = self;
+            #write
+        },
+        quote! {
+            #read
+            ::core::result::Result::Ok(#built)
+        },
+    ))
+}
+
+/// An enum's `persist` and `restore` bodies: the variant's index, then its fields in a frame.
+fn enum_bodies(name: &syn::Ident, e: &syn::DataEnum) -> syn::Result<(Tokens, Tokens)> {
+    let mut writes = Vec::new();
+    let mut reads = Vec::new();
+    for (index, v) in e.variants.iter().enumerate() {
+        let index = index as u64;
+        let vname = &v.ident;
+        let list = fields_of(&v.fields)?;
+        let pattern = construct(quote!(#name::#vname), &v.fields, &list);
+        let write = write_frame(&list);
+        let read = read_frame(&list, &format!("{name}::{vname}"));
+        writes.push(quote! {
+            #pattern => {
+                ::weir::persist::write_varint(#index, __out);
+                #write
+            }
+        });
+        reads.push(quote! {
+            #index => {
+                #read
+                ::core::result::Result::Ok(#pattern)
+            }
+        });
+    }
+    let what = name.to_string();
+    Ok((
+        quote! {
+            match self {
+                #(#writes)*
+            }
+        },
+        quote! {
+            match ::weir::persist::read_varint(__input, #what)? {
+                #(#reads)*
+                __other => ::core::result::Result::Err(::weir::persist::unknown_variant(#what, __other)),
+            }
+        },
+    ))
+}
+
 fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
     let name = &input.ident;
     let mut generics = input.generics.clone();
@@ -133,62 +193,8 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
     }
     let (impl_generics, ty_generics, where_clause) = generics.split_for_impl();
     let (persist, restore) = match &input.data {
-        Data::Struct(s) => {
-            let list = fields_of(&s.fields)?;
-            let pattern = construct(quote!(#name), &s.fields, &list);
-            let write = write_frame(&list);
-            let read = read_frame(&list, &name.to_string());
-            let built = construct(quote!(#name), &s.fields, &list);
-            (
-                quote! {
-                    #[allow(unused_variables)]
-                    let #pattern = self;
-                    #write
-                },
-                quote! {
-                    #read
-                    ::core::result::Result::Ok(#built)
-                },
-            )
-        }
-        Data::Enum(e) => {
-            let mut writes = Vec::new();
-            let mut reads = Vec::new();
-            for (index, v) in e.variants.iter().enumerate() {
-                let index = index as u64;
-                let vname = &v.ident;
-                let list = fields_of(&v.fields)?;
-                let pattern = construct(quote!(#name::#vname), &v.fields, &list);
-                let write = write_frame(&list);
-                let read = read_frame(&list, &format!("{name}::{vname}"));
-                writes.push(quote! {
-                    #pattern => {
-                        ::weir::persist::write_varint(#index, __out);
-                        #write
-                    }
-                });
-                reads.push(quote! {
-                    #index => {
-                        #read
-                        ::core::result::Result::Ok(#pattern)
-                    }
-                });
-            }
-            let what = name.to_string();
-            (
-                quote! {
-                    match self {
-                        #(#writes)*
-                    }
-                },
-                quote! {
-                    match ::weir::persist::read_varint(__input, #what)? {
-                        #(#reads)*
-                        __other => ::core::result::Result::Err(::weir::persist::unknown_variant(#what, __other)),
-                    }
-                },
-            )
-        }
+        Data::Struct(s) => struct_bodies(name, s)?,
+        Data::Enum(e) => enum_bodies(name, e)?,
         Data::Union(u) => {
             return Err(syn::Error::new(
                 u.union_token.span(),

@@ -115,6 +115,31 @@ pub enum Item<'a> {
     Marker(BatchInfo, Option<Marker>),
 }
 
+/// Refuses a batch of a format other than version 2, or one that fails its CRC.
+fn check_batch(batch: &[u8], base_offset: i64) -> Result<()> {
+    let magic = batch[16] as i8;
+    if magic != 2 {
+        return Err(Error::config(format!(
+            "a Kafka record batch has format version {magic}: weir reads only version 2 (Kafka 0.11 and later)"
+        )));
+    }
+    let crc = u32::from_be_bytes(batch[17..21].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&batch[CRC_FROM..]) != crc {
+        return Err(corrupt(&format!("the batch at offset {base_offset} fails its CRC")));
+    }
+    Ok(())
+}
+
+/// A control batch's marker, from its record's key: version (int16), type (int16): 0 abort,
+/// 1 commit.
+fn marker_of(record: RecordView<'_>) -> Option<Marker> {
+    match record.key.filter(|k| k.len() >= 4).map(|k| be_i16(&k[2..])) {
+        Some(0) => Some(Marker::Abort),
+        Some(1) => Some(Marker::Commit),
+        _ => None,
+    }
+}
+
 /// Walks the record batches in `data` (a fetch response's records), handing `f` each
 /// [`Item`]. A batch cut off at the end of `data` (the broker fills a response up to its size
 /// limit) is left out.
@@ -132,16 +157,7 @@ pub fn batches(data: &[u8], mut f: impl FnMut(Item<'_>) -> Result<bool>) -> Resu
         }
         let (batch, after) = rest.split_at(total);
         rest = after;
-        let magic = batch[16] as i8;
-        if magic != 2 {
-            return Err(Error::config(format!(
-                "a Kafka record batch has format version {magic}: weir reads only version 2 (Kafka 0.11 and later)"
-            )));
-        }
-        let crc = u32::from_be_bytes(batch[17..21].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&batch[CRC_FROM..]) != crc {
-            return Err(corrupt(&format!("the batch at offset {base_offset} fails its CRC")));
-        }
+        check_batch(batch, base_offset)?;
         let attributes = be_i16(&batch[21..]);
         let codec = crate::Compression::of_codec(attributes & 0x7)?;
         let decompressed;
@@ -189,13 +205,7 @@ pub fn batches(data: &[u8], mut f: impl FnMut(Item<'_>) -> Result<bool>) -> Resu
             f(Item::Record(info, view))?;
         }
         if info.control {
-            // The key: version (int16), type (int16): 0 abort, 1 commit.
-            let marker = match first.and_then(|v| v.key).filter(|k| k.len() >= 4).map(|k| be_i16(&k[2..])) {
-                Some(0) => Some(Marker::Abort),
-                Some(1) => Some(Marker::Commit),
-                _ => None,
-            };
-            f(Item::Marker(info, marker))?;
+            f(Item::Marker(info, first.and_then(marker_of)))?;
         }
     }
     Ok(())

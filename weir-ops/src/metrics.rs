@@ -170,7 +170,7 @@ impl Collector for JobMetrics {
         let mut f = Families { encoder, job: job.name() };
         let m = job.metrics();
         job_families(&mut f, job)?;
-        operator_families(&mut f, &m)?;
+        operator_families(&mut f, m)?;
         if let Some(h) = m.latency().filter(|h| !h.is_empty()) {
             f.histogram("weir_latency", "Event creation to sink, where the job measures it.", [(vec![], &h)])?;
             let by_cause = m.latency_by_cause();

@@ -220,12 +220,12 @@ fn hand_over_with_savepoint(handle: JobHandle, bar: &indicatif::ProgressBar) -> 
     bar.finish_and_clear();
     // The savepoint's copy is not needed: its checkpoint is in the checkpoint directory.
     let _ = std::fs::remove_dir_all(&scratch);
-    return match stopped? {
+    match stopped? {
         weir::Stopped::Savepoint(_) => Ok(Supervised::HandedOver),
         weir::Stopped::Finished(report) | weir::Stopped::Drained { report, .. } => {
             Ok(Supervised::Finished(Box::new(report)))
         }
-    };
+    }
 }
 
 /// The progress line, at most twice a second: time, records, rate and state memory.

@@ -376,22 +376,12 @@ impl<T: Persist> InputGate<T> {
                 move_run(&mut ch.consumer, want, &mut self.buf, |j, e| capture::log_consumed(captures, i, at + j, e))
             };
             taken += moved;
-            if let (Some(s), Some(t0)) = (self.slicing.as_mut(), slice_start) {
+            if let (Some(s), Some(t0)) = (self.slicing.as_ref(), slice_start) {
                 if self.buf.len() >= s.slice {
-                    // A slice's worth: hand it on, then look at the priority slot (not on a
-                    // channel read up to a deferred barrier, whose slot waits). A barrier there
-                    // overtakes the rest of the chunk, which stays in the ring (in flight for its
-                    // checkpoint).
-                    let n = self.buf.len();
-                    head.batch(&mut self.buf)?;
-                    let now = s.slice_done(n, t0);
+                    let (now, ended) = self.hand_on_slice(i, priority, (t0, poll_start), head)?;
                     slice_start = Some(now);
-                    if let Some(pb) = priority.then(|| take_priority(&mut self.channels[i].priority)).flatten() {
-                        end = ChunkEnd::Overtaken(pb);
-                        break;
-                    }
-                    if now.saturating_sub(poll_start) >= POLL_NS {
-                        end = ChunkEnd::OutOfTime;
+                    if let Some(e) = ended {
+                        end = e;
                         break;
                     }
                     continue;
@@ -401,13 +391,9 @@ impl<T: Persist> InputGate<T> {
                 continue;
             }
             // The run ended at a control entry: it is taken on its own.
-            let ch = &mut self.channels[i];
-            let entry = std::mem::ManuallyDrop::into_inner(ch.consumer.pop().expect("avail entries were counted"));
-            if !self.captures.is_empty() {
-                capture::log_consumed(&mut self.captures, i, start + taken as u64, &entry);
-            }
+            let barrier = self.take_control(i, start + taken as u64, head)?;
             taken += 1;
-            if let Some(barrier) = self.on_control(i, entry, head)? {
+            if let Some(barrier) = barrier {
                 end = ChunkEnd::Barrier(barrier);
                 break;
             }
@@ -423,6 +409,41 @@ impl<T: Persist> InputGate<T> {
             }
         }
         self.turn_ended(end, i, taken, head)
+    }
+
+    /// A slice's worth of records read in a timed chunk (started at `t0`, the poll at
+    /// `poll_start`): hands it on, then looks at channel `i`'s priority slot (not on a channel
+    /// read up to a deferred barrier, whose slot waits). A barrier there overtakes the rest of
+    /// the chunk, which stays in the ring (in flight for its checkpoint); so does the poll's
+    /// end. Returns when the slice was done, and why the chunk ends, if it does.
+    #[inline(always)]
+    fn hand_on_slice(
+        &mut self,
+        i: usize,
+        priority: bool,
+        (t0, poll_start): (u64, u64),
+        head: &mut dyn Collector<T>,
+    ) -> Result<(u64, Option<ChunkEnd>)> {
+        let n = self.buf.len();
+        head.batch(&mut self.buf)?;
+        let now = self.slicing.as_mut().map_or(t0, |s| s.slice_done(n, t0));
+        if let Some(pb) = priority.then(|| take_priority(&mut self.channels[i].priority)).flatten() {
+            return Ok((now, Some(ChunkEnd::Overtaken(pb))));
+        }
+        let out_of_time = now.saturating_sub(poll_start) >= POLL_NS;
+        Ok((now, out_of_time.then_some(ChunkEnd::OutOfTime)))
+    }
+
+    /// Takes channel `i`'s control entry at the front of its ring (sequence `at`), on its own:
+    /// a barrier is returned, ending the turn.
+    #[inline(always)]
+    fn take_control(&mut self, i: usize, at: u64, head: &mut dyn Collector<T>) -> Result<Option<Barrier>> {
+        let ch = &mut self.channels[i];
+        let entry = std::mem::ManuallyDrop::into_inner(ch.consumer.pop().expect("avail entries were counted"));
+        if !self.captures.is_empty() {
+            capture::log_consumed(&mut self.captures, i, at, &entry);
+        }
+        self.on_control(i, entry, head)
     }
 
     /// Channel `i`'s control entry `entry`, just consumed: a watermark or end is delivered (the
