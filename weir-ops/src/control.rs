@@ -57,8 +57,30 @@ pub struct StopRequest {
     pub dir: PathBuf,
     /// Drain first (Flink's `stop --drain`): [`weir::JobHandle::stop_with_drain`].
     pub drain: bool,
-    /// The answer.
-    pub reply: Sender<Result<String, String>>,
+    /// The answer: the savepoint's folder, or why there is none.
+    pub reply: Sender<Result<String, StopRefused>>,
+}
+
+/// Why a stop with a savepoint asked through the endpoint did not end in a savepoint: what
+/// the job's supervisor answers a [`StopRequest`] with, and the endpoint says in words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopRefused {
+    /// The job is already stopping (Ctrl-C, or an earlier stop): it goes on stopping.
+    AlreadyStopping,
+    /// The job was reaching the end of its input: it finished instead.
+    Finished,
+    /// The savepoint's folder could not be made (the job goes on), or the stop failed: why.
+    Failed(String),
+}
+
+impl std::fmt::Display for StopRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopRefused::AlreadyStopping => f.write_str("the job is already stopping"),
+            StopRefused::Finished => f.write_str("the job was reaching the end of its input: it finished instead"),
+            StopRefused::Failed(why) => f.write_str(why),
+        }
+    }
 }
 
 /// A running control endpoint; dropped, it stops serving.
@@ -1006,7 +1028,7 @@ fn stop_now(s: &Shared, dir: PathBuf, drain: bool) -> Result<String, String> {
     stops.send(StopRequest { dir, drain, reply }).map_err(|_| "the job is not supervised any more (it is ending)")?;
     // The supervisor looks every 100 ms; the savepoint takes its own timeout.
     match answer.recv_timeout(Duration::from_secs(3600)) {
-        Ok(outcome) => outcome,
+        Ok(outcome) => outcome.map_err(|e| e.to_string()),
         Err(_) => Err("the job ended before it could stop with a savepoint".into()),
     }
 }

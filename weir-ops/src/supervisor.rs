@@ -11,7 +11,7 @@ use std::time::Duration;
 use weir::metrics::group_digits;
 use weir::{Job, JobHandle, JobReport};
 
-use crate::control::ControlEndpoint;
+use crate::control::{ControlEndpoint, StopRefused};
 
 /// Ctrl-C presses (and SIGTERMs) so far: the first stops the job gracefully, the second
 /// cancels it. Counted from the start of the process ([`install_stop_handler`]).
@@ -162,7 +162,7 @@ fn savepoint_folder_asked(
     bar: &indicatif::ProgressBar,
 ) -> Option<crate::stored::SavepointDir> {
     if stopped {
-        let _ = request.reply.send(Err("the job is already stopping".into()));
+        let _ = request.reply.send(Err(StopRefused::AlreadyStopping));
         return None;
     }
     let how = if request.drain { "draining, then stopping" } else { "stopping" };
@@ -171,7 +171,7 @@ fn savepoint_folder_asked(
         Ok(d) => Some(d),
         Err(e) => {
             // A folder that cannot be made: the job goes on.
-            let _ = request.reply.send(Err(e.to_string()));
+            let _ = request.reply.send(Err(StopRefused::Failed(e.to_string())));
             None
         }
     }
@@ -185,8 +185,8 @@ fn answer_stop(
     let _ = request.reply.send(match &ended {
         // A savepoint, or a drain's (the job finished, and its last checkpoint was kept).
         Ok((_, kept)) if !kept.is_empty() => Ok(kept.clone()),
-        Ok(_) => Err("the job was reaching the end of its input: it finished instead".into()),
-        Err(e) => Err(e.to_string()),
+        Ok(_) => Err(StopRefused::Finished),
+        Err(e) => Err(StopRefused::Failed(e.to_string())),
     });
     ended.map(|(s, _)| s)
 }
