@@ -88,6 +88,7 @@ impl Matrix {
             parallelism: 2,
             rate,
             keys: 10_000,
+            zipf: None,
             sink_cost_ns: stage_cost_ns,
         };
         let job = config.job().expect("a valid benchmark");

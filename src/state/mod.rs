@@ -21,7 +21,7 @@ mod ttl;
 
 pub use crate::snapshot::{ForkedState, PersistedFork, StateChunks};
 pub use kinds::{AggregatingState, KeyedState, ListState, MapState};
-pub use paged::{state_memory_bytes, OwnedPages, PagedFork, PagedImage, PagedMap, PAGE_SLOTS};
+pub use paged::{state_memory_bytes, state_memory_peak_bytes, OwnedPages, PagedFork, PagedImage, PagedMap, PAGE_SLOTS};
 pub use scoped::{AggregatingView, ListView, MapView, ReducingState, ReducingView, ScopedState, ValueView};
 pub use timers::{TimeDomain, TimerService};
 pub use ttl::{

@@ -200,6 +200,10 @@ pub(crate) struct BenchArgs {
     /// Distinct keys (the size of keyed state).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) keys: u64,
+    /// Draw keys with Zipf's law of this exponent (a few hot keys, a long tail; 1.0 is the
+    /// classic skew, 0 uniform) instead of uniformly: stateless, keyed, join, backpressure.
+    #[arg(long, value_name = "S", allow_negative_numbers = true, value_parser = zipf_exponent)]
+    pub(crate) zipf: Option<f64>,
     /// Nanoseconds the slow stage spends per record: the sink's (backpressure) or the keyed
     /// stage's (backlog).
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
@@ -649,6 +653,14 @@ pub(crate) fn duration_s(s: &str) -> Result<f64, String> {
     let ms = weir_ops::settings::millis(s)?;
     positive_at_most(&(ms as f64 / 1e3).to_string(), MAX_DURATION_S, "seconds")
         .map_err(|_| format!("'{s}' must be a positive duration of at most {MAX_DURATION_S:e} seconds"))
+}
+
+/// A Zipf exponent: a finite number, 0 (uniform) up to 10 (all on a handful of keys).
+pub(crate) fn zipf_exponent(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && (0.0..=10.0).contains(&x) => Ok(x),
+        _ => Err(format!("'{s}' is not a Zipf exponent: a number from 0 (uniform) to 10")),
+    }
 }
 
 pub(crate) fn rate_per_s(s: &str) -> Result<f64, String> {

@@ -29,11 +29,16 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         parallelism,
         rate: args.rate,
         keys: args.keys,
+        zipf: args.zipf,
         sink_cost_ns: args.sink_cost_ns,
     };
     println!(
-        "weir bench: workload {}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
+        "weir bench: workload {}{}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
         args.workload,
+        args.zipf
+            .filter(|s| *s > 0.0)
+            .map(|s| format!(" (keys drawn with Zipf's law, exponent {s})"))
+            .unwrap_or_default(),
         plan.as_ref().map_or_else(|| "none".to_string(), |p| p.to_string()),
         if plan.is_some() { format!(" every {interval_ms} ms") } else { String::new() },
         config.effective_workers(),
@@ -75,6 +80,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.
     let Some(report) = report? else { return Ok(()) };
     weir_ops::runner::print_report(&report, plan.is_some(), None);
+    print_state(&bench);
     if let (Some(_), Some(plan)) = (&lab, &plan) {
         println!("the checkpoint lab ({plan}):");
         print!("{}", weir_ops::tables::lab(&weir_ops::lab::CheckpointLab::summary(&report.checkpoints)));
@@ -85,4 +91,22 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         println!("results: {}", json.display());
     }
     Ok(())
+}
+
+/// What the job's state held at most, in its pages and per key (the keyed workload's keys are
+/// its entries), and the process's peak resident memory.
+fn print_state(bench: &weir_jobs::bench::BenchConfig) {
+    let peak = weir::state::state_memory_peak_bytes();
+    if peak == 0 {
+        return;
+    }
+    let per_key = match bench.workload {
+        weir_jobs::bench::Workload::Keyed => {
+            format!(", {:.0} bytes a key of {}", peak as f64 / bench.keys as f64, group_digits(bench.keys))
+        }
+        _ => String::new(),
+    };
+    let rss = weir_jobs::bench::peak_rss_bytes()
+        .map(|b| format!("; the process's peak resident memory {:.1} MB", b as f64 / 1e6));
+    println!("state: at most {:.1} MB in pages{per_key}{}", peak as f64 / 1e6, rss.unwrap_or_default());
 }

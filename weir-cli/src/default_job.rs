@@ -84,6 +84,7 @@ fn run_lab(args: &DefaultArgs, parallelism: usize, seconds: f64, config: weir::R
         parallelism,
         rate: None,
         keys: args.keys,
+        zipf: None,
         sink_cost_ns: LAB_SINK_COST_NS,
     };
     println!(

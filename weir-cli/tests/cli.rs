@@ -1030,3 +1030,37 @@ fn errors_say_their_kind() {
     let text = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && !text.contains("unreachable") && !text.contains("in use"), "{text}");
 }
+
+/// Issue 59 measures state as it grows: `weir bench --zipf S` draws keys with Zipf's law, and
+/// the report says what the state held at most, per key, and the process's peak resident
+/// memory (the JSON too). Before, there was no `--zipf`, and the JSON said nothing of memory.
+#[test]
+fn bench_draws_zipf_keys_and_reports_the_states_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("z.json");
+    let o = weir(&[
+        "bench",
+        "--workload",
+        "keyed",
+        "--keys",
+        "50000",
+        "--zipf",
+        "1.1",
+        "--duration-s",
+        "0.5",
+        "--no-progress",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let t = text_of(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("Zipf's law, exponent 1.1") && t.contains("state: at most") && t.contains("bytes a key"), "{t}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["zipf"], 1.1, "{v}");
+    assert!(v["state_peak_bytes"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["peak_rss_bytes"].as_u64().unwrap() > v["state_peak_bytes"].as_u64().unwrap(), "{v}");
+    for bad in ["-1", "NaN", "11", "lots"] {
+        assert_refused(&["bench", "--zipf", bad, "--duration-s", "0.1"], &format!("'{bad}' is not a Zipf exponent"));
+    }
+    assert_refused(&["bench", "--workload", "window", "--zipf", "1", "--duration-s", "0.1"], "not window");
+}

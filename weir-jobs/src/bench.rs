@@ -100,6 +100,10 @@ pub struct BenchConfig {
     pub rate: Option<f64>,
     /// Distinct keys (the size of keyed state).
     pub keys: u64,
+    /// How keys are drawn: uniformly (`None`), or with Zipf's law of this exponent (a few hot
+    /// keys, a long tail), for the workloads whose events draw keys (stateless, keyed, join,
+    /// backpressure; [`BenchConfig::draws_keys`]).
+    pub zipf: Option<f64>,
     /// Nanoseconds the slow stage spends per record: the sink's in `backpressure`, the keyed
     /// stage's in `backlog`.
     pub sink_cost_ns: u64,
@@ -163,9 +167,20 @@ fn spin(cost: Duration) {
 impl BenchConfig {
     fn generator(&self, rate: Option<f64>, salt: u64) -> Generator<impl Fn(u64, u64) -> BenchEvent + Clone> {
         let keys = self.keys.max(1);
-        let g =
-            Generator::new(move |i, now_ns| BenchEvent { key: key_of(i ^ salt, keys), value: i, created_ns: now_ns });
+        // Rank 1 the hottest key; the state hashes keys, so neighbours in rank share no page.
+        let zipf = self.zipf.filter(|s| *s > 0.0).map(|s| crate::zipf::Zipf::new(keys, s));
+        let key = move |i: u64| match &zipf {
+            Some(z) => z.rank(i ^ salt) - 1,
+            None => key_of(i ^ salt, keys),
+        };
+        let g = Generator::new(move |i, now_ns| BenchEvent { key: key(i), value: i, created_ns: now_ns });
         paced(g, rate)
+    }
+
+    /// Whether the workload's events draw their keys from `keys` (and `zipf`): the window,
+    /// sparse-window, backlog and mixed workloads lay their keys out themselves.
+    pub fn draws_keys(&self) -> bool {
+        matches!(self.workload, Workload::Stateless | Workload::Keyed | Workload::Join | Workload::Backpressure)
     }
 
     /// The backlog workload's pipeline up to its slow stage: every other event on key 0, whose
@@ -192,6 +207,17 @@ impl BenchConfig {
     pub fn job(&self) -> Result<Job> {
         if self.parallelism == 0 || self.keys == 0 {
             return Err(Error::config("parallelism and keys must be at least 1"));
+        }
+        if let Some(s) = self.zipf {
+            if !s.is_finite() || s < 0.0 {
+                return Err(Error::config(format!("--zipf {s}: an exponent is a finite number, 0 or more")));
+            }
+            if !self.draws_keys() {
+                return Err(Error::config(format!(
+                    "--zipf is for the workloads that draw keys (stateless, keyed, join, backpressure), not {}",
+                    self.workload
+                )));
+            }
         }
         let name = format!("bench-{}", self.workload);
         let job = match self.workload {
@@ -383,6 +409,21 @@ pub struct BenchResult {
     pub rate: Option<f64>,
     /// Distinct keys.
     pub keys: u64,
+    /// Zipf's exponent of the key draws (`None`: uniform).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zipf: Option<f64>,
+    /// The most memory the process's keyed and window state held at once (its pages).
+    pub state_peak_bytes: u64,
+    /// The process's peak resident memory (Linux' `VmHWM`), where the system says it.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// The process's peak resident memory (`VmHWM` in `/proc/self/status`), where it is known.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 impl BenchResult {
@@ -407,6 +448,9 @@ impl BenchResult {
             checkpoints: report.checkpoints.clone(),
             rate: config.rate,
             keys: config.keys,
+            zipf: config.zipf,
+            state_peak_bytes: weir::state::state_memory_peak_bytes(),
+            peak_rss_bytes: peak_rss_bytes(),
         }
     }
 

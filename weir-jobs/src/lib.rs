@@ -5,9 +5,11 @@
 //! - [`nexmark`]: the Nexmark benchmark's generator and queries, with sequential references.
 //! - [`bench`](mod@bench): the benchmark workloads `weir bench` and perf/ run, and their report.
 //! - [`simulated`]: the jobs `weir simulate` checks from seeds.
+//! - [`zipf`]: keys drawn with Zipf's law (the benchmarks' `--zipf`).
 //!
 //! ## Modules, lowest layer first (a module uses only modules above it in this list)
 //!
+//! - `zipf`: arithmetic.
 //! - `nexmark`, `simulated`, `wordcount`: the jobs, which never use each other.
 //! - `bench`: the benchmark workloads (it runs the default job of `wordcount`).
 //!
@@ -17,3 +19,4 @@ pub mod bench;
 pub mod nexmark;
 pub mod simulated;
 pub mod wordcount;
+pub mod zipf;

@@ -1,6 +1,6 @@
 //! The jobs of `weir-jobs` (the command's jobs): Nexmark against its sequential reference, the
-//! benchmark workloads under every checkpoint choice, and word count's output format. Here,
-//! not as unit tests of that crate, so the crate is compiled once for the test suite.
+//! benchmark workloads under every checkpoint choice, word count's output format and the
+//! benchmarks' Zipf keys. Here, not as unit tests of that crate, so the crate is compiled once for the test suite.
 
 mod nexmark {
     use weir::runtime::RunConfig;
@@ -154,6 +154,7 @@ mod bench {
                 parallelism: 2,
                 rate: Some(200_000.0),
                 keys: 100,
+                zipf: None,
                 sink_cost_ns: 1_000,
             };
             let checkpoint = kind.map_or("none", ModeKind::name);
@@ -197,6 +198,7 @@ mod bench {
             parallelism: 2,
             rate: None,
             keys: 100,
+            zipf: None,
             sink_cost_ns: 1_000,
         };
         let handle = config.job().unwrap().start(RunConfig::default().workers(2)).unwrap();
@@ -219,5 +221,42 @@ mod bench {
         for mode in [CheckpointMode::Aligned, CheckpointMode::Unaligned] {
             assert!(stats.iter().filter(|s| s.mode == Some(mode)).count() >= 3, "{mode}: {stats:?}");
         }
+    }
+}
+
+mod zipf {
+    use weir_jobs::zipf::*;
+
+    /// The draws follow the law: each of the first ranks' share within a few percent of
+    /// `k^-s / H(n, s)`, for exponents below, at and above 1.
+    #[test]
+    fn ranks_follow_zipfs_law() {
+        let draws = 200_000u64;
+        for (n, s) in [(1000u64, 0.8), (1000, 1.0), (20_000_000, 1.2)] {
+            let z = Zipf::new(n, s);
+            let mut counts = [0u64; 6];
+            for i in 0..draws {
+                let k = z.rank(i);
+                assert!((1..=n).contains(&k), "rank {k} of {n}");
+                if k < 6 {
+                    counts[k as usize] += 1;
+                }
+            }
+            let harmonic: f64 = (1..=n.min(5_000_000)).map(|k| (k as f64).powf(-s)).sum();
+            for (k, &c) in counts.iter().enumerate().skip(1) {
+                let expected = (k as f64).powf(-s) / harmonic * draws as f64;
+                let off = (c as f64 - expected).abs() / expected;
+                assert!(off < 0.06, "n {n}, s {s}: rank {k} drawn {c} times, expected {expected:.0}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_draw_is_a_function_of_its_index() {
+        let z = Zipf::new(50, 1.1);
+        let first: Vec<u64> = (0..100).map(|i| z.rank(i)).collect();
+        assert_eq!(first, (0..100).map(|i| z.rank(i)).collect::<Vec<_>>());
+        assert!(first.iter().any(|&k| k > 1), "not all on the hottest key");
+        assert_eq!(Zipf::new(1, 2.0).rank(7), 1, "one key");
     }
 }
