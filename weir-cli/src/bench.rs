@@ -11,6 +11,32 @@ use weir::Error;
 use crate::args::*;
 use weir_ops::supervisor::*;
 
+/// The line that says what runs: the workload and its keys, the checkpoints, the workers, the
+/// rate and the duration.
+fn announce(
+    args: &BenchArgs,
+    plan: Option<&weir_ops::settings::CheckpointPlan>,
+    interval_ms: u64,
+    (workers, parallelism): (usize, usize),
+) {
+    println!(
+        "weir bench: workload {}{}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
+        args.workload,
+        args.zipf
+            .filter(|s| *s > 0.0)
+            .map(|s| format!(" (keys drawn with Zipf's law, exponent {s})"))
+            .unwrap_or_default(),
+        plan.map_or_else(|| "none".to_string(), |p| p.to_string()),
+        if plan.is_some() { format!(" every {interval_ms} ms") } else { String::new() },
+        workers,
+        parallelism,
+        args.rate
+            .map(|r| format!("{} events/s", group_digits(r as u64)))
+            .unwrap_or_else(|| "as fast as possible".into()),
+        args.duration_s
+    );
+}
+
 pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     use weir_jobs::bench::{BenchConfig, BenchResult};
     let flags = args.checkpoints.clone().with_file()?;
@@ -32,22 +58,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
         zipf: args.zipf,
         sink_cost_ns: args.sink_cost_ns,
     };
-    println!(
-        "weir bench: workload {}{}, checkpoints {}{}, {} workers, parallelism {}, {}, {} s",
-        args.workload,
-        args.zipf
-            .filter(|s| *s > 0.0)
-            .map(|s| format!(" (keys drawn with Zipf's law, exponent {s})"))
-            .unwrap_or_default(),
-        plan.as_ref().map_or_else(|| "none".to_string(), |p| p.to_string()),
-        if plan.is_some() { format!(" every {interval_ms} ms") } else { String::new() },
-        config.effective_workers(),
-        parallelism,
-        args.rate
-            .map(|r| format!("{} events/s", group_digits(r as u64)))
-            .unwrap_or_else(|| "as fast as possible".into()),
-        args.duration_s
-    );
+    announce(args, plan.as_ref(), interval_ms, (config.effective_workers(), parallelism));
     let binding = args.runtime.bind_control()?;
     // The checkpoint configuration, built once from the flags (the bench's interval unless
     // given) on the workload's graph, whose rings fit the in-flight budget.

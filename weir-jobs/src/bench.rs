@@ -5,7 +5,7 @@
 //! sink records, for every record, the time since the event was created (for windows and
 //! joins, since the window's end: the moment the result could first be known).
 //!
-//! May touch: `wordcount` (the default job); weir's `checkpoint` (configuration), `error`,
+//! May touch: `wordcount` (the default job), `zipf` (skewed keys); weir's `checkpoint` (configuration), `error`,
 //! `metrics`, `operator`, `pipeline`, `runtime`, `sink`, `source`.
 
 use std::time::Duration;
