@@ -1,5 +1,5 @@
 //! The benchmark matrix, in one run so its ratios are comparable: every `weir bench` workload
-//! under every checkpoint choice at full speed (throughput; each mode against the run without
+//! under every checkpoint mode at full speed (throughput; each mode against the run without
 //! checkpoints in the same round, median over rounds), the keyed and window workloads at a
 //! fixed rate with and without checkpoints (latency), the backlog workload (a skewed key
 //! makes one subtask of a slow keyed stage lag) as the rings grow 16× and the stage's cost
@@ -145,7 +145,7 @@ impl Matrix {
         Headline { throughput, throughput_points, ratios, busy }
     }
 
-    /// Section 1, throughput: every workload under every checkpoint choice, as fast as possible. A
+    /// Section 1, throughput: every workload under every checkpoint mode, as fast as possible. A
     /// round runs the four modes back to back (starting with a different one each round), and
     /// each mode's ratio to the run without checkpoints of the same round is one sample: runs
     /// close in time share the machine's mood, which drifts by more than 3% over minutes.

@@ -1,5 +1,5 @@
 //! The jobs of `weir-jobs` (the command's jobs): Nexmark against its sequential reference, the
-//! benchmark workloads under every checkpoint choice, word count's output format and the
+//! benchmark workloads under every checkpoint mode, word count's output format and the
 //! benchmarks' Zipf keys. Here, not as unit tests of that crate, so the crate is compiled once for the test suite.
 
 mod nexmark {
