@@ -102,7 +102,7 @@ fn overhead(tmp: &std::path::Path, d: Duration, secs: f64) {
 
 /// Section 2: the synchronous pause per task with a million keys.
 fn pause(tmp: &std::path::Path, d: Duration) {
-    println!("## 2. synchronous pause per task, 1M keys, checkpoints every 1 s\n");
+    println!("\n## 2. synchronous pause per task, 1M keys, checkpoints every 1 s\n");
     let dir = tmp.join("million");
     let big = keyed(
         Some(CheckpointConfig::new(&dir).interval(Duration::from_secs(1))),
@@ -122,7 +122,7 @@ fn pause(tmp: &std::path::Path, d: Duration) {
 
 /// Section 3: aligned against unaligned under backpressure, as the rings grow.
 fn backpressure(tmp: &std::path::Path, d: Duration, secs: f64) {
-    println!("## 3. backpressure (sink ~2 µs/record), checkpoints every 200 ms, {secs} s each\n");
+    println!("\n## 3. backpressure (sink ~2 µs/record), checkpoints every 200 ms, {secs} s each\n");
     println!("| ring capacity | mode | checkpoints | median duration | max duration | median in-flight bytes |");
     println!("|---|---|---|---|---|---|");
     for ring in [256, 1024, 4096] {
