@@ -49,13 +49,13 @@ pub struct BroadcastState<BK, BV> {
     map: PagedMap<BK, BV>,
 }
 
-impl<BK: Key, BV: Clone> Default for BroadcastState<BK, BV> {
+impl<BK: Key, BV: Clone + Persist> Default for BroadcastState<BK, BV> {
     fn default() -> Self {
         BroadcastState { map: PagedMap::new() }
     }
 }
 
-impl<BK: Key, BV: Clone> BroadcastState<BK, BV> {
+impl<BK: Key, BV: Clone + Persist> BroadcastState<BK, BV> {
     /// The value of `key`.
     pub fn get(&self, key: &BK) -> Option<&BV> {
         self.map.get(key)

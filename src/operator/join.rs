@@ -31,7 +31,7 @@ pub(crate) struct WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
     next: Box<dyn Collector<O>>,
 }
 
-impl<L: Clone, R: Clone, K: Key, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
+impl<L: Clone + Persist, R: Clone + Persist, K: Key, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         window: Window,
@@ -62,8 +62,8 @@ impl<L: Clone, R: Clone, K: Key, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL
 
 impl<L, R, K, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
 where
-    L: Clone,
-    R: Clone,
+    L: Clone + Persist,
+    R: Clone + Persist,
     K: Key,
     O: Send,
     J: FnMut(&K, &L, &R) -> O,
@@ -96,7 +96,7 @@ where
 
 /// Adds one side's records to their windows; returns how many were late (every window of theirs
 /// already fired).
-fn insert_all<T: Clone, K: Key, V: Default + Clone>(
+fn insert_all<T: Clone, K: Key, V: Default + Clone + Persist>(
     windows: &mut OpenWindows<K, V>,
     watermark: Option<Timestamp>,
     records: &mut Vec<T>,
@@ -183,8 +183,8 @@ where
 
 impl<L, R, K, O, KL, KR, TL, TR, J> WindowJoin<L, R, K, O, KL, KR, TL, TR, J>
 where
-    L: Clone,
-    R: Clone,
+    L: Clone + Persist,
+    R: Clone + Persist,
     K: Key,
     O: Send,
     J: FnMut(&K, &L, &R) -> O,

@@ -103,7 +103,7 @@ pub(crate) struct KeyedAggregate<T, K, A, O, KX: RecordKey<T, K>, I, S> {
     _input: std::marker::PhantomData<fn(T)>,
 }
 
-impl<T, K: Key, A: Clone, O, KX: RecordKey<T, K>, I, S> KeyedAggregate<T, K, A, O, KX, I, S> {
+impl<T, K: Key, A: Clone + Persist, O, KX: RecordKey<T, K>, I, S> KeyedAggregate<T, K, A, O, KX, I, S> {
     pub(crate) fn new(key: KX, init: I, step: S, next: Box<dyn Collector<O>>) -> Self {
         KeyedAggregate {
             key,

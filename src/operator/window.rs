@@ -109,7 +109,7 @@ pub(crate) fn merged_watermark(marks: impl Iterator<Item = Option<Timestamp>>) -
 pub(crate) type WindowEntries<K, V> = Vec<(Timestamp, crate::state::PagedImage<K, V>)>;
 
 /// Window contents of every old subtask, keeping the keys `scope` owns.
-pub(crate) fn merged_windows<K: Key, V: Clone>(
+pub(crate) fn merged_windows<K: Key, V: Clone + Persist>(
     parts: Vec<WindowEntries<K, V>>,
     scope: &crate::record::KeyScope,
 ) -> WindowEntries<K, V> {
@@ -169,7 +169,7 @@ const SPARE_MAPS: usize = 2;
 /// How many of the newest windows `window_mut` walks before it computes a record's place.
 const NEAR_WINDOWS: usize = 8;
 
-impl<K: Key, V: Clone> OpenWindows<K, V> {
+impl<K: Key, V: Clone + Persist> OpenWindows<K, V> {
     pub(crate) fn new(window: Window) -> Self {
         OpenWindows { window, open: std::collections::VecDeque::new(), lateness: 0, fired: 0, spare: Vec::new() }
     }
@@ -444,7 +444,7 @@ pub(crate) struct WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
     next: Outputs<O>,
 }
 
-impl<T, K: Key, A: Clone, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
+impl<T, K: Key, A: Clone + Persist, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F, R> {
     /// Local recovery: the watermark and the open windows from the fork of them.
     fn import_local(&mut self, w: &ForkedWindows<Option<Timestamp>, K, A>) {
         self.watermark = w.head;
@@ -486,7 +486,7 @@ impl<T, K, A, O, KF, TF, I, F, R> WindowAggregate<T, K, A, O, KF, TF, I, F, R>
 where
     T: Clone + 'static,
     K: Key,
-    A: Clone,
+    A: Clone + Persist,
     O: Send,
     R: FnMut(&K, WindowBounds, &A, &mut Vec<O>),
 {
@@ -765,7 +765,7 @@ mod tests {
         *next.get_or_insert_with(3, || 0) += 1;
         assert_eq!(next.get(&3), Some(&1));
         assert_eq!(forked[0].1.len(), 1_000, "the snapshot keeps what it forked");
-        assert_eq!(forked[0].1.iter().count(), 1_000);
+        assert_eq!(forked[0].1.entries().count(), 1_000);
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub struct AggregatingState<K, T, A> {
     fold: fn(&mut A, T),
 }
 
-impl<K: Key, T, A: Clone> AggregatingState<K, T, A> {
+impl<K: Key, T, A: Clone + Persist> AggregatingState<K, T, A> {
     /// Empty state whose accumulators start as `init()` and take inputs with `fold`.
     pub fn new(init: fn() -> A, fold: fn(&mut A, T)) -> Self {
         AggregatingState { values: KeyedValueState::new(), init, fold }
@@ -146,13 +146,13 @@ pub struct ListState<K, T> {
     lists: PagedMap<K, Vec<T>>,
 }
 
-impl<K: Key, T: Clone> Default for ListState<K, T> {
+impl<K: Key, T: Clone + Persist> Default for ListState<K, T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Key, T: Clone> ListState<K, T> {
+impl<K: Key, T: Clone + Persist> ListState<K, T> {
     /// Empty state.
     pub fn new() -> Self {
         ListState { lists: PagedMap::new() }
@@ -222,13 +222,13 @@ pub struct MapState<K, UK, UV> {
     user_keys: PagedMap<K, Vec<UK>>,
 }
 
-impl<K: Key, UK: Key, UV: Clone> Default for MapState<K, UK, UV> {
+impl<K: Key, UK: Key, UV: Clone + Persist> Default for MapState<K, UK, UV> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Key, UK: Key, UV: Clone> MapState<K, UK, UV> {
+impl<K: Key, UK: Key, UV: Clone + Persist> MapState<K, UK, UV> {
     /// Empty state.
     pub fn new() -> Self {
         MapState { entries: PagedMap::new(), user_keys: PagedMap::new() }

@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::persist::Persist;
 use crate::record::Key;
 
+mod cold;
 mod kinds;
 mod paged;
 mod scoped;
@@ -20,6 +21,7 @@ mod timers;
 mod ttl;
 
 pub use crate::snapshot::{ForkedState, PersistedFork, StateChunks};
+pub use cold::{BudgetScope, ByteSize, ColdStats, StateBudget, StateFailure, LEAST_STATE_MEMORY_PER_TASK};
 pub use kinds::{AggregatingState, KeyedState, ListState, MapState};
 pub use paged::{state_memory_bytes, state_memory_peak_bytes, OwnedPages, PagedFork, PagedImage, PagedMap, PAGE_SLOTS};
 pub use scoped::{AggregatingView, ListView, MapView, ReducingState, ReducingView, ScopedState, ValueView};
@@ -64,13 +66,13 @@ pub struct KeyedValueState<K, V> {
     map: PagedMap<K, V>,
 }
 
-impl<K: Key, V: Clone> Default for KeyedValueState<K, V> {
+impl<K: Key, V: Clone + Persist> Default for KeyedValueState<K, V> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Key, V: Clone> KeyedValueState<K, V> {
+impl<K: Key, V: Clone + Persist> KeyedValueState<K, V> {
     /// Empty state.
     pub fn new() -> Self {
         KeyedValueState { map: PagedMap::new() }
@@ -156,7 +158,7 @@ pub(crate) trait HashedEntries<K, V> {
         K: std::borrow::Borrow<Q>;
 }
 
-impl<K: Key, V: Clone> HashedEntries<K, V> for KeyedValueState<K, V> {
+impl<K: Key, V: Clone + Persist> HashedEntries<K, V> for KeyedValueState<K, V> {
     #[inline(always)]
     fn prefetch_hashed(&self, hash: u64) {
         self.map.prefetch_hashed(hash)
@@ -175,7 +177,7 @@ impl<K: Key, V: Clone> HashedEntries<K, V> for KeyedValueState<K, V> {
     }
 }
 
-impl<K: Key, V: Clone, const TRACK: bool> HashedEntries<K, V> for OwnedPages<'_, K, V, TRACK> {
+impl<K: Key, V: Clone + Persist, const TRACK: bool> HashedEntries<K, V> for OwnedPages<'_, K, V, TRACK> {
     #[inline(always)]
     fn prefetch_hashed(&self, hash: u64) {
         OwnedPages::prefetch_hashed(self, hash)

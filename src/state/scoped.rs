@@ -35,7 +35,7 @@ pub struct ValueView<'a, K, V> {
     key: &'a K,
 }
 
-impl<K: Key, V: Clone> ValueView<'_, K, V> {
+impl<K: Key, V: Clone + Persist> ValueView<'_, K, V> {
     /// The value, if there is one.
     pub fn get(&self) -> Option<&V> {
         self.state.get(self.key)
@@ -71,7 +71,7 @@ pub struct ListView<'a, K, T> {
     key: &'a K,
 }
 
-impl<K: Key, T: Clone> ListView<'_, K, T> {
+impl<K: Key, T: Clone + Persist> ListView<'_, K, T> {
     /// Appends `value`.
     pub fn add(&mut self, value: T) {
         self.state.add(self.key.clone(), value)
@@ -107,7 +107,7 @@ pub struct MapView<'a, K, UK, UV> {
     key: &'a K,
 }
 
-impl<K: Key, UK: Key, UV: Clone> MapView<'_, K, UK, UV> {
+impl<K: Key, UK: Key, UV: Clone + Persist> MapView<'_, K, UK, UV> {
     /// Sets entry `user_key`.
     pub fn put(&mut self, user_key: UK, value: UV) {
         self.state.put(self.key.clone(), user_key, value)
@@ -156,7 +156,7 @@ pub struct AggregatingView<'a, K, T, A> {
     key: &'a K,
 }
 
-impl<K: Key, T, A: Clone> AggregatingView<'_, K, T, A> {
+impl<K: Key, T, A: Clone + Persist> AggregatingView<'_, K, T, A> {
     /// Folds `input` in; returns the accumulator.
     pub fn add(&mut self, input: T) -> &A {
         self.state.add(self.key.clone(), input)
@@ -198,7 +198,7 @@ pub struct ReducingState<K, T> {
     reduce: fn(&T, &T) -> T,
 }
 
-impl<K: Key, T: Clone> ReducingState<K, T> {
+impl<K: Key, T: Clone + Persist> ReducingState<K, T> {
     /// Empty state combining values with `reduce`.
     pub fn new(reduce: fn(&T, &T) -> T) -> Self {
         ReducingState { values: KeyedValueState::new(), reduce }
@@ -252,7 +252,7 @@ pub struct ReducingView<'a, K, T> {
     key: &'a K,
 }
 
-impl<K: Key, T: Clone> ReducingView<'_, K, T> {
+impl<K: Key, T: Clone + Persist> ReducingView<'_, K, T> {
     /// Combines `input` in; returns the value.
     pub fn add(&mut self, input: T) -> &T {
         self.state.add(self.key.clone(), input)

@@ -132,7 +132,7 @@ struct TtlMap<K, V> {
     now: Timestamp,
 }
 
-impl<K: Key, V: Clone> TtlMap<K, V> {
+impl<K: Key, V: Clone + Persist> TtlMap<K, V> {
     fn new(config: StateTtlConfig) -> Self {
         TtlMap { config, map: PagedMap::new(), queue: VecDeque::new(), now: 0 }
     }
@@ -223,10 +223,15 @@ struct LiveEntries<K, V> {
     ttl: Timestamp,
 }
 
-impl<K: Persist + Send + Sync, V: Persist + Send + Sync> ForkedState for LiveEntries<K, V> {
+impl<K: Persist + Clone + Send + Sync, V: Persist + Clone + Send + Sync> ForkedState for LiveEntries<K, V> {
     fn write_chunks(&self, out: &mut dyn StateChunks) -> std::io::Result<()> {
-        let live: Vec<(&K, &Stamped<V>)> =
-            self.fork.iter().filter(|(_, s)| s.at.saturating_add(self.ttl) > self.now).collect();
+        let mut live: Vec<(K, Stamped<V>)> = Vec::new();
+        for entry in self.fork.entries() {
+            let (k, s) = entry?;
+            if s.at.saturating_add(self.ttl) > self.now {
+                live.push((k, s));
+            }
+        }
         let mut buf = Vec::new();
         (live.len() as u64).persist(&mut buf);
         for (k, s) in live {
@@ -269,7 +274,7 @@ pub struct TtlListState<K, T> {
     inner: TtlMap<K, Vec<T>>,
 }
 
-impl<K: Key, V: Clone> TtlValueState<K, V> {
+impl<K: Key, V: Clone + Persist> TtlValueState<K, V> {
     /// Empty state whose values expire as `config` says.
     pub fn new(config: StateTtlConfig) -> Self {
         TtlValueState { inner: TtlMap::new(config) }
@@ -284,7 +289,7 @@ impl<K: Key, V: Clone> TtlValueState<K, V> {
     }
 }
 
-impl<K: Key, T: Clone> TtlListState<K, T> {
+impl<K: Key, T: Clone + Persist> TtlListState<K, T> {
     /// Empty state whose lists expire as `config` says.
     pub fn new(config: StateTtlConfig) -> Self {
         TtlListState { inner: TtlMap::new(config) }
@@ -330,7 +335,7 @@ pub struct TtlMapState<K, UK, UV> {
     user_keys: PagedMap<K, Vec<UK>>,
 }
 
-impl<K: Key, UK: Key, UV: Clone> TtlMapState<K, UK, UV> {
+impl<K: Key, UK: Key, UV: Clone + Persist> TtlMapState<K, UK, UV> {
     /// Empty state whose entries expire as `config` says.
     pub fn new(config: StateTtlConfig) -> Self {
         TtlMapState { inner: TtlMap::new(config), user_keys: PagedMap::new() }
@@ -380,7 +385,7 @@ pub struct TtlMapView<'a, K, UK, UV> {
     key: &'a K,
 }
 
-impl<K: Key, UK: Key, UV: Clone> TtlMapView<'_, K, UK, UV> {
+impl<K: Key, UK: Key, UV: Clone + Persist> TtlMapView<'_, K, UK, UV> {
     /// Sets entry `user_key` (its life starts again).
     pub fn put(&mut self, user_key: UK, value: UV) {
         let fresh = self.state.inner.map.get(&(self.key.clone(), user_key.clone())).is_none();
@@ -448,7 +453,7 @@ pub struct TtlValueView<'a, K, V> {
     key: &'a K,
 }
 
-impl<K: Key, V: Clone> TtlValueView<'_, K, V> {
+impl<K: Key, V: Clone + Persist> TtlValueView<'_, K, V> {
     /// The value, unless it expired (a read restarts its life with
     /// [`TtlUpdate::OnReadAndWrite`]).
     pub fn get(&mut self) -> Option<&V> {
@@ -475,7 +480,7 @@ pub struct TtlListView<'a, K, T> {
     key: &'a K,
 }
 
-impl<K: Key, T: Clone> TtlListView<'_, K, T> {
+impl<K: Key, T: Clone + Persist> TtlListView<'_, K, T> {
     /// Appends `value` (the list's life starts again).
     pub fn add(&mut self, value: T) {
         self.state.get_mut_or_insert_with(self.key, Vec::new).push(value)

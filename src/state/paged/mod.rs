@@ -10,6 +10,10 @@
 //! (set right after a uniqueness check or a fresh allocation; cleared for every page by
 //! [`PagedMap::fork`] before it hands out clones). It lets writes skip the atomic uniqueness
 //! check on the hot path.
+//!
+//! A map made inside a [`StateBudget`](super::StateBudget)'s scope is bounded (`bounded`): its
+//! pages may leave memory, and every access goes the checked way, which brings them back.
+//! `table`: the page pointers, in cells so that a lookup through `&self` can do so.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -19,6 +23,12 @@ use std::sync::Arc;
 use crate::persist::Persist;
 use crate::record::hash_key;
 use crate::snapshot::StateChunks;
+
+mod bounded;
+mod table;
+
+use bounded::{ColdPages, ForkRefs};
+use table::PageTable;
 
 /// Slots per page (a power of two).
 pub const PAGE_SLOTS: usize = 256;
@@ -93,10 +103,10 @@ impl<K, V> Drop for Page<K, V> {
 /// let snapshot = m.fork();
 /// *m.get_or_insert_with(3, || 0) += 1;
 /// assert_eq!(m.get(&3), Some(&6));
-/// assert_eq!(snapshot.iter().collect::<Vec<_>>(), vec![(&3, &5)]);
+/// assert_eq!(snapshot.entries().map(Result::unwrap).collect::<Vec<_>>(), vec![(3, 5)]);
 /// ```
 pub struct PagedMap<K, V> {
-    pages: Vec<Arc<Page<K, V>>>,
+    pages: PageTable<K, V>,
     owned: Vec<bool>,
     /// Pages not owned (`owned[p]` false): a run of writes to a map that owns every page
     /// checks ownership once for the run ([`PagedMap::owns_every_page`]), not per record.
@@ -117,13 +127,16 @@ pub struct PagedMap<K, V> {
     /// they are not known whole: untracked, or the slot layout changed since (grown, cleared,
     /// restored), so they cannot be applied to the last fork's image.
     segment: u64,
+    /// A bounded map's pages out of memory and its budget; `None`: unbounded (every page
+    /// resident, and the per-record path never looks here).
+    cold: Option<Box<ColdPages<K, V>>>,
 }
 
 /// A [`PagedMap`] that owns every page, borrowed for a run of writes
 /// ([`PagedMap::owned_pages`]): its writes skip the per-record ownership check.
 pub struct OwnedPages<'a, K, V, const TRACK: bool = false>(&'a mut PagedMap<K, V>);
 
-impl<K: Hash + Eq + Clone, V: Clone, const TRACK: bool> OwnedPages<'_, K, V, TRACK> {
+impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist, const TRACK: bool> OwnedPages<'_, K, V, TRACK> {
     /// [`PagedMap::prefetch_hashed`].
     #[inline]
     pub fn prefetch_hashed(&self, hash: u64) {
@@ -181,6 +194,8 @@ impl<K: Borrow<Q>, Q: ?Sized + ToOwned<Owned = K>> KeyArg<'_, K, Q> {
 /// writer.
 pub struct PagedFork<K, V> {
     pages: Vec<Arc<Page<K, V>>>,
+    /// Where the pages not in memory lie (empty for an unbounded map's fork).
+    cold: ForkRefs,
     versions: Vec<u64>,
     len: usize,
     delta: Delta,
@@ -195,13 +210,13 @@ struct Delta {
     dirty: Vec<[u64; PAGE_SLOTS / 64]>,
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> Default for PagedMap<K, V> {
+impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> Default for PagedMap<K, V> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
+impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
     /// An empty map (one page).
     pub fn new() -> Self {
         Self::with_slots(PAGE_SLOTS)
@@ -241,12 +256,23 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     }
 
     fn with_slots(slots: usize) -> Self {
+        Self::with_slots_in(slots, crate::state::StateBudget::current())
+    }
+
+    /// An empty map of `slots` slots, bounded by `budget` if there is one (then its pages
+    /// are allocated when first written).
+    fn with_slots_in(slots: usize, budget: Option<Arc<crate::state::StateBudget>>) -> Self {
         debug_assert!(slots.is_power_of_two() && slots >= PAGE_SLOTS);
         let pages = slots / PAGE_SLOTS;
+        let cold = budget.map(|b| Box::new(ColdPages::new(b, pages)));
+        let table = match &cold {
+            Some(c) => PageTable::new((0..pages).map(|_| c.blank())),
+            None => PageTable::new((0..pages).map(|_| Page::new())),
+        };
         PagedMap {
-            pages: (0..pages).map(|_| Page::new()).collect(),
-            owned: vec![true; pages],
-            unowned: 0,
+            pages: table,
+            owned: vec![cold.is_none(); pages],
+            unowned: if cold.is_some() { pages } else { 0 },
             versions: (0..pages).map(|_| new_version()).collect(),
             mask: slots - 1,
             len: 0,
@@ -254,6 +280,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             dirty: Vec::new(),
             changes_wanted: Arc::default(),
             segment: 0,
+            cold,
         }
     }
 
@@ -277,17 +304,19 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         self.copied_pages
     }
 
-    /// Bytes of all pages (live state; pages held only by snapshots are not counted).
+    /// Bytes of all pages in memory (live state; pages held only by snapshots are not
+    /// counted, nor those of a bounded map that left memory).
     pub fn page_bytes(&self) -> usize {
-        self.pages.len() * std::mem::size_of::<Page<K, V>>()
+        let resident = self.cold.as_ref().map_or(self.pages.len(), |c| c.resident_pages());
+        resident * std::mem::size_of::<Page<K, V>>()
     }
 
     #[inline]
     fn slot(&self, i: usize) -> &Option<(K, V)> {
         debug_assert!(i <= self.mask, "slot {i} of {}", self.mask + 1);
-        // SAFETY: every caller masks `i` (`i <= mask`), and the map has `(mask + 1) / PAGE_SLOTS`
-        // pages (`with_slots`; `grow` replaces pages and mask together), so the page exists.
-        &unsafe { self.pages.get_unchecked(i >> PAGE_SHIFT) }.slots[i & (PAGE_SLOTS - 1)]
+        // Every caller masks `i` (`i <= mask`), and the map has `(mask + 1) / PAGE_SLOTS` pages
+        // (`with_slots`; `grow` replaces pages and mask together): the unchecked `get` is sound.
+        &self.pages.get(i >> PAGE_SHIFT).slots[i & (PAGE_SLOTS - 1)]
     }
 
     /// Page `p` for writing; `CHECKED`: made this map's own first if it is not (a caller that
@@ -301,23 +330,28 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             self.take_page(p);
         }
         debug_assert!(self.owned[p], "a write to page {p}, which a snapshot may share");
-        debug_assert_eq!(Arc::strong_count(&self.pages[p]), 1, "an owned page is unshared");
+        debug_assert_eq!(Arc::strong_count(self.pages.get(p)), 1, "an owned page is unshared");
         // SAFETY: `p` is a masked slot's page (`i >> PAGE_SHIFT` with `i <= mask`; the map has
         // `(mask + 1) / PAGE_SLOTS` pages) or a restore's page below their count, so it exists.
         // `owned[p]` is true only while this map holds the only reference to the page (see the
         // module invariant: set after `get_mut` succeeded or a fresh `Arc::new`, and cleared by
         // `fork` before any clone leaves the map; the map never makes `Weak`s). With `&mut
         // self`, this is the only access to the page, so a unique reference is sound.
-        unsafe { &mut *(Arc::as_ptr(self.pages.get_unchecked(p)) as *mut Page<K, V>) }
+        unsafe { &mut *(Arc::as_ptr(self.pages.get(p)) as *mut Page<K, V>) }
     }
 
     /// Makes page `p` this map's own: copied if a snapshot shares it, and given a new version.
     #[cold]
     #[inline(never)]
     fn take_page(&mut self, p: usize) {
-        if Arc::get_mut(&mut self.pages[p]).is_none() {
+        if self.cold.is_some() {
+            // Brought back or allocated first if not in memory.
+            self.take_cold_page(p);
+        }
+        if Arc::get_mut(self.pages.get_mut(p)).is_none() {
             // Shared with a snapshot: copy before the first write.
-            self.pages[p] = Arc::new((*self.pages[p]).clone());
+            let copy = Arc::new((**self.pages.get(p)).clone());
+            *self.pages.get_mut(p) = copy;
             self.copied_pages += 1;
         }
         self.owned[p] = true;
@@ -361,16 +395,22 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// The slot holding `key`, or the empty slot where it would go.
     #[inline]
     fn find(&self, key: &K) -> Result<usize, usize> {
-        self.find_hashed(hash_key(key), key)
+        self.find_hashed::<true, K>(hash_key(key), key)
     }
 
-    /// [`Self::find`] with `key`'s hash ([`hash_key`]) already computed.
+    /// [`Self::find`] with `key`'s hash ([`hash_key`]) already computed. `CHECKED`: the map
+    /// may be bounded (its pages out of memory are brought back); a caller that knows it is
+    /// not (it owns every page) passes `false`.
     #[inline]
-    fn find_hashed<Q: ?Sized + Hash + Eq>(&self, hash: u64, key: &Q) -> Result<usize, usize>
+    fn find_hashed<const CHECKED: bool, Q: ?Sized + Hash + Eq>(&self, hash: u64, key: &Q) -> Result<usize, usize>
     where
         K: Borrow<Q>,
     {
         debug_assert_eq!(hash, hash_key(key), "the hash is the key's");
+        if CHECKED && self.cold.is_some() {
+            return self.find_faulting(hash, key);
+        }
+        debug_assert!(self.cold.is_none(), "an unchecked lookup in a bounded map");
         let mut i = hash as usize & self.mask;
         loop {
             match self.slot(i) {
@@ -405,6 +445,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// The value of `key`, for changing (its page is copied first if a snapshot shares it).
     #[inline]
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        self.enforce_budget();
         let i = self.find(key).ok()?;
         Some(&mut self.slot_mut(i).as_mut().expect("found").1)
     }
@@ -465,14 +506,14 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// ```
     #[inline]
     pub fn owned_pages(&mut self) -> Option<OwnedPages<'_, K, V>> {
-        (self.owns_every_page() && !self.tracking()).then_some(OwnedPages(self))
+        (self.owns_every_page() && !self.tracking() && self.cold.is_none()).then_some(OwnedPages(self))
     }
 
     /// [`Self::owned_pages`] while writes are tracked for a changelog checkpoint: `None`
     /// when they are not, or a snapshot shares a page.
     #[inline]
     pub fn owned_pages_tracked(&mut self) -> Option<OwnedPages<'_, K, V, true>> {
-        (self.owns_every_page() && self.tracking()).then_some(OwnedPages(self))
+        (self.owns_every_page() && self.tracking() && self.cold.is_none()).then_some(OwnedPages(self))
     }
 
     #[inline(always)]
@@ -486,11 +527,14 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        let i = match self.find_hashed(hash, key.get()) {
+        if CHECKED {
+            self.enforce_budget();
+        }
+        let i = match self.find_hashed::<CHECKED, Q>(hash, key.get()) {
             Ok(i) => i,
             Err(_) if (self.len + 1) * 8 > (self.mask + 1) * 7 => {
                 self.grow();
-                let i = self.find_hashed(hash, key.get()).expect_err("absent");
+                let i = self.find_hashed::<CHECKED, Q>(hash, key.get()).expect_err("absent");
                 *self.slot_mut_in::<CHECKED, TRACK>(i) = Some((key.into_owned(), init()));
                 self.len += 1;
                 i
@@ -516,12 +560,16 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
 
     /// Removes `key` (backward-shift deletion keeps every probe chain unbroken).
     pub fn remove(&mut self, key: &K) -> Option<V> {
+        self.enforce_budget();
         let mut hole = self.find(key).ok()?;
         let (_, value) = self.slot_mut(hole).take().expect("found");
         self.len -= 1;
         let mut j = hole;
         loop {
             j = (j + 1) & self.mask;
+            if j & (PAGE_SLOTS - 1) == 0 {
+                self.fault_in(j >> PAGE_SHIFT);
+            }
             let Some((k, _)) = self.slot(j) else { break };
             let ideal = hash_key(k) as usize & self.mask;
             // Move the entry at j into the hole unless its ideal slot lies in (hole, j].
@@ -536,8 +584,9 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     }
 
     fn grow(&mut self) {
-        let wider = Self::with_slots((self.mask + 1) * 2);
+        let wider = Self::with_slots_in((self.mask + 1) * 2, self.cold.as_ref().map(|c| c.budget()));
         let old = std::mem::replace(&mut self.pages, wider.pages);
+        let mut old_cold = std::mem::replace(&mut self.cold, wider.cold);
         self.owned = wider.owned;
         self.unowned = wider.unowned;
         self.versions = wider.versions;
@@ -546,7 +595,8 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             self.dirty = vec![[0; PAGE_SLOTS / 64]; self.pages.len()];
         }
         self.segment = 0;
-        for page in old {
+        for (p, page) in old.into_pages().enumerate() {
+            let Some(page) = bounded::content(&mut old_cold, p, page) else { continue };
             // A page no snapshot holds gives its entries up by move; a shared one is copied
             // (the snapshot keeps the originals).
             match Arc::try_unwrap(page) {
@@ -563,27 +613,31 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
                     }
                 }
             }
+            // A bounded map's new pages leave memory as they fill.
+            self.enforce_budget();
         }
     }
 
-    /// All entries, in slot order.
+    /// All entries, in slot order (a bounded map's pages out of memory come back).
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.pages.iter().flat_map(|p| p.slots.iter().flatten().map(|(k, v)| (k, v)))
+        (0..self.pages.len()).flat_map(move |p| {
+            self.fault_in(p);
+            self.pages.get(p).slots.iter().flatten().map(|(k, v)| (k, v))
+        })
     }
 
     /// Whether a lookup finds every entry: none lies before its hash's slot or past an empty
     /// slot after it (walking the table once from an empty slot, so runs that wrap around
-    /// the end are seen whole).
-    fn every_entry_is_found(&self) -> bool {
+    /// the end are seen whole). A bounded map's pages come back one by one, in its budget.
+    fn every_entry_is_found(&mut self) -> bool {
         let slots = self.mask + 1;
-        let Some(empty) = (0..slots).find(|&i| self.slot(i).is_none()) else { return false };
+        let Some(empty) = (0..slots).find(|&i| self.home_at(i).is_none()) else { return false };
         let mut run_start = empty + 1;
         for step in 1..slots {
             let i = (empty + step) & self.mask;
-            match self.slot(i) {
+            match self.home_at(i) {
                 None => run_start = i + 1,
-                Some((k, _)) => {
-                    let home = hash_key(k) as usize & self.mask;
+                Some(home) => {
                     // Both distances walk forward (mod the slot count) to `i`.
                     if (i.wrapping_sub(home) & self.mask) > (i.wrapping_sub(run_start) & self.mask) {
                         return false;
@@ -594,11 +648,24 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         true
     }
 
+    /// The slot where the lookup of the entry in slot `i` starts (`None`: the slot is
+    /// empty), for a walk over the slots in order: a bounded map brings each page back as
+    /// the walk enters it.
+    fn home_at(&mut self, i: usize) -> Option<usize> {
+        if self.cold.is_some() && i & (PAGE_SLOTS - 1) == 0 {
+            self.enforce_budget();
+            self.fault_in(i >> PAGE_SHIFT);
+        }
+        self.slot(i).as_ref().map(|(k, _)| hash_key(k) as usize & self.mask)
+    }
+
     /// The entries, in slot order, moved out (pages no snapshot shares give them up without a
     /// copy).
-    fn into_entries(self) -> Vec<(K, V)> {
+    fn into_entries(mut self) -> Vec<(K, V)> {
         let mut entries = Vec::with_capacity(self.len);
-        for page in self.pages {
+        let pages = std::mem::replace(&mut self.pages, PageTable::new(std::iter::empty()));
+        for (p, page) in pages.into_pages().enumerate() {
+            let Some(page) = bounded::content(&mut self.cold, p, page) else { continue };
             match Arc::try_unwrap(page) {
                 Ok(mut page) => entries.extend(page.slots.iter_mut().filter_map(Option::take)),
                 Err(shared) => entries.extend(shared.slots.iter().flatten().cloned()),
@@ -609,7 +676,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
 
     /// Removes every entry and keeps the slots: a map emptied for reuse does not grow again
     /// to the size it had. Pages a snapshot still shares are left to it and replaced by
-    /// empty ones; the others are emptied in place.
+    /// empty ones; the others are emptied in place (a bounded map lets them all go).
     ///
     /// ```
     /// use weir::state::PagedMap;
@@ -620,14 +687,25 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
     /// assert_eq!((m.len(), m.get(&7), m.pages()), (0, None, pages));
     /// ```
     pub fn clear(&mut self) {
+        if let Some(c) = self.cold.as_deref_mut() {
+            for p in 0..self.pages.len() {
+                *self.pages.get_mut(p) = c.forget(p);
+                self.owned[p] = false;
+                self.versions[p] = new_version();
+            }
+            self.unowned = self.pages.len();
+            self.len = 0;
+            self.segment = 0;
+            return;
+        }
         for p in 0..self.pages.len() {
-            match Arc::get_mut(&mut self.pages[p]) {
+            match Arc::get_mut(self.pages.get_mut(p)) {
                 Some(page) => {
                     if self.len > 0 {
                         page.slots.iter_mut().for_each(|s| *s = None);
                     }
                 }
-                None => self.pages[p] = Page::new(),
+                None => *self.pages.get_mut(p) = Page::new(),
             }
             self.owned[p] = true;
             self.versions[p] = new_version();
@@ -639,11 +717,13 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
 
     /// The map a fork was taken of, sharing the fork's pages (local recovery): pointer work,
     /// one clone per page; each page is copied on its first write, as after [`Self::fork`].
+    /// Pages the fork has out of memory stay out, read back when first used.
     pub fn from_fork(fork: &PagedFork<K, V>) -> Self {
         let pages = fork.pages.len();
         assert!(pages.is_power_of_two(), "a fork has a power of two of pages, not {pages}");
+        let budget = crate::state::StateBudget::current().or_else(|| fork.cold.budget());
         PagedMap {
-            pages: fork.pages.clone(),
+            pages: PageTable::new(fork.pages.iter().cloned()),
             owned: vec![false; pages],
             unowned: pages,
             versions: fork.versions.clone(),
@@ -653,6 +733,7 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
             dirty: Vec::new(),
             changes_wanted: Arc::clone(&fork.changes_wanted),
             segment: 0,
+            cold: budget.map(|b| Box::new(ColdPages::of_fork(b, &fork.cold, pages))),
         }
     }
 
@@ -669,7 +750,8 @@ impl<K: Hash + Eq + Clone, V: Clone> PagedMap<K, V> {
         let delta = Delta { after, id: new_version(), dirty };
         self.segment = delta.id;
         PagedFork {
-            pages: self.pages.clone(),
+            pages: self.pages.cloned(),
+            cold: self.cold.as_ref().map_or_else(ForkRefs::default, |c| c.fork_refs()),
             versions: self.versions.clone(),
             len: self.len,
             delta,
@@ -692,7 +774,13 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
             // From the next fork on, the map tracks its writes.
             self.changes_wanted.store(true, Ordering::Relaxed);
             let d = &self.delta;
-            return out.changes(d.after, d.id, &mut |out| self.write_image(out), &mut |buf| self.write_segment(buf));
+            let mut failed = None;
+            out.changes(d.after, d.id, &mut |out| self.write_image(out), &mut |buf| {
+                if let Err(e) = self.write_segment(buf) {
+                    failed = Some(e);
+                }
+            })?;
+            return failed.map_or(Ok(()), Err);
         }
         self.write_image(out)
     }
@@ -702,8 +790,23 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
         let mut head = Vec::with_capacity(24);
         write_head(self.len, self.pages.len(), &mut head);
         out.bytes(&head)?;
-        for (page, &version) in self.pages.iter().zip(&self.versions) {
-            out.page(version, &mut |buf| write_page(page, buf))?;
+        for (p, (page, &version)) in self.pages.iter().zip(&self.versions).enumerate() {
+            match self.cold.get(p) {
+                // Out of memory: its encoding is copied from where it lies (and not even
+                // read when the receiver holds this version already).
+                Some(at) => {
+                    let mut failed = None;
+                    out.page(version, &mut |buf| {
+                        if let Err(e) = at.read_into(buf) {
+                            failed = Some(e);
+                        }
+                    })?;
+                    failed.map_or(Ok(()), Err)?;
+                }
+                None => {
+                    out.page(version, &mut |buf| write_page(page, buf))?;
+                }
+            }
         }
         Ok(())
     }
@@ -711,7 +814,7 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
     /// The changes since the last fork: the slot count and the entry count (checked when
     /// applied), then each page with a written slot: its index, which slots were written (a
     /// bit each), and each such slot as it is now (empty, or its entry).
-    fn write_segment(&self, out: &mut Vec<u8>) {
+    fn write_segment(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
         ((self.pages.len() * PAGE_SLOTS) as u64).persist(out);
         (self.len as u64).persist(out);
         let changed: Vec<(usize, &[u64; PAGE_SLOTS / 64])> =
@@ -727,8 +830,10 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
             changed.get(j + 1).iter().for_each(|c| prefetch(c));
             (p as u64).persist(out);
             bits.persist(out);
+            let read_back = self.cold.get(p).map(bounded::read_page::<K, V>).transpose()?;
+            let page = read_back.as_ref().unwrap_or(&self.pages[p]);
             for i in set_slots(bits) {
-                match &self.pages[p].slots[i] {
+                match &page.slots[i] {
                     Some((k, v)) => {
                         1u8.persist(out);
                         k.persist(out);
@@ -738,6 +843,21 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+impl<K: Persist + Clone, V: Persist + Clone> PagedFork<K, V> {
+    /// Entries at the fork, in slot order, copied (a bounded map's pages out of memory are
+    /// read back for it, one at a time).
+    pub fn entries(&self) -> impl Iterator<Item = std::io::Result<(K, V)>> + '_ {
+        (0..self.pages.len()).flat_map(move |p| {
+            let page = match self.cold.get(p).map(bounded::read_page::<K, V>).transpose() {
+                Ok(read_back) => read_back.unwrap_or_else(|| Arc::clone(&self.pages[p])),
+                Err(e) => return vec![Err(e)].into_iter(),
+            };
+            page.slots.iter().flatten().map(|e| Ok(e.clone())).collect::<Vec<_>>().into_iter()
+        })
     }
 }
 
@@ -777,7 +897,7 @@ enum Image<K, V> {
     Entries(Vec<(K, V)>),
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> PagedImage<K, V> {
+impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedImage<K, V> {
     /// The map (see the type's doc for when this re-inserts).
     pub fn into_map(self) -> PagedMap<K, V> {
         match self.0 {
@@ -806,14 +926,17 @@ impl<K: Persist + Hash + Eq + Clone, V: Persist + Clone> Persist for PagedImage<
         match &self.0 {
             Image::Laid(map) => {
                 write_head(map.len, map.pages.len(), out);
-                map.pages.iter().for_each(|page| write_page(page, out));
+                (0..map.pages.len()).for_each(|p| {
+                    map.fault_in(p);
+                    write_page(map.pages.get(p), out)
+                });
             }
             Image::Entries(entries) => entries.persist(out),
         }
     }
 
     fn restore(input: &mut &[u8]) -> crate::error::Result<Self> {
-        let map = match crate::snapshot::chain_segments(input)? {
+        let mut map = match crate::snapshot::chain_segments(input)? {
             Some(segments) => {
                 // A changelog chain: the base, then each segment applied in order.
                 let mut map = read_laid(input)?;
@@ -863,6 +986,7 @@ fn apply_segment<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
             count += entry.is_some() as i64 - page.slots[i].is_some() as i64;
             page.slots[i] = entry;
         }
+        map.enforce_budget();
     }
     if count != len as i64 {
         return Err(corrupt(format!("leaves {count} entries where it says {len}")));
@@ -892,18 +1016,26 @@ fn read_laid<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
     let mut map = PagedMap::with_slots(slots as usize);
     let mut read = 0;
     for p in 0..pages as usize {
-        let full = <[u64; PAGE_SLOTS / 64]>::restore(input)?;
-        let page = map.page_mut::<true>(p);
-        for i in set_slots(&full) {
-            page.slots[i] = Some((K::restore(input)?, V::restore(input)?));
-            read += 1;
-        }
+        read += fill_page(map.page_mut::<true>(p), input)?;
+        // A bounded map's pages leave memory as the restore goes on.
+        map.enforce_budget();
     }
-    if read != len {
+    if read as u64 != len {
         return Err(corrupt(format!("says {len} entries and holds {read}")));
     }
-    map.len = read as usize;
+    map.len = read;
     Ok(map)
+}
+
+/// Reads one page's encoding (see `write_page`) into `page`'s slots; returns the entries read.
+fn fill_page<K: Persist, V: Persist>(page: &mut Page<K, V>, input: &mut &[u8]) -> crate::error::Result<usize> {
+    let full = <[u64; PAGE_SLOTS / 64]>::restore(input)?;
+    let mut read = 0;
+    for i in set_slots(&full) {
+        page.slots[i] = Some((K::restore(input)?, V::restore(input)?));
+        read += 1;
+    }
+    Ok(read)
 }
 
 /// The slots a page's bitmap (a bit a slot) marks, in order.
@@ -931,11 +1063,6 @@ impl<K, V> PagedFork<K, V> {
     /// The version of every page, in page order.
     pub fn page_versions(&self) -> &[u64] {
         &self.versions
-    }
-
-    /// Entries at the fork, in slot order.
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.pages.iter().flat_map(|p| p.slots.iter().flatten().map(|(k, v)| (k, v)))
     }
 
     /// Number of entries at the fork.
@@ -983,7 +1110,7 @@ mod tests {
         for k in 0..2000 {
             *run.entry_hashed(hash_key(&k), k, || 0).1 += 1;
         }
-        assert!(snapshot.iter().all(|(_, v)| *v == 1), "the snapshot never sees a later write");
+        assert!(snapshot.entries().all(|e| e.unwrap().1 == 1), "the snapshot never sees a later write");
         assert_eq!(m.get(&0), Some(&4));
         assert_eq!(m.get(&1999), Some(&3));
     }
@@ -1036,7 +1163,7 @@ mod tests {
                 prop_assert_eq!(live.get(k), Some(v));
             }
             for (fork, at_fork) in &forks {
-                let got: HashMap<u16, u32> = fork.iter().map(|(k, v)| (*k, *v)).collect();
+                let got: HashMap<u16, u32> = fork.entries().map(Result::unwrap).collect();
                 prop_assert_eq!(&got, at_fork);
                 prop_assert_eq!(fork.len(), at_fork.len());
             }
@@ -1142,26 +1269,36 @@ mod tests {
     /// map and its forks drops every value (counted through `Arc`s).
     #[test]
     fn values_that_own_memory_are_cloned_on_copy_and_dropped_with_the_last_page() {
-        let witness = Arc::new(());
-        let mut m: PagedMap<String, (Arc<()>, Vec<String>)> = PagedMap::new();
+        let witness = Witness(Arc::new(()));
+        let mut m: PagedMap<String, (Witness, Vec<String>)> = PagedMap::new();
         for k in 0..1_000u64 {
-            m.insert(format!("key-{k}"), (Arc::clone(&witness), vec![format!("v{k}")]));
+            m.insert(format!("key-{k}"), (witness.clone(), vec![format!("v{k}")]));
         }
         let fork = m.fork();
         for k in 0..1_000u64 {
             m.get_or_insert_with(format!("key-{k}"), || unreachable!("present")).1.push("more".into());
         }
         for k in 1_000..3_000u64 {
-            m.insert(format!("key-{k}"), (Arc::clone(&witness), Vec::new())); // grows past the fork
+            m.insert(format!("key-{k}"), (witness.clone(), Vec::new())); // grows past the fork
         }
         assert_eq!(m.get(&"key-7".to_string()).map(|v| v.1.clone()), Some(vec!["v7".to_string(), "more".into()]));
-        let at_fork: Vec<&Vec<String>> = fork.iter().map(|(_, v)| &v.1).collect();
-        assert!(at_fork.iter().all(|v| v.len() == 1), "the fork kept the values as they were");
-        assert!(Arc::strong_count(&witness) > 3_000, "the fork's copies are alive while it is");
+        assert!(fork.entries().all(|e| e.unwrap().1 .1.len() == 1), "the fork kept the values as they were");
+        assert!(Arc::strong_count(&witness.0) > 3_000, "the fork's copies are alive while it is");
         drop(fork);
-        assert_eq!(Arc::strong_count(&witness), 3_001, "the fork's values went with it");
+        assert_eq!(Arc::strong_count(&witness.0), 3_001, "the fork's values went with it");
         drop(m);
-        assert_eq!(Arc::strong_count(&witness), 1, "every value was dropped");
+        assert_eq!(Arc::strong_count(&witness.0), 1, "every value was dropped");
+    }
+
+    /// A value that counts its copies (through the `Arc` they share); it persists as nothing.
+    #[derive(Clone)]
+    struct Witness(Arc<()>);
+
+    impl Persist for Witness {
+        fn persist(&self, _: &mut Vec<u8>) {}
+        fn restore(_: &mut &[u8]) -> crate::error::Result<Self> {
+            Ok(Witness(Arc::new(())))
+        }
     }
 
     #[test]

@@ -1,0 +1,376 @@
+//! Keyed state beyond memory: the [`StateBudget`] a job's paged state keeps within, and the
+//! spill files where a changed page goes when it leaves memory.
+//!
+//! A [`PagedMap`](super::PagedMap) made on a thread inside a budget's scope
+//! ([`StateBudget::enter`]: the runtime enters it where it builds a job's tasks and on each
+//! worker) is bounded: while the job's resident pages pass the budget, the map being written
+//! sends its least recently used pages out (a second-chance clock over an access bit per page).
+//! A page already on disk unchanged since it came back is dropped; a changed one is first
+//! appended to the map's spill file. A lookup that reaches a page not in memory reads it back
+//! (a fault) and checks it.
+//!
+//! A spill file is scratch: unlinked as soon as it is made, so it lives only as long as the
+//! maps and forks that refer to it, never outlives the process and is never restored from.
+//! A failure to write or read one is not survivable inside the attempt (a lookup cannot return
+//! an error): it unwinds with a [`StateFailure`] that the task turns into the attempt's error,
+//! so the job fails over to its last checkpoint.
+//!
+//! May touch: `error`, `context` (the wall clock, to time faults for a metric).
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// The least budget a task of keyed state can work within: a few pages of the largest kinds
+/// (a page is 256 slots), so that a lookup's pages and the page being written fit at once.
+pub const LEAST_STATE_MEMORY_PER_TASK: u64 = 1 << 20;
+
+/// How much memory a job's keyed and window state may hold, and where pages that leave memory
+/// go.
+///
+/// ```
+/// use weir::state::StateBudget;
+/// let budget = StateBudget::new(64 << 20, std::env::temp_dir()).unwrap();
+/// assert_eq!(budget.limit_bytes(), 64 << 20);
+/// assert!(StateBudget::new(64 << 20, "/no/such/folder").is_err());
+/// ```
+#[derive(Debug)]
+pub struct StateBudget {
+    limit: u64,
+    dir: PathBuf,
+    counters: ColdCounters,
+}
+
+/// What a budget's maps did: read by metrics and reports, written off the per-record path
+/// (on evictions and faults only).
+#[derive(Debug, Default)]
+struct ColdCounters {
+    /// Bytes of pages bounded maps hold in memory.
+    resident: AtomicI64,
+    /// Bytes in spill files still open (a file goes with the last map or fork that refers to
+    /// it; until then it holds the pages written since it was made, garbage included).
+    spilled: AtomicI64,
+    faults: AtomicU64,
+    fault_nanos: AtomicU64,
+    evictions: AtomicU64,
+    spill_writes: AtomicU64,
+}
+
+/// A budget's counters at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ColdStats {
+    /// The budget, in bytes.
+    pub limit_bytes: u64,
+    /// Bytes of pages in memory.
+    pub resident_bytes: u64,
+    /// Bytes in spill files still open.
+    pub spilled_bytes: u64,
+    /// Pages read back into memory.
+    pub faults: u64,
+    /// Time spent reading pages back, in nanoseconds, over all faults.
+    pub fault_nanos: u64,
+    /// Pages that left memory.
+    pub evictions: u64,
+    /// Pages written to a spill file (an eviction of a page unchanged since it was read back
+    /// writes none).
+    pub spill_writes: u64,
+}
+
+thread_local! {
+    static CURRENT: std::cell::RefCell<Option<Arc<StateBudget>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The scope of [`StateBudget::enter`]: leaving it restores the budget the thread had before.
+#[derive(Debug)]
+#[must_use = "the budget applies only while the scope lives"]
+pub struct BudgetScope(Option<Arc<StateBudget>>);
+
+impl Drop for BudgetScope {
+    fn drop(&mut self) {
+        CURRENT.with(|c| *c.borrow_mut() = self.0.take());
+    }
+}
+
+impl StateBudget {
+    /// A budget of `bytes` whose spill files go into `dir`, which must exist and take files.
+    pub fn new(bytes: u64, dir: impl Into<PathBuf>) -> Result<Arc<Self>> {
+        let dir = dir.into();
+        if bytes == 0 {
+            return Err(Error::config("a state memory budget of 0 bytes leaves no room for a page"));
+        }
+        check_writable(&dir)?;
+        Ok(Arc::new(StateBudget { limit: bytes, dir, counters: ColdCounters::default() }))
+    }
+
+    /// Refuses a budget that leaves a task of keyed state less than [`LEAST_STATE_MEMORY_PER_TASK`].
+    pub fn check_share(&self, keyed_tasks: usize) -> Result<()> {
+        let least = LEAST_STATE_MEMORY_PER_TASK * keyed_tasks.max(1) as u64;
+        if self.limit < least {
+            return Err(Error::config(format!(
+                "a state memory budget of {} is less than a page per task: {keyed_tasks} tasks keep keyed \
+                 state, so the least that works is {} ({} each)",
+                ByteSize(self.limit),
+                ByteSize(least),
+                ByteSize(LEAST_STATE_MEMORY_PER_TASK),
+            )));
+        }
+        Ok(())
+    }
+
+    /// The budget, in bytes.
+    pub fn limit_bytes(&self) -> u64 {
+        self.limit
+    }
+
+    /// The folder spill files go into.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Maps made on this thread until the scope ends keep within `budget` (`None`: unbounded).
+    pub fn enter(budget: Option<Arc<StateBudget>>) -> BudgetScope {
+        BudgetScope(CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), budget)))
+    }
+
+    /// The budget maps made on this thread now keep within.
+    pub(crate) fn current() -> Option<Arc<StateBudget>> {
+        CURRENT.with(|c| c.borrow().clone())
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> ColdStats {
+        let c = &self.counters;
+        ColdStats {
+            limit_bytes: self.limit,
+            resident_bytes: c.resident.load(Ordering::Relaxed).max(0) as u64,
+            spilled_bytes: c.spilled.load(Ordering::Relaxed).max(0) as u64,
+            faults: c.faults.load(Ordering::Relaxed),
+            fault_nanos: c.fault_nanos.load(Ordering::Relaxed),
+            evictions: c.evictions.load(Ordering::Relaxed),
+            spill_writes: c.spill_writes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether the bounded maps hold more than the budget.
+    #[inline]
+    pub(super) fn over(&self) -> bool {
+        self.counters.resident.load(Ordering::Relaxed) > self.limit as i64
+    }
+
+    pub(super) fn resident_changed(&self, bytes: i64) {
+        self.counters.resident.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(super) fn evicted(&self) {
+        self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn spilled_changed(&self, bytes: i64) {
+        self.counters.spilled.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// A new spill file in the budget's folder, already unlinked.
+    pub(super) fn spill_file(self: &Arc<Self>) -> Arc<SpillFile> {
+        match SpillFile::create(self) {
+            Ok(f) => Arc::new(f),
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Checks that `dir` is a folder weir can write files into (by making and removing one).
+fn check_writable(dir: &Path) -> Result<()> {
+    let meta = std::fs::metadata(dir).map_err(|e| Error::io("the state directory cannot be read", dir, e))?;
+    if !meta.is_dir() {
+        return Err(Error::config(format!("the state directory {} is not a folder", dir.display())));
+    }
+    let probe = dir.join(format!(".weir-state-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| Error::io("the state directory does not take files", dir, e))
+}
+
+/// An error reading or writing state that is not in memory: the payload a bounded map unwinds
+/// with (a lookup cannot return an error). The task that catches it fails its attempt with the
+/// error inside, so the job fails over to its last checkpoint.
+#[derive(Debug)]
+pub struct StateFailure(pub Error);
+
+/// Unwinds with `e` as a [`StateFailure`].
+pub(super) fn fail(e: Error) -> ! {
+    std::panic::panic_any(StateFailure(e))
+}
+
+/// A file of pages that left memory: appended to by one map, read by it and by the forks
+/// that share its pages. Unlinked when made: it goes away with the last reference.
+#[derive(Debug)]
+pub(super) struct SpillFile {
+    file: std::fs::File,
+    path: PathBuf,
+    budget: Arc<StateBudget>,
+    written: AtomicU64,
+}
+
+impl Drop for SpillFile {
+    fn drop(&mut self) {
+        self.budget.spilled_changed(-(self.written.load(Ordering::Relaxed) as i64));
+    }
+}
+
+impl SpillFile {
+    fn create(budget: &Arc<StateBudget>) -> Result<Self> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = budget.dir.join(format!("weir-spill-{}-{n}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io("cannot make a spill file for keyed state", &path, e))?;
+        // Scratch: nothing may ever restore from it, and it must not outlive the process.
+        std::fs::remove_file(&path).map_err(|e| Error::io("cannot unlink a new spill file", &path, e))?;
+        Ok(SpillFile { file, path, budget: Arc::clone(budget), written: AtomicU64::new(0) })
+    }
+
+    /// Appends `page` (a page's encoding) at `at`, which the caller reserved.
+    pub(super) fn write(self: &Arc<Self>, at: u64, page: &[u8]) -> ColdRef {
+        if let Err(e) = self.file.write_all_at(page, at) {
+            fail(Error::io("cannot write a page of keyed state to its spill file (a full disk?)", &self.path, e));
+        }
+        self.budget.counters.spill_writes.fetch_add(1, Ordering::Relaxed);
+        self.written.fetch_add(page.len() as u64, Ordering::Relaxed);
+        self.budget.spilled_changed(page.len() as i64);
+        ColdRef { file: Arc::clone(self), offset: at, len: page.len() as u32, crc: crc32c::crc32c(page) }
+    }
+}
+
+/// Where a page that left memory lies: its encoding's place in a spill file and its checksum.
+#[derive(Debug, Clone)]
+pub(super) struct ColdRef {
+    file: Arc<SpillFile>,
+    offset: u64,
+    len: u32,
+    crc: u32,
+}
+
+impl ColdRef {
+    /// The page's encoding, appended to `out` and checked against its checksum.
+    pub(super) fn read_into(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let start = out.len();
+        out.resize(start + self.len as usize, 0);
+        self.file.file.read_exact_at(&mut out[start..], self.offset)?;
+        if crc32c::crc32c(&out[start..]) != self.crc {
+            out.truncate(start);
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "a page of keyed state read back from its spill file ({} bytes at {}) fails its checksum",
+                    self.len, self.offset
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Self::read_into`] for a fault: timed and counted, and a failure unwinds.
+    pub(super) fn fault(&self, out: &mut Vec<u8>) {
+        // A metric of the I/O itself, outside the job's time: it decides nothing.
+        let began = crate::context::wall::now();
+        if let Err(e) = self.read_into(out) {
+            fail(Error::io("cannot read a page of keyed state back from its spill file", &self.file.path, e));
+        }
+        let c = &self.file.budget.counters;
+        c.faults.fetch_add(1, Ordering::Relaxed);
+        c.fault_nanos.fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Overwrites the page's first byte on disk (a test's damage).
+    #[cfg(test)]
+    pub(super) fn damage(&self) {
+        let mut b = [0u8; 1];
+        self.file.file.read_exact_at(&mut b, self.offset).expect("readable");
+        self.file.file.write_all_at(&[b[0] ^ 0xff], self.offset).expect("writable");
+    }
+
+    /// The budget whose map wrote the page.
+    pub(super) fn budget(&self) -> Arc<StateBudget> {
+        Arc::clone(&self.file.budget)
+    }
+
+    /// The spill file's path (unlinked: for messages).
+    pub(super) fn path(&self) -> &Path {
+        &self.file.path
+    }
+
+    /// Bytes of the page's encoding.
+    pub(super) fn len(&self) -> u64 {
+        self.len as u64
+    }
+
+    /// Whether this page lies in `file`.
+    pub(super) fn is_in(&self, file: &Arc<SpillFile>) -> bool {
+        Arc::ptr_eq(&self.file, file)
+    }
+}
+
+/// A size in bytes, read as a number with an optional unit (`512MiB`, `2GiB`, `64MB`, `4096`)
+/// and shown in the largest binary unit that keeps it whole or to one decimal.
+///
+/// ```
+/// use weir::state::ByteSize;
+/// assert_eq!("512MiB".parse::<ByteSize>().unwrap().0, 512 << 20);
+/// assert_eq!("1.5 GiB".parse::<ByteSize>().unwrap().0, 3 << 29);
+/// assert_eq!(ByteSize(3 << 29).to_string(), "1.5 GiB");
+/// assert!("lots".parse::<ByteSize>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+const UNITS: [(&str, u64); 9] = [
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+    ("TB", 1_000_000_000_000),
+    ("GB", 1_000_000_000),
+    ("MB", 1_000_000),
+    ("KB", 1_000),
+    ("B", 1),
+];
+
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let t = s.trim();
+        let digits = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let (number, unit) = (&t[..digits], t[digits..].trim());
+        let scale = match unit {
+            "" => 1,
+            u => UNITS.iter().find(|(name, _)| name.eq_ignore_ascii_case(u)).map(|&(_, s)| s).ok_or_else(|| {
+                format!("{s:?} is not a size: the unit {u:?} is none of B, KiB, MiB, GiB, TiB, KB, MB, GB, TB")
+            })?,
+        };
+        let value: f64 = number.parse().map_err(|_| format!("{s:?} is not a size (a number with a unit, as 512MiB)"))?;
+        let bytes = value * scale as f64;
+        if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+            return Err(format!("{s:?} is larger than weir can count"));
+        }
+        Ok(ByteSize(bytes.round() as u64))
+    }
+}
+
+impl std::fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(&(name, scale)) = UNITS[..4].iter().find(|(_, s)| self.0 >= *s) else {
+            return write!(f, "{} B", self.0);
+        };
+        match self.0 % scale {
+            0 => write!(f, "{} {name}", self.0 / scale),
+            _ => write!(f, "{:.1} {name}", self.0 as f64 / scale as f64),
+        }
+    }
+}
