@@ -12,6 +12,8 @@
 # Needs `cargo build --profile checked` first: optimised, with the debug assertions on, so
 # every seed checks the protocol's invariants too (a release build strips them).
 #   perf/simulate-sweep.sh [A..B] [JOBS] [MODES]
+# SIM_FLAGS adds flags to every run: SIM_FLAGS="--state-memory 16KiB --no-local-recovery"
+# sweeps keyed state held within a few pages, restored from files only.
 set -u
 # Without a range, the seeds start at a point drawn per run (printed), so sweeps do not only
 # ever try the same seeds.
@@ -43,7 +45,7 @@ for inc in full incremental changelog; do
 done | xargs -P "$(nproc)" -L 1 sh -c '
   flag=""; [ "$3" = incremental ] && flag=--incremental; [ "$3" = changelog ] && flag=--changelog
   name="$1-$2-$3-p$4"
-  "'"$weir"'" simulate --job "$1" --mode "$2" $flag --parallelism "$4" --seeds "'"$seeds"'" \
+  "'"$weir"'" simulate --job "$1" --mode "$2" $flag '"${SIM_FLAGS:-}"' --parallelism "$4" --seeds "'"$seeds"'" \
     >"'"$out"'/$name.out" 2>"'"$out"'/$name.err"
   echo $? >"'"$out"'/$name.rc"' sh
 seeds_total=0 differ_total=0 failed=0

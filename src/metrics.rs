@@ -10,7 +10,8 @@
 //! Histograms are per subtask and merged once, when the subtask ends, so the record path never
 //! takes a lock.
 //!
-//! May touch: `snapshot` (the checkpoint mode a checkpoint was taken in).
+//! May touch: `snapshot` (the checkpoint mode a checkpoint was taken in), `state` (a state
+//! memory budget's counters).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -434,6 +435,8 @@ pub struct JobReport {
     pub checkpoints_completed: u64,
     /// Restarts after failures.
     pub restarts: u32,
+    /// With a state memory budget ([`crate::RunConfig::state_memory`]): what its pages did.
+    pub state_memory: Option<crate::state::ColdStats>,
 }
 
 impl JobReport {

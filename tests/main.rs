@@ -23,6 +23,7 @@ mod process;
 mod readers_fuzz;
 mod recovery;
 mod savepoints;
+mod state_budget;
 mod tidy;
 mod tracing_events;
 mod two_inputs;

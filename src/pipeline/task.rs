@@ -39,9 +39,17 @@ pub(crate) trait Task: Send {
 /// Polls `task`, turning a panic outside its operators' guards (a bug in weir) into an
 /// error naming the task, as every operator's own panic already is.
 pub(crate) fn poll_catching_panics(task: &mut dyn Task) -> Result<TaskPoll> {
-    catch_unwind(AssertUnwindSafe(|| task.poll())).unwrap_or_else(|p| {
-        Err(Error::OperatorPanicked { operator: task.name().to_string(), subtask: 0, message: panic_message(p) })
-    })
+    catch_unwind(AssertUnwindSafe(|| task.poll())).unwrap_or_else(|p| Err(panic_error(task.name(), 0, p)))
+}
+
+/// The error a panic of `operator`'s subtask ends its attempt with: a keyed state's failure
+/// to read or write a page out of memory is that I/O error; any other panic is the
+/// operator's.
+pub(crate) fn panic_error(operator: &str, subtask: usize, payload: Box<dyn Any + Send>) -> Error {
+    match payload.downcast::<crate::state::StateFailure>() {
+        Ok(failure) => failure.0,
+        Err(p) => Error::OperatorPanicked { operator: operator.to_string(), subtask, message: panic_message(p) },
+    }
 }
 
 /// Job-wide control flags, shared by the handle, the workers and the source tasks.
@@ -66,14 +74,7 @@ pub(crate) fn panic_message(payload: Box<dyn Any + Send>) -> String {
 /// Runs `f`, turning a panic into [`Error::OperatorPanicked`].
 #[inline]
 fn guard<R>(ctx: &TaskContext, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r,
-        Err(p) => Err(Error::OperatorPanicked {
-            operator: ctx.operator.to_string(),
-            subtask: ctx.subtask,
-            message: panic_message(p),
-        }),
-    }
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(panic_error(&ctx.operator, ctx.subtask, p)))
 }
 
 /// An operator whose panics are reported with its name and subtask. In builds with debug

@@ -29,6 +29,8 @@ pub(crate) struct AttemptShared {
     pub(crate) last_restore: Mutex<Option<crate::checkpoint::RestoreReport>>,
     /// Attempts that restored a checkpoint or savepoint (Flink's `counts.restored`).
     pub(crate) restores: std::sync::atomic::AtomicU64,
+    /// The memory keyed state keeps within ([`RunConfig::state_memory`]), for every attempt.
+    pub(crate) state_budget: Option<Arc<crate::state::StateBudget>>,
 }
 
 /// One attempt of a job: its workers and, with checkpointing, its coordinator. A failover
@@ -223,7 +225,12 @@ pub(crate) fn prepare_attempt(
     };
     let limits =
         PlanLimits { workers: env.parkers.len(), ring_capacity: config.ring_capacity, batch_size: config.batch_size };
-    let plan = build_plan(&graph, limits, &plan_env)?;
+    // The state the tasks make and restore here keeps within the job's budget.
+    let plan = {
+        let _budget = crate::state::StateBudget::enter(shared.state_budget.clone());
+        build_plan(&graph, limits, &plan_env)?
+    };
+
     let live = plan_env.checkpointing.as_ref().map(|w| std::sync::Arc::clone(&w.live));
     let coordinator = parts.map(|p| {
         let crash = env.crash.clone().or_else(|| p.config.faults.clone().map(|f| f as Arc<dyn CrashSchedule>));
@@ -272,6 +279,9 @@ pub(super) fn start_attempt(
     };
     let state = Arc::new(RunState::new(workers, parkers.clone()));
     let prepared = prepare_attempt(job, config, &env, shared, notes)?;
+    if let Some(b) = &shared.state_budget {
+        b.check_share(prepared.tasks.len())?;
+    }
     let name = job.graph.borrow().name.clone();
     let task_count = prepared.tasks.len();
     let scope = prepared.scope;
@@ -319,6 +329,7 @@ pub(super) fn start_attempt(
             state: std::sync::Arc::clone(&state),
             scope: std::sync::Arc::clone(&scope),
             core: if cores.is_empty() { None } else { Some(cores[i % cores.len()]) },
+            state_budget: shared.state_budget.clone(),
         };
         let t = spawn_named(format!("weir-{name}-{i}"), {
             let exited = ExitCount(std::sync::Arc::clone(&exited));

@@ -156,6 +156,7 @@ impl Supervised {
             checkpoints: self.checkpoint_stats(),
             checkpoints_completed: self.checkpoints_completed(),
             restarts: self.progress().restarts,
+            state_memory: self.shared.state_budget.as_ref().map(|b| b.stats()),
         }))
     }
 }

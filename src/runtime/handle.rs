@@ -114,6 +114,11 @@ impl JobController {
         self.progress().last_failure.clone()
     }
 
+    /// With a state memory budget ([`crate::RunConfig::state_memory`]): its counters now.
+    pub fn state_memory(&self) -> Option<crate::state::ColdStats> {
+        self.run.shared.state_budget.as_ref().map(|b| b.stats())
+    }
+
     /// Workers the job runs on.
     pub fn workers(&self) -> usize {
         self.run.workers

@@ -52,7 +52,7 @@ use worker::{RunState, Worker};
 /// job.execute(RunConfig::default().workers(2).pin_workers(false).ring_capacity(1024)).unwrap();
 /// assert_eq!(out.lock().unwrap().len(), 1_000);
 /// ```
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RunConfig {
     /// Worker threads; 0 means one per available core.
     pub workers: usize,
@@ -64,11 +64,24 @@ pub struct RunConfig {
     /// its own (an async runtime's, say) that pinned workers would crowd on their cores; the
     /// `weir` command and the benchmarks pin (a machine given to the job).
     pub pin_workers: bool,
+    /// The memory keyed and window state may hold, in bytes (`None`: all of it stays in
+    /// memory). Past it, pages leave memory for spill files in [`RunConfig::state_dir`] and
+    /// come back when used (see [`crate::state::StateBudget`]).
+    pub state_memory: Option<u64>,
+    /// Where spill files go: by default the system's temporary folder.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for RunConfig {
     fn default() -> Self {
-        RunConfig { workers: 0, ring_capacity: 4096, batch_size: 1024, pin_workers: false }
+        RunConfig {
+            workers: 0,
+            ring_capacity: 4096,
+            batch_size: 1024,
+            pin_workers: false,
+            state_memory: None,
+            state_dir: None,
+        }
     }
 }
 
@@ -92,6 +105,41 @@ impl RunConfig {
     pub fn pin_workers(mut self, pin: bool) -> Self {
         self.pin_workers = pin;
         self
+    }
+
+    /// Keeps keyed and window state within `bytes` of memory: past it, the pages used least
+    /// recently leave memory (those changed since they were last on disk go to a spill file
+    /// in [`RunConfig::state_dir`]) and come back when a record needs them.
+    ///
+    /// ```
+    /// use weir::{source::Generator, Job, RunConfig};
+    /// let job = Job::new("bounded");
+    /// let counts = job
+    ///     .generator(Generator::new(|i, _| i % 50_000).count(200_000))
+    ///     .key_by(|k: &u64| *k)
+    ///     .aggregate(|| 0u64, |n: &mut u64, _| *n += 1, |k: &u64, n: &u64| (*k, *n))
+    ///     .collect();
+    /// let report = job.execute(RunConfig::default().workers(1).state_memory(1 << 20)).unwrap();
+    /// assert_eq!(counts.lock().unwrap().len(), 200_000);
+    /// assert!(report.state_memory.unwrap().evictions > 0, "50,000 keys take more than 1 MiB");
+    /// ```
+    pub fn state_memory(mut self, bytes: u64) -> Self {
+        self.state_memory = Some(bytes);
+        self
+    }
+
+    /// Where spill files go (default: the system's temporary folder). They are scratch:
+    /// unlinked as soon as they are made, so nothing is left there after the process.
+    pub fn state_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// The budget [`RunConfig::state_memory`] sets, checked (`None` without one).
+    fn state_budget(&self) -> Result<Option<Arc<crate::state::StateBudget>>> {
+        let Some(bytes) = self.state_memory else { return Ok(None) };
+        let dir = self.state_dir.clone().unwrap_or_else(std::env::temp_dir);
+        crate::state::StateBudget::new(bytes, dir).map(Some)
     }
 
     /// The number of workers this config starts.
@@ -176,16 +224,18 @@ impl Job {
             }
             None => None,
         };
-        let shared = Arc::new(AttemptShared { lock, ..AttemptShared::default() });
+        let state_budget = config.state_budget()?;
+        let shared = Arc::new(AttemptShared { lock, state_budget, ..AttemptShared::default() });
         let attempt = start_attempt(&self, &config, &shared, &mut notes)?;
         let name = self.name();
+        let workers = config.effective_workers();
         let run = Arc::new(Supervised {
             job: self,
             config,
             shared,
             started: crate::context::wall::now(),
             started_unix_ms: crate::context::wall::unix_ms(),
-            workers: config.effective_workers(),
+            workers,
             state: Mutex::new(RunProgress {
                 attempt: Some(attempt),
                 restarts: 0,

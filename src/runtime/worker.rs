@@ -76,6 +76,8 @@ pub(super) struct Worker {
     pub(super) state: Arc<RunState>,
     pub(super) scope: Arc<crate::context::AttemptScope>,
     pub(super) core: Option<core_affinity::CoreId>,
+    /// The memory keyed state keeps within: maps made on this worker keep within it.
+    pub(super) state_budget: Option<Arc<crate::state::StateBudget>>,
 }
 
 impl Worker {
@@ -84,6 +86,7 @@ impl Worker {
     #[inline(never)]
     pub(super) fn run(mut self) {
         self.parker.bind_current();
+        let _budget = crate::state::StateBudget::enter(self.state_budget.take());
         if let Some(core) = self.core {
             // Pinning can fail in restricted containers; the job still runs, unpinned.
             let _ = core_affinity::set_for_current(core);

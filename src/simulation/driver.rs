@@ -365,13 +365,29 @@ where
                 "checkpoint {id}, put into the store by generation {g} after a successor took over, was brought down"
             ))));
         }
-        let shared = Arc::new(AttemptShared { lock: Some(Arc::clone(&lock)), ..AttemptShared::default() });
-        loop {
+        let state_budget = match self.options.state_memory {
+            Some(bytes) => Some(crate::state::StateBudget::new(bytes, std::env::temp_dir())?),
+            None => None,
+        };
+        if let (Some(b), Some(Fault::SpillFails(n))) =
+            (&state_budget, self.schedule.take(|f| matches!(f, Fault::SpillFails(_))))
+        {
+            b.fail_spill_write(n);
+        }
+        let shared =
+            Arc::new(AttemptShared { lock: Some(Arc::clone(&lock)), state_budget, ..AttemptShared::default() });
+        let next = loop {
             match self.attempt(&storage, &lock, &shared)? {
                 Next::Attempt => {}
-                next => return Ok(next),
+                next => break next,
             }
+        };
+        if let Some(b) = &shared.state_budget {
+            let s = b.stats();
+            (self.stats.evictions, self.stats.faults_in) =
+                (self.stats.evictions + s.evictions, self.stats.faults_in + s.faults);
         }
+        Ok(next)
     }
 
     /// One attempt in the process holding `lock`.
@@ -398,6 +414,8 @@ where
             .ring_capacity(self.schedule.ring_capacity)
             .batch_size(self.schedule.batch_size);
         let mut notes = Vec::new();
+        // The attempt's state, made and used on this thread, keeps within the budget.
+        let _budget = crate::state::StateBudget::enter(shared.state_budget.clone());
         let prepared = match prepare_attempt(&self.job, &run_config, &env, shared, &mut notes) {
             Ok(p) => p,
             // A start that failed retryably (a sink's restore met a lost request) is a

@@ -25,6 +25,13 @@ pub struct SimOptions {
     /// and in-flight data are redistributed. Only for a job whose output does not depend on its
     /// parallelism.
     pub rescale: bool,
+    /// Keyed state within this many bytes of memory ([`crate::RunConfig::state_memory`]): a
+    /// budget of a few pages sends pages out and back all the time, and the seed may fail a
+    /// spill write. `None`: all state in memory.
+    pub state_memory: Option<u64>,
+    /// Restore from the copy of the newest checkpoint kept in memory where it applies (on by
+    /// default, as for a job); off, every restore reads files.
+    pub local_recovery: bool,
 }
 
 impl Default for SimOptions {
@@ -35,6 +42,8 @@ impl Default for SimOptions {
             changelog: false,
             max_steps: 3_000_000,
             rescale: false,
+            state_memory: None,
+            local_recovery: true,
         }
     }
 }

@@ -36,6 +36,10 @@ pub struct RunStats {
     /// Checkpoints an owner put into the store after a successor had taken it over (paused
     /// between its check and its publish).
     pub late_publishes: u64,
+    /// With a state memory budget: pages that left memory, and pages read back.
+    pub evictions: u64,
+    /// See `evictions`.
+    pub faults_in: u64,
 }
 
 /// One seed's result.

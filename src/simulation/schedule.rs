@@ -53,6 +53,9 @@ pub(super) enum Fault {
     /// The job finished and the process dies while its host drains the results: after the
     /// host took `n` of them (the job must run again, its completion marker not written).
     CrashWhileDraining(u64),
+    /// With a state memory budget: the `n`-th write of a page to a spill file in the process
+    /// fails (a full disk), failing the attempt over.
+    SpillFails(u64),
 }
 
 impl fmt::Display for Fault {
@@ -89,6 +92,7 @@ impl fmt::Display for Fault {
             Fault::CrashMidCompletion(id) => {
                 write!(f, "crash once some tasks, not all, applied checkpoint {id}'s completion")
             }
+            Fault::SpillFails(n) => write!(f, "spill write {n} fails (a full disk)"),
         }
     }
 }
@@ -232,6 +236,11 @@ impl Schedule {
             s.short_timeout = true;
             s.faults.push(Fault::HangsWrite(r.between(1, checkpoints)));
         }
+        // Drawn apart too; taken only by a run with a state memory budget.
+        let mut r = Prng::new(seed.unwrap_or(0) ^ 0x5_9177);
+        if r.chance(1, 3) {
+            s.faults.push(Fault::SpillFails(r.between(1, 200)));
+        }
         s
     }
 
@@ -244,6 +253,7 @@ impl Schedule {
         let scale = subtasks.div_ceil(24).max(1) as u64;
         let timeout_ns = if self.short_timeout { 4 * self.interval_ns * scale } else { self.timeout_ns };
         let mut c = CheckpointConfig::new(dir)
+            .local_recovery(options.local_recovery)
             .interval(Duration::from_nanos(self.interval_ns * scale))
             .incremental(options.incremental)
             .max_concurrent(self.max_concurrent)

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 
 /// The least budget a task of keyed state can work within: a few pages of the largest kinds
 /// (a page is 256 slots), so that a lookup's pages and the page being written fit at once.
-pub const LEAST_STATE_MEMORY_PER_TASK: u64 = 1 << 20;
+pub const LEAST_STATE_MEMORY_PER_TASK: u64 = 256 << 10;
 
 /// How much memory a job's keyed and window state may hold, and where pages that leave memory
 /// go.
@@ -48,8 +48,9 @@ pub struct StateBudget {
 /// (on evictions and faults only).
 #[derive(Debug, Default)]
 struct ColdCounters {
-    /// Bytes of pages bounded maps hold in memory.
+    /// Bytes of pages bounded maps hold in memory, and the most they held.
     resident: AtomicI64,
+    resident_peak: AtomicI64,
     /// Bytes in spill files still open (a file goes with the last map or fork that refers to
     /// it; until then it holds the pages written since it was made, garbage included).
     spilled: AtomicI64,
@@ -57,6 +58,8 @@ struct ColdCounters {
     fault_nanos: AtomicU64,
     evictions: AtomicU64,
     spill_writes: AtomicU64,
+    /// The spill write that fails (a seam for the simulator: 1 = the next); 0: none.
+    failing_write: AtomicU64,
 }
 
 /// A budget's counters at one moment.
@@ -66,6 +69,8 @@ pub struct ColdStats {
     pub limit_bytes: u64,
     /// Bytes of pages in memory.
     pub resident_bytes: u64,
+    /// The most bytes of pages in memory at once.
+    pub resident_peak_bytes: u64,
     /// Bytes in spill files still open.
     pub spilled_bytes: u64,
     /// Pages read back into memory.
@@ -105,13 +110,14 @@ impl StateBudget {
         Ok(Arc::new(StateBudget { limit: bytes, dir, counters: ColdCounters::default() }))
     }
 
-    /// Refuses a budget that leaves a task of keyed state less than [`LEAST_STATE_MEMORY_PER_TASK`].
-    pub fn check_share(&self, keyed_tasks: usize) -> Result<()> {
-        let least = LEAST_STATE_MEMORY_PER_TASK * keyed_tasks.max(1) as u64;
+    /// Refuses a budget that leaves a task less than [`LEAST_STATE_MEMORY_PER_TASK`] (any task
+    /// may keep keyed state).
+    pub fn check_share(&self, tasks: usize) -> Result<()> {
+        let least = LEAST_STATE_MEMORY_PER_TASK * tasks.max(1) as u64;
         if self.limit < least {
             return Err(Error::config(format!(
-                "a state memory budget of {} is less than a page per task: {keyed_tasks} tasks keep keyed \
-                 state, so the least that works is {} ({} each)",
+                "a state memory budget of {} is less than a page per task: the job has {tasks} tasks, \
+                 so the least that works is {} ({} each)",
                 ByteSize(self.limit),
                 ByteSize(least),
                 ByteSize(LEAST_STATE_MEMORY_PER_TASK),
@@ -146,12 +152,19 @@ impl StateBudget {
         ColdStats {
             limit_bytes: self.limit,
             resident_bytes: c.resident.load(Ordering::Relaxed).max(0) as u64,
+            resident_peak_bytes: c.resident_peak.load(Ordering::Relaxed).max(0) as u64,
             spilled_bytes: c.spilled.load(Ordering::Relaxed).max(0) as u64,
             faults: c.faults.load(Ordering::Relaxed),
             fault_nanos: c.fault_nanos.load(Ordering::Relaxed),
             evictions: c.evictions.load(Ordering::Relaxed),
             spill_writes: c.spill_writes.load(Ordering::Relaxed),
         }
+    }
+
+    /// Makes the `n`-th spill write from now fail as a full disk would (the simulator's
+    /// fault).
+    pub(crate) fn fail_spill_write(&self, n: u64) {
+        self.counters.failing_write.store(n, Ordering::Relaxed);
     }
 
     /// Whether the bounded maps hold more than the budget.
@@ -161,7 +174,10 @@ impl StateBudget {
     }
 
     pub(super) fn resident_changed(&self, bytes: i64) {
-        self.counters.resident.fetch_add(bytes, Ordering::Relaxed);
+        let now = self.counters.resident.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if bytes > 0 {
+            self.counters.resident_peak.fetch_max(now, Ordering::Relaxed);
+        }
     }
 
     pub(super) fn evicted(&self) {
@@ -238,7 +254,13 @@ impl SpillFile {
 
     /// Appends `page` (a page's encoding) at `at`, which the caller reserved.
     pub(super) fn write(self: &Arc<Self>, at: u64, page: &[u8]) -> ColdRef {
-        if let Err(e) = self.file.write_all_at(page, at) {
+        let failing = &self.budget.counters.failing_write;
+        let injected = failing.load(Ordering::Relaxed) != 0 && failing.fetch_sub(1, Ordering::Relaxed) == 1;
+        let written = match injected {
+            true => Err(std::io::Error::from_raw_os_error(28)),
+            false => self.file.write_all_at(page, at),
+        };
+        if let Err(e) = written {
             fail(Error::io("cannot write a page of keyed state to its spill file (a full disk?)", &self.path, e));
         }
         self.budget.counters.spill_writes.fetch_add(1, Ordering::Relaxed);
@@ -354,7 +376,8 @@ impl std::str::FromStr for ByteSize {
                 format!("{s:?} is not a size: the unit {u:?} is none of B, KiB, MiB, GiB, TiB, KB, MB, GB, TB")
             })?,
         };
-        let value: f64 = number.parse().map_err(|_| format!("{s:?} is not a size (a number with a unit, as 512MiB)"))?;
+        let value: f64 =
+            number.parse().map_err(|_| format!("{s:?} is not a size (a number with a unit, as 512MiB)"))?;
         let bytes = value * scale as f64;
         if !bytes.is_finite() || bytes >= u64::MAX as f64 {
             return Err(format!("{s:?} is larger than weir can count"));

@@ -42,7 +42,7 @@ pub(crate) fn run_default(args: &DefaultArgs) -> weir::Result<()> {
         window_s
     );
     let checkpoints = weir_ops::scratch_dir("default-job");
-    let ran = run_window_count(args, &job, &checkpoints, window_s, config);
+    let ran = run_window_count(args, &job, &checkpoints, window_s, config.clone());
     let _ = std::fs::remove_dir_all(&checkpoints);
     if !ran? || STOP_REQUESTS.load(Ordering::SeqCst) > 0 {
         return Ok(());

@@ -18,6 +18,8 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
         incremental: args.incremental,
         changelog: args.changelog,
         rescale: args.job.rescales(),
+        state_memory: args.state_memory.map(|b| b.0),
+        local_recovery: !args.no_local_recovery,
         ..SimOptions::default()
     };
     let started = std::time::Instant::now();
@@ -31,6 +33,8 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
             args.mode,
             if args.incremental { " --incremental" } else { "" },
         ) + if args.changelog { " --changelog" } else { "" }
+            + &args.state_memory.map(|b| format!(" --state-memory {}B", b.0)).unwrap_or_default()
+            + if args.no_local_recovery { " --no-local-recovery" } else { "" }
     };
     for s in report.failing() {
         println!(
@@ -46,7 +50,7 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
     eprintln!(
         "{:.0} seeds/s; per seed on average {} steps, {:.1} failovers, {:.1} crashes, {:.1} checkpoints; {} checkpoints \
          resumed a failed one, reusing {} task parts; {} restores from memory (local recovery), {} from files; {} committed transactions withdrawn after damage; {} recoveries \
-         refused after damage (output that cannot be withdrawn); {} seeds kept their checkpoints in an object store, \
+         refused after damage (output that cannot be withdrawn); {} pages left memory and {} came back; {} seeds kept their checkpoints in an object store, \
          {} checkpoints went up after a successor took it over; the golden run: {} records, {} checkpoints",
         report.seeds.len() as f64 / elapsed.max(1e-9),
         report.seeds.iter().map(|s| s.stats.steps).sum::<u64>() / report.seeds.len() as u64,
@@ -59,6 +63,8 @@ pub(crate) fn run_simulate(args: &SimulateArgs) -> weir::Result<bool> {
         report.seeds.iter().map(|s| s.stats.restores_from_files).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.retractions).sum::<u64>(),
         report.seeds.iter().map(|s| s.stats.refusals).sum::<u64>(),
+        report.seeds.iter().map(|s| s.stats.evictions).sum::<u64>(),
+        report.seeds.iter().map(|s| s.stats.faults_in).sum::<u64>(),
         report.seeds.iter().filter(|s| s.stats.in_store).count(),
         report.seeds.iter().map(|s| s.stats.late_publishes).sum::<u64>(),
         report.golden_records,

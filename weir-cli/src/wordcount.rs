@@ -156,7 +156,7 @@ fn run_in_group(
             None => file_output(args, &from)?,
         };
         let job = wordcount_between(input, output, parallelism);
-        match run_job(args, job, description, config, None, &written, Some(&mut session))? {
+        match run_job(args, job, description, config.clone(), None, &written, Some(&mut session))? {
             Ran::HandedOver if STOP_REQUESTS.load(Ordering::SeqCst) > 0 => {
                 session.commit_all()?;
                 session.leave()?;

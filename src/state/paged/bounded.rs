@@ -110,11 +110,7 @@ impl<K, V> ColdPages<K, V> {
     /// Where each page out of memory lies, for a fork.
     pub(super) fn fork_refs(&self) -> ForkRefs {
         ForkRefs(
-            self.flags
-                .iter()
-                .zip(&self.at)
-                .map(|(f, at)| at.clone().filter(|_| f.get() & IN_MEMORY == 0))
-                .collect(),
+            self.flags.iter().zip(&self.at).map(|(f, at)| at.clone().filter(|_| f.get() & IN_MEMORY == 0)).collect(),
         )
     }
 
@@ -271,7 +267,6 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
 
     /// The clock: passes over the pages in memory, clearing access bits, and sends out those
     /// not used since it last passed, until the budget holds or [`EVICTIONS_AT_ONCE`] went.
-    /// A map keeps one page in memory at least.
     #[cold]
     #[inline(never)]
     fn evict(&mut self) {
@@ -279,7 +274,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         let mut sent = 0;
         for _ in 0..2 * pages {
             let c = self.cold.as_deref_mut().expect("a bounded map");
-            if sent == EVICTIONS_AT_ONCE || c.resident.get() <= 1 || !c.budget.over() {
+            if sent == EVICTIONS_AT_ONCE || c.resident.get() == 0 || !c.budget.over() {
                 return;
             }
             let p = c.hand;

@@ -722,8 +722,14 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         let pages = fork.pages.len();
         assert!(pages.is_power_of_two(), "a fork has a power of two of pages, not {pages}");
         let budget = crate::state::StateBudget::current().or_else(|| fork.cold.budget());
+        let cold = budget.map(|b| Box::new(ColdPages::of_fork(b, &fork.cold, pages)));
+        // Pages the fork has out of memory point at this map's blank page, as all of its own.
+        let page = |p: usize| match (&cold, fork.cold.get(p)) {
+            (Some(c), Some(_)) => c.blank(),
+            _ => Arc::clone(&fork.pages[p]),
+        };
         PagedMap {
-            pages: PageTable::new(fork.pages.iter().cloned()),
+            pages: PageTable::new((0..pages).map(page)),
             owned: vec![false; pages],
             unowned: pages,
             versions: fork.versions.clone(),
@@ -733,7 +739,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
             dirty: Vec::new(),
             changes_wanted: Arc::clone(&fork.changes_wanted),
             segment: 0,
-            cold: budget.map(|b| Box::new(ColdPages::of_fork(b, &fork.cold, pages))),
+            cold,
         }
     }
 
