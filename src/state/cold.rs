@@ -63,7 +63,7 @@ struct ColdCounters {
 }
 
 /// A budget's counters at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ColdStats {
     /// The budget, in bytes.
     pub limit_bytes: u64,
@@ -220,19 +220,33 @@ pub(super) fn fail(e: Error) -> ! {
     std::panic::panic_any(StateFailure(e))
 }
 
-/// A file of pages that left memory: appended to by one map, read by it and by the forks
-/// that share its pages. Unlinked when made: it goes away with the last reference.
+/// A file of pages that left memory: written by one map, read by it and by the forks that
+/// share its pages. Unlinked when made: it goes away with the last reference. A page takes
+/// an extent of whole blocks; an extent no map or fork refers to any longer is written over
+/// by the next page of its size, so the file stays near the size of what it holds (and a
+/// write over an extent the file has is cheaper than one that grows it).
 #[derive(Debug)]
 pub(super) struct SpillFile {
     file: std::fs::File,
     path: PathBuf,
     budget: Arc<StateBudget>,
-    written: AtomicU64,
+    space: std::sync::Mutex<Space>,
 }
+
+/// A spill file's extents: its length, and the extents free, by their length in blocks.
+#[derive(Debug, Default)]
+struct Space {
+    end: u64,
+    free: std::collections::HashMap<u64, Vec<u64>>,
+}
+
+/// The unit of a spill file's extents.
+const BLOCK: u64 = 4096;
 
 impl Drop for SpillFile {
     fn drop(&mut self) {
-        self.budget.spilled_changed(-(self.written.load(Ordering::Relaxed) as i64));
+        let end = self.space.get_mut().map_or(0, |s| s.end);
+        self.budget.spilled_changed(-(end as i64));
     }
 }
 
@@ -249,49 +263,79 @@ impl SpillFile {
             .map_err(|e| Error::io("cannot make a spill file for keyed state", &path, e))?;
         // Scratch: nothing may ever restore from it, and it must not outlive the process.
         std::fs::remove_file(&path).map_err(|e| Error::io("cannot unlink a new spill file", &path, e))?;
-        Ok(SpillFile { file, path, budget: Arc::clone(budget), written: AtomicU64::new(0) })
+        Ok(SpillFile { file, path, budget: Arc::clone(budget), space: Default::default() })
     }
 
-    /// Appends `page` (a page's encoding) at `at`, which the caller reserved.
-    pub(super) fn write(self: &Arc<Self>, at: u64, page: &[u8]) -> ColdRef {
+    fn space(&self) -> std::sync::MutexGuard<'_, Space> {
+        // The space is consistent after every step: a panic elsewhere leaves it usable.
+        self.space.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes `page` (a page's encoding) into a free extent of its size or at the end.
+    pub(super) fn write(self: &Arc<Self>, page: &[u8]) -> ColdRef {
+        let blocks = (page.len() as u64).div_ceil(BLOCK).max(1);
+        let offset = {
+            let mut space = self.space();
+            match space.free.get_mut(&blocks).and_then(Vec::pop) {
+                Some(at) => at,
+                None => {
+                    let at = space.end;
+                    space.end += blocks * BLOCK;
+                    self.budget.spilled_changed((blocks * BLOCK) as i64);
+                    at
+                }
+            }
+        };
+        let extent = Extent { file: Arc::clone(self), offset, blocks, len: page.len() as u32, crc: crc32c::crc32c(page) };
         let failing = &self.budget.counters.failing_write;
         let injected = failing.load(Ordering::Relaxed) != 0 && failing.fetch_sub(1, Ordering::Relaxed) == 1;
         let written = match injected {
             true => Err(std::io::Error::from_raw_os_error(28)),
-            false => self.file.write_all_at(page, at),
+            false => self.file.write_all_at(page, offset),
         };
         if let Err(e) = written {
+            drop(extent);
             fail(Error::io("cannot write a page of keyed state to its spill file (a full disk?)", &self.path, e));
         }
         self.budget.counters.spill_writes.fetch_add(1, Ordering::Relaxed);
-        self.written.fetch_add(page.len() as u64, Ordering::Relaxed);
-        self.budget.spilled_changed(page.len() as i64);
-        ColdRef { file: Arc::clone(self), offset: at, len: page.len() as u32, crc: crc32c::crc32c(page) }
+        ColdRef(Arc::new(extent))
     }
 }
 
-/// Where a page that left memory lies: its encoding's place in a spill file and its checksum.
-#[derive(Debug, Clone)]
-pub(super) struct ColdRef {
+/// An extent of a spill file holding one page's encoding; free again when dropped.
+#[derive(Debug)]
+struct Extent {
     file: Arc<SpillFile>,
     offset: u64,
+    blocks: u64,
     len: u32,
     crc: u32,
 }
+
+impl Drop for Extent {
+    fn drop(&mut self) {
+        self.file.space().free.entry(self.blocks).or_default().push(self.offset);
+    }
+}
+
+/// Where a page that left memory lies: its encoding's extent in a spill file and its
+/// checksum. Shared by the map and its forks: the extent is free once all have let go.
+#[derive(Debug, Clone)]
+pub(super) struct ColdRef(Arc<Extent>);
 
 impl ColdRef {
     /// The page's encoding, appended to `out` and checked against its checksum.
     pub(super) fn read_into(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
         let start = out.len();
-        out.resize(start + self.len as usize, 0);
-        self.file.file.read_exact_at(&mut out[start..], self.offset)?;
-        if crc32c::crc32c(&out[start..]) != self.crc {
+        out.resize(start + self.0.len as usize, 0);
+        self.0.file.file.read_exact_at(&mut out[start..], self.0.offset)?;
+        if crc32c::crc32c(&out[start..]) != self.0.crc {
             out.truncate(start);
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!(
                     "a page of keyed state read back from its spill file ({} bytes at {}) fails its checksum",
-                    self.len, self.offset
+                    self.0.len, self.0.offset
                 ),
             ));
         }
@@ -303,9 +347,9 @@ impl ColdRef {
         // A metric of the I/O itself, outside the job's time: it decides nothing.
         let began = crate::context::wall::now();
         if let Err(e) = self.read_into(out) {
-            fail(Error::io("cannot read a page of keyed state back from its spill file", &self.file.path, e));
+            fail(Error::io("cannot read a page of keyed state back from its spill file", &self.0.file.path, e));
         }
-        let c = &self.file.budget.counters;
+        let c = &self.0.file.budget.counters;
         c.faults.fetch_add(1, Ordering::Relaxed);
         c.fault_nanos.fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
@@ -314,28 +358,23 @@ impl ColdRef {
     #[cfg(test)]
     pub(super) fn damage(&self) {
         let mut b = [0u8; 1];
-        self.file.file.read_exact_at(&mut b, self.offset).expect("readable");
-        self.file.file.write_all_at(&[b[0] ^ 0xff], self.offset).expect("writable");
+        self.0.file.file.read_exact_at(&mut b, self.0.offset).expect("readable");
+        self.0.file.file.write_all_at(&[b[0] ^ 0xff], self.0.offset).expect("writable");
     }
 
     /// The budget whose map wrote the page.
     pub(super) fn budget(&self) -> Arc<StateBudget> {
-        Arc::clone(&self.file.budget)
+        Arc::clone(&self.0.file.budget)
     }
 
     /// The spill file's path (unlinked: for messages).
     pub(super) fn path(&self) -> &Path {
-        &self.file.path
+        &self.0.file.path
     }
 
     /// Bytes of the page's encoding.
     pub(super) fn len(&self) -> u64 {
-        self.len as u64
-    }
-
-    /// Whether this page lies in `file`.
-    pub(super) fn is_in(&self, file: &Arc<SpillFile>) -> bool {
-        Arc::ptr_eq(&self.file, file)
+        self.0.len as u64
     }
 }
 

@@ -137,7 +137,7 @@ pub(crate) struct SimulateArgs {
     pub(crate) seeds: std::ops::Range<u64>,
     /// Keep keyed state within this much memory (as 16KiB: a few pages, so pages leave
     /// memory and come back all the time); a third of the seeds also fail a spill write.
-    #[arg(long, value_parser = byte_size)]
+    #[arg(long, value_parser = weir_ops::settings::byte_size)]
     pub(crate) state_memory: Option<weir::state::ByteSize>,
     /// Restore every attempt from files, never from the copy of the newest checkpoint kept
     /// in memory (local recovery).
@@ -145,14 +145,6 @@ pub(crate) struct SimulateArgs {
     pub(crate) no_local_recovery: bool,
 }
 
-/// A size in bytes with an optional unit (512MiB, 2GiB, 4096); above zero.
-pub(crate) fn byte_size(s: &str) -> Result<weir::state::ByteSize, String> {
-    let size: weir::state::ByteSize = s.parse()?;
-    if size.0 == 0 {
-        return Err(format!("{s:?} is no room at all: give a size above zero"));
-    }
-    Ok(size)
-}
 
 /// `A..B` (A < B) or `N` (the one seed N).
 pub(crate) fn seed_range(s: &str) -> Result<std::ops::Range<u64>, String> {

@@ -31,6 +31,7 @@ pub(crate) fn run_nexmark(args: &NexmarkArgs) -> weir::Result<()> {
         _ => {}
     }
     let (config, parallelism) = args.runtime.config();
+    let config = flags.run_config(config)?;
     let workers = config.effective_workers();
     let mut job = weir::Job::new(format!("nexmark-{}", args.query)).with_parallelism(parallelism);
     let checkpoint_dir = flags.checkpoint_dir.clone().unwrap_or_else(|| weir_ops::scratch_dir("nexmark"));

@@ -40,6 +40,7 @@ pub(crate) fn run_wordcount(args: &WordcountArgs) -> weir::Result<()> {
     let args = &args;
     let (kafka_in, kafka_out) = (kafka_url(&args.input)?, kafka_url(&args.output)?);
     let (config, parallelism) = args.runtime.config();
+    let config = args.checkpoints.flags.run_config(config)?;
     if args.kafka.given() && kafka_in.is_none() && kafka_out.is_none() {
         return Err(Error::config("the --kafka-* flags need a Kafka input or output (kafka://HOST:PORT/TOPIC)"));
     }

@@ -416,6 +416,10 @@ pub struct BenchResult {
     pub state_peak_bytes: u64,
     /// The process's peak resident memory (Linux' `VmHWM`), where the system says it.
     pub peak_rss_bytes: Option<u64>,
+    /// With `--state-memory`: the budget and what its pages did (evictions, faults and their
+    /// time, spill writes, the most bytes in memory at once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_memory: Option<weir::state::ColdStats>,
 }
 
 /// The process's peak resident memory (`VmHWM` in `/proc/self/status`), where it is known.
@@ -451,6 +455,7 @@ impl BenchResult {
             zipf: config.zipf,
             state_peak_bytes: weir::state::state_memory_peak_bytes(),
             peak_rss_bytes: peak_rss_bytes(),
+            state_memory: report.state_memory,
         }
     }
 

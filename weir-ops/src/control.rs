@@ -618,7 +618,7 @@ async fn job_checkpoint_config(
         "incremental": c.incremental,
         "local_recovery": c.local_recovery,
         "retained": c.retained,
-        "weir": config_values(&c),
+        "weir": config_values(&c, s.job.state_memory().map(|m| m.limit_bytes)),
     }))
 }
 
@@ -1034,8 +1034,8 @@ fn stop_now(s: &Shared, dir: PathBuf, drain: bool) -> Result<String, String> {
 }
 
 /// The configuration keys a running job takes, in Flink's vocabulary (and the command's
-/// flags'), with their values in `c`.
-fn config_values(c: &CheckpointConfig) -> serde_json::Value {
+/// flags'), with their values in `c`, and its state memory budget (read-only).
+fn config_values(c: &CheckpointConfig, state_memory: Option<u64>) -> serde_json::Value {
     let ms = |d: Duration| d.as_millis() as u64;
     serde_json::json!({
         "interval-ms": ms(c.interval),
@@ -1056,6 +1056,7 @@ fn config_values(c: &CheckpointConfig) -> serde_json::Value {
         "local-recovery": c.local_recovery,
         "changelog": c.changelog.is_some(),
         "materialize-every": c.changelog,
+        "state-memory": state_memory,
     })
 }
 
@@ -1105,7 +1106,7 @@ pub fn apply_settings(mut c: CheckpointConfig, settings: &[(String, String)]) ->
 
 async fn config(State(s): State<Shared>) -> Response {
     match s.job.checkpoint_config() {
-        Some(c) => json(config_values(&c)),
+        Some(c) => json(config_values(&c, s.job.state_memory().map(|m| m.limit_bytes))),
         None => refuse(StatusCode::CONFLICT, "the job takes no checkpoints"),
     }
 }
@@ -1123,7 +1124,10 @@ async fn change_config(State(s): State<Shared>, Query(q): Query<Vec<(String, Str
         Err(why) => return refuse(StatusCode::BAD_REQUEST, why),
     };
     match s.job.update_checkpoints(|_| new) {
-        Ok(()) => json(config_values(&s.job.checkpoint_config().expect("it has one"))),
+        Ok(()) => {
+            let state_memory = s.job.state_memory().map(|m| m.limit_bytes);
+            json(config_values(&s.job.checkpoint_config().expect("it has one"), state_memory))
+        }
         Err(e) => refuse(StatusCode::BAD_REQUEST, e.to_string()),
     }
 }

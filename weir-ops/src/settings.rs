@@ -220,6 +220,42 @@ pub struct CheckpointSettings {
     #[cfg_attr(feature = "clap", arg(long, value_parser = millis, help_heading = "Restarts"))]
     #[serde(deserialize_with = "duration_ms")]
     pub restart_failure_rate_interval_ms: Option<u64>,
+    /// Keep keyed and window state within this much memory (512MiB, 2GiB; not the process's
+    /// whole memory): past it, the pages used least recently leave memory (those changed
+    /// since they were last on disk for a spill file in --state-dir) and come back when a
+    /// record needs them. Needs no checkpoints; fixed for the job's life.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "SIZE", value_parser = byte_size, help_heading = "State"))]
+    #[serde(deserialize_with = "byte_size_key")]
+    pub state_memory: Option<weir::state::ByteSize>,
+    /// Where --state-memory's spill files go (default: the system's temporary folder, $TMPDIR
+    /// or /tmp). They are scratch, unlinked as soon as made: nothing stays behind.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DIR", help_heading = "State"))]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// A size in bytes with an optional unit (512MiB, 2GiB, 4096), above zero.
+pub fn byte_size(s: &str) -> Result<weir::state::ByteSize, String> {
+    let size: weir::state::ByteSize = s.parse()?;
+    if size.0 == 0 {
+        return Err(format!("{s:?} is no room at all: give a size above zero (say 512MiB)"));
+    }
+    Ok(size)
+}
+
+/// A size from a file or the control endpoint: a number of bytes, or with its unit.
+fn byte_size_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<weir::state::ByteSize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        Number(u64),
+        Text(String),
+    }
+    let text = match Given::deserialize(d) {
+        Ok(Given::Number(n)) => n.to_string(),
+        Ok(Given::Text(t)) => t,
+        Err(_) => return Err(serde::de::Error::custom("invalid type: expected a size (a number of bytes, or say \"512MiB\")")),
+    };
+    byte_size(&text).map(Some).map_err(serde::de::Error::custom)
 }
 
 const RESTART_STRATEGIES: [&str; 4] = ["none", "fixed-delay", "exponential-delay", "failure-rate"];
@@ -333,8 +369,25 @@ impl CheckpointSettings {
             restart_max_delay_ms,
             restart_backoff_multiplier,
             restart_failures_per_interval,
-            restart_failure_rate_interval_ms
+            restart_failure_rate_interval_ms,
+            state_memory,
+            state_dir
         ))
+    }
+
+    /// `c` with the state settings (`state-memory`, `state-dir`); they need no checkpoints.
+    pub fn run_config(&self, c: weir::RunConfig) -> weir::Result<weir::RunConfig> {
+        let c = match self.state_memory {
+            Some(size) => c.state_memory(size.0),
+            None if self.state_dir.is_some() => {
+                return Err(Error::config("--state-dir is where --state-memory's spill files go: give --state-memory too"));
+            }
+            None => c,
+        };
+        Ok(match &self.state_dir {
+            Some(dir) => c.state_dir(dir),
+            None => c,
+        })
     }
 
     /// Each setting's key (its flag without the dashes) and whether it is given, in the
@@ -526,7 +579,9 @@ impl CheckpointSettings {
     /// [`LIVE_KEYS`]): the mode word `checkpoint` or `unaligned` and its timeout or budget.
     pub fn change_live(&self, c: CheckpointConfig) -> weir::Result<CheckpointConfig> {
         let fixed = ["checkpoint-dir", "mode", "incremental", "local-recovery", "changelog", "materialize-every"];
-        if let Some(key) = self.given().into_iter().find(|k| fixed.contains(k)) {
+        let state = [("state-memory", self.state_memory.is_some()), ("state-dir", self.state_dir.is_some())];
+        let state = state.into_iter().filter_map(|(k, g)| g.then_some(k));
+        if let Some(key) = self.given().into_iter().filter(|k| fixed.contains(k)).chain(state).next() {
             return Err(Error::config(format!("{key} is fixed for the job's life (a running job cannot change it)")));
         }
         let mut c = self.apply_live(c)?;

@@ -27,10 +27,6 @@ const ACCESSED: u8 = 2;
 /// Pages the clock may send out in one go, so one write never stalls long.
 const EVICTIONS_AT_ONCE: usize = 16;
 
-/// A spill file is written afresh, with only the pages it still holds, when what no page
-/// refers to passes both what pages do and this many bytes.
-const COMPACT_ABOVE: u64 = 8 << 20;
-
 /// A bounded map's side: its budget, the pages out of memory and where they lie.
 pub(super) struct ColdPages<K, V> {
     budget: Arc<StateBudget>,
@@ -41,11 +37,8 @@ pub(super) struct ColdPages<K, V> {
     /// Per page: where its current content lies on disk (a page out of memory, or one read
     /// back and unchanged since: it leaves again without a write).
     at: Vec<Option<ColdRef>>,
-    /// Where this map appends pages, made on its first eviction.
+    /// Where this map writes pages, made on its first eviction.
     file: Option<Arc<SpillFile>>,
-    /// Bytes appended to `file`, and those of them some entry of `at` still refers to.
-    file_end: u64,
-    file_live: u64,
     hand: usize,
     resident: Cell<usize>,
 }
@@ -75,8 +68,6 @@ impl<K, V> ColdPages<K, V> {
             flags: (0..pages).map(|_| Cell::new(0)).collect(),
             at: (0..pages).map(|_| None).collect(),
             file: None,
-            file_end: 0,
-            file_live: 0,
             hand: 0,
             resident: Cell::new(0),
         }
@@ -126,13 +117,10 @@ impl<K, V> ColdPages<K, V> {
         self.budget.resident_changed(-(std::mem::size_of::<Page<K, V>>() as i64));
     }
 
-    /// Drops page `p`'s place on disk (its content changes, or goes).
+    /// Drops page `p`'s place on disk (its content changes, or goes): the place is free
+    /// again once no fork refers to it either.
     fn drop_place(&mut self, p: usize) {
-        if let Some(at) = self.at[p].take() {
-            if self.file.as_ref().is_some_and(|f| at.is_in(f)) {
-                self.file_live -= at.len();
-            }
-        }
+        self.at[p] = None;
     }
 
     /// Empties page `p` (the map is cleared): returns what its entry points at now.
@@ -297,14 +285,8 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         if c.at[p].is_none() {
             let mut bytes = Vec::new();
             write_page(self.pages.get(p), &mut bytes);
-            if c.file_end > COMPACT_ABOVE && c.file_end - c.file_live > c.file_live.max(COMPACT_ABOVE) {
-                c.compact();
-            }
             let file = c.file.get_or_insert_with(|| c.budget.spill_file());
-            let at = file.write(c.file_end, &bytes);
-            c.file_end += at.len();
-            c.file_live += at.len();
-            c.at[p] = Some(at);
+            c.at[p] = Some(file.write(&bytes));
         }
         *self.pages.get_mut(p) = c.blank();
         c.now_out(p);
@@ -313,26 +295,6 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
             self.owned[p] = false;
             self.unowned += 1;
         }
-    }
-}
-
-impl<K, V> ColdPages<K, V> {
-    /// Writes the pages this map has on disk into a new spill file, leaving the garbage of the
-    /// old one (pages changed or gone since) behind; forks that still refer to the old file
-    /// keep it until they are written.
-    fn compact(&mut self) {
-        let file = self.budget.spill_file();
-        let mut end = 0;
-        let mut bytes = Vec::new();
-        for at in self.at.iter_mut().flatten() {
-            bytes.clear();
-            if let Err(e) = at.read_into(&mut bytes) {
-                fail(read_failed(at, e));
-            }
-            *at = file.write(end, &bytes);
-            end += at.len();
-        }
-        (self.file, self.file_end, self.file_live) = (Some(file), end, end);
     }
 }
 
