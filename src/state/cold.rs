@@ -286,7 +286,8 @@ impl SpillFile {
                 }
             }
         };
-        let extent = Extent { file: Arc::clone(self), offset, blocks, len: page.len() as u32, crc: crc32c::crc32c(page) };
+        let extent =
+            Extent { file: Arc::clone(self), offset, blocks, len: page.len() as u32, crc: crc32c::crc32c(page) };
         let failing = &self.budget.counters.failing_write;
         let injected = failing.load(Ordering::Relaxed) != 0 && failing.fetch_sub(1, Ordering::Relaxed) == 1;
         let written = match injected {

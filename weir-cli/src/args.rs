@@ -145,7 +145,6 @@ pub(crate) struct SimulateArgs {
     pub(crate) no_local_recovery: bool,
 }
 
-
 /// `A..B` (A < B) or `N` (the one seed N).
 pub(crate) fn seed_range(s: &str) -> Result<std::ops::Range<u64>, String> {
     let number = |t: &str| t.trim().parse::<u64>().map_err(|_| format!("'{t}' is not a seed (a whole number)"));

@@ -109,7 +109,10 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
 fn budget_line(b: &weir::state::ColdStats) -> String {
     use weir::state::ByteSize;
     if b.resident_peak_bytes == 0 && b.spill_writes == 0 {
-        return format!("state memory {}: nothing to bound (this job keeps no keyed or window state)", ByteSize(b.limit_bytes));
+        return format!(
+            "state memory {}: nothing to bound (this job keeps no keyed or window state)",
+            ByteSize(b.limit_bytes)
+        );
     }
     let mean_fault_us = b.fault_nanos as f64 / b.faults.max(1) as f64 / 1e3;
     format!(

@@ -1064,3 +1064,53 @@ fn bench_draws_zipf_keys_and_reports_the_states_memory() {
     }
     assert_refused(&["bench", "--workload", "window", "--zipf", "1", "--duration-s", "0.1"], "not window");
 }
+
+/// `--state-memory` on a bench of keyed state: the report says what the budget's pages did;
+/// on one without keyed state it is accepted and says it has nothing to bound; values that
+/// cannot work are refused, naming them.
+#[test]
+fn bench_keeps_keyed_state_within_state_memory_and_refuses_budgets_that_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("b.json");
+    let o = weir(&[
+        "bench",
+        "--workload",
+        "keyed",
+        "--keys",
+        "300000",
+        "--state-memory",
+        "4MiB",
+        "--state-dir",
+        dir.path().to_str().unwrap(),
+        "--duration-s",
+        "1",
+        "--no-progress",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let t = text_of(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("state memory 4 MiB: at most") && t.contains("came back"), "{t}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let s = &v["state_memory"];
+    assert_eq!(s["limit_bytes"], 4 << 20, "{v}");
+    assert!(s["faults"].as_u64().unwrap() > 0 && s["evictions"].as_u64().unwrap() > 0, "{v}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("b.json")], "spill files are unlinked: nothing stays");
+    let o =
+        weir(&["bench", "--workload", "stateless", "--state-memory", "64MiB", "--duration-s", "0.3", "--no-progress"]);
+    let t = text_of(&o);
+    assert!(o.status.success() && t.contains("nothing to bound"), "{t}");
+    for (args, says) in [
+        (vec!["--state-memory", "0"], "is no room at all"),
+        (vec!["--state-memory", "lots"], "is not a size"),
+        (vec!["--state-memory", "12 parsecs"], "the unit \"parsecs\""),
+        (vec!["--state-memory", "16KiB"], "less than a page per task"),
+        (vec!["--state-memory", "64MiB", "--state-dir", "/no/such/folder"], "the state directory cannot be read"),
+        (vec!["--state-dir", "/tmp"], "give --state-memory too"),
+    ] {
+        let mut all = vec!["bench", "--workload", "keyed", "--duration-s", "0.2"];
+        all.extend(args);
+        assert_refused(&all, says);
+    }
+}

@@ -438,3 +438,32 @@ fn savepoints_stay_under_the_allowed_root_and_a_stop_with_a_drain_commits_everyt
     }
     crate::crash::check_exactly_once(&expected, &f.out, "drained");
 }
+
+/// A bench within a state memory budget of a fraction of its state: the endpoint shows the
+/// budget (read-only: a change is refused) and Prometheus' families count pages leaving memory
+/// and coming back.
+#[test]
+fn a_state_memory_budget_is_shown_and_its_pages_counted_at_the_endpoint() {
+    let (mut job, addr) = bench_with_control(&[
+        "--workload",
+        "keyed",
+        "--keys",
+        "400000",
+        "--state-memory",
+        "4MiB",
+        "--checkpoint",
+        "aligned",
+        "--duration-s",
+        "120",
+    ]);
+    common::wait_until("pages faulted back", || metric(&addr, "weir_state_page_faults_total") > 100.0);
+    assert_eq!(metric(&addr, "weir_state_memory_limit_bytes"), 4.0 * 1024.0 * 1024.0);
+    assert!(metric(&addr, "weir_state_page_evictions_total") > 100.0);
+    assert!(metric(&addr, "weir_state_spilled_bytes") > 0.0);
+    let (ok, text) = control(&addr, &["config"]);
+    assert!(ok && text.contains("\"state-memory\": 4194304"), "{text}");
+    let (ok, text) = control(&addr, &["config", "state-memory=1GiB"]);
+    assert!(!ok && text.contains("state-memory is fixed for the job's life"), "{text}");
+    job.child.kill().unwrap();
+    job.child.wait().unwrap();
+}

@@ -209,7 +209,43 @@ fn job_families(f: &mut Families<'_>, job: &JobController) -> Fmt {
         Some(Unit::Bytes),
         [(vec![], memory)],
     )?;
+    if let Some(b) = job.state_memory() {
+        state_budget_families(f, &b)?;
+    }
     Ok(())
+}
+
+/// With a state memory budget: the budget, the pages in memory and in spill files, the pages
+/// that left memory and came back, and the time faults took.
+fn state_budget_families(f: &mut Families<'_>, b: &weir::state::ColdStats) -> Fmt {
+    f.gauge(
+        "weir_state_memory_limit",
+        "The state memory budget (--state-memory).",
+        Some(Unit::Bytes),
+        [(vec![], b.limit_bytes as f64)],
+    )?;
+    f.gauge(
+        "weir_state_resident",
+        "Bytes of keyed state pages in memory under the budget.",
+        Some(Unit::Bytes),
+        [(vec![], b.resident_bytes as f64)],
+    )?;
+    f.gauge(
+        "weir_state_spilled",
+        "Bytes of spill files holding keyed state pages that left memory.",
+        Some(Unit::Bytes),
+        [(vec![], b.spilled_bytes as f64)],
+    )?;
+    f.counter("weir_state_page_evictions", "Keyed state pages that left memory.", [(vec![], b.evictions)])?;
+    f.counter("weir_state_page_faults", "Keyed state pages read back into memory.", [(vec![], b.faults)])?;
+    f.counter("weir_state_spill_writes", "Keyed state pages written to spill files.", [(vec![], b.spill_writes)])?;
+    f.gauge(
+        "weir_state_page_fault_time",
+        "Time spent reading keyed state pages back, over all faults (a counter's value; divide by the faults \
+         for the mean).",
+        Some(Unit::Seconds),
+        [(vec![], b.fault_nanos as f64 / 1e9)],
+    )
 }
 
 /// Per operator subtask: records in and out, its watermark and how far it lags, and how full

@@ -253,7 +253,11 @@ fn byte_size_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<weir::
     let text = match Given::deserialize(d) {
         Ok(Given::Number(n)) => n.to_string(),
         Ok(Given::Text(t)) => t,
-        Err(_) => return Err(serde::de::Error::custom("invalid type: expected a size (a number of bytes, or say \"512MiB\")")),
+        Err(_) => {
+            return Err(serde::de::Error::custom(
+                "invalid type: expected a size (a number of bytes, or say \"512MiB\")",
+            ))
+        }
     };
     byte_size(&text).map(Some).map_err(serde::de::Error::custom)
 }
@@ -380,7 +384,9 @@ impl CheckpointSettings {
         let c = match self.state_memory {
             Some(size) => c.state_memory(size.0),
             None if self.state_dir.is_some() => {
-                return Err(Error::config("--state-dir is where --state-memory's spill files go: give --state-memory too"));
+                return Err(Error::config(
+                    "--state-dir is where --state-memory's spill files go: give --state-memory too",
+                ));
             }
             None => c,
         };
