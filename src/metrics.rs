@@ -10,8 +10,7 @@
 //! Histograms are per subtask and merged once, when the subtask ends, so the record path never
 //! takes a lock.
 //!
-//! May touch: `snapshot` (the checkpoint mode a checkpoint was taken in), `state` (a state
-//! memory budget's counters).
+//! May touch: `snapshot` (the checkpoint mode a checkpoint was taken in).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -411,6 +410,28 @@ impl JobMetrics {
     }
 }
 
+/// What a state memory budget's pages did ([`crate::RunConfig::state_memory`]), at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StateMemoryStats {
+    /// The budget, in bytes.
+    pub limit_bytes: u64,
+    /// Bytes of pages in memory.
+    pub resident_bytes: u64,
+    /// The most bytes of pages in memory at once.
+    pub resident_peak_bytes: u64,
+    /// Bytes in spill files still open.
+    pub spilled_bytes: u64,
+    /// Pages read back into memory.
+    pub faults: u64,
+    /// Time spent reading pages back, in nanoseconds, over all faults.
+    pub fault_nanos: u64,
+    /// Pages that left memory.
+    pub evictions: u64,
+    /// Pages written to a spill file (an eviction of a page unchanged since it was read back
+    /// writes none).
+    pub spill_writes: u64,
+}
+
 /// What a finished job reports.
 #[derive(Debug, Clone)]
 pub struct JobReport {
@@ -436,7 +457,7 @@ pub struct JobReport {
     /// Restarts after failures.
     pub restarts: u32,
     /// With a state memory budget ([`crate::RunConfig::state_memory`]): what its pages did.
-    pub state_memory: Option<crate::state::ColdStats>,
+    pub state_memory: Option<StateMemoryStats>,
 }
 
 impl JobReport {

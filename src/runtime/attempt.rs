@@ -279,9 +279,7 @@ pub(super) fn start_attempt(
     };
     let state = Arc::new(RunState::new(workers, parkers.clone()));
     let prepared = prepare_attempt(job, config, &env, shared, notes)?;
-    if let Some(b) = &shared.state_budget {
-        b.check_share(prepared.tasks.len())?;
-    }
+    shared.state_budget.as_ref().map_or(Ok(()), |b| b.check_share(prepared.tasks.len()))?;
     let name = job.graph.borrow().name.clone();
     let task_count = prepared.tasks.len();
     let scope = prepared.scope;

@@ -145,7 +145,12 @@ impl Supervised {
             }
         }
         drop(graph);
-        Some(Ok(JobReport {
+        Some(Ok(self.report(&a)))
+    }
+
+    /// The report of the job that finished with attempt `a`.
+    fn report(&self, a: &Attempt) -> JobReport {
+        JobReport {
             source_records: self.shared.metrics.source_records(),
             sink_records: self.shared.metrics.sink_records(),
             late_records: self.shared.metrics.late_records(),
@@ -157,7 +162,7 @@ impl Supervised {
             checkpoints_completed: self.checkpoints_completed(),
             restarts: self.progress().restarts,
             state_memory: self.shared.state_budget.as_ref().map(|b| b.stats()),
-        }))
+        }
     }
 }
 

@@ -115,7 +115,7 @@ impl JobController {
     }
 
     /// With a state memory budget ([`crate::RunConfig::state_memory`]): its counters now.
-    pub fn state_memory(&self) -> Option<crate::state::ColdStats> {
+    pub fn state_memory(&self) -> Option<crate::metrics::StateMemoryStats> {
         self.run.shared.state_budget.as_ref().map(|b| b.stats())
     }
 

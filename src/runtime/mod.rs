@@ -9,16 +9,19 @@
 //! `handle`: the [`JobHandle`] and the [`JobController`] beside it. `attempt`: preparing an
 //! attempt from the checkpoint directory (shared with the simulator) and starting it on the
 //! workers (`worker`). `failover`: the supervisor thread's part when an attempt ends (settle,
-//! restart as the strategy allows, mark a finished job done).
+//! restart as the strategy allows, mark a finished job done). `readers`: the threads that read
+//! keyed state's pages back ahead of their faults.
 //!
 //! May touch: `checkpoint` (starts the coordinator, finds the checkpoint to restore),
 //! `pipeline` (the plan and tasks it runs), `sink` (waits for the host to have a pull sink's
 //! results before it marks a finished job done), `snapshot` (the restored state it hands the
-//! plan), `context`, `error`, `metrics`, `wake`.
+//! plan), `context`, `error`, `metrics`, `wake`, `state` (a job's state memory budget, and the
+//! threads that read its pages ahead).
 
 mod attempt;
 mod failover;
 mod handle;
+mod readers;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -191,6 +194,9 @@ pub(crate) use failover::FinishedMarker;
 pub use handle::{JobController, JobFailure, JobHandle, JobState, Stopped};
 use handle::{RunProgress, Supervised};
 
+/// Threads reading keyed state's pages back ahead of their faults, with a state memory budget.
+const READER_THREADS: usize = 2;
+
 /// Starts thread `name` running `f`: the engine's threads (workers, the coordinator, the
 /// supervisor, the completion marker's writer) start here and nowhere else (`clippy.toml`).
 #[allow(clippy::disallowed_methods)] // the runtime's threads
@@ -225,6 +231,9 @@ impl Job {
             None => None,
         };
         let state_budget = config.state_budget()?;
+        if let Some(b) = &state_budget {
+            b.read_with(readers::ReaderPool::start(&self.name(), READER_THREADS)?);
+        }
         let shared = Arc::new(AttemptShared { lock, state_budget, ..AttemptShared::default() });
         let attempt = start_attempt(&self, &config, &shared, &mut notes)?;
         let name = self.name();

@@ -4,7 +4,7 @@
 //! in an order drawn from the seed, against a clock it moves.
 //!
 //! May touch: `checkpoint`, `context`, `error`, `pipeline`, `prng`, `runtime`, `sink`,
-//! `record`, `snapshot`, `wake`.
+//! `record`, `snapshot`, `wake`, `state`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};

@@ -17,7 +17,7 @@
 //! program beside it) and [`check`].
 //!
 //! May touch: `checkpoint`, `context`, `error`, `pipeline`, `prng`, `runtime`, `sink`, `snapshot`,
-//! `wake`, `record`.
+//! `wake`, `record`, `state` (a state memory budget for the simulated job).
 
 mod damage;
 mod driver;

@@ -15,7 +15,8 @@
 //! an error): it unwinds with a [`StateFailure`] that the task turns into the attempt's error,
 //! so the job fails over to its last checkpoint.
 //!
-//! May touch: `error`, `context` (the wall clock, to time faults for a metric).
+//! May touch: `error`, `context` (the wall clock, to time faults for a metric), `metrics` (the
+//! counters' figures).
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::metrics::StateMemoryStats;
 
 /// The least budget a task of keyed state can work within: a few pages of the largest kinds
 /// (a page is 256 slots), so that a lookup's pages and the page being written fit at once.
@@ -42,6 +44,22 @@ pub struct StateBudget {
     limit: u64,
     dir: PathBuf,
     counters: ColdCounters,
+    /// Where a lookahead's page reads go, off the workers: the runtime's reader threads
+    /// ([`StateBudget::read_with`]); unset (the simulator, a test), every read is a fault's own.
+    readers: std::sync::OnceLock<Arc<dyn PageReader>>,
+}
+
+/// Runs page reads off the workers: a keyed operator's lookahead hands them over, and a fault
+/// that finds its read done (or under way) takes the result instead of reading itself.
+pub trait PageReader: Send + Sync {
+    /// Runs `read` on a reader thread, soon.
+    fn submit(&self, read: Box<dyn FnOnce() + Send>);
+}
+
+impl std::fmt::Debug for dyn PageReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PageReader")
+    }
 }
 
 /// What a budget's maps did: read by metrics and reports, written off the per-record path
@@ -60,28 +78,6 @@ struct ColdCounters {
     spill_writes: AtomicU64,
     /// The spill write that fails (a seam for the simulator: 1 = the next); 0: none.
     failing_write: AtomicU64,
-}
-
-/// A budget's counters at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ColdStats {
-    /// The budget, in bytes.
-    pub limit_bytes: u64,
-    /// Bytes of pages in memory.
-    pub resident_bytes: u64,
-    /// The most bytes of pages in memory at once.
-    pub resident_peak_bytes: u64,
-    /// Bytes in spill files still open.
-    pub spilled_bytes: u64,
-    /// Pages read back into memory.
-    pub faults: u64,
-    /// Time spent reading pages back, in nanoseconds, over all faults.
-    pub fault_nanos: u64,
-    /// Pages that left memory.
-    pub evictions: u64,
-    /// Pages written to a spill file (an eviction of a page unchanged since it was read back
-    /// writes none).
-    pub spill_writes: u64,
 }
 
 thread_local! {
@@ -107,7 +103,12 @@ impl StateBudget {
             return Err(Error::config("a state memory budget of 0 bytes leaves no room for a page"));
         }
         check_writable(&dir)?;
-        Ok(Arc::new(StateBudget { limit: bytes, dir, counters: ColdCounters::default() }))
+        Ok(Arc::new(StateBudget { limit: bytes, dir, counters: ColdCounters::default(), readers: Default::default() }))
+    }
+
+    /// Sends the lookahead's page reads to `readers` (the runtime's reader threads).
+    pub fn read_with(&self, readers: Arc<dyn PageReader>) {
+        let _ = self.readers.set(readers);
     }
 
     /// Refuses a budget that leaves a task less than [`LEAST_STATE_MEMORY_PER_TASK`] (any task
@@ -147,9 +148,9 @@ impl StateBudget {
     }
 
     /// The counters now.
-    pub fn stats(&self) -> ColdStats {
+    pub fn stats(&self) -> StateMemoryStats {
         let c = &self.counters;
-        ColdStats {
+        StateMemoryStats {
             limit_bytes: self.limit,
             resident_bytes: c.resident.load(Ordering::Relaxed).max(0) as u64,
             resident_peak_bytes: c.resident_peak.load(Ordering::Relaxed).max(0) as u64,
@@ -343,16 +344,32 @@ impl ColdRef {
         Ok(())
     }
 
-    /// [`Self::read_into`] for a fault: timed and counted, and a failure unwinds.
-    pub(super) fn fault(&self, out: &mut Vec<u8>) {
-        // A metric of the I/O itself, outside the job's time: it decides nothing.
+    /// The page's encoding for a fault: the lookahead's read if one was asked for (waited for
+    /// if under way), else read now; timed (the worker's wait) and counted, and a failure
+    /// unwinds.
+    pub(super) fn fault(&self, ahead: Option<Arc<ReadAhead>>) -> Vec<u8> {
+        // A metric of the wait itself, outside the job's time: it decides nothing.
         let began = crate::context::wall::now();
-        if let Err(e) = self.read_into(out) {
-            fail(Error::io("cannot read a page of keyed state back from its spill file", &self.0.file.path, e));
-        }
+        let read = ahead.and_then(|a| a.take()).unwrap_or_else(|| {
+            let mut out = Vec::with_capacity(self.0.len as usize);
+            self.read_into(&mut out).map(|()| out)
+        });
+        let bytes = read.unwrap_or_else(|e| {
+            fail(Error::io("cannot read a page of keyed state back from its spill file", &self.0.file.path, e))
+        });
         let c = &self.0.file.budget.counters;
         c.faults.fetch_add(1, Ordering::Relaxed);
         c.fault_nanos.fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        bytes
+    }
+
+    /// Starts reading the page on the budget's reader threads (`None` without them).
+    pub(super) fn read_ahead(&self) -> Option<Arc<ReadAhead>> {
+        let readers = self.0.file.budget.readers.get()?;
+        let ahead = Arc::new(ReadAhead::default());
+        let (at, slot) = (self.clone(), Arc::clone(&ahead));
+        readers.submit(Box::new(move || slot.run(&at)));
+        Some(ahead)
     }
 
     /// Overwrites the page's first byte on disk (a test's damage).
@@ -376,6 +393,60 @@ impl ColdRef {
     /// Bytes of the page's encoding.
     pub(super) fn len(&self) -> u64 {
         self.0.len as u64
+    }
+}
+
+/// A page read handed to the reader threads ahead of its fault.
+#[derive(Debug, Default)]
+pub(super) struct ReadAhead {
+    state: std::sync::Mutex<AheadState>,
+    done: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+enum AheadState {
+    #[default]
+    Queued,
+    Reading,
+    Done(std::io::Result<Vec<u8>>),
+    /// The fault came first and reads for itself: the reader skips it.
+    Taken,
+}
+
+impl ReadAhead {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AheadState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The reader's part: reads the page unless its fault came first.
+    fn run(&self, at: &ColdRef) {
+        {
+            let mut state = self.lock();
+            if !matches!(*state, AheadState::Queued) {
+                return;
+            }
+            *state = AheadState::Reading;
+        }
+        let mut out = Vec::with_capacity(at.0.len as usize);
+        let read = at.read_into(&mut out).map(|()| out);
+        *self.lock() = AheadState::Done(read);
+        self.done.notify_all();
+    }
+
+    /// The fault's part: the read's result once done (waiting while it is under way), or
+    /// `None` when it has not started (the fault reads for itself, and the reader skips it).
+    fn take(&self) -> Option<std::io::Result<Vec<u8>>> {
+        let mut state = self.lock();
+        loop {
+            match std::mem::replace(&mut *state, AheadState::Taken) {
+                AheadState::Queued | AheadState::Taken => return None,
+                AheadState::Done(read) => return Some(read),
+                AheadState::Reading => {
+                    *state = AheadState::Reading;
+                    state = self.done.wait(state).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+        }
     }
 }
 

@@ -7,7 +7,8 @@
 //! `PagedMap` (`paged`), whose fork shares its pages copy-on-write: the pause is proportional
 //! to the number of pages, not to the bytes of state.
 //!
-//! May touch: `error`, `persist`, `record`, `snapshot`.
+//! May touch: `error`, `persist`, `record`, `snapshot`, `context` (the wall clock, for a
+//! fault's time), `metrics` (a state memory budget's figures).
 
 use crate::error::Result;
 use crate::persist::Persist;
@@ -21,7 +22,7 @@ mod timers;
 mod ttl;
 
 pub use crate::snapshot::{ForkedState, PersistedFork, StateChunks};
-pub use cold::{BudgetScope, ByteSize, ColdStats, StateBudget, StateFailure, LEAST_STATE_MEMORY_PER_TASK};
+pub use cold::{BudgetScope, ByteSize, PageReader, StateBudget, StateFailure, LEAST_STATE_MEMORY_PER_TASK};
 pub use kinds::{AggregatingState, KeyedState, ListState, MapState};
 pub use paged::{state_memory_bytes, state_memory_peak_bytes, OwnedPages, PagedFork, PagedImage, PagedMap, PAGE_SLOTS};
 pub use scoped::{AggregatingView, ListView, MapView, ReducingState, ReducingView, ScopedState, ValueView};

@@ -106,7 +106,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
 }
 
 /// What a state memory budget's pages did, in a line.
-fn budget_line(b: &weir::state::ColdStats) -> String {
+fn budget_line(b: &weir::metrics::StateMemoryStats) -> String {
     use weir::state::ByteSize;
     if b.resident_peak_bytes == 0 && b.spill_writes == 0 {
         return format!(
@@ -128,7 +128,7 @@ fn budget_line(b: &weir::state::ColdStats) -> String {
 
 /// What the job's state held at most, in its pages and per key (the keyed workload's keys are
 /// its entries), and the process's peak resident memory.
-fn print_state(bench: &weir_jobs::bench::BenchConfig, budget: Option<&weir::state::ColdStats>) {
+fn print_state(bench: &weir_jobs::bench::BenchConfig, budget: Option<&weir::metrics::StateMemoryStats>) {
     if let Some(b) = budget {
         println!("{}", budget_line(b));
     }

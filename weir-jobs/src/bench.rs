@@ -419,7 +419,7 @@ pub struct BenchResult {
     /// With `--state-memory`: the budget and what its pages did (evictions, faults and their
     /// time, spill writes, the most bytes in memory at once).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub state_memory: Option<weir::state::ColdStats>,
+    pub state_memory: Option<weir::metrics::StateMemoryStats>,
 }
 
 /// The process's peak resident memory (`VmHWM` in `/proc/self/status`), where it is known.

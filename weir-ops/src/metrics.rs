@@ -217,7 +217,7 @@ fn job_families(f: &mut Families<'_>, job: &JobController) -> Fmt {
 
 /// With a state memory budget: the budget, the pages in memory and in spill files, the pages
 /// that left memory and came back, and the time faults took.
-fn state_budget_families(f: &mut Families<'_>, b: &weir::state::ColdStats) -> Fmt {
+fn state_budget_families(f: &mut Families<'_>, b: &weir::metrics::StateMemoryStats) -> Fmt {
     f.gauge(
         "weir_state_memory_limit",
         "The state memory budget (--state-memory).",

@@ -8,7 +8,8 @@
 //! brought back before any slot of it is read. The map's page versions do not change when a
 //! page leaves or comes back, so checkpoints that hold a version already never read it.
 //!
-//! May touch: `state::cold` (the budget and spill files), the map's own fields.
+//! May touch: `state` (the budget and spill files of `state::cold`), `error`, `persist`,
+//! `record`, `snapshot`.
 
 use std::cell::Cell;
 use std::hash::Hash;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use super::{fill_page, write_page, Page, PagedMap, PAGE_SHIFT, PAGE_SLOTS};
 use crate::error::Error;
 use crate::persist::Persist;
-use crate::state::cold::{fail, ColdRef, SpillFile, StateBudget};
+use crate::state::cold::{fail, ColdRef, ReadAhead, SpillFile, StateBudget};
 
 /// Page flag: the page is in memory (its entry is not the blank page).
 const IN_MEMORY: u8 = 1;
@@ -26,6 +27,9 @@ const ACCESSED: u8 = 2;
 
 /// Pages the clock may send out in one go, so one write never stalls long.
 const EVICTIONS_AT_ONCE: usize = 16;
+
+/// Page reads a map may have asked the reader threads for and not used yet.
+const READS_AHEAD: usize = 256;
 
 /// A bounded map's side: its budget, the pages out of memory and where they lie.
 pub(super) struct ColdPages<K, V> {
@@ -41,6 +45,8 @@ pub(super) struct ColdPages<K, V> {
     file: Option<Arc<SpillFile>>,
     hand: usize,
     resident: Cell<usize>,
+    /// Pages out of memory whose reads a lookahead asked for ([`PagedMap::read_ahead`]).
+    ahead: std::cell::RefCell<std::collections::HashMap<usize, Arc<ReadAhead>>>,
 }
 
 /// A fork's pages out of memory: where each lies (empty when the map kept all in memory).
@@ -70,6 +76,7 @@ impl<K, V> ColdPages<K, V> {
             file: None,
             hand: 0,
             resident: Cell::new(0),
+            ahead: Default::default(),
         }
     }
 
@@ -198,8 +205,8 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
     #[inline(never)]
     fn bring_back(&self, c: &ColdPages<K, V>, p: usize) {
         let at = c.at[p].as_ref().expect("a page out of memory with a place on disk");
-        let mut bytes = Vec::with_capacity(at.len() as usize);
-        at.fault(&mut bytes);
+        let ahead = c.ahead.borrow_mut().remove(&p);
+        let bytes = at.fault(ahead);
         let page = decode(&bytes).unwrap_or_else(|e| fail(read_failed(at, e)));
         // SAFETY: page `p` is out of memory, so its entry points at the blank page and no
         // lookup has handed a reference to the entry out (slots of the blank page it may have
@@ -207,6 +214,22 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         let blank = unsafe { self.pages.replace_shared(p, page) };
         debug_assert!(Arc::ptr_eq(&blank, &c.blank), "only a page out of memory is brought back");
         c.now_in_memory(p);
+    }
+
+    /// Asks the reader threads for the page where a lookup of `hash` starts, if it is out of
+    /// memory: the keyed operators' lookahead, a block of records before their lookups.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn read_ahead(&self, hash: u64) {
+        let Some(c) = self.cold.as_deref() else { return };
+        let p = (hash as usize & self.mask) >> PAGE_SHIFT;
+        let Some(at) = c.at[p].as_ref().filter(|_| c.flags[p].get() & IN_MEMORY == 0) else { return };
+        let mut ahead = c.ahead.borrow_mut();
+        if ahead.len() < READS_AHEAD && !ahead.contains_key(&p) {
+            if let Some(read) = at.read_ahead() {
+                ahead.insert(p, read);
+            }
+        }
     }
 
     /// The slot holding `key` or the empty slot where it would go, in a bounded map: each page

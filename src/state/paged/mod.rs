@@ -14,6 +14,8 @@
 //! A map made inside a [`StateBudget`](super::StateBudget)'s scope is bounded (`bounded`): its
 //! pages may leave memory, and every access goes the checked way, which brings them back.
 //! `table`: the page pointers, in cells so that a lookup through `&self` can do so.
+//!
+//! May touch: `persist`, `record`, `snapshot`, `error`, `state` (its budget and spill files).
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -140,7 +142,8 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist, const TRACK: bool> Owne
     /// [`PagedMap::prefetch_hashed`].
     #[inline]
     pub fn prefetch_hashed(&self, hash: u64) {
-        self.0.prefetch_hashed(hash)
+        // A map that owns every page for a run is unbounded (`owned_pages`).
+        self.0.prefetch_slot_hashed(hash)
     }
 
     /// [`PagedMap::entry_hashed`], without the ownership check.
@@ -432,6 +435,16 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
     /// lookup ([`Self::get_or_insert_with_hashed`]) instead of hashing the key twice.
     #[inline]
     pub fn prefetch_hashed(&self, hash: u64) {
+        if self.cold.is_some() {
+            // A bounded map's page may be on disk: its read goes ahead on the reader threads.
+            self.read_ahead(hash);
+        }
+        self.prefetch_slot_hashed(hash);
+    }
+
+    /// The CPU's part of [`Self::prefetch_hashed`] (an unbounded map's whole).
+    #[inline]
+    fn prefetch_slot_hashed(&self, hash: u64) {
         let i = hash as usize & self.mask;
         prefetch_slot(self.slot(i));
     }
