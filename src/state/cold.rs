@@ -28,7 +28,7 @@ use crate::metrics::StateMemoryStats;
 
 /// The least budget a task of keyed state can work within: a few pages of the largest kinds
 /// (a page is 256 slots), so that a lookup's pages and the page being written fit at once.
-pub const LEAST_STATE_MEMORY_PER_TASK: u64 = 256 << 10;
+pub const LEAST_STATE_MEMORY_PER_TASK: u64 = 64 << 10;
 
 /// How much memory a job's keyed and window state may hold, and where pages that leave memory
 /// go.

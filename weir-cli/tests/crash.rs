@@ -338,3 +338,46 @@ fn a_resume_with_another_output_is_refused_up_front_naming_both() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     check_exactly_once(&expected, &out, "resumed with its own output");
 }
+
+/// Two files of 660,000 words from a vocabulary of 120,000: word count's state, about 8 MiB of
+/// pages, several times any budget under a megabyte.
+pub(crate) fn write_wide_corpus(dir: &Path) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    for f in 0..2u64 {
+        let mut text = String::new();
+        for line in 0..60_000u64 {
+            for w in 0..(mix(line * 7 + f) % 12) {
+                let word = format!("v{}", mix(line * 131 + w + f * 1_000_003) % 120_000);
+                text.push_str(&word);
+                text.push(' ');
+                *counts.entry(word).or_insert(0) += 1;
+            }
+            text.push('\n');
+        }
+        std::fs::write(dir.join(format!("f{f}.txt")), text).unwrap();
+    }
+    counts
+}
+
+/// SIGKILLed word count whose keyed state is held within 1 MiB, an eighth of it: pages leave
+/// memory for spill files and come back all through the run, every restart restores into the
+/// budget, and every count is committed exactly once, with checkpoints in files and, where an
+/// S3 server is, in S3.
+#[test]
+fn sigkill_with_state_memory_of_an_eighth_of_the_state_counts_every_word_exactly_once() {
+    let input = tempfile::tempdir().unwrap();
+    let expected = write_wide_corpus(input.path());
+    let budget = ["--mode", "exactly-once", "--incremental", "--state-memory", "1MiB"];
+    let (out, chk) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let chk = chk.path().join("chk");
+    let resumed = run_with_kills(input.path(), out.path(), &chk, &budget, 4);
+    assert!(resumed >= 2, "only {resumed} runs resumed from a checkpoint");
+    check_exactly_once(&expected, out.path(), "files, within 1 MiB");
+    if weir_testkit::s3::available("sigkill_with_state_memory_of_an_eighth_of_the_state (in S3)") {
+        let out = tempfile::tempdir().unwrap();
+        let chk = common::s3::checkpoint_url("bounded");
+        let resumed = run_with_kills(input.path(), out.path(), Path::new(&chk), &budget, 3);
+        assert!(resumed >= 2, "only {resumed} runs resumed from {chk}");
+        check_exactly_once(&expected, out.path(), "S3, within 1 MiB");
+    }
+}

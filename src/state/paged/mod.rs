@@ -112,13 +112,13 @@ pub struct PagedMap<K, V> {
     owned: Vec<bool>,
     /// Pages not owned (`owned[p]` false): a run of writes to a map that owns every page
     /// checks ownership once for the run ([`PagedMap::owns_every_page`]), not per record.
-    unowned: usize,
+    unowned: u32,
     /// Per page: its version (see [`NEXT_VERSION`]); renewed on the first write after a fork.
     versions: Vec<u64>,
     /// Slots in all, minus one (the slot count is a power of two).
     mask: usize,
     len: usize,
-    copied_pages: u64,
+    copied_pages: u32,
     /// Changelog checkpoints: per page, the slots written since the last fork (a bit each).
     /// Empty while writes are not tracked ([`Self::tracking`]).
     dirty: Vec<[u64; PAGE_SLOTS / 64]>,
@@ -275,7 +275,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         PagedMap {
             pages: table,
             owned: vec![cold.is_none(); pages],
-            unowned: if cold.is_some() { pages } else { 0 },
+            unowned: if cold.is_some() { pages as u32 } else { 0 },
             versions: (0..pages).map(|_| new_version()).collect(),
             mask: slots - 1,
             len: 0,
@@ -304,7 +304,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
 
     /// Pages copied because a snapshot still shared them (copy-on-write events so far).
     pub fn copied_pages(&self) -> u64 {
-        self.copied_pages
+        u64::from(self.copied_pages)
     }
 
     /// Bytes of all pages in memory (live state; pages held only by snapshots are not
@@ -355,7 +355,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
             // Shared with a snapshot: copy before the first write.
             let copy = Arc::new((**self.pages.get(p)).clone());
             *self.pages.get_mut(p) = copy;
-            self.copied_pages += 1;
+            self.copied_pages = self.copied_pages.saturating_add(1);
         }
         self.owned[p] = true;
         self.unowned -= 1;
@@ -540,14 +540,15 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
         K: Borrow<Q>,
     {
-        if CHECKED {
-            self.enforce_budget();
+        if CHECKED && self.cold.is_some() {
+            // A bounded map's lookups go out of line: the unbounded path pays this one test.
+            return self.entry_bounded(hash, key, init);
         }
-        let i = match self.find_hashed::<CHECKED, Q>(hash, key.get()) {
+        let i = match self.find_hashed::<false, Q>(hash, key.get()) {
             Ok(i) => i,
             Err(_) if (self.len + 1) * 8 > (self.mask + 1) * 7 => {
                 self.grow();
-                let i = self.find_hashed::<CHECKED, Q>(hash, key.get()).expect_err("absent");
+                let i = self.find_hashed::<false, Q>(hash, key.get()).expect_err("absent");
                 *self.slot_mut_in::<CHECKED, TRACK>(i) = Some((key.into_owned(), init()));
                 self.len += 1;
                 i
@@ -559,6 +560,30 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
             }
         };
         let (k, v) = self.slot_mut_in::<CHECKED, TRACK>(i).as_mut().expect("present");
+        (&*k, v)
+    }
+
+    /// [`Self::entry_in`] in a bounded map: pages sent out while over the budget first, the
+    /// probe's pages brought back.
+    #[cold]
+    #[inline(never)]
+    fn entry_bounded<Q>(&mut self, hash: u64, key: KeyArg<'_, K, Q>, init: impl FnOnce() -> V) -> (&K, &mut V)
+    where
+        Q: ?Sized + Hash + Eq + ToOwned<Owned = K>,
+        K: Borrow<Q>,
+    {
+        self.enforce_budget();
+        let mut i = self.find_faulting(hash, key.get());
+        if i.is_err() && (self.len + 1) * 8 > (self.mask + 1) * 7 {
+            self.grow();
+            i = self.find_faulting(hash, key.get());
+        }
+        let i = i.unwrap_or_else(|i| {
+            *self.slot_mut(i) = Some((key.into_owned(), init()));
+            self.len += 1;
+            i
+        });
+        let (k, v) = self.slot_mut(i).as_mut().expect("present");
         (&*k, v)
     }
 
@@ -706,7 +731,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
                 self.owned[p] = false;
                 self.versions[p] = new_version();
             }
-            self.unowned = self.pages.len();
+            self.unowned = self.pages.len() as u32;
             self.len = 0;
             self.segment = 0;
             return;
@@ -744,7 +769,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         PagedMap {
             pages: PageTable::new((0..pages).map(page)),
             owned: vec![false; pages],
-            unowned: pages,
+            unowned: pages as u32,
             versions: fork.versions.clone(),
             mask: pages * PAGE_SLOTS - 1,
             len: fork.len,
@@ -759,7 +784,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
     /// Shares every page with the returned fork: pointer work, one clone per page.
     pub fn fork(&mut self) -> PagedFork<K, V> {
         self.owned.iter_mut().for_each(|o| *o = false);
-        self.unowned = self.pages.len();
+        self.unowned = self.pages.len() as u32;
         // The changes since the last fork are known whole only if tracked all along.
         let after = if self.tracking() { self.segment } else { 0 };
         let dirty = std::mem::take(&mut self.dirty);
