@@ -658,8 +658,11 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
 
     /// All entries, in slot order (a bounded map's pages out of memory come back).
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        let bounded = self.cold.is_some();
         (0..self.pages.len()).flat_map(move |p| {
-            self.fault_in(p);
+            if bounded {
+                self.fault_in(p);
+            }
             self.pages.get(p).slots.iter().flatten().map(|(k, v)| (k, v))
         })
     }
