@@ -19,14 +19,19 @@ use crate::common::committed_counts;
 
 /// Two files of words from a skewed vocabulary of 5,000 words.
 pub(crate) fn write_corpus(dir: &Path) -> HashMap<String, u64> {
+    // Half the occurrences from 50 hot words, half from 5,000.
+    write_words(dir, 150_000, |r| format!("w{}", if r >> 63 == 1 { r % 50 } else { r % 5_000 }))
+}
+
+/// Two files of `lines` lines of up to 11 words each, `word` making each from a random number;
+/// returns each word's count.
+fn write_words(dir: &Path, lines: u64, word: impl Fn(u64) -> String) -> HashMap<String, u64> {
     let mut counts = HashMap::new();
     for f in 0..2u64 {
         let mut text = String::new();
-        for line in 0..150_000u64 {
+        for line in 0..lines {
             for w in 0..(mix(line * 7 + f) % 12) {
-                let r = mix(line * 131 + w + f * 1_000_003);
-                // Half the occurrences from 50 hot words, half from 5,000.
-                let word = format!("w{}", if r >> 63 == 1 { r % 50 } else { r % 5_000 });
+                let word = word(mix(line * 131 + w + f * 1_000_003));
                 text.push_str(&word);
                 text.push(' ');
                 *counts.entry(word).or_insert(0) += 1;
@@ -341,22 +346,8 @@ fn a_resume_with_another_output_is_refused_up_front_naming_both() {
 
 /// Two files of 660,000 words from a vocabulary of 120,000: word count's state, about 8 MiB of
 /// pages, several times any budget under a megabyte.
-pub(crate) fn write_wide_corpus(dir: &Path) -> HashMap<String, u64> {
-    let mut counts = HashMap::new();
-    for f in 0..2u64 {
-        let mut text = String::new();
-        for line in 0..60_000u64 {
-            for w in 0..(mix(line * 7 + f) % 12) {
-                let word = format!("v{}", mix(line * 131 + w + f * 1_000_003) % 120_000);
-                text.push_str(&word);
-                text.push(' ');
-                *counts.entry(word).or_insert(0) += 1;
-            }
-            text.push('\n');
-        }
-        std::fs::write(dir.join(format!("f{f}.txt")), text).unwrap();
-    }
-    counts
+fn write_wide_corpus(dir: &Path) -> HashMap<String, u64> {
+    write_words(dir, 60_000, |r| format!("v{}", r % 120_000))
 }
 
 /// SIGKILLed word count whose keyed state is held within 1 MiB, an eighth of it: pages leave
