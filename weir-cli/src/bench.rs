@@ -92,7 +92,7 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     // Stopped with a savepoint through the control endpoint: said where, nothing to report.
     let Some(report) = report? else { return Ok(()) };
     weir_ops::runner::print_report(&report, plan.is_some(), None);
-    print_state(&bench, report.state_memory.as_ref());
+    print_state(&bench);
     if let (Some(_), Some(plan)) = (&lab, &plan) {
         println!("the checkpoint lab ({plan}):");
         print!("{}", weir_ops::tables::lab(&weir_ops::lab::CheckpointLab::summary(&report.checkpoints)));
@@ -105,33 +105,9 @@ pub(crate) fn run_bench(args: &BenchArgs) -> weir::Result<()> {
     Ok(())
 }
 
-/// What a state memory budget's pages did, in a line.
-fn budget_line(b: &weir::metrics::StateMemoryStats) -> String {
-    use weir::state::ByteSize;
-    if b.resident_peak_bytes == 0 && b.spill_writes == 0 {
-        return format!(
-            "state memory {}: nothing to bound (this job keeps no keyed or window state)",
-            ByteSize(b.limit_bytes)
-        );
-    }
-    let mean_fault_us = b.fault_nanos as f64 / b.faults.max(1) as f64 / 1e3;
-    format!(
-        "state memory {}: at most {} in memory; {} pages left it ({} written to spill files) and {} came back, \
-         {mean_fault_us:.1} µs each on average",
-        ByteSize(b.limit_bytes),
-        ByteSize(b.resident_peak_bytes),
-        group_digits(b.evictions),
-        group_digits(b.spill_writes),
-        group_digits(b.faults),
-    )
-}
-
 /// What the job's state held at most, in its pages and per key (the keyed workload's keys are
 /// its entries), and the process's peak resident memory.
-fn print_state(bench: &weir_jobs::bench::BenchConfig, budget: Option<&weir::metrics::StateMemoryStats>) {
-    if let Some(b) = budget {
-        println!("{}", budget_line(b));
-    }
+fn print_state(bench: &weir_jobs::bench::BenchConfig) {
     let peak = weir::state::state_memory_peak_bytes();
     if peak == 0 {
         return;

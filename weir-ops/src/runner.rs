@@ -118,6 +118,9 @@ impl Runner {
 /// cause.
 pub fn print_report(report: &JobReport, checkpointing: bool, counting: Option<(&str, u64)>) {
     print!("{}", crate::tables::summary(report, counting));
+    if let Some(b) = &report.state_memory {
+        println!("{}", crate::tables::state_memory(b));
+    }
     if checkpointing {
         let total = report.checkpoints_completed;
         println!("checkpoints completed: {total}{}", crate::tables::listed(total, report.checkpoints.len()));

@@ -189,3 +189,24 @@ pub fn listed(total: u64, kept: usize) -> String {
         false => String::new(),
     }
 }
+
+/// What a state memory budget's pages did, in a line.
+pub fn state_memory(b: &weir::metrics::StateMemoryStats) -> String {
+    use weir::state::ByteSize;
+    if b.resident_peak_bytes == 0 && b.spill_writes == 0 {
+        return format!(
+            "state memory {}: nothing to bound (this job keeps no keyed or window state)",
+            ByteSize(b.limit_bytes)
+        );
+    }
+    let mean_fault_us = b.fault_nanos as f64 / b.faults.max(1) as f64 / 1e3;
+    format!(
+        "state memory {}: at most {} in memory; {} pages left it ({} written to spill files) and {} came back, \
+         {mean_fault_us:.1} µs each on average",
+        ByteSize(b.limit_bytes),
+        ByteSize(b.resident_peak_bytes),
+        weir::metrics::group_digits(b.evictions),
+        weir::metrics::group_digits(b.spill_writes),
+        weir::metrics::group_digits(b.faults),
+    )
+}
