@@ -752,6 +752,9 @@ impl CoordinatorCore {
             "checkpoint completed"
         );
         self.s.stats.lock().unwrap_or_else(|e| e.into_inner()).push(stats);
+        // Published before the answer: whoever asked for this checkpoint sees it no longer
+        // in progress (the loop's own publication comes after the step).
+        self.s.in_progress.publish(self.in_progress_rows());
         self.requests.answer_completed(id);
         Ok(())
     }
