@@ -765,7 +765,7 @@ mod tests {
         *next.get_or_insert_with(3, || 0) += 1;
         assert_eq!(next.get(&3), Some(&1));
         assert_eq!(forked[0].1.len(), 1_000, "the snapshot keeps what it forked");
-        assert_eq!(forked[0].1.entries().count(), 1_000);
+        assert_eq!(forked[0].1.entries().unwrap().len(), 1_000);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! worker) is bounded: while the job's resident pages pass the budget, the map being written
 //! sends its least recently used pages out (a second-chance clock over an access bit per page).
 //! A page already on disk unchanged since it came back is dropped; a changed one is first
-//! appended to the map's spill file. A lookup that reaches a page not in memory reads it back
+//! written to the map's spill file. A lookup that reaches a page not in memory reads it back
 //! (a fault) and checks it.
 //!
 //! A spill file is scratch: unlinked as soon as it is made, so it lives only as long as the
@@ -69,8 +69,8 @@ struct ColdCounters {
     /// Bytes of pages bounded maps hold in memory, and the most they held.
     resident: AtomicI64,
     resident_peak: AtomicI64,
-    /// Bytes in spill files still open (a file goes with the last map or fork that refers to
-    /// it; until then it holds the pages written since it was made, garbage included).
+    /// Bytes spill files still open span, their free extents included (a file goes with the
+    /// last map or fork that refers to it).
     spilled: AtomicI64,
     faults: AtomicU64,
     fault_nanos: AtomicU64,
@@ -326,7 +326,13 @@ impl Drop for Extent {
 pub(super) struct ColdRef(Arc<Extent>);
 
 impl ColdRef {
-    /// The page's encoding, appended to `out` and checked against its checksum.
+    /// The page's encoding, checked against its checksum.
+    pub(super) fn read(&self) -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.0.len as usize);
+        self.read_into(&mut out).map(|()| out)
+    }
+
+    /// [`Self::read`], appended to `out`.
     pub(super) fn read_into(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
         let start = out.len();
         out.resize(start + self.0.len as usize, 0);
@@ -350,13 +356,8 @@ impl ColdRef {
     pub(super) fn fault(&self, ahead: Option<Arc<ReadAhead>>) -> Vec<u8> {
         // A metric of the wait itself, outside the job's time: it decides nothing.
         let began = crate::context::wall::now();
-        let read = ahead.and_then(|a| a.take()).unwrap_or_else(|| {
-            let mut out = Vec::with_capacity(self.0.len as usize);
-            self.read_into(&mut out).map(|()| out)
-        });
-        let bytes = read.unwrap_or_else(|e| {
-            fail(Error::io("cannot read a page of keyed state back from its spill file", &self.0.file.path, e))
-        });
+        let read = ahead.and_then(|a| a.take()).unwrap_or_else(|| self.read());
+        let bytes = read.unwrap_or_else(|e| fail(self.read_failed(e)));
         let c = &self.0.file.budget.counters;
         c.faults.fetch_add(1, Ordering::Relaxed);
         c.fault_nanos.fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -385,14 +386,9 @@ impl ColdRef {
         Arc::clone(&self.0.file.budget)
     }
 
-    /// The spill file's path (unlinked: for messages).
-    pub(super) fn path(&self) -> &Path {
-        &self.0.file.path
-    }
-
-    /// Bytes of the page's encoding.
-    pub(super) fn len(&self) -> u64 {
-        self.0.len as u64
+    /// The error of a read of this page that failed (`e`, or its content not a page).
+    pub(super) fn read_failed(&self, e: std::io::Error) -> Error {
+        Error::io("cannot read a page of keyed state back from its spill file", &self.0.file.path, e)
     }
 }
 
@@ -427,8 +423,7 @@ impl ReadAhead {
             }
             *state = AheadState::Reading;
         }
-        let mut out = Vec::with_capacity(at.0.len as usize);
-        let read = at.read_into(&mut out).map(|()| out);
+        let read = at.read();
         *self.lock() = AheadState::Done(read);
         self.done.notify_all();
     }

@@ -223,22 +223,20 @@ struct LiveEntries<K, V> {
     ttl: Timestamp,
 }
 
-impl<K: Persist + Clone + Send + Sync, V: Persist + Clone + Send + Sync> ForkedState for LiveEntries<K, V> {
+impl<K: Persist + Send + Sync, V: Persist + Send + Sync> ForkedState for LiveEntries<K, V> {
     fn write_chunks(&self, out: &mut dyn StateChunks) -> std::io::Result<()> {
-        let mut live: Vec<(K, Stamped<V>)> = Vec::new();
-        for entry in self.fork.entries() {
-            let (k, s) = entry?;
+        let (mut live, mut body) = (0u64, Vec::new());
+        self.fork.for_each_entry(|k, s| {
             if s.at.saturating_add(self.ttl) > self.now {
-                live.push((k, s));
+                live += 1;
+                k.persist(&mut body);
+                s.persist(&mut body);
             }
-        }
-        let mut buf = Vec::new();
-        (live.len() as u64).persist(&mut buf);
-        for (k, s) in live {
-            k.persist(&mut buf);
-            s.persist(&mut buf);
-        }
-        out.bytes(&buf)
+        })?;
+        let mut count = Vec::with_capacity(8);
+        live.persist(&mut count);
+        out.bytes(&count)?;
+        out.bytes(&body)
     }
 }
 

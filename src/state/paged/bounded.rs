@@ -8,15 +8,14 @@
 //! brought back before any slot of it is read. The map's page versions do not change when a
 //! page leaves or comes back, so checkpoints that hold a version already never read it.
 //!
-//! May touch: `state` (the budget and spill files of `state::cold`), `error`, `persist`,
-//! `record`, `snapshot`.
+//! May touch: `state` (the budget and spill files of `state::cold`), `persist`, `record`,
+//! `snapshot`.
 
 use std::cell::Cell;
 use std::hash::Hash;
 use std::sync::Arc;
 
 use super::{fill_page, write_page, Page, PagedMap, PAGE_SHIFT, PAGE_SLOTS};
-use crate::error::Error;
 use crate::persist::Persist;
 use crate::state::cold::{fail, ColdRef, ReadAhead, SpillFile, StateBudget};
 
@@ -125,9 +124,11 @@ impl<K, V> ColdPages<K, V> {
     }
 
     /// Drops page `p`'s place on disk (its content changes, or goes): the place is free
-    /// again once no fork refers to it either.
+    /// again once no fork refers to it either, and a read of it asked for ahead is no longer
+    /// the page's.
     fn drop_place(&mut self, p: usize) {
         self.at[p] = None;
+        self.ahead.get_mut().remove(&p);
     }
 
     /// Empties page `p` (the map is cleared): returns what its entry points at now.
@@ -162,14 +163,12 @@ pub(super) fn content<K: Persist, V: Persist>(
         return Some(page);
     }
     let at = c.at[p].take()?;
-    Some(read_page(&at).unwrap_or_else(|e| fail(read_failed(&at, e))))
+    Some(read_page(&at).unwrap_or_else(|e| fail(at.read_failed(e))))
 }
 
 /// A page's content read back from where it lies.
 pub(super) fn read_page<K: Persist, V: Persist>(at: &ColdRef) -> std::io::Result<Arc<Page<K, V>>> {
-    let mut bytes = Vec::with_capacity(at.len() as usize);
-    at.read_into(&mut bytes)?;
-    decode(&bytes)
+    decode(&at.read()?)
 }
 
 fn decode<K: Persist, V: Persist>(bytes: &[u8]) -> std::io::Result<Arc<Page<K, V>>> {
@@ -181,10 +180,6 @@ fn decode<K: Persist, V: Persist>(bytes: &[u8]) -> std::io::Result<Arc<Page<K, V
         Ok(_) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "a page of keyed state has bytes after it")),
         Err(e) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())),
     }
-}
-
-fn read_failed(at: &ColdRef, e: std::io::Error) -> Error {
-    Error::io("cannot read a page of keyed state back from its spill file", at.path(), e)
 }
 
 impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
@@ -207,7 +202,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         let at = c.at[p].as_ref().expect("a page out of memory with a place on disk");
         let ahead = c.ahead.borrow_mut().remove(&p);
         let bytes = at.fault(ahead);
-        let page = decode(&bytes).unwrap_or_else(|e| fail(read_failed(at, e)));
+        let page = decode(&bytes).unwrap_or_else(|e| fail(at.read_failed(e)));
         // SAFETY: page `p` is out of memory, so its entry points at the blank page and no
         // lookup has handed a reference to the entry out (slots of the blank page it may have
         // read stay valid: `c.blank` keeps that page alive).

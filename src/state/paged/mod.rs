@@ -105,7 +105,7 @@ impl<K, V> Drop for Page<K, V> {
 /// let snapshot = m.fork();
 /// *m.get_or_insert_with(3, || 0) += 1;
 /// assert_eq!(m.get(&3), Some(&6));
-/// assert_eq!(snapshot.entries().map(Result::unwrap).collect::<Vec<_>>(), vec![(3, 5)]);
+/// assert_eq!(snapshot.entries().unwrap(), vec![(3, 5)]);
 /// ```
 pub struct PagedMap<K, V> {
     pages: PageTable<K, V>,
@@ -877,8 +877,7 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
             changed.get(j + 1).iter().for_each(|c| prefetch(c));
             (p as u64).persist(out);
             bits.persist(out);
-            let read_back = self.cold.get(p).map(bounded::read_page::<K, V>).transpose()?;
-            let page = read_back.as_ref().unwrap_or(&self.pages[p]);
+            let page = self.page(p)?;
             for i in set_slots(bits) {
                 match &page.slots[i] {
                     Some((k, v)) => {
@@ -892,19 +891,31 @@ impl<K: Persist, V: Persist> PagedFork<K, V> {
         }
         Ok(())
     }
+
+    /// Page `p` at the fork: shared, or read back from where it lies if it was out of memory.
+    fn page(&self, p: usize) -> std::io::Result<Arc<Page<K, V>>> {
+        match self.cold.get(p) {
+            Some(at) => bounded::read_page(at),
+            None => Ok(Arc::clone(&self.pages[p])),
+        }
+    }
+
+    /// Calls `f` with every entry at the fork, in slot order (a bounded map's pages out of
+    /// memory are read back for it, one at a time).
+    pub fn for_each_entry(&self, mut f: impl FnMut(&K, &V)) -> std::io::Result<()> {
+        for p in 0..self.pages.len() {
+            self.page(p)?.slots.iter().flatten().for_each(|(k, v)| f(k, v));
+        }
+        Ok(())
+    }
 }
 
 impl<K: Persist + Clone, V: Persist + Clone> PagedFork<K, V> {
-    /// Entries at the fork, in slot order, copied (a bounded map's pages out of memory are
-    /// read back for it, one at a time).
-    pub fn entries(&self) -> impl Iterator<Item = std::io::Result<(K, V)>> + '_ {
-        (0..self.pages.len()).flat_map(move |p| {
-            let page = match self.cold.get(p).map(bounded::read_page::<K, V>).transpose() {
-                Ok(read_back) => read_back.unwrap_or_else(|| Arc::clone(&self.pages[p])),
-                Err(e) => return vec![Err(e)].into_iter(),
-            };
-            page.slots.iter().flatten().map(|e| Ok(e.clone())).collect::<Vec<_>>().into_iter()
-        })
+    /// Entries at the fork, in slot order, copied.
+    pub fn entries(&self) -> std::io::Result<Vec<(K, V)>> {
+        let mut entries = Vec::with_capacity(self.len);
+        self.for_each_entry(|k, v| entries.push((k.clone(), v.clone())))?;
+        Ok(entries)
     }
 }
 
@@ -1157,7 +1168,7 @@ mod tests {
         for k in 0..2000 {
             *run.entry_hashed(hash_key(&k), k, || 0).1 += 1;
         }
-        assert!(snapshot.entries().all(|e| e.unwrap().1 == 1), "the snapshot never sees a later write");
+        assert!(snapshot.entries().unwrap().iter().all(|e| e.1 == 1), "the snapshot never sees a later write");
         assert_eq!(m.get(&0), Some(&4));
         assert_eq!(m.get(&1999), Some(&3));
     }
@@ -1210,7 +1221,7 @@ mod tests {
                 prop_assert_eq!(live.get(k), Some(v));
             }
             for (fork, at_fork) in &forks {
-                let got: HashMap<u16, u32> = fork.entries().map(Result::unwrap).collect();
+                let got: HashMap<u16, u32> = fork.entries().unwrap().into_iter().collect();
                 prop_assert_eq!(&got, at_fork);
                 prop_assert_eq!(fork.len(), at_fork.len());
             }
@@ -1329,7 +1340,7 @@ mod tests {
             m.insert(format!("key-{k}"), (witness.clone(), Vec::new())); // grows past the fork
         }
         assert_eq!(m.get(&"key-7".to_string()).map(|v| v.1.clone()), Some(vec!["v7".to_string(), "more".into()]));
-        assert!(fork.entries().all(|e| e.unwrap().1 .1.len() == 1), "the fork kept the values as they were");
+        assert!(fork.entries().unwrap().iter().all(|e| e.1 .1.len() == 1), "the fork kept the values as they were");
         assert!(Arc::strong_count(&witness.0) > 3_000, "the fork's copies are alive while it is");
         drop(fork);
         assert_eq!(Arc::strong_count(&witness.0), 3_001, "the fork's values went with it");
