@@ -145,19 +145,9 @@ fn backpressure(tmp: &std::path::Path, d: Duration, secs: f64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let secs: f64 = args
-        .iter()
-        .position(|a| a == "--duration-s")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5.0);
+    let secs: f64 = common::flag("--duration-s", 5.0);
     let d = Duration::from_secs_f64(secs);
-    let gib: f64 = args
-        .iter()
-        .position(|a| a == "--state-gib")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
+    let gib: f64 = common::flag("--state-gib", 1.0);
     // Under target/, not /tmp: the write figures are about the disk the checkpoints go to.
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temporary directory");
     if args.iter().any(|a| a == "--only-state") {

@@ -12,7 +12,7 @@ type Read = Box<dyn FnOnce() + Send>;
 
 /// Reader threads taking reads from one queue; they end when the pool is dropped.
 pub(crate) struct ReaderPool {
-    queue: Mutex<Sender<Read>>,
+    queue: Sender<Read>,
 }
 
 impl ReaderPool {
@@ -28,7 +28,7 @@ impl ReaderPool {
                 source: e,
             })?;
         }
-        Ok(Arc::new(ReaderPool { queue: Mutex::new(tx) }))
+        Ok(Arc::new(ReaderPool { queue: tx }))
     }
 }
 
@@ -46,6 +46,6 @@ fn serve(rx: &Mutex<Receiver<Read>>) {
 impl PageReader for ReaderPool {
     fn submit(&self, read: Read) {
         // A closed queue (never, while the pool lives) leaves the read to its fault.
-        let _ = self.queue.lock().unwrap_or_else(|e| e.into_inner()).send(read);
+        let _ = self.queue.send(read);
     }
 }

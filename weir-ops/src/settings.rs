@@ -242,14 +242,17 @@ pub fn byte_size(s: &str) -> Result<weir::state::ByteSize, String> {
     Ok(size)
 }
 
+/// A setting from a file or the control endpoint that takes a number or text with a unit
+/// (milliseconds or `2s`; bytes or `512MiB`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Given {
+    Number(u64),
+    Text(String),
+}
+
 /// A size from a file or the control endpoint: a number of bytes, or with its unit.
 fn byte_size_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<weir::state::ByteSize>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Given {
-        Number(u64),
-        Text(String),
-    }
     let text = match Given::deserialize(d) {
         Ok(Given::Number(n)) => n.to_string(),
         Ok(Given::Text(t)) => t,
@@ -319,12 +322,6 @@ pub fn millis(value: &str) -> Result<u64, String> {
 /// A setting in milliseconds from a file or the control endpoint: a number, or a duration with
 /// its unit ([`millis`]).
 fn duration_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Given {
-        Number(u64),
-        Text(String),
-    }
     match Given::deserialize(d) {
         Ok(Given::Number(n)) => Ok(Some(n)),
         Ok(Given::Text(t)) => millis(&t).map(Some).map_err(|why| {
