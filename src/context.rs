@@ -301,6 +301,17 @@ impl TaskContext {
         }
     }
 
+    /// This subtask's own part read lazily ([`RestoredState::lazy`]): its bytes without its
+    /// pages of keyed state, and the pages. `None` for anything else (no part, a rescale, or
+    /// a part read whole).
+    pub(crate) fn lazy_restore(&self) -> Option<(&[u8], &crate::snapshot::PlacedPages)> {
+        let r = self.restored.as_ref()?;
+        if r.saved_parallelism(&self.operator) != self.parallelism {
+            return None;
+        }
+        r.lazy(&self.operator, self.subtask)
+    }
+
     /// Registers work that runs only if this attempt of the job finishes successfully (a
     /// transactional sink's final commit, say). A failed attempt drops it. A retryable error
     /// (an I/O error) runs it again, so it must be idempotent and go on where it stopped (a

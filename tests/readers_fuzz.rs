@@ -57,27 +57,44 @@ proptest! {
     /// ranges inside it and refuses the rest, and what loads is exactly the bytes referred to.
     #[test]
     fn chunks_of_shared_files_are_bounds_checked(
-        chunks in prop::collection::vec((0u32..3, any::<u16>(), any::<u16>(), prop::option::of(prop::collection::vec(any::<u8>(), 0..8))), 0..6),
+        chunks in prop::collection::vec((0u32..3, any::<u16>(), any::<u16>(), prop::option::of(prop::collection::vec(any::<u8>(), 0..8)), 0u8..4), 0..6),
         shared in prop::collection::vec(any::<u8>(), 0..600),
     ) {
         let scratch = tempfile::tempdir().unwrap();
+        let range = |offset: u64, len: u64| shared.get(offset as usize..(offset + len) as usize);
         let stored: Vec<StoredChunk> = chunks
             .iter()
-            .map(|(file, offset, len, inline)| match inline {
-                Some(bytes) => StoredChunk::Inline(bytes.clone()),
-                None => StoredChunk::Shared { file: *file, offset: u64::from(*offset) % 700, len: u64::from(*len) % 300 },
+            .map(|(file, offset, len, inline, kind)| {
+                let (offset, len) = (u64::from(*offset) % 700, u64::from(*len) % 300);
+                match (inline, kind) {
+                    (Some(bytes), _) => StoredChunk::Inline(bytes.clone()),
+                    // A page chunk with its checksum (or, one time in three, a wrong one).
+                    (None, 1..=3) => {
+                        let crc = range(offset, len).map_or(0, crc32c::crc32c) ^ u32::from(*kind == 3);
+                        StoredChunk::Page { file: *file, offset, len: len as u32, crc }
+                    }
+                    (None, _) => StoredChunk::Shared { file: *file, offset, len },
+                }
             })
             .collect();
-        // What the part's bytes must be, or None where a chunk points outside the shared file.
-        let expected: Option<Vec<u8>> = stored.iter().try_fold(Vec::new(), |mut acc, c| {
+        // What the part's bytes must be, or the error where a chunk points outside the shared
+        // file or a page fails its checksum.
+        let expected: Result<Vec<u8>, &str> = stored.iter().try_fold(Vec::new(), |mut acc, c| {
             match c {
                 StoredChunk::Inline(bytes) => acc.extend_from_slice(bytes),
                 StoredChunk::Shared { file: 0, offset, len } if offset + len <= shared.len() as u64 => {
                     acc.extend_from_slice(&shared[*offset as usize..(offset + len) as usize])
                 }
-                StoredChunk::Shared { .. } => return None,
+                StoredChunk::Page { file: 0, offset, len, crc } if offset + u64::from(*len) <= shared.len() as u64 => {
+                    let page = range(*offset, u64::from(*len)).unwrap();
+                    if crc32c::crc32c(page) != *crc {
+                        return Err("fails its checksum");
+                    }
+                    acc.extend_from_slice(page)
+                }
+                StoredChunk::Shared { .. } | StoredChunk::Page { .. } => return Err("refers to"),
             }
-            Some(acc)
+            Ok(acc)
         });
         let content = TaskFileContent {
             shared: vec!["shared/chk-1-task-0.pages".into()],
@@ -85,8 +102,8 @@ proptest! {
         };
         let loaded = load_fuzzed_checkpoint(scratch.path(), &to_bytes(&content), &shared);
         match (expected, loaded) {
-            (Some(bytes), Ok(c)) => prop_assert_eq!(c.state.get("op", 0), Some(&bytes[..])),
-            (None, Err(e)) => prop_assert!(e.to_string().contains("refers to"), "{}", e),
+            (Ok(bytes), Ok(c)) => prop_assert_eq!(c.state.get("op", 0), Some(&bytes[..])),
+            (Err(why), Err(e)) => prop_assert!(e.to_string().contains(why), "{}", e),
             (expected, loaded) => prop_assert!(false, "expected {:?}, loaded {:?}", expected, loaded.map(|_| ())),
         }
     }

@@ -43,6 +43,8 @@ struct PageRef {
     file: Arc<str>,
     offset: u64,
     len: u64,
+    /// The encoding's CRC-32C (a lazy restore checks the page alone).
+    crc: u32,
 }
 
 /// Where the pages of one checkpoint lie, by page version, and the digests of the shared files
@@ -404,13 +406,9 @@ impl TaskFileBuilder<'_> {
         if file == next {
             self.content.shared.push(r.file.to_string());
         }
-        if let Some(StoredChunk::Shared { file: f, offset, len }) = self.chunks.last_mut() {
-            if *f == file && *offset + *len == r.offset {
-                *len += r.len;
-                return;
-            }
-        }
-        self.chunks.push(StoredChunk::Shared { file, offset: r.offset, len: r.len });
+        // A page apiece (not ranges merged): a lazy restore reads and checks each alone.
+        let len = u32::try_from(r.len).expect("a page's encoding is under 4 GiB");
+        self.chunks.push(StoredChunk::Page { file, offset: r.offset, len, crc: r.crc });
     }
 
     fn inline(&mut self) -> &mut Vec<u8> {
@@ -532,7 +530,7 @@ impl StateChunks for TaskFileBuilder<'_> {
                 let (offset, len) = (out.position(), self.scratch.len() as u64);
                 out.write(&self.scratch)?;
                 self.written_bytes += len;
-                PageRef { file: Arc::clone(&self.own_file), offset, len }
+                PageRef { file: Arc::clone(&self.own_file), offset, len, crc: crc32c::crc32c(&self.scratch) }
             }
         };
         Ok(self.stored(version, r))
@@ -1154,6 +1152,81 @@ mod tests {
         let (id, skipped, back) = restored(&storage);
         assert_eq!((id, skipped), (2, vec![4, 3]));
         assert!(back == states[1], "checkpoint 2 restored exactly");
+    }
+
+    /// Restores checkpoint `id` lazily into `back` within `budget`: nothing is read but the
+    /// task file (and a changelog's segments).
+    fn restore_lazily_within(
+        storage: &CheckpointStorage,
+        id: u64,
+        budget: &Arc<crate::state::StateBudget>,
+    ) -> Result<KeyedValueState<u64, u64>> {
+        let loaded = crate::checkpoint::storage::load_dir_lazily(&storage.checkpoint_dir(id))?;
+        let (inline, pages) = loaded.state.lazy("counts", 0).expect("pages stored apart");
+        let _scope = crate::state::StateBudget::enter(Some(Arc::clone(budget)));
+        let mut back = KeyedValueState::new();
+        crate::state::restore_lazily(inline, pages, |b| back.restore(b))?;
+        Ok(back)
+    }
+
+    /// A lazy restore reads no page before a lookup needs it (but what a changelog's segments
+    /// change), then every value is the checkpoint's (incremental and changelog chains); a
+    /// stored page damaged after the restore began fails the lookup that reaches it with an
+    /// error naming the file, and the next restore reads that file whole, so the checkpoint
+    /// is found damaged.
+    #[test]
+    fn a_lazy_restore_reads_pages_when_used_and_a_damaged_page_fails_over() {
+        for changelog in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let storage = CheckpointStorage::new(dir.path());
+            let index = if changelog { PageIndex::changelog(8) } else { PageIndex::default() };
+            let keys = 20_000;
+            let mut state = counts(keys);
+            for id in 1..=3 {
+                update(&mut state, id, keys);
+                checkpoint(&storage, Some(&index), id, &mut state);
+                index.on_notice(CheckpointNotice::Complete(id));
+            }
+            let spill = tempfile::tempdir().unwrap();
+            let budget = crate::state::StateBudget::new(1 << 20, spill.path()).unwrap();
+            let back = restore_lazily_within(&storage, 3, &budget).unwrap();
+            let after_restore = budget.stats();
+            assert!(after_restore.resident_bytes < 1 << 20, "{after_restore:?}");
+            if !changelog {
+                assert_eq!(after_restore.faults, 0, "an incremental restore reads no page");
+            }
+            let _scope = crate::state::StateBudget::enter(Some(Arc::clone(&budget)));
+            assert_eq!(back.len(), state.len());
+            assert!(state.iter().all(|(k, v)| back.get(k) == Some(v)), "changelog {changelog}");
+            assert!(budget.stats().faults > after_restore.faults + 10, "{:?}", budget.stats());
+            drop(back);
+            if changelog {
+                // (Its segments, applied at the restore, brought back most pages already.)
+                continue;
+            }
+
+            // Damage a page in the middle of checkpoint 3's own file (most pages changed since
+            // checkpoint 2), after the restore began.
+            let back = restore_lazily_within(&storage, 3, &budget).unwrap();
+            let shared = CheckpointStorage::shared_name(3, 0);
+            let path = dir.path().join(&shared);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let at = bytes.len() / 2;
+            bytes[at] ^= 0xff;
+            std::fs::write(&path, &bytes).unwrap();
+            let lookups = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                state.iter().all(|(k, v)| back.get(k) == Some(v))
+            }));
+            let failure = lookups.expect_err("a damaged page is never read as a value");
+            let failure = failure.downcast::<crate::state::StateFailure>().expect("a state failure");
+            let message = failure.0.to_string();
+            assert!(message.contains("fails its checksum") && message.contains(&shared), "{message}");
+            drop(back);
+            match crate::checkpoint::storage::load_dir_lazily(&storage.checkpoint_dir(3)) {
+                Err(Error::Corrupt(why)) => assert!(why.contains(&shared), "{why}"),
+                other => panic!("a damaged file is read whole and found damaged: {other:?}"),
+            }
+        }
     }
 
     #[test]

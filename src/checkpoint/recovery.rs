@@ -135,12 +135,15 @@ fn local_copy(storage: &CheckpointStorage, local: Option<&LocalCopies>) -> Optio
 
 /// Recovers checkpoint directory `cfg.dir` for `job`; messages go to `notes`. With `local`
 /// (local recovery), a copy of the newest complete checkpoint kept in the process is restored
-/// instead of its files.
+/// instead of its files. With `lazy_pages` (a job whose state keeps within a memory budget),
+/// pages of keyed state stored apart are left in their files until used
+/// ([`super::storage::load_dir_lazily`]).
 pub(crate) fn recover_directory(
     cfg: &CheckpointConfig,
     job: &JobIdentity<'_>,
     notes: &mut Vec<String>,
     local: Option<&LocalCopies>,
+    lazy_pages: bool,
 ) -> Result<Recovered> {
     let fingerprint = job.fingerprint;
     // Kept in an object store, the directory is the store (the folder is a working copy).
@@ -151,7 +154,7 @@ pub(crate) fn recover_directory(
     // (a crash, an earlier attempt) can go.
     storage.remove_unreferenced_shared();
     refuse_another_format(&storage, &shown)?;
-    let found = recovery_point(&storage, local, job)?;
+    let found = recovery_point(&storage, local, job, lazy_pages)?;
     for (id, why) in &found.skipped {
         tracing::warn!(checkpoint = id, reason = %why, "checkpoint damaged, skipped");
         notes.push(format!("checkpoint {id} is damaged and was skipped: {why}"));
@@ -233,6 +236,7 @@ fn recovery_point(
     storage: &CheckpointStorage,
     local: Option<&LocalCopies>,
     job: &JobIdentity<'_>,
+    lazy_pages: bool,
 ) -> Result<RecoveryPoint> {
     Ok(match local_copy(storage, local) {
         Some(c) => {
@@ -244,11 +248,14 @@ fn recovery_point(
             ));
             RecoveryPoint { checkpoint: Some(c), skipped: Vec::new() }
         }
-        None => storage.latest_valid_with(&|id| {
-            if let Ok(m) = storage.metadata(id) {
-                (job.announce)(&restore_line("checkpoint", &storage.checkpoint_dir(id), &m));
-            }
-        })?,
+        None => storage.latest_valid_reading(
+            &|id| {
+                if let Ok(m) = storage.metadata(id) {
+                    (job.announce)(&restore_line("checkpoint", &storage.checkpoint_dir(id), &m));
+                }
+            },
+            lazy_pages,
+        )?,
     })
 }
 

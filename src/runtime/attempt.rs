@@ -143,7 +143,8 @@ fn recover_checkpointed(
     let lock = shared.lock.clone().expect("a checkpointed job holds its directory's lock");
     // Local recovery: the process's copy, which the tasks and the coordinator keep up too.
     let local = cfg.local_recovery.then(|| std::sync::Arc::clone(&shared.local));
-    let found = recover_directory(cfg, &identity(graph, &graph.fingerprint()), notes, local.as_deref())?;
+    let lazy = shared.state_budget.is_some();
+    let found = recover_directory(cfg, &identity(graph, &graph.fingerprint()), notes, local.as_deref(), lazy)?;
     if found.report.is_some() {
         shared.restores.fetch_add(1, Ordering::Relaxed);
     }

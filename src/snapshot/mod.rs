@@ -9,6 +9,7 @@
 //!
 //! May touch: `error`, `faults`, `persist`.
 
+mod lazy;
 mod mode;
 
 use std::collections::HashMap;
@@ -16,6 +17,8 @@ use std::io::{self, Write};
 use std::sync::Arc;
 
 use crate::persist::Persist;
+pub(crate) use lazy::{next_stored_page, restoring_lazily, split_with_stored_pages, stored_pages_left};
+pub use lazy::{restore_lazily, PageSource, PlacedPages, StateFailure, StoredPage};
 pub use mode::{CheckpointMode, ModeKeys, ModeKind, DEFAULT_ALIGNMENT_TIMEOUT, DEFAULT_INFLIGHT_BUDGET};
 
 /// A checkpoint barrier, travelling in-band through the rings.
@@ -132,8 +135,10 @@ pub(crate) fn chain_segments(input: &mut &[u8]) -> crate::Result<Option<u64>> {
     let n = input.get(8..16).ok_or_else(|| crate::Error::Corrupt("a changelog chain ends in its head".into()))?;
     let n = u64::from_le_bytes(n.try_into().expect("8 bytes"));
     *input = &input[16..];
-    // Each segment takes at least its three counts: a damaged count cannot run on.
-    if n > input.len() as u64 / 24 {
+    // Each segment takes at least its three counts: a damaged count cannot run on. (In a
+    // lazy restore each is a stored page.)
+    let at_most = stored_pages_left().unwrap_or(input.len() as u64 / 24);
+    if n > at_most {
         return Err(crate::Error::Corrupt(format!("a changelog chain says {n} segments in {} bytes", input.len())));
     }
     Ok(Some(n))
@@ -230,17 +235,45 @@ pub type SharedFork = Arc<std::sync::Mutex<Box<dyn ForkedState>>>;
 struct RestoredPart {
     bytes: std::sync::OnceLock<Vec<u8>>,
     local: Option<SharedFork>,
+    /// A lazy restore's part: its bytes without its pages of keyed state, and the pages, each
+    /// with the offset in those bytes where it belongs.
+    lazy: Option<(Vec<u8>, Box<PlacedPages>)>,
 }
 
 impl RestoredPart {
     fn bytes(&self) -> &[u8] {
         self.bytes.get_or_init(|| {
+            if let Some((inline, pages)) = &self.lazy {
+                return splice_pages(inline, pages);
+            }
             let fork = self.local.as_ref().expect("a part has its bytes or its fork");
             // Only forks that hand themselves over are kept unencoded, and those encode into
             // memory without failing (`LocalCheckpoint::restored`).
             encoded(&**fork.lock().unwrap_or_else(|e| e.into_inner())).expect("a fork kept for local recovery encodes")
         })
     }
+}
+
+/// A lazy part's whole encoding: its pages read (and checked) into their places. Only a
+/// restore that cannot take its pages lazily asks for it (a rescale); a page that fails to
+/// read unwinds as the failure of a page read during processing does.
+fn splice_pages(inline: &[u8], pages: &PlacedPages) -> Vec<u8> {
+    let mut out = Vec::with_capacity(inline.len() + pages.iter().map(|(_, p)| p.len as usize).sum::<usize>());
+    let mut from = 0;
+    for (at, page) in pages {
+        out.extend_from_slice(&inline[from..*at]);
+        from = *at;
+        let read = page.read().unwrap_or_else(|e| {
+            std::panic::panic_any(StateFailure(crate::Error::io(
+                "cannot read a page of keyed state from its checkpoint file",
+                page.source.path(),
+                e,
+            )))
+        });
+        out.extend_from_slice(&read);
+    }
+    out.extend_from_slice(&inline[from..]);
+    out
 }
 
 impl std::fmt::Debug for RestoredPart {
@@ -280,11 +313,35 @@ impl RestoredState {
     }
     /// Adds one part.
     pub fn insert(&mut self, operator: String, subtask: usize, bytes: Vec<u8>) {
-        self.parts.insert((operator, subtask), RestoredPart { bytes: bytes.into(), local: None });
+        self.parts.insert((operator, subtask), RestoredPart { bytes: bytes.into(), local: None, lazy: None });
+    }
+    /// Adds one part read lazily: its bytes without its pages of keyed state (`inline`), and
+    /// the pages with where in those bytes each belongs.
+    pub(crate) fn insert_lazy(
+        &mut self,
+        operator: String,
+        subtask: usize,
+        inline: Vec<u8>,
+        pages: Vec<(usize, StoredPage)>,
+    ) {
+        let part = match pages.is_empty() {
+            true => RestoredPart { bytes: inline.into(), local: None, lazy: None },
+            false => {
+                RestoredPart { bytes: Default::default(), local: None, lazy: Some((inline, pages.into_boxed_slice())) }
+            }
+        };
+        self.parts.insert((operator, subtask), part);
+    }
+    /// The state of `operator` in `subtask` as a lazy restore takes it: its bytes without its
+    /// pages of keyed state, and the pages (`None` when the part was not read lazily).
+    pub(crate) fn lazy(&self, operator: &str, subtask: usize) -> Option<(&[u8], &PlacedPages)> {
+        let (inline, pages) = self.parts.get(&(operator.to_string(), subtask))?.lazy.as_ref()?;
+        Some((inline, pages))
     }
     /// Adds one part as the fork it was captured as (local recovery).
     pub(crate) fn insert_local(&mut self, operator: String, subtask: usize, fork: SharedFork) {
-        self.parts.insert((operator, subtask), RestoredPart { bytes: Default::default(), local: Some(fork) });
+        self.parts
+            .insert((operator, subtask), RestoredPart { bytes: Default::default(), local: Some(fork), lazy: None });
     }
     /// The state of `operator` in `subtask`, if the checkpoint has one.
     pub fn get(&self, operator: &str, subtask: usize) -> Option<&[u8]> {

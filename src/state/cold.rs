@@ -16,7 +16,7 @@
 //! so the job fails over to its last checkpoint.
 //!
 //! May touch: `error`, `context` (the wall clock, to time faults for a metric), `metrics` (the
-//! counters' figures).
+//! counters' figures), `snapshot` (pages a checkpoint stored, read by a lazy restore).
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::metrics::StateMemoryStats;
+use crate::snapshot::{StateFailure, StoredPage};
 
 /// The least budget a task of keyed state can work within: a few pages of the largest kinds
 /// (a page is 256 slots), so that a lookup's pages and the page being written fit at once.
@@ -210,12 +211,6 @@ fn check_writable(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io("the state directory does not take files", dir, e))
 }
 
-/// An error reading or writing state that is not in memory: the payload a bounded map unwinds
-/// with (a lookup cannot return an error). The task that catches it fails its attempt with the
-/// error inside, so the job fails over to its last checkpoint.
-#[derive(Debug)]
-pub struct StateFailure(pub Error);
-
 /// Unwinds with `e` as a [`StateFailure`].
 pub(super) fn fail(e: Error) -> ! {
     std::panic::panic_any(StateFailure(e))
@@ -287,8 +282,8 @@ impl SpillFile {
                 }
             }
         };
-        let extent =
-            Extent { file: Arc::clone(self), offset, blocks, len: page.len() as u32, crc: crc32c::crc32c(page) };
+        let place = Place::Spill { file: Arc::clone(self), offset, blocks };
+        let extent = Extent { place, len: page.len() as u32, crc: crc32c::crc32c(page) };
         let failing = &self.budget.counters.failing_write;
         let injected = failing.load(Ordering::Relaxed) != 0 && failing.fetch_sub(1, Ordering::Relaxed) == 1;
         let written = match injected {
@@ -304,28 +299,42 @@ impl SpillFile {
     }
 }
 
-/// An extent of a spill file holding one page's encoding; free again when dropped.
+/// Where a page's encoding lies on disk: an extent of a spill file (free again when dropped),
+/// or a page a checkpoint stored (a lazy restore's pages, until they change).
 #[derive(Debug)]
 struct Extent {
-    file: Arc<SpillFile>,
-    offset: u64,
-    blocks: u64,
+    place: Place,
     len: u32,
     crc: u32,
 }
 
+#[derive(Debug)]
+enum Place {
+    Spill { file: Arc<SpillFile>, offset: u64, blocks: u64 },
+    Stored { page: StoredPage, budget: Arc<StateBudget> },
+}
+
 impl Drop for Extent {
     fn drop(&mut self) {
-        self.file.space().free.entry(self.blocks).or_default().push(self.offset);
+        if let Place::Spill { file, offset, blocks } = &self.place {
+            file.space().free.entry(*blocks).or_default().push(*offset);
+        }
     }
 }
 
-/// Where a page that left memory lies: its encoding's extent in a spill file and its
-/// checksum. Shared by the map and its forks: the extent is free once all have let go.
+/// Where a page that left memory lies: a spill file's extent, or a page a checkpoint stored,
+/// with its checksum. Shared by the map and its forks: a spill extent is free once all have
+/// let go.
 #[derive(Debug, Clone)]
 pub(super) struct ColdRef(Arc<Extent>);
 
 impl ColdRef {
+    /// A page a checkpoint stored, read within `budget`.
+    pub(super) fn stored(page: StoredPage, budget: Arc<StateBudget>) -> ColdRef {
+        let (len, crc) = (page.len, page.crc);
+        ColdRef(Arc::new(Extent { place: Place::Stored { page, budget }, len, crc }))
+    }
+
     /// The page's encoding, checked against its checksum.
     pub(super) fn read(&self) -> std::io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity(self.0.len as usize);
@@ -334,16 +343,23 @@ impl ColdRef {
 
     /// [`Self::read`], appended to `out`.
     pub(super) fn read_into(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let (file, offset) = match &self.0.place {
+            Place::Spill { file, offset, .. } => (file, *offset),
+            Place::Stored { page, .. } => {
+                out.extend_from_slice(&page.read()?);
+                return Ok(());
+            }
+        };
         let start = out.len();
         out.resize(start + self.0.len as usize, 0);
-        self.0.file.file.read_exact_at(&mut out[start..], self.0.offset)?;
+        file.file.read_exact_at(&mut out[start..], offset)?;
         if crc32c::crc32c(&out[start..]) != self.0.crc {
             out.truncate(start);
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!(
                     "a page of keyed state read back from its spill file ({} bytes at {}) fails its checksum",
-                    self.0.len, self.0.offset
+                    self.0.len, offset
                 ),
             ));
         }
@@ -358,7 +374,8 @@ impl ColdRef {
         let began = crate::context::wall::now();
         let read = ahead.and_then(|a| a.take()).unwrap_or_else(|| self.read());
         let bytes = read.unwrap_or_else(|e| fail(self.read_failed(e)));
-        let c = &self.0.file.budget.counters;
+        let budget = self.budget_ref();
+        let c = &budget.counters;
         c.faults.fetch_add(1, Ordering::Relaxed);
         c.fault_nanos.fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
         bytes
@@ -366,7 +383,7 @@ impl ColdRef {
 
     /// Starts reading the page on the budget's reader threads (`None` without them).
     pub(super) fn read_ahead(&self) -> Option<Arc<ReadAhead>> {
-        let readers = self.0.file.budget.readers.get()?;
+        let readers = self.budget_ref().readers.get()?;
         let ahead = Arc::new(ReadAhead::default());
         let (at, slot) = (self.clone(), Arc::clone(&ahead));
         readers.submit(Box::new(move || slot.run(&at)));
@@ -376,19 +393,34 @@ impl ColdRef {
     /// Overwrites the page's first byte on disk (a test's damage).
     #[cfg(test)]
     pub(super) fn damage(&self) {
+        let Place::Spill { file, offset, .. } = &self.0.place else { panic!("a spilled page") };
         let mut b = [0u8; 1];
-        self.0.file.file.read_exact_at(&mut b, self.0.offset).expect("readable");
-        self.0.file.file.write_all_at(&[b[0] ^ 0xff], self.0.offset).expect("writable");
+        file.file.read_exact_at(&mut b, *offset).expect("readable");
+        file.file.write_all_at(&[b[0] ^ 0xff], *offset).expect("writable");
     }
 
-    /// The budget whose map wrote the page.
+    fn budget_ref(&self) -> &Arc<StateBudget> {
+        match &self.0.place {
+            Place::Spill { file, .. } => &file.budget,
+            Place::Stored { budget, .. } => budget,
+        }
+    }
+
+    /// The budget whose map wrote (or restored) the page.
     pub(super) fn budget(&self) -> Arc<StateBudget> {
-        Arc::clone(&self.0.file.budget)
+        Arc::clone(self.budget_ref())
     }
 
     /// The error of a read of this page that failed (`e`, or its content not a page).
     pub(super) fn read_failed(&self, e: std::io::Error) -> Error {
-        Error::io("cannot read a page of keyed state back from its spill file", &self.0.file.path, e)
+        match &self.0.place {
+            Place::Spill { file, .. } => {
+                Error::io("cannot read a page of keyed state back from its spill file", &file.path, e)
+            }
+            Place::Stored { page, .. } => {
+                Error::io("cannot read a page of keyed state from its checkpoint file", page.source.path(), e)
+            }
+        }
     }
 }
 

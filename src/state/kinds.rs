@@ -348,6 +348,10 @@ fn split_pair(bytes: &[u8]) -> Result<(&[u8], &[u8])> {
     let corrupt = || crate::Error::Corrupt(format!("a state pair of {} bytes has no valid split", bytes.len()));
     let (body, len) = bytes.split_at_checked(bytes.len().checked_sub(8).ok_or_else(corrupt)?).ok_or_else(corrupt)?;
     let first = u64::from_le_bytes(len.try_into().expect("8 bytes"));
+    // A lazy restore's bytes lack the pages the length counts.
+    if let Some(split) = crate::snapshot::split_with_stored_pages(body, first) {
+        return Ok(body.split_at(split.ok_or_else(corrupt)?));
+    }
     let first = usize::try_from(first).ok().filter(|&f| f <= body.len()).ok_or_else(corrupt)?;
     Ok(body.split_at(first))
 }

@@ -21,8 +21,9 @@ mod scoped;
 mod timers;
 mod ttl;
 
+pub use crate::snapshot::{restore_lazily, PageSource, StateFailure, StoredPage};
 pub use crate::snapshot::{ForkedState, PersistedFork, StateChunks};
-pub use cold::{BudgetScope, ByteSize, PageReader, StateBudget, StateFailure, LEAST_STATE_MEMORY_PER_TASK};
+pub use cold::{BudgetScope, ByteSize, PageReader, StateBudget, LEAST_STATE_MEMORY_PER_TASK};
 pub use kinds::{AggregatingState, KeyedState, ListState, MapState};
 pub use paged::{state_memory_bytes, state_memory_peak_bytes, OwnedPages, PagedFork, PagedImage, PagedMap, PAGE_SLOTS};
 pub use scoped::{AggregatingView, ListView, MapView, ReducingState, ReducingView, ScopedState, ValueView};

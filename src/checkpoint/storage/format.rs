@@ -137,7 +137,7 @@ impl FileDigest {
     }
 
     /// Checks the length of the file read from `path` against this digest.
-    fn check_len(&self, path: &Path, len: usize) -> Result<()> {
+    pub(super) fn check_len(&self, path: &Path, len: usize) -> Result<()> {
         if len as u64 != self.bytes {
             return Err(corrupt(path, format!("{len} bytes, where _metadata recorded {}", self.bytes)));
         }
@@ -334,38 +334,8 @@ pub(super) fn decode_digested(
     bytes: &[u8],
     kind: FileKind,
 ) -> std::result::Result<(FileIdentity, Vec<u8>, u32), String> {
-    if bytes.len() < 8 {
-        return Err(format!("file too short for a header ({} bytes)", bytes.len()));
-    }
-    if bytes[..4] != MAGIC {
-        return Err("not a weir checkpoint file (bad magic)".into());
-    }
+    let identity = decode_header(bytes, kind)?;
     let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
-    let version = word(4);
-    if version != FORMAT_VERSION {
-        return Err(format!("format version {version}, this weir reads version {FORMAT_VERSION}"));
-    }
-    if bytes.len() < HEADER_BYTES {
-        return Err(format!("file too short for a header ({} bytes)", bytes.len()));
-    }
-    if crc32c::crc32c(&bytes[..44]) != word(44) {
-        return Err("header checksum mismatch".into());
-    }
-    if word(8) != kind as u32 {
-        let found = FileKind::from_u32(word(8)).map_or_else(|| format!("kind {}", word(8)), |k| format!("{k:?}"));
-        return Err(format!("a {found} file where {kind:?} was expected"));
-    }
-    if word(40) != 0 {
-        return Err(format!("reserved header field is {}, not 0", word(40)));
-    }
-    let fingerprint = &bytes[24..24 + FINGERPRINT_BYTES];
-    let fingerprint = &fingerprint[..fingerprint.iter().position(|&b| b == 0).unwrap_or(FINGERPRINT_BYTES)];
-    let identity = FileIdentity {
-        kind,
-        fingerprint: String::from_utf8(fingerprint.to_vec()).map_err(|_| "job fingerprint is not text".to_string())?,
-        checkpoint: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
-        task: (word(12) != NO_TASK).then(|| word(12) as usize),
-    };
     let mut pos = HEADER_BYTES;
     let mut payload = Vec::new();
     let mut file_crc = crc32c::crc32c(&bytes[..HEADER_BYTES]);
@@ -407,6 +377,44 @@ pub(super) fn decode_digested(
         payload.extend_from_slice(block);
         pos += len;
     }
+}
+
+/// Verifies a file's header (the first [`HEADER_BYTES`] of `bytes` at least): what it says the
+/// file is.
+pub(super) fn decode_header(bytes: &[u8], kind: FileKind) -> std::result::Result<FileIdentity, String> {
+    if bytes.len() < 8 {
+        return Err(format!("file too short for a header ({} bytes)", bytes.len()));
+    }
+    if bytes[..4] != MAGIC {
+        return Err("not a weir checkpoint file (bad magic)".into());
+    }
+    let word = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+    let version = word(4);
+    if version != FORMAT_VERSION {
+        return Err(format!("format version {version}, this weir reads version {FORMAT_VERSION}"));
+    }
+    if bytes.len() < HEADER_BYTES {
+        return Err(format!("file too short for a header ({} bytes)", bytes.len()));
+    }
+    if crc32c::crc32c(&bytes[..44]) != word(44) {
+        return Err("header checksum mismatch".into());
+    }
+    if word(8) != kind as u32 {
+        let found = FileKind::from_u32(word(8)).map_or_else(|| format!("kind {}", word(8)), |k| format!("{k:?}"));
+        return Err(format!("a {found} file where {kind:?} was expected"));
+    }
+    if word(40) != 0 {
+        return Err(format!("reserved header field is {}, not 0", word(40)));
+    }
+    let fingerprint = &bytes[24..24 + FINGERPRINT_BYTES];
+    let fingerprint = &fingerprint[..fingerprint.iter().position(|&b| b == 0).unwrap_or(FINGERPRINT_BYTES)];
+    let identity = FileIdentity {
+        kind,
+        fingerprint: String::from_utf8(fingerprint.to_vec()).map_err(|_| "job fingerprint is not text".to_string())?,
+        checkpoint: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
+        task: (word(12) != NO_TASK).then(|| word(12) as usize),
+    };
+    Ok(identity)
 }
 
 /// Writes `<dir>/_metadata` atomically: temporary file, fsync, rename, fsync of the folder.

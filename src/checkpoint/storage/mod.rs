@@ -232,6 +232,25 @@ pub fn load_dir(dir: &Path) -> Result<LoadedCheckpoint> {
     Ok(LoadedCheckpoint { metadata, state })
 }
 
+/// [`load_dir`], the pages of keyed state left where they lie (a lazy restore): task files
+/// are read and verified whole, shared files only opened and their headers checked; each
+/// page is checked against its own checksum when a lookup first reaches it. A shared file
+/// a page of which failed that check in this process is read whole instead.
+pub(crate) fn load_dir_lazily(dir: &Path) -> Result<LoadedCheckpoint> {
+    let metadata = read_metadata(dir)?;
+    let mut state = RestoredState::new(metadata.checkpoint);
+    let root = dir.parent().unwrap_or(dir);
+    let mut files = PageFiles::of(root, &metadata);
+    for t in &metadata.tasks {
+        let path = dir.join(&t.file);
+        for (op, subtask, part) in read_task_parts_lazily(&path, &task_identity(&metadata, t), &t.digest(), &mut files)?
+        {
+            state.insert_lazy(op, subtask as usize, part.inline, part.pages);
+        }
+    }
+    Ok(LoadedCheckpoint { metadata, state })
+}
+
 impl CheckpointStorage {
     /// Removes what an aborted checkpoint `id` wrote: its folder and its shared files.
     pub fn discard(&self, id: u64) {
@@ -410,6 +429,12 @@ impl CheckpointStorage {
     /// [`CheckpointStorage::latest_valid`], calling `before_load` with each checkpoint's id
     /// before reading it (to say what is being restored).
     pub fn latest_valid_with(&self, before_load: &dyn Fn(u64)) -> Result<RecoveryPoint> {
+        self.latest_valid_reading(before_load, false)
+    }
+
+    /// [`Self::latest_valid_with`], the pages of keyed state read lazily with `lazy`
+    /// ([`load_dir_lazily`]).
+    pub(crate) fn latest_valid_reading(&self, before_load: &dyn Fn(u64), lazy: bool) -> Result<RecoveryPoint> {
         let mut found = RecoveryPoint::default();
         for id in self.list().into_iter().rev() {
             if !self.is_complete(id) {
@@ -417,7 +442,11 @@ impl CheckpointStorage {
                 continue;
             }
             before_load(id);
-            match self.load(id) {
+            let loaded = match lazy {
+                true => self.metadata(id).and_then(|_| load_dir_lazily(&self.checkpoint_dir(id))),
+                false => self.load(id),
+            };
+            match loaded {
                 Ok(c) => {
                     found.checkpoint = Some(c);
                     return Ok(found);

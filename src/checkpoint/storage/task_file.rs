@@ -2,13 +2,15 @@
 //! or a range of a shared file (incremental checkpoints); and reading one back, resolving its
 //! chunks through the shared files, each read once and checked against `_metadata`.
 //!
-//! May touch: `error`, `persist`.
+//! May touch: `error`, `persist`, `snapshot` (the pages a lazy restore hands over).
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::persist::{from_bytes, take, Persist};
+use crate::snapshot::{PageSource, StoredPage};
 
 use super::*;
 
@@ -28,6 +30,18 @@ pub enum StoredChunk {
         /// Length in bytes.
         len: u64,
     },
+    /// One page of keyed state in a shared file: where it lies, as [`StoredChunk::Shared`],
+    /// and its CRC-32C, so that a lazy restore can read and check it alone.
+    Page {
+        /// Index into [`TaskFileContent::shared`].
+        file: u32,
+        /// Byte offset in the shared file's payload.
+        offset: u64,
+        /// Length in bytes.
+        len: u32,
+        /// CRC-32C of those bytes.
+        crc: u32,
+    },
 }
 
 impl Persist for StoredChunk {
@@ -42,6 +56,10 @@ impl Persist for StoredChunk {
                 1u8.persist(out);
                 (*file, *offset, *len).persist(out);
             }
+            StoredChunk::Page { file, offset, len, crc } => {
+                2u8.persist(out);
+                (*file, *offset, *len, *crc).persist(out);
+            }
         }
     }
     fn restore(input: &mut &[u8]) -> Result<Self> {
@@ -54,6 +72,10 @@ impl Persist for StoredChunk {
             1 => {
                 let (file, offset, len) = Persist::restore(input)?;
                 Ok(StoredChunk::Shared { file, offset, len })
+            }
+            2 => {
+                let (file, offset, len, crc) = Persist::restore(input)?;
+                Ok(StoredChunk::Page { file, offset, len, crc })
             }
             tag => Err(Error::Corrupt(format!("unknown state chunk tag {tag}"))),
         }
@@ -94,7 +116,7 @@ impl Persist for TaskFileContent {
 /// Reads shared files on demand, each once, for the task files of one checkpoint, checking
 /// each against what the referring checkpoint's `_metadata` recorded for it.
 pub(super) struct SharedFiles<'a> {
-    root: &'a Path,
+    pub(super) root: &'a Path,
     fingerprint: &'a str,
     recorded: HashMap<&'a str, FileDigest>,
     loaded: HashMap<String, Vec<u8>>,
@@ -178,14 +200,169 @@ pub(super) fn read_task_parts(
                 StoredChunk::Inline(b) if bytes.is_empty() => bytes = b,
                 StoredChunk::Inline(b) => bytes.extend_from_slice(&b),
                 StoredChunk::Shared { file, offset, len } => {
-                    let name = content.shared.get(file as usize).ok_or_else(|| {
-                        corrupt(path, format!("chunk refers to shared file #{file}, which is not listed"))
-                    })?;
-                    bytes.extend_from_slice(shared.range(name, offset, len)?);
+                    bytes.extend_from_slice(shared.range(shared_name(&content.shared, path, file)?, offset, len)?);
+                }
+                StoredChunk::Page { file, offset, len, crc } => {
+                    let name = shared_name(&content.shared, path, file)?;
+                    let page = shared.range(name, offset, len as u64)?;
+                    if crc32c::crc32c(page) != crc {
+                        return Err(corrupt(
+                            &shared.root.join(name),
+                            format!("the page at {offset} fails its checksum"),
+                        ));
+                    }
+                    bytes.extend_from_slice(page);
                 }
             }
         }
         parts.push((op, subtask, bytes));
     }
     Ok(parts)
+}
+
+/// The name of shared file `#file` of task file `path`'s `content`.
+fn shared_name<'c>(shared: &'c [String], path: &Path, file: u32) -> Result<&'c str> {
+    shared
+        .get(file as usize)
+        .map(String::as_str)
+        .ok_or_else(|| corrupt(path, format!("chunk refers to shared file #{file}, which is not listed")))
+}
+
+/// One part of a task file read lazily: its bytes without the pages of keyed state, and
+/// those pages, each with the offset in the bytes where it belongs.
+pub(crate) struct LazyPart {
+    pub(crate) inline: Vec<u8>,
+    pub(crate) pages: Vec<(usize, StoredPage)>,
+}
+
+/// The shared files of one checkpoint's lazy restore, each opened once.
+pub(super) struct PageFiles<'a> {
+    shared: SharedFiles<'a>,
+    open: HashMap<String, Arc<CheckpointPages>>,
+}
+
+impl<'a> PageFiles<'a> {
+    pub(super) fn of(root: &'a Path, metadata: &'a CheckpointMetadata) -> Self {
+        PageFiles { shared: SharedFiles::of(root, metadata), open: HashMap::new() }
+    }
+
+    /// Shared file `name`, opened and its header checked; `None` once a page of it failed
+    /// its checksum (it is then read whole, and so checked whole).
+    fn pages(&mut self, name: &str) -> Result<Option<Arc<CheckpointPages>>> {
+        let path = self.shared.root.join(name);
+        if damaged_files().contains(&path) {
+            return Ok(None);
+        }
+        if let Some(f) = self.open.get(name) {
+            return Ok(Some(Arc::clone(f)));
+        }
+        let Some((id, task)) = parse_shared_name(name) else {
+            return Err(Error::Corrupt(format!("'{name}' is not the name of a shared state file")));
+        };
+        let digest = *self.shared.recorded.get(name).ok_or_else(|| {
+            corrupt(&path, "a task file refers to it, and the checkpoint's _metadata does not list it")
+        })?;
+        let expected = FileIdentity::new(FileKind::SharedPages, self.shared.fingerprint, id, Some(task));
+        let f = Arc::new(CheckpointPages::open(&path, &expected, &digest)?);
+        self.open.insert(name.to_string(), Arc::clone(&f));
+        Ok(Some(f))
+    }
+}
+
+/// Reads one task file (checked against its identity and digest) and resolves its chunks,
+/// the pages of keyed state left where they lie: (operator, subtask, part) per part.
+pub(super) fn read_task_parts_lazily(
+    path: &Path,
+    expected: &FileIdentity,
+    digest: &FileDigest,
+    files: &mut PageFiles,
+) -> Result<Vec<(String, u64, LazyPart)>> {
+    let payload = read_expected(path, expected, Some(digest))?;
+    let content: TaskFileContent = from_bytes(&payload).map_err(|e| corrupt(path, e))?;
+    let mut parts = Vec::with_capacity(content.parts.len());
+    for (op, subtask, chunks) in content.parts {
+        let mut part = LazyPart { inline: Vec::new(), pages: Vec::new() };
+        for c in chunks {
+            match c {
+                StoredChunk::Inline(b) => part.inline.extend_from_slice(&b),
+                StoredChunk::Shared { file, offset, len } => {
+                    let name = shared_name(&content.shared, path, file)?;
+                    part.inline.extend_from_slice(files.shared.range(name, offset, len)?);
+                }
+                StoredChunk::Page { file, offset, len, crc } => {
+                    let name = shared_name(&content.shared, path, file)?;
+                    match files.pages(name)? {
+                        Some(source) => part.pages.push((part.inline.len(), StoredPage { source, offset, len, crc })),
+                        None => {
+                            let page = files.shared.range(name, offset, len as u64)?;
+                            part.inline.extend_from_slice(page);
+                        }
+                    }
+                }
+            }
+        }
+        parts.push((op, subtask, part));
+    }
+    Ok(parts)
+}
+
+/// The shared files whose pages failed a check in this process: a later restore reads them
+/// whole (so the checkpoint that refers to them is found damaged and skipped).
+fn damaged_files() -> std::sync::MutexGuard<'static, std::collections::HashSet<std::path::PathBuf>> {
+    static DAMAGED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<std::path::PathBuf>>> =
+        std::sync::OnceLock::new();
+    DAMAGED.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A shared file of pages, open for a lazy restore's reads: a page at a time, from the blocks
+/// of the file format (a page may span two). Open, it stays readable after retention removes
+/// it.
+#[derive(Debug)]
+pub(super) struct CheckpointPages {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+impl CheckpointPages {
+    fn open(path: &Path, expected: &FileIdentity, digest: &FileDigest) -> Result<Self> {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => corrupt(path, "missing (the checkpoint's _metadata lists it)"),
+            _ => Error::io("cannot open a checkpoint's shared pages", path, e),
+        })?;
+        let len = file.metadata().map_err(|e| Error::io("cannot read a checkpoint's shared pages", path, e))?.len();
+        digest.check_len(path, len as usize)?;
+        let mut header = [0u8; HEADER_BYTES];
+        file.read_exact_at(&mut header, 0)
+            .map_err(|e| Error::io("cannot read a checkpoint's shared pages", path, e))?;
+        let found = decode_header(&header, expected.kind).map_err(|m| corrupt(path, m))?;
+        check_identity(path, &found, expected)?;
+        Ok(CheckpointPages { file, path: path.to_path_buf() })
+    }
+}
+
+impl PageSource for CheckpointPages {
+    fn read_at(&self, offset: u64, len: u32, out: &mut Vec<u8>) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let block = BLOCK_BYTES as u64;
+        let (mut at, mut left) = (offset, len as u64);
+        while left > 0 {
+            // Every block but the last holds `block` bytes, after its 8-byte length and CRC.
+            let (b, within) = (at / block, at % block);
+            let n = left.min(block - within);
+            let start = out.len();
+            out.resize(start + n as usize, 0);
+            self.file.read_exact_at(&mut out[start..], HEADER_BYTES as u64 + b * (block + 8) + 8 + within)?;
+            (at, left) = (at + n, left - n);
+        }
+        Ok(())
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn damaged(&self) {
+        damaged_files().insert(self.path.clone());
+    }
 }

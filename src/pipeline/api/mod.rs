@@ -6,7 +6,7 @@
 //! where the record types are known ([`nodes`]); nothing runs until the job is started.
 //!
 //! May touch: `barrier`, `channel`, `collector`, `context`, `error`, `operator`, `persist`,
-//! `record`, `sink`, `source`, `checkpoint`, `state`.
+//! `record`, `sink`, `snapshot`, `source`, `checkpoint`, `state`.
 
 mod connected;
 mod job;

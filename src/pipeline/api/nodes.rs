@@ -2,7 +2,8 @@
 //! where the record types are known (an operator wrapped so its panics and restores name it,
 //! the task that heads a chain, its in-flight data replayed), and the edges into the node.
 //!
-//! May touch: `barrier`, `channel`, `collector`, `context`, `error`, `operator`, `record`, `sink`.
+//! May touch: `barrier`, `channel`, `collector`, `context`, `error`, `operator`, `record`, `sink`,
+//! `snapshot` (a lazy restore).
 
 use std::sync::Arc;
 
@@ -56,6 +57,14 @@ pub(super) fn guarded_counting<T: 'static, N: CountIn<T> + 'static>(
 /// job, the operator and what did not decode (the files' checksums passed, so the types
 /// changed).
 pub(super) fn restore_operator(ctx: &TaskContext, restore: impl FnOnce(RestoreView<'_>) -> Result<()>) -> Result<()> {
+    // A lazy restore of the subtask's own part: its pages of keyed state stay where the
+    // checkpoint stored them until a lookup reaches them.
+    if let Some((inline, pages)) = ctx.lazy_restore() {
+        return naming_incompatible(
+            ctx,
+            crate::snapshot::restore_lazily(inline, pages, |b| restore(RestoreView::Own(b))),
+        );
+    }
     let view = ctx.restore_view();
     if matches!(view, RestoreView::Nothing) {
         return Ok(());

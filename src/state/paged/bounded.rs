@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::{fill_page, write_page, Page, PagedMap, PAGE_SHIFT, PAGE_SLOTS};
 use crate::persist::Persist;
+use crate::snapshot::StoredPage;
 use crate::state::cold::{fail, ColdRef, ReadAhead, SpillFile, StateBudget};
 
 /// Page flag: the page is in memory (its entry is not the blank page).
@@ -211,6 +212,16 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         c.now_in_memory(p);
     }
 
+    /// Makes page `p` of a map being restored the page a checkpoint stored, left out of
+    /// memory until a lookup reaches it (a lazy restore). Returns `false` for an unbounded
+    /// map, which must be given the page's content instead.
+    pub(super) fn keep_stored(&mut self, p: usize, page: StoredPage) -> bool {
+        let Some(c) = self.cold.as_deref_mut() else { return false };
+        debug_assert!(c.flags[p].get() & IN_MEMORY == 0, "a page being restored is not in memory yet");
+        c.at[p] = Some(ColdRef::stored(page, c.budget()));
+        true
+    }
+
     /// Asks the reader threads for the page where a lookup of `hash` starts, if it is out of
     /// memory: the keyed operators' lookahead, a block of records before their lookups.
     #[cold]
@@ -319,7 +330,7 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::cold::StateFailure;
+    use crate::state::StateFailure;
     use proptest::prelude::*;
     use std::collections::HashMap;
 

@@ -1008,13 +1008,30 @@ impl<K: Persist + Hash + Eq + Clone, V: Persist + Clone> Persist for PagedImage<
             }
             None => read_laid(input)?,
         };
-        Ok(PagedImage(if map.every_entry_is_found() { Image::Laid(map) } else { Image::Entries(map.into_entries()) }))
+        // A lazy restore trusts the layout (checking it would read every page): a checkpoint of
+        // this job, in this format, hashed its keys as this code does.
+        let laid = crate::snapshot::restoring_lazily() || map.every_entry_is_found();
+        Ok(PagedImage(if laid { Image::Laid(map) } else { Image::Entries(map.into_entries()) }))
     }
 }
 
 /// Applies one changelog segment (see `PagedFork::write_segment`) to `map`, which must have
 /// the slot layout it was taken in.
 fn apply_segment<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
+    map: &mut PagedMap<K, V>,
+    input: &mut &[u8],
+) -> crate::error::Result<()> {
+    let corrupt = |what: String| crate::error::Error::Corrupt(format!("a paged map's changelog segment {what}"));
+    // A lazy restore's segment is not in the input: it is read now, where it was stored.
+    if crate::snapshot::restoring_lazily() {
+        let stored = crate::snapshot::next_stored_page()?.read().map_err(|e| corrupt(e.to_string()))?;
+        return apply_segment_from(map, &mut &stored[..]);
+    }
+    apply_segment_from(map, input)
+}
+
+/// [`apply_segment`] from the segment's encoding.
+fn apply_segment_from<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
     map: &mut PagedMap<K, V>,
     input: &mut &[u8],
 ) -> crate::error::Result<()> {
@@ -1067,11 +1084,24 @@ fn read_laid<K: Persist + Hash + Eq + Clone, V: Persist + Clone>(
     let pages = slots / PAGE_SLOTS as u64;
     // Every page takes at least its slot bits: a damaged slot count cannot allocate more
     // pages than the bytes left could describe.
+    // (A lazy restore's pages are not in the input: each is one of the stored pages left.)
     let page_min = (PAGE_SLOTS / 8) as u64;
-    if !slots.is_power_of_two() || pages == 0 || pages > input.len() as u64 / page_min || len >= slots {
+    let at_most = crate::snapshot::stored_pages_left().unwrap_or(input.len() as u64 / page_min);
+    if !slots.is_power_of_two() || pages == 0 || pages > at_most || len >= slots {
         return Err(corrupt(format!("has {len} entries in {slots} slots ({} bytes follow)", input.len())));
     }
     let mut map = PagedMap::with_slots(slots as usize);
+    if crate::snapshot::restoring_lazily() {
+        // The pages are not in the input: each is where its checkpoint stored it.
+        for p in 0..pages as usize {
+            let stored = crate::snapshot::next_stored_page()?;
+            if !map.keep_stored(p, stored.clone()) {
+                fill_page(map.page_mut::<true>(p), &mut &stored.read().map_err(|e| corrupt(e.to_string()))?[..])?;
+            }
+        }
+        map.len = len as usize;
+        return Ok(map);
+    }
     let mut read = 0;
     for p in 0..pages as usize {
         read += fill_page(map.page_mut::<true>(p), input)?;
