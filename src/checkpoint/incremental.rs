@@ -238,6 +238,11 @@ impl PageIndex {
         PageIndex { inner: Mutex::default(), changelog: Some(materialize_every) }
     }
 
+    /// Whether checkpoints are changelogs (chains of a base and segments).
+    pub(crate) fn is_changelog(&self) -> bool {
+        self.changelog.is_some()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, PageIndexInner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -286,6 +291,21 @@ impl PageIndex {
         if let Some((_, pages)) = inner.kept.clone() {
             inner.pending.insert(id, pages);
         }
+    }
+
+    /// A task restored lazily left `pages` where the checkpoint it restored stored them, by
+    /// the version each has in its map: the next checkpoint refers to those unchanged since,
+    /// as it would to a completed checkpoint's (so it neither reads them back nor writes them
+    /// again).
+    pub(crate) fn seed(&self, pages: Vec<(u64, crate::snapshot::StoredPage)>) {
+        let mut locations = PageLocations::default();
+        for (version, page) in pages {
+            let (name, bytes, crc32c) = page.source.stored_as();
+            let file: Arc<str> = name.into();
+            locations.files.entry(Arc::clone(&file)).or_insert(FileDigest { bytes, crc32c });
+            locations.pages.insert(version, PageRef { file, offset: page.offset, len: page.len.into(), crc: page.crc });
+        }
+        self.lock().completed = Arc::new(locations);
     }
 
     fn written(&self, id: u64, pages: PageLocations) {
@@ -1161,7 +1181,8 @@ mod tests {
         id: u64,
         budget: &Arc<crate::state::StateBudget>,
     ) -> Result<KeyedValueState<u64, u64>> {
-        let loaded = crate::checkpoint::storage::load_dir_lazily(&storage.checkpoint_dir(id))?;
+        let cache = crate::checkpoint::PageCache::new(budget.dir(), 1 << 20);
+        let loaded = crate::checkpoint::storage::load_dir_lazily(&storage.checkpoint_dir(id), None, &cache)?;
         let (inline, pages) = loaded.state.lazy("counts", 0).expect("pages stored apart");
         let _scope = crate::state::StateBudget::enter(Some(Arc::clone(budget)));
         let mut back = KeyedValueState::new();
@@ -1222,11 +1243,84 @@ mod tests {
             let message = failure.0.to_string();
             assert!(message.contains("fails its checksum") && message.contains(&shared), "{message}");
             drop(back);
-            match crate::checkpoint::storage::load_dir_lazily(&storage.checkpoint_dir(3)) {
+            let cache = crate::checkpoint::PageCache::new(spill.path(), 1 << 20);
+            match crate::checkpoint::storage::load_dir_lazily(&storage.checkpoint_dir(3), None, &cache) {
                 Err(Error::Corrupt(why)) => assert!(why.contains(&shared), "{why}"),
                 other => panic!("a damaged file is read whole and found damaged: {other:?}"),
             }
         }
+    }
+
+    /// After a lazy restore, the next incremental checkpoint refers to the pages left where
+    /// the restored checkpoint stored them (unchanged since): it writes only what changed, and
+    /// reads nothing back; it restores exactly.
+    #[test]
+    fn the_checkpoint_after_a_lazy_restore_refers_to_the_pages_left_stored() {
+        let (dir, spill) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let storage = CheckpointStorage::new(dir.path());
+        let index = PageIndex::default();
+        let keys = 20_000;
+        let mut state = counts(keys);
+        checkpoint(&storage, Some(&index), 1, &mut state);
+        index.on_notice(CheckpointNotice::Complete(1));
+        let budget = crate::state::StateBudget::new(1 << 20, spill.path()).unwrap();
+        let (back, left) = crate::snapshot::pages_left_stored(|| restore_lazily_within(&storage, 1, &budget));
+        let mut back = back.unwrap();
+        assert!(left.len() > 10, "the pages left stored: {}", left.len());
+        let after = PageIndex::default();
+        after.seed(left);
+        let _scope = crate::state::StateBudget::enter(Some(Arc::clone(&budget)));
+        (0..20).for_each(|k| back.put(k * 977 % keys, 7));
+        let faults = budget.stats().faults;
+        let w = checkpoint(&storage, Some(&after), 2, &mut back);
+        assert_eq!(budget.stats().faults, faults, "the checkpoint read no page back");
+        assert!(w.written_bytes * 5 < w.state_bytes, "wrote {} of {}", w.written_bytes, w.state_bytes);
+        assert!(storage.metadata(2).unwrap().shared.iter().any(|s| s.file == CheckpointStorage::shared_name(1, 0)));
+        (0..20).for_each(|k| state.put(k * 977 % keys, 7));
+        assert_restores(&storage, 2, &state);
+    }
+
+    /// Checkpoints kept in an object store, taken over by a process elsewhere: it brings down
+    /// the task files and `_metadata` but no page, restores lazily, and reads each page from
+    /// the store (a ranged read of its block) into a local cache that keeps within its limit;
+    /// every value is the checkpoint's.
+    #[test]
+    fn a_lazy_restore_reads_pages_from_the_object_store_through_a_bounded_cache() {
+        use crate::checkpoint::{CheckpointMirror, InMemoryObjectStore, ObjectStore, PageCache};
+        let (dir, working, spill) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let storage = CheckpointStorage::new(dir.path());
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemoryObjectStore::default());
+        let index = PageIndex::default();
+        let keys = 20_000;
+        let mut state = counts(keys);
+        for id in 1..=3 {
+            update(&mut state, id, keys);
+            checkpoint(&storage, Some(&index), id, &mut state);
+            index.on_notice(CheckpointNotice::Complete(id));
+            let metadata = storage.metadata(id).unwrap();
+            CheckpointMirror::new(Arc::clone(&store)).publish(dir.path(), &metadata, &HashSet::new()).unwrap();
+        }
+        let elsewhere = CheckpointMirror::new(Arc::clone(&store));
+        assert_eq!(elsewhere.take_over(working.path(), 1, "elsewhere").unwrap(), vec![1, 2, 3]);
+        assert!(std::fs::read_dir(working.path().join(crate::checkpoint::SHARED_DIR)).is_err(), "no page came down");
+
+        let limit = 192 << 10;
+        let cache = PageCache::new(spill.path(), limit);
+        let loaded =
+            crate::checkpoint::storage::load_dir_lazily(&working.path().join("chk-3"), Some(&elsewhere), &cache)
+                .unwrap();
+        let (inline, pages) = loaded.state.lazy("counts", 0).expect("pages left in the store");
+        let budget = crate::state::StateBudget::new(256 << 10, spill.path()).unwrap();
+        let _scope = crate::state::StateBudget::enter(Some(Arc::clone(&budget)));
+        let mut back: KeyedValueState<u64, u64> = KeyedValueState::new();
+        crate::state::restore_lazily(inline, pages, |b| back.restore(b)).unwrap();
+        assert_eq!(cache.bytes(), 0, "the restore read no page");
+        assert_eq!(back.len(), state.len());
+        assert!(state.iter().all(|(k, v)| back.get(k) == Some(v)));
+        let read = cache.bytes();
+        assert!(read > 0 && read <= limit + (64 << 10), "the cache holds {read} bytes of {limit}");
+        assert!(std::fs::read_dir(working.path().join(crate::checkpoint::SHARED_DIR)).is_err(), "nor later");
     }
 
     #[test]

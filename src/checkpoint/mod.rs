@@ -26,7 +26,7 @@ pub use lock::{DirectoryLock, LOCK_FILE};
 pub use recovery::RestoreReport;
 pub use storage::{
     load_dir, read_finished, read_metadata, ChannelAlignment, CheckpointMetadata, CheckpointMirror, CheckpointStats,
-    CheckpointStorage, FinishedJob, InMemoryObjectStore, Lineage, LoadedCheckpoint, ObjectStore, PartReuse,
+    CheckpointStorage, FinishedJob, InMemoryObjectStore, Lineage, LoadedCheckpoint, ObjectStore, PageCache, PartReuse,
     RecoveryPoint, SharedFile, SinkOutput, TaskFile, FINISHED_MARKER, FORMAT_VERSION, INSTANCE_FILE, METADATA_FILE,
     SHARED_DIR,
 };

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use super::config::CheckpointConfig;
 use super::local::LocalCopies;
 use super::storage::{
-    load_dir, read_finished, read_metadata, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint, RecoveryPoint,
-    SinkOutput, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE,
+    load_dir, read_finished, read_metadata, CheckpointMetadata, CheckpointStorage, LoadedCheckpoint, PageCache,
+    RecoveryPoint, SinkOutput, FINISHED_MARKER, FORMAT_VERSION, METADATA_FILE,
 };
 use crate::context::Recovery;
 use crate::error::{Error, Result};
@@ -135,15 +135,15 @@ fn local_copy(storage: &CheckpointStorage, local: Option<&LocalCopies>) -> Optio
 
 /// Recovers checkpoint directory `cfg.dir` for `job`; messages go to `notes`. With `local`
 /// (local recovery), a copy of the newest complete checkpoint kept in the process is restored
-/// instead of its files. With `lazy_pages` (a job whose state keeps within a memory budget),
-/// pages of keyed state stored apart are left in their files until used
-/// ([`super::storage::load_dir_lazily`]).
+/// instead of its files. With `lazy_pages` (a job whose state keeps within a memory budget:
+/// the cache of pages read from an object store), pages of keyed state stored apart are left
+/// in their files until used ([`super::storage::load_dir_lazily`]).
 pub(crate) fn recover_directory(
     cfg: &CheckpointConfig,
     job: &JobIdentity<'_>,
     notes: &mut Vec<String>,
     local: Option<&LocalCopies>,
-    lazy_pages: bool,
+    lazy_pages: Option<&Arc<PageCache>>,
 ) -> Result<Recovered> {
     let fingerprint = job.fingerprint;
     // Kept in an object store, the directory is the store (the folder is a working copy).
@@ -236,7 +236,7 @@ fn recovery_point(
     storage: &CheckpointStorage,
     local: Option<&LocalCopies>,
     job: &JobIdentity<'_>,
-    lazy_pages: bool,
+    lazy_pages: Option<&Arc<PageCache>>,
 ) -> Result<RecoveryPoint> {
     Ok(match local_copy(storage, local) {
         Some(c) => {

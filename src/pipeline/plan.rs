@@ -287,21 +287,14 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
                 }
                 None => (None, None),
             };
-            let task = match &node.kind {
-                NodeKind::Source(make) => {
-                    let out = b.output(id, i)?;
-                    make(&ctx, out, limits.batch_size, Arc::clone(&env.control), checkpointing)?
-                }
-                NodeKind::OneInput { make_task, .. } | NodeKind::TwoInput { make_task, .. } => {
-                    let head = b.chained(id, i)?;
-                    let readers = node
-                        .inputs
-                        .iter()
-                        .map(|&e| (graph.edges[e].input, b.readers[e][i].take().expect("each reader is taken once")))
-                        .collect();
-                    make_task(&ctx, readers, head, limits.batch_size, checkpointing)?
-                }
-            };
+            // Incremental checkpoints refer to the pages a lazy restore left where they were
+            // stored (a changelog's chain starts again after a restart: its base is written).
+            let index = checkpointing.as_ref().and_then(|c| c.pages.clone()).filter(|i| !i.is_changelog());
+            let (task, left_stored) = crate::snapshot::pages_left_stored(|| b.make_task(id, i, &ctx, checkpointing));
+            let task = task?;
+            if let Some(index) = index.filter(|_| !left_stored.is_empty()) {
+                index.seed(left_stored);
+            }
             if let Some(control) = control {
                 let is_source = matches!(node.kind, NodeKind::Source(_));
                 endpoints.push(TaskEndpoint { index: tasks.len(), name: task.name().to_string(), is_source, control });
@@ -310,6 +303,35 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
         }
     }
     Ok(PhysicalPlan { tasks, endpoints })
+}
+
+impl Builder<'_> {
+    /// Task `i` of node `id`, its operators made and restored.
+    fn make_task(
+        &mut self,
+        id: usize,
+        i: usize,
+        ctx: &TaskContext,
+        checkpointing: Option<TaskCheckpointing>,
+    ) -> Result<Box<dyn Task>> {
+        let (graph, limits, env) = (self.graph, self.limits, self.env);
+        let node = &graph.nodes[id];
+        match &node.kind {
+            NodeKind::Source(make) => {
+                let out = self.output(id, i)?;
+                make(ctx, out, limits.batch_size, Arc::clone(&env.control), checkpointing)
+            }
+            NodeKind::OneInput { make_task, .. } | NodeKind::TwoInput { make_task, .. } => {
+                let head = self.chained(id, i)?;
+                let readers = node
+                    .inputs
+                    .iter()
+                    .map(|&e| (graph.edges[e].input, self.readers[e][i].take().expect("each reader is taken once")))
+                    .collect();
+                make_task(ctx, readers, head, limits.batch_size, checkpointing)
+            }
+        }
+    }
 }
 
 /// A two-input operator must have both its inputs.

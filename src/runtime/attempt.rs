@@ -143,8 +143,11 @@ fn recover_checkpointed(
     let lock = shared.lock.clone().expect("a checkpointed job holds its directory's lock");
     // Local recovery: the process's copy, which the tasks and the coordinator keep up too.
     let local = cfg.local_recovery.then(|| std::sync::Arc::clone(&shared.local));
-    let lazy = shared.state_budget.is_some();
-    let found = recover_directory(cfg, &identity(graph, &graph.fingerprint()), notes, local.as_deref(), lazy)?;
+    // Within a state memory budget, pages are restored lazily; those read from an object
+    // store are cached locally within as many bytes as the budget.
+    let cache = shared.state_budget.as_ref().map(|b| crate::checkpoint::PageCache::new(b.dir(), b.limit_bytes()));
+    let found =
+        recover_directory(cfg, &identity(graph, &graph.fingerprint()), notes, local.as_deref(), cache.as_ref())?;
     if found.report.is_some() {
         shared.restores.fetch_add(1, Ordering::Relaxed);
     }

@@ -31,6 +31,9 @@ pub trait PageSource: Send + Sync + std::fmt::Debug {
     /// A page of it failed its checksum: the file is damaged (a later restore reads it whole,
     /// and so skips the checkpoint).
     fn damaged(&self);
+    /// The file as its checkpoint directory names it, with the length and CRC-32C its
+    /// `_metadata` recorded: what a later checkpoint that refers to its pages records.
+    fn stored_as(&self) -> (&str, u64, u32);
 }
 
 /// One page a checkpoint stored: where it lies, its length and its CRC-32C. A lazy restore
@@ -151,6 +154,29 @@ pub(crate) fn split_with_stored_pages(bytes: &[u8], first: u64) -> Option<Option
         lazy.splits.insert(from + split, hole);
         Some(Some(split))
     })
+}
+
+thread_local! {
+    static KEPT: std::cell::RefCell<Option<Vec<(u64, StoredPage)>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `build` (a task made and its state restored), returning with what it returned the
+/// pages a lazy restore left where they were stored, by the version each has in its map:
+/// until a page changes (and so gets a new version), a checkpoint may refer to it there.
+pub(crate) fn pages_left_stored<R>(build: impl FnOnce() -> R) -> (R, Vec<(u64, StoredPage)>) {
+    let before = KEPT.with(|k| k.borrow_mut().replace(Vec::new()));
+    let built = build();
+    let kept = KEPT.with(|k| std::mem::replace(&mut *k.borrow_mut(), before)).unwrap_or_default();
+    (built, kept)
+}
+
+/// A map restored lazily keeps `page` out of memory as its page of version `version`.
+pub(crate) fn page_left_stored(version: u64, page: &StoredPage) {
+    KEPT.with(|k| {
+        if let Some(kept) = k.borrow_mut().as_mut() {
+            kept.push((version, page.clone()));
+        }
+    });
 }
 
 /// Whether a lazy restore is under way on this thread: page encodings are not in the input,

@@ -17,7 +17,9 @@ use std::io::{self, Write};
 use std::sync::Arc;
 
 use crate::persist::Persist;
-pub(crate) use lazy::{next_stored_page, restoring_lazily, split_with_stored_pages, stored_pages_left};
+pub(crate) use lazy::{
+    next_stored_page, page_left_stored, pages_left_stored, restoring_lazily, split_with_stored_pages, stored_pages_left,
+};
 pub use lazy::{restore_lazily, PageSource, PlacedPages, StateFailure, StoredPage};
 pub use mode::{CheckpointMode, ModeKeys, ModeKind, DEFAULT_ALIGNMENT_TIMEOUT, DEFAULT_INFLIGHT_BUDGET};
 

@@ -33,6 +33,58 @@ fn job(dir: &Path, other: bool, fail: bool) -> Job {
     job
 }
 
+/// [`job`] (not another, failing with no restart or not), its checkpoints incremental: what
+/// a job within a state memory budget restores lazily.
+fn incremental_job(dir: &Path, fail: bool, restart: RestartStrategy) -> Job {
+    let faults =
+        FaultInjector::new(if fail { vec![Fault::AtRecord { operator: "sum".into(), nth: N / 2 }] } else { vec![] });
+    let config = CheckpointConfig::new(dir)
+        .interval(Duration::from_millis(5))
+        .incremental(true)
+        .local_recovery(false)
+        .restart(restart)
+        .faults(faults);
+    let job = Job::new("keyed").with_parallelism(2).with_checkpointing(config);
+    let events = job.generator(Generator::new(|i, _| (i % 1000, i)).count(N).rate(100_000.0));
+    let out = events.key_by(|e: &(u64, u64)| e.0).aggregate(|| 0u64, |s: &mut u64, e| *s += e.1, |k, s| (*k, *s));
+    out.named("sum").discard();
+    job
+}
+
+/// A page of the newest checkpoint damaged where a lazy restore reads it only when a key
+/// needs it: the restore starts (it reads no page), the first lookup of that page finds the
+/// damage (its checksum), the attempt fails over, and the next restore reads the file whole,
+/// so the checkpoint is skipped as damaged and the one before it restored; never a wrong sum.
+#[test]
+fn a_page_damaged_under_a_lazy_restore_fails_over_to_the_checkpoint_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = RunConfig::default().workers(2).state_memory(1 << 20);
+    assert!(incremental_job(dir.path(), true, RestartStrategy::None).execute(budget.clone()).is_err());
+    let storage = CheckpointStorage::new(dir.path());
+    let complete: Vec<u64> = storage.list().into_iter().filter(|&id| storage.is_complete(id)).collect();
+    let [.., previous, newest] = complete[..] else { panic!("two checkpoints completed: {complete:?}") };
+    // Every page file the newest checkpoint wrote itself, one byte flipped in its middle.
+    let mut damaged = 0;
+    for shared in storage.metadata(newest).unwrap().shared {
+        if shared.file.starts_with(&format!("shared/chk-{newest}-")) {
+            let path = dir.path().join(&shared.file);
+            let mut bytes = std::fs::read(&path).unwrap();
+            let middle = 56 + (bytes.len() - 72) / 2;
+            bytes[middle] ^= 0x55;
+            std::fs::write(&path, bytes).unwrap();
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0, "checkpoint {newest} wrote no pages of its own");
+    let restart = RestartStrategy::FixedDelay { attempts: 2, delay: Duration::ZERO };
+    let mut handle = incremental_job(dir.path(), false, restart).start(budget).unwrap();
+    handle.wait().unwrap();
+    let notes = handle.notes().join("\n");
+    assert!(notes.contains("fails its checksum"), "{notes}");
+    assert!(notes.contains(&format!("checkpoint {newest} is damaged and was skipped")), "{notes}");
+    assert!(notes.contains(&format!("restored from checkpoint {previous}")), "{notes}");
+}
+
 /// Runs the job until its injected failure, leaving completed checkpoints in `dir`.
 fn leave_checkpoints(dir: &Path) -> Vec<u64> {
     assert!(job(dir, false, true).execute(RunConfig::default().workers(2)).is_err());

@@ -322,6 +322,13 @@ impl weir::checkpoint::ObjectStore for S3Store {
         })
     }
 
+    fn read_range(&self, key: &str, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        let path = self.path(key);
+        let range = start..end;
+        let got = self.inner.get_range(&path, range);
+        self.block_on(self.answered("a ranged get", got))?.map(|b| b.to_vec()).map_err(io)
+    }
+
     fn list(&self, prefix: &str) -> std::io::Result<Vec<String>> {
         // Listing is by folder: list the folder the prefix is in, keep what starts with it.
         let folder = prefix.rsplit_once('/').map_or("", |(f, _)| f);

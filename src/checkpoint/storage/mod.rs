@@ -29,6 +29,7 @@
 mod finished;
 mod format;
 mod metadata;
+mod pages;
 mod remote;
 mod task_file;
 #[cfg(test)]
@@ -37,6 +38,7 @@ mod tests;
 pub use finished::{read_finished, write_finished, FinishedJob, FINISHED_MARKER};
 pub use format::*;
 pub use metadata::*;
+pub use pages::PageCache;
 pub use remote::{CheckpointMirror, InMemoryObjectStore, Lineage, ObjectStore, INSTANCE_FILE};
 pub use task_file::*;
 
@@ -44,6 +46,7 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::persist::to_bytes;
@@ -219,10 +222,15 @@ impl CheckpointStorage {
 /// and identity. Shared files an incremental checkpoint refers to are read from the folder
 /// above it (the checkpoint directory).
 pub fn load_dir(dir: &Path) -> Result<LoadedCheckpoint> {
+    load_dir_from(dir, None)
+}
+
+/// [`load_dir`], bringing shared files a take-over left in `mirror` down as they are read.
+fn load_dir_from(dir: &Path, mirror: Option<&CheckpointMirror>) -> Result<LoadedCheckpoint> {
     let metadata = read_metadata(dir)?;
     let mut state = RestoredState::new(metadata.checkpoint);
     let root = dir.parent().unwrap_or(dir);
-    let mut shared = SharedFiles::of(root, &metadata);
+    let mut shared = SharedFiles::of(root, &metadata, mirror);
     for t in &metadata.tasks {
         let path = dir.join(&t.file);
         for (op, subtask, bytes) in read_task_parts(&path, &task_identity(&metadata, t), &t.digest(), &mut shared)? {
@@ -235,12 +243,17 @@ pub fn load_dir(dir: &Path) -> Result<LoadedCheckpoint> {
 /// [`load_dir`], the pages of keyed state left where they lie (a lazy restore): task files
 /// are read and verified whole, shared files only opened and their headers checked; each
 /// page is checked against its own checksum when a lookup first reaches it. A shared file
-/// a page of which failed that check in this process is read whole instead.
-pub(crate) fn load_dir_lazily(dir: &Path) -> Result<LoadedCheckpoint> {
+/// a page of which failed that check in this process is read whole instead. A shared file a
+/// take-over left in `mirror`'s store is read there, a block at a time, through `cache`.
+pub(crate) fn load_dir_lazily(
+    dir: &Path,
+    mirror: Option<&CheckpointMirror>,
+    cache: &Arc<PageCache>,
+) -> Result<LoadedCheckpoint> {
     let metadata = read_metadata(dir)?;
     let mut state = RestoredState::new(metadata.checkpoint);
     let root = dir.parent().unwrap_or(dir);
-    let mut files = PageFiles::of(root, &metadata);
+    let mut files = PageFiles::of(root, &metadata, mirror, cache);
     for t in &metadata.tasks {
         let path = dir.join(&t.file);
         for (op, subtask, part) in read_task_parts_lazily(&path, &task_identity(&metadata, t), &t.digest(), &mut files)?
@@ -320,7 +333,7 @@ impl CheckpointStorage {
     /// Reads and verifies checkpoint `id` completely.
     pub fn load(&self, id: u64) -> Result<LoadedCheckpoint> {
         self.metadata(id)?;
-        load_dir(&self.checkpoint_dir(id))
+        load_dir_from(&self.checkpoint_dir(id), self.mirror.as_ref())
     }
 
     /// Reads back every file checkpoint `id` wrote and checks it against `_metadata` (length,
@@ -350,6 +363,10 @@ impl CheckpointStorage {
                         FileIdentity::new(FileKind::SharedPages, &metadata.fingerprint, written_by, Some(task));
                     read_expected(&path, &expected, Some(&digest))?;
                 }
+                // Left in the store by a take-over: verified whole when the checkpoint that
+                // wrote it completed, and there since.
+                Some(_)
+                    if !path.exists() && self.mirror.as_ref().is_some_and(|m| m.left_in_store(&s.file).is_some()) => {}
                 Some(_) => {
                     // Verified whole when the checkpoint that wrote it completed.
                     let len = std::fs::metadata(&path).map_err(|e| match e.kind() {
@@ -378,7 +395,7 @@ impl CheckpointStorage {
         let to = target.join(format!("savepoint-{id}"));
         std::fs::create_dir_all(&to).map_err(|e| Error::io("cannot create savepoint folder", &to, e))?;
         let source = metadata.clone();
-        let mut shared = SharedFiles::of(&self.dir, &source);
+        let mut shared = SharedFiles::of(&self.dir, &source, self.mirror.as_ref());
         for t in &mut metadata.tasks {
             let identity = task_identity(&source, t);
             let parts = read_task_parts(&from.join(&t.file), &identity, &t.digest(), &mut shared)?;
@@ -429,12 +446,16 @@ impl CheckpointStorage {
     /// [`CheckpointStorage::latest_valid`], calling `before_load` with each checkpoint's id
     /// before reading it (to say what is being restored).
     pub fn latest_valid_with(&self, before_load: &dyn Fn(u64)) -> Result<RecoveryPoint> {
-        self.latest_valid_reading(before_load, false)
+        self.latest_valid_reading(before_load, None)
     }
 
-    /// [`Self::latest_valid_with`], the pages of keyed state read lazily with `lazy`
-    /// ([`load_dir_lazily`]).
-    pub(crate) fn latest_valid_reading(&self, before_load: &dyn Fn(u64), lazy: bool) -> Result<RecoveryPoint> {
+    /// [`Self::latest_valid_with`], the pages of keyed state read lazily with a `lazy` cache
+    /// (for pages in the object store; [`load_dir_lazily`]).
+    pub(crate) fn latest_valid_reading(
+        &self,
+        before_load: &dyn Fn(u64),
+        lazy: Option<&Arc<PageCache>>,
+    ) -> Result<RecoveryPoint> {
         let mut found = RecoveryPoint::default();
         for id in self.list().into_iter().rev() {
             if !self.is_complete(id) {
@@ -443,8 +464,10 @@ impl CheckpointStorage {
             }
             before_load(id);
             let loaded = match lazy {
-                true => self.metadata(id).and_then(|_| load_dir_lazily(&self.checkpoint_dir(id))),
-                false => self.load(id),
+                Some(cache) => self
+                    .metadata(id)
+                    .and_then(|_| load_dir_lazily(&self.checkpoint_dir(id), self.mirror.as_ref(), cache)),
+                None => self.load(id),
             };
             match loaded {
                 Ok(c) => {

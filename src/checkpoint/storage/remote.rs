@@ -53,6 +53,23 @@ pub trait ObjectStore: Send + Sync + Debug {
     fn list(&self, prefix: &str) -> std::io::Result<Vec<String>>;
     /// Deletes object `key` (a missing one is not an error).
     fn delete(&self, key: &str) -> std::io::Result<()>;
+    /// Bytes `start..end` of object `key` (a lazy restore's pages). The default brings the
+    /// whole object down and cuts the range out; stores that can read a range do.
+    fn read_range(&self, key: &str, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let scratch = std::env::temp_dir().join(format!("weir-range-{}-{n}", std::process::id()));
+        let found = self.download(key, &scratch);
+        let bytes = std::fs::read(&scratch);
+        let _ = std::fs::remove_file(&scratch);
+        if !found? {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("no object {key}")));
+        }
+        let bytes = bytes?;
+        bytes.get(start as usize..end as usize).map(<[u8]>::to_vec).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("{key} ends before byte {end}"))
+        })
+    }
 }
 
 /// An [`ObjectStore`] in memory: for tests of what is built on the store.
@@ -112,6 +129,13 @@ impl ObjectStore for InMemoryObjectStore {
     fn delete(&self, key: &str) -> std::io::Result<()> {
         self.objects().remove(key);
         Ok(())
+    }
+    fn read_range(&self, key: &str, start: u64, end: u64) -> std::io::Result<Vec<u8>> {
+        let objects = self.objects();
+        let bytes = objects.get(key).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, key))?;
+        bytes.get(start as usize..end as usize).map(<[u8]>::to_vec).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("{key} ends before byte {end}"))
+        })
     }
 }
 
@@ -185,12 +209,45 @@ const PARALLEL_UPLOADS: usize = 8;
 #[derive(Debug, Clone)]
 pub struct CheckpointMirror {
     store: Arc<dyn ObjectStore>,
+    /// Shared files left in the store (the state's primary copy): by local name, their keys.
+    /// Brought down when something reads one whole; a lazy restore reads their pages from the
+    /// store instead.
+    left_in_store: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl CheckpointMirror {
     /// The directory kept in `store`.
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
-        CheckpointMirror { store }
+        CheckpointMirror { store, left_in_store: Default::default() }
+    }
+
+    /// The store and key of shared file `name` (relative to the directory), which a take-over
+    /// left there rather than bring it down. Another handle on the store than the one that
+    /// took over learns the keys from a listing, once.
+    pub(crate) fn left_in_store(&self, name: &str) -> Option<(Arc<dyn ObjectStore>, String)> {
+        let mut left = self.left_in_store.lock().unwrap_or_else(|e| e.into_inner());
+        if left.is_empty() {
+            if let (Ok(lineage), Ok(keys)) = (self.lineage(), self.store.list(&format!("{SHARED_DIR}/"))) {
+                let (wanted, _) = self.sort_keys(&keys, &lineage);
+                left.extend(wanted.into_iter().map(|(local, (_, key))| (local, key)));
+            }
+        }
+        let key = left.get(name).cloned()?;
+        Some((Arc::clone(&self.store), key))
+    }
+
+    /// Brings shared file `name`, left in the store, down into `dir` (nothing when it was not
+    /// left there). Returns whether it came down.
+    pub(crate) fn bring_down(&self, dir: &Path, name: &str) -> Result<bool> {
+        let Some((_, key)) = self.left_in_store(name) else { return Ok(false) };
+        let to = dir.join(name);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io("cannot create checkpoint folder", parent, e))?;
+        }
+        let part = PathBuf::from(format!("{}.part", to.display()));
+        self.store.download(&key, &part).map_err(|e| self.failed("download", &key, e))?;
+        std::fs::rename(&part, &to).map_err(|e| Error::io("cannot place downloaded checkpoint file", &to, e))?;
+        Ok(true)
     }
 
     /// Where the store is.
@@ -259,6 +316,13 @@ impl CheckpointMirror {
     /// files and its completion marker down into `dir`: those that count (see [`Lineage`]).
     /// Files already there are kept. Returns the ids of the checkpoints brought down.
     pub fn download_into(&self, dir: &Path) -> Result<Vec<u64>> {
+        self.bring_into(dir, true)
+    }
+
+    /// [`Self::download_into`], the shared files (the pages of keyed state) left in the store,
+    /// the state's primary copy, unless `pages`: a restore brings down the files it reads
+    /// whole, and a lazy one reads pages from the store as they are used.
+    fn bring_into(&self, dir: &Path, pages: bool) -> Result<Vec<u64>> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("cannot create checkpoint directory", dir, e))?;
         let lineage = self.lineage()?;
         let keys = self.store.list("").map_err(|e| self.failed("list", "", e))?;
@@ -271,6 +335,10 @@ impl CheckpointMirror {
         for (local, key) in wanted {
             let to = dir.join(local);
             if to.exists() {
+                continue;
+            }
+            if !pages && local.starts_with(SHARED_DIR) {
+                self.left_in_store.lock().unwrap_or_else(|e| e.into_inner()).insert(local.clone(), key.clone());
                 continue;
             }
             if let Some(parent) = to.parent() {
@@ -451,13 +519,14 @@ impl CheckpointMirror {
     }
 
     /// Takes the prefix over as generation `generation`: claims it, brings the checkpoints that
-    /// count down into `dir`, then records the newest of them as what this generation found,
+    /// count down into `dir` (their shared files, the state, stay in the store until read),
+    /// then records the newest of them as what this generation found,
     /// before anything is restored from them. Checkpoints the fenced owners published after
     /// the claim are deleted (best effort: they count for nothing). Returns the ids brought
     /// down.
     pub fn take_over(&self, dir: &Path, generation: u64, owner: &str) -> Result<Vec<u64>> {
         self.claim(generation, owner)?;
-        let ids = self.download_into(dir)?;
+        let ids = self.bring_into(dir, false)?;
         let key = format!("{BASES}{generation:020}-{:020}", ids.last().copied().unwrap_or(0));
         if !self.store.create(&key, owner.as_bytes()).map_err(|e| self.failed("create", &key, e))? {
             return Err(Error::Fenced(format!(

@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 use crate::persist::{from_bytes, take, Persist};
 use crate::snapshot::{PageSource, StoredPage};
 
+use super::pages::{is_damaged, CheckpointPages, PageCache, RemotePages};
+
 use super::*;
 
 /// A piece of one operator's state in a task file; the pieces of a part, concatenated, are
@@ -120,21 +122,28 @@ pub(super) struct SharedFiles<'a> {
     fingerprint: &'a str,
     recorded: HashMap<&'a str, FileDigest>,
     loaded: HashMap<String, Vec<u8>>,
+    /// The store the directory is kept in, whose shared files a take-over left there: one
+    /// read whole is brought down first.
+    mirror: Option<&'a CheckpointMirror>,
 }
 
 impl<'a> SharedFiles<'a> {
-    pub(super) fn of(root: &'a Path, metadata: &'a CheckpointMetadata) -> Self {
+    pub(super) fn of(root: &'a Path, metadata: &'a CheckpointMetadata, mirror: Option<&'a CheckpointMirror>) -> Self {
         SharedFiles {
             root,
             fingerprint: &metadata.fingerprint,
             recorded: metadata.shared.iter().map(|s| (s.file.as_str(), s.digest())).collect(),
             loaded: HashMap::new(),
+            mirror,
         }
     }
 
     pub(super) fn range(&mut self, name: &str, offset: u64, len: u64) -> Result<&[u8]> {
         if !self.loaded.contains_key(name) {
             let path = self.root.join(name);
+            if let Some(m) = self.mirror.filter(|_| !path.exists()) {
+                m.bring_down(self.root, name)?;
+            }
             let Some((id, task)) = parse_shared_name(name) else {
                 return Err(Error::Corrupt(format!("'{name}' is not the name of a shared state file")));
             };
@@ -238,19 +247,27 @@ pub(crate) struct LazyPart {
 /// The shared files of one checkpoint's lazy restore, each opened once.
 pub(super) struct PageFiles<'a> {
     shared: SharedFiles<'a>,
-    open: HashMap<String, Arc<CheckpointPages>>,
+    open: HashMap<String, Arc<dyn PageSource>>,
+    /// Where pages read from the object store are kept (files a take-over left there).
+    cache: &'a Arc<PageCache>,
 }
 
 impl<'a> PageFiles<'a> {
-    pub(super) fn of(root: &'a Path, metadata: &'a CheckpointMetadata) -> Self {
-        PageFiles { shared: SharedFiles::of(root, metadata), open: HashMap::new() }
+    pub(super) fn of(
+        root: &'a Path,
+        metadata: &'a CheckpointMetadata,
+        mirror: Option<&'a CheckpointMirror>,
+        cache: &'a Arc<PageCache>,
+    ) -> Self {
+        PageFiles { shared: SharedFiles::of(root, metadata, mirror), open: HashMap::new(), cache }
     }
 
-    /// Shared file `name`, opened and its header checked; `None` once a page of it failed
-    /// its checksum (it is then read whole, and so checked whole).
-    fn pages(&mut self, name: &str) -> Result<Option<Arc<CheckpointPages>>> {
+    /// Shared file `name`, opened and its header checked (in the directory, or in the object
+    /// store where a take-over left it); `None` once a page of it failed its checksum (it is
+    /// then read whole, and so checked whole).
+    fn pages(&mut self, name: &str) -> Result<Option<Arc<dyn PageSource>>> {
         let path = self.shared.root.join(name);
-        if damaged_files().contains(&path) {
+        if is_damaged(&path) {
             return Ok(None);
         }
         if let Some(f) = self.open.get(name) {
@@ -263,7 +280,13 @@ impl<'a> PageFiles<'a> {
             corrupt(&path, "a task file refers to it, and the checkpoint's _metadata does not list it")
         })?;
         let expected = FileIdentity::new(FileKind::SharedPages, self.shared.fingerprint, id, Some(task));
-        let f = Arc::new(CheckpointPages::open(&path, &expected, &digest)?);
+        let remote = self.shared.mirror.filter(|_| !path.exists()).and_then(|m| m.left_in_store(name));
+        let f: Arc<dyn PageSource> = match remote {
+            Some((store, key)) => {
+                RemotePages::open(store, key, (self.shared.root, name), &expected, &digest, self.cache)?
+            }
+            None => Arc::new(CheckpointPages::open((self.shared.root, name), &expected, &digest)?),
+        };
         self.open.insert(name.to_string(), Arc::clone(&f));
         Ok(Some(f))
     }
@@ -304,65 +327,4 @@ pub(super) fn read_task_parts_lazily(
         parts.push((op, subtask, part));
     }
     Ok(parts)
-}
-
-/// The shared files whose pages failed a check in this process: a later restore reads them
-/// whole (so the checkpoint that refers to them is found damaged and skipped).
-fn damaged_files() -> std::sync::MutexGuard<'static, std::collections::HashSet<std::path::PathBuf>> {
-    static DAMAGED: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<std::path::PathBuf>>> =
-        std::sync::OnceLock::new();
-    DAMAGED.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A shared file of pages, open for a lazy restore's reads: a page at a time, from the blocks
-/// of the file format (a page may span two). Open, it stays readable after retention removes
-/// it.
-#[derive(Debug)]
-pub(super) struct CheckpointPages {
-    file: std::fs::File,
-    path: std::path::PathBuf,
-}
-
-impl CheckpointPages {
-    fn open(path: &Path, expected: &FileIdentity, digest: &FileDigest) -> Result<Self> {
-        use std::os::unix::fs::FileExt;
-        let file = std::fs::File::open(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => corrupt(path, "missing (the checkpoint's _metadata lists it)"),
-            _ => Error::io("cannot open a checkpoint's shared pages", path, e),
-        })?;
-        let len = file.metadata().map_err(|e| Error::io("cannot read a checkpoint's shared pages", path, e))?.len();
-        digest.check_len(path, len as usize)?;
-        let mut header = [0u8; HEADER_BYTES];
-        file.read_exact_at(&mut header, 0)
-            .map_err(|e| Error::io("cannot read a checkpoint's shared pages", path, e))?;
-        let found = decode_header(&header, expected.kind).map_err(|m| corrupt(path, m))?;
-        check_identity(path, &found, expected)?;
-        Ok(CheckpointPages { file, path: path.to_path_buf() })
-    }
-}
-
-impl PageSource for CheckpointPages {
-    fn read_at(&self, offset: u64, len: u32, out: &mut Vec<u8>) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        let block = BLOCK_BYTES as u64;
-        let (mut at, mut left) = (offset, len as u64);
-        while left > 0 {
-            // Every block but the last holds `block` bytes, after its 8-byte length and CRC.
-            let (b, within) = (at / block, at % block);
-            let n = left.min(block - within);
-            let start = out.len();
-            out.resize(start + n as usize, 0);
-            self.file.read_exact_at(&mut out[start..], HEADER_BYTES as u64 + b * (block + 8) + 8 + within)?;
-            (at, left) = (at + n, left - n);
-        }
-        Ok(())
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn damaged(&self) {
-        damaged_files().insert(self.path.clone());
-    }
 }

@@ -218,6 +218,10 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
     pub(super) fn keep_stored(&mut self, p: usize, page: StoredPage) -> bool {
         let Some(c) = self.cold.as_deref_mut() else { return false };
         debug_assert!(c.flags[p].get() & IN_MEMORY == 0, "a page being restored is not in memory yet");
+        // Not the map's own yet: its first write gives it a new version, so until then this
+        // version is the stored page's, and a checkpoint may refer to it where it lies.
+        debug_assert!(!self.owned[p], "a bounded map's page is its own only once written");
+        crate::snapshot::page_left_stored(self.versions[p], &page);
         c.at[p] = Some(ColdRef::stored(page, c.budget()));
         true
     }
