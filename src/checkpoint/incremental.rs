@@ -134,6 +134,10 @@ pub struct PageIndex {
     inner: Mutex<PageIndexInner>,
     /// Changelog checkpoints: the segments after which a new base is written.
     changelog: Option<u32>,
+    /// The checkpoint directory and the job's fingerprint, once pages are to be read from
+    /// its files ([`PageIndex::read_from`]), and the files opened for that.
+    directory: std::sync::OnceLock<(std::path::PathBuf, String)>,
+    sources: Mutex<HashMap<Arc<str>, Arc<dyn crate::snapshot::PageSource>>>,
 }
 
 #[derive(Default)]
@@ -235,7 +239,13 @@ impl PageIndex {
     /// changes since the last checkpoint, and a new base after `materialize_every` of them.
     pub fn changelog(materialize_every: u32) -> Self {
         assert!(materialize_every >= 1, "a base is written after at least one segment");
-        PageIndex { inner: Mutex::default(), changelog: Some(materialize_every) }
+        PageIndex { changelog: Some(materialize_every), ..Default::default() }
+    }
+
+    /// Pages are read from the files of the checkpoint directory at `root`, of the job with
+    /// `fingerprint` ([`crate::snapshot::StoredPages`]).
+    pub(crate) fn read_from(&self, root: &std::path::Path, fingerprint: &str) {
+        let _ = self.directory.set((root.to_path_buf(), fingerprint.to_string()));
     }
 
     /// Whether checkpoints are changelogs (chains of a base and segments).
@@ -336,6 +346,31 @@ impl PageIndex {
             }
         }
         inner.prune_materialized();
+    }
+}
+
+/// A page unchanged since the newest completed checkpoint stored it lies in that checkpoint's
+/// file: a bounded map that sends it out of memory reads it back from there. (Not with
+/// changelogs: a chain's pages are read through its base and segments.) A file is opened once
+/// and kept open while the completed checkpoint refers to it, so retention removing it later
+/// leaves it readable.
+impl crate::snapshot::StoredPages for PageIndex {
+    fn stored(&self, version: u64) -> Option<crate::snapshot::StoredPage> {
+        let (root, fingerprint) = self.directory.get().filter(|_| self.changelog.is_none())?;
+        let completed = Arc::clone(&self.lock().completed);
+        let r = completed.pages.get(&version)?;
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let source = match sources.get(&r.file) {
+            Some(s) => Arc::clone(s),
+            None => {
+                let digest = completed.files.get(&r.file)?;
+                let opened = super::storage::open_stored(root, &r.file, fingerprint, digest).ok()?;
+                sources.retain(|f, _| completed.files.contains_key(f));
+                sources.insert(Arc::clone(&r.file), Arc::clone(&opened));
+                opened
+            }
+        };
+        Some(crate::snapshot::StoredPage { source, offset: r.offset, len: u32::try_from(r.len).ok()?, crc: r.crc })
     }
 }
 
@@ -1278,6 +1313,32 @@ mod tests {
         assert!(storage.metadata(2).unwrap().shared.iter().any(|s| s.file == CheckpointStorage::shared_name(1, 0)));
         (0..20).for_each(|k| state.put(k * 977 % keys, 7));
         assert_restores(&storage, 2, &state);
+    }
+
+    /// Within a budget, a page unchanged since a completed checkpoint stored it leaves memory
+    /// without a spill write: it is read back from the checkpoint's file.
+    #[test]
+    fn a_page_unchanged_since_a_completed_checkpoint_leaves_memory_without_a_spill_write() {
+        let (dir, spill) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let storage = CheckpointStorage::new(dir.path());
+        let index = Arc::new(PageIndex::default());
+        index.read_from(storage.dir(), storage.fingerprint());
+        let budget = crate::state::StateBudget::new(64 << 10, spill.path()).unwrap();
+        budget.pages_stored_by(Arc::downgrade(&index) as std::sync::Weak<dyn crate::snapshot::StoredPages>);
+        let _scope = crate::state::StateBudget::enter(Some(Arc::clone(&budget)));
+        let keys = 20_000;
+        let mut state = counts(keys);
+        checkpoint(&storage, Some(&index), 1, &mut state);
+        index.on_notice(CheckpointNotice::Complete(1));
+        let (writes, evictions) = (budget.stats().spill_writes, budget.stats().evictions);
+        // Lookups bring every page back; writes to one key send the others out again.
+        assert!((0..keys).all(|k| state.get(&k) == Some(&k)));
+        (0..20).for_each(|_| *state.get_or_insert_with(0, || 0) += 1);
+        let after = budget.stats();
+        assert!(after.evictions >= evictions + 100, "the writes sent pages out: {after:?}");
+        // (The page written may go too, once.)
+        assert!(after.spill_writes <= writes + 1, "unchanged pages were written to a spill file: {after:?}");
+        assert!((1..keys).all(|k| state.get(&k) == Some(&k)), "read back from the checkpoint's file");
     }
 
     /// Checkpoints kept in an object store, taken over by a process elsewhere: it brings down

@@ -290,6 +290,14 @@ pub(crate) fn build(graph: &Graph, limits: PlanLimits, env: &PlanEnv) -> Result<
             // Incremental checkpoints refer to the pages a lazy restore left where they were
             // stored (a changelog's chain starts again after a restart: its base is written).
             let index = checkpointing.as_ref().and_then(|c| c.pages.clone()).filter(|i| !i.is_changelog());
+            // Within a budget, a page unchanged since a checkpoint stored it leaves memory
+            // without a spill write (read back from the checkpoint's file).
+            if let (Some(index), Some(budget), Some(w)) =
+                (&index, crate::state::StateBudget::current(), &env.checkpointing)
+            {
+                index.read_from(w.storage.dir(), w.storage.fingerprint());
+                budget.pages_stored_by(Arc::downgrade(index) as std::sync::Weak<dyn crate::snapshot::StoredPages>);
+            }
             let (task, left_stored) = crate::snapshot::pages_left_stored(|| b.make_task(id, i, &ctx, checkpointing));
             let task = task?;
             if let Some(index) = index.filter(|_| !left_stored.is_empty()) {

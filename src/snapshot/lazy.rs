@@ -156,6 +156,15 @@ pub(crate) fn split_with_stored_pages(bytes: &[u8], first: u64) -> Option<Option
     })
 }
 
+/// Where the checkpoints of a task stored its pages, by version: a page of keyed state that
+/// leaves memory unchanged since a completed checkpoint stored it is dropped, and read back
+/// from there, rather than written to a spill file.
+pub trait StoredPages: Send + Sync {
+    /// Where the newest completed checkpoint stored the page of version `version`, if it did
+    /// (and the file can be read from).
+    fn stored(&self, version: u64) -> Option<StoredPage>;
+}
+
 thread_local! {
     static KEPT: std::cell::RefCell<Option<Vec<(u64, StoredPage)>>> = const { std::cell::RefCell::new(None) };
 }

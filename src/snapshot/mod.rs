@@ -20,7 +20,7 @@ use crate::persist::Persist;
 pub(crate) use lazy::{
     next_stored_page, page_left_stored, pages_left_stored, restoring_lazily, split_with_stored_pages, stored_pages_left,
 };
-pub use lazy::{restore_lazily, PageSource, PlacedPages, StateFailure, StoredPage};
+pub use lazy::{restore_lazily, PageSource, PlacedPages, StateFailure, StoredPage, StoredPages};
 pub use mode::{CheckpointMode, ModeKeys, ModeKind, DEFAULT_ALIGNMENT_TIMEOUT, DEFAULT_INFLIGHT_BUDGET};
 
 /// A checkpoint barrier, travelling in-band through the rings.

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::metrics::StateMemoryStats;
-use crate::snapshot::{StateFailure, StoredPage};
+use crate::snapshot::{StateFailure, StoredPage, StoredPages};
 
 /// The least budget a task of keyed state can work within: a few pages of the largest kinds
 /// (a page is 256 slots), so that a lookup's pages and the page being written fit at once.
@@ -48,6 +48,8 @@ pub struct StateBudget {
     /// Where a lookahead's page reads go, off the workers: the runtime's reader threads
     /// ([`StateBudget::read_with`]); unset (the simulator, a test), every read is a fault's own.
     readers: std::sync::OnceLock<Arc<dyn PageReader>>,
+    /// Where the tasks' checkpoints stored pages ([`StateBudget::pages_stored_by`]).
+    stored: std::sync::Mutex<Vec<std::sync::Weak<dyn StoredPages>>>,
 }
 
 /// Runs page reads off the workers: a keyed operator's lookahead hands them over, and a fault
@@ -104,12 +106,32 @@ impl StateBudget {
             return Err(Error::config("a state memory budget of 0 bytes leaves no room for a page"));
         }
         check_writable(&dir)?;
-        Ok(Arc::new(StateBudget { limit: bytes, dir, counters: ColdCounters::default(), readers: Default::default() }))
+        Ok(Arc::new(StateBudget {
+            limit: bytes,
+            dir,
+            counters: ColdCounters::default(),
+            readers: Default::default(),
+            stored: Default::default(),
+        }))
     }
 
     /// Sends the lookahead's page reads to `readers` (the runtime's reader threads).
     pub fn read_with(&self, readers: Arc<dyn PageReader>) {
         let _ = self.readers.set(readers);
+    }
+
+    /// A page unchanged since one of `stored`'s checkpoints stored it leaves memory without
+    /// a spill write: it is read back from the checkpoint's file (a task's incremental
+    /// checkpoints; held weakly, so a task that ends takes it along).
+    pub fn pages_stored_by(&self, stored: std::sync::Weak<dyn StoredPages>) {
+        self.stored.lock().unwrap_or_else(|e| e.into_inner()).push(stored);
+    }
+
+    /// Where a checkpoint stored the page of version `version`, if one did.
+    pub(super) fn find_stored(&self, version: u64) -> Option<StoredPage> {
+        let mut stored = self.stored.lock().unwrap_or_else(|e| e.into_inner());
+        stored.retain(|s| s.strong_count() > 0);
+        stored.iter().filter_map(std::sync::Weak::upgrade).find_map(|s| s.stored(version))
     }
 
     /// Refuses a budget that leaves a task less than [`LEAST_STATE_MEMORY_PER_TASK`] (any task

@@ -38,6 +38,7 @@ mod tests;
 pub use finished::{read_finished, write_finished, FinishedJob, FINISHED_MARKER};
 pub use format::*;
 pub use metadata::*;
+pub(crate) use pages::open_stored;
 pub use pages::PageCache;
 pub use remote::{CheckpointMirror, InMemoryObjectStore, Lineage, ObjectStore, INSTANCE_FILE};
 pub use task_file::*;

@@ -20,6 +20,22 @@ pub(super) fn is_damaged(path: &Path) -> bool {
     damaged_files().contains(path)
 }
 
+/// Shared file `name` of the checkpoint directory at `root` (of the job with `fingerprint`),
+/// open for reading pages, its header checked against `digest`'s length and the identity its
+/// name gives.
+pub(crate) fn open_stored(
+    root: &Path,
+    name: &str,
+    fingerprint: &str,
+    digest: &FileDigest,
+) -> Result<Arc<dyn PageSource>> {
+    let Some((id, task)) = parse_shared_name(name) else {
+        return Err(Error::Corrupt(format!("'{name}' is not the name of a shared state file")));
+    };
+    let expected = FileIdentity::new(FileKind::SharedPages, fingerprint, id, Some(task));
+    Ok(Arc::new(CheckpointPages::open((root, name), &expected, digest)?))
+}
+
 /// Calls `read(at, n)` for each piece of payload bytes `offset..offset + len` of a file in the
 /// checkpoint format: `n` bytes at file offset `at`. Every block but the last holds
 /// [`BLOCK_BYTES`] after its 8-byte length and CRC, so a page may span two.

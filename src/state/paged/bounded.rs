@@ -312,14 +312,20 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
     }
 
     /// Sends page `p` out of memory: written to the spill file first unless its content lies
-    /// on disk already.
+    /// on disk already (read back unchanged, or stored by a completed checkpoint).
     fn send_out(&mut self, p: usize) {
         let c = self.cold.as_deref_mut().expect("a bounded map");
         if c.at[p].is_none() {
-            let mut bytes = Vec::new();
-            write_page(self.pages.get(p), &mut bytes);
-            let file = c.file.get_or_insert_with(|| c.budget.spill_file());
-            c.at[p] = Some(file.write(&bytes));
+            // Unchanged since a completed checkpoint stored this version: read back from there.
+            c.at[p] = match c.budget.find_stored(self.versions[p]) {
+                Some(stored) => Some(ColdRef::stored(stored, c.budget())),
+                None => {
+                    let mut bytes = Vec::new();
+                    write_page(self.pages.get(p), &mut bytes);
+                    let file = c.file.get_or_insert_with(|| c.budget.spill_file());
+                    Some(file.write(&bytes))
+                }
+            };
         }
         *self.pages.get_mut(p) = c.blank();
         c.now_out(p);
