@@ -1315,6 +1315,37 @@ mod tests {
         assert_restores(&storage, 2, &state);
     }
 
+    /// After a lazy restore, with reader threads (here, reads run where they are asked for),
+    /// pages the checkpoint stored come back in the background: a pass over every key faults
+    /// a few pages, and the warm-up brings the rest in while the budget has room.
+    #[test]
+    fn a_lazily_restored_map_warms_up_in_the_background() {
+        struct ReadsAtOnce;
+        impl crate::state::PageReader for ReadsAtOnce {
+            fn submit(&self, read: Box<dyn FnOnce() + Send>) {
+                read()
+            }
+        }
+        let (dir, spill) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let storage = CheckpointStorage::new(dir.path());
+        let index = PageIndex::default();
+        let keys = 20_000;
+        let mut state = counts(keys);
+        checkpoint(&storage, Some(&index), 1, &mut state);
+        for (readers, most_faults) in [(false, usize::MAX), (true, 40)] {
+            let budget = crate::state::StateBudget::new(4 << 20, spill.path()).unwrap();
+            if readers {
+                budget.read_with(Arc::new(ReadsAtOnce));
+            }
+            let back = restore_lazily_within(&storage, 1, &budget).unwrap();
+            let _scope = crate::state::StateBudget::enter(Some(Arc::clone(&budget)));
+            assert!(state.iter().all(|(k, v)| back.get(k) == Some(v)));
+            let faults = budget.stats().faults as usize;
+            assert!(faults <= most_faults, "readers {readers}: {faults} faults");
+            assert!(readers || faults > 100, "without readers every page is a fault: {faults}");
+        }
+    }
+
     /// Within a budget, a page unchanged since a completed checkpoint stored it leaves memory
     /// without a spill write: it is read back from the checkpoint's file.
     #[test]

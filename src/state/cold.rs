@@ -191,6 +191,11 @@ impl StateBudget {
         self.counters.failing_write.store(n, Ordering::Relaxed);
     }
 
+    /// Whether `bytes` more fit within the budget.
+    pub(super) fn has_room(&self, bytes: u64) -> bool {
+        self.counters.resident.load(Ordering::Relaxed) + bytes as i64 <= self.limit as i64
+    }
+
     /// Whether the bounded maps hold more than the budget.
     #[inline]
     pub(super) fn over(&self) -> bool {
@@ -421,6 +426,11 @@ impl ColdRef {
         file.file.write_all_at(&[b[0] ^ 0xff], *offset).expect("writable");
     }
 
+    /// Whether the page lies in a checkpoint's file (not a spill file).
+    pub(super) fn is_stored(&self) -> bool {
+        matches!(self.0.place, Place::Stored { .. })
+    }
+
     fn budget_ref(&self) -> &Arc<StateBudget> {
         match &self.0.place {
             Place::Spill { file, .. } => &file.budget,
@@ -482,9 +492,14 @@ impl ReadAhead {
         self.done.notify_all();
     }
 
+    /// Whether the read finished (a fault would take it without waiting).
+    pub(super) fn is_done(&self) -> bool {
+        matches!(*self.lock(), AheadState::Done(_))
+    }
+
     /// The fault's part: the read's result once done (waiting while it is under way), or
     /// `None` when it has not started (the fault reads for itself, and the reader skips it).
-    fn take(&self) -> Option<std::io::Result<Vec<u8>>> {
+    pub(super) fn take(&self) -> Option<std::io::Result<Vec<u8>>> {
         let mut state = self.lock();
         loop {
             match std::mem::replace(&mut *state, AheadState::Taken) {

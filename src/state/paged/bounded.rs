@@ -31,6 +31,9 @@ const EVICTIONS_AT_ONCE: usize = 16;
 /// Page reads a map may have asked the reader threads for and not used yet.
 const READS_AHEAD: usize = 256;
 
+/// Pages a lazily restored map's warm-up brings in, and asks for, at each fault.
+const WARM_AT_ONCE: usize = 8;
+
 /// A bounded map's side: its budget, the pages out of memory and where they lie.
 pub(super) struct ColdPages<K, V> {
     budget: Arc<StateBudget>,
@@ -47,6 +50,9 @@ pub(super) struct ColdPages<K, V> {
     resident: Cell<usize>,
     /// Pages out of memory whose reads a lookahead asked for ([`PagedMap::read_ahead`]).
     ahead: std::cell::RefCell<std::collections::HashMap<usize, Arc<ReadAhead>>>,
+    /// A lazy restore's warm-up: the next page it asks the reader threads for, while pages a
+    /// checkpoint stored are out of memory and the budget has room (`None`: done, or none).
+    warm: Cell<Option<usize>>,
 }
 
 /// A fork's pages out of memory: where each lies (empty when the map kept all in memory).
@@ -77,6 +83,7 @@ impl<K, V> ColdPages<K, V> {
             hand: 0,
             resident: Cell::new(0),
             ahead: Default::default(),
+            warm: Cell::new(None),
         }
     }
 
@@ -203,7 +210,14 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         let at = c.at[p].as_ref().expect("a page out of memory with a place on disk");
         let ahead = c.ahead.borrow_mut().remove(&p);
         let bytes = at.fault(ahead);
-        let page = decode(&bytes).unwrap_or_else(|e| fail(at.read_failed(e)));
+        self.install(c, p, &bytes);
+        self.warm_up(c);
+    }
+
+    /// Puts page `p`, out of memory, back from its encoding `bytes`.
+    fn install(&self, c: &ColdPages<K, V>, p: usize, bytes: &[u8]) {
+        let at = c.at[p].as_ref().expect("a page out of memory with a place on disk");
+        let page = decode(bytes).unwrap_or_else(|e| fail(at.read_failed(e)));
         // SAFETY: page `p` is out of memory, so its entry points at the blank page and no
         // lookup has handed a reference to the entry out (slots of the blank page it may have
         // read stay valid: `c.blank` keeps that page alive).
@@ -223,7 +237,56 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
         debug_assert!(!self.owned[p], "a bounded map's page is its own only once written");
         crate::snapshot::page_left_stored(self.versions[p], &page);
         c.at[p] = Some(ColdRef::stored(page, c.budget()));
+        // With reader threads, the pages come back in the background from the first fault on.
+        c.warm.set(Some(0));
         true
+    }
+
+    /// A lazily restored map's warm-up, a step at each fault: pages whose reads finished come
+    /// into memory while the budget has room, and the reader threads are asked for the next
+    /// pages still where the checkpoint stored them, so they come back in the background
+    /// rather than one fault at a time. Ends once a pass finds none left, or the budget full.
+    fn warm_up(&self, c: &ColdPages<K, V>) {
+        let Some(mut next) = c.warm.get() else { return };
+        let page = std::mem::size_of::<Page<K, V>>() as u64;
+        let done: Vec<usize> =
+            c.ahead.borrow().iter().filter(|(_, a)| a.is_done()).map(|(&p, _)| p).take(WARM_AT_ONCE).collect();
+        for p in done {
+            if !c.budget.has_room(page) {
+                c.warm.set(None);
+                return;
+            }
+            if c.flags[p].get() & IN_MEMORY == 0 {
+                let ahead = c.ahead.borrow_mut().remove(&p);
+                if let Some(Ok(bytes)) = ahead.and_then(|a| a.take()) {
+                    self.install(c, p, &bytes);
+                    // Brought in ahead of use: the clock may take it first.
+                    c.flags[p].set(IN_MEMORY);
+                }
+            }
+        }
+        let pages = c.flags.len();
+        let mut asked = 0;
+        let mut looked = 0;
+        while asked < WARM_AT_ONCE && looked < pages && c.ahead.borrow().len() < READS_AHEAD / 2 {
+            let p = next;
+            next = (next + 1) % pages;
+            looked += 1;
+            let stored = c.at[p].as_ref().filter(|at| at.is_stored() && c.flags[p].get() & IN_MEMORY == 0);
+            let Some(at) = stored.filter(|_| !c.ahead.borrow().contains_key(&p)) else { continue };
+            let pending = (c.ahead.borrow().len() + 1) as u64 * page;
+            if !c.budget.has_room(pending) {
+                break;
+            }
+            match at.read_ahead() {
+                Some(read) => c.ahead.borrow_mut().insert(p, read),
+                None => break,
+            };
+            asked += 1;
+        }
+        // A whole pass asked for nothing and nothing is pending: every stored page is back.
+        let finished = asked == 0 && looked == pages && c.ahead.borrow().is_empty();
+        c.warm.set(if finished { None } else { Some(next) });
     }
 
     /// Asks the reader threads for the page where a lookup of `hash` starts, if it is out of
