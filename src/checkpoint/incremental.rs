@@ -1209,6 +1209,24 @@ mod tests {
         assert!(back == states[1], "checkpoint 2 restored exactly");
     }
 
+    /// 20,000 counts, updated and checkpointed three times (checkpoints 1 to 3, each completed
+    /// and then handed to `completed`); returns the state as checkpoint 3 holds it.
+    fn three_checkpoints(
+        storage: &CheckpointStorage,
+        index: &PageIndex,
+        mut completed: impl FnMut(u64),
+    ) -> KeyedValueState<u64, u64> {
+        let keys = 20_000;
+        let mut state = counts(keys);
+        for id in 1..=3 {
+            update(&mut state, id, keys);
+            checkpoint(storage, Some(index), id, &mut state);
+            index.on_notice(CheckpointNotice::Complete(id));
+            completed(id);
+        }
+        state
+    }
+
     /// Restores checkpoint `id` lazily into `back` within `budget`: nothing is read but the
     /// task file (and a changelog's segments).
     fn restore_lazily_within(
@@ -1236,13 +1254,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let storage = CheckpointStorage::new(dir.path());
             let index = if changelog { PageIndex::changelog(8) } else { PageIndex::default() };
-            let keys = 20_000;
-            let mut state = counts(keys);
-            for id in 1..=3 {
-                update(&mut state, id, keys);
-                checkpoint(&storage, Some(&index), id, &mut state);
-                index.on_notice(CheckpointNotice::Complete(id));
-            }
+            let state = three_checkpoints(&storage, &index, |_| {});
             let spill = tempfile::tempdir().unwrap();
             let budget = crate::state::StateBudget::new(1 << 20, spill.path()).unwrap();
             let back = restore_lazily_within(&storage, 3, &budget).unwrap();
@@ -1383,16 +1395,10 @@ mod tests {
             (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let storage = CheckpointStorage::new(dir.path());
         let store: Arc<dyn ObjectStore> = Arc::new(InMemoryObjectStore::default());
-        let index = PageIndex::default();
-        let keys = 20_000;
-        let mut state = counts(keys);
-        for id in 1..=3 {
-            update(&mut state, id, keys);
-            checkpoint(&storage, Some(&index), id, &mut state);
-            index.on_notice(CheckpointNotice::Complete(id));
+        let state = three_checkpoints(&storage, &PageIndex::default(), |id| {
             let metadata = storage.metadata(id).unwrap();
             CheckpointMirror::new(Arc::clone(&store)).publish(dir.path(), &metadata, &HashSet::new()).unwrap();
-        }
+        });
         let elsewhere = CheckpointMirror::new(Arc::clone(&store));
         assert_eq!(elsewhere.take_over(working.path(), 1, "elsewhere").unwrap(), vec![1, 2, 3]);
         assert!(std::fs::read_dir(working.path().join(crate::checkpoint::SHARED_DIR)).is_err(), "no page came down");

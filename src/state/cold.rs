@@ -275,17 +275,8 @@ impl Drop for SpillFile {
 
 impl SpillFile {
     fn create(budget: &Arc<StateBudget>) -> Result<Self> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = budget.dir.join(format!("weir-spill-{}-{n}", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| Error::io("cannot make a spill file for keyed state", &path, e))?;
-        // Scratch: nothing may ever restore from it, and it must not outlive the process.
-        std::fs::remove_file(&path).map_err(|e| Error::io("cannot unlink a new spill file", &path, e))?;
+        // Scratch: nothing may ever restore from it.
+        let (file, path) = scratch_file(&budget.dir, "weir-spill", "a spill file for keyed state")?;
         Ok(SpillFile { file, path, budget: Arc::clone(budget), space: Default::default() })
     }
 
@@ -324,6 +315,23 @@ impl SpillFile {
         self.budget.counters.spill_writes.fetch_add(1, Ordering::Relaxed);
         ColdRef(Arc::new(extent))
     }
+}
+
+/// A new file in `dir` named `<prefix>-<pid>-<n>`, open to read and write and already unlinked:
+/// scratch that goes with its last handle and never outlives the process. `what` names it in
+/// errors.
+pub(crate) fn scratch_file(dir: &Path, prefix: &str, what: &str) -> Result<(std::fs::File, PathBuf)> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = dir.join(format!("{prefix}-{}-{n}", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("cannot make {what}"), &path, e))?;
+    std::fs::remove_file(&path).map_err(|e| Error::io(format!("cannot unlink {what}"), &path, e))?;
+    Ok((file, path))
 }
 
 /// Where a page's encoding lies on disk: an extent of a spill file (free again when dropped),

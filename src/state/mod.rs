@@ -15,6 +15,7 @@ use crate::persist::Persist;
 use crate::record::Key;
 
 mod cold;
+pub(crate) use cold::scratch_file;
 mod kinds;
 mod paged;
 mod scoped;

@@ -24,7 +24,7 @@
 //! well); this file is the directory's lifecycle (writing, finding, loading, retiring and
 //! discarding checkpoints).
 //!
-//! May touch: `error`, `persist`, `snapshot`, `metrics`.
+//! May touch: `error`, `persist`, `snapshot`, `metrics`, `state` (scratch files of the page cache).
 
 mod finished;
 mod format;

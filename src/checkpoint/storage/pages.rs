@@ -4,7 +4,7 @@
 //! page checked against the checksum its task file recorded. A file a page of which failed
 //! that check is marked damaged for the process: a later restore reads it whole.
 //!
-//! May touch: `error`, `snapshot`.
+//! May touch: `error`, `snapshot`, `state` (its scratch files).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -210,17 +210,8 @@ impl RemotePages {
             .map_err(|e| Error::io("cannot read a checkpoint's shared pages from the store", &shown, e))?;
         let found = decode_header(&header, expected.kind).map_err(|m| corrupt(&shown, m))?;
         check_identity(&shown, &found, expected)?;
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = cache.dir.join(format!("weir-page-cache-{}-{n}", std::process::id()));
-        let copy = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| Error::io("cannot make a file in the page cache", &path, e))?;
         // Scratch, as spill files are: it must not outlive the process.
-        std::fs::remove_file(&path).map_err(|e| Error::io("cannot unlink a page cache file", &path, e))?;
+        let (copy, _) = crate::state::scratch_file(&cache.dir, "weir-page-cache", "a file in the page cache")?;
         let blocks = digest.bytes.div_ceil(BLOCK_BYTES as u64 + 8) as usize;
         Ok(Arc::new_cyclic(|this| RemotePages {
             store,
