@@ -1209,6 +1209,14 @@ mod tests {
         assert!(back == states[1], "checkpoint 2 restored exactly");
     }
 
+    /// 20,000 counts in checkpoint 1, completed; returns them.
+    fn first_checkpoint(storage: &CheckpointStorage, index: &PageIndex) -> KeyedValueState<u64, u64> {
+        let mut state = counts(20_000);
+        checkpoint(storage, Some(index), 1, &mut state);
+        index.on_notice(CheckpointNotice::Complete(1));
+        state
+    }
+
     /// 20,000 counts, updated and checkpointed three times (checkpoints 1 to 3, each completed
     /// and then handed to `completed`); returns the state as checkpoint 3 holds it.
     fn three_checkpoints(
@@ -1306,10 +1314,7 @@ mod tests {
         let (dir, spill) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let storage = CheckpointStorage::new(dir.path());
         let index = PageIndex::default();
-        let keys = 20_000;
-        let mut state = counts(keys);
-        checkpoint(&storage, Some(&index), 1, &mut state);
-        index.on_notice(CheckpointNotice::Complete(1));
+        let (keys, mut state) = (20_000, first_checkpoint(&storage, &index));
         let budget = crate::state::StateBudget::new(1 << 20, spill.path()).unwrap();
         let (back, left) = crate::snapshot::pages_left_stored(|| restore_lazily_within(&storage, 1, &budget));
         let mut back = back.unwrap();
@@ -1340,10 +1345,7 @@ mod tests {
         }
         let (dir, spill) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let storage = CheckpointStorage::new(dir.path());
-        let index = PageIndex::default();
-        let keys = 20_000;
-        let mut state = counts(keys);
-        checkpoint(&storage, Some(&index), 1, &mut state);
+        let state = first_checkpoint(&storage, &PageIndex::default());
         for (readers, most_faults) in [(false, usize::MAX), (true, 40)] {
             let budget = crate::state::StateBudget::new(4 << 20, spill.path()).unwrap();
             if readers {
