@@ -106,6 +106,10 @@ pub(crate) struct TaskCheckpointing {
     pub(crate) writer: Arc<dyn SnapshotWriter>,
     /// Incremental checkpoints: where this task's pages were stored.
     pub(crate) pages: Option<Arc<PageIndex>>,
+    /// Every checkpoint is full, its pages apart all the same (in its own shared file): full
+    /// checkpoints of a job within a state memory budget, so that a restore can leave them
+    /// where they lie.
+    pub(crate) pages_apart_in_full: bool,
     pub(crate) faults: Option<Arc<FaultInjector>>,
     pub(crate) clock: Clock,
     pub(crate) aligner: BarrierAligner,
@@ -179,7 +183,7 @@ impl TaskCheckpointing {
             (self.task, Arc::clone(&self.storage), self.faults.clone(), self.clock.clone(), self.pages.clone());
         let id = snapshot.barrier.id;
         // A full checkpoint reuses nothing of an earlier one either.
-        let full = self.pages.is_some() && self.live.is_full(id);
+        let full = self.pages.is_some() && (self.pages_apart_in_full || self.live.is_full(id));
         let (parts, kept) = (Arc::clone(&self.parts), self.parts.kept().filter(|_| !full));
         let local = self.local.clone();
         // Weak: a write queued in a writer must not keep it alive.

@@ -77,6 +77,7 @@ fn adaptive_task(
         storage: Arc::new(CheckpointStorage::new(dir)),
         writer: Arc::new(InlineWriter(acks_tx)),
         pages: None,
+        pages_apart_in_full: false,
         local: None,
         faults: None,
         clock: Clock::manual(Arc::default()),

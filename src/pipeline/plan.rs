@@ -361,6 +361,9 @@ fn task_checkpointing(
     task: usize,
 ) -> (TaskCheckpointing, Sender<crate::checkpoint::task::TaskControl>) {
     let (tx, rx) = std::sync::mpsc::channel();
+    // Within a state memory budget even full checkpoints keep pages apart, in their own
+    // shared files: a restore then leaves them there until used.
+    let pages_apart_in_full = !w.incremental && w.changelog.is_none() && crate::state::StateBudget::current().is_some();
     let checkpointing = TaskCheckpointing {
         task,
         mode: w.mode,
@@ -376,8 +379,9 @@ fn task_checkpointing(
         commits: Arc::clone(&w.commits),
         pages: match w.changelog {
             Some(every) => Some(Arc::new(PageIndex::changelog(every))),
-            None => w.incremental.then(Default::default),
+            None => (w.incremental || pages_apart_in_full).then(Default::default),
         },
+        pages_apart_in_full,
         faults: env.faults.clone(),
         clock: env.clock.clone(),
         aligner: BarrierAligner::new(0),

@@ -232,10 +232,12 @@ fn check_writable(dir: &Path) -> Result<()> {
     if !meta.is_dir() {
         return Err(Error::config(format!("the state directory {} is not a folder", dir.display())));
     }
-    let probe = dir.join(format!(".weir-state-probe-{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| Error::io("the state directory does not take files", dir, e))
+    // Named apart per check: budgets made at once in one process (tests, two jobs) each
+    // make and remove their own.
+    scratch_file(dir, ".weir-state-probe", "a file in the state directory").map(|_| ()).map_err(|e| match e {
+        Error::Io { source, .. } => Error::io("the state directory does not take files", dir, source),
+        other => other,
+    })
 }
 
 /// Unwinds with `e` as a [`StateFailure`].
