@@ -223,12 +223,14 @@ pub struct CheckpointSettings {
     /// Keep keyed and window state within this much memory (512MiB, 2GiB; not the process's
     /// whole memory): past it, the pages used least recently leave memory (those changed
     /// since they were last on disk for a spill file in --state-dir) and come back when a
-    /// record needs them. Needs no checkpoints; fixed for the job's life.
+    /// record needs them. A restart restores lazily: pages stay in the checkpoint's files
+    /// (or its s3:// store) until used. Needs no checkpoints; fixed for the job's life.
     #[cfg_attr(feature = "clap", arg(long, value_name = "SIZE", value_parser = byte_size, help_heading = "State"))]
     #[serde(deserialize_with = "byte_size_key")]
     pub state_memory: Option<weir::state::ByteSize>,
-    /// Where --state-memory's spill files go (default: the system's temporary folder, $TMPDIR
-    /// or /tmp). They are scratch, unlinked as soon as made: nothing stays behind.
+    /// Where --state-memory's spill files and its cache of pages read from an s3:// store go
+    /// (default: the system's temporary folder, $TMPDIR or /tmp). They are scratch, unlinked
+    /// as soon as made: nothing stays behind.
     #[cfg_attr(feature = "clap", arg(long, value_name = "DIR", help_heading = "State"))]
     pub state_dir: Option<PathBuf>,
 }
