@@ -12,6 +12,7 @@ mod common {
 mod backpressure;
 mod changelog;
 mod embedded;
+mod format_fixtures;
 mod io_faults;
 mod keyed_state;
 mod latency_causes;
