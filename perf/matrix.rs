@@ -5,13 +5,14 @@
 //! makes one subtask of a slow keyed stage lag) as the rings grow 16× and the stage's cost
 //! per record 10× (duration, start delay, alignment and in-flight bytes of aligned, unaligned,
 //! aligned-with-timeout and adaptive checkpoints, with the spread over rounds, on log axes),
-//! and the mixed workload (adaptive alignment against unaligned where most in-flight bytes
-//! sit in channels that move).
+//! the mixed workload (adaptive alignment against unaligned where most in-flight bytes sit in
+//! channels that move), and the keyed workload with skewed keys (Zipf 1.0 and 1.5) against
+//! uniform ones.
 //!
 //! Writes `perf/results/<date>/matrix.md` (the report, headline first), `matrix.json` (every
 //! run, as `weir bench --json` writes it) and four SVG plots beside them.
 //!
-//! `cargo bench --bench matrix -- [--duration-s S] [--rounds N] [--out DIR] [--only backlog]`
+//! `cargo bench --bench matrix -- [--duration-s S] [--rounds N] [--out DIR] [--only backlog|skew]`
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -48,6 +49,8 @@ struct Matrix {
     budget: u64,
     /// Rounds of each section (the backlog sections run at most 3).
     rounds: usize,
+    /// The keyed workload's key skew (Zipf's exponent; `None`: uniform).
+    zipf: Option<f64>,
     /// The report so far.
     md: String,
     out: PathBuf,
@@ -88,7 +91,7 @@ impl Matrix {
             parallelism: 2,
             rate,
             keys: 10_000,
-            zipf: None,
+            zipf: self.zipf,
             sink_cost_ns: stage_cost_ns,
         };
         let job = config.job().expect("a valid benchmark");
@@ -143,6 +146,49 @@ impl Matrix {
             busy.push(busy_samples);
         }
         Headline { throughput, throughput_points, ratios, busy }
+    }
+
+    /// Section 2b, skew: the keyed workload with Zipf-distributed keys (s = 1.0 and 1.5)
+    /// against uniform keys, without checkpoints and with aligned ones, alternating in each
+    /// round (a different skew first each round); the median over rounds and each skew's
+    /// ratio to uniform keys in the same round.
+    fn skew(&mut self) {
+        const SKEWS: [Option<f64>; 3] = [None, Some(1.0), Some(1.5)];
+        self.md += "## Skew: the keyed workload with Zipf-distributed keys against uniform keys
+
+| checkpoints | uniform (median) | Zipf 1.0 | Zipf 1.5 |\n|---|---|---|---|\n";
+        for checkpoint in [None, Some(ModeKind::Aligned)] {
+            let mut throughput = vec![Vec::new(); 3];
+            let mut ratios = vec![Vec::new(); 3];
+            for round in 0..self.rounds {
+                let mut this = [0f64; 3];
+                for k in 0..3 {
+                    let i = (round + k) % 3;
+                    self.zipf = SKEWS[i];
+                    this[i] = self.run(Workload::Keyed, checkpoint, None, 4096, 1000, SINK_COST_NS).throughput_rps;
+                }
+                for i in 0..3 {
+                    throughput[i].push(this[i]);
+                    ratios[i].push(this[i] / this[0]);
+                }
+            }
+            self.zipf = None;
+            let cell = |i: usize| {
+                format!(
+                    "{} rec/s ({:.3} of uniform)",
+                    group_digits(median(throughput[i].clone()) as u64),
+                    median(ratios[i].clone())
+                )
+            };
+            self.md += &format!(
+                "| {} | {} rec/s | {} | {} |\n",
+                named(checkpoint),
+                group_digits(median(throughput[0].clone()) as u64),
+                cell(1),
+                cell(2)
+            );
+        }
+        self.md += &format!("\nEach ratio is the median over {} rounds of the skewed run divided by the uniform run of the same round. Zipf's keys are ranks over the same 10,000 keys, hashed to subtasks: at s = 1.5 the hottest key takes about 38% of the records.\n\n", self.rounds);
     }
 
     /// Section 1, throughput: every workload under every checkpoint mode, as fast as possible. A
@@ -454,19 +500,26 @@ fn main() {
         runs: Vec::new(),
         count: 0,
         budget: weir::checkpoint::DEFAULT_INFLIGHT_BUDGET,
+        zipf: None,
         rounds,
         md: format!("# Benchmark matrix, {date}\n\n`cargo bench --bench matrix -- --duration-s {secs} --rounds {rounds}`: 2 workers, parallelism 2, 10,000 keys, checkpoints every second unless said otherwise, {secs} s per run, all in one run.\n\n"),
         stamp: Stamp::here(&date),
         out,
     };
-    // `--only backlog` runs sections 3 and 4 alone.
-    if arg("--only").as_deref() != Some("backlog") {
+    // `--only backlog` runs sections 3 and 4 alone, `--only skew` the skew section alone.
+    let only = arg("--only");
+    if only.is_none() {
         let throughput = m.headline();
         m.latency(&throughput);
     }
-    let (durations, inflight) = m.backlog();
-    m.mixed();
-    m.backlog_plots(&durations, &inflight);
+    if only.as_deref() != Some("backlog") {
+        m.skew();
+    }
+    if only.as_deref() != Some("skew") {
+        let (durations, inflight) = m.backlog();
+        m.mixed();
+        m.backlog_plots(&durations, &inflight);
+    }
     let json = serde_json::to_string_pretty(&m.runs).expect("plain data");
     std::fs::write(m.out.join("matrix.json"), json).expect("json");
     std::fs::write(m.out.join("matrix.md"), &m.md).expect("report");
