@@ -251,6 +251,18 @@ mod zipf {
         }
     }
 
+    /// The ranks past the alias table's head carry the tail's mass: for 20 M keys at s = 1,
+    /// `(ln(n + 0.5) - ln(4096.5)) / H(n, 1)` of the draws (about 49%), each within the range.
+    #[test]
+    fn the_tail_past_the_table_carries_its_share() {
+        let (n, draws) = (20_000_000u64, 200_000u64);
+        let z = Zipf::new(n, 1.0);
+        let tail = (0..draws).map(|i| z.rank(i)).filter(|&k| k > 4096).count() as f64 / draws as f64;
+        let harmonic: f64 = (1..=n).map(|k| 1.0 / k as f64).sum();
+        let expected = (((n as f64) + 0.5).ln() - 4096.5f64.ln()) / harmonic;
+        assert!((tail - expected).abs() < 0.01, "tail share {tail:.4}, expected {expected:.4}");
+    }
+
     #[test]
     fn a_draw_is_a_function_of_its_index() {
         let z = Zipf::new(50, 1.1);
