@@ -54,8 +54,15 @@ impl StoredPage {
     /// Its encoding, checked (a page the map is not bounded to keep out of memory is read now).
     pub(crate) fn read(&self) -> std::io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity(self.len as usize);
-        self.source.read_at(self.offset, self.len, &mut out)?;
-        if crc32c::crc32c(&out) != self.crc {
+        self.read_into(&mut out).map(|()| out)
+    }
+
+    /// [`Self::read`], appended to `out`.
+    pub(crate) fn read_into(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let start = out.len();
+        self.source.read_at(self.offset, self.len, out)?;
+        if crc32c::crc32c(&out[start..]) != self.crc {
+            out.truncate(start);
             self.source.damaged();
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -67,7 +74,7 @@ impl StoredPage {
                 ),
             ));
         }
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -382,10 +382,7 @@ impl ColdRef {
     pub(super) fn read_into(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
         let (file, offset) = match &self.0.place {
             Place::Spill { file, offset, .. } => (file, *offset),
-            Place::Stored { page, .. } => {
-                out.extend_from_slice(&page.read()?);
-                return Ok(());
-            }
+            Place::Stored { page, .. } => return page.read_into(out),
         };
         let start = out.len();
         out.resize(start + self.0.len as usize, 0);

@@ -245,7 +245,9 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
     /// A lazily restored map's warm-up, a step at each fault: pages whose reads finished come
     /// into memory while the budget has room, and the reader threads are asked for the next
     /// pages still where the checkpoint stored them, so they come back in the background
-    /// rather than one fault at a time. Ends once a pass finds none left, or the budget full.
+    /// rather than one fault at a time. Ends once a pass finds none left, or once the budget
+    /// is full (the state does not fit: pages brought in would only push others out), or
+    /// without reader threads.
     fn warm_up(&self, c: &ColdPages<K, V>) {
         let Some(mut next) = c.warm.get() else { return };
         let page = std::mem::size_of::<Page<K, V>>() as u64;
@@ -275,13 +277,12 @@ impl<K: Hash + Eq + Clone + Persist, V: Clone + Persist> PagedMap<K, V> {
             let stored = c.at[p].as_ref().filter(|at| at.is_stored() && c.flags[p].get() & IN_MEMORY == 0);
             let Some(at) = stored.filter(|_| !c.ahead.borrow().contains_key(&p)) else { continue };
             let pending = (c.ahead.borrow().len() + 1) as u64 * page;
-            if !c.budget.has_room(pending) {
-                break;
-            }
-            match at.read_ahead() {
-                Some(read) => c.ahead.borrow_mut().insert(p, read),
-                None => break,
+            let read = c.budget.has_room(pending).then(|| at.read_ahead()).flatten();
+            let Some(read) = read else {
+                c.warm.set(None);
+                return;
             };
+            c.ahead.borrow_mut().insert(p, read);
             asked += 1;
         }
         // A whole pass asked for nothing and nothing is pending: every stored page is back.
